@@ -1,0 +1,127 @@
+"""`gpulens exporter`: the per-node exporter."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+
+from exporter.collector import ExporterCollector
+from exporter.sampler import Sampler
+from exporter.sources import simulated
+from exporter.sources.base import Source, SourceUnavailable
+from exporter.web import ConfigError, WebConfig, parse_listen_address, serve
+from gpulens import __version__, flags
+
+log = logging.getLogger("gpulens.exporter")
+
+#: Not used by dcgm-exporter (9400), nvidia_gpu_exporter (9835) or node_exporter (9100).
+DEFAULT_PORT = 9848
+
+
+def register(commands) -> None:
+    p = commands.add_parser("exporter", help="serve GPU metrics for Prometheus",
+                            description="Serve per-GPU, per-MIG-instance and per-process metrics for Prometheus.")
+    flags.add(p, "--source", choices=["nvml", "simulated"], default="nvml",
+              help="where GPU state comes from: the NVIDIA driver, or a simulated fleet (no GPU needed)")
+    flags.add(p, "--web.listen-address", dest="listen_address", default=f":{DEFAULT_PORT}",
+              help="address to serve /metrics on")
+    flags.add(p, "--web.config.file", dest="web_config_file", default="",
+              help="exporter-toolkit web config (TLS, basic auth)")
+    flags.add(p, "--sampler.interval", dest="interval", type=float, default=1.0,
+              help="seconds between samples; busy and idle seconds are integrated at this rate")
+    flags.add(p, "--simulate.config", dest="simulate_config", default="",
+              help=f"fleet YAML for --source=simulated (default: the built-in demo fleet, {simulated.DEFAULT_FLEET.name})")
+    flags.add(p, "--simulate.node", dest="simulate_node", default="",
+              help="which node of the fleet this exporter plays (default: the first)")
+    flags.add(p, "--simulate.gpus", dest="simulate_gpus", type=int, default=0,
+              help="instead of a fleet file: this many GPUs on one node")
+    flags.add(p, "--simulate.model", dest="simulate_model", default="H100-SXM5-80GB",
+              help=f"GPU model for --simulate.gpus: {', '.join(simulated.GPU_MODELS)}")
+    flags.add(p, "--simulate.profiles", dest="simulate_profiles", default="healthy_training",
+              help=f"comma-separated workload profiles for --simulate.gpus, assigned round-robin: {', '.join(simulated.PROFILES)}")
+    flags.add(p, "--simulate.seed", dest="simulate_seed", type=int, default=0, help="random seed of the simulation")
+    flags.add(p, "--once", action="store_true", help="take one sample, print the exposition to stdout and exit")
+    p.set_defaults(run=run)
+
+
+def build_source(args) -> Source:
+    """The configured source, not yet started. Raises ConfigError on bad simulation flags."""
+    if args.source == "nvml":
+        from exporter.sources.nvml import NvmlSource
+
+        return NvmlSource()
+    try:
+        if args.simulate_gpus:
+            if args.simulate_gpus < 0:
+                raise simulated.FleetError(f"--simulate.gpus must be positive, got {args.simulate_gpus}")
+            if args.simulate_model not in simulated.GPU_MODELS:
+                raise simulated.FleetError(f"--simulate.model {args.simulate_model!r} is unknown; choose one of "
+                                           f"{', '.join(simulated.GPU_MODELS)}")
+            nodes = simulated.fleet_from_flags(args.simulate_gpus, args.simulate_model,
+                                               [p.strip() for p in args.simulate_profiles.split(",") if p.strip()],
+                                               args.simulate_seed)
+        else:
+            nodes = simulated.fleet_from_file(args.simulate_config or simulated.DEFAULT_FLEET, args.simulate_seed)
+    except simulated.FleetError as e:
+        raise ConfigError(str(e)) from e
+    if not args.simulate_node:
+        return simulated.SimulatedSource(nodes[0])
+    for node in nodes:
+        if node.name == args.simulate_node:
+            return simulated.SimulatedSource(node)
+    raise ConfigError(f"--simulate.node {args.simulate_node!r} is not in the fleet; its nodes are "
+                      f"{', '.join(n.name for n in nodes)}")
+
+
+def run(args) -> int:
+    try:
+        if not args.interval > 0:
+            raise ConfigError(f"--sampler.interval must be a positive number of seconds, got {args.interval}")
+        address = parse_listen_address(args.listen_address)
+        web_config = WebConfig.load(args.web_config_file)
+        source = build_source(args)
+        source.start()
+    except (ConfigError, SourceUnavailable) as e:
+        print(f"gpulens exporter: {e}", file=sys.stderr)
+        return 2
+    sampler = Sampler(source, args.interval)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ExporterCollector(sampler, __version__, source.name))
+    if args.once:
+        sampler.tick()
+        sys.stdout.write(generate_latest(registry).decode())
+        source.close()
+        return 0
+
+    sampler.start()
+
+    def health() -> tuple[bool, str]:
+        age = time.monotonic() - sampler.snapshot.taken_at
+        if sampler.snapshot.node is None:
+            return False, "no sample taken yet"
+        if age > max(10 * args.interval, 10):
+            return False, f"the latest sample is {age:.0f} s old: the {source.name} source is stuck"
+        return True, "ok"
+
+    try:
+        server = serve(registry, address, web_config, title="gpulens exporter", health=health)
+    except ConfigError as e:
+        print(f"gpulens exporter: {e}", file=sys.stderr)
+        return 2
+    host, port = server.server_address[:2]
+    log.info("serving %s source on %s:%d/metrics", source.name, host or "*", port)
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    stopped.wait()
+    log.info("shutting down")
+    server.shutdown()
+    sampler.stop()
+    source.close()
+    return 0

@@ -1,0 +1,334 @@
+"""The metric table: every series gpulens exports, declared once.
+
+This table is public API. It drives the exporter's rendering, the generated metric reference
+(`docs/metrics.md`), and later the dashboards and alert rules. A rename here breaks every user's
+dashboards, so names follow Prometheus conventions from the start:
+
+- the `gpulens_` prefix, base units (bytes, seconds, watts, joules, celsius, hertz), ratios 0-1;
+- `_total` only on counters, `_info` for metadata (value 1, identity in labels);
+- labels are lowercase identity only. Host and driver come from target labels and `gpulens_driver_info`.
+
+Per-device series carry `gpu` and `uuid`. A "device" is a full GPU (`gpu="0"`, `uuid="GPU-..."`) or a
+MIG instance (`gpu="0/gi3"`, `uuid="MIG-..."`), so one PromQL expression covers both.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "gpulens_"
+DEVICE_LABELS = ("gpu", "uuid")
+PROCESS_LABELS = ("gpu", "uuid", "pid")
+
+#: Units a metric name may end in, in Prometheus base units.
+BASE_UNITS = ("ratio", "bytes", "seconds", "watts", "joules", "celsius", "hertz")
+
+
+@dataclass(frozen=True, eq=False)
+class MetricSpec:
+    """One exported metric family.
+
+    `name` is the full name as users query it (counters end in `_total`). `unit` is one of
+    BASE_UNITS or "" for counts, states and info metrics. `source` names where the value comes from
+    (the NVML call or DCGM field) and how it is converted. `labels` are all label names in order.
+    """
+
+    name: str
+    type: str  # "gauge" | "counter" | "info"
+    unit: str
+    help: str
+    labels: tuple[str, ...]
+    source: str
+    # Only for documentation: which part of the exporter produces the series.
+    group: str = "gpu"
+
+    @property
+    def family_name(self) -> str:
+        """The name prometheus_client wants: counters without `_total`, info without `_info`."""
+        if self.type == "counter":
+            return self.name[: -len("_total")]
+        return self.name
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+ALL: list[MetricSpec] = []
+
+
+def _spec(name, type_, unit, help_, source, labels=DEVICE_LABELS, group="gpu") -> MetricSpec:
+    spec = MetricSpec(PREFIX + name, type_, unit, help_, tuple(labels), source, group)
+    ALL.append(spec)
+    return spec
+
+
+# --- identity --------------------------------------------------------------------------------
+DRIVER_INFO = _spec(
+    "driver_info", "gauge", "",
+    "NVIDIA driver and NVML library versions on this node; value is always 1.",
+    "nvmlSystemGetDriverVersion, nvmlSystemGetNVMLVersion",
+    labels=("driver_version", "nvml_version"), group="identity")
+GPU_INFO = _spec(
+    "gpu_info", "gauge", "",
+    "Identity of each GPU and MIG instance; value is always 1. Join on uuid to add model or "
+    "MIG profile to any per-device series. For MIG instances parent_uuid names the physical GPU.",
+    "nvmlDeviceGetName, nvmlDeviceGetPciInfo_v3, nvmlDeviceGetMigMode, nvmlDeviceGetGpuInstanceId",
+    labels=DEVICE_LABELS + ("model", "pci_bus_id", "mig_mode", "mig_profile", "parent_uuid"),
+    group="identity")
+GPU_UP = _spec(
+    "gpu_up", "gauge", "",
+    "1 if the last sample of this device succeeded, 0 if the device failed (for example fell off "
+    "the bus: NVML_ERROR_GPU_IS_LOST). A failed device keeps only this series.",
+    "result of sampling the device", group="identity")
+
+# --- activity --------------------------------------------------------------------------------
+UTILIZATION = _spec(
+    "gpu_utilization_ratio", "gauge", "ratio",
+    "Fraction of the last sample period (1/6 s to 1 s) in which at least one kernel ran "
+    "(nvidia-smi utilization.gpu / 100). One tiny kernel keeps it at 1: use SM activity to judge "
+    "how much of the GPU works. Not supported on MIG instances.",
+    "nvmlDeviceGetUtilizationRates().gpu / 100")
+MEMORY_CONTROLLER_UTILIZATION = _spec(
+    "gpu_memory_controller_utilization_ratio", "gauge", "ratio",
+    "Fraction of the last sample period in which device memory was read or written "
+    "(nvidia-smi utilization.memory / 100). This is not memory capacity.",
+    "nvmlDeviceGetUtilizationRates().memory / 100")
+GRAPHICS_ENGINE_ACTIVE = _spec(
+    "gpu_graphics_engine_active_ratio", "gauge", "ratio",
+    "Fraction of time the graphics or compute engine was active (DCGM GR_ENGINE_ACTIVE). "
+    "The per-instance activity signal on MIG.",
+    "NVML GPM NVML_GPM_METRIC_GRAPHICS_UTIL / 100; DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+SM_ACTIVE = _spec(
+    "gpu_sm_active_ratio", "gauge", "ratio",
+    "Fraction of time at least one warp was resident on an SM, averaged over all SMs. Warps waiting "
+    "on memory count. NVIDIA: >= 0.8 is necessary for effective use, < 0.5 likely ineffective. "
+    "Omitted where neither GPM (Hopper+) nor DCGM profiling provides it.",
+    "NVML GPM NVML_GPM_METRIC_SM_UTIL / 100; DCGM_FI_PROF_SM_ACTIVE")
+SM_OCCUPANCY = _spec(
+    "gpu_sm_occupancy_ratio", "gauge", "ratio",
+    "Resident warps as a fraction of the theoretical maximum, averaged over SMs.",
+    "NVML GPM NVML_GPM_METRIC_SM_OCCUPANCY / 100; DCGM_FI_PROF_SM_OCCUPANCY")
+TENSOR_ACTIVE = _spec(
+    "gpu_tensor_active_ratio", "gauge", "ratio",
+    "Fraction of cycles any tensor pipe was active.",
+    "NVML GPM NVML_GPM_METRIC_ANY_TENSOR_UTIL / 100; DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+DRAM_ACTIVE = _spec(
+    "gpu_dram_active_ratio", "gauge", "ratio",
+    "Fraction of cycles moving data to or from device memory; about 0.8 is the practical peak.",
+    "NVML GPM NVML_GPM_METRIC_DRAM_BW_UTIL / 100; DCGM_FI_PROF_DRAM_ACTIVE")
+FP64_ACTIVE = _spec(
+    "gpu_fp64_active_ratio", "gauge", "ratio", "Fraction of cycles the FP64 pipe was active.",
+    "NVML GPM NVML_GPM_METRIC_FP64_UTIL / 100; DCGM_FI_PROF_PIPE_FP64_ACTIVE")
+FP32_ACTIVE = _spec(
+    "gpu_fp32_active_ratio", "gauge", "ratio", "Fraction of cycles the FP32 pipe was active.",
+    "NVML GPM NVML_GPM_METRIC_FP32_UTIL / 100; DCGM_FI_PROF_PIPE_FP32_ACTIVE")
+FP16_ACTIVE = _spec(
+    "gpu_fp16_active_ratio", "gauge", "ratio", "Fraction of cycles the FP16 pipe was active.",
+    "NVML GPM NVML_GPM_METRIC_FP16_UTIL / 100; DCGM_FI_PROF_PIPE_FP16_ACTIVE")
+
+# Counters the sampler integrates at a fixed rate, so that rate() over any window is the true
+# average however rarely Prometheus scrapes (see exporter/sampler.py).
+BUSY_SECONDS = _spec(
+    "gpu_busy_seconds_total", "counter", "seconds",
+    "Seconds in which a kernel ran: the integral of the device's activity (utilization, or "
+    "graphics-engine activity on MIG instances). rate() gives the true average busy fraction.",
+    "sampler: sum of activity x sample interval")
+SM_ACTIVE_SECONDS = _spec(
+    "gpu_sm_active_seconds_total", "counter", "seconds",
+    "Integral of SM activity over time. rate() gives the true average SM activity ratio.",
+    "sampler: sum of gpu_sm_active_ratio x sample interval")
+IDLE_SECONDS = _spec(
+    "gpu_idle_seconds_total", "counter", "seconds",
+    "Seconds in which the device did no work (activity under 0.01).",
+    "sampler: sum of sample intervals with activity < 0.01")
+
+# --- memory ----------------------------------------------------------------------------------
+MEMORY_USED = _spec(
+    "gpu_memory_used_bytes", "gauge", "bytes", "Device memory in use by processes and contexts.",
+    "nvmlDeviceGetMemoryInfo_v2().used")
+MEMORY_TOTAL = _spec(
+    "gpu_memory_total_bytes", "gauge", "bytes", "Installed device memory.",
+    "nvmlDeviceGetMemoryInfo_v2().total")
+MEMORY_RESERVED = _spec(
+    "gpu_memory_reserved_bytes", "gauge", "bytes",
+    "Device memory reserved by the driver and firmware. Usable capacity is total - reserved.",
+    "nvmlDeviceGetMemoryInfo_v2().reserved")
+
+# --- interconnect ----------------------------------------------------------------------------
+PCIE_TRANSMIT = _spec(
+    "gpu_pcie_transmit_bytes_total", "counter", "bytes",
+    "Bytes the GPU sent over PCIe (device to host).",
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_TX_BYTES)")
+PCIE_RECEIVE = _spec(
+    "gpu_pcie_receive_bytes_total", "counter", "bytes",
+    "Bytes the GPU received over PCIe (host to device).",
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_RX_BYTES)")
+NVLINK_TRANSMIT = _spec(
+    "gpu_nvlink_transmit_bytes_total", "counter", "bytes",
+    "Data bytes sent over all NVLinks of the GPU.",
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX) x 1024 (KiB)")
+NVLINK_RECEIVE = _spec(
+    "gpu_nvlink_receive_bytes_total", "counter", "bytes",
+    "Data bytes received over all NVLinks of the GPU.",
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX) x 1024 (KiB)")
+NVLINK_LINKS = _spec(
+    "gpu_nvlink_links", "gauge", "",
+    "Number of NVLinks of the GPU; 0 on PCIe-only GPUs.",
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_LINK_COUNT)")
+PCIE_LINK_GENERATION = _spec(
+    "gpu_pcie_link_generation", "gauge", "",
+    "Current PCIe link generation. Below gpu_pcie_link_max_generation under load means a slow slot.",
+    "nvmlDeviceGetCurrPcieLinkGeneration")
+PCIE_LINK_MAX_GENERATION = _spec(
+    "gpu_pcie_link_max_generation", "gauge", "", "Maximum PCIe link generation of the GPU and system.",
+    "nvmlDeviceGetMaxPcieLinkGeneration")
+PCIE_LINK_WIDTH = _spec(
+    "gpu_pcie_link_width", "gauge", "", "Current PCIe link width in lanes.",
+    "nvmlDeviceGetCurrPcieLinkWidth")
+PCIE_LINK_MAX_WIDTH = _spec(
+    "gpu_pcie_link_max_width", "gauge", "", "Maximum PCIe link width in lanes.",
+    "nvmlDeviceGetMaxPcieLinkWidth")
+TOPOLOGY = _spec(
+    "gpu_topology_info", "gauge", "",
+    "Closest common ancestor of two GPUs on this node; value is always 1. level is one of "
+    "internal, single_switch, multiple_switches, host_bridge, numa_node, system (crosses CPU sockets).",
+    "nvmlDeviceGetTopologyCommonAncestor",
+    labels=("gpu", "uuid", "peer_uuid", "level"))
+
+# --- clocks, power, thermal --------------------------------------------------------------------
+SM_CLOCK = _spec(
+    "gpu_sm_clock_hertz", "gauge", "hertz", "Current SM clock.",
+    "nvmlDeviceGetClockInfo(NVML_CLOCK_SM) x 1e6 (MHz)")
+SM_CLOCK_MAX = _spec(
+    "gpu_sm_clock_max_hertz", "gauge", "hertz", "Maximum SM clock.",
+    "nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM) x 1e6 (MHz)")
+MEMORY_CLOCK = _spec(
+    "gpu_memory_clock_hertz", "gauge", "hertz", "Current memory clock.",
+    "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) x 1e6 (MHz)")
+POWER = _spec(
+    "gpu_power_watts", "gauge", "watts", "Power draw.",
+    "nvmlDeviceGetPowerUsage / 1000 (mW)")
+POWER_LIMIT = _spec(
+    "gpu_power_limit_watts", "gauge", "watts", "Enforced power limit.",
+    "nvmlDeviceGetEnforcedPowerLimit / 1000 (mW)")
+ENERGY = _spec(
+    "gpu_energy_joules_total", "counter", "joules", "Energy consumed since the driver loaded.",
+    "nvmlDeviceGetTotalEnergyConsumption / 1000 (mJ)")
+TEMPERATURE = _spec(
+    "gpu_temperature_celsius", "gauge", "celsius", "GPU core temperature.",
+    "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)")
+CLOCK_EVENT_ACTIVE = _spec(
+    "gpu_clock_event_active", "gauge", "",
+    "1 while the clock event (throttle) reason is active. reason is one of gpu_idle, "
+    "applications_clocks_setting, sw_power_cap, hw_slowdown, sync_boost, sw_thermal, hw_thermal, "
+    "hw_power_brake, display_clocks. A brief sw_power_cap is normal boost behaviour.",
+    "nvmlDeviceGetCurrentClocksEventReasons bitmask",
+    labels=DEVICE_LABELS + ("reason",))
+CLOCK_EVENT_SECONDS = _spec(
+    "gpu_clock_event_seconds_total", "counter", "seconds",
+    "Seconds each clock event (throttle) reason was active, integrated by the sampler. "
+    "rate() gives the fraction of time throttled for that reason.",
+    "sampler: sum of sample intervals with the reason bit set",
+    labels=DEVICE_LABELS + ("reason",))
+
+# --- errors ----------------------------------------------------------------------------------
+XID_ERRORS = _spec(
+    "gpu_xid_errors_total", "counter", "",
+    "XID errors reported by the driver, by XID code. Every event counts, repeated ones too.",
+    "nvmlEventSetWait_v2 with nvmlEventTypeXidCriticalError",
+    labels=DEVICE_LABELS + ("xid",), group="errors")
+ECC_ERRORS = _spec(
+    "gpu_ecc_errors_total", "counter", "",
+    "ECC errors since the GPU was first used (aggregate counter), by type corrected/uncorrected.",
+    "nvmlDeviceGetTotalEccErrors(type, NVML_AGGREGATE_ECC)",
+    labels=DEVICE_LABELS + ("type",), group="errors")
+REMAPPED_ROWS = _spec(
+    "gpu_remapped_rows", "gauge", "",
+    "Memory rows remapped so far, by cause correctable/uncorrectable (Ampere+).",
+    "nvmlDeviceGetRemappedRows", labels=DEVICE_LABELS + ("cause",), group="errors")
+ROW_REMAP_PENDING = _spec(
+    "gpu_row_remap_pending", "gauge", "",
+    "1 if a row remap is pending and the GPU needs a reset to apply it.",
+    "nvmlDeviceGetRemappedRows().isPending", group="errors")
+ROW_REMAP_FAILED = _spec(
+    "gpu_row_remap_failed", "gauge", "",
+    "1 if a row remap failed: the GPU should be taken out of service.",
+    "nvmlDeviceGetRemappedRows().failureOccurred", group="errors")
+
+# --- processes -------------------------------------------------------------------------------
+PROCESS_INFO = _spec(
+    "process_info", "gauge", "",
+    "A compute process holding the device; value is always 1. pid is the host PID.",
+    "nvmlDeviceGetComputeRunningProcesses_v3, nvmlSystemGetProcessName",
+    labels=PROCESS_LABELS + ("command",), group="process")
+PROCESS_MEMORY_USED = _spec(
+    "process_memory_used_bytes", "gauge", "bytes", "Device memory held by the process.",
+    "nvmlDeviceGetComputeRunningProcesses_v3().usedGpuMemory",
+    labels=PROCESS_LABELS, group="process")
+PROCESS_UTILIZATION = _spec(
+    "process_utilization_ratio", "gauge", "ratio",
+    "The process's share of SM time in the last sample period.",
+    "nvmlDeviceGetProcessUtilization().smUtil / 100", labels=PROCESS_LABELS, group="process")
+PROCESS_BUSY_SECONDS = _spec(
+    "process_busy_seconds_total", "counter", "seconds",
+    "Integral of the process's SM share over time; rate() gives its true average share.",
+    "sampler: sum of process_utilization_ratio x sample interval",
+    labels=PROCESS_LABELS, group="process")
+PROCESS_IDLE_SECONDS = _spec(
+    "process_idle_seconds_total", "counter", "seconds",
+    "Seconds the process held the device without using it (share under 0.01).",
+    "sampler: sum of sample intervals with process_utilization_ratio < 0.01",
+    labels=PROCESS_LABELS, group="process")
+
+# --- the exporter itself ---------------------------------------------------------------------
+BUILD_INFO = _spec(
+    "exporter_build_info", "gauge", "", "gpulens version; value is always 1.", "gpulens",
+    labels=("version", "source"), group="self")
+COLLECTOR_SUCCESS = _spec(
+    "exporter_collector_success", "gauge", "",
+    "1 if the collector's last run succeeded. A collector that cannot reach its source reports 0 "
+    "and the rest of the scrape is still served.",
+    "sampler", labels=("collector",), group="self")
+COLLECTOR_DURATION = _spec(
+    "exporter_collector_duration_seconds", "gauge", "seconds",
+    "How long the collector's last run took.", "sampler", labels=("collector",), group="self")
+COLLECTOR_FAILURES = _spec(
+    "exporter_collector_failures_total", "counter", "",
+    "Runs of the collector that failed, so that failures between two scrapes are not lost.",
+    "sampler", labels=("collector",), group="self")
+SAMPLE_AGE = _spec(
+    "exporter_sample_age_seconds", "gauge", "seconds",
+    "Age of the latest complete sample at scrape time. Grows when the source hangs: the scrape "
+    "then serves the last complete sample rather than waiting.",
+    "sampler", labels=(), group="self")
+SAMPLE_INTERVAL = _spec(
+    "exporter_sample_interval_seconds", "gauge", "seconds",
+    "Configured interval of the fixed-rate sampler (--sampler.interval).",
+    "configuration", labels=(), group="self")
+
+BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ALL}
+
+#: NVML clock event reason bits (nvml.h nvmlClocksEventReason*), in bit order.
+CLOCK_EVENT_REASONS: dict[str, int] = {
+    "gpu_idle": 0x1,
+    "applications_clocks_setting": 0x2,
+    "sw_power_cap": 0x4,
+    "hw_slowdown": 0x8,
+    "sync_boost": 0x10,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
+    "display_clocks": 0x100,
+}
+
+#: nvmlGpuTopologyLevel_t values and the label values gpulens gives them.
+TOPOLOGY_LEVELS: dict[int, str] = {
+    0: "internal",
+    10: "single_switch",
+    20: "multiple_switches",
+    30: "host_bridge",
+    40: "numa_node",
+    50: "system",
+}
+
+#: Activity under this ratio counts as idle (SIGNALS.md: "SM / GR activity about 0").
+IDLE_ACTIVITY_THRESHOLD = 0.01

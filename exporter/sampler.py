@@ -1,0 +1,174 @@
+"""The fixed-rate sampler: reads the source every --sampler.interval and integrates time.
+
+Why a sampler at all, when Prometheus scrapes? Because a gauge scraped every 30 s shows one instant
+in 30 s, and a GPU that is busy 300 ms of every second looks either 100% or 0% busy depending on when
+the scrape lands. The sampler reads at a fixed rate (1 s by default, NVML's own averaging period) and
+adds activity x interval into counters (busy seconds, SM-active seconds, idle seconds, seconds per
+clock-event reason), so that rate() over any window is the true average however rarely Prometheus
+scrapes.
+
+The sampler never touches prometheus_client. It publishes an immutable Snapshot; the collector
+renders fresh metric families from the latest one on each scrape. A hung source blocks only the
+sampler thread: scrapes keep serving the last complete snapshot and its age.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+from exporter import metric_specs as m
+from exporter.sources.base import NodeSample, Source
+
+log = logging.getLogger(__name__)
+
+
+class ProblemLog:
+    """Logs a problem once when it starts and once when it clears, never every tick."""
+
+    def __init__(self, logger: logging.Logger):
+        self._logger = logger
+        self._active: set[str] = set()
+
+    def problem(self, key: str, message: str) -> None:
+        if key not in self._active:
+            self._active.add(key)
+            self._logger.warning(message)
+
+    def resolved(self, key: str, message: str) -> None:
+        if key in self._active:
+            self._active.discard(key)
+            self._logger.warning(message)
+
+
+@dataclass
+class DeviceCounters:
+    """Seconds integrated by the sampler for one device (by uuid)."""
+
+    busy: float = 0.0
+    sm_active: float | None = None  # None until the device reports SM activity
+    idle: float = 0.0
+    clock_events: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class ProcessCounters:
+    busy: float = 0.0
+    idle: float = 0.0
+
+
+@dataclass
+class CollectorStatus:
+    success: bool = False
+    duration_seconds: float = 0.0
+    failures: int = 0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a scrape renders. Replaced as a whole, never mutated after publication."""
+
+    node: NodeSample | None
+    taken_at: float  # time.monotonic() when the sample completed
+    device_counters: dict[str, DeviceCounters]
+    process_counters: dict[tuple[str, int], ProcessCounters]
+    collectors: dict[str, CollectorStatus]
+
+
+class Sampler:
+    """Samples `source` every `interval` seconds on a background thread."""
+
+    #: A gap longer than this many intervals (a hung driver call, a suspended process) is not
+    #: integrated: nobody knows what the GPU did meanwhile, and counters must not invent it.
+    MAX_GAP_INTERVALS = 2.0
+
+    def __init__(self, source: Source, interval: float = 1.0, clock=time.monotonic):
+        self.source = source
+        self.interval = interval
+        self.clock = clock
+        self._device_counters: dict[str, DeviceCounters] = {}
+        self._process_counters: dict[tuple[str, int], ProcessCounters] = {}
+        self._last_seen: dict[str, float] = {}
+        self._status = CollectorStatus()
+        self._problems = ProblemLog(log)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.snapshot = Snapshot(None, clock(), {}, {}, {source.name: CollectorStatus()})
+
+    def tick(self) -> Snapshot:
+        """Take one sample, integrate it, publish and return the new snapshot."""
+        started = self.clock()
+        try:
+            node = self.source.sample()
+        except Exception as e:  # the source as a whole failed this tick; keep the last good data
+            self._status = CollectorStatus(False, self.clock() - started, self._status.failures + 1)
+            self._problems.problem("source", f"{self.source.name} source failed: {e}; serving the last good sample")
+            self.snapshot = Snapshot(self.snapshot.node, self.snapshot.taken_at, self.snapshot.device_counters,
+                                     self.snapshot.process_counters, {self.source.name: self._status})
+            return self.snapshot
+        now = self.clock()
+        self._problems.resolved("source", f"{self.source.name} source recovered")
+        self._integrate(node, now)
+        self._status = CollectorStatus(True, now - started, self._status.failures)
+        self.snapshot = Snapshot(node, now, dict(self._device_counters), dict(self._process_counters),
+                                 {self.source.name: self._status})
+        return self.snapshot
+
+    def _integrate(self, node: NodeSample, now: float) -> None:
+        max_gap = self.MAX_GAP_INTERVALS * self.interval
+        live_processes: set[tuple[str, int]] = set()
+        for device in node.devices:
+            if not device.up:
+                self._last_seen.pop(device.uuid, None)
+                continue
+            previous = self._last_seen.get(device.uuid)
+            self._last_seen[device.uuid] = now
+            dt = 0.0 if previous is None or now - previous > max_gap else now - previous
+            counters = self._device_counters.setdefault(device.uuid, DeviceCounters())
+            activity = device.activity()
+            if activity is not None:
+                counters.busy += activity * dt
+                if activity < m.IDLE_ACTIVITY_THRESHOLD:
+                    counters.idle += dt
+            sm_active = device.get(m.SM_ACTIVE)
+            if sm_active is not None:
+                counters.sm_active = (counters.sm_active or 0.0) + sm_active * dt
+            if device.clock_event_reasons is not None:
+                for reason, bit in m.CLOCK_EVENT_REASONS.items():
+                    seconds = counters.clock_events.get(reason, 0.0)
+                    counters.clock_events[reason] = seconds + (dt if device.clock_event_reasons & bit else 0.0)
+            for process in device.processes:
+                key = (device.uuid, process.pid)
+                live_processes.add(key)
+                pc = self._process_counters.setdefault(key, ProcessCounters())
+                if process.utilization is not None:
+                    pc.busy += process.utilization * dt
+                    if process.utilization < m.IDLE_ACTIVITY_THRESHOLD:
+                        pc.idle += dt
+        # Processes that ended take their series with them.
+        for key in list(self._process_counters):
+            if key not in live_processes:
+                del self._process_counters[key]
+
+    def run(self) -> None:
+        """Sample at a fixed rate until stop(). Ticks missed because a sample overran are skipped,
+        not bunched up."""
+        next_tick = self.clock()
+        while not self._stop.is_set():
+            self.tick()
+            next_tick += self.interval
+            now = self.clock()
+            if next_tick < now:
+                next_tick = now + self.interval - (now - next_tick) % self.interval
+            self._stop.wait(next_tick - now)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="gpulens-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        # A hung driver call cannot be interrupted; the thread is a daemon so exit is not blocked.
+        if self._thread is not None:
+            self._thread.join(timeout=2 * self.interval + 1)

@@ -1,0 +1,398 @@
+"""The NVML source: reads every GPU and MIG instance through nvidia-ml-py (pynvml).
+
+Every NVML call goes through one choke point, `_DeviceReader.call`:
+- NOT_SUPPORTED / FUNCTION_NOT_FOUND (older driver) mean "this GPU does not have it": the metric is
+  omitted, never exported as 0 or NaN;
+- GPU_IS_LOST means the GPU fell off the bus: the device is reported down and keeps only its up series;
+- any other error drops that one value for this tick and is logged once, not every second.
+
+XID errors arrive as NVML events. A watcher thread waits on an event set and counts every event per
+GPU and XID code, so repeated errors are counted, not overwritten.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from exporter import metric_specs as m
+from exporter.sampler import ProblemLog
+from exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source, SourceUnavailable
+
+log = logging.getLogger(__name__)
+
+# NVML GPM metric ids (nvml.h nvmlGpmMetricId_t) and the specs they feed; GPM reports percent.
+_GPM_METRICS = {
+    1: m.GRAPHICS_ENGINE_ACTIVE,  # NVML_GPM_METRIC_GRAPHICS_UTIL
+    2: m.SM_ACTIVE,  # NVML_GPM_METRIC_SM_UTIL
+    3: m.SM_OCCUPANCY,  # NVML_GPM_METRIC_SM_OCCUPANCY
+    5: m.TENSOR_ACTIVE,  # NVML_GPM_METRIC_ANY_TENSOR_UTIL
+    10: m.DRAM_ACTIVE,  # NVML_GPM_METRIC_DRAM_BW_UTIL
+    11: m.FP64_ACTIVE,  # NVML_GPM_METRIC_FP64_UTIL
+    12: m.FP32_ACTIVE,  # NVML_GPM_METRIC_FP32_UTIL
+    13: m.FP16_ACTIVE,  # NVML_GPM_METRIC_FP16_UTIL
+}
+#: GPM needs two samples at least this far apart (NVML documentation: more than 100 ms).
+_GPM_MIN_SPACING_SECONDS = 0.1
+
+
+class DeviceLost(Exception):
+    """The GPU answered NVML_ERROR_GPU_IS_LOST."""
+
+
+@dataclass
+class _Device:
+    """A full GPU or MIG instance as discovered, with what never changes while it exists."""
+
+    handle: object
+    gpu: str
+    uuid: str
+    model: str
+    pci_bus_id: str = ""
+    mig_mode: str = "disabled"
+    mig_profile: str = ""
+    parent_uuid: str = ""
+    parent_handle: object = None
+    gpu_instance_id: int | None = None
+    gpm_supported: bool = False
+    gpm_previous: object = None  # the last GPM sample, kept for the next tick's delta
+    gpm_previous_at: float = 0.0
+    process_timestamp: int = 0  # nvmlDeviceGetProcessUtilization lastSeenTimeStamp (us)
+    static: dict = field(default_factory=dict)
+
+
+class NvmlSource(Source):
+    name = "nvml"
+
+    #: Re-enumerate devices this often, to see MIG reconfiguration and GPUs coming back.
+    REDISCOVER_SECONDS = 60.0
+
+    def __init__(self, event_wait_ms: int = 500):
+        self._event_wait_ms = event_wait_ms
+        self._devices: list[_Device] = []
+        self._discovered_at = 0.0
+        self._xids: Counter[tuple[str, str]] = Counter()
+        self._xid_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._problems = ProblemLog(log)
+        self._process_names: dict[int, str] = {}
+        self.driver_version = ""
+        self.nvml_version = ""
+        self._topology: list[tuple[str, str, str]] = []
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        try:
+            import pynvml
+        except ImportError as e:  # pragma: no cover - a dependency of the package
+            raise SourceUnavailable("the nvidia-ml-py package is not installed: pip install nvidia-ml-py") from e
+        self.nvml = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError_LibraryNotFound as e:
+            raise SourceUnavailable(
+                "the NVIDIA driver library libnvidia-ml.so.1 was not found: install the NVIDIA driver "
+                "(or run in a container with the NVIDIA runtime), or use --source=simulated to try "
+                "gpulens without a GPU") from e
+        except pynvml.NVMLError_DriverNotLoaded as e:
+            raise SourceUnavailable("the NVIDIA kernel driver is not loaded (nvidia-smi will say the same): "
+                                    "load it, or use --source=simulated") from e
+        except pynvml.NVMLError as e:
+            raise SourceUnavailable(f"NVML failed to initialise: {e}; check that nvidia-smi works on this node, "
+                                    "or use --source=simulated") from e
+        self.driver_version = self._optional(pynvml.nvmlSystemGetDriverVersion) or ""
+        self.nvml_version = self._optional(pynvml.nvmlSystemGetNVMLVersion) or ""
+        self._discover()
+        threading.Thread(target=self._watch_xids, name="gpulens-xid", daemon=True).start()
+
+    def close(self) -> None:
+        self._stop.set()
+        for d in self._devices:
+            self._free_gpm(d)
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:  # shutting down after a lost GPU may fail; nothing to do about it
+            pass
+
+    def _optional(self, fn, *args):
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError:
+            return None
+
+    # --- discovery -----------------------------------------------------------------------------
+    def _discover(self) -> None:
+        nvml = self.nvml
+        for d in self._devices:
+            self._free_gpm(d)
+        devices: list[_Device] = []
+        count = nvml.nvmlDeviceGetCount()
+        for index in range(count):
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = nvml.nvmlDeviceGetUUID(handle)
+            except nvml.NVMLError as e:
+                # A GPU lost before we even learnt its UUID: report it by index so it is visible.
+                devices.append(_Device(handle=None, gpu=str(index), uuid=f"unknown-gpu-{index}", model=""))
+                self._problems.problem(f"discover{index}", f"GPU {index} cannot be opened: {e}")
+                continue
+            gpu = _Device(handle=handle, gpu=str(index), uuid=uuid, model=self._optional(nvml.nvmlDeviceGetName, handle) or "")
+            pci = self._optional(nvml.nvmlDeviceGetPciInfo, handle)
+            gpu.pci_bus_id = pci.busId if pci is not None else ""
+            if isinstance(gpu.pci_bus_id, bytes):
+                gpu.pci_bus_id = gpu.pci_bus_id.decode()
+            mig = self._optional(nvml.nvmlDeviceGetMigMode, handle)
+            gpu.mig_mode = "enabled" if mig and mig[0] == nvml.NVML_DEVICE_MIG_ENABLE else "disabled"
+            gpu.gpm_supported = self._gpm_supported(handle)
+            devices.append(gpu)
+            if gpu.mig_mode == "enabled":
+                devices.extend(self._discover_mig(gpu))
+        self._devices = devices
+        self._discovered_at = time.monotonic()
+        self._topology = self._read_topology([d for d in devices if d.handle is not None and d.mig_mode != "instance"])
+
+    def _discover_mig(self, parent: _Device) -> list[_Device]:
+        nvml = self.nvml
+        found = []
+        limit = self._optional(nvml.nvmlDeviceGetMaxMigDeviceCount, parent.handle) or 0
+        for i in range(limit):
+            try:
+                handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, i)
+            except nvml.NVMLError:
+                continue  # an empty slot: NVML_ERROR_NOT_FOUND
+            gi = self._optional(nvml.nvmlDeviceGetGpuInstanceId, handle)
+            name = self._optional(nvml.nvmlDeviceGetName, handle) or ""
+            found.append(_Device(
+                handle=handle, gpu=f"{parent.gpu}/gi{gi}", uuid=self._optional(nvml.nvmlDeviceGetUUID, handle) or "",
+                model=parent.model, pci_bus_id=parent.pci_bus_id, mig_mode="instance",
+                # NVML names a MIG device "<GPU name> MIG 1g.5gb".
+                mig_profile=name.rpartition(" MIG ")[2] if " MIG " in name else "",
+                parent_uuid=parent.uuid, parent_handle=parent.handle, gpu_instance_id=gi,
+                gpm_supported=parent.gpm_supported))
+        return found
+
+    def _gpm_supported(self, handle) -> bool:
+        try:
+            return bool(self.nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+        except (self.nvml.NVMLError, AttributeError):
+            return False
+
+    def _read_topology(self, gpus: list[_Device]) -> list[tuple[str, str, str]]:
+        pairs = []
+        for a in gpus:
+            for b in gpus:
+                if a is b:
+                    continue
+                level = self._optional(self.nvml.nvmlDeviceGetTopologyCommonAncestor, a.handle, b.handle)
+                if level is not None and level in m.TOPOLOGY_LEVELS:
+                    pairs.append((a.uuid, b.uuid, m.TOPOLOGY_LEVELS[level]))
+        return pairs
+
+    # --- sampling ------------------------------------------------------------------------------
+    def sample(self) -> NodeSample:
+        if time.monotonic() - self._discovered_at > self.REDISCOVER_SECONDS:
+            self._discover()
+        devices = []
+        for d in self._devices:
+            sample = DeviceSample(gpu=d.gpu, uuid=d.uuid, model=d.model, pci_bus_id=d.pci_bus_id,
+                                  mig_mode=d.mig_mode, mig_profile=d.mig_profile, parent_uuid=d.parent_uuid)
+            if d.handle is None:
+                sample.up = False
+            else:
+                try:
+                    self._read(d, sample)
+                    self._problems.resolved(f"lost{d.uuid}", f"GPU {d.gpu} ({d.uuid}) answers again")
+                except DeviceLost:
+                    sample = DeviceSample(gpu=d.gpu, uuid=d.uuid, up=False)
+                    self._problems.problem(f"lost{d.uuid}", f"GPU {d.gpu} ({d.uuid}) is lost (NVML_ERROR_GPU_IS_LOST): "
+                                           "it fell off the bus or needs a reset; its series are withdrawn")
+            devices.append(sample)
+        return NodeSample(devices, self.driver_version, self.nvml_version, self._topology)
+
+    def call(self, d: _Device, fn, *args):
+        """The NVML choke point: value, or None where unsupported or failing this tick."""
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as e:
+            code = e.value
+            if code in (self.nvml.NVML_ERROR_NOT_SUPPORTED, self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                return None
+            if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
+                raise DeviceLost() from e
+            self._problems.problem(f"{d.uuid}:{fn.__name__}", f"GPU {d.gpu}: {fn.__name__} failed: {e}")
+            return None
+
+    def _read(self, d: _Device, s: DeviceSample) -> None:
+        nvml, h, call = self.nvml, d.handle, self.call
+        instance = d.mig_mode == "instance"
+        if not instance:
+            util = call(d, nvml.nvmlDeviceGetUtilizationRates, h)
+            if util is not None and d.mig_mode != "enabled":
+                s.set(m.UTILIZATION, util.gpu / 100)
+                s.set(m.MEMORY_CONTROLLER_UTILIZATION, util.memory / 100)
+        memory = call(d, nvml.nvmlDeviceGetMemoryInfo, h, nvml.nvmlMemory_v2)
+        if memory is not None:
+            s.set(m.MEMORY_USED, memory.used)
+            s.set(m.MEMORY_TOTAL, memory.total)
+            s.set(m.MEMORY_RESERVED, memory.reserved)
+        self._read_gpm(d, s)
+        if not instance:
+            self._read_board(d, s)
+        self._read_processes(d, s)
+
+    def _read_board(self, d: _Device, s: DeviceSample) -> None:
+        """What only a physical GPU has: links, clocks, power, temperature, errors."""
+        nvml, h, call = self.nvml, d.handle, self.call
+        fields = call(d, nvml.nvmlDeviceGetFieldValues, h, [
+            nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+            nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+            nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
+        if fields is not None:
+            links = fields[4].value.uiVal if fields[4].nvmlReturn == nvml.NVML_SUCCESS else None
+            for f, spec, scale in ((fields[0], m.PCIE_TRANSMIT, 1), (fields[1], m.PCIE_RECEIVE, 1),
+                                   (fields[2], m.NVLINK_TRANSMIT, 1024), (fields[3], m.NVLINK_RECEIVE, 1024)):
+                if f.nvmlReturn == nvml.NVML_SUCCESS and (scale == 1 or links):
+                    s.set(spec, f.value.ullVal * scale)
+            s.set(m.NVLINK_LINKS, links)
+        s.set(m.PCIE_LINK_GENERATION, call(d, nvml.nvmlDeviceGetCurrPcieLinkGeneration, h))
+        s.set(m.PCIE_LINK_MAX_GENERATION, call(d, nvml.nvmlDeviceGetMaxPcieLinkGeneration, h))
+        s.set(m.PCIE_LINK_WIDTH, call(d, nvml.nvmlDeviceGetCurrPcieLinkWidth, h))
+        s.set(m.PCIE_LINK_MAX_WIDTH, call(d, nvml.nvmlDeviceGetMaxPcieLinkWidth, h))
+        s.set(m.SM_CLOCK, _scaled(call(d, nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM), 1e6))
+        s.set(m.SM_CLOCK_MAX, _scaled(call(d, nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM), 1e6))
+        s.set(m.MEMORY_CLOCK, _scaled(call(d, nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM), 1e6))
+        s.set(m.POWER, _scaled(call(d, nvml.nvmlDeviceGetPowerUsage, h), 1e-3))
+        s.set(m.POWER_LIMIT, _scaled(call(d, nvml.nvmlDeviceGetEnforcedPowerLimit, h), 1e-3))
+        s.set(m.ENERGY, _scaled(call(d, nvml.nvmlDeviceGetTotalEnergyConsumption, h), 1e-3))
+        s.set(m.TEMPERATURE, call(d, nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU))
+        s.clock_event_reasons = call(d, nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        for kind, error_type in (("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                                 ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+            s.set(m.ECC_ERRORS, call(d, nvml.nvmlDeviceGetTotalEccErrors, h, error_type, nvml.NVML_AGGREGATE_ECC), kind)
+        rows = call(d, nvml.nvmlDeviceGetRemappedRows, h)
+        if rows is not None:
+            correctable, uncorrectable, pending, failed = rows
+            s.set(m.REMAPPED_ROWS, correctable, "correctable")
+            s.set(m.REMAPPED_ROWS, uncorrectable, "uncorrectable")
+            s.set(m.ROW_REMAP_PENDING, 1 if pending else 0)
+            s.set(m.ROW_REMAP_FAILED, 1 if failed else 0)
+        with self._xid_lock:
+            for (uuid, xid), count in self._xids.items():
+                if uuid == d.uuid:
+                    s.set(m.XID_ERRORS, count, xid)
+
+    def _read_gpm(self, d: _Device, s: DeviceSample) -> None:
+        """SM/tensor/DRAM activity over the interval since the previous tick, via GPM (Hopper+)."""
+        if not d.gpm_supported:
+            return
+        nvml = self.nvml
+        sample = self.call(d, nvml.nvmlGpmSampleAlloc)
+        if sample is None:
+            return
+        if d.mig_mode == "instance":
+            taken = self.call(d, nvml.nvmlGpmMigSampleGet, d.parent_handle, d.gpu_instance_id, sample)
+        else:
+            taken = self.call(d, nvml.nvmlGpmSampleGet, d.handle, sample)
+        now = time.monotonic()
+        if taken is None:
+            nvml.nvmlGpmSampleFree(sample)
+            return
+        previous, spacing = d.gpm_previous, now - d.gpm_previous_at
+        if previous is not None and spacing >= _GPM_MIN_SPACING_SECONDS:
+            request = nvml.c_nvmlGpmMetricsGet_t()
+            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+            request.numMetrics = len(_GPM_METRICS)
+            request.sample1, request.sample2 = previous, sample
+            for i, metric_id in enumerate(_GPM_METRICS):
+                request.metrics[i].metricId = metric_id
+            if self.call(d, nvml.nvmlGpmMetricsGet, request) is not None:
+                for i, spec in enumerate(_GPM_METRICS.values()):
+                    if request.metrics[i].nvmlReturn == nvml.NVML_SUCCESS:
+                        s.set(spec, round(min(max(request.metrics[i].value / 100, 0.0), 1.0), 6))
+        elif previous is not None:
+            nvml.nvmlGpmSampleFree(sample)  # too close to the previous one: keep the older sample
+            return
+        if previous is not None:
+            nvml.nvmlGpmSampleFree(previous)
+        d.gpm_previous, d.gpm_previous_at = sample, now
+
+    def _free_gpm(self, d: _Device) -> None:
+        if d.gpm_previous is not None:
+            self._optional(self.nvml.nvmlGpmSampleFree, d.gpm_previous)
+            d.gpm_previous = None
+
+    def _read_processes(self, d: _Device, s: DeviceSample) -> None:
+        nvml, h = self.nvml, d.handle
+        if d.mig_mode == "enabled":
+            return  # processes are reported on the MIG instances they run in
+        processes = self.call(d, nvml.nvmlDeviceGetComputeRunningProcesses, h)
+        if processes is None:
+            return
+        shares: dict[int, list[int]] | None = None
+        if processes and d.mig_mode != "instance":  # NVML has no per-process utilization on MIG
+            shares = {}
+            try:
+                for u in nvml.nvmlDeviceGetProcessUtilization(h, d.process_timestamp):
+                    shares.setdefault(u.pid, []).append(u.smUtil)
+                    d.process_timestamp = max(d.process_timestamp, u.timeStamp)
+            except nvml.NVMLError as e:
+                if e.value == nvml.NVML_ERROR_GPU_IS_LOST:
+                    raise DeviceLost() from e
+                if e.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no samples since last time = no activity
+                    shares = None
+        for p in processes:
+            name = self._process_names.get(p.pid)
+            if name is None:
+                name = self._optional(nvml.nvmlSystemGetProcessName, p.pid) or ""
+                self._process_names[p.pid] = name = name.rsplit("/", 1)[-1]
+            utilization = None
+            if shares is not None:
+                pid_shares = shares.get(p.pid)
+                utilization = sum(pid_shares) / len(pid_shares) / 100 if pid_shares else 0.0
+            s.processes.append(ProcessSample(pid=p.pid, command=name, memory_used_bytes=p.usedGpuMemory,
+                                             utilization=utilization))
+        if len(self._process_names) > 4096:  # PIDs are reused; forget names now and then
+            self._process_names.clear()
+
+    # --- XID events ----------------------------------------------------------------------------
+    def _watch_xids(self) -> None:
+        nvml = self.nvml
+        try:
+            event_set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as e:
+            self._problems.problem("xid", f"XID events unavailable: {e}")
+            return
+        handles = {}
+        for d in self._devices:
+            if d.handle is not None and d.mig_mode != "instance":
+                try:
+                    nvml.nvmlDeviceRegisterEvents(d.handle, nvml.nvmlEventTypeXidCriticalError, event_set)
+                    handles[_handle_key(d.handle)] = d.uuid
+                except nvml.NVMLError as e:
+                    self._problems.problem(f"xid{d.uuid}", f"GPU {d.gpu}: XID events unavailable: {e}")
+        while not self._stop.is_set():
+            try:
+                event = nvml.nvmlEventSetWait(event_set, self._event_wait_ms)
+            except nvml.NVMLError as e:
+                if e.value != nvml.NVML_ERROR_TIMEOUT:
+                    self._problems.problem("xidwait", f"waiting for XID events failed: {e}")
+                    self._stop.wait(1.0)
+                continue
+            uuid = handles.get(_handle_key(event.device))
+            if uuid is not None and event.eventType == nvml.nvmlEventTypeXidCriticalError:
+                with self._xid_lock:
+                    self._xids[(uuid, str(event.eventData))] += 1
+        self._optional(nvml.nvmlEventSetFree, event_set)
+
+
+def _handle_key(handle) -> int:
+    """nvmlDevice_t handles are pointers; compare them by address."""
+    import ctypes
+
+    return ctypes.cast(handle, ctypes.c_void_p).value or 0
+
+
+def _scaled(value, factor: float):
+    return None if value is None else value * factor

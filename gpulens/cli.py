@@ -1,0 +1,25 @@
+"""The `gpulens` command: one entry point, a subcommand per job."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from gpulens import __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    from exporter import cli as exporter_cli
+    from exporter import reference
+
+    parser = argparse.ArgumentParser(prog="gpulens", description="Find out why your GPUs are idle.")
+    parser.add_argument("--version", action="version", version=f"gpulens {__version__}")
+    parser.add_argument("--log.level", dest="log_level", default="info",
+                        choices=["debug", "info", "warning", "error"], help="log verbosity")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    exporter_cli.register(commands)
+    reference.register(commands)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return args.run(args)
