@@ -35,6 +35,8 @@ def register(commands) -> None:
               help="exporter-toolkit web config (TLS, basic auth)")
     flags.add(p, "--sampler.interval", dest="interval", type=float, default=1.0,
               help="seconds between samples; busy and idle seconds are integrated at this rate")
+    flags.add(p, "--nvml.rediscover-interval", dest="rediscover_interval", type=float, default=60.0,
+              help="seconds between re-enumerations of GPUs and MIG instances (MIG reconfiguration, GPUs back from reset)")
     flags.add(p, "--simulate.config", dest="simulate_config", default="",
               help=f"fleet YAML for --source=simulated (default: the built-in demo fleet, {simulated.DEFAULT_FLEET.name})")
     flags.add(p, "--simulate.node", dest="simulate_node", default="",
@@ -46,7 +48,9 @@ def register(commands) -> None:
     flags.add(p, "--simulate.profiles", dest="simulate_profiles", default="healthy_training",
               help=f"comma-separated workload profiles for --simulate.gpus, assigned round-robin: {', '.join(simulated.PROFILES)}")
     flags.add(p, "--simulate.seed", dest="simulate_seed", type=int, default=0, help="random seed of the simulation")
-    flags.add(p, "--once", action="store_true", help="take one sample, print the exposition to stdout and exit")
+    flags.add(p, "--once", action="store_true",
+              help="sample twice, --sampler.interval apart (GPM activity needs two samples), print the "
+                   "exposition to stdout and exit: a quick look at what the exporter sees")
     p.set_defaults(run=run)
 
 
@@ -55,7 +59,7 @@ def build_source(args) -> Source:
     if args.source == "nvml":
         from exporter.sources.nvml import NvmlSource
 
-        return NvmlSource()
+        return NvmlSource(rediscover_seconds=args.rediscover_interval)
     try:
         if args.simulate_gpus:
             if args.simulate_gpus < 0:
@@ -94,6 +98,8 @@ def run(args) -> int:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ExporterCollector(sampler, __version__, source.name))
     if args.once:
+        sampler.tick()
+        time.sleep(args.interval)
         sampler.tick()
         sys.stdout.write(generate_latest(registry).decode())
         source.close()

@@ -66,10 +66,9 @@ class _Device:
 class NvmlSource(Source):
     name = "nvml"
 
-    #: Re-enumerate devices this often, to see MIG reconfiguration and GPUs coming back.
-    REDISCOVER_SECONDS = 60.0
-
-    def __init__(self, event_wait_ms: int = 500):
+    def __init__(self, event_wait_ms: int = 500, rediscover_seconds: float = 60.0):
+        #: Devices are re-enumerated this often, to see MIG reconfiguration and GPUs coming back.
+        self.rediscover_seconds = rediscover_seconds
         self._event_wait_ms = event_wait_ms
         self._devices: list[_Device] = []
         self._discovered_at = 0.0
@@ -125,6 +124,7 @@ class NvmlSource(Source):
     # --- discovery -----------------------------------------------------------------------------
     def _discover(self) -> None:
         nvml = self.nvml
+        known = {d.gpu: d for d in self._devices}
         for d in self._devices:
             self._free_gpm(d)
         devices: list[_Device] = []
@@ -134,9 +134,15 @@ class NvmlSource(Source):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = nvml.nvmlDeviceGetUUID(handle)
             except nvml.NVMLError as e:
-                # A GPU lost before we even learnt its UUID: report it by index so it is visible.
-                devices.append(_Device(handle=None, gpu=str(index), uuid=f"unknown-gpu-{index}", model=""))
-                self._problems.problem(f"discover{index}", f"GPU {index} cannot be opened: {e}")
+                # Keep the identity of a GPU we knew (it stays visible as up 0 under its own uuid);
+                # one lost before we ever learnt its UUID is reported by index.
+                previous = known.get(str(index))
+                if previous is not None and previous.mig_mode != "instance":
+                    devices.append(previous)
+                    devices.extend(d for d in self._devices if d.parent_uuid == previous.uuid)
+                else:
+                    devices.append(_Device(handle=None, gpu=str(index), uuid=f"unknown-gpu-{index}", model=""))
+                    self._problems.problem(f"discover{index}", f"GPU {index} cannot be opened: {e}")
                 continue
             gpu = _Device(handle=handle, gpu=str(index), uuid=uuid, model=self._optional(nvml.nvmlDeviceGetName, handle) or "")
             pci = self._optional(nvml.nvmlDeviceGetPciInfo, handle)
@@ -192,7 +198,7 @@ class NvmlSource(Source):
 
     # --- sampling ------------------------------------------------------------------------------
     def sample(self) -> NodeSample:
-        if time.monotonic() - self._discovered_at > self.REDISCOVER_SECONDS:
+        if time.monotonic() - self._discovered_at > self.rediscover_seconds:
             self._discover()
         devices = []
         for d in self._devices:

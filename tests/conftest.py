@@ -1,0 +1,19 @@
+import pytest
+
+from tests.helpers import FakeNvml, build_fake_nvml
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite the golden files under tests/golden/ from the current output")
+
+
+@pytest.fixture(scope="session")
+def fake_nvml_library(tmp_path_factory):
+    """The fake libnvidia-ml.so.1, compiled once per test session."""
+    return build_fake_nvml(tmp_path_factory.mktemp("fake-nvml")).parent
+
+
+@pytest.fixture
+def fake_nvml(fake_nvml_library, tmp_path):
+    return FakeNvml(fake_nvml_library, tmp_path / "nvml-state")

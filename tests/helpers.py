@@ -1,0 +1,193 @@
+"""Real parts for tests: the fake libnvidia-ml, the exporter as a process, a real Prometheus."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_NVML_SOURCE = REPO / "tests" / "fake_nvml" / "fake_nvml.c"
+
+
+def build_fake_nvml(out_dir: Path) -> Path:
+    """Compile tests/fake_nvml/fake_nvml.c into out_dir/libnvidia-ml.so.1 with gcc."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    library = out_dir / "libnvidia-ml.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(library),
+                    str(FAKE_NVML_SOURCE), "-lpthread"], check=True)
+    return library
+
+
+class FakeNvml:
+    """The GPU state the fake library serves. write() replaces the state file atomically, as the
+    tests must: the library re-reads it whenever the file is replaced."""
+
+    def __init__(self, library_dir: Path, state_path: Path):
+        self.library_dir = library_dir
+        self.state_path = state_path
+
+    def env(self) -> dict[str, str]:
+        """Environment for a process that should load the fake instead of a real driver."""
+        return {**os.environ, "LD_LIBRARY_PATH": str(self.library_dir), "FAKE_NVML_STATE": str(self.state_path)}
+
+    def write(self, gpus: list[dict], *, driver_version: str = "535.54.03", nvml_version: str = "12.535.54.03",
+              init_error: int = 0, topology: dict[tuple[int, int], int] | None = None) -> None:
+        lines = [f"driver_version={driver_version}", f"nvml_version={nvml_version}",
+                 f"init_error={init_error}", f"device_count={len(gpus)}"]
+        for index, gpu in enumerate(gpus):
+            lines += [f"gpu{index}.{key}={value}" for key, value in gpu.items()]
+        for (a, b), level in (topology or {}).items():
+            lines.append(f"topo.{a}.{b}={level}")
+        fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix=".state-")
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(tmp, self.state_path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, timeout: float, interval: float = 0.1, what: str = "condition"):
+    """Poll until condition() returns something truthy; return it, or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+class GpulensProcess:
+    """`python -m gpulens ARGS` as a child process, its log captured in a file."""
+
+    def __init__(self, args: list[str], env: dict[str, str] | None = None, workdir: Path | None = None):
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gpulens-test-"))
+        self.log_path = self.workdir / f"gpulens-{os.getpid()}-{time.monotonic_ns()}.log"
+        self._log = open(self.log_path, "w")
+        self.process = subprocess.Popen([sys.executable, "-m", "gpulens", *args], env=env or dict(os.environ),
+                                        stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO)
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_serving(self, url: str, timeout: float = 20.0) -> None:
+        def ready():
+            if self.process.poll() is not None:
+                raise AssertionError(f"gpulens exited with {self.process.returncode}:\n{self.log}")
+            try:
+                return requests.get(url + "/healthz", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(ready, timeout, what=f"gpulens to serve {url}")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+
+def start_exporter(args: list[str], env: dict[str, str] | None = None) -> tuple[GpulensProcess, str]:
+    port = free_port()
+    process = GpulensProcess(["exporter", "--web.listen-address", f"127.0.0.1:{port}", *args], env=env)
+    url = f"http://127.0.0.1:{port}"
+    process.wait_serving(url)
+    return process, url
+
+
+def samples(text: str) -> dict[tuple[str, frozenset], float]:
+    """Parse an exposition into {(sample name, frozenset of label items): value}."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(parsed: dict, name: str, **labels) -> float | None:
+    """The one sample of `name` whose labels include `labels`; None if there is none."""
+    found = [v for (n, ls), v in parsed.items() if n == name and set(labels.items()) <= ls]
+    assert len(found) <= 1, f"{name}{labels} matches {len(found)} series"
+    return found[0] if found else None
+
+
+def require_binary(name: str) -> str:
+    """Path of a Prometheus-ecosystem binary. Skips on a laptop without it; fails under CI=true,
+    where .ci/run must have installed it."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed (Debian: apt-get install prometheus prometheus-alertmanager)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+class Prometheus:
+    """A real Prometheus server on a free loopback port, scraping the given targets."""
+
+    def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s", extra_config: str = ""):
+        binary = require_binary("prometheus")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = workdir / "prometheus.yml"
+        target_list = ", ".join(f"'{t}'" for t in targets)
+        config.write_text(f"""global:
+  scrape_interval: {scrape_interval}
+  evaluation_interval: {scrape_interval}
+scrape_configs:
+  - job_name: gpulens
+    static_configs:
+      - targets: [{target_list}]
+{extra_config}""")
+        self._log = open(workdir / "prometheus.log", "w")
+        self.process = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=self._log, stderr=subprocess.STDOUT)
+
+        def ready():
+            if self.process.poll() is not None:
+                raise AssertionError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()}")
+            try:
+                return requests.get(self.url + "/-/ready", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(ready, 30, what="prometheus to become ready")
+
+    def query(self, expr: str) -> list[dict]:
+        response = requests.get(self.url + "/api/v1/query", params={"query": expr}, timeout=10)
+        body = response.json()
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()

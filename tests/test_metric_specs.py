@@ -1,0 +1,69 @@
+"""The metric table is public API: check its names against Prometheus conventions."""
+import re
+import subprocess
+
+import requests
+
+from exporter import metric_specs as m
+from exporter import reference
+from tests.helpers import REPO, require_binary, start_exporter
+
+LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def test_names_follow_prometheus_conventions():
+    problems = []
+    for spec in m.ALL:
+        name = spec.name
+        if not name.startswith("gpulens_") or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            problems.append(f"{name}: needs the gpulens_ prefix and snake_case")
+        if name.endswith("_total") != (spec.type == "counter"):
+            problems.append(f"{name}: _total is for counters and only counters")
+        stem = name[: -len("_total")] if spec.type == "counter" else name
+        if spec.unit and not stem.endswith("_" + spec.unit):
+            problems.append(f"{name}: unit {spec.unit} must be the name's suffix")
+        if spec.unit and spec.unit not in m.BASE_UNITS:
+            problems.append(f"{name}: {spec.unit} is not a base unit")
+        for bad in ("percent", "percentage", "mib", "mb", "milliwatts", "mhz", "celcius", "_ms", "kib"):
+            if bad in name:
+                problems.append(f"{name}: {bad} is not a base unit")
+        if name.endswith("_info") and spec.type != "gauge":
+            problems.append(f"{name}: info metrics are gauges of value 1")
+        for label in spec.labels:
+            if not LABEL.match(label):
+                problems.append(f"{name}: label {label} is not lowercase snake_case")
+        if spec is not m.DRIVER_INFO and {"driver_version", "hostname", "host", "node"} & set(spec.labels):
+            problems.append(f"{name}: host and driver belong in target labels and gpulens_driver_info")
+        if not spec.help.strip() or not spec.source.strip():
+            problems.append(f"{name}: help and source must be filled in")
+    assert problems == []
+    assert len({s.name for s in m.ALL}) == len(m.ALL), "metric names must be unique"
+
+
+def test_ratios_are_declared_as_ratios():
+    ratio_names = sorted(s.name for s in m.ALL if s.name.endswith("_ratio"))
+    assert ratio_names == sorted(s.name for s in m.ALL if s.unit == "ratio")
+    assert "gpulens_gpu_sm_active_ratio" in ratio_names
+
+
+def test_metric_reference_is_generated_from_the_table():
+    committed = (REPO / "docs" / "metrics.md").read_text()
+    assert committed == reference.render(), "docs/metrics.md is stale: run gpulens metrics-reference --out docs/metrics.md"
+    for spec in m.ALL:
+        assert f"`{spec.name}`" in committed
+
+
+def test_promtool_finds_nothing_wrong_in_a_real_scrape():
+    promtool = require_binary("promtool")
+    exporter, url = start_exporter(["--source", "simulated", "--sampler.interval", "0.2"])
+    try:
+        body = requests.get(url + "/metrics", timeout=5).text
+    finally:
+        exporter.stop()
+    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+    # The scrape really covers the table: every family the simulator can produce is there.
+    for name in ("gpulens_gpu_sm_active_ratio", "gpulens_gpu_busy_seconds_total", "gpulens_gpu_idle_seconds_total",
+                 "gpulens_gpu_clock_event_seconds_total", "gpulens_process_busy_seconds_total",
+                 "gpulens_gpu_topology_info", "gpulens_exporter_sample_age_seconds"):
+        assert f"\n{name}" in body, name

@@ -1,0 +1,299 @@
+"""The NVML source end to end: the real nvidia-ml-py bindings loading the fake libnvidia-ml.so.1.
+
+No Python mock of pynvml: the exporter runs as a process with LD_LIBRARY_PATH pointing at the fake,
+whose GPU state the tests rewrite atomically while it runs.
+"""
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import requests
+
+from tests import captures
+from tests.helpers import REPO, samples, start_exporter, value, wait_until
+
+GOLDEN = REPO / "tests" / "golden"
+MIB = 1024**2
+
+# Values that depend on wall-clock timing are masked in golden files; the series must still be there.
+_TIMED = re.compile(r"^(gpulens_(?:gpu|process)_\w*seconds_total|gpulens_exporter_collector_duration_seconds"
+                    r"|gpulens_exporter_sample_age_seconds)(\{[^}]*\})? .*$", re.M)
+
+
+def run_once(fake_nvml, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpulens", "exporter", "--source", "nvml", "--once",
+                           "--sampler.interval", "0.2", *args],
+                          env=fake_nvml.env(), capture_output=True, text=True, cwd=REPO, timeout=60)
+
+
+def capture_state(name: str):
+    if name == "h100":
+        gpu = captures.h100_under_load()
+        # GPM on Hopper: what dcgm's profiling fields showed for gpu-burn (SM busy, FP32-heavy).
+        gpu.update({"gpm.1": 99.5, "gpm.2": 97.25, "gpm.3": 48.5, "gpm.5": 0.5, "gpm.10": 31.0,
+                    "gpm.11": 0.0, "gpm.12": 88.0, "gpm.13": 0.0})
+        return [gpu], "590.48.01"
+    if name == "a100-mig":
+        gpu, driver = captures.a100_mig()
+        return [gpu], driver
+    gpu, driver = captures.t4_with_processes()
+    return [gpu], driver
+
+
+@pytest.mark.parametrize("capture", ["h100", "a100-mig", "t4"])
+def test_golden_exposition_per_real_capture(fake_nvml, capture, request):
+    gpus, driver = capture_state(capture)
+    fake_nvml.write(gpus, driver_version=driver, nvml_version="12." + driver)
+    result = run_once(fake_nvml)
+    assert result.returncode == 0, result.stderr
+    text = _TIMED.sub(lambda mt: f"{mt.group(1)}{mt.group(2) or ''} <timed>", result.stdout)
+    golden = GOLDEN / f"{capture}.prom"
+    if request.config.getoption("--update-golden"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text(), f"exposition differs from {golden}; run pytest --update-golden if intended"
+
+
+def test_h100_values_match_the_capture(fake_nvml):
+    gpus, driver = capture_state("h100")
+    fake_nvml.write(gpus, driver_version=driver)
+    parsed = samples(run_once(fake_nvml).stdout)
+    gpu = {"gpu": "0", "uuid": "GPU-00000000-0000-0000-0000-000000000000"}
+    # nvidia-smi under load: 631.95 W of 700 W, 19818 of 81559 MiB, 479 MiB reserved, SM 1980 MHz, 59 C.
+    assert value(parsed, "gpulens_gpu_power_watts", **gpu) == 631.95
+    assert value(parsed, "gpulens_gpu_power_limit_watts", **gpu) == 700.0
+    assert value(parsed, "gpulens_gpu_memory_used_bytes", **gpu) == 19818 * MIB
+    assert value(parsed, "gpulens_gpu_memory_total_bytes", **gpu) == 81559 * MIB
+    assert value(parsed, "gpulens_gpu_memory_reserved_bytes", **gpu) == 479 * MIB
+    assert value(parsed, "gpulens_gpu_sm_clock_hertz", **gpu) == 1980e6
+    assert value(parsed, "gpulens_gpu_temperature_celsius", **gpu) == 59
+    assert value(parsed, "gpulens_gpu_utilization_ratio", **gpu) == 1.0
+    assert value(parsed, "gpulens_gpu_memory_controller_utilization_ratio", **gpu) == 0.11
+    # GPM percentages become ratios.
+    assert value(parsed, "gpulens_gpu_sm_active_ratio", **gpu) == 0.9725
+    assert value(parsed, "gpulens_gpu_fp32_active_ratio", **gpu) == 0.88
+    # gpu_burn held 15690 MiB at 99% SM; the memory hogs 2566 and 1542 MiB at no SM.
+    assert value(parsed, "gpulens_process_memory_used_bytes", pid="11345") == 15690 * MIB
+    assert value(parsed, "gpulens_process_utilization_ratio", pid="11345") == 0.99
+    assert value(parsed, "gpulens_process_utilization_ratio", pid="11327") == 0.0
+    assert value(parsed, "gpulens_process_info", pid="11345", command="gpu_burn") == 1
+    assert value(parsed, "gpulens_driver_info", driver_version="590.48.01") == 1
+
+
+def test_mig_instances_are_devices_of_their_own(fake_nvml):
+    gpus, driver = capture_state("a100-mig")
+    fake_nvml.write(gpus, driver_version=driver)
+    parsed = samples(run_once(fake_nvml).stdout)
+    parent = "GPU-513536b6-7d19-9063-b049-1e69664bb298"
+    instances = sorted(dict(labels)["gpu"] for (name, labels) in parsed
+                       if name == "gpulens_gpu_info" and dict(labels)["parent_uuid"] == parent)
+    assert instances == ["0/gi3", "0/gi4", "0/gi5", "0/gi6"]
+    assert value(parsed, "gpulens_gpu_info", gpu="0/gi3", mig_profile="1g.20gb", mig_mode="instance") == 1
+    assert value(parsed, "gpulens_gpu_memory_total_bytes", gpu="0/gi3") == 19968 * MIB
+    assert value(parsed, "gpulens_gpu_memory_used_bytes", gpu="0/gi5") == 12 * MIB
+    # NVML has no utilization on a MIG GPU: omitted, never exported as 0.
+    assert [k for k in parsed if k[0] == "gpulens_gpu_utilization_ratio"] == []
+    # The board-level readings stay on the physical GPU.
+    assert value(parsed, "gpulens_gpu_power_watts", gpu="0") == 67.03
+    assert value(parsed, "gpulens_gpu_power_watts", gpu="0/gi3") is None
+
+
+def test_t4_link_running_below_its_width_is_visible(fake_nvml):
+    gpus, driver = capture_state("t4")
+    fake_nvml.write(gpus, driver_version=driver)
+    parsed = samples(run_once(fake_nvml).stdout)
+    assert value(parsed, "gpulens_gpu_pcie_link_width", gpu="0") == 8
+    assert value(parsed, "gpulens_gpu_pcie_link_max_width", gpu="0") == 16
+    # No GPM before Hopper: SM activity is omitted, not zero.
+    assert [k for k in parsed if k[0] == "gpulens_gpu_sm_active_ratio"] == []
+    assert value(parsed, "gpulens_process_memory_used_bytes", pid="5762") == 1005 * MIB
+
+
+def test_not_supported_calls_are_omitted_and_the_rest_served(fake_nvml):
+    gpus, driver = capture_state("t4")
+    gpus[0]["not_supported"] = "nvmlDeviceGetPowerUsage,nvmlDeviceGetTotalEnergyConsumption"
+    fake_nvml.write(gpus, driver_version=driver)
+    result = run_once(fake_nvml)
+    parsed = samples(result.stdout)
+    assert value(parsed, "gpulens_gpu_power_watts", gpu="0") is None
+    assert value(parsed, "gpulens_gpu_energy_joules_total", gpu="0") is None
+    assert value(parsed, "gpulens_gpu_temperature_celsius", gpu="0") == 40
+    assert "failed" not in result.stderr  # not supported is normal, not an error worth a log line
+
+
+def test_missing_driver_library_is_one_clear_line_and_exit_2(tmp_path):
+    env = {"LD_LIBRARY_PATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-m", "gpulens", "exporter", "--source", "nvml"],
+                            env=env, capture_output=True, text=True, cwd=REPO, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "libnvidia-ml.so.1 was not found" in result.stderr and "--source=simulated" in result.stderr
+
+
+def test_driver_not_loaded_is_a_clear_error(fake_nvml):
+    fake_nvml.write([], init_error=9)  # NVML_ERROR_DRIVER_NOT_LOADED
+    result = run_once(fake_nvml)
+    assert result.returncode == 2
+    assert result.stderr == ("gpulens exporter: the NVIDIA kernel driver is not loaded (nvidia-smi will say the "
+                             "same): load it, or use --source=simulated\n")
+
+
+def _two_gpus():
+    h100 = capture_state("h100")[0][0]
+    t4 = captures.t4_with_processes()[0]
+    return [h100, t4]
+
+
+def test_lost_gpu_goes_down_alone_and_is_logged_once(fake_nvml):
+    gpus = _two_gpus()
+    fake_nvml.write(gpus)
+    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    try:
+        t4 = gpus[1]["uuid"]
+        assert value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_up", uuid=t4) == 1
+        gpus[1]["lost"] = 1
+        fake_nvml.write(gpus)
+        wait_until(lambda: value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_up", uuid=t4) == 0,
+                   10, what="the lost GPU to report up 0")
+        time.sleep(1.0)  # ten more samples of the lost GPU
+        parsed = samples(requests.get(url + "/metrics").text)
+        assert sorted(name for name, labels in parsed if ("uuid", t4) in labels) == ["gpulens_gpu_up"]
+        assert value(parsed, "gpulens_gpu_up", gpu="0") == 1
+        assert value(parsed, "gpulens_gpu_power_watts", gpu="0") == 631.95
+        assert value(parsed, "gpulens_exporter_collector_success", collector="nvml") == 1
+        assert exporter.log.count("is lost (NVML_ERROR_GPU_IS_LOST)") == 1
+        # It comes back after a reset: series return, and the recovery is logged once too.
+        gpus[1]["lost"] = 0
+        fake_nvml.write(gpus)
+        wait_until(lambda: value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_temperature_celsius",
+                                 uuid=t4) == 40, 10, what="the GPU to come back")
+        assert exporter.log.count("answers again") == 1
+    finally:
+        exporter.stop()
+
+
+def test_lost_gpu_keeps_its_identity_across_rediscovery(fake_nvml):
+    gpus = _two_gpus()
+    gpus[1]["lost"] = 1
+    fake_nvml.write(gpus[:1] + [gpus[1] | {"lost": 0}])
+    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1",
+                                    "--nvml.rediscover-interval", "0.2"], env=fake_nvml.env())
+    try:
+        fake_nvml.write(gpus)  # lost, and re-enumeration can no longer open it
+        time.sleep(1.0)  # several re-enumerations
+        parsed = samples(requests.get(url + "/metrics").text)
+        ups = {dict(labels)["uuid"]: v for (name, labels), v in parsed.items() if name == "gpulens_gpu_up"}
+        assert ups == {gpus[0]["uuid"]: 1.0, gpus[1]["uuid"]: 0.0}
+    finally:
+        exporter.stop()
+
+
+def test_hanging_nvml_call_never_hangs_the_scrape(fake_nvml):
+    gpus = _two_gpus()
+    fake_nvml.write(gpus)
+    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    try:
+        gpus[0].update({"hang": "nvmlDeviceGetTemperature", "hang_ms": 4000})
+        fake_nvml.write(gpus)
+        time.sleep(1.5)
+        started = time.monotonic()
+        response = requests.get(url + "/metrics", timeout=2)
+        assert response.status_code == 200 and time.monotonic() - started < 1.0
+        parsed = samples(response.text)
+        # The last complete sample is served, with its age saying how stale it is.
+        assert value(parsed, "gpulens_exporter_sample_age_seconds") > 1.0
+        assert value(parsed, "gpulens_gpu_power_watts", gpu="0") == 631.95
+    finally:
+        exporter.stop()
+
+
+def test_intermittent_errors_drop_one_value_and_log_once(fake_nvml):
+    gpus = _two_gpus()
+    gpus[1]["flaky"] = "nvmlDeviceGetTemperature"
+    fake_nvml.write(gpus)
+    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    try:
+        seen = set()
+        for _ in range(20):
+            parsed = samples(requests.get(url + "/metrics").text)
+            seen.add(value(parsed, "gpulens_gpu_temperature_celsius", gpu="1"))
+            assert value(parsed, "gpulens_gpu_power_watts", gpu="1") == 26.78
+            assert value(parsed, "gpulens_gpu_up", gpu="1") == 1
+            time.sleep(0.05)
+        assert seen == {40.0, None}
+        assert exporter.log.count("nvmlDeviceGetTemperature failed") == 1
+    finally:
+        exporter.stop()
+
+
+def test_every_xid_event_is_counted(fake_nvml):
+    gpus = _two_gpus()
+    gpus[0]["xids"] = "48"  # raised before the exporter started: not an event it saw
+    fake_nvml.write(gpus)
+    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    try:
+        def xids():
+            parsed = samples(requests.get(url + "/metrics").text)
+            return {dict(labels)["xid"]: v for (name, labels), v in parsed.items()
+                    if name == "gpulens_gpu_xid_errors_total" and ("gpu", "0") in labels}
+
+        gpus[0]["xids"] = "48,79,79,13"
+        fake_nvml.write(gpus)
+        assert wait_until(lambda: xids() == {"79": 2.0, "13": 1.0} and xids(), 10, what="XID counts")
+        gpus[0]["xids"] = "48,79,79,13,79"
+        fake_nvml.write(gpus)
+        assert wait_until(lambda: xids() == {"79": 3.0, "13": 1.0} and xids(), 10, what="the repeated XID")
+    finally:
+        exporter.stop()
+
+
+def test_series_of_an_ended_process_disappear(fake_nvml):
+    gpus = _two_gpus()
+    fake_nvml.write(gpus)
+    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    try:
+        assert value(samples(requests.get(url + "/metrics").text), "gpulens_process_busy_seconds_total",
+                     pid="11345") is not None
+        for key in [k for k in gpus[0] if k.startswith("proc2.")]:  # gpu_burn exits
+            del gpus[0][key]
+        fake_nvml.write(gpus)
+
+        def gone():
+            text = requests.get(url + "/metrics").text
+            return 'pid="11345"' not in text and 'pid="11327"' in text
+
+        wait_until(gone, 10, what="gpu_burn's series to vanish")
+    finally:
+        exporter.stop()
+
+
+def test_scrape_while_state_changes_constantly_never_fails(fake_nvml):
+    """Rewrites racing with the sampler must never produce a 500 or a half-read GPU."""
+    gpus = _two_gpus()
+    fake_nvml.write(gpus)
+    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.05"], env=fake_nvml.env())
+    stop = threading.Event()
+
+    def churn():
+        n = 0
+        while not stop.is_set():
+            gpus[0]["util_gpu"] = n % 101
+            fake_nvml.write(gpus)
+            n += 7
+
+    writer = threading.Thread(target=churn)
+    writer.start()
+    try:
+        for _ in range(30):
+            response = requests.get(url + "/metrics", timeout=2)
+            assert response.status_code == 200
+            parsed = samples(response.text)
+            assert 0 <= value(parsed, "gpulens_gpu_utilization_ratio", gpu="0") <= 1
+            assert value(parsed, "gpulens_gpu_memory_total_bytes", gpu="1") == 15360 * MIB
+    finally:
+        stop.set()
+        writer.join()
+        exporter.stop()

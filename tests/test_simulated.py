@@ -1,0 +1,187 @@
+"""The simulated fleet moves the way real GPUs do, and the sampler integrates it exactly."""
+import pytest
+
+from exporter import metric_specs as m
+from exporter.sampler import Sampler
+from exporter.sources import simulated
+from exporter.sources.simulated import FleetError, SimulatedSource, duty, fleet_from_flags, load_fleet
+
+
+class ManualClock:
+    """A clock the test advances by hand, shared by the source and the sampler."""
+
+    def __init__(self, start: float = 1_000_000.0):
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(profile: str, seconds: int, model: str = "H100-SXM5-80GB", step: float = 1.0, gpus: int = 1):
+    """Sample a one-node fleet running `profile` once per `step` for `seconds`; return the samples."""
+    node = fleet_from_flags(gpus, model, [profile], seed=3)[0]
+    clock = ManualClock()
+    source = SimulatedSource(node, clock=clock)
+    out = []
+    for _ in range(int(seconds / step)):
+        clock.now += step
+        out.append(source.sample())
+    return out
+
+
+def series(node_samples, spec, gpu=0):
+    return [s.devices[gpu].get(spec) for s in node_samples]
+
+
+def test_duty_is_exact_for_any_window():
+    # on 1 s of every 4 s: a 4 s window always holds exactly 1 s; a 0.5 s window inside the on-phase all of it.
+    assert duty(10.0, 4.0, 4.0, 1.0) == 0.25
+    assert duty(17.3, 4.0, 4.0, 1.0, phase=0.9) == pytest.approx(0.25)
+    assert duty(0.75, 0.5, 4.0, 1.0) == 1.0
+    assert duty(3.0, 1.0, 4.0, 1.0) == 0.0
+
+
+def test_healthy_training_is_busy_and_steady():
+    s = run("healthy_training", 60)
+    sm = series(s, m.SM_ACTIVE)
+    assert min(sm) >= 0.85 and max(sm) <= 0.91
+    assert set(series(s, m.UTILIZATION)) == {1.0}
+    assert all(d.devices[0].clock_event_reasons == 0 for d in s)
+
+
+def test_data_starvation_swings_between_bursts_and_gaps():
+    sm = sorted(series(run("data_starvation", 120), m.SM_ACTIVE))
+    p5, p95 = sm[int(0.05 * len(sm))], sm[int(0.95 * len(sm))]
+    # SIGNALS.md: p95 > 0.7 and p5 < 0.1 is the fluctuation signature (SageMaker LowGPUUtilization).
+    assert p95 > 0.7 and p5 < 0.1
+
+
+def test_data_starvation_pcie_spikes_at_burst_starts():
+    s = run("data_starvation", 30, step=0.1)
+    rx = [b.devices[0].get(m.PCIE_RECEIVE) - a.devices[0].get(m.PCIE_RECEIVE) for a, b in zip(s, s[1:])]
+    busy = series(s, m.UTILIZATION)[1:]
+    gap_rate = max(r for r, u in zip(rx, busy) if u == 0)
+    starts = [i for i in range(1, len(busy)) if busy[i - 1] == 0 and busy[i] > 0]
+    assert len(starts) >= 8  # ~3 s iterations over 30 s
+    # Within 0.3 s of every burst start, host-to-device traffic is over ten times the gap's.
+    assert all(max(rx[i:i + 3]) > 10 * gap_rate for i in starts)
+
+
+def test_memory_fragmentation_fills_memory_then_restarts_with_a_new_pid():
+    s = run("memory_fragmentation", 600, model="A100-SXM4-40GB")
+    model = simulated.GPU_MODELS["A100-SXM4-40GB"]
+    usable = model.memory_total_bytes - model.memory_reserved_bytes
+    used = [u / usable for u in series(s, m.MEMORY_USED)]
+    assert max(used) > 0.97
+    pids = {p.pid for d in s for p in d.devices[0].processes}
+    assert len(pids) >= 2  # OOM-killed and restarted at least once in 10 minutes
+    assert any(not d.devices[0].processes for d in s)  # the gap while it restarts
+
+
+def test_idle_holds_a_context_and_runs_nothing():
+    s = run("idle", 30)
+    assert set(series(s, m.UTILIZATION)) == {0.0} and set(series(s, m.SM_ACTIVE)) == {0.0}
+    assert all(len(d.devices[0].processes) == 1 for d in s)
+    assert all(d.devices[0].clock_event_reasons == m.CLOCK_EVENT_REASONS["gpu_idle"] for d in s)
+
+
+def test_memory_held_has_memory_and_no_process():
+    s = run("memory_held", 10)
+    assert all(not d.devices[0].processes for d in s)
+    assert min(series(s, m.MEMORY_USED)) > 20 * 1024**3
+
+
+def test_memory_bandwidth_is_dram_bound_with_idle_pipes():
+    s = run("memory_bandwidth", 30)
+    assert min(series(s, m.DRAM_ACTIVE)) >= 0.75 and max(series(s, m.TENSOR_ACTIVE)) < 0.1
+
+
+def test_interconnect_saturates_nvlink_or_pcie():
+    h100 = run("interconnect", 10)
+    rate = (h100[-1].devices[0].get(m.NVLINK_TRANSMIT) - h100[0].devices[0].get(m.NVLINK_TRANSMIT)) / 9
+    assert rate == pytest.approx(0.9 * 18 * 25e9, rel=0.01)
+    l40s = run("interconnect", 10, model="L40S")
+    model = simulated.GPU_MODELS["L40S"]
+    rate = (l40s[-1].devices[0].get(m.PCIE_RECEIVE) - l40s[0].devices[0].get(m.PCIE_RECEIVE)) / 9
+    assert rate == pytest.approx(0.9 * model.pcie_bytes_per_second, rel=0.01)
+    assert max(series(l40s, m.SM_ACTIVE)) < 0.3
+
+
+def test_thermal_throttling_sets_thermal_bits_and_slows_the_clock():
+    s = run("thermal_throttling", 20)
+    assert all(d.devices[0].clock_event_reasons == 0x60 for d in s)
+    assert max(series(s, m.SM_CLOCK)) < 0.7 * 1980e6
+    assert min(series(s, m.TEMPERATURE)) >= 87
+
+
+def test_light_inference_barely_uses_a_big_gpu():
+    s = run("light_inference", 120)
+    sm = series(s, m.SM_ACTIVE)
+    assert 0.03 < sum(sm) / len(sm) < 0.12
+    assert max(series(s, m.MEMORY_USED)) < 10e9
+
+
+def test_poor_placement_spans_sockets_without_nvlink_and_is_unbalanced():
+    node = load_fleet({"nodes": [{"name": "n", "model": "L40S", "gpus": 4,
+                                  "workloads": [{"profile": "poor_placement", "gpus": [1, 2], "pod": "a/b"}]}]})[0]
+    clock = ManualClock()
+    sample = SimulatedSource(node, clock=clock).sample()
+    a, b = node.gpus[1].uuid, node.gpus[2].uuid
+    assert (a, b, "system") in sample.topology
+    assert sample.devices[1].get(m.NVLINK_LINKS) == 0
+    assert sample.devices[1].get(m.SM_ACTIVE) > 2 * sample.devices[2].get(m.SM_ACTIVE)
+
+
+def test_sampler_integrates_busy_and_idle_seconds_exactly():
+    node = fleet_from_flags(2, "H100-SXM5-80GB", ["data_starvation", "idle"], seed=1)[0]
+    clock = ManualClock()
+    source = SimulatedSource(node, clock=clock)
+    sampler = Sampler(source, interval=0.5, clock=clock)
+    expected_busy = expected_sm = expected_idle = 0.0
+    sampler.tick()
+    for _ in range(200):
+        clock.now += 0.5
+        snapshot = sampler.tick()
+        starving = snapshot.node.devices[0]
+        expected_busy += starving.get(m.UTILIZATION) * 0.5
+        expected_sm += starving.get(m.SM_ACTIVE) * 0.5
+        expected_idle += 0.5 if starving.get(m.UTILIZATION) < 0.01 else 0.0
+    counters = snapshot.device_counters
+    assert counters[node.gpus[0].uuid].busy == pytest.approx(expected_busy)
+    assert counters[node.gpus[0].uuid].sm_active == pytest.approx(expected_sm)
+    assert counters[node.gpus[0].uuid].idle == pytest.approx(expected_idle)
+    assert counters[node.gpus[1].uuid].idle == pytest.approx(100.0)  # idle the whole 100 s
+    assert counters[node.gpus[1].uuid].clock_events["gpu_idle"] == pytest.approx(100.0)
+
+
+def test_sampler_does_not_invent_time_across_a_gap():
+    node = fleet_from_flags(1, "H100-SXM5-80GB", ["idle"], seed=1)[0]
+    clock = ManualClock()
+    sampler = Sampler(SimulatedSource(node, clock=clock), interval=1.0, clock=clock)
+    sampler.tick()
+    clock.now += 1.0
+    sampler.tick()
+    clock.now += 30.0  # the source hung for 30 s
+    snapshot = sampler.tick()
+    assert snapshot.device_counters[node.gpus[0].uuid].idle == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("fleet, message", [
+    ({}, "the fleet must have a non-empty 'nodes' list"),
+    ({"nodes": [{"model": "V100"}]}, "unknown GPU model 'V100'; choose one of"),
+    ({"nodes": [{"gpus": 0}]}, "'gpus' must be a whole number from 1 to 64, got 0"),
+    ({"nodes": [{"gpus": 2, "workloads": [{"profile": "idle", "gpus": [2]}]}]},
+     "workload 'idle' names GPU 2, but the node has GPUs 0-1"),
+    ({"nodes": [{"gpus": 2, "workloads": [{"profile": "idle", "gpus": [0]}, {"profile": "idle", "gpus": [0]}]}]},
+     "GPU 0 is given two workloads"),
+    ({"nodes": [{"workloads": [{"profile": "training"}]}]}, "unknown workload profile 'training'"),
+])
+def test_bad_fleets_are_refused_with_the_reason(fleet, message):
+    with pytest.raises(FleetError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        load_fleet(fleet)
+
+
+def test_the_demo_fleet_covers_every_profile():
+    nodes = simulated.fleet_from_file(simulated.DEFAULT_FLEET)
+    profiles = {g.profile for node in nodes for g in node.gpus}
+    assert profiles == set(simulated.PROFILES)

@@ -1,0 +1,152 @@
+"""HTTP serving: content negotiation, health, exporter-toolkit web config, bad flags."""
+import gzip
+import os
+import subprocess
+import sys
+
+import bcrypt
+import pytest
+import requests
+
+from tests.helpers import REPO, GpulensProcess, free_port, samples, start_exporter, value, wait_until
+
+SIMULATED = ["--source", "simulated", "--simulate.gpus", "2", "--sampler.interval", "0.1"]
+
+
+@pytest.fixture(scope="module")
+def exporter():
+    process, url = start_exporter(SIMULATED)
+    yield url
+    process.stop()
+
+
+def test_metrics_in_prometheus_text_by_default(exporter):
+    response = requests.get(exporter + "/metrics")
+    assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert value(samples(response.text), "gpulens_gpu_up", gpu="1") == 1
+
+
+def test_metrics_in_openmetrics_when_asked(exporter):
+    response = requests.get(exporter + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert response.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert response.text.endswith("# EOF\n")
+    assert "# TYPE gpulens_gpu_busy_seconds counter" in response.text
+
+
+def test_gzip_when_accepted(exporter):
+    response = requests.get(exporter + "/metrics", headers={"Accept-Encoding": "gzip"}, stream=True)
+    assert response.headers["Content-Encoding"] == "gzip"
+    assert b"gpulens_gpu_up" in gzip.decompress(response.raw.read())
+
+
+def test_health_and_index(exporter):
+    assert requests.get(exporter + "/healthz").text == "ok\n"
+    index = requests.get(exporter + "/")
+    assert 'href="/metrics"' in index.text and index.headers["Content-Type"].startswith("text/html")
+    assert requests.get(exporter + "/nope").status_code == 404
+
+
+def _web_config(tmp_path, text: str) -> str:
+    path = tmp_path / "web.yml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_basic_auth_with_bcrypt_hashes(tmp_path):
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    config = _web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    process = GpulensProcess(["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}",
+                              "--web.config.file", config])
+    try:
+        # /healthz is behind auth too, so wait with credentials.
+        wait_until(lambda: _status(url, ("prometheus", "s3cret")) == 200, 20, what="exporter with auth")
+        assert _status(url, None) == 401
+        assert _status(url, ("prometheus", "wrong")) == 401
+        assert _status(url, ("someone", "s3cret")) == 401
+        response = requests.get(url + "/metrics", auth=("prometheus", "s3cret"))
+        assert value(samples(response.text), "gpulens_gpu_up", gpu="0") == 1
+    finally:
+        process.stop()
+
+
+def _status(url, auth):
+    try:
+        return requests.get(url + "/metrics", auth=auth, timeout=2).status_code
+    except requests.RequestException:
+        return None
+
+
+def test_tls(tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "server.key"),
+                    "-out", str(tmp_path / "server.crt")], check=True, capture_output=True)
+    config = _web_config(tmp_path, "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+    port = free_port()
+    process = GpulensProcess(["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}",
+                                "--web.config.file", config])
+    try:
+        def ready():
+            try:
+                return requests.get(f"https://127.0.0.1:{port}/healthz", verify=str(tmp_path / "server.crt"),
+                                    timeout=2).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(ready, 20, what="TLS exporter")
+        with pytest.raises(requests.RequestException):
+            requests.get(f"http://127.0.0.1:{port}/metrics", timeout=2)
+    finally:
+        process.stop()
+
+
+def run_exporter(*args, timeout=30):
+    return subprocess.run([sys.executable, "-m", "gpulens", "exporter", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=timeout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sampler.interval", "0"], "--sampler.interval must be a positive number of seconds, got 0.0"),
+    (["--web.listen-address", "localhost"], "--web.listen-address 'localhost' is not HOST:PORT"),
+    (["--simulate.gpus", "2", "--simulate.profiles", "busy"], "unknown workload profile 'busy'; choose one of"),
+    (["--simulate.gpus", "2", "--simulate.model", "V100"], "--simulate.model 'V100' is unknown"),
+    (["--simulate.config", "/nonexistent/fleet.yaml"], "cannot read fleet file /nonexistent/fleet.yaml"),
+    (["--web.config.file", "/nonexistent/web.yml"], "--web.config.file /nonexistent/web.yml: cannot read it"),
+])
+def test_bad_flags_name_the_value_and_exit_2(args, message):
+    result = run_exporter("--source", "simulated", *args)
+    assert result.returncode == 2
+    assert message in result.stderr and result.stderr.startswith("gpulens exporter: ")
+
+
+def test_bad_web_config_is_refused(tmp_path):
+    config = _web_config(tmp_path, "basic_auth_users:\n  prometheus: plaintext\n")
+    result = run_exporter("--source", "simulated", "--web.config.file", config)
+    assert result.returncode == 2
+    assert "the password of user 'prometheus' is not a bcrypt hash" in result.stderr
+    config = _web_config(tmp_path, "tls_server_config:\n  cert_file: a.crt\n  keyfile: a.key\n")
+    result = run_exporter("--source", "simulated", "--web.config.file", config)
+    assert "unknown tls_server_config key(s) keyfile" in result.stderr
+
+
+def test_port_in_use_is_a_clear_error():
+    process, url = start_exporter(SIMULATED)
+    try:
+        result = run_exporter(*SIMULATED, "--web.listen-address", url.removeprefix("http://"))
+        assert result.returncode == 2
+        assert "cannot listen on 127.0.0.1:" in result.stderr and "choose another --web.listen-address" in result.stderr
+    finally:
+        process.stop()
+
+
+def test_unknown_flag_exits_2():
+    result = run_exporter("--web.listen-adress", ":1")
+    assert result.returncode == 2 and "unrecognized arguments: --web.listen-adress" in result.stderr
+
+
+def test_environment_mirrors_flags():
+    env = {**os.environ, "GPULENS_SAMPLER_INTERVAL": "-1"}
+    result = subprocess.run([sys.executable, "-m", "gpulens", "exporter", "--source", "simulated"], env=env,
+                            capture_output=True, text=True, cwd=REPO, timeout=30)
+    assert result.returncode == 2 and "--sampler.interval must be a positive number of seconds, got -1.0" in result.stderr
