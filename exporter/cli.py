@@ -9,7 +9,6 @@ import threading
 import time
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import generate_latest
 
 from exporter.collector import ExporterCollector
 from exporter.sampler import Sampler
@@ -96,12 +95,13 @@ def run(args) -> int:
         return 2
     sampler = Sampler(source, args.interval)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ExporterCollector(sampler, __version__, source.name))
+    collector = ExporterCollector(sampler, __version__, source.name)
+    registry.register(collector)
     if args.once:
         sampler.tick()
         time.sleep(args.interval)
         sampler.tick()
-        sys.stdout.write(generate_latest(registry).decode())
+        sys.stdout.write(collector.render_text().decode())
         source.close()
         return 0
 
@@ -116,7 +116,8 @@ def run(args) -> int:
         return True, "ok"
 
     try:
-        server = serve(registry, address, web_config, title="gpulens exporter", health=health)
+        server = serve(registry, address, web_config, title="gpulens exporter", health=health,
+                       render_text=collector.render_text)
     except ConfigError as e:
         print(f"gpulens exporter: {e}", file=sys.stderr)
         return 2

@@ -167,11 +167,13 @@ Route = Callable[[], tuple[int, str, bytes]]
 
 
 def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConfig, *, title: str,
-          health: Callable[[], tuple[bool, str]], routes: dict[str, Route] | None = None) -> ThreadingHTTPServer:
+          health: Callable[[], tuple[bool, str]], routes: dict[str, Route] | None = None,
+          render_text: Callable[[], bytes] | None = None) -> ThreadingHTTPServer:
     """Start serving in a background thread and return the server (call shutdown() to stop).
 
-    `health` returns (healthy, reason) for /healthz; `routes` adds paths such as a JSON API.
-    Raises ConfigError if the address cannot be bound."""
+    `health` returns (healthy, reason) for /healthz; `routes` adds paths such as a JSON API;
+    `render_text` is a faster renderer of the registry in the Prometheus text format, used when the
+    scraper asks for that format. Raises ConfigError if the address cannot be bound."""
     routes = dict(routes or {})
     auth = _Authenticator(config.users)
 
@@ -199,7 +201,10 @@ def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConf
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                body = encoder(registry)
+                if render_text is not None and content_type.startswith("text/plain"):
+                    body = render_text()
+                else:
+                    body = encoder(registry)
                 extra = {}
                 if "gzip" in self.headers.get("Accept-Encoding", ""):
                     body = gzip.compress(body, compresslevel=1)

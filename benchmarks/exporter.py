@@ -1,0 +1,176 @@
+"""CPU cost of the exporter against the floor: a bare loop of the same pynvml calls.
+
+Run: .venv/bin/python benchmarks/exporter.py [--rounds N]
+
+Everything goes through the real nvidia-ml-py bindings and the fake libnvidia-ml.so.1 from the tests,
+so the floor and the exporter pay the same driver cost and the ratio shows gpulens' own overhead.
+Prints CPU time per sample (source read + time integration) and per /metrics render, for 1 and 8
+GPUs with 64 processes, and the resident memory of an exporter with 8 GPUs. Ratios, not absolute
+times, are what to compare across machines.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+PROCESSES = 64
+
+
+def gpu_state(index: int, processes: int) -> dict:
+    """An H100 running `processes` processes, with GPM and NVLink, like a busy training node."""
+    state = {
+        "uuid": f"GPU-{index:08x}-0000-0000-0000-000000000000", "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": f"00000000:{0x18 + index:02X}:00.0", "util_gpu": 97, "util_memory": 40,
+        "memory_total": 85520809984, "memory_reserved": 502267904, "memory_used": 60000000000,
+        "pcie_tx_bytes": 10**12, "pcie_rx_bytes": 3 * 10**12, "nvlink_tx_kib": 10**10, "nvlink_rx_kib": 10**10,
+        "nvlink_links": 18, "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "memory_clock_mhz": 2619,
+        "power_mw": 650000, "power_limit_mw": 700000, "energy_mj": 10**10, "temperature_c": 66,
+        "clock_event_reasons": 0, "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16,
+        "gpm": 1, "gpm.1": 99, "gpm.2": 88, "gpm.3": 45, "gpm.5": 60, "gpm.10": 40, "gpm.11": 0, "gpm.12": 12,
+        "gpm.13": 30,
+    }
+    for p in range(processes):
+        state.update({f"proc{p}.pid": 1000 * (index + 1) + p, f"proc{p}.name": "python3",
+                      f"proc{p}.memory": 900_000_000, f"proc{p}.sm_util": 10})
+    return state
+
+
+def floor_sample(nvml, handles) -> None:
+    """The same NVML calls the exporter makes for each GPU, with nothing done with the answers."""
+    fields = [nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+              nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+              nvml.NVML_FI_DEV_NVLINK_LINK_COUNT]
+    for h, state in handles:
+        nvml.nvmlDeviceGetUtilizationRates(h)
+        nvml.nvmlDeviceGetMemoryInfo(h, nvml.nvmlMemory_v2)
+        sample = nvml.nvmlGpmSampleAlloc()
+        nvml.nvmlGpmSampleGet(h, sample)
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 8
+        request.sample1, request.sample2 = state["gpm"], sample
+        for i, metric in enumerate((1, 2, 3, 5, 10, 11, 12, 13)):
+            request.metrics[i].metricId = metric
+        nvml.nvmlGpmMetricsGet(request)
+        nvml.nvmlGpmSampleFree(state["gpm"])
+        state["gpm"] = sample
+        nvml.nvmlDeviceGetFieldValues(h, fields)
+        nvml.nvmlDeviceGetCurrPcieLinkGeneration(h)
+        nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)
+        nvml.nvmlDeviceGetCurrPcieLinkWidth(h)
+        nvml.nvmlDeviceGetMaxPcieLinkWidth(h)
+        nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)
+        nvml.nvmlDeviceGetMaxClockInfo(h, nvml.NVML_CLOCK_SM)
+        nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_MEM)
+        nvml.nvmlDeviceGetPowerUsage(h)
+        nvml.nvmlDeviceGetEnforcedPowerLimit(h)
+        nvml.nvmlDeviceGetTotalEnergyConsumption(h)
+        nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU)
+        nvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+        nvml.nvmlDeviceGetTotalEccErrors(h, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_AGGREGATE_ECC)
+        nvml.nvmlDeviceGetTotalEccErrors(h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC)
+        nvml.nvmlDeviceGetRemappedRows(h)
+        for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
+            pass
+        for u in nvml.nvmlDeviceGetProcessUtilization(h, state["ts"]):
+            state["ts"] = max(state["ts"], u.timeStamp)
+
+
+def cpu_per_call(fn, rounds: int) -> float:
+    fn()  # warm up
+    started = time.process_time()
+    for _ in range(rounds):
+        fn()
+    return (time.process_time() - started) / rounds
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(gpus: int, rounds: int) -> dict:
+    """Runs inside the child, where LD_LIBRARY_PATH already points at the fake library."""
+    import pynvml
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import generate_latest
+
+    from exporter.collector import ExporterCollector
+    from exporter.sampler import Sampler
+    from exporter.sources.nvml import NvmlSource
+
+    source = NvmlSource()
+    source.start()
+    sampler = Sampler(source, interval=1.0)
+    registry = CollectorRegistry(auto_describe=False)
+    collector = ExporterCollector(sampler, "bench", "nvml")
+    registry.register(collector)
+    sampler.tick()
+
+    handles = []
+    for i in range(gpus):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        first = pynvml.nvmlGpmSampleAlloc()
+        pynvml.nvmlGpmSampleGet(h, first)
+        handles.append((h, {"gpm": first, "ts": 0}))
+
+    # Interleave the three measurements so machine noise hits them alike.
+    floor = sample = render = generic = 0.0
+    for _ in range(5):
+        floor += cpu_per_call(lambda: floor_sample(pynvml, handles), rounds)
+        sample += cpu_per_call(sampler.tick, rounds)
+        render += cpu_per_call(collector.render_text, rounds)
+        generic += cpu_per_call(lambda: generate_latest(registry), rounds)
+    body = collector.render_text()
+    return {"gpus": gpus, "floor": floor / 5, "sample": sample / 5, "render": render / 5, "generic": generic / 5,
+            "series": sum(1 for line in body.decode().splitlines() if not line.startswith("#")), "rss_mib": rss_mib()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=40, help="calls per measurement (5 measurements each)")
+    parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(measure(args.child, args.rounds)))
+        return 0
+
+    from tests.helpers import FakeNvml, build_fake_nvml
+
+    workdir = Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
+    library = build_fake_nvml(workdir / "lib").parent
+    rows = []
+    for gpus in (1, 8):
+        fake = FakeNvml(library, workdir / f"state-{gpus}")
+        fake.write([gpu_state(i, PROCESSES // gpus) for i in range(gpus)])
+        env = fake.env() | {"PYTHONPATH": str(REPO)}
+        out = subprocess.run([sys.executable, __file__, "--child", str(gpus), "--rounds", str(args.rounds)],
+                             env=env, capture_output=True, text=True, check=True)
+        rows.append(json.loads(out.stdout))
+
+    print(f"exporter CPU time per operation, {PROCESSES} processes, through the fake libnvidia-ml\n"
+          "floor: a bare loop of the same pynvml calls; sample: read + integrate (every --sampler.interval);\n"
+          "render: /metrics in text format (every scrape); generic: prometheus_client's generate_latest\n")
+    print(f"{'GPUs':>4} {'series':>7} {'floor ms':>9} {'sample ms':>10} {'render ms':>10} {'generic ms':>11} "
+          f"{'sample/floor':>13} {'render/floor':>13} {'RSS MiB':>8}")
+    for r in rows:
+        ms = {k: r[k] * 1000 for k in ("floor", "sample", "render", "generic")}
+        print(f"{r['gpus']:>4} {r['series']:>7} {ms['floor']:>9.3f} {ms['sample']:>10.3f} {ms['render']:>10.3f} "
+              f"{ms['generic']:>11.3f} {r['sample'] / r['floor']:>13.2f} {r['render'] / r['floor']:>13.2f} "
+              f"{r['rss_mib']:>8.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,107 @@
+"""The collector's fast text renderer writes exactly what prometheus_client would."""
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import generate_latest
+
+from exporter import metric_specs as m
+from exporter.collector import ExporterCollector
+from exporter.sampler import Sampler
+from exporter.sources import simulated
+from exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source
+
+
+class Frozen:
+    def __init__(self):
+        self.now = 5000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_fast_text_is_byte_identical_to_generate_latest_for_every_demo_node():
+    for node in simulated.fleet_from_file(simulated.DEFAULT_FLEET):
+        clock = Frozen()
+        sampler = Sampler(simulated.SimulatedSource(node, clock=clock), interval=1.0, clock=clock)
+        sampler.tick()
+        clock.now += 1.0
+        sampler.tick()
+        collector = ExporterCollector(sampler, "1.2.3", "simulated", clock=clock)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(collector)
+        assert collector.render_text() == generate_latest(registry)
+
+
+class OddNames(Source):
+    """A node whose process names need escaping in the exposition."""
+
+    name = "odd"
+
+    def sample(self):
+        d = DeviceSample(gpu="0", uuid="GPU-1", model='Weird "GPU"\\n')
+        d.set(m.TEMPERATURE, 50)
+        d.processes.append(ProcessSample(pid=7, command='say "hi"\\there\nnext', memory_used_bytes=1.5e9,
+                                         utilization=float("nan")))
+        return NodeSample([d], driver_version="1", nvml_version="2")
+
+
+def test_fast_text_escapes_like_prometheus_client():
+    clock = Frozen()
+    sampler = Sampler(OddNames(), clock=clock)
+    sampler.tick()
+    collector = ExporterCollector(sampler, "v", "odd", clock=clock)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    text = collector.render_text()
+    assert text == generate_latest(registry)
+    assert b'command="say \\"hi\\"\\\\there\\nnext"' in text
+    assert b'gpulens_process_utilization_ratio{gpu="0",pid="7",uuid="GPU-1"} NaN' in text
+
+
+class Broken(Source):
+    name = "broken"
+
+    def sample(self):
+        d = DeviceSample(gpu="0", uuid="GPU-1")
+        d.values[m.TEMPERATURE] = 50.0  # a source bug (no label map) must not 500 the scrape
+        return NodeSample([d])
+
+
+def test_a_failing_section_leaves_the_rest_of_the_scrape(caplog):
+    clock = Frozen()
+    sampler = Sampler(Broken(), clock=clock)
+    sampler.tick()
+    text = ExporterCollector(sampler, "v", "broken", clock=clock).render_text().decode()
+    assert 'gpulens_exporter_collector_success{collector="broken"} 1.0' in text
+    assert "gpulens_process_info" not in text
+    assert "rendering _devices failed" in caplog.text
+
+
+class FailsAfterFirst(Source):
+    """A source that answers once, then fails every time (the driver went away)."""
+
+    name = "flaky"
+
+    def __init__(self):
+        self.calls = 0
+
+    def sample(self):
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("driver went away")
+        d = DeviceSample(gpu="0", uuid="GPU-1")
+        d.set(m.UTILIZATION, 0.5)
+        return NodeSample([d])
+
+
+def test_a_failing_source_serves_the_last_good_sample_and_says_so(caplog):
+    clock = Frozen()
+    sampler = Sampler(FailsAfterFirst(), interval=1.0, clock=clock)
+    sampler.tick()
+    for _ in range(3):
+        clock.now += 1.0
+        sampler.tick()
+    text = ExporterCollector(sampler, "v", "flaky", clock=clock).render_text().decode()
+    assert 'gpulens_exporter_collector_success{collector="flaky"} 0.0' in text
+    assert 'gpulens_exporter_collector_failures_total{collector="flaky"} 3.0' in text
+    assert 'gpulens_gpu_utilization_ratio{gpu="0",uuid="GPU-1"} 0.5' in text
+    assert "gpulens_exporter_sample_age_seconds 3.0" in text
+    assert caplog.text.count("flaky source failed: driver went away") == 1
