@@ -230,13 +230,23 @@ def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConf
         daemon_threads = True
         address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
 
+        def finish_request(self, request, client_address):
+            # The TLS handshake runs here, in the connection's own thread, so that one slow or
+            # broken client cannot stall the accept loop and every other scrape with it.
+            if config.ssl_context is not None:
+                request.settimeout(10)
+                try:
+                    request = config.ssl_context.wrap_socket(request, server_side=True)
+                except (ssl.SSLError, OSError) as e:
+                    log.debug("TLS handshake with %s failed: %s", client_address, e)
+                    return
+            super().finish_request(request, client_address)
+
     try:
         server = Server(address, Handler)
     except OSError as e:
         host, port = address
         raise ConfigError(f"cannot listen on {host or '*'}:{port}: {e.strerror}; "
                           "choose another --web.listen-address") from e
-    if config.ssl_context is not None:
-        server.socket = config.ssl_context.wrap_socket(server.socket, server_side=True)
     threading.Thread(target=server.serve_forever, name="gpulens-http", daemon=True).start()
     return server

@@ -1,6 +1,7 @@
 """HTTP serving: content negotiation, health, exporter-toolkit web config, bad flags."""
 import gzip
 import os
+import socket
 import subprocess
 import sys
 
@@ -78,11 +79,16 @@ def _status(url, auth):
         return None
 
 
-def test_tls(tmp_path):
+def _tls_web_config(tmp_path) -> str:
+    """A self-signed certificate for 127.0.0.1 and a web config that serves it."""
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
                     "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "server.key"),
                     "-out", str(tmp_path / "server.crt")], check=True, capture_output=True)
-    config = _web_config(tmp_path, "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+    return _web_config(tmp_path, "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
+
+
+def test_tls(tmp_path):
+    config = _tls_web_config(tmp_path)
     port = free_port()
     process = GpulensProcess(["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}",
                                 "--web.config.file", config])
@@ -150,3 +156,27 @@ def test_environment_mirrors_flags():
     result = subprocess.run([sys.executable, "-m", "gpulens", "exporter", "--source", "simulated"], env=env,
                             capture_output=True, text=True, cwd=REPO, timeout=30)
     assert result.returncode == 2 and "--sampler.interval must be a positive number of seconds, got -1.0" in result.stderr
+
+
+def test_a_stalled_tls_client_does_not_block_other_scrapes(tmp_path):
+    config = _tls_web_config(tmp_path)
+    port = free_port()
+    process = GpulensProcess(["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}",
+                              "--web.config.file", config])
+    ca = str(tmp_path / "server.crt")
+    try:
+        wait_until(lambda: _tls_status(port, ca) == 200, 20, what="TLS exporter")
+        stalled = socket.create_connection(("127.0.0.1", port))  # connects, never says hello
+        try:
+            assert _tls_status(port, ca) == 200
+        finally:
+            stalled.close()
+    finally:
+        process.stop()
+
+
+def _tls_status(port, ca):
+    try:
+        return requests.get(f"https://127.0.0.1:{port}/metrics", verify=ca, timeout=3).status_code
+    except requests.RequestException:
+        return None
