@@ -10,6 +10,8 @@ import time
 
 from prometheus_client import CollectorRegistry
 
+from exporter.attribution import kubelet
+from exporter.attribution.attributor import Attribution, KubeletAttribution
 from exporter.collector import ExporterCollector
 from exporter.sampler import Sampler
 from exporter.sources import simulated
@@ -36,6 +38,18 @@ def register(commands) -> None:
               help="seconds between samples; busy and idle seconds are integrated at this rate")
     flags.add(p, "--nvml.rediscover-interval", dest="rediscover_interval", type=float, default=60.0,
               help="seconds between re-enumerations of GPUs and MIG instances (MIG reconfiguration, GPUs back from reset)")
+    flags.add(p, "--kubelet.socket", dest="kubelet_socket", default=kubelet.DEFAULT_SOCKET,
+              help="kubelet pod-resources socket, for the pod of each GPU; '' turns pod attribution off (bare metal)")
+    flags.add(p, "--kubelet.resource-names", dest="kubelet_resource_names", default=",".join(kubelet.DEFAULT_RESOURCE_NAMES),
+              help="comma-separated extended resource names that are GPUs; a trailing * matches a family")
+    flags.add(p, "--kubelet.refresh-interval", dest="kubelet_refresh_interval", type=float, default=10.0,
+              help="seconds between readings of the kubelet; a pod's series go within one interval of its end")
+    flags.add(p, "--kubelet.timeout", dest="kubelet_timeout", type=float, default=2.0,
+              help="deadline in seconds of each call to the kubelet")
+    flags.add(p, "--path.procfs", dest="procfs", default="/proc",
+              help="the host's /proc, to find the container of each GPU process (mount it with hostPID)")
+    flags.add(p, "--path.var-log", dest="var_log", default="/var/log",
+              help="the host's /var/log, whose containers/ and pods/ links name the pod of each container")
     flags.add(p, "--simulate.config", dest="simulate_config", default="",
               help=f"fleet YAML for --source=simulated (default: the built-in demo fleet, {simulated.DEFAULT_FLEET.name})")
     flags.add(p, "--simulate.node", dest="simulate_node", default="",
@@ -53,12 +67,20 @@ def register(commands) -> None:
     p.set_defaults(run=run)
 
 
-def build_source(args) -> Source:
-    """The configured source, not yet started. Raises ConfigError on bad simulation flags."""
+def build_source(args) -> tuple[Source, Attribution]:
+    """The configured source, not yet started, and its pod attribution. Raises ConfigError on bad
+    flags."""
     if args.source == "nvml":
         from exporter.sources.nvml import NvmlSource
 
-        return NvmlSource(rediscover_seconds=args.rediscover_interval)
+        for flag, value in (("--kubelet.refresh-interval", args.kubelet_refresh_interval),
+                            ("--kubelet.timeout", args.kubelet_timeout)):
+            if not value > 0:
+                raise ConfigError(f"{flag} must be a positive number of seconds, got {value}")
+        resources = tuple(r.strip() for r in args.kubelet_resource_names.split(",") if r.strip())
+        attribution = KubeletAttribution(args.kubelet_socket, resources, args.kubelet_refresh_interval,
+                                         args.kubelet_timeout, args.procfs, args.var_log)
+        return NvmlSource(rediscover_seconds=args.rediscover_interval), attribution
     try:
         if args.simulate_gpus:
             if args.simulate_gpus < 0:
@@ -73,11 +95,9 @@ def build_source(args) -> Source:
             nodes = simulated.fleet_from_file(args.simulate_config or simulated.DEFAULT_FLEET, args.simulate_seed)
     except simulated.FleetError as e:
         raise ConfigError(str(e)) from e
-    if not args.simulate_node:
-        return simulated.SimulatedSource(nodes[0])
     for node in nodes:
-        if node.name == args.simulate_node:
-            return simulated.SimulatedSource(node)
+        if node.name == args.simulate_node or not args.simulate_node:
+            return simulated.SimulatedSource(node), simulated.SimulatedAttribution(node)
     raise ConfigError(f"--simulate.node {args.simulate_node!r} is not in the fleet; its nodes are "
                       f"{', '.join(n.name for n in nodes)}")
 
@@ -88,12 +108,13 @@ def run(args) -> int:
             raise ConfigError(f"--sampler.interval must be a positive number of seconds, got {args.interval}")
         address = parse_listen_address(args.listen_address)
         web_config = WebConfig.load(args.web_config_file)
-        source = build_source(args)
+        source, attribution = build_source(args)
         source.start()
     except (ConfigError, SourceUnavailable) as e:
         print(f"gpulens exporter: {e}", file=sys.stderr)
         return 2
-    sampler = Sampler(source, args.interval)
+    attribution.start()
+    sampler = Sampler(source, args.interval, attribution=attribution)
     registry = CollectorRegistry(auto_describe=False)
     collector = ExporterCollector(sampler, __version__, source.name)
     registry.register(collector)
@@ -102,6 +123,7 @@ def run(args) -> int:
         time.sleep(args.interval)
         sampler.tick()
         sys.stdout.write(collector.render_text().decode())
+        attribution.close()
         source.close()
         return 0
 
@@ -130,5 +152,6 @@ def run(args) -> int:
     log.info("shutting down")
     server.shutdown()
     sampler.stop()
+    attribution.close()
     source.close()
     return 0

@@ -16,6 +16,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter import metric_specs as m
 from exporter.sampler import Sampler, Snapshot
+from exporter.sources.base import PodRef
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class ExporterCollector:
     def _gather(self) -> _Families:
         snapshot = self.sampler.snapshot
         out = _Families()
-        for section in (self._self_metrics, self._devices, self._processes):
+        for section in (self._self_metrics, self._devices, self._processes, self._pods):
             try:
                 section(snapshot, out)
             except Exception:  # never let one section turn the scrape into a 500
@@ -171,8 +172,9 @@ class ExporterCollector:
             if not d.up:
                 continue
             for p in d.processes:
-                ids = (d.gpu, d.uuid, str(p.pid))
-                out.add(m.PROCESS_INFO, ids + (p.command,), 1)
+                pod = p.pod or _NO_POD
+                ids = (d.gpu, d.uuid, str(p.pid), pod.namespace, pod.pod, pod.container)
+                out.add(m.PROCESS_INFO, ids + (p.command, p.container_id), 1)
                 if p.memory_used_bytes is not None:
                     out.add(m.PROCESS_MEMORY_USED, ids, p.memory_used_bytes)
                 if p.utilization is not None:
@@ -181,3 +183,39 @@ class ExporterCollector:
                     if counters is not None:
                         out.add(m.PROCESS_BUSY_SECONDS, ids, counters.busy)
                         out.add(m.PROCESS_IDLE_SECONDS, ids, counters.idle)
+
+    def _pods(self, snapshot: Snapshot, out: _Families) -> None:
+        node, resolved = snapshot.node, snapshot.attribution
+        if node is None:
+            return
+        if resolved is not None:
+            for reason, count in resolved.unmapped.items():
+                out.add(m.KUBELET_UNMAPPED, (reason,), count)
+        for d in node.devices:
+            if not d.up:
+                continue
+            if resolved is not None and resolved.pods_by_uuid is not None:
+                holders = resolved.pods_by_uuid.get(d.uuid, ())
+                out.add(m.GPU_PODS, (d.gpu, d.uuid), len({(p.namespace, p.pod) for p in holders}))
+                for pod in holders:
+                    out.add(m.GPU_POD_INFO, (d.gpu, d.uuid, pod.namespace, pod.pod, pod.container), 1)
+            memory: dict[PodRef, float] = {}
+            share: dict[PodRef, float] = {}
+            for p in d.processes:
+                if p.pod is None:
+                    continue
+                if p.memory_used_bytes is not None:
+                    memory[p.pod] = memory.get(p.pod, 0.0) + p.memory_used_bytes
+                if p.utilization is not None:
+                    share[p.pod] = share.get(p.pod, 0.0) + p.utilization
+            for pod, value in memory.items():
+                out.add(m.POD_MEMORY_USED, (d.gpu, d.uuid, pod.namespace, pod.pod, pod.container), value)
+            for pod, value in share.items():
+                out.add(m.POD_UTILIZATION, (d.gpu, d.uuid, pod.namespace, pod.pod, pod.container), value)
+        gpu_of = {d.uuid: d.gpu for d in node.devices if d.up}
+        for (uuid, pod), seconds in snapshot.pod_counters.items():
+            if uuid in gpu_of:
+                out.add(m.POD_BUSY_SECONDS, (gpu_of[uuid], uuid, pod.namespace, pod.pod, pod.container), seconds)
+
+
+_NO_POD = PodRef("", "", "")

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 PREFIX = "gpulens_"
 DEVICE_LABELS = ("gpu", "uuid")
-PROCESS_LABELS = ("gpu", "uuid", "pid")
+POD_LABELS = ("gpu", "uuid", "namespace", "pod", "container")
+# namespace/pod/container are "" for a process in no known pod (outside Kubernetes, or no kubelet).
+PROCESS_LABELS = ("gpu", "uuid", "pid", "namespace", "pod", "container")
 
 #: Units a metric name may end in, in Prometheus base units.
 BASE_UNITS = ("ratio", "bytes", "seconds", "watts", "joules", "celsius", "hertz")
@@ -257,9 +259,10 @@ ROW_REMAP_FAILED = _spec(
 # --- processes -------------------------------------------------------------------------------
 PROCESS_INFO = _spec(
     "process_info", "gauge", "",
-    "A compute process holding the device; value is always 1. pid is the host PID.",
-    "nvmlDeviceGetComputeRunningProcesses_v3, nvmlSystemGetProcessName",
-    labels=PROCESS_LABELS + ("command",), group="process")
+    "A compute process holding the device; value is always 1. pid is the host PID; container_id is "
+    "the container runtime's ID from /proc/<pid>/cgroup (also outside Kubernetes), or \"\".",
+    "nvmlDeviceGetComputeRunningProcesses_v3, nvmlSystemGetProcessName, /proc/<pid>/cgroup",
+    labels=PROCESS_LABELS + ("command", "container_id"), group="process")
 PROCESS_MEMORY_USED = _spec(
     "process_memory_used_bytes", "gauge", "bytes", "Device memory held by the process.",
     "nvmlDeviceGetComputeRunningProcesses_v3().usedGpuMemory",
@@ -279,6 +282,33 @@ PROCESS_IDLE_SECONDS = _spec(
     "sampler: sum of sample intervals with process_utilization_ratio < 0.01",
     labels=PROCESS_LABELS, group="process")
 
+# --- pods --------------------------------------------------------------------------------------
+GPU_POD_INFO = _spec(
+    "gpu_pod_info", "gauge", "",
+    "The kubelet assigned this GPU or MIG instance to this pod's container; value is always 1. A "
+    "time-sliced GPU has one series per pod. Join on uuid to put pod labels on any device series: "
+    "gpulens_gpu_sm_active_ratio * on(uuid) group_left(namespace, pod) gpulens_gpu_pod_info.",
+    "kubelet pod-resources API v1 List", labels=POD_LABELS, group="pod")
+GPU_PODS = _spec(
+    "gpu_pods", "gauge", "",
+    "Number of pods the kubelet assigned this device to; 0 means no pod holds it (memory used on such "
+    "a GPU is a finished job's leftovers). Absent when the kubelet cannot be read.",
+    "kubelet pod-resources API v1 List", group="pod")
+POD_MEMORY_USED = _spec(
+    "pod_gpu_memory_used_bytes", "gauge", "bytes",
+    "Device memory held by the pod's processes on this device.",
+    "sum of gpulens_process_memory_used_bytes by pod (PID to pod through /proc/<pid>/cgroup)",
+    labels=POD_LABELS, group="pod")
+POD_UTILIZATION = _spec(
+    "pod_gpu_utilization_ratio", "gauge", "ratio",
+    "The pod's share of the device's SM time in the last sample period; on a GPU shared by several "
+    "pods (time-slicing, MPS) this is how the device is split among them.",
+    "sum of gpulens_process_utilization_ratio by pod", labels=POD_LABELS, group="pod")
+POD_BUSY_SECONDS = _spec(
+    "pod_gpu_busy_seconds_total", "counter", "seconds",
+    "Integral of the pod's SM share on this device; rate() gives its true average share.",
+    "sampler: sum of gpulens_pod_gpu_utilization_ratio x sample interval", labels=POD_LABELS, group="pod")
+
 # --- the exporter itself ---------------------------------------------------------------------
 BUILD_INFO = _spec(
     "exporter_build_info", "gauge", "", "gpulens version; value is always 1.", "gpulens",
@@ -295,6 +325,12 @@ COLLECTOR_FAILURES = _spec(
     "exporter_collector_failures_total", "counter", "",
     "Runs of the collector that failed, so that failures between two scrapes are not lost.",
     "sampler", labels=("collector",), group="self")
+KUBELET_UNMAPPED = _spec(
+    "exporter_kubelet_unmapped_device_ids", "gauge", "",
+    "GPU device IDs in the kubelet's last answer that gpulens could not map to a device on this node, "
+    "by reason: unknown_format (a device plugin naming scheme gpulens does not know) or "
+    "no_such_device (no GPU or MIG instance with that ID here).",
+    "kubelet pod-resources API v1 List", labels=("reason",), group="self")
 SAMPLE_AGE = _spec(
     "exporter_sample_age_seconds", "gauge", "seconds",
     "Age of the latest complete sample at scrape time. Grows when the source hangs: the scrape "

@@ -10,6 +10,7 @@ _GROUPS = {
     "identity": "Identity and health",
     "gpu": "Per GPU and MIG instance",
     "errors": "Errors",
+    "pod": "Per pod",
     "process": "Per process",
     "self": "The exporter itself",
 }

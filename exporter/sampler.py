@@ -19,27 +19,11 @@ import time
 from dataclasses import dataclass, field
 
 from exporter import metric_specs as m
-from exporter.sources.base import NodeSample, Source
+from exporter.attribution.attributor import Attribution, Resolved, resolve
+from exporter.sources.base import NodeSample, PodRef, Source
+from exporter.status import CollectorStatus, ProblemLog
 
 log = logging.getLogger(__name__)
-
-
-class ProblemLog:
-    """Logs a problem once when it starts and once when it clears, never every tick."""
-
-    def __init__(self, logger: logging.Logger):
-        self._logger = logger
-        self._active: set[str] = set()
-
-    def problem(self, key: str, message: str) -> None:
-        if key not in self._active:
-            self._active.add(key)
-            self._logger.warning(message)
-
-    def resolved(self, key: str, message: str) -> None:
-        if key in self._active:
-            self._active.discard(key)
-            self._logger.warning(message)
 
 
 @dataclass
@@ -58,13 +42,6 @@ class ProcessCounters:
     idle: float = 0.0
 
 
-@dataclass
-class CollectorStatus:
-    success: bool = False
-    duration_seconds: float = 0.0
-    failures: int = 0
-
-
 @dataclass(frozen=True)
 class Snapshot:
     """Everything a scrape renders. Replaced as a whole, never mutated after publication."""
@@ -74,27 +51,40 @@ class Snapshot:
     device_counters: dict[str, DeviceCounters]
     process_counters: dict[tuple[str, int], ProcessCounters]
     collectors: dict[str, CollectorStatus]
+    # Busy seconds per (device uuid, pod), for pods holding the device or running processes on it.
+    pod_counters: dict[tuple[str, PodRef], float] = field(default_factory=dict)
+    attribution: Resolved | None = None  # None: no attribution configured
 
 
 class Sampler:
-    """Samples `source` every `interval` seconds on a background thread."""
+    """Samples `source` every `interval` seconds on a background thread, attributing processes and
+    devices to pods through `attribution` when one is given."""
 
     #: A gap longer than this many intervals (a hung driver call, a suspended process) is not
     #: integrated: nobody knows what the GPU did meanwhile, and counters must not invent it.
     MAX_GAP_INTERVALS = 2.0
 
-    def __init__(self, source: Source, interval: float = 1.0, clock=time.monotonic):
+    def __init__(self, source: Source, interval: float = 1.0, clock=time.monotonic,
+                 attribution: Attribution | None = None):
         self.source = source
         self.interval = interval
         self.clock = clock
+        self.attribution = attribution
         self._device_counters: dict[str, DeviceCounters] = {}
         self._process_counters: dict[tuple[str, int], ProcessCounters] = {}
+        self._pod_counters: dict[tuple[str, PodRef], float] = {}
         self._last_seen: dict[str, float] = {}
         self._status = CollectorStatus()
         self._problems = ProblemLog(log)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.snapshot = Snapshot(None, clock(), {}, {}, {source.name: CollectorStatus()})
+        self.snapshot = Snapshot(None, clock(), {}, {}, self._collectors())
+
+    def _collectors(self) -> dict[str, CollectorStatus]:
+        collectors = {self.source.name: self._status}
+        if self.attribution is not None and self.attribution.name:
+            collectors[self.attribution.name] = self.attribution.state().status
+        return collectors
 
     def tick(self) -> Snapshot:
         """Take one sample, integrate it, publish and return the new snapshot."""
@@ -105,19 +95,34 @@ class Sampler:
             self._status = CollectorStatus(False, self.clock() - started, self._status.failures + 1)
             self._problems.problem("source", f"{self.source.name} source failed: {e}; serving the last good sample")
             self.snapshot = Snapshot(self.snapshot.node, self.snapshot.taken_at, self.snapshot.device_counters,
-                                     self.snapshot.process_counters, {self.source.name: self._status})
+                                     self.snapshot.process_counters, self._collectors(), self.snapshot.pod_counters,
+                                     self.snapshot.attribution)
             return self.snapshot
+        resolved = self._attribute(node)
         now = self.clock()
         self._problems.resolved("source", f"{self.source.name} source recovered")
-        self._integrate(node, now)
+        self._integrate(node, now, resolved)
         self._status = CollectorStatus(True, now - started, self._status.failures)
         self.snapshot = Snapshot(node, now, dict(self._device_counters), dict(self._process_counters),
-                                 {self.source.name: self._status})
+                                 self._collectors(), dict(self._pod_counters), resolved)
         return self.snapshot
 
-    def _integrate(self, node: NodeSample, now: float) -> None:
+    def _attribute(self, node: NodeSample) -> Resolved | None:
+        """Put each process in its pod and match the kubelet's allocations to this sample's devices."""
+        if self.attribution is None:
+            return None
+        for device in node.devices:
+            for process in device.processes:
+                if process.pod is None and not process.container_id:
+                    process.pod, process.container_id = self.attribution.process_pod(process.pid)
+        return resolve(self.attribution.state(), node.devices)
+
+    def _integrate(self, node: NodeSample, now: float, resolved: Resolved | None) -> None:
         max_gap = self.MAX_GAP_INTERVALS * self.interval
         live_processes: set[tuple[str, int]] = set()
+        live_pods: set[tuple[str, PodRef]] = set()
+        if resolved is not None and resolved.pods_by_uuid:
+            live_pods = {(uuid, pod) for uuid, pods in resolved.pods_by_uuid.items() for pod in pods}
         for device in node.devices:
             if not device.up:
                 self._last_seen.pop(device.uuid, None)
@@ -146,10 +151,21 @@ class Sampler:
                     pc.busy += process.utilization * dt
                     if process.utilization < m.IDLE_ACTIVITY_THRESHOLD:
                         pc.idle += dt
-        # Processes that ended take their series with them.
+                if process.pod is not None:
+                    pod_key = (device.uuid, process.pod)
+                    live_pods.add(pod_key)
+                    self._pod_counters[pod_key] = (self._pod_counters.get(pod_key, 0.0)
+                                                   + (process.utilization or 0.0) * dt)
+        # Processes that ended, and pods that neither hold the device nor run on it, take their
+        # series with them.
         for key in list(self._process_counters):
             if key not in live_processes:
                 del self._process_counters[key]
+        for key in list(self._pod_counters):
+            if key not in live_pods:
+                del self._pod_counters[key]
+        for key in live_pods:
+            self._pod_counters.setdefault(key, 0.0)
 
     def run(self) -> None:
         """Sample at a fixed rate until stop(). Ticks missed because a sample overran are skipped,

@@ -53,7 +53,8 @@ def test_fast_text_escapes_like_prometheus_client():
     text = collector.render_text()
     assert text == generate_latest(registry)
     assert b'command="say \\"hi\\"\\\\there\\nnext"' in text
-    assert b'gpulens_process_utilization_ratio{gpu="0",pid="7",uuid="GPU-1"} NaN' in text
+    assert (b'gpulens_process_utilization_ratio{container="",gpu="0",namespace="",pid="7",pod="",uuid="GPU-1"} NaN'
+            in text)
 
 
 class Broken(Source):

@@ -18,15 +18,27 @@ class SourceUnavailable(Exception):
     as is, so it names the problem and the fix."""
 
 
+@dataclass(frozen=True)
+class PodRef:
+    """A container of a Kubernetes pod. `container` is "" when only the pod is known."""
+
+    namespace: str
+    pod: str
+    container: str
+
+
 @dataclass
 class ProcessSample:
     """A compute process on a device. `utilization` is its SM share (ratio) or None where the
-    driver does not report per-process utilization (MIG, old drivers)."""
+    driver does not report per-process utilization (MIG, old drivers). `pod` and `container_id`
+    are filled in by attribution (or by the simulator, which knows)."""
 
     pid: int
     command: str
     memory_used_bytes: float | None
     utilization: float | None
+    pod: PodRef | None = None
+    container_id: str = ""
 
 
 @dataclass

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from exporter import metric_specs as m
-from exporter.sampler import ProblemLog
+from exporter.status import ProblemLog
 from exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source, SourceUnavailable
 
 log = logging.getLogger(__name__)

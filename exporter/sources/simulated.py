@@ -34,7 +34,10 @@ from pathlib import Path
 import yaml
 
 from exporter import metric_specs as m
-from exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source
+from exporter.attribution.attributor import Attribution, AttributionState
+from exporter.attribution.kubelet import DeviceRef
+from exporter.sources.base import DeviceSample, NodeSample, PodRef, ProcessSample, Source
+from exporter.status import CollectorStatus
 
 MIB = 1024**2
 GIB = 1024**3
@@ -126,7 +129,7 @@ class SimGpu:
     profiling: bool  # SM/tensor/DRAM activity available (GPM on Hopper, or DCGM beside it)
     numa_node: int
     seed: int
-    pod: str = ""  # "namespace/name" of the pod the workload runs in, "" for none
+    pod: PodRef | None = None  # the pod the workload runs in
     role: int = 0  # position within a multi-GPU job (0 = first GPU)
     base_pid: int = 0
     params: dict[str, float] = field(default_factory=dict)
@@ -313,10 +316,10 @@ def load_fleet(config: dict, default_seed: int = 0) -> list[SimNode]:
                     raise FleetError(f"{where}: workload '{profile}' names GPU {index!r}, but the node has GPUs 0-{count - 1}")
                 if index in assigned:
                     raise FleetError(f"{where}: GPU {index} is given two workloads")
-                assigned[index] = (profile, str(workload.get("pod", "")), role)
+                assigned[index] = (profile, _pod_ref(workload.get("pod"), where), role)
         gpus = []
         for index in range(count):
-            profile, pod, role = assigned.get(index, ("unallocated", "", 0))
+            profile, pod, role = assigned.get(index, ("unallocated", None, 0))
             uuid = "GPU-%08x-%04x-%04x-%04x-%012x" % (
                 rng.getrandbits(32), rng.getrandbits(16), rng.getrandbits(16), rng.getrandbits(16), rng.getrandbits(48))
             gpus.append(SimGpu(index=index, uuid=uuid, model=model, profile=profile, profiling=profiling,
@@ -325,6 +328,16 @@ def load_fleet(config: dict, default_seed: int = 0) -> list[SimNode]:
                                params=_params(profile, rng)))
         nodes.append(SimNode(name, gpus))
     return nodes
+
+
+def _pod_ref(value, where: str) -> PodRef | None:
+    """'namespace/pod' or 'namespace/pod/container' (container defaults to 'main')."""
+    if value in (None, ""):
+        return None
+    parts = str(value).split("/")
+    if len(parts) not in (2, 3) or not all(parts):
+        raise FleetError(f"{where}: pod {value!r} must be 'namespace/name' or 'namespace/name/container'")
+    return PodRef(parts[0], parts[1], parts[2] if len(parts) == 3 else "main")
 
 
 def fleet_from_file(path: str | Path, default_seed: int = 0) -> list[SimNode]:
@@ -428,5 +441,22 @@ class SimulatedSource(Source):
         d.set(m.ROW_REMAP_FAILED, 0)
         if a.process:
             d.processes.append(ProcessSample(pid=g.base_pid + a.restarts, command="python3",
-                                             memory_used_bytes=memory_used, utilization=round(a.busy, 2)))
+                                             memory_used_bytes=memory_used, utilization=round(a.busy, 2),
+                                             pod=g.pod, container_id=f"{g.uuid[4:12]}{a.restarts:056x}"))
         return d
+
+
+class SimulatedAttribution(Attribution):
+    """Plays the kubelet of a simulated node: the pods of the fleet file hold their GPUs."""
+
+    name = "kubelet"
+
+    def __init__(self, node: SimNode):
+        allocations = tuple((DeviceRef(uuid=g.uuid), g.pod) for g in node.gpus if g.pod is not None)
+        self._state = AttributionState(True, allocations, 0, CollectorStatus(True, 0.0, 0))
+
+    def state(self) -> AttributionState:
+        return self._state
+
+    def process_pod(self, pid: int) -> tuple[PodRef | None, str]:
+        return None, ""  # the simulated source puts its processes in their pods itself
