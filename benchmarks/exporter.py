@@ -106,13 +106,16 @@ def measure(gpus: int, rounds: int) -> dict:
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import generate_latest
 
+    from exporter.attribution.attributor import KubeletAttribution
     from exporter.collector import ExporterCollector
     from exporter.sampler import Sampler
     from exporter.sources.nvml import NvmlSource
 
     source = NvmlSource()
     source.start()
-    sampler = Sampler(source, interval=1.0)
+    # Pod attribution as deployed, minus the kubelet: every process is looked up in a /proc.
+    attribution = KubeletAttribution("", proc_root=tempfile.mkdtemp(), log_root=tempfile.mkdtemp())
+    sampler = Sampler(source, interval=1.0, attribution=attribution)
     registry = CollectorRegistry(auto_describe=False)
     collector = ExporterCollector(sampler, "bench", "nvml")
     registry.register(collector)
