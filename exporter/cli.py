@@ -15,6 +15,7 @@ from exporter.attribution.attributor import Attribution, KubeletAttribution
 from exporter.collector import ExporterCollector
 from exporter.sampler import Sampler
 from exporter.sources import simulated
+from exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource, MergedSource
 from exporter.sources.base import Source, SourceUnavailable
 from exporter.web import ConfigError, WebConfig, parse_listen_address, serve
 from gpulens import __version__, flags
@@ -28,8 +29,9 @@ DEFAULT_PORT = 9848
 def register(commands) -> None:
     p = commands.add_parser("exporter", help="serve GPU metrics for Prometheus",
                             description="Serve per-GPU, per-MIG-instance and per-process metrics for Prometheus.")
-    flags.add(p, "--source", choices=["nvml", "simulated"], default="nvml",
-              help="where GPU state comes from: the NVIDIA driver, or a simulated fleet (no GPU needed)")
+    flags.add(p, "--source", choices=["nvml", "dcgm", "simulated"], default="nvml",
+              help="where GPU state comes from: the NVIDIA driver (plus dcgm-exporter with --dcgm.url), "
+                   "dcgm-exporter alone, or a simulated fleet (no GPU needed)")
     flags.add(p, "--web.listen-address", dest="listen_address", default=f":{DEFAULT_PORT}",
               help="address to serve /metrics on")
     flags.add(p, "--web.config.file", dest="web_config_file", default="",
@@ -38,6 +40,16 @@ def register(commands) -> None:
               help="seconds between samples; busy and idle seconds are integrated at this rate")
     flags.add(p, "--nvml.rediscover-interval", dest="rediscover_interval", type=float, default=60.0,
               help="seconds between re-enumerations of GPUs and MIG instances (MIG reconfiguration, GPUs back from reset)")
+    flags.add(p, "--dcgm.url", dest="dcgm_url", default="",
+              help="this node's dcgm-exporter /metrics, e.g. http://localhost:9400/metrics: its profiling "
+                   "fields fill what NVML lacks (SM activity before Hopper)")
+    flags.add(p, "--dcgm.interval", dest="dcgm_interval", type=float, default=5.0,
+              help="seconds between reads of dcgm-exporter")
+    flags.add(p, "--dcgm.timeout", dest="dcgm_timeout", type=float, default=2.0,
+              help="seconds to wait for dcgm-exporter")
+    flags.add(p, "--dcgm.max-age", dest="dcgm_max_age", type=float, default=0.0,
+              help="seconds after which DCGM values stop being served when dcgm-exporter stops answering "
+                   "(default 3 x --dcgm.interval)")
     flags.add(p, "--kubelet.socket", dest="kubelet_socket", default=kubelet.DEFAULT_SOCKET,
               help="kubelet pod-resources socket, for the pod of each GPU; '' turns pod attribution off (bare metal)")
     flags.add(p, "--kubelet.resource-names", dest="kubelet_resource_names", default=",".join(kubelet.DEFAULT_RESOURCE_NAMES),
@@ -70,6 +82,17 @@ def register(commands) -> None:
 def build_source(args) -> tuple[Source, Attribution]:
     """The configured source, not yet started, and its pod attribution. Raises ConfigError on bad
     flags."""
+    fetcher = None
+    if args.dcgm_url or args.source == "dcgm":
+        if not args.dcgm_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--dcgm.url {args.dcgm_url!r} is not an http(s) URL; give dcgm-exporter's "
+                              "/metrics, for example http://localhost:9400/metrics")
+        for flag, value in (("--dcgm.interval", args.dcgm_interval), ("--dcgm.timeout", args.dcgm_timeout)):
+            if not value > 0:
+                raise ConfigError(f"{flag} must be a positive number of seconds, got {value}")
+        fetcher = DcgmFetcher(args.dcgm_url, args.dcgm_interval, args.dcgm_timeout, args.dcgm_max_age or None)
+    if args.source == "dcgm":
+        return DcgmSource(fetcher), DcgmAttribution(fetcher)
     if args.source == "nvml":
         from exporter.sources.nvml import NvmlSource
 
@@ -80,7 +103,8 @@ def build_source(args) -> tuple[Source, Attribution]:
         resources = tuple(r.strip() for r in args.kubelet_resource_names.split(",") if r.strip())
         attribution = KubeletAttribution(args.kubelet_socket, resources, args.kubelet_refresh_interval,
                                          args.kubelet_timeout, args.procfs, args.var_log)
-        return NvmlSource(rediscover_seconds=args.rediscover_interval), attribution
+        nvml = NvmlSource(rediscover_seconds=args.rediscover_interval)
+        return (MergedSource(nvml, fetcher) if fetcher else nvml), attribution
     try:
         if args.simulate_gpus:
             if args.simulate_gpus < 0:

@@ -139,11 +139,15 @@ class ExporterCollector:
             return
         if node.driver_version:
             out.add(m.DRIVER_INFO, (node.driver_version, node.nvml_version), 1)
+        fed_by: dict[tuple[str, str], int] = {}
         for d in node.devices:
             ids = (d.gpu, d.uuid)
             out.add(m.GPU_UP, ids, 1 if d.up else 0)
             if not d.up:
                 continue
+            for spec in d.values:
+                key = (spec.name, d.sources.get(spec, self.source_label))
+                fed_by[key] = fed_by.get(key, 0) + 1
             out.add(m.GPU_INFO, ids + (d.model, d.pci_bus_id, d.mig_mode, d.mig_profile, d.parent_uuid), 1)
             for spec, series in d.values.items():
                 for extra, value in series.items():
@@ -160,6 +164,8 @@ class ExporterCollector:
                     out.add(m.SM_ACTIVE_SECONDS, ids, counters.sm_active)
                 for reason, seconds in counters.clock_events.items():
                     out.add(m.CLOCK_EVENT_SECONDS, ids + (reason,), seconds)
+        for (metric, source), count in sorted(fed_by.items()):
+            out.add(m.METRIC_SOURCE, (metric, source), count)
         gpu_of = {d.uuid: d.gpu for d in node.devices if d.up}
         for uuid, peer, level in node.topology:
             if uuid in gpu_of and peer in gpu_of:

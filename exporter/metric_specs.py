@@ -232,6 +232,12 @@ CLOCK_EVENT_SECONDS = _spec(
     "sampler: sum of sample intervals with the reason bit set",
     labels=DEVICE_LABELS + ("reason",))
 
+CLOCK_VIOLATION_SECONDS = _spec(
+    "gpu_clock_violation_seconds_total", "counter", "seconds",
+    "Seconds the clocks were held below what was asked for, by reason: power, thermal, sync_boost, "
+    "board_limit, low_util, reliability (DCGM's violation counters).",
+    "DCGM_FI_DEV_*_VIOLATION / 1e9 (ns)", labels=DEVICE_LABELS + ("reason",))
+
 # --- errors ----------------------------------------------------------------------------------
 XID_ERRORS = _spec(
     "gpu_xid_errors_total", "counter", "",
@@ -331,6 +337,11 @@ KUBELET_UNMAPPED = _spec(
     "by reason: unknown_format (a device plugin naming scheme gpulens does not know) or "
     "no_such_device (no GPU or MIG instance with that ID here).",
     "kubelet pod-resources API v1 List", labels=("reason",), group="self")
+METRIC_SOURCE = _spec(
+    "exporter_metric_source_devices", "gauge", "",
+    "How many devices' values of each metric came from each source (nvml, dcgm, simulated): where "
+    "NVML lacks a field (SM activity before Hopper) and a dcgm-exporter is configured, DCGM fills it.",
+    "sampler", labels=("metric", "source"), group="self")
 SAMPLE_AGE = _spec(
     "exporter_sample_age_seconds", "gauge", "seconds",
     "Age of the latest complete sample at scrape time. Grows when the source hangs: the scrape "

@@ -81,7 +81,7 @@ class Sampler:
         self.snapshot = Snapshot(None, clock(), {}, {}, self._collectors())
 
     def _collectors(self) -> dict[str, CollectorStatus]:
-        collectors = {self.source.name: self._status}
+        collectors = {self.source.name: self._status, **self.source.statuses()}
         if self.attribution is not None and self.attribution.name:
             collectors[self.attribution.name] = self.attribution.state().status
         return collectors

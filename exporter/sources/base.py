@@ -9,6 +9,7 @@ import abc
 from dataclasses import dataclass, field
 
 from exporter import metric_specs as m
+from exporter.status import CollectorStatus
 
 Labels = tuple[str, ...]
 
@@ -61,6 +62,8 @@ class DeviceSample:
     values: dict[m.MetricSpec, dict[Labels, float]] = field(default_factory=dict)
     processes: list[ProcessSample] = field(default_factory=list)
     clock_event_reasons: int | None = None
+    # Which source fed a metric, where it is not the node's main source (DCGM filling NVML's gaps).
+    sources: dict[m.MetricSpec, str] = field(default_factory=dict)
 
     def set(self, spec: m.MetricSpec, value: float | None, *extra_labels: str) -> None:
         """Record a value; None (not supported, not available) records nothing."""
@@ -107,3 +110,7 @@ class Source(abc.ABC):
 
     def close(self) -> None:
         """Release the hardware."""
+
+    def statuses(self) -> dict[str, CollectorStatus]:
+        """Status of helper collectors the source runs itself (a DCGM fetcher beside NVML)."""
+        return {}
