@@ -25,7 +25,7 @@ PROCESS_LABELS = ("gpu", "uuid", "pid", "namespace", "pod", "container")
 BASE_UNITS = ("ratio", "bytes", "seconds", "watts", "joules", "celsius", "hertz")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False)  # eq=False: specs hash and compare by identity, in C
 class MetricSpec:
     """One exported metric family.
 
@@ -49,9 +49,6 @@ class MetricSpec:
         if self.type == "counter":
             return self.name[: -len("_total")]
         return self.name
-
-    def __hash__(self) -> int:
-        return id(self)
 
 
 ALL: list[MetricSpec] = []
