@@ -9,6 +9,7 @@ from gpulens import __version__
 
 
 def main(argv: list[str] | None = None) -> int:
+    from analyzer import cli as analyzer_cli
     from exporter import cli as exporter_cli
     from exporter import reference
 
@@ -18,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
                         choices=["debug", "info", "warning", "error"], help="log verbosity")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     exporter_cli.register(commands)
+    analyzer_cli.register(commands)
     reference.register(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,

@@ -262,7 +262,7 @@ PROFILES = {
 def _params(profile: str, rng: random.Random) -> dict[str, float]:
     """Per-GPU jitter, so that no two simulated GPUs are in lock step."""
     return {
-        "memory": rng.uniform(0.08, 0.12) if profile == "light_inference"
+        "memory": rng.uniform(0.04, 0.09) if profile == "light_inference"
         else rng.uniform(0.3, 0.45) if profile == "memory_held" else rng.uniform(0.6, 0.8),
         "context_memory": rng.uniform(0.005, 0.012),
         "period": rng.uniform(2.6, 3.4),

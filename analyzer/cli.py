@@ -1,0 +1,137 @@
+"""`gpulens analyze` (files), `gpulens eval` (accuracy on simulated pods)."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+from analyzer import catalog
+from analyzer.classify import Verdict, classify
+from analyzer.thresholds import Thresholds
+from analyzer.trace import TraceError
+from gpulens import flags
+
+
+def register(commands) -> None:
+    p = commands.add_parser("analyze", help="say why each pod's GPU is underused, from recorded files",
+                            description="Classify each pod's GPU bottleneck from trace files, nvidia-smi or "
+                                        "dcgmi dmon logs, or saved dcgm-exporter scrapes.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="files to analyze together, as one window")
+    p.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output format")
+    p.add_argument("--out", default="", help="write to this file (atomically) instead of stdout")
+    _common(p)
+    p.add_argument("--gpu-model", default="", help="GPU model for files that do not name it (dcgmi dmon), "
+                                                    "e.g. 'NVIDIA A100 80GB PCIe'")
+    p.add_argument("--scrape-interval", type=float, default=30.0,
+                   help="seconds between saved dcgm-exporter scrapes (their files carry no time)")
+    p.set_defaults(run=run_analyze)
+
+    e = commands.add_parser("eval", help="measure the classifier on simulated pods with known bottlenecks")
+    e.add_argument("--seed", type=int, default=1000, help="scenario seed (thresholds were tuned on 0-99)")
+    e.add_argument("--per-class", type=int, default=12, help="scenarios per class")
+    e.add_argument("--noise", type=float, default=0.03, help="standard deviation of the noise added to every ratio")
+    _common(e)
+    e.set_defaults(run=run_eval)
+
+
+def _common(p) -> None:
+    flags.add(p, "--thresholds", default="", help="YAML overriding analyzer thresholds (analyzer/thresholds.py)")
+    flags.add(p, "--prices", default="", help="YAML of GPU model: USD per GPU-hour (analyzer/catalog.py)")
+
+
+def _config(args) -> tuple[Thresholds, dict[str, float]]:
+    return Thresholds.load(args.thresholds), catalog.load_prices(args.prices)
+
+
+def run_analyze(args) -> int:
+    from analyzer import readers
+
+    try:
+        thresholds, prices = _config(args)
+        trace = _read_with_progress(args, readers)
+    except (TraceError, ValueError) as e:
+        print(f"gpulens analyze: {e}", file=sys.stderr)
+        return 2
+    verdicts = sorted(classify(trace, thresholds, prices), key=lambda v: -v.wasted_gpu_seconds)
+    if args.format == "json":
+        text = json.dumps([v.to_dict() for v in verdicts], indent=2) + "\n"
+    elif args.format == "csv":
+        text = _csv(verdicts)
+    else:
+        text = _table(verdicts, to_terminal=not args.out and sys.stdout.isatty())
+    if args.out:
+        tmp = Path(args.out).with_name(f".{Path(args.out).name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(args.out)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _read_with_progress(args, readers):
+    """Read the files with a progress bar on an interactive terminal (files of millions of rows
+    take a while); silently otherwise."""
+    if not sys.stderr.isatty() or len(args.files) == 1 and os.path.getsize(args.files[0]) < 50_000_000:
+        return readers.read_files(args.files, args.scrape_interval, args.gpu_model)
+    import pandas as pd
+    from rich.progress import Progress
+
+    frames = []
+    with Progress(transient=True) as progress:
+        task = progress.add_task("reading", total=len(args.files))
+        for path in args.files:
+            frames.append(readers.read_files([path], args.scrape_interval, args.gpu_model))
+            progress.advance(task)
+    return pd.concat(frames, ignore_index=True)
+
+
+_CSV_FIELDS = ["namespace", "pod", "node", "gpus", "gpu_model", "bottleneck", "confidence", "secondary",
+               "wasted_gpu_seconds", "wasted_cost", "mean_activity", "idle_ratio", "evidence", "recommendation"]
+
+
+def _csv(verdicts: list[Verdict]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=_CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for v in verdicts:
+        row = v.to_dict()
+        row["gpus"] = " ".join(v.gpus)
+        row["secondary"] = " ".join(v.secondary)
+        row["evidence"] = "; ".join(f"{k}: {val}" for k, val in v.evidence.items())
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="GPU bottleneck by pod (most waste first)", show_lines=True)
+    for column in ("pod", "node / GPUs", "bottleneck", "conf.", "wasted GPU-h", "cost $", "why", "what to do"):
+        table.add_column(column, overflow="fold")
+    for v in verdicts:
+        pod = f"{v.namespace}/{v.pod}" if v.pod else "(no pod)"
+        name = v.bottleneck + "".join(f"\n+ {s}" for s in v.secondary)
+        why = "\n".join(f"{k}: {val}" for k, val in v.evidence.items())
+        table.add_row(pod, f"{v.node}\n{v.gpu_model}\n{' '.join(v.gpus)}", name, f"{v.confidence:.2f}",
+                      f"{v.wasted_gpu_seconds / 3600:.2f}", f"{v.wasted_cost:.2f}", why, v.recommendation)
+    console = Console(file=io.StringIO(), width=None if to_terminal else 160, force_terminal=to_terminal)
+    console.print(table)
+    return console.file.getvalue()
+
+
+def run_eval(args) -> int:
+    from analyzer.evaluate import evaluate, render
+
+    try:
+        thresholds, _ = _config(args)
+    except ValueError as e:
+        print(f"gpulens eval: {e}", file=sys.stderr)
+        return 2
+    report = evaluate(args.seed, args.per_class, thresholds, args.noise)
+    print(f"{len(report.labels)} simulated pods, seed {args.seed}, noise {args.noise}\n")
+    print(render(report))
+    return 0

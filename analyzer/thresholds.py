@@ -1,0 +1,92 @@
+"""Every threshold the analyzer (and the generated alert rules) use, with where it comes from.
+
+Sources, as in ../shared/guide/SIGNALS.md: (NVIDIA) the vendor's guidance, (tool) another tool's
+default, (proposal) ours, kept only because `gpulens eval` shows it separates the classes.
+Override any of them with `--thresholds FILE` (YAML with the same field names).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import yaml
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # --- data -----------------------------------------------------------------------------------
+    #: Fewer samples per GPU than this in the window is insufficient_data, not a guess. (proposal)
+    min_samples: int = 30
+    #: Activity under this ratio is "no work": SM / GR activity about 0. (tool: Princeton JDS uses 0%)
+    idle_activity: float = 0.01
+    #: Idle for this many trailing seconds of the window (or the whole window, if shorter) = idle.
+    #: (tool: JDS warns at 60 min; a shorter window here, because the analyzer's window is minutes)
+    idle_seconds: float = 300.0
+    # --- data starvation (tool: SageMaker Debugger LowGPUUtilization: p95 > 70% and p5 < 10%) ----
+    starvation_high: float = 0.7
+    starvation_low: float = 0.1
+    #: p95 > high and p5 < low, written as "more than 5% of samples above high / below low".
+    starvation_tail: float = 0.05
+    #: Busy/idle switches per minute that make it an oscillation rather than one change of phase,
+    #: such as a warm-up. (proposal)
+    starvation_switches_per_minute: float = 2.0
+    #: CPU use / limit at which the pod's CPU is saturated. (tool: SageMaker CPUBottleneck 90%)
+    cpu_saturated: float = 0.9
+    # --- memory bandwidth (tool: KempnerPulse DRAM >= 0.5 with SM < 0.5; proposal: max pipe < 0.3) -
+    dram_active: float = 0.5
+    pipes_idle: float = 0.3
+    #: Fraction of samples showing the signature for the class to hold. (proposal)
+    signature_fraction: float = 0.5
+    # --- memory fragmentation / OOM risk ----------------------------------------------------------
+    #: Used over capacity. (common rule: > 0.9 for 5 min)
+    memory_full: float = 0.9
+    memory_full_seconds: float = 300.0
+    #: Growth in points of capacity. (tool: SageMaker GPUMemoryIncrease +5 points)
+    memory_growth: float = 0.05
+    #: Memory flatter than this (std of the used fraction) is a pre-allocator (vLLM, JAX,
+    #: TensorRT-LLM hold up to 90% by design), never fragmentation. (proposal)
+    preallocator_flatness: float = 0.01
+    # --- interconnect (NVIDIA link rates; tool: KempnerPulse PCIe >= 1 GB/s with SM < 30%) --------
+    link_busy: float = 0.6  # of the link's capacity (proposal)
+    interconnect_sm: float = 0.3
+    # --- throttling (tools: canonical hardware-observer, nvidia_gpu_exporter) --------------------
+    #: HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80; never SW power cap 0x4.
+    throttle_reasons_mask: int = 0x8 | 0x20 | 0x40 | 0x80
+    throttle_seconds: float = 300.0
+    # --- wrong GPU type (tool: Job Defense Shield "GPU model too powerful": <= 20%, <= 10 GB) ------
+    oversized_activity: float = 0.2
+    oversized_memory_bytes: float = 10e9
+    # --- poor placement (tool: jobstats "unused GPUs in a multi-GPU job"; proposal for the ratio) --
+    placement_imbalance: float = 0.5  # least busy GPU's activity / busiest's
+    # --- healthy (NVIDIA: SM active >= 0.8 necessary for effective use) -------------------------
+    healthy_sm: float = 0.8
+    #: Below this mean activity a GPU is likely used ineffectively. (NVIDIA: < 0.5)
+    ineffective_sm: float = 0.5
+    # --- alerting (issue: page when a pod's SM activity stays under 30% for 30 minutes) -----------
+    alert_low_sm: float = 0.3
+    alert_low_sm_for: str = "30m"
+
+    @classmethod
+    def load(cls, path: str | None) -> "Thresholds":
+        """Defaults, overridden by a YAML file of field: value. Raises ValueError naming the bad key."""
+        if not path:
+            return cls()
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as e:
+            raise ValueError(f"cannot read thresholds file {path}: {e.strerror}") from e
+        except yaml.YAMLError as e:
+            raise ValueError(f"thresholds file {path} is not valid YAML: {e}") from e
+        known = {f.name: f for f in fields(cls)}
+        unknown = set(raw) - set(known)
+        if unknown:
+            raise ValueError(f"thresholds file {path}: unknown key(s) {', '.join(sorted(unknown))}; "
+                             f"known keys are {', '.join(known)}")
+        values = {}
+        for key, value in raw.items():
+            kind = type(getattr(cls(), key))
+            try:
+                values[key] = kind(value)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"thresholds file {path}: {key} must be a {kind.__name__}, got {value!r}") from e
+        return cls(**values)

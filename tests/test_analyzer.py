@@ -1,0 +1,206 @@
+"""The analyzer: readers on real recordings, the classifier, `gpulens analyze` and `gpulens eval`."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyzer import readers
+from analyzer import trace as tr
+from analyzer.classify import CLASSES, classify
+from analyzer.evaluate import Scenario, evaluate, scenario_trace
+from analyzer.thresholds import Thresholds
+from analyzer.trace import TraceError, read_trace
+from tests.captures import FIXTURES, H100_CAPTURE, capture_sections
+from tests.helpers import REPO
+
+MIB = 1024**2
+DMON = FIXTURES / "dcgmi-dmon"
+
+
+def gpulens(*args, **kwargs):
+    return subprocess.run([sys.executable, "-m", "gpulens", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120, **kwargs)
+
+
+# --- readers on real recordings --------------------------------------------------------------
+
+def test_nvidia_smi_query_gpu_log_as_recorded(tmp_path):
+    # The capture's query-gpu section is exactly what `nvidia-smi --query-gpu=... --format=csv` printed.
+    log = tmp_path / "nvidia-smi.csv"
+    log.write_text("\n".join(capture_sections(H100_CAPTURE)["load :: query-gpu (csv, what the exporter parses)"]) + "\n")
+    frame = readers.read_files([log])
+    row = frame.iloc[0]
+    assert (row.gpu, row.gpu_model) == ("GPU-00000000-0000-0000-0000-000000000000", "NVIDIA H100 80GB HBM3")
+    assert row.gpu_util == 1.0
+    assert row.memory_used_bytes == 19818 * MIB and row.memory_total_bytes == 81559 * MIB
+    assert row.power_watts == 631.95 and row.sm_clock_hertz == 1980e6 and row.sm_clock_max_hertz == 1980e6
+    assert row.clock_event_reasons == 0
+    assert row.timestamp == pd.Timestamp("2026-07-14 08:12:53.353", tz="UTC").timestamp()
+    assert np.isnan(row.sm_active)  # nvidia-smi has no SM activity: absent, not 0
+
+
+def test_dcgmi_dmon_training_windows_and_the_idle_gaps_between_them():
+    trace = readers.read_files([DMON / "train_nlp_dcgm.csv"], gpu_model="NVIDIA A100 80GB PCIe")
+    windows = pd.read_csv(DMON / "train_nlp_nlp_train.csv")
+    # Between two of the recorded BERT experiments the GPU sat idle for 216 s.
+    gap = trace[(trace.timestamp >= 1661762824) & (trace.timestamp <= 1661763039)]
+    assert not ((windows.start_timestamp <= 1661763039) & (windows.end_timestamp >= 1661762824)).any()
+    [idle] = classify(gap)
+    assert (idle.bottleneck, idle.confidence) == ("idle", 0.95)
+    assert idle.evidence["idle_for_seconds"] == "216 >= 216 (activity < 0.01)"
+    w = windows.iloc[-1]
+    [training] = classify(trace[(trace.timestamp >= w.start_timestamp) & (trace.timestamp <= w.end_timestamp)])
+    assert training.bottleneck != "idle" and training.mean_activity > 0.3
+    # GR engine activity alone cannot say how much of the GPU works: the verdict says so.
+    assert "profiling_fields" in training.evidence and training.confidence <= 0.5
+
+
+def test_a_recording_with_a_hole_is_insufficient_data_not_a_guess():
+    # The ResNet-50 recording has no samples for 209 s before its first experiment: 24 samples in 230 s.
+    trace = readers.read_files([DMON / "train_cv_dcgm.csv"])
+    first = pd.read_csv(DMON / "train_cv_cv_train.csv").iloc[0]
+    [verdict] = classify(trace[trace.timestamp < first.start_timestamp])
+    assert (verdict.bottleneck, verdict.evidence["samples_per_gpu"]) == ("insufficient_data", "24 < 30")
+
+
+def test_saved_dcgm_exporter_scrapes_are_one_series():
+    frame = readers.read_files([FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape1.prom",
+                                FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape2.prom"], scrape_interval=30)
+    assert list(frame.timestamp) == [0.0, 30.0]
+    assert list(frame.pcie_tx_bytes_per_second) == [16503.0, 16503.0]
+    assert frame.memory_total_bytes.iloc[0] == 40384 * MIB
+    pods = readers.read_files([FIXTURES / "dcgm-exporter" / "t4x2-one-pod.prom"])
+    assert sorted(pods.pod) == ["", "runai-reservation-gpu-qa-mig-worker-gpu-1-kvltw"]
+
+
+# --- the trace format ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, message", [
+    ("gpu,sm_active\n0,0.5\n", "line 1: required column 'timestamp' missing from the header"),
+    ("timestamp,gpu,sm_activ\n1,0,0.5\n", "line 1: unknown column(s) sm_activ"),
+    ("timestamp,gpu,sm_active\n1,0,0.5\n2,0,high\n", "line 3, column 3 (sm_active): 'high' is not a number"),
+    ("timestamp,gpu,sm_active\n1,0,85\n", "line 2, column 3 (sm_active): 85 is not a ratio from 0 to 1"),
+    ("timestamp,gpu,sm_active\nyesterday,0,0.5\n", "line 2, column 1 (timestamp): 'yesterday' is neither unix"),
+    ("timestamp,gpu,sm_active\n1,0\n", "line 2: 2 fields, the header has 3"),
+    ("", "empty file"),
+])
+def test_malformed_trace_names_file_line_column(tmp_path, text, message):
+    path = tmp_path / "trace.csv"
+    path.write_text(text)
+    with pytest.raises(TraceError) as error:
+        read_trace(path)
+    assert str(error.value).startswith(str(path)) and message in str(error.value)
+
+
+def test_rfc3339_and_unix_timestamps_agree(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,gpu,gpu_util\n2025-11-21T10:00:00Z,0,0.5\n1763719201,0,0.25\n")
+    frame = read_trace(path)
+    assert list(frame.timestamp) == [1763719200.0, 1763719201.0]
+
+
+def test_parquet_round_trip(tmp_path):
+    frame = scenario_trace(Scenario("idle", "T4", 1, 0.0, True, False, 5), window=60)
+    tr.write_trace(frame, tmp_path / "t.parquet")
+    back = read_trace(tmp_path / "t.parquet")
+    pd.testing.assert_frame_equal(back, frame)
+
+
+# --- the classifier --------------------------------------------------------------------------
+
+def one(label, **kwargs) -> list:
+    s = Scenario(label, kwargs.pop("model", "A100-SXM4-40GB"), kwargs.pop("gpus", 1), kwargs.pop("onset", 0.0),
+                 kwargs.pop("profiling", True), kwargs.pop("mig", False), kwargs.pop("seed", 31))
+    return classify(scenario_trace(s))
+
+
+def test_a_verdict_carries_evidence_recommendation_and_waste():
+    [v] = one("data_starvation", model="H100-SXM5-80GB")
+    assert v.bottleneck == "data_starvation" and v.confidence == 0.95  # CPU at its limit adds confidence
+    assert v.evidence["activity_p95_above"].startswith("0.7 (") and "cpu_at_limit_fraction" in v.evidence
+    assert "num_workers" in v.recommendation
+    # Waste: (1 - mean activity) x 600 GPU-seconds, priced at the H100's 4 USD per hour.
+    assert v.wasted_gpu_seconds == pytest.approx((1 - v.mean_activity) * 600, abs=0.5)
+    assert v.wasted_cost == pytest.approx(v.wasted_gpu_seconds / 3600 * 4.0, abs=1e-3)
+
+
+def test_throttling_is_secondary_when_something_else_is_wrong():
+    frame = scenario_trace(Scenario("data_starvation", "H100-SXM5-80GB", 1, 0.0, True, False, 32))
+    frame["clock_event_reasons"] = 0x40.__float__()  # hot while starving
+    [v] = classify(frame)
+    assert (v.bottleneck, v.secondary) == ("data_starvation", ["throttling"])
+
+
+def test_a_preallocating_server_is_not_fragmentation():
+    frame = scenario_trace(Scenario("healthy", "H100-SXM5-80GB", 1, 0.0, True, False, 33))
+    frame["memory_used_bytes"] = 0.9 * frame["memory_total_bytes"]  # vLLM's gpu_memory_utilization=0.9
+    [v] = classify(frame)
+    assert v.bottleneck == "healthy"
+
+
+def test_without_profiling_fields_confidence_is_low_and_memory_bandwidth_never_claimed():
+    [v] = one("memory_bandwidth", profiling=False)
+    assert v.bottleneck != "memory_bandwidth"
+    assert v.confidence <= 0.5 and "profiling_fields" in v.evidence
+
+
+def test_too_few_samples_is_insufficient_data():
+    [v] = one("insufficient_data")
+    assert (v.bottleneck, v.evidence["samples_per_gpu"]) == ("insufficient_data", "20 < 30")
+
+
+def test_thresholds_come_from_one_overridable_config(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text("min_samples: 10\n")
+    [v] = classify(scenario_trace(Scenario("insufficient_data", "T4", 1, 0, True, False, 3)), Thresholds.load(path))
+    assert v.bottleneck == "healthy"
+    path.write_text("min_sample: 10\n")
+    with pytest.raises(ValueError, match="unknown key\\(s\\) min_sample"):
+        Thresholds.load(path)
+
+
+def test_eval_on_unseen_seeds():
+    report = evaluate(seed=1000, per_class=6)
+    assert set(report.labels) == set(CLASSES)
+    assert report.macro_f1() >= 0.95
+    assert report.healthy_called_idle() == 0
+    assert report.never_claims_memory_bandwidth_without_profiling()
+
+
+# --- the command line ------------------------------------------------------------------------
+
+def test_analyze_json_csv_and_table(tmp_path):
+    frame = pd.concat([scenario_trace(Scenario(label, "H100-SXM5-80GB", 1, 0, True, False, 40 + i))
+                       for i, label in enumerate(["idle", "healthy", "memory_bandwidth"])])
+    tr.write_trace(frame, tmp_path / "trace.csv")
+    result = gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    verdicts = json.loads(result.stdout)
+    assert [v["bottleneck"] for v in verdicts] == ["idle", "memory_bandwidth", "healthy"]  # most waste first
+    assert set(verdicts[0]) >= {"namespace", "pod", "node", "gpus", "gpu_model", "bottleneck", "confidence",
+                                "evidence", "recommendation", "wasted_gpu_seconds", "secondary"}
+    result = gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "csv")
+    assert result.stdout.splitlines()[0].startswith("namespace,pod,node,gpus,gpu_model,bottleneck,confidence")
+    table = gpulens("analyze", str(tmp_path / "trace.csv")).stdout
+    assert "eval/idle-40" in table and "memory_bandwidth" in table and "Release the GPU" in table
+
+
+def test_analyze_bad_file_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,gpu,sm_active\n1,0,0.5\n2,0,oops\n")
+    out = tmp_path / "verdicts.json"
+    out.write_text("previous results\n")
+    result = gpulens("analyze", str(bad), "--format", "json", "--out", str(out))
+    assert result.returncode == 2
+    assert result.stderr == f"gpulens analyze: {bad}, line 3, column 3 (sm_active): 'oops' is not a number\n"
+    assert out.read_text() == "previous results\n"
+    assert gpulens("analyze", str(tmp_path / "missing.csv")).returncode == 2
+
+
+def test_eval_command_prints_the_matrix():
+    result = gpulens("eval", "--per-class", "3")
+    assert result.returncode == 0
+    assert "macro-F1:" in result.stdout and "healthy pods called idle: 0" in result.stdout
