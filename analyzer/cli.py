@@ -29,6 +29,26 @@ def register(commands) -> None:
                    help="seconds between saved dcgm-exporter scrapes (their files carry no time)")
     p.set_defaults(run=run_analyze)
 
+    a = commands.add_parser("analyzer", help="serve live verdicts for every pod as Prometheus metrics",
+                            description="Classify every pod's GPU bottleneck on a cycle, from Prometheus or "
+                                        "from exporters directly, and serve the verdicts and the waste.")
+    flags.add(a, "--input.prometheus", dest="prometheus", default="",
+              help="Prometheus (or Thanos, Mimir, VictoriaMetrics) URL to read exporter metrics from")
+    flags.add(a, "--input.exporter", dest="exporters", action="append", default=[],
+              help="an exporter's /metrics URL to scrape directly, optionally node=URL; repeat per exporter")
+    flags.add(a, "--prometheus.selector", dest="selector", default="",
+              help="label matchers added to every gpulens series, e.g. job=\"gpulens\"")
+    flags.add(a, "--prometheus.step", dest="step", type=float, default=15.0, help="range-query step in seconds")
+    flags.add(a, "--exporter.scrape-interval", dest="scrape_interval", type=float, default=2.0,
+              help="seconds between direct scrapes of the exporters")
+    flags.add(a, "--analysis.window", dest="window", type=float, default=600.0,
+              help="seconds of history each verdict looks at")
+    flags.add(a, "--analysis.interval", dest="interval", type=float, default=15.0, help="seconds between verdicts")
+    flags.add(a, "--web.listen-address", dest="listen_address", default=":9849", help="address to serve on")
+    flags.add(a, "--web.config.file", dest="web_config_file", default="", help="exporter-toolkit web config")
+    _common(a)
+    a.set_defaults(run=run_service)
+
     e = commands.add_parser("eval", help="measure the classifier on simulated pods with known bottlenecks")
     e.add_argument("--seed", type=int, default=1000, help="scenario seed (thresholds were tuned on 0-99)")
     e.add_argument("--per-class", type=int, default=12, help="scenarios per class")
@@ -134,4 +154,52 @@ def run_eval(args) -> int:
     report = evaluate(args.seed, args.per_class, thresholds, args.noise)
     print(f"{len(report.labels)} simulated pods, seed {args.seed}, noise {args.noise}\n")
     print(render(report))
+    return 0
+
+
+def run_service(args) -> int:
+    import signal
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from analyzer.live import ExporterInput, PrometheusInput
+    from analyzer.service import AnalyzerService
+    from exporter.web import ConfigError, WebConfig, parse_listen_address, serve
+
+    try:
+        thresholds, prices = _config(args)
+        if bool(args.prometheus) == bool(args.exporters):
+            raise ValueError("give exactly one input: --input.prometheus URL, or one or more --input.exporter URL")
+        for flag, value in (("--analysis.window", args.window), ("--analysis.interval", args.interval),
+                            ("--prometheus.step", args.step), ("--exporter.scrape-interval", args.scrape_interval)):
+            if not value > 0:
+                raise ValueError(f"{flag} must be a positive number of seconds, got {value}")
+        if args.prometheus:
+            if not args.prometheus.startswith(("http://", "https://")):
+                raise ValueError(f"--input.prometheus {args.prometheus!r} is not an http(s) URL")
+            source = PrometheusInput(args.prometheus, args.window, args.step, selector=args.selector)
+        else:
+            source = ExporterInput(ExporterInput.parse_targets(args.exporters), args.window, args.scrape_interval)
+        address = parse_listen_address(args.listen_address)
+        web_config = WebConfig.load(args.web_config_file)
+    except (ValueError, ConfigError) as e:
+        print(f"gpulens analyzer: {e}", file=sys.stderr)
+        return 2
+    service = AnalyzerService(source, thresholds, prices, args.interval)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(service)
+    try:
+        server = serve(registry, address, web_config, title="gpulens analyzer", health=service.health,
+                       routes={"/api/v1/verdicts": service.verdicts_json})
+    except ConfigError as e:
+        print(f"gpulens analyzer: {e}", file=sys.stderr)
+        return 2
+    service.start()
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    stopped.wait()
+    server.shutdown()
+    service.stop()
     return 0

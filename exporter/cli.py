@@ -73,6 +73,8 @@ def register(commands) -> None:
     flags.add(p, "--simulate.profiles", dest="simulate_profiles", default="healthy_training",
               help=f"comma-separated workload profiles for --simulate.gpus, assigned round-robin: {', '.join(simulated.PROFILES)}")
     flags.add(p, "--simulate.seed", dest="simulate_seed", type=int, default=0, help="random seed of the simulation")
+    flags.add(p, "--simulate.speed", dest="simulate_speed", type=float, default=1.0,
+              help="run the simulated workloads this many times faster than real time")
     flags.add(p, "--once", action="store_true",
               help="sample twice, --sampler.interval apart (GPM activity needs two samples), print the "
                    "exposition to stdout and exit: a quick look at what the exporter sees")
@@ -105,6 +107,8 @@ def build_source(args) -> tuple[Source, Attribution]:
                                          args.kubelet_timeout, args.procfs, args.var_log)
         nvml = NvmlSource(rediscover_seconds=args.rediscover_interval)
         return (MergedSource(nvml, fetcher) if fetcher else nvml), attribution
+    if not args.simulate_speed > 0:
+        raise ConfigError(f"--simulate.speed must be a positive factor, got {args.simulate_speed}")
     try:
         if args.simulate_gpus:
             if args.simulate_gpus < 0:
@@ -121,7 +125,7 @@ def build_source(args) -> tuple[Source, Attribution]:
         raise ConfigError(str(e)) from e
     for node in nodes:
         if node.name == args.simulate_node or not args.simulate_node:
-            return simulated.SimulatedSource(node), simulated.SimulatedAttribution(node)
+            return simulated.SimulatedSource(node, speed=args.simulate_speed), simulated.SimulatedAttribution(node)
     raise ConfigError(f"--simulate.node {args.simulate_node!r} is not in the fleet; its nodes are "
                       f"{', '.join(n.name for n in nodes)}")
 

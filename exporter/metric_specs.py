@@ -349,6 +349,62 @@ SAMPLE_INTERVAL = _spec(
     "Configured interval of the fixed-rate sampler (--sampler.interval).",
     "configuration", labels=(), group="self")
 
+# --- the analyzer (gpulens analyzer) ----------------------------------------------------------------
+# The analyzer serves the whole fleet from one place, so `node` here is the pod's node, an identity
+# of the pod, not the host of the scrape target.
+ANALYZER_POD_LABELS = ("namespace", "pod", "node")
+POD_BOTTLENECK = _spec(
+    "pod_bottleneck", "gauge", "",
+    "StateSet: 1 for the pod's current bottleneck class, 0 for the others. bottleneck is one of "
+    "healthy, idle, data_starvation, memory_bandwidth, memory_fragmentation, interconnect, throttling, "
+    "wrong_gpu_type, poor_placement, insufficient_data.",
+    "analyzer verdict", labels=ANALYZER_POD_LABELS + ("bottleneck",), group="analyzer")
+POD_BOTTLENECK_CONFIDENCE = _spec(
+    "pod_bottleneck_confidence", "gauge", "", "How sure the analyzer is of the pod's bottleneck: a score from 0 to 1.",
+    "analyzer verdict", labels=ANALYZER_POD_LABELS, group="analyzer")
+POD_BOTTLENECK_INFO = _spec(
+    "pod_bottleneck_info", "gauge", "",
+    "The pod's verdict in words, value always 1, for alert annotations: the evidence that decided it "
+    "(signals and the thresholds they crossed), secondary findings, and the fix to try.",
+    "analyzer verdict", labels=ANALYZER_POD_LABELS + ("bottleneck", "secondary", "evidence", "recommendation"),
+    group="analyzer")
+POD_SM_ACTIVE = _spec(
+    "pod_sm_active_ratio", "gauge", "ratio",
+    "The pod's mean activity over the analysis window: SM activity, or graphics-engine activity or "
+    "utilization where SM activity is not available.", "analyzer window", labels=ANALYZER_POD_LABELS,
+    group="analyzer")
+POD_IDLE = _spec(
+    "pod_idle_ratio", "gauge", "ratio", "Fraction of the window the pod's GPUs did no work.",
+    "analyzer window", labels=ANALYZER_POD_LABELS, group="analyzer")
+POD_GPUS = _spec(
+    "pod_gpus", "gauge", "", "GPUs (or MIG instances) the pod holds.", "analyzer window",
+    labels=ANALYZER_POD_LABELS, group="analyzer")
+WASTED_GPU_SECONDS = _spec(
+    "wasted_gpu_seconds_total", "counter", "seconds",
+    "GPU-seconds allocated but not worked ((1 - activity) x time), by namespace and bottleneck class.",
+    "analyzer: each cycle adds the window's waste rate x the cycle's length",
+    labels=("namespace", "bottleneck"), group="analyzer")
+WASTED_COST = _spec(
+    "wasted_cost_dollars_total", "counter", "",
+    "Money the wasted GPU-seconds cost at the configured price per GPU-hour (USD by default), by "
+    "namespace and bottleneck class.", "analyzer: wasted GPU-hours x price of the GPU model",
+    labels=("namespace", "bottleneck"), group="analyzer")
+ANALYZER_LAST_SUCCESS = _spec(
+    "analyzer_last_success_timestamp_seconds", "gauge", "seconds",
+    "Unix time of the last analysis cycle that read its input and produced verdicts.", "analyzer",
+    labels=(), group="analyzer")
+ANALYZER_VERDICT_AGE = _spec(
+    "analyzer_verdict_age_seconds", "gauge", "seconds",
+    "Age of the verdicts served. Grows while the input (Prometheus, exporters) is down: the last "
+    "verdicts are kept, marked stale, never replaced by guesses.", "analyzer", labels=(), group="analyzer")
+ANALYZER_CYCLE_DURATION = _spec(
+    "analyzer_cycle_duration_seconds", "gauge", "seconds", "How long the last analysis cycle took.", "analyzer",
+    labels=(), group="analyzer")
+ANALYZER_INPUT_ERRORS = _spec(
+    "analyzer_input_errors_total", "counter", "",
+    "Failed reads of the analyzer's input, by input (prometheus, exporter).", "analyzer",
+    labels=("input",), group="analyzer")
+
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ALL}
 
 #: NVML clock event reason bits (nvml.h nvmlClocksEventReason*), in bit order.

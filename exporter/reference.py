@@ -13,6 +13,7 @@ _GROUPS = {
     "pod": "Per pod",
     "process": "Per process",
     "self": "The exporter itself",
+    "analyzer": "The analyzer (gpulens analyzer)",
 }
 
 

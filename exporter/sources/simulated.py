@@ -371,13 +371,22 @@ class SimulatedSource(Source):
 
     name = "simulated"
 
-    def __init__(self, node: SimNode, clock=time.time):
+    def __init__(self, node: SimNode, clock=time.time, speed: float = 1.0):
+        """`speed` runs the workloads faster than real time (speed 10: ten simulated seconds per
+        second), so that slow signatures such as a memory-fragmentation cycle show within a minute."""
         self.node = node
-        self.clock = clock
+        self.speed = speed
+        self._real_clock = clock
+        self._started = clock()
         self._last: float | None = None
         # Cumulative hardware counters the simulator integrates from rates, per GPU index.
         self._counters = {g.index: {"pcie_tx": 0.0, "pcie_rx": 0.0, "nvlink_tx": 0.0, "nvlink_rx": 0.0,
                                     "energy": 0.0} for g in node.gpus}
+
+    def clock(self) -> float:
+        """Simulated time: real time, sped up by `speed` from the moment the source was made."""
+        real = self._real_clock()
+        return self._started + (real - self._started) * self.speed
 
     def sample(self) -> NodeSample:
         now = self.clock()

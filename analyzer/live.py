@@ -1,0 +1,287 @@
+"""Live inputs of the analyzer service: Prometheus (the production path) or exporters directly.
+
+Both turn gpulens exporter metrics into the trace frame (analyzer/trace.py) over a sliding window.
+- PrometheusInput issues one range query per signal per cycle, for all GPUs at once, so the number
+  of queries does not grow with the number of pods; any server with Prometheus' HTTP API works
+  (Thanos, Mimir, VictoriaMetrics). cAdvisor and kube-state-metrics series, where present, add the
+  pods' CPU use, limits and restarts.
+- ExporterInput scrapes a list of exporters itself and keeps the window in memory: the embedded
+  default for the demo and small setups with no Prometheus.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from urllib.parse import urlparse
+
+import numpy as np
+import pandas as pd
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from analyzer import trace as tr
+from exporter import metric_specs as m
+
+log = logging.getLogger(__name__)
+
+#: Trace column <- exporter gauge.
+GAUGES: dict[str, m.MetricSpec] = {
+    "gpu_util": m.UTILIZATION, "sm_active": m.SM_ACTIVE, "sm_occupancy": m.SM_OCCUPANCY,
+    "tensor_active": m.TENSOR_ACTIVE, "dram_active": m.DRAM_ACTIVE, "gr_engine_active": m.GRAPHICS_ENGINE_ACTIVE,
+    "fp16_active": m.FP16_ACTIVE, "fp32_active": m.FP32_ACTIVE, "fp64_active": m.FP64_ACTIVE,
+    "memory_used_bytes": m.MEMORY_USED, "memory_total_bytes": m.MEMORY_TOTAL, "power_watts": m.POWER,
+    "temperature_celsius": m.TEMPERATURE, "sm_clock_hertz": m.SM_CLOCK, "sm_clock_max_hertz": m.SM_CLOCK_MAX,
+}
+#: Trace column <- exporter counter, read as a per-second rate.
+RATES: dict[str, m.MetricSpec] = {
+    "pcie_tx_bytes_per_second": m.PCIE_TRANSMIT, "pcie_rx_bytes_per_second": m.PCIE_RECEIVE,
+    "nvlink_tx_bytes_per_second": m.NVLINK_TRANSMIT, "nvlink_rx_bytes_per_second": m.NVLINK_RECEIVE,
+}
+
+
+class InputError(Exception):
+    """The input could not be read this cycle; the message names it and why."""
+
+
+def socket_groups(pairs: list[tuple[str, str, str]]) -> dict[str, int]:
+    """A number per GPU, equal for GPUs whose path does not cross CPU sockets (topology level
+    other than `system`): the trace's numa_node, from gpulens_gpu_topology_info."""
+    parent: dict[str, str] = {}
+
+    def find(x):
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b, level in pairs:
+        find(a), find(b)
+        if level != "system":
+            parent[find(a)] = find(b)
+    roots = sorted({find(x) for x in parent})
+    return {x: roots.index(find(x)) for x in parent}
+
+
+class ExporterInput:
+    """Scrapes gpulens exporters every `interval` seconds and keeps `window` seconds of samples."""
+
+    name = "exporter"
+
+    def __init__(self, targets: list[tuple[str, str]], window: float = 600.0, interval: float = 2.0,
+                 timeout: float = 5.0):
+        self.targets = targets  # (node name, /metrics URL)
+        self.window = window
+        self.interval = interval
+        self.timeout = timeout
+        self.session = requests.Session()
+        self._rows: collections.deque = collections.deque()
+        self._previous: dict[tuple[str, str, str], tuple[float, float]] = {}
+        self._lock = threading.Lock()
+        self.errors = 0
+        self.last_error = ""
+        self._stop = threading.Event()
+
+    @staticmethod
+    def parse_targets(values: list[str]) -> list[tuple[str, str]]:
+        """`URL` or `node=URL`; the node defaults to the URL's host:port."""
+        targets = []
+        for value in values:
+            node, sep, url = value.partition("=")
+            if not sep or node.startswith("http"):
+                node, url = "", value
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"--input.exporter {value!r} is not an http(s) URL (optionally node=URL)")
+            targets.append((node or urlparse(url).netloc, url))
+        return targets
+
+    def poll(self) -> None:
+        now = time.time()
+        rows = []
+        for node, url in self.targets:
+            try:
+                response = self.session.get(url, timeout=self.timeout)
+                response.raise_for_status()
+                rows.extend(self._rows_from(node, response.text, now))
+            except (requests.RequestException, ValueError) as e:
+                self.errors += 1
+                self.last_error = f"cannot scrape exporter {url}: {e}"
+        with self._lock:
+            self._rows.extend(rows)
+            while self._rows and self._rows[0]["timestamp"] < now - self.window:
+                self._rows.popleft()
+
+    def _rows_from(self, node: str, text: str, now: float) -> list[dict]:
+        gauges = {spec.name: column for column, spec in GAUGES.items()}
+        rates = {spec.name: column for column, spec in RATES.items()}
+        devices: dict[str, dict] = {}
+        pods: dict[str, dict] = {}
+        topology = []
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                uuid = s.labels.get("uuid")
+                if uuid is None:
+                    continue
+                row = devices.setdefault(uuid, {"timestamp": now, "gpu": uuid, "node": node})
+                if s.name in gauges:
+                    row[gauges[s.name]] = s.value
+                elif s.name in rates:
+                    key = (node, uuid, s.name)
+                    previous = self._previous.get(key)
+                    self._previous[key] = (now, s.value)
+                    if previous and now > previous[0] and s.value >= previous[1]:
+                        row[rates[s.name]] = (s.value - previous[1]) / (now - previous[0])
+                elif s.name == m.CLOCK_EVENT_ACTIVE.name and s.value == 1:
+                    row["clock_event_reasons"] = row.get("clock_event_reasons", 0) + m.CLOCK_EVENT_REASONS.get(
+                        s.labels["reason"], 0)
+                elif s.name == m.GPU_INFO.name:
+                    row["gpu_model"] = s.labels.get("model", "")
+                elif s.name == m.GPU_POD_INFO.name:
+                    pods[uuid] = {"namespace": s.labels["namespace"], "pod": s.labels["pod"],
+                                  "container": s.labels["container"]}
+                elif s.name == m.TOPOLOGY.name:
+                    topology.append((uuid, s.labels["peer_uuid"], s.labels["level"]))
+        sockets = socket_groups(topology)
+        for uuid, row in devices.items():
+            row.update(pods.get(uuid, {}))
+            row.setdefault("clock_event_reasons", 0 if any(k == "gpu_model" for k in row) else np.nan)
+            if uuid in sockets:
+                row["numa_node"] = sockets[uuid]
+        return [row for row in devices.values() if len(row) > 3]
+
+    def window_frame(self) -> pd.DataFrame:
+        with self._lock:
+            rows = list(self._rows)
+        if not rows and self.errors:
+            raise InputError(self.last_error)
+        return tr.normalize(pd.DataFrame(rows)) if rows else tr.empty()
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="gpulens-exporter-input", daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.poll()
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class PrometheusInput:
+    """Range queries against a Prometheus HTTP API: a fixed number per cycle, whatever the fleet."""
+
+    name = "prometheus"
+
+    def __init__(self, url: str, window: float = 600.0, step: float = 15.0, timeout: float = 30.0,
+                 selector: str = ""):
+        self.url = url.rstrip("/")
+        self.window = window
+        self.step = step
+        self.timeout = timeout
+        self.selector = selector  # e.g. job="gpulens", added to every gpulens series selector
+        self.session = requests.Session()
+
+    def _sel(self, name: str) -> str:
+        return f"{name}{{{self.selector}}}" if self.selector else name
+
+    def _query(self, expr: str, start: float, end: float) -> list[dict]:
+        try:
+            response = self.session.get(f"{self.url}/api/v1/query_range", timeout=self.timeout,
+                                        params={"query": expr, "start": start, "end": end, "step": self.step})
+        except requests.RequestException as e:
+            raise InputError(f"cannot reach Prometheus at {self.url}: {e}") from e
+        try:
+            body = response.json()
+        except ValueError:
+            raise InputError(f"Prometheus at {self.url} answered HTTP {response.status_code} with no JSON: "
+                             "is this the Prometheus HTTP API?") from None
+        if body.get("status") != "success":
+            raise InputError(f"Prometheus at {self.url} refused {expr!r}: {body.get('error', response.status_code)}")
+        return body["data"]["result"]
+
+    def window_frame(self) -> pd.DataFrame:
+        end = time.time()
+        start = end - self.window
+        columns: dict[tuple[str, str, float], dict] = {}
+
+        def add(result, column, combine=None):
+            for series in result:
+                labels = series["metric"]
+                key = (labels.get("instance", ""), labels.get("uuid", ""))
+                for ts, raw in series["values"]:
+                    row = columns.setdefault((*key, float(ts)), {})
+                    value = float(raw)
+                    row[column] = combine(row.get(column), value, labels) if combine else value
+
+        for column, spec in GAUGES.items():
+            add(self._query(self._sel(spec.name), start, end), column)
+        for column, spec in RATES.items():
+            add(self._query(f"rate({self._sel(spec.name)}[{max(4 * self.step, 60):.0f}s])", start, end), column)
+        add(self._query(f"{self._sel(m.CLOCK_EVENT_ACTIVE.name)} == 1", start, end), "clock_event_reasons",
+            lambda old, v, labels: (old or 0) + m.CLOCK_EVENT_REASONS.get(labels.get("reason", ""), 0))
+        if not columns:
+            return tr.empty()
+        keys = np.array(list(columns.keys()), dtype=object)
+        frame = pd.DataFrame(list(columns.values()))
+        frame["instance"], frame["gpu"], frame["timestamp"] = keys[:, 0], keys[:, 1], keys[:, 2].astype(float)
+        frame = frame[frame["gpu"] != ""]
+        frame = self._identity(frame, end)
+        return tr.normalize(frame)
+
+    def _latest(self, expr: str, end: float) -> list[dict]:
+        try:
+            response = self.session.get(f"{self.url}/api/v1/query", params={"query": expr, "time": end},
+                                        timeout=self.timeout)
+            body = response.json()
+        except (requests.RequestException, ValueError) as e:
+            raise InputError(f"cannot query Prometheus at {self.url}: {e}") from e
+        if body.get("status") != "success":
+            raise InputError(f"Prometheus at {self.url} refused {expr!r}: {body.get('error')}")
+        return body["data"]["result"]
+
+    def _identity(self, frame: pd.DataFrame, end: float) -> pd.DataFrame:
+        """Model, pod and socket of each GPU as of the window's end (pods rarely move mid-window),
+        and the pods' CPU and restarts where cAdvisor and kube-state-metrics are scraped."""
+        window = f"{self.window:.0f}s"
+        info = {(r["metric"].get("instance", ""), r["metric"]["uuid"]): r["metric"]
+                for r in self._latest(f"last_over_time({self._sel(m.GPU_INFO.name)}[{window}])", end)}
+        pods = {(r["metric"].get("instance", ""), r["metric"]["uuid"]): r["metric"]
+                for r in self._latest(f"last_over_time({self._sel(m.GPU_POD_INFO.name)}[{window}])", end)}
+        pairs = [(r["metric"]["uuid"], r["metric"]["peer_uuid"], r["metric"]["level"])
+                 for r in self._latest(f"last_over_time({self._sel(m.TOPOLOGY.name)}[{window}])", end)]
+        sockets = socket_groups(pairs)
+        keys = list(zip(frame["instance"], frame["gpu"]))
+        frame["gpu_model"] = [info.get(k, {}).get("model", "") for k in keys]
+        frame["node"] = [pods.get(k, {}).get("node") or info.get(k, {}).get("node") or k[0] for k in keys]
+        for column in ("namespace", "pod", "container"):
+            frame[column] = [pods.get(k, {}).get(column, "") for k in keys]
+        frame["numa_node"] = [sockets.get(k[1], np.nan) for k in keys]
+        cpu = {(r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1]) for r in self._latest(
+            'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!="",container!="POD"}[2m]))', end)}
+        limit = {(r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1]) for r in self._latest(
+            'sum by (namespace, pod) (kube_pod_container_resource_limits{resource="cpu"})', end)}
+        restarts = {(r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1]) for r in self._latest(
+            f"sum by (namespace, pod) (increase(kube_pod_container_status_restarts_total[{window}]))", end)}
+        pod_keys = list(zip(frame["namespace"], frame["pod"]))
+        frame["cpu_usage_cores"] = [cpu.get(k, np.nan) for k in pod_keys]
+        frame["cpu_limit_cores"] = [limit.get(k, np.nan) for k in pod_keys]
+        # The restarts within the window: 0 at each pod's first sample, the increase at its last.
+        frame["restarts_total"] = np.nan
+        frame = frame.reset_index(drop=True)
+        with_restarts = frame[[k in restarts for k in pod_keys]]
+        if not with_restarts.empty:
+            grouped = with_restarts.groupby(["namespace", "pod"])["timestamp"]
+            frame.loc[grouped.idxmin().to_numpy(), "restarts_total"] = 0.0
+            last = grouped.idxmax()
+            frame.loc[last.to_numpy(), "restarts_total"] = [restarts[k] for k in last.index]
+        return frame
+
+    def start(self) -> None:
+        """Nothing to run in the background: every cycle queries the window it needs."""
+
+    def close(self) -> None:
+        self.session.close()
