@@ -75,6 +75,8 @@ def register(commands) -> None:
     flags.add(p, "--simulate.seed", dest="simulate_seed", type=int, default=0, help="random seed of the simulation")
     flags.add(p, "--simulate.speed", dest="simulate_speed", type=float, default=1.0,
               help="run the simulated workloads this many times faster than real time")
+    flags.add(p, "--record", default="",
+              help="also append every sample to this trace CSV, for `gpulens analyze` later (docs/trace-format.md)")
     flags.add(p, "--once", action="store_true",
               help="sample twice, --sampler.interval apart (GPM activity needs two samples), print the "
                    "exposition to stdout and exit: a quick look at what the exporter sees")
@@ -141,8 +143,18 @@ def run(args) -> int:
     except (ConfigError, SourceUnavailable) as e:
         print(f"gpulens exporter: {e}", file=sys.stderr)
         return 2
+    recorder = None
+    if args.record:
+        from exporter.recorder import Recorder
+
+        try:
+            recorder = Recorder(args.record, node=getattr(getattr(source, "node", None), "name", ""))
+        except OSError as e:
+            print(f"gpulens exporter: cannot open --record file {args.record}: {e.strerror}", file=sys.stderr)
+            return 2
     attribution.start()
-    sampler = Sampler(source, args.interval, attribution=attribution)
+    sampler = Sampler(source, args.interval, attribution=attribution,
+                      on_sample=recorder.write if recorder else None)
     registry = CollectorRegistry(auto_describe=False)
     collector = ExporterCollector(sampler, __version__, source.name)
     registry.register(collector)
@@ -182,4 +194,6 @@ def run(args) -> int:
     sampler.stop()
     attribution.close()
     source.close()
+    if recorder:
+        recorder.close()
     return 0

@@ -65,8 +65,9 @@ class Sampler:
     MAX_GAP_INTERVALS = 2.0
 
     def __init__(self, source: Source, interval: float = 1.0, clock=time.monotonic,
-                 attribution: Attribution | None = None):
+                 attribution: Attribution | None = None, on_sample=None):
         self.source = source
+        self.on_sample = on_sample  # called with each new snapshot (the --record trace writer)
         self.interval = interval
         self.clock = clock
         self.attribution = attribution
@@ -105,6 +106,8 @@ class Sampler:
         self._status = CollectorStatus(True, now - started, self._status.failures)
         self.snapshot = Snapshot(node, now, dict(self._device_counters), dict(self._process_counters),
                                  self._collectors(), dict(self._pod_counters), resolved)
+        if self.on_sample is not None:
+            self.on_sample(self.snapshot)
         return self.snapshot
 
     def _attribute(self, node: NodeSample) -> Resolved | None:

@@ -204,3 +204,21 @@ def test_eval_command_prints_the_matrix():
     result = gpulens("eval", "--per-class", "3")
     assert result.returncode == 0
     assert "macro-F1:" in result.stdout and "healthy pods called idle: 0" in result.stdout
+
+
+def test_the_exporter_records_a_trace_that_analyze_reads(tmp_path):
+    from tests.helpers import start_exporter
+    import time as _time
+
+    record = tmp_path / "node.csv"
+    exporter, url = start_exporter(["--source", "simulated", "--simulate.node", "sim-h100-a", "--simulate.speed", "5",
+                                    "--sampler.interval", "0.25", "--record", str(record)])
+    _time.sleep(12)
+    exporter.stop()
+    frame = read_trace(record)
+    assert set(frame.node) == {"sim-h100-a"} and frame.gpu.nunique() == 8
+    verdicts = {f"{v.namespace}/{v.pod}": v.bottleneck for v in classify(frame) if v.pod}
+    assert verdicts["research/notebook-alice-0"] == "idle"
+    assert verdicts["science/stencil-solver-0"] == "memory_bandwidth"
+    assert verdicts["vision/resnet-ddp-0"] == "healthy"
+    assert frame.pcie_rx_bytes_per_second.notna().sum() > 0
