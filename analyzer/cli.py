@@ -50,7 +50,7 @@ def register(commands) -> None:
     a.set_defaults(run=run_service)
 
     e = commands.add_parser("eval", help="measure the classifier on simulated pods with known bottlenecks")
-    e.add_argument("--seed", type=int, default=1000, help="scenario seed (thresholds were tuned on 0-99)")
+    e.add_argument("--seed", type=int, default=1000, help="scenario seed (thresholds were tuned on seeds 0-7)")
     e.add_argument("--per-class", type=int, default=12, help="scenarios per class")
     e.add_argument("--noise", type=float, default=0.03, help="standard deviation of the noise added to every ratio")
     _common(e)
