@@ -26,19 +26,7 @@ from exporter import metric_specs as m
 
 log = logging.getLogger(__name__)
 
-#: Trace column <- exporter gauge.
-GAUGES: dict[str, m.MetricSpec] = {
-    "gpu_util": m.UTILIZATION, "sm_active": m.SM_ACTIVE, "sm_occupancy": m.SM_OCCUPANCY,
-    "tensor_active": m.TENSOR_ACTIVE, "dram_active": m.DRAM_ACTIVE, "gr_engine_active": m.GRAPHICS_ENGINE_ACTIVE,
-    "fp16_active": m.FP16_ACTIVE, "fp32_active": m.FP32_ACTIVE, "fp64_active": m.FP64_ACTIVE,
-    "memory_used_bytes": m.MEMORY_USED, "memory_total_bytes": m.MEMORY_TOTAL, "power_watts": m.POWER,
-    "temperature_celsius": m.TEMPERATURE, "sm_clock_hertz": m.SM_CLOCK, "sm_clock_max_hertz": m.SM_CLOCK_MAX,
-}
-#: Trace column <- exporter counter, read as a per-second rate.
-RATES: dict[str, m.MetricSpec] = {
-    "pcie_tx_bytes_per_second": m.PCIE_TRANSMIT, "pcie_rx_bytes_per_second": m.PCIE_RECEIVE,
-    "nvlink_tx_bytes_per_second": m.NVLINK_TRANSMIT, "nvlink_rx_bytes_per_second": m.NVLINK_RECEIVE,
-}
+GAUGES, RATES = tr.FROM_GAUGES, tr.FROM_RATES
 
 
 class InputError(Exception):

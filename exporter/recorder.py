@@ -8,24 +8,10 @@ import os
 import time
 
 from analyzer import trace as tr
-from exporter import metric_specs as m
 from exporter.sampler import Snapshot
 from exporter.status import ProblemLog
 
 log = logging.getLogger(__name__)
-
-#: Trace column <- device metric.
-_COLUMNS = {
-    "gpu_util": m.UTILIZATION, "sm_active": m.SM_ACTIVE, "sm_occupancy": m.SM_OCCUPANCY,
-    "tensor_active": m.TENSOR_ACTIVE, "dram_active": m.DRAM_ACTIVE, "gr_engine_active": m.GRAPHICS_ENGINE_ACTIVE,
-    "fp16_active": m.FP16_ACTIVE, "fp32_active": m.FP32_ACTIVE, "fp64_active": m.FP64_ACTIVE,
-    "memory_used_bytes": m.MEMORY_USED, "memory_total_bytes": m.MEMORY_TOTAL, "power_watts": m.POWER,
-    "temperature_celsius": m.TEMPERATURE, "sm_clock_hertz": m.SM_CLOCK, "sm_clock_max_hertz": m.SM_CLOCK_MAX,
-}
-#: Trace rate column <- cumulative device counter.
-_RATES = {"pcie_tx_bytes_per_second": m.PCIE_TRANSMIT, "pcie_rx_bytes_per_second": m.PCIE_RECEIVE,
-          "nvlink_tx_bytes_per_second": m.NVLINK_TRANSMIT, "nvlink_rx_bytes_per_second": m.NVLINK_RECEIVE}
-
 
 class Recorder:
     """Appends one row per device per sample. A write error is logged once and recording stops
@@ -57,10 +43,10 @@ class Recorder:
             holders = (pods or {}).get(d.uuid) or [p.pod for p in d.processes if p.pod]
             if holders:
                 row.update(namespace=holders[0].namespace, pod=holders[0].pod, container=holders[0].container)
-            for column, spec in _COLUMNS.items():
+            for column, spec in tr.FROM_GAUGES.items():
                 value = d.get(spec)
                 row[column] = "" if value is None else repr(value)
-            for column, spec in _RATES.items():
+            for column, spec in tr.FROM_RATES.items():
                 value, key = d.get(spec), (d.uuid, spec.name)
                 previous = self._previous.get(key)
                 if value is not None:
