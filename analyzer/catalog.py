@@ -8,9 +8,7 @@ direction, from NVIDIA's figures (PCIe Gen3 0.985 GB/s per lane, doubling per ge
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
-import yaml
+from gpulens.config import ConfigError, read_yaml
 
 GB = 1e9
 
@@ -50,10 +48,8 @@ def model_info(model: str, prices: dict[str, float] | None = None) -> ModelInfo:
 def load_prices(path: str | None) -> dict[str, float]:
     if not path:
         return {}
+    raw = read_yaml(path, "--prices") or {}
     try:
-        raw = yaml.safe_load(Path(path).read_text()) or {}
         return {str(k): float(v) for k, v in raw.items()}
-    except OSError as e:
-        raise ValueError(f"cannot read prices file {path}: {e.strerror}") from e
-    except (yaml.YAMLError, AttributeError, TypeError, ValueError) as e:
-        raise ValueError(f"prices file {path} must map model names to USD per GPU-hour, e.g. 'H100: 4.0' ({e})") from e
+    except (AttributeError, TypeError, ValueError) as e:
+        raise ConfigError(f"--prices {path}: must map model names to USD per GPU-hour, e.g. 'H100: 4.0' ({e})") from e

@@ -165,16 +165,15 @@ def run_service(args) -> int:
 
     from analyzer.live import ExporterInput, PrometheusInput
     from analyzer.service import AnalyzerService
-    from exporter.web import ConfigError, WebConfig, parse_listen_address, serve
+    from exporter.web import WebConfig, parse_listen_address, serve
+    from gpulens.config import ConfigError, require_positive
 
     try:
         thresholds, prices = _config(args)
         if bool(args.prometheus) == bool(args.exporters):
             raise ValueError("give exactly one input: --input.prometheus URL, or one or more --input.exporter URL")
-        for flag, value in (("--analysis.window", args.window), ("--analysis.interval", args.interval),
-                            ("--prometheus.step", args.step), ("--exporter.scrape-interval", args.scrape_interval)):
-            if not value > 0:
-                raise ValueError(f"{flag} must be a positive number of seconds, got {value}")
+        require_positive(("--analysis.window", args.window), ("--analysis.interval", args.interval),
+                         ("--prometheus.step", args.step), ("--exporter.scrape-interval", args.scrape_interval))
         if args.prometheus:
             if not args.prometheus.startswith(("http://", "https://")):
                 raise ValueError(f"--input.prometheus {args.prometheus!r} is not an http(s) URL")

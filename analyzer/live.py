@@ -107,6 +107,7 @@ class ExporterInput:
         devices: dict[str, dict] = {}
         pods: dict[str, dict] = {}
         topology = []
+        reports_clock_events: set[str] = set()  # devices with clock-event series: no bit set means 0
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 uuid = s.labels.get("uuid")
@@ -121,9 +122,11 @@ class ExporterInput:
                     self._previous[key] = (now, s.value)
                     if previous and now > previous[0] and s.value >= previous[1]:
                         row[rates[s.name]] = (s.value - previous[1]) / (now - previous[0])
-                elif s.name == m.CLOCK_EVENT_ACTIVE.name and s.value == 1:
-                    row["clock_event_reasons"] = row.get("clock_event_reasons", 0) + m.CLOCK_EVENT_REASONS.get(
-                        s.labels["reason"], 0)
+                elif s.name == m.CLOCK_EVENT_ACTIVE.name:
+                    reports_clock_events.add(uuid)
+                    if s.value == 1:
+                        row["clock_event_reasons"] = row.get("clock_event_reasons", 0) + m.CLOCK_EVENT_REASONS.get(
+                            s.labels["reason"], 0)
                 elif s.name == m.GPU_INFO.name:
                     row["gpu_model"] = s.labels.get("model", "")
                 elif s.name == m.GPU_POD_INFO.name:
@@ -134,7 +137,8 @@ class ExporterInput:
         sockets = socket_groups(topology)
         for uuid, row in devices.items():
             row.update(pods.get(uuid, {}))
-            row.setdefault("clock_event_reasons", 0 if any(k == "gpu_model" for k in row) else np.nan)
+            if uuid in reports_clock_events:
+                row.setdefault("clock_event_reasons", 0)
             if uuid in sockets:
                 row["numa_node"] = sockets[uuid]
         return [row for row in devices.values() if len(row) > 3]

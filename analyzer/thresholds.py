@@ -7,9 +7,7 @@ Override any of them with `--thresholds FILE` (YAML with the same field names).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from pathlib import Path
-
-import yaml
+from gpulens.config import ConfigError, read_yaml
 
 
 @dataclass(frozen=True)
@@ -71,16 +69,13 @@ class Thresholds:
         """Defaults, overridden by a YAML file of field: value. Raises ValueError naming the bad key."""
         if not path:
             return cls()
-        try:
-            raw = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as e:
-            raise ValueError(f"cannot read thresholds file {path}: {e.strerror}") from e
-        except yaml.YAMLError as e:
-            raise ValueError(f"thresholds file {path} is not valid YAML: {e}") from e
+        raw = read_yaml(path, "--thresholds") or {}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"--thresholds {path}: expected a mapping of threshold: value")
         known = {f.name: f for f in fields(cls)}
         unknown = set(raw) - set(known)
         if unknown:
-            raise ValueError(f"thresholds file {path}: unknown key(s) {', '.join(sorted(unknown))}; "
+            raise ConfigError(f"--thresholds {path}: unknown key(s) {', '.join(sorted(unknown))}; "
                              f"known keys are {', '.join(known)}")
         values = {}
         for key, value in raw.items():
@@ -88,5 +83,5 @@ class Thresholds:
             try:
                 values[key] = kind(value)
             except (TypeError, ValueError) as e:
-                raise ValueError(f"thresholds file {path}: {key} must be a {kind.__name__}, got {value!r}") from e
+                raise ConfigError(f"--thresholds {path}: {key} must be a {kind.__name__}, got {value!r}") from e
         return cls(**values)

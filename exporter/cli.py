@@ -1,7 +1,6 @@
 """`gpulens exporter`: the per-node exporter."""
 from __future__ import annotations
 
-import argparse
 import logging
 import signal
 import sys
@@ -17,7 +16,8 @@ from exporter.sampler import Sampler
 from exporter.sources import simulated
 from exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource, MergedSource
 from exporter.sources.base import Source, SourceUnavailable
-from exporter.web import ConfigError, WebConfig, parse_listen_address, serve
+from exporter.web import WebConfig, parse_listen_address, serve
+from gpulens.config import ConfigError, require_positive
 from gpulens import __version__, flags
 
 log = logging.getLogger("gpulens.exporter")
@@ -91,40 +91,32 @@ def build_source(args) -> tuple[Source, Attribution]:
         if not args.dcgm_url.startswith(("http://", "https://")):
             raise ConfigError(f"--dcgm.url {args.dcgm_url!r} is not an http(s) URL; give dcgm-exporter's "
                               "/metrics, for example http://localhost:9400/metrics")
-        for flag, value in (("--dcgm.interval", args.dcgm_interval), ("--dcgm.timeout", args.dcgm_timeout)):
-            if not value > 0:
-                raise ConfigError(f"{flag} must be a positive number of seconds, got {value}")
+        require_positive(("--dcgm.interval", args.dcgm_interval), ("--dcgm.timeout", args.dcgm_timeout))
         fetcher = DcgmFetcher(args.dcgm_url, args.dcgm_interval, args.dcgm_timeout, args.dcgm_max_age or None)
     if args.source == "dcgm":
         return DcgmSource(fetcher), DcgmAttribution(fetcher)
     if args.source == "nvml":
         from exporter.sources.nvml import NvmlSource
 
-        for flag, value in (("--kubelet.refresh-interval", args.kubelet_refresh_interval),
-                            ("--kubelet.timeout", args.kubelet_timeout)):
-            if not value > 0:
-                raise ConfigError(f"{flag} must be a positive number of seconds, got {value}")
+        require_positive(("--kubelet.refresh-interval", args.kubelet_refresh_interval),
+                         ("--kubelet.timeout", args.kubelet_timeout))
         resources = tuple(r.strip() for r in args.kubelet_resource_names.split(",") if r.strip())
         attribution = KubeletAttribution(args.kubelet_socket, resources, args.kubelet_refresh_interval,
                                          args.kubelet_timeout, args.procfs, args.var_log)
         nvml = NvmlSource(rediscover_seconds=args.rediscover_interval)
         return (MergedSource(nvml, fetcher) if fetcher else nvml), attribution
-    if not args.simulate_speed > 0:
-        raise ConfigError(f"--simulate.speed must be a positive factor, got {args.simulate_speed}")
-    try:
-        if args.simulate_gpus:
-            if args.simulate_gpus < 0:
-                raise simulated.FleetError(f"--simulate.gpus must be positive, got {args.simulate_gpus}")
-            if args.simulate_model not in simulated.GPU_MODELS:
-                raise simulated.FleetError(f"--simulate.model {args.simulate_model!r} is unknown; choose one of "
-                                           f"{', '.join(simulated.GPU_MODELS)}")
-            nodes = simulated.fleet_from_flags(args.simulate_gpus, args.simulate_model,
-                                               [p.strip() for p in args.simulate_profiles.split(",") if p.strip()],
-                                               args.simulate_seed)
-        else:
-            nodes = simulated.fleet_from_file(args.simulate_config or simulated.DEFAULT_FLEET, args.simulate_seed)
-    except simulated.FleetError as e:
-        raise ConfigError(str(e)) from e
+    require_positive(("--simulate.speed", args.simulate_speed), unit="factor")
+    if args.simulate_gpus:
+        if args.simulate_gpus < 0:
+            raise ConfigError(f"--simulate.gpus must be positive, got {args.simulate_gpus}")
+        if args.simulate_model not in simulated.GPU_MODELS:
+            raise ConfigError(f"--simulate.model {args.simulate_model!r} is unknown; choose one of "
+                              f"{', '.join(simulated.GPU_MODELS)}")
+        nodes = simulated.fleet_from_flags(args.simulate_gpus, args.simulate_model,
+                                           [p.strip() for p in args.simulate_profiles.split(",") if p.strip()],
+                                           args.simulate_seed)
+    else:
+        nodes = simulated.fleet_from_file(args.simulate_config or simulated.DEFAULT_FLEET, args.simulate_seed)
     for node in nodes:
         if node.name == args.simulate_node or not args.simulate_node:
             return simulated.SimulatedSource(node, speed=args.simulate_speed), simulated.SimulatedAttribution(node)
@@ -134,8 +126,7 @@ def build_source(args) -> tuple[Source, Attribution]:
 
 def run(args) -> int:
     try:
-        if not args.interval > 0:
-            raise ConfigError(f"--sampler.interval must be a positive number of seconds, got {args.interval}")
+        require_positive(("--sampler.interval", args.interval))
         address = parse_listen_address(args.listen_address)
         web_config = WebConfig.load(args.web_config_file)
         source, attribution = build_source(args)

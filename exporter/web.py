@@ -29,15 +29,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 
-import yaml
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from gpulens.config import ConfigError, read_yaml
+
 log = logging.getLogger(__name__)
-
-
-class ConfigError(ValueError):
-    """A flag or configuration file is wrong. The message names the value and how to fix it."""
 
 
 def parse_listen_address(value: str) -> tuple[str, int]:
@@ -74,12 +71,7 @@ class WebConfig:
         if not path:
             return cls()
         where = f"--web.config.file {path}"
-        try:
-            raw = yaml.safe_load(Path(path).read_text()) or {}
-        except OSError as e:
-            raise ConfigError(f"{where}: cannot read it ({e.strerror})") from e
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{where}: not valid YAML: {e}") from e
+        raw = read_yaml(path, "--web.config.file") or {}
         if not isinstance(raw, dict):
             raise ConfigError(f"{where}: expected a mapping with tls_server_config, http_server_config or basic_auth_users")
         unknown = set(raw) - {"tls_server_config", "http_server_config", "basic_auth_users"}

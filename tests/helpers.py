@@ -117,6 +117,11 @@ def start_exporter(args: list[str], env: dict[str, str] | None = None) -> tuple[
     return process, url
 
 
+def start_nvml_exporter(fake_nvml: FakeNvml, *args: str, interval: str = "0.1") -> tuple[GpulensProcess, str]:
+    """The exporter on the fake libnvidia-ml, sampling every `interval` seconds."""
+    return start_exporter(["--source", "nvml", "--sampler.interval", interval, *args], env=fake_nvml.env())
+
+
 def samples(text: str) -> dict[tuple[str, frozenset], float]:
     """Parse an exposition into {(sample name, frozenset of label items): value}."""
     out = {}

@@ -13,7 +13,7 @@ from exporter.attribution.kubelet import DeviceRef, parse_device_id, resource_ma
 from exporter.sources.base import PodRef
 from tests import captures
 from tests.fake_kubelet import FakeKubelet
-from tests.helpers import REPO, samples, start_exporter, value, wait_until
+from tests.helpers import start_nvml_exporter, REPO, samples, value, wait_until
 
 NODE = REPO / "tests" / "fixtures" / "node"
 PROC, VAR_LOG = str(NODE / "proc"), str(NODE / "var" / "log")
@@ -129,9 +129,8 @@ def attributed_exporter(fake_nvml, tmp_path):
     gpus = node_gpus()
     fake_nvml.write(gpus)
     kubelet = FakeKubelet(str(tmp_path / "kubelet.sock"), kubelet_pods(gpus)).start()
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1",
-                                    "--kubelet.socket", kubelet.socket_path, "--kubelet.refresh-interval", "0.3",
-                                    "--path.procfs", PROC, "--path.var-log", VAR_LOG], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", kubelet.socket_path, "--kubelet.refresh-interval",
+                                        "0.3", "--path.procfs", PROC, "--path.var-log", VAR_LOG)
     yield gpus, kubelet, exporter, url
     exporter.stop()
     kubelet.stop()
@@ -224,9 +223,8 @@ def test_socket_absent_then_appearing(fake_nvml, tmp_path):
     gpus = node_gpus()
     fake_nvml.write(gpus)
     socket_path = str(tmp_path / "kubelet.sock")
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1", "--kubelet.socket", socket_path,
-                                    "--kubelet.refresh-interval", "0.3", "--path.procfs", PROC,
-                                    "--path.var-log", VAR_LOG], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", socket_path, "--kubelet.refresh-interval", "0.3",
+                                        "--path.procfs", PROC, "--path.var-log", VAR_LOG)
     kubelet = FakeKubelet(socket_path, kubelet_pods(gpus))
     try:
         parsed = scrape(url)
@@ -251,10 +249,9 @@ def test_a_hanging_kubelet_never_slows_the_scrape(fake_nvml, tmp_path):
     gpus = node_gpus()
     fake_nvml.write(gpus)
     kubelet = FakeKubelet(str(tmp_path / "kubelet.sock"), kubelet_pods(gpus)).start()
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1",
-                                    "--kubelet.socket", kubelet.socket_path, "--kubelet.refresh-interval", "0.2",
-                                    "--kubelet.timeout", "0.5", "--path.procfs", PROC, "--path.var-log", VAR_LOG],
-                                   env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", kubelet.socket_path, "--kubelet.refresh-interval",
+                                        "0.2", "--kubelet.timeout", "0.5", "--path.procfs", PROC,
+                                        "--path.var-log", VAR_LOG)
     try:
         kubelet.delay_seconds = 5.0
         wait_until(lambda: value(scrape(url), "gpulens_exporter_collector_success", collector="kubelet") == 0,

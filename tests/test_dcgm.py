@@ -9,7 +9,7 @@ import requests
 from exporter import metric_specs as m
 from exporter.sources.dcgm import DcgmFetcher, DcgmSource, devices_from_rows, is_blank, parse_exposition
 from tests.captures import FIXTURES
-from tests.helpers import samples, start_exporter, value, wait_until
+from tests.helpers import start_nvml_exporter, samples, value, wait_until
 
 DCGM = FIXTURES / "dcgm-exporter"
 MIB = 1024**2
@@ -155,7 +155,7 @@ def test_broken_values_never_become_numbers():
         f"DCGM_FI_PROF_DRAM_ACTIVE{labels} NaN",
         f"DCGM_FI_DEV_MEM_CLOCK{labels} 1215",
         f"DCGM_FI_DEV_MEM_CLOCK{labels} 1593",  # a duplicate series: the first one counts
-        f'DCGM_FI_DEV_FB_USED{{gpu="0",UUID="GPU-7099682b-a20d-2bcc-74ab-b9060454d81e"',  # cut off
+        'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-7099682b-a20d-2bcc-74ab-b9060454d81e"',  # cut off
         f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{labels} 0.25",  # and no final newline
     ])
     parsed = parse_exposition(text)
@@ -243,8 +243,8 @@ def t4_pair_in_nvml():
 def test_dcgm_fills_what_nvml_lacks_and_nothing_twice(fake_nvml, dcgm_exporter):
     fake_nvml.write(t4_pair_in_nvml())
     dcgm_exporter.serve("t4x2-one-pod.prom")
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1", "--kubelet.socket", "",
-                                    "--dcgm.url", dcgm_exporter.url, "--dcgm.interval", "0.2"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", "", "--dcgm.url", dcgm_exporter.url,
+                                        "--dcgm.interval", "0.2")
     try:
         text = requests.get(url + "/metrics").text
         parsed = samples(text)
@@ -280,8 +280,8 @@ def test_mig_instances_get_their_activity_from_dcgm(fake_nvml, dcgm_exporter):
                     f"mig{i}.name": f"NVIDIA A100-SXM4-40GB MIG {profile}", f"mig{i}.memory_total": 4864 * MIB})
     fake_nvml.write([gpu])
     dcgm_exporter.serve("a100-mig-2x1g5gb-2g10gb.prom")
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1", "--kubelet.socket", "",
-                                    "--dcgm.url", dcgm_exporter.url, "--dcgm.interval", "0.5"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", "", "--dcgm.url", dcgm_exporter.url,
+                                        "--dcgm.interval", "0.5")
     try:
         time.sleep(1.0)
         parsed = samples(requests.get(url + "/metrics").text)

@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from tests import captures
-from tests.helpers import REPO, samples, start_exporter, value, wait_until
+from tests.helpers import start_nvml_exporter, REPO, samples, value, wait_until
 
 GOLDEN = REPO / "tests" / "golden"
 MIB = 1024**2
@@ -155,7 +155,7 @@ def _two_gpus():
 def test_lost_gpu_goes_down_alone_and_is_logged_once(fake_nvml):
     gpus = _two_gpus()
     fake_nvml.write(gpus)
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml)
     try:
         t4 = gpus[1]["uuid"]
         assert value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_up", uuid=t4) == 1
@@ -184,8 +184,7 @@ def test_lost_gpu_keeps_its_identity_across_rediscovery(fake_nvml):
     gpus = _two_gpus()
     gpus[1]["lost"] = 1
     fake_nvml.write(gpus[:1] + [gpus[1] | {"lost": 0}])
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1",
-                                    "--nvml.rediscover-interval", "0.2"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml, "--nvml.rediscover-interval", "0.2")
     try:
         fake_nvml.write(gpus)  # lost, and re-enumeration can no longer open it
         time.sleep(1.0)  # several re-enumerations
@@ -199,7 +198,7 @@ def test_lost_gpu_keeps_its_identity_across_rediscovery(fake_nvml):
 def test_hanging_nvml_call_never_hangs_the_scrape(fake_nvml):
     gpus = _two_gpus()
     fake_nvml.write(gpus)
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml)
     try:
         gpus[0].update({"hang": "nvmlDeviceGetTemperature", "hang_ms": 4000})
         fake_nvml.write(gpus)
@@ -219,7 +218,7 @@ def test_intermittent_errors_drop_one_value_and_log_once(fake_nvml):
     gpus = _two_gpus()
     gpus[1]["flaky"] = "nvmlDeviceGetTemperature"
     fake_nvml.write(gpus)
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml)
     try:
         seen = set()
         for _ in range(20):
@@ -238,7 +237,7 @@ def test_every_xid_event_is_counted(fake_nvml):
     gpus = _two_gpus()
     gpus[0]["xids"] = "48"  # raised before the exporter started: not an event it saw
     fake_nvml.write(gpus)
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml)
     try:
         def xids():
             parsed = samples(requests.get(url + "/metrics").text)
@@ -258,7 +257,7 @@ def test_every_xid_event_is_counted(fake_nvml):
 def test_series_of_an_ended_process_disappear(fake_nvml):
     gpus = _two_gpus()
     fake_nvml.write(gpus)
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.1"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml)
     try:
         assert value(samples(requests.get(url + "/metrics").text), "gpulens_process_busy_seconds_total",
                      pid="11345") is not None
@@ -279,7 +278,7 @@ def test_scrape_while_state_changes_constantly_never_fails(fake_nvml):
     """Rewrites racing with the sampler must never produce a 500 or a half-read GPU."""
     gpus = _two_gpus()
     fake_nvml.write(gpus)
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.05"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml, interval="0.05")
     stop = threading.Event()
 
     def churn():

@@ -7,7 +7,7 @@ import threading
 import time
 
 from tests import captures
-from tests.helpers import Prometheus, start_exporter, wait_until
+from tests.helpers import start_nvml_exporter, Prometheus, wait_until
 
 PERIOD_SECONDS = 1.0
 BUSY_SECONDS = 0.25
@@ -17,7 +17,7 @@ def test_rate_of_busy_and_idle_seconds_is_the_true_duty_cycle(fake_nvml, tmp_pat
     gpu = captures.t4_with_processes()[0]
     gpu["proc0.sm_util"] = 0
     fake_nvml.write([gpu])
-    exporter, url = start_exporter(["--source", "nvml", "--sampler.interval", "0.05"], env=fake_nvml.env())
+    exporter, url = start_nvml_exporter(fake_nvml, interval="0.05")
     stop = threading.Event()
 
     def alternate():

@@ -117,7 +117,7 @@ def run_exporter(*args, timeout=30):
     (["--web.listen-address", "localhost"], "--web.listen-address 'localhost' is not HOST:PORT"),
     (["--simulate.gpus", "2", "--simulate.profiles", "busy"], "unknown workload profile 'busy'; choose one of"),
     (["--simulate.gpus", "2", "--simulate.model", "V100"], "--simulate.model 'V100' is unknown"),
-    (["--simulate.config", "/nonexistent/fleet.yaml"], "cannot read fleet file /nonexistent/fleet.yaml"),
+    (["--simulate.config", "/nonexistent/fleet.yaml"], "--simulate.config /nonexistent/fleet.yaml: cannot read it"),
     (["--web.config.file", "/nonexistent/web.yml"], "--web.config.file /nonexistent/web.yml: cannot read it"),
 ])
 def test_bad_flags_name_the_value_and_exit_2(args, message):

@@ -395,11 +395,11 @@ class DcgmSource(Source):
         self.fetcher = fetcher
 
     def start(self) -> None:
-        self.fetcher.fetch()
+        self.fetcher.start()
         if self.fetcher.reading() is None:
+            self.fetcher.close()
             raise SourceUnavailable(f"cannot read dcgm-exporter at {self.fetcher.url}: check --dcgm.url and that "
                                     "dcgm-exporter runs on this node (the log line above says why)")
-        threading.Thread(target=self.fetcher._run, name="gpulens-dcgm", daemon=True).start()
 
     def close(self) -> None:
         self.fetcher.close()

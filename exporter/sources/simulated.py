@@ -31,13 +31,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from exporter import metric_specs as m
 from exporter.attribution.attributor import Attribution, AttributionState
 from exporter.attribution.kubelet import DeviceRef
 from exporter.sources.base import DeviceSample, NodeSample, PodRef, ProcessSample, Source
 from exporter.status import CollectorStatus
+from gpulens.config import ConfigError, read_yaml
 
 MIB = 1024**2
 GIB = 1024**3
@@ -272,7 +271,7 @@ def _params(profile: str, rng: random.Random) -> dict[str, float]:
     }
 
 
-class FleetError(ValueError):
+class FleetError(ConfigError):
     """A fleet file or simulation flag is wrong; the message names the value and the fix."""
 
 
@@ -342,17 +341,9 @@ def _pod_ref(value, where: str) -> PodRef | None:
 
 def fleet_from_file(path: str | Path, default_seed: int = 0) -> list[SimNode]:
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise FleetError(f"cannot read fleet file {path}: {e.strerror}; pass a readable YAML file to --simulate.config") from e
-    try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise FleetError(f"fleet file {path} is not valid YAML: {e}") from e
-    try:
-        return load_fleet(config, default_seed)
+        return load_fleet(read_yaml(path, "--simulate.config"), default_seed)
     except FleetError as e:
-        raise FleetError(f"fleet file {path}: {e}") from e
+        raise FleetError(f"--simulate.config {path}: {e}") from e
 
 
 def fleet_from_flags(gpus: int, model: str, profiles: list[str], seed: int) -> list[SimNode]:
