@@ -6,13 +6,13 @@ import io
 import json
 import os
 import sys
-from pathlib import Path
 
 from analyzer import catalog
 from analyzer.classify import Verdict, classify
 from analyzer.thresholds import Thresholds
 from analyzer.trace import TraceError
 from gpulens import flags
+from gpulens.config import write_atomically
 
 
 def register(commands) -> None:
@@ -83,9 +83,11 @@ def run_analyze(args) -> int:
     else:
         text = _table(verdicts, to_terminal=not args.out and sys.stdout.isatty())
     if args.out:
-        tmp = Path(args.out).with_name(f".{Path(args.out).name}.tmp")
-        tmp.write_text(text)
-        tmp.replace(args.out)
+        try:
+            write_atomically(args.out, text)
+        except ValueError as e:
+            print(f"gpulens analyze: {e}", file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(text)
     return 0

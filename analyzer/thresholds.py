@@ -6,6 +6,7 @@ Override any of them with `--thresholds FILE` (YAML with the same field names).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from gpulens.config import ConfigError, read_yaml
 
@@ -60,9 +61,27 @@ class Thresholds:
     healthy_sm: float = 0.8
     #: Below this mean activity a GPU is likely used ineffectively. (NVIDIA: < 0.5)
     ineffective_sm: float = 0.5
-    # --- alerting (issue: page when a pod's SM activity stays under 30% for 30 minutes) -----------
+    # --- alerting: the generated Prometheus rules (alerts/rules.py). Durations are PromQL durations. --
+    #: Page when a pod's SM activity stays under this ratio (issue 6: 30% for 30 minutes).
     alert_low_sm: float = 0.3
     alert_low_sm_for: str = "30m"
+    #: The rate() window of the recording rules: long enough to smooth one training step, short
+    #: enough that a change shows within minutes. (proposal; kubernetes-mixin uses 5m)
+    alert_rate_window: str = "5m"
+    #: Allocated GPU with activity under idle_activity this long. (tool: Princeton JDS warns at 60 min)
+    alert_idle_for: str = "1h"
+    #: How long the analyzer must keep a class before its alert fires; verdicts are windows already.
+    alert_verdict_for: str = "15m"
+    #: Memory on a GPU no pod holds, above the driver's own context (~0.5 GiB), for this long is
+    #: leftover memory (SIGNALS.md: DataLoader workers of a killed job, gpu-operator #2880). (proposal)
+    alert_memory_held_bytes: float = 1024 ** 3
+    alert_memory_held_for: str = "15m"
+    #: Throttled share of time, over alert_rate_window, above which a GPU counts as throttled.
+    #: Held for throttle_seconds. (tools: canonical hardware-observer, nvidia_gpu_exporter: 5 min)
+    alert_throttled_fraction: float = 0.5
+    #: An exporter or analyzer target down, or its data stale, this long. (kubernetes-mixin: 15m for
+    #: TargetDown; shorter here because without the exporter every GPU alert goes blind)
+    alert_target_down_for: str = "5m"
 
     @classmethod
     def load(cls, path: str | None) -> "Thresholds":
@@ -84,4 +103,17 @@ class Thresholds:
                 values[key] = kind(value)
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"--thresholds {path}: {key} must be a {kind.__name__}, got {value!r}") from e
+            if kind is str and not PROMQL_DURATION.fullmatch(values[key]):
+                raise ConfigError(f"--thresholds {path}: {key} must be a Prometheus duration such as 30s, 5m "
+                                  f"or 1h, got {value!r}")
         return cls(**values)
+
+
+#: A Prometheus duration: one or more number-unit pairs, largest unit first (1h30m).
+PROMQL_DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?(?<=[a-z])")
+
+
+def duration_seconds(duration: str) -> float:
+    """Seconds in a Prometheus duration ("1h30m" -> 5400.0)."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+)(ms|[smhdwy])", duration))

@@ -26,3 +26,17 @@ def require_positive(*flags: tuple[str, float], unit: str = "number of seconds")
     for flag, value in flags:
         if not value > 0:
             raise ConfigError(f"{flag} must be a positive {unit}, got {value}")
+
+
+def write_atomically(path: str | Path, text: str, flag: str = "--out") -> None:
+    """Write `text` to `path` through a temporary file beside it, so a reader (Prometheus reloading
+    its rules, Grafana its dashboards) never sees half a file and a failure leaves the old one whole."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"{flag} {path}: cannot write it ({e.strerror}); choose a writable directory") from e

@@ -1,0 +1,132 @@
+"""The one home of gpulens' PromQL: selectors, recording rules, and the names the dashboards and the
+alert rules are generated from.
+
+This is the kubernetes-mixin pattern: one config block (`MixinConfig`: job names, thresholds,
+links) and one module of PromQL, so that a renamed metric or a new threshold reaches the Grafana
+dashboards (dashboards/) and the Prometheus rules (alerts/) together. Every metric name goes
+through `metric()`, which checks it against the exporter's metric table: a rename there fails the
+generation here instead of leaving a dashboard silently empty.
+
+Label conventions the queries rely on:
+- Exporter series get `node` from the scrape (`gpulens demo`'s Prometheus config, the compose
+  file and the ServiceMonitor all set it); the analyzer's series carry `node` themselves.
+- Exporters are scraped with `honor_labels: true`, so the pod labels gpulens sets
+  (`namespace`, `pod`, `container`) are not renamed to `exported_*` by the scrape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from analyzer.thresholds import Thresholds
+from exporter.metric_specs import BY_NAME, CLOCK_EVENT_REASONS, PREFIX
+
+
+def metric(name: str) -> str:
+    """The full name of a gpulens metric (`metric("gpu_up")` -> `gpulens_gpu_up`), checked against
+    the metric table so that generated PromQL can never name a series that does not exist."""
+    full = PREFIX + name
+    if full not in BY_NAME:
+        raise KeyError(f"{full} is not in exporter/metric_specs.py; rename it here too")
+    return full
+
+
+@dataclass(frozen=True)
+class MixinConfig:
+    """What a deployment may change about the generated dashboards and rules."""
+
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    #: Prometheus job names of the per-node exporters and of the analyzer.
+    exporter_job: str = "gpulens-exporter"
+    analyzer_job: str = "gpulens-analyzer"
+    #: Base URL of Grafana, for the dashboard link in every alert.
+    grafana_url: str = "http://localhost:3000"
+    #: Where alerts/generated/runbooks.md is published; each alert links to its section.
+    runbook_url: str = "https://github.com/gpulens/gpulens/blob/main/alerts/generated/runbooks.md"
+
+    @property
+    def exporter(self) -> str:
+        """Label matcher selecting the exporters' series."""
+        return f'job="{self.exporter_job}"'
+
+    @property
+    def analyzer(self) -> str:
+        """Label matcher selecting the analyzer's series."""
+        return f'job="{self.analyzer_job}"'
+
+    @property
+    def throttle_reasons(self) -> str:
+        """Regex of the clock-event reasons that count as throttling (never the normal power-cap bit)."""
+        mask = self.thresholds.throttle_reasons_mask
+        return "|".join(name for name, bit in CLOCK_EVENT_REASONS.items() if bit & mask)
+
+
+# --- recording rules: level:metric:operations ------------------------------------------------------
+# The names carry no window, so the dashboards read them whatever alert_rate_window a deployment sets.
+GPU_BUSY = "gpu:gpulens_gpu_busy:ratio_rate"
+GPU_SM_ACTIVE = "gpu:gpulens_gpu_sm_active:ratio_rate"
+GPU_ACTIVITY = "gpu:gpulens_gpu_activity:ratio_rate"
+GPU_MEMORY_USED = "gpu:gpulens_gpu_memory_used:ratio"
+POD_GPU_ACTIVITY = "pod_gpu:gpulens_gpu_activity:ratio_rate"
+POD_ACTIVITY_AVG = "namespace_pod:gpulens_gpu_activity:avg_ratio_rate"
+POD_ACTIVITY_MAX = "namespace_pod:gpulens_gpu_activity:max_ratio_rate"
+
+
+def recording_rules(c: MixinConfig) -> list[dict[str, str]]:
+    """The recording rules, in dependency order. "Activity" is SM activity where the GPU has it
+    (GPM on Hopper, or DCGM profiling), else the share of time a kernel ran: the best signal each
+    GPU offers, so that one alert covers a mixed fleet."""
+    w = c.thresholds.alert_rate_window
+    pod_info = metric("gpu_pod_info")
+    return [
+        {"record": GPU_BUSY, "expr": f"rate({metric('gpu_busy_seconds_total')}{{{c.exporter}}}[{w}])"},
+        {"record": GPU_SM_ACTIVE, "expr": f"rate({metric('gpu_sm_active_seconds_total')}{{{c.exporter}}}[{w}])"},
+        {"record": GPU_ACTIVITY, "expr": f"{GPU_SM_ACTIVE} or {GPU_BUSY}"},
+        {"record": GPU_MEMORY_USED,
+         "expr": f"{metric('gpu_memory_used_bytes')}{{{c.exporter}}} / ({metric('gpu_memory_total_bytes')}{{{c.exporter}}}"
+                 f" - ({metric('gpu_memory_reserved_bytes')}{{{c.exporter}}} or {metric('gpu_memory_total_bytes')}"
+                 f"{{{c.exporter}}} * 0))"},
+        # Several pods may share a GPU (time-slicing): the pods are the "many" side of the join.
+        {"record": POD_GPU_ACTIVITY,
+         "expr": f"max by (node, namespace, pod, uuid) ({pod_info}{{{c.exporter}}})"
+                 f" * on (uuid) group_left (gpu) {GPU_ACTIVITY}"},
+        {"record": POD_ACTIVITY_AVG, "expr": f"avg by (node, namespace, pod) ({POD_GPU_ACTIVITY})"},
+        {"record": POD_ACTIVITY_MAX, "expr": f"max by (node, namespace, pod) ({POD_GPU_ACTIVITY})"},
+    ]
+
+
+# --- dashboards ---------------------------------------------------------------------------------
+#: Stable dashboard uids: alert links and bookmarks depend on them.
+FLEET_DASHBOARD = ("gpulens-fleet", "gpulens / Fleet overview")
+POD_DASHBOARD = ("gpulens-pod", "gpulens / Pod bottlenecks")
+NODE_DASHBOARD = ("gpulens-node", "gpulens / Node and GPU health")
+
+
+def dashboard_link(c: MixinConfig, dashboard: tuple[str, str], **variables: str) -> str:
+    """URL of a dashboard with its variables set; values may be alert templates ({{ $labels.pod }})."""
+    uid, _ = dashboard
+    query = "&".join(f"var-{name}={value}" for name, value in variables.items())
+    return f"{c.grafana_url}/d/{uid}?{query}" if query else f"{c.grafana_url}/d/{uid}"
+
+
+def add_flags(parser) -> None:
+    """The flags `gpulens alerts` and `gpulens dashboards` share: what MixinConfig holds."""
+    from gpulens import flags
+
+    defaults = MixinConfig()
+    flags.add(parser, "--out", required=True, help="directory to write the generated files to")
+    flags.add(parser, "--thresholds", default="", help="YAML overriding thresholds and alert durations "
+                                                       "(analyzer/thresholds.py)")
+    flags.add(parser, "--exporter.job", dest="exporter_job", default=defaults.exporter_job,
+              help="Prometheus job name of the exporters")
+    flags.add(parser, "--analyzer.job", dest="analyzer_job", default=defaults.analyzer_job,
+              help="Prometheus job name of the analyzer")
+    flags.add(parser, "--grafana.url", dest="grafana_url", default=defaults.grafana_url,
+              help="Grafana's base URL, for the dashboard link in each alert")
+    flags.add(parser, "--runbook.url", dest="runbook_url", default=defaults.runbook_url,
+              help="where the runbooks are published; each alert links to its section")
+
+
+def config_from(args) -> MixinConfig:
+    """MixinConfig from add_flags' arguments; ConfigError on a bad thresholds file."""
+    return MixinConfig(Thresholds.load(args.thresholds), args.exporter_job, args.analyzer_job,
+                       args.grafana_url.rstrip("/"), args.runbook_url)
