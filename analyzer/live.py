@@ -255,7 +255,9 @@ class PrometheusInput:
         cpu = {(r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1]) for r in self._latest(
             'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!="",container!="POD"}[2m]))', end)}
         limit = {(r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1]) for r in self._latest(
-            'sum by (namespace, pod) (kube_pod_container_resource_limits{resource="cpu"})', end)}
+            # kube-state-metrics where it runs, else the CFS quota cAdvisor reports for the limit.
+            'sum by (namespace, pod) (kube_pod_container_resource_limits{resource="cpu"}) or sum by (namespace, pod) '
+            '(container_spec_cpu_quota{container!=""} / container_spec_cpu_period{container!=""})', end)}
         restarts = {(r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1]) for r in self._latest(
             f"sum by (namespace, pod) (increase(kube_pod_container_status_restarts_total[{window}]))", end)}
         pod_keys = list(zip(frame["namespace"], frame["pod"]))

@@ -169,8 +169,10 @@ def run(args) -> int:
         return True, "ok"
 
     try:
+        # The simulated fleet also plays its kubelet's cAdvisor, so the demo has pod CPU use.
+        routes = {"/metrics/cadvisor": source.cadvisor_text} if isinstance(source, simulated.SimulatedSource) else {}
         server = serve(registry, address, web_config, title="gpulens exporter", health=health,
-                       render_text=collector.render_text)
+                       render_text=collector.render_text, routes=routes)
     except ConfigError as e:
         print(f"gpulens exporter: {e}", file=sys.stderr)
         return 2

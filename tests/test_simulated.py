@@ -185,3 +185,41 @@ def test_the_demo_fleet_covers_every_profile():
     nodes = simulated.fleet_from_file(simulated.DEFAULT_FLEET)
     profiles = {g.profile for node in nodes for g in node.gpus}
     assert profiles == set(simulated.PROFILES)
+
+
+def test_xid_errors_counts_row_remapping_events_under_healthy_work():
+    s = run("xid_errors", 300)  # 300 s at one XID 63 per 30 s
+    assert [d.devices[0].get(m.XID_ERRORS, "63") for d in s][::60] == [0, 2, 4, 6, 8]
+    assert s[-1].devices[0].get(m.XID_ERRORS, "63") == 10
+    assert min(series(s, m.SM_ACTIVE)) > 0.8
+
+
+def test_fallen_off_bus_keeps_only_up_zero():
+    s = run("fallen_off_bus", 3)
+    assert [(d.devices[0].up, d.devices[0].values) for d in s] == [(False, {})] * 3
+
+
+@pytest.mark.parametrize("speed", [1.0, 5.0])
+def test_simulated_kubelet_reports_pod_cpu_in_real_seconds(speed):
+    """cAdvisor's counters for the pods: CPU seconds per real second, whatever the simulation speed."""
+    node = load_fleet({"nodes": [{"name": "n", "gpus": 3, "workloads": [
+        {"profile": "healthy_training", "gpus": [0], "pod": "a/train"},
+        {"profile": "idle", "gpus": [1], "pod": "a/notebook"},
+        {"profile": "data_starvation", "gpus": [2], "pod": "b/bert"}]}]})[0]
+    clock = ManualClock()
+    source = SimulatedSource(node, clock=clock, speed=speed)
+    source.sample()  # the first sample counts one simulated second
+    for _ in range(100):
+        clock.now += 0.1
+        source.sample()
+    status, content_type, body = source.cadvisor_text()
+    text = body.decode()
+    assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+    usage = {line.split('pod="')[1].split('"')[0]: float(line.split()[-1])
+             for line in text.splitlines() if line.startswith("container_cpu_usage_seconds_total{")}
+    # 10 real seconds (+1 simulated second at the start) at 30 % and 1 % of a 4-core limit.
+    assert usage["train"] == pytest.approx(0.3 * 4 * (10 + 1 / speed), abs=1e-3)
+    assert usage["notebook"] == pytest.approx(0.01 * 4 * (10 + 1 / speed), abs=1e-3)
+    assert 0.95 * 4 * 10 < usage["bert"] < 0.99 * 4 * (10 + 1 / speed)
+    assert 'container_spec_cpu_quota{container="main",namespace="b",pod="bert"} 400000' in text
+    assert 'container_spec_cpu_period{container="main",namespace="b",pod="bert"} 100000' in text

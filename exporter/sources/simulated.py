@@ -104,6 +104,13 @@ class Activity:
     reasons: int = 0
     process: bool = False
     restarts: int = 0  # how many times the process was replaced (it gets a new PID)
+    #: XID events per second, and their code; the source counts them like NVML's event watcher.
+    xid_rate: float = 0.0
+    xid: int = 0
+    #: The GPU no longer answers (NVML_ERROR_GPU_IS_LOST): the exporter keeps only gpulens_gpu_up 0.
+    lost: bool = False
+    #: CPU use of the pod's containers as a fraction of its CPU limit (the simulated kubelet's cAdvisor).
+    cpu_fraction: float = 0.3
 
 
 def duty(t: float, window: float, period: float, on: float, phase: float = 0.0) -> float:
@@ -161,7 +168,19 @@ def _data_starvation(g: SimGpu, t: float, w: float) -> Activity:
                     fp16=0.28 * on, fp32=0.10 * on, memory_fraction=g.params["memory"],
                     pcie_rx=0.7 * pcie * spike + 0.01 * pcie, pcie_tx=0.005 * pcie,
                     power_fraction=0.15 + 0.7 * on, temperature_celsius=52 + 8 * on,
-                    reasons=0 if on > 0 else 0x1, process=True)
+                    reasons=0 if on > 0 else 0x1, process=True,
+                    cpu_fraction=0.97 + g.noise(t, 0.02, 6))  # the input pipeline sits at its CPU limit
+
+
+def _xid_errors(g: SimGpu, t: float, w: float) -> Activity:
+    # Healthy training on a GPU whose driver records row-remapping events (XID 63) twice a minute.
+    a = _healthy(g, t, w)
+    a.xid, a.xid_rate = 63, 1 / 30
+    return a
+
+
+def _fallen_off_bus(g: SimGpu, t: float, w: float) -> Activity:
+    return Activity(lost=True)
 
 
 def _memory_bandwidth(g: SimGpu, t: float, w: float) -> Activity:
@@ -190,7 +209,8 @@ def _memory_fragmentation(g: SimGpu, t: float, w: float) -> Activity:
 
 def _idle(g: SimGpu, t: float, w: float) -> Activity:
     return Activity(memory_fraction=g.params["context_memory"], power_fraction=0.0,
-                    temperature_celsius=33 + g.noise(t, 1), clock_fraction=0.12, reasons=0x1, process=True)
+                    temperature_celsius=33 + g.noise(t, 1), clock_fraction=0.12, reasons=0x1, process=True,
+                    cpu_fraction=0.01)
 
 
 def _memory_held(g: SimGpu, t: float, w: float) -> Activity:
@@ -255,6 +275,8 @@ PROFILES = {
     "light_inference": _light_inference,
     "poor_placement": _poor_placement,
     "unallocated": _unallocated,
+    "xid_errors": _xid_errors,
+    "fallen_off_bus": _fallen_off_bus,
 }
 
 
@@ -269,6 +291,10 @@ def _params(profile: str, rng: random.Random) -> dict[str, float]:
         "phase": rng.uniform(0, 100),
         "cycle": rng.uniform(150, 240),
     }
+
+
+#: CPU limit of every simulated pod, in cores.
+CPU_LIMIT_CORES = 4.0
 
 
 class FleetError(ConfigError):
@@ -372,7 +398,9 @@ class SimulatedSource(Source):
         self._last: float | None = None
         # Cumulative hardware counters the simulator integrates from rates, per GPU index.
         self._counters = {g.index: {"pcie_tx": 0.0, "pcie_rx": 0.0, "nvlink_tx": 0.0, "nvlink_rx": 0.0,
-                                    "energy": 0.0} for g in node.gpus}
+                                    "energy": 0.0, "xid": 0.0} for g in node.gpus}
+        # CPU seconds used by each pod's container, integrated from its first GPU's workload.
+        self._cpu_seconds = {g.pod: 0.0 for g in node.gpus if g.pod is not None and g.role == 0}
 
     def clock(self) -> float:
         """Simulated time: real time, sped up by `speed` from the moment the source was made."""
@@ -384,7 +412,12 @@ class SimulatedSource(Source):
         elapsed = 1.0 if self._last is None else max(now - self._last, 1e-3)
         self._last = now
         window = min(elapsed, 1.0)  # NVML averages over at most ~1 s
-        devices = [self._device(g, PROFILES[g.profile](g, now, window), elapsed) for g in self.node.gpus]
+        devices = []
+        for g in self.node.gpus:
+            activity = PROFILES[g.profile](g, now, window)
+            if g.pod is not None and g.role == 0:
+                self._cpu_seconds[g.pod] += activity.cpu_fraction * CPU_LIMIT_CORES * elapsed / self.speed
+            devices.append(self._device(g, activity, elapsed))
         topology = []
         for a in self.node.gpus:
             for b in self.node.gpus:
@@ -396,11 +429,13 @@ class SimulatedSource(Source):
     def _device(self, g: SimGpu, a: Activity, elapsed: float) -> DeviceSample:
         model = g.model
         d = DeviceSample(gpu=str(g.index), uuid=g.uuid, model=model.name,
-                         pci_bus_id=f"00000000:{0x18 + 0x10 * g.index:02X}:00.0")
+                         pci_bus_id=f"00000000:{0x18 + 0x10 * g.index:02X}:00.0", up=not a.lost)
+        if a.lost:
+            return d
         c = self._counters[g.index]
         power = model.idle_power_watts + a.power_fraction * (model.power_limit_watts - model.idle_power_watts)
         for key, rate in (("pcie_tx", a.pcie_tx), ("pcie_rx", a.pcie_rx), ("nvlink_tx", a.nvlink_tx),
-                          ("nvlink_rx", a.nvlink_rx), ("energy", power)):
+                          ("nvlink_rx", a.nvlink_rx), ("energy", power), ("xid", a.xid_rate)):
             c[key] += rate * elapsed
         usable = model.memory_total_bytes - model.memory_reserved_bytes
         memory_used = round(a.memory_fraction * usable) if a.memory_fraction else 1 * MIB
@@ -437,6 +472,8 @@ class SimulatedSource(Source):
             d.set(m.ECC_ERRORS, 0, kind)
         for cause in ("correctable", "uncorrectable"):
             d.set(m.REMAPPED_ROWS, 0, cause)
+        if a.xid:
+            d.set(m.XID_ERRORS, int(c["xid"] + 1e-9), str(a.xid))  # 30 x (1/30) is 9.999...
         d.set(m.ROW_REMAP_PENDING, 0)
         d.set(m.ROW_REMAP_FAILED, 0)
         if a.process:
@@ -444,6 +481,22 @@ class SimulatedSource(Source):
                                              memory_used_bytes=memory_used, utilization=round(a.busy, 2),
                                              pod=g.pod, container_id=f"{g.uuid[4:12]}{a.restarts:056x}"))
         return d
+
+
+    def cadvisor_text(self) -> tuple[int, str, bytes]:
+        """What the node's kubelet serves on /metrics/cadvisor for the simulated pods' containers:
+        CPU seconds used (in real seconds, whatever --simulate.speed is) and the CFS quota that a
+        CPU limit of CPU_LIMIT_CORES sets. Served by the simulated exporter on the same path."""
+        lines = ["# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.",
+                 "# TYPE container_cpu_usage_seconds_total counter"]
+        series = [(pod, f'container="{pod.container}",namespace="{pod.namespace}",pod="{pod.pod}"')
+                  for pod in self._cpu_seconds]
+        lines += [f"container_cpu_usage_seconds_total{{{labels}}} {self._cpu_seconds[pod]:.3f}" for pod, labels in series]
+        for name, help_, value in (("container_spec_cpu_quota", "CPU quota of the container.", CPU_LIMIT_CORES * 100000),
+                                   ("container_spec_cpu_period", "CPU period of the container.", 100000)):
+            lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+            lines += [f"{name}{{{labels}}} {value:.0f}" for _, labels in series]
+        return 200, "text/plain; version=0.0.4; charset=utf-8", ("\n".join(lines) + "\n").encode()
 
 
 class SimulatedAttribution(Attribution):
