@@ -92,7 +92,7 @@ def _verdict(f, t: Thresholds, prices) -> Verdict:
         return name, round(min(max(confidence, 0.0), 1.0), 2)
 
     # Overlays first, so every path can report them.
-    throttled_seconds = (0.0 if math.isnan(f.throttle) else f.throttle) * f.window_seconds
+    throttled_seconds = (0.0 if math.isnan(f.throttle_time) else f.throttle_time) * f.window_seconds
     throttled = throttled_seconds >= min(t.throttle_seconds, 0.5 * f.window_seconds) and f.throttle >= t.signature_fraction
     info = model_info(f.gpu_model, prices)
     oversized = (info.high_end and activity is not None and activity <= t.oversized_activity

@@ -161,7 +161,11 @@ def pod_features(trace: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
         "link": U.mean(link),
         # Without SM activity a saturated link is the evidence: utilization shows only that kernels ran.
         "ic": U.share((link >= t.link_busy) & (np.isnan(sm) | (sm < t.interconnect_sm)), ~np.isnan(link) & has_activity),
-        "throttle": U.share(((reasons & t.throttle_reasons_mask) != 0) & busy, ~np.isnan(reasons_raw)),
+        # Of busy time: a clock held down while nothing runs costs nothing, and a starved GPU that
+        # is throttled during each of its bursts is throttled.
+        "throttle": U.share((reasons & t.throttle_reasons_mask) != 0, busy & ~np.isnan(reasons_raw)),
+        # Of all time: how long the bits held, for the duration threshold.
+        "throttle_time": U.share((reasons & t.throttle_reasons_mask) != 0, ~np.isnan(reasons_raw)),
         "clock": U.mean(clock),
         "cpu_sat": U.share(cpu >= t.cpu_saturated, ~np.isnan(cpu)),
         "numa_nodes": np.where(np.isnan(numa_max), 0, np.where(numa_max > numa_min, 2, 1)),

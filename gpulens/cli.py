@@ -11,6 +11,7 @@ from gpulens import __version__
 def main(argv: list[str] | None = None) -> int:
     from alerts import cli as alerts_cli
     from analyzer import cli as analyzer_cli
+    from dashboards import cli as dashboards_cli
     from exporter import cli as exporter_cli
     from exporter import reference
 
@@ -23,6 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     analyzer_cli.register(commands)
     reference.register(commands)
     alerts_cli.register(commands)
+    dashboards_cli.register(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

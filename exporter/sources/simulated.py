@@ -286,8 +286,8 @@ def _params(profile: str, rng: random.Random) -> dict[str, float]:
         "memory": rng.uniform(0.04, 0.09) if profile == "light_inference"
         else rng.uniform(0.3, 0.45) if profile == "memory_held" else rng.uniform(0.6, 0.8),
         "context_memory": rng.uniform(0.005, 0.012),
-        "period": rng.uniform(2.6, 3.4),
-        "burst": rng.uniform(0.9, 1.2),
+        "period": rng.uniform(5.0, 6.5),
+        "burst": rng.uniform(1.1, 1.4),
         "phase": rng.uniform(0, 100),
         "cycle": rng.uniform(150, 240),
     }
