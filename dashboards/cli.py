@@ -4,7 +4,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dashboards import gpulens
 from gpulens import mixin
 from gpulens.config import ConfigError, write_atomically
 
@@ -16,6 +15,8 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
+    from dashboards import gpulens  # grafanalib: only for this command, not every gpulens process
+
     try:
         files = gpulens.generate(mixin.config_from(args))
         for name, text in files.items():

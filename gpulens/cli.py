@@ -14,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     from dashboards import cli as dashboards_cli
     from exporter import cli as exporter_cli
     from exporter import reference
+    from gpulens import demo, receiver
 
     parser = argparse.ArgumentParser(prog="gpulens", description="Find out why your GPUs are idle.")
     parser.add_argument("--version", action="version", version=f"gpulens {__version__}")
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     reference.register(commands)
     alerts_cli.register(commands)
     dashboards_cli.register(commands)
+    demo.register(commands)
+    receiver.register(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
