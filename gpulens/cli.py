@@ -8,7 +8,8 @@ import sys
 from gpulens import __version__
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: every subcommand and its flags."""
     from alerts import cli as alerts_cli
     from analyzer import cli as analyzer_cli
     from dashboards import cli as dashboards_cli
@@ -28,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     dashboards_cli.register(commands)
     demo.register(commands)
     receiver.register(commands)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return args.run(args)

@@ -1,0 +1,144 @@
+"""Deployment artefacts: Kubernetes manifests validated against the API schemas, the PrometheusRule
+by promtool, the compose file by docker-compose, and every gpulens command line in them by gpulens'
+own parser, so a renamed flag cannot leave a manifest behind."""
+import re
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from alerts import cli as alerts_cli
+from alerts import rules
+from analyzer.thresholds import Thresholds
+from gpulens import demo, mixin
+from gpulens.cli import build_parser
+from tests.helpers import REPO, require_binary
+
+KUBERNETES = REPO / "deploy" / "kubernetes"
+MANIFESTS = [doc for path in sorted(KUBERNETES.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
+COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+
+
+def by_kind(kind):
+    return {m["metadata"]["name"]: m for m in MANIFESTS if m["kind"] == kind}
+
+
+def parses(argv: list[str]) -> None:
+    """gpulens' own parser accepts the command line (argparse exits on an unknown flag)."""
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit as e:
+        pytest.fail(f"gpulens does not accept {' '.join(argv)} (exit {e.code})")
+
+
+@pytest.mark.parametrize("manifest", [m for m in MANIFESTS if "monitoring.coreos.com" not in m["apiVersion"]],
+                         ids=lambda m: f"{m['kind']}/{m['metadata']['name']}")
+def test_kubernetes_manifests_match_the_api_schema(manifest):
+    """Strict: an unknown or misspelt field fails, as `kubectl apply --validate=strict` would."""
+    kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_a_misspelt_field_is_caught():
+    import copy
+
+    manifest = copy.deepcopy(by_kind("DaemonSet")["gpulens-exporter"])
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    container["securityContext"]["readOnlyRootFilesytem"] = container["securityContext"].pop("readOnlyRootFilesystem")
+    with pytest.raises(kubernetes_validate.ValidationError, match="readOnlyRootFilesytem"):
+        kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
+
+
+def test_the_manifests_hold_what_the_issue_asks():
+    assert set(by_kind("DaemonSet")) == {"gpulens-exporter"} and set(by_kind("Deployment")) == {"gpulens-analyzer"}
+    exporter = by_kind("DaemonSet")["gpulens-exporter"]["spec"]["template"]["spec"]
+    [container] = exporter["containers"]
+    assert exporter["runtimeClassName"] == "nvidia"
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/var/lib/kubelet/pod-resources"]["readOnly"] is True
+    assert {m["name"] for m in container["volumeMounts"]} == {v["name"] for v in exporter["volumes"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]  # must not take a GPU from workloads
+    assert set(container["resources"]) == {"requests", "limits"}
+    analyzer = by_kind("Deployment")["gpulens-analyzer"]["spec"]["template"]["spec"]
+    assert analyzer["securityContext"]["runAsNonRoot"] is True and analyzer["securityContext"]["runAsUser"] == 10001
+    assert set(analyzer["containers"][0]["resources"]) == {"requests", "limits"}
+
+
+def test_container_command_lines_are_accepted_by_gpulens():
+    for kind in ("DaemonSet", "Deployment"):
+        for manifest in by_kind(kind).values():
+            for container in manifest["spec"]["template"]["spec"]["containers"]:
+                parses(container["args"])
+    for name, service in COMPOSE["services"].items():
+        if service.get("image", "").startswith("gpulens") or "build" in service:
+            parses(service["command"])
+
+
+def test_servicemonitors_select_the_services_and_keep_gpulens_labels():
+    services = by_kind("Service")
+    for name, monitor in by_kind("ServiceMonitor").items():
+        service = services[name]  # the job label is the Service name: what the rules select
+        assert name in (mixin.MixinConfig.exporter_job, mixin.MixinConfig.analyzer_job)
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+        [endpoint] = monitor["spec"]["endpoints"]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        assert endpoint["honorLabels"] is True
+    [node_label] = by_kind("ServiceMonitor")["gpulens-exporter"]["spec"]["endpoints"][0]["relabelings"]
+    assert node_label == {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+
+
+def test_the_prometheusrule_holds_the_generated_rules_and_promtool_accepts_them(tmp_path):
+    promtool = require_binary("promtool")
+    document = yaml.safe_load((REPO / "alerts" / "generated" / alerts_cli.PROMETHEUS_RULE_FILE).read_text())
+    assert (document["apiVersion"], document["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
+    assert document["spec"] == rules.rule_groups(mixin.MixinConfig())
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(document["spec"]))
+    result = subprocess.run([promtool, "check", "rules", str(tmp_path / "spec.yaml")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_docker_compose_accepts_the_file_and_everything_it_mounts_exists():
+    compose = require_binary("docker-compose")
+    for profiles in ("sim", "gpu"):
+        result = subprocess.run([compose, "config", "-q"], cwd=REPO, capture_output=True, text=True,
+                                env={"PATH": "/usr/bin:/bin", "COMPOSE_PROFILES": profiles})
+        assert result.returncode == 0, result.stderr
+    mounts = [volume.split(":")[0] for service in COMPOSE["services"].values() for volume in service.get("volumes", [])]
+    assert len(mounts) == 9
+    missing = [m for m in mounts if not (REPO / m).exists()]
+    assert not missing, f"mounted but missing: {missing}"
+
+
+def test_compose_images_are_pinned_and_gpulens_runs_unprivileged():
+    for name, service in COMPOSE["services"].items():
+        image = service["image"]
+        assert re.fullmatch(r"[\w./-]+:[\w.-]+", image) and not image.endswith(":latest"), f"{name}: {image}"
+    dockerfile = (REPO / "Dockerfile").read_text()
+    [base] = re.findall(r"^FROM (\S+)", dockerfile, re.M)
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base)
+    [user] = re.findall(r"^USER (\S+)", dockerfile, re.M)
+    assert user.split(":")[0] not in ("0", "root")
+
+
+def test_compose_configs_are_current():
+    """deploy/compose is what `gpulens demo --write-configs deploy/compose` writes today."""
+    for name, text in demo.compose_configs(Thresholds.load(str(demo.DEMO_THRESHOLDS))).items():
+        assert (REPO / "deploy" / "compose" / name).read_text() == text, \
+            f"deploy/compose/{name} is stale: run `gpulens demo --write-configs deploy/compose`"
+    prometheus = yaml.safe_load((REPO / "deploy" / "compose" / "prometheus.yml").read_text())
+    targets = {t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
+    assert {t.split(":")[0] for t in targets} <= set(COMPOSE["services"]) | {"prometheus"}
+
+
+def test_compose_configs_pass_promtool_and_amtool():
+    promtool, amtool = require_binary("promtool"), require_binary("amtool")
+    for name in ("prometheus.yml", "prometheus-gpu.yml"):
+        result = subprocess.run([promtool, "check", "config", name], cwd=REPO / "deploy" / "compose",
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+    result = subprocess.run([amtool, "check-config", "deploy/compose/alertmanager.yml"], cwd=REPO,
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
