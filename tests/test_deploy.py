@@ -3,7 +3,6 @@ by promtool, the compose file by docker-compose, and every gpulens command line 
 own parser, so a renamed flag cannot leave a manifest behind."""
 import re
 import subprocess
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
