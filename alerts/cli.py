@@ -1,15 +1,12 @@
-"""`gpulens alerts --out DIR`: write the Prometheus rules, the demo's Alertmanager config and the
-runbooks (see alerts/rules.py)."""
+"""`gpulens alerts --out DIR`: write the Prometheus rules (plain and as a PrometheusRule), the demo's
+Alertmanager config and the runbooks (see alerts/rules.py)."""
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import yaml
 
 from alerts import rules
 from gpulens import flags, mixin
-from gpulens.config import ConfigError, write_atomically
+from gpulens.config import write_generated
 
 RULES_FILE = "gpulens-rules.yaml"
 ALERTMANAGER_FILE = "alertmanager.yml"
@@ -47,12 +44,4 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    try:
-        files = generate(mixin.config_from(args), args.webhook_url)
-        for name, text in files.items():
-            write_atomically(Path(args.out) / name, text)
-    except ConfigError as e:
-        print(f"gpulens alerts: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {', '.join(files)} to {args.out}", file=sys.stderr)
-    return 0
+    return write_generated("alerts", args.out, lambda: generate(mixin.config_from(args), args.webhook_url))

@@ -1,11 +1,8 @@
 """`gpulens dashboards --out DIR`: write the Grafana dashboards as JSON (see dashboards/gpulens.py)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from gpulens import mixin
-from gpulens.config import ConfigError, write_atomically
+from gpulens.config import write_generated
 
 
 def register(commands) -> None:
@@ -17,12 +14,4 @@ def register(commands) -> None:
 def run(args) -> int:
     from dashboards import gpulens  # grafanalib: only for this command, not every gpulens process
 
-    try:
-        files = gpulens.generate(mixin.config_from(args))
-        for name, text in files.items():
-            write_atomically(Path(args.out) / name, text)
-    except ConfigError as e:
-        print(f"gpulens dashboards: {e}", file=sys.stderr)
-        return 2
-    print(f"wrote {', '.join(files)} to {args.out}", file=sys.stderr)
-    return 0
+    return write_generated("dashboards", args.out, lambda: gpulens.generate(mixin.config_from(args)))

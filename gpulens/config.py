@@ -40,3 +40,19 @@ def write_atomically(path: str | Path, text: str, flag: str = "--out") -> None:
     except OSError as e:
         tmp.unlink(missing_ok=True)
         raise ConfigError(f"{flag} {path}: cannot write it ({e.strerror}); choose a writable directory") from e
+
+
+def write_generated(command: str, out: str | Path, generate) -> int:
+    """Run `generate()` ({file name: text}) and write each file into `out`: the body of every
+    `gpulens COMMAND --out DIR` command. Returns the exit status; errors name the fix."""
+    import sys
+
+    try:
+        files = generate()
+        for name, text in files.items():
+            write_atomically(Path(out) / name, text)
+    except ConfigError as e:
+        print(f"gpulens {command}: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {', '.join(files)} to {out}", file=sys.stderr)
+    return 0

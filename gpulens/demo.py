@@ -27,7 +27,7 @@ from alerts import cli as alerts_cli
 from analyzer.thresholds import Thresholds
 from exporter.sources import simulated
 from gpulens import mixin
-from gpulens.config import ConfigError, write_atomically
+from gpulens.config import ConfigError, write_atomically, write_generated
 from gpulens.receiver import AlertReceiver
 
 log = logging.getLogger("gpulens.demo")
@@ -305,13 +305,8 @@ def compose_configs(thresholds: Thresholds, fleet_file: str = "") -> dict[str, s
 
 
 def _write_compose_configs(args) -> int:
-    try:
-        for name, text in compose_configs(Thresholds.load(args.thresholds), args.fleet).items():
-            write_atomically(Path(args.write_configs) / name, text)
-    except ConfigError as e:
-        print(f"gpulens demo: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return write_generated("demo", args.write_configs,
+                           lambda: compose_configs(Thresholds.load(args.thresholds), args.fleet))
 
 
 def _verdicts(stack: Stack) -> list[dict]:
