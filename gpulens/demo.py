@@ -45,7 +45,6 @@ class DemoError(Exception):
 class Plan:
     """Where each part of the demo listens and how it is configured."""
 
-    nodes: list[str]
     exporters: dict[str, str]  # node -> host:port
     analyzer: str
     receiver_url: str
@@ -146,7 +145,7 @@ class Stack:
         prometheus = shutil.which("prometheus") if self.with_prometheus else None
         alertmanager = (shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")) if prometheus else None
         self.receiver = AlertReceiver().start()
-        self.plan = Plan(nodes, {node: f"127.0.0.1:{free_port()}" for node in nodes}, f"127.0.0.1:{free_port()}",
+        self.plan = Plan({node: f"127.0.0.1:{free_port()}" for node in nodes}, f"127.0.0.1:{free_port()}",
                          self.receiver.url, f"127.0.0.1:{free_port()}" if prometheus else None,
                          f"127.0.0.1:{free_port()}" if alertmanager else None, self.scrape_interval)
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -295,9 +294,9 @@ def compose_configs(thresholds: Thresholds, fleet_file: str = "") -> dict[str, s
     """The configs docker-compose.yml mounts: the same generators, with compose's service names;
     prometheus-gpu.yml for the `gpu` profile (one real node, no simulated cAdvisor)."""
     nodes = [node.name for node in simulated.fleet_from_file(fleet_file or simulated.DEFAULT_FLEET)]
-    plan = Plan(nodes, {node: f"exporter-{node}:{EXPORTER_PORT}" for node in nodes}, f"analyzer:{ANALYZER_PORT}",
+    plan = Plan({node: f"exporter-{node}:{EXPORTER_PORT}" for node in nodes}, f"analyzer:{ANALYZER_PORT}",
                 f"http://alert-receiver:{RECEIVER_PORT}", "prometheus:9090", "alertmanager:9093", scrape_interval=2.0)
-    gpu_plan = Plan(["gpu-node"], {"gpu-node": f"exporter-gpu:{EXPORTER_PORT}"}, plan.analyzer, plan.receiver_url,
+    gpu_plan = Plan({"gpu-node": f"exporter-gpu:{EXPORTER_PORT}"}, plan.analyzer, plan.receiver_url,
                     plan.prometheus, plan.alertmanager, scrape_interval=2.0, simulated=False)
     files = configs(plan, thresholds)
     files["prometheus-gpu.yml"] = configs(gpu_plan, thresholds)["prometheus.yml"]
