@@ -6,13 +6,15 @@ import io
 import json
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from analyzer import catalog
-from analyzer.classify import Verdict, classify
 from analyzer.thresholds import Thresholds
-from analyzer.trace import TraceError
 from gpulens import flags
 from gpulens.config import write_atomically
+
+if TYPE_CHECKING:
+    from analyzer.classify import Verdict
 
 
 def register(commands) -> None:
@@ -67,7 +69,10 @@ def _config(args) -> tuple[Thresholds, dict[str, float]]:
 
 
 def run_analyze(args) -> int:
+    # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
     from analyzer import readers
+    from analyzer.classify import classify
+    from analyzer.trace import TraceError
 
     try:
         thresholds, prices = _config(args)
