@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -14,6 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+
+from gpulens.demo import free_port  # noqa: F401 (one home for it; the tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_NVML_SOURCE = REPO / "tests" / "fake_nvml" / "fake_nvml.c"
@@ -52,12 +53,6 @@ class FakeNvml:
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")
         os.replace(tmp, self.state_path)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(condition, timeout: float, interval: float = 0.1, what: str = "condition"):
