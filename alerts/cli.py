@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from alerts import rules
+from gpulens.alerts import rules
 from gpulens import flags, mixin
 from gpulens.config import write_generated
 

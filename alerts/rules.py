@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzer.thresholds import duration_seconds
+from gpulens.analyzer.thresholds import duration_seconds
 from gpulens import mixin
 from gpulens.mixin import MixinConfig, metric
 

@@ -8,13 +8,13 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from analyzer import catalog
-from analyzer.thresholds import Thresholds
+from gpulens.analyzer import catalog
+from gpulens.analyzer.thresholds import Thresholds
 from gpulens import flags
 from gpulens.config import write_atomically
 
 if TYPE_CHECKING:
-    from analyzer.classify import Verdict
+    from gpulens.analyzer.classify import Verdict
 
 
 def register(commands) -> None:
@@ -70,9 +70,9 @@ def _config(args) -> tuple[Thresholds, dict[str, float]]:
 
 def run_analyze(args) -> int:
     # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
-    from analyzer import readers
-    from analyzer.classify import classify
-    from analyzer.trace import TraceError
+    from gpulens.analyzer import readers
+    from gpulens.analyzer.classify import classify
+    from gpulens.analyzer.trace import TraceError
 
     try:
         thresholds, prices = _config(args)
@@ -151,7 +151,7 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
 
 
 def run_eval(args) -> int:
-    from analyzer.evaluate import evaluate, render
+    from gpulens.analyzer.evaluate import evaluate, render
 
     try:
         thresholds, _ = _config(args)
@@ -170,9 +170,9 @@ def run_service(args) -> int:
 
     from prometheus_client import CollectorRegistry
 
-    from analyzer.live import ExporterInput, PrometheusInput
-    from analyzer.service import AnalyzerService
-    from exporter.web import WebConfig, parse_listen_address, serve
+    from gpulens.analyzer.live import ExporterInput, PrometheusInput
+    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.exporter.web import WebConfig, parse_listen_address, serve
     from gpulens.config import ConfigError, require_positive
 
     try:

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analyzer import trace as tr
-from analyzer.classify import CLASSES, classify
-from analyzer.thresholds import Thresholds
-from exporter.sources import simulated
+from gpulens.analyzer import trace as tr
+from gpulens.analyzer.classify import CLASSES, classify
+from gpulens.analyzer.thresholds import Thresholds
+from gpulens.exporter.sources import simulated
 
 # label -> (profile, models it makes sense on, GPUs per pod)
 SCENARIOS = {

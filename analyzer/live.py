@@ -21,8 +21,8 @@ import pandas as pd
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from analyzer import trace as tr
-from exporter import metric_specs as m
+from gpulens.analyzer import trace as tr
+from gpulens.exporter import metric_specs as m
 
 log = logging.getLogger(__name__)
 

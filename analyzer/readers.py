@@ -20,10 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzer import trace as tr
-from analyzer.trace import TraceError
-from exporter import metric_specs as m
-from exporter.sources import dcgm
+from gpulens.analyzer import trace as tr
+from gpulens.analyzer.trace import TraceError
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.sources import dcgm
 
 MIB = 1024**2
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from analyzer.classify import CLASSES, Verdict, classify
-from analyzer.live import InputError
-from analyzer.thresholds import Thresholds
-from exporter import metric_specs as m
-from exporter.status import ProblemLog
+from gpulens.analyzer.classify import CLASSES, Verdict, classify
+from gpulens.analyzer.live import InputError
+from gpulens.analyzer.thresholds import Thresholds
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.status import ProblemLog
 
 log = logging.getLogger(__name__)
 

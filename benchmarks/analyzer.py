@@ -21,8 +21,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analyzer import trace as tr  # noqa: E402
-from analyzer.classify import classify  # noqa: E402
+from gpulens.analyzer import trace as tr  # noqa: E402
+from gpulens.analyzer.classify import classify  # noqa: E402
 
 
 def make_trace(gpus: int, seconds: int, seed: int = 0) -> pd.DataFrame:

@@ -105,10 +105,10 @@ def measure(gpus: int, rounds: int) -> dict:
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import generate_latest
 
-    from exporter.attribution.attributor import KubeletAttribution
-    from exporter.collector import ExporterCollector
-    from exporter.sampler import Sampler
-    from exporter.sources.nvml import NvmlSource
+    from gpulens.exporter.attribution.attributor import KubeletAttribution
+    from gpulens.exporter.collector import ExporterCollector
+    from gpulens.exporter.sampler import Sampler
+    from gpulens.exporter.sources.nvml import NvmlSource
 
     source = NvmlSource()
     source.start()

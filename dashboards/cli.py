@@ -12,6 +12,6 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    from dashboards import gpulens  # grafanalib: only for this command, not every gpulens process
+    from gpulens.dashboards import gpulens  # grafanalib: only for this command, not every gpulens process
 
     return write_generated("dashboards", args.out, lambda: gpulens.generate(mixin.config_from(args)))

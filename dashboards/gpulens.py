@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from gpulens import mixin
 from gpulens.mixin import MixinConfig, metric
-from dashboards import style as s
-from dashboards.style import target
+from gpulens.dashboards import style as s
+from gpulens.dashboards.style import target
 
 #: Selectors over the exporters' series, narrowed by the dashboard variables.
 EXPORTERS = 'job=~"$job",node=~"$node"'

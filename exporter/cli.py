@@ -9,14 +9,14 @@ import time
 
 from prometheus_client import CollectorRegistry
 
-from exporter.attribution import kubelet
-from exporter.attribution.attributor import Attribution, KubeletAttribution
-from exporter.collector import ExporterCollector
-from exporter.sampler import Sampler
-from exporter.sources import simulated
-from exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource, MergedSource
-from exporter.sources.base import Source, SourceUnavailable
-from exporter.web import WebConfig, parse_listen_address, serve
+from gpulens.exporter.attribution import kubelet
+from gpulens.exporter.attribution.attributor import Attribution, KubeletAttribution
+from gpulens.exporter.collector import ExporterCollector
+from gpulens.exporter.sampler import Sampler
+from gpulens.exporter.sources import simulated
+from gpulens.exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource, MergedSource
+from gpulens.exporter.sources.base import Source, SourceUnavailable
+from gpulens.exporter.web import WebConfig, parse_listen_address, serve
 from gpulens.config import ConfigError, require_positive
 from gpulens import __version__, flags
 
@@ -96,7 +96,7 @@ def build_source(args) -> tuple[Source, Attribution]:
     if args.source == "dcgm":
         return DcgmSource(fetcher), DcgmAttribution(fetcher)
     if args.source == "nvml":
-        from exporter.sources.nvml import NvmlSource
+        from gpulens.exporter.sources.nvml import NvmlSource
 
         require_positive(("--kubelet.refresh-interval", args.kubelet_refresh_interval),
                          ("--kubelet.timeout", args.kubelet_timeout))
@@ -136,7 +136,7 @@ def run(args) -> int:
         return 2
     recorder = None
     if args.record:
-        from exporter.recorder import Recorder
+        from gpulens.exporter.recorder import Recorder
 
         try:
             recorder = Recorder(args.record, node=getattr(getattr(source, "node", None), "name", ""))

@@ -14,9 +14,9 @@ from typing import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from exporter import metric_specs as m
-from exporter.sampler import Sampler, Snapshot
-from exporter.sources.base import PodRef
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.sampler import Sampler, Snapshot
+from gpulens.exporter.sources.base import PodRef
 
 log = logging.getLogger(__name__)
 

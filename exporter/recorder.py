@@ -7,9 +7,9 @@ import logging
 import os
 import time
 
-from analyzer import trace as tr
-from exporter.sampler import Snapshot
-from exporter.status import ProblemLog
+from gpulens.analyzer import trace as tr
+from gpulens.exporter.sampler import Snapshot
+from gpulens.exporter.status import ProblemLog
 
 log = logging.getLogger(__name__)
 

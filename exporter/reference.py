@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from exporter import metric_specs as m
+from gpulens.exporter import metric_specs as m
 
 _GROUPS = {
     "identity": "Identity and health",

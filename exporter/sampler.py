@@ -18,10 +18,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from exporter import metric_specs as m
-from exporter.attribution.attributor import Attribution, Resolved, resolve
-from exporter.sources.base import NodeSample, PodRef, Source
-from exporter.status import CollectorStatus, ProblemLog
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.attribution.attributor import Attribution, Resolved, resolve
+from gpulens.exporter.sources.base import NodeSample, PodRef, Source
+from gpulens.exporter.status import CollectorStatus, ProblemLog
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from gpulens import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every subcommand and its flags."""
-    from alerts import cli as alerts_cli
-    from analyzer import cli as analyzer_cli
-    from dashboards import cli as dashboards_cli
-    from exporter import cli as exporter_cli
-    from exporter import reference
+    from gpulens.alerts import cli as alerts_cli
+    from gpulens.analyzer import cli as analyzer_cli
+    from gpulens.dashboards import cli as dashboards_cli
+    from gpulens.exporter import cli as exporter_cli
+    from gpulens.exporter import reference
     from gpulens import demo, receiver
 
     parser = argparse.ArgumentParser(prog="gpulens", description="Find out why your GPUs are idle.")

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import requests
 
-from alerts import cli as alerts_cli
-from analyzer.thresholds import Thresholds
-from exporter.sources import simulated
+from gpulens.alerts import cli as alerts_cli
+from gpulens.analyzer.thresholds import Thresholds
+from gpulens.exporter.sources import simulated
 from gpulens import mixin
 from gpulens.config import ConfigError, write_atomically, write_generated
 from gpulens.receiver import AlertReceiver

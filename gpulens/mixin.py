@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analyzer.thresholds import Thresholds
-from exporter.metric_specs import BY_NAME, CLOCK_EVENT_REASONS, PREFIX
+from gpulens.analyzer.thresholds import Thresholds
+from gpulens.exporter.metric_specs import BY_NAME, CLOCK_EVENT_REASONS, PREFIX
 
 
 def metric(name: str) -> str:

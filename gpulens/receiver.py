@@ -129,7 +129,7 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    from exporter.web import parse_listen_address
+    from gpulens.exporter.web import parse_listen_address
     from gpulens.config import ConfigError
 
     try:

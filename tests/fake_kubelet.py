@@ -10,8 +10,8 @@ from concurrent import futures
 
 import grpc
 
-from exporter.attribution import podresources_pb2 as pb
-from exporter.attribution import podresources_pb2_grpc as pb_grpc
+from gpulens.exporter.attribution import podresources_pb2 as pb
+from gpulens.exporter.attribution import podresources_pb2_grpc as pb_grpc
 
 # {(namespace, pod): {container: [(resource name, [device ids])]}}
 Pods = dict[tuple[str, str], dict[str, list[tuple[str, list[str]]]]]

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import yaml
 
-from alerts import cli, rules
+from gpulens.alerts import cli, rules
 from gpulens.mixin import MixinConfig
 from tests.helpers import REPO, require_binary
 

@@ -7,12 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyzer import readers
-from analyzer import trace as tr
-from analyzer.classify import CLASSES, classify
-from analyzer.evaluate import Scenario, evaluate, scenario_trace
-from analyzer.thresholds import Thresholds
-from analyzer.trace import TraceError, read_trace
+from gpulens.analyzer import readers
+from gpulens.analyzer import trace as tr
+from gpulens.analyzer.classify import CLASSES, classify
+from gpulens.analyzer.evaluate import Scenario, evaluate, scenario_trace
+from gpulens.analyzer.thresholds import Thresholds
+from gpulens.analyzer.trace import TraceError, read_trace
 from tests.captures import FIXTURES, H100_CAPTURE, capture_sections
 from tests.helpers import REPO
 

@@ -8,9 +8,9 @@ import time
 import pytest
 import requests
 
-from exporter.attribution.cgroups import Cgroup, ContainerIndex, parse_cgroup, read_cgroup
-from exporter.attribution.kubelet import DeviceRef, parse_device_id, resource_matches
-from exporter.sources.base import PodRef
+from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, parse_cgroup, read_cgroup
+from gpulens.exporter.attribution.kubelet import DeviceRef, parse_device_id, resource_matches
+from gpulens.exporter.sources.base import PodRef
 from tests import captures
 from tests.fake_kubelet import FakeKubelet
 from tests.helpers import start_nvml_exporter, REPO, samples, value, wait_until
@@ -78,9 +78,9 @@ def test_container_index_from_the_kubelets_log_links():
 
 def test_generated_grpc_code_is_current(tmp_path):
     subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{REPO}", f"--python_out={tmp_path}",
-                    f"--grpc_python_out={tmp_path}", "exporter/attribution/podresources.proto"], check=True, cwd=REPO)
+                    f"--grpc_python_out={tmp_path}", "gpulens/exporter/attribution/podresources.proto"], check=True, cwd=REPO)
     for name in ("podresources_pb2.py", "podresources_pb2_grpc.py"):
-        generated = (tmp_path / "exporter" / "attribution" / name).read_text()
+        generated = (tmp_path / "gpulens" / "exporter" / "attribution" / name).read_text()
         assert generated == (REPO / "exporter" / "attribution" / name).read_text(), f"regenerate {name}"
 
 

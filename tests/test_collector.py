@@ -2,11 +2,11 @@
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from exporter import metric_specs as m
-from exporter.collector import ExporterCollector
-from exporter.sampler import Sampler
-from exporter.sources import simulated
-from exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.collector import ExporterCollector
+from gpulens.exporter.sampler import Sampler
+from gpulens.exporter.sources import simulated
+from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source
 
 
 class Frozen:

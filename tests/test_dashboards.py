@@ -5,10 +5,10 @@ import re
 
 import pytest
 
-from alerts import rules
-from dashboards import gpulens as dashboards
-from dashboards import style
-from exporter.metric_specs import BY_NAME
+from gpulens.alerts import rules
+from gpulens.dashboards import gpulens as dashboards
+from gpulens.dashboards import style
+from gpulens.exporter.metric_specs import BY_NAME
 from gpulens import mixin
 from gpulens.cli import main
 from tests.helpers import REPO

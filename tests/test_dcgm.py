@@ -6,8 +6,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from exporter import metric_specs as m
-from exporter.sources.dcgm import DcgmFetcher, DcgmSource, devices_from_rows, is_blank, parse_exposition
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.sources.dcgm import DcgmFetcher, DcgmSource, devices_from_rows, is_blank, parse_exposition
 from tests.captures import FIXTURES
 from tests.helpers import start_nvml_exporter, samples, value, wait_until
 
@@ -309,7 +309,7 @@ def test_dcgm_source_needs_a_url():
 
 
 def test_the_counters_file_turns_on_every_field_gpulens_maps():
-    from exporter.sources.dcgm import BY_NAME
+    from gpulens.exporter.sources.dcgm import BY_NAME
     from tests.helpers import REPO
 
     fields = {}

@@ -8,9 +8,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from alerts import cli as alerts_cli
-from alerts import rules
-from analyzer.thresholds import Thresholds
+from gpulens.alerts import cli as alerts_cli
+from gpulens.alerts import rules
+from gpulens.analyzer.thresholds import Thresholds
 from gpulens import demo, mixin
 from gpulens.cli import build_parser
 from tests.helpers import REPO, require_binary

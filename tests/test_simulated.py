@@ -1,10 +1,10 @@
 """The simulated fleet moves the way real GPUs do, and the sampler integrates it exactly."""
 import pytest
 
-from exporter import metric_specs as m
-from exporter.sampler import Sampler
-from exporter.sources import simulated
-from exporter.sources.simulated import FleetError, SimulatedSource, duty, fleet_from_flags, load_fleet
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.sampler import Sampler
+from gpulens.exporter.sources import simulated
+from gpulens.exporter.sources.simulated import FleetError, SimulatedSource, duty, fleet_from_flags, load_fleet
 
 
 class ManualClock:

@@ -13,8 +13,8 @@ import time
 import pytest
 import requests
 
-from analyzer.classify import RECOMMENDATIONS
-from dashboards import gpulens as dashboards
+from gpulens.analyzer.classify import RECOMMENDATIONS
+from gpulens.dashboards import gpulens as dashboards
 from gpulens import mixin
 from gpulens.demo import Stack
 from tests.helpers import require_binary

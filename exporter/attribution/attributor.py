@@ -12,11 +12,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from exporter.attribution.cgroups import Cgroup, ContainerIndex, read_cgroup
-from exporter.attribution.kubelet import (DEFAULT_RESOURCE_NAMES, DEFAULT_SOCKET, DeviceRef, KubeletError,
+from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, read_cgroup
+from gpulens.exporter.attribution.kubelet import (DEFAULT_RESOURCE_NAMES, DEFAULT_SOCKET, DeviceRef, KubeletError,
                                           PodResourcesClient, parse_device_id)
-from exporter.status import CollectorStatus, ProblemLog
-from exporter.sources.base import DeviceSample, PodRef
+from gpulens.exporter.status import CollectorStatus, ProblemLog
+from gpulens.exporter.sources.base import DeviceSample, PodRef
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from fnmatch import fnmatchcase
 
 import grpc
 
-from exporter.attribution import podresources_pb2 as pb
-from exporter.attribution import podresources_pb2_grpc as pb_grpc
-from exporter.sources.base import PodRef
+from gpulens.exporter.attribution import podresources_pb2 as pb
+from gpulens.exporter.attribution import podresources_pb2_grpc as pb_grpc
+from gpulens.exporter.sources.base import PodRef
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_RESOURCE_NAMES = ("nvidia.com/gpu", "nvidia.com/mig-*")

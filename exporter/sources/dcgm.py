@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import requests
 
-from exporter import metric_specs as m
-from exporter.attribution.attributor import Attribution, AttributionState
-from exporter.attribution.kubelet import DeviceRef
-from exporter.sources.base import DeviceSample, NodeSample, PodRef, Source, SourceUnavailable
-from exporter.status import CollectorStatus, ProblemLog
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.attribution.attributor import Attribution, AttributionState
+from gpulens.exporter.attribution.kubelet import DeviceRef
+from gpulens.exporter.sources.base import DeviceSample, NodeSample, PodRef, Source, SourceUnavailable
+from gpulens.exporter.status import CollectorStatus, ProblemLog
 
 log = logging.getLogger(__name__)
 

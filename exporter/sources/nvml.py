@@ -17,9 +17,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from exporter import metric_specs as m
-from exporter.status import ProblemLog
-from exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source, SourceUnavailable
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.status import ProblemLog
+from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source, SourceUnavailable
 
 log = logging.getLogger(__name__)
 

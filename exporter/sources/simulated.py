@@ -31,11 +31,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from exporter import metric_specs as m
-from exporter.attribution.attributor import Attribution, AttributionState
-from exporter.attribution.kubelet import DeviceRef
-from exporter.sources.base import DeviceSample, NodeSample, PodRef, ProcessSample, Source
-from exporter.status import CollectorStatus
+from gpulens.exporter import metric_specs as m
+from gpulens.exporter.attribution.attributor import Attribution, AttributionState
+from gpulens.exporter.attribution.kubelet import DeviceRef
+from gpulens.exporter.sources.base import DeviceSample, NodeSample, PodRef, ProcessSample, Source
+from gpulens.exporter.status import CollectorStatus
 from gpulens.config import ConfigError, read_yaml
 
 MIB = 1024**2
