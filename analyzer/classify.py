@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
-from gpulens.analyzer.catalog import model_info
+from gpulens.core.catalog import model_info
 from gpulens.analyzer.features import pod_features
-from gpulens.analyzer.thresholds import Thresholds
+from gpulens.core.thresholds import Thresholds
 
 CLASSES = ("healthy", "idle", "data_starvation", "memory_bandwidth", "memory_fragmentation", "interconnect",
            "throttling", "wrong_gpu_type", "poor_placement", "insufficient_data")

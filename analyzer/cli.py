@@ -8,10 +8,10 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from gpulens.analyzer import catalog
-from gpulens.analyzer.thresholds import Thresholds
-from gpulens import flags
-from gpulens.config import write_atomically
+from gpulens.core import catalog
+from gpulens.core.thresholds import Thresholds
+from gpulens.core import flags
+from gpulens.core.config import write_atomically
 
 if TYPE_CHECKING:
     from gpulens.analyzer.classify import Verdict
@@ -60,8 +60,8 @@ def register(commands) -> None:
 
 
 def _common(p) -> None:
-    flags.add(p, "--thresholds", default="", help="YAML overriding analyzer thresholds (analyzer/thresholds.py)")
-    flags.add(p, "--prices", default="", help="YAML of GPU model: USD per GPU-hour (analyzer/catalog.py)")
+    flags.add(p, "--thresholds", default="", help="YAML overriding analyzer thresholds (gpulens/core/thresholds.py)")
+    flags.add(p, "--prices", default="", help="YAML of GPU model: USD per GPU-hour (gpulens/core/catalog.py)")
 
 
 def _config(args) -> tuple[Thresholds, dict[str, float]]:
@@ -172,8 +172,8 @@ def run_service(args) -> int:
 
     from gpulens.analyzer.live import ExporterInput, PrometheusInput
     from gpulens.analyzer.service import AnalyzerService
-    from gpulens.exporter.web import WebConfig, parse_listen_address, serve
-    from gpulens.config import ConfigError, require_positive
+    from gpulens.core.web import WebConfig, parse_listen_address, serve
+    from gpulens.core.config import ConfigError, require_positive
 
     try:
         thresholds, prices = _config(args)

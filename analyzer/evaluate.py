@@ -16,7 +16,7 @@ import pandas as pd
 
 from gpulens.analyzer import trace as tr
 from gpulens.analyzer.classify import CLASSES, classify
-from gpulens.analyzer.thresholds import Thresholds
+from gpulens.core.thresholds import Thresholds
 from gpulens.exporter.sources import simulated
 
 # label -> (profile, models it makes sense on, GPUs per pod)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer.catalog import model_info
-from gpulens.analyzer.thresholds import Thresholds
+from gpulens.core.catalog import model_info
+from gpulens.core.thresholds import Thresholds
 
 
 def _order(unit: np.ndarray, gpu: np.ndarray, ts: np.ndarray) -> np.ndarray | None:

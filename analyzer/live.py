@@ -22,7 +22,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer import trace as tr
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 
 log = logging.getLogger(__name__)
 

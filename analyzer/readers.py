@@ -22,7 +22,7 @@ import pandas as pd
 
 from gpulens.analyzer import trace as tr
 from gpulens.analyzer.trace import TraceError
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 from gpulens.exporter.sources import dcgm
 
 MIB = 1024**2

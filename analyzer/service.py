@@ -16,9 +16,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from gpulens.analyzer.classify import CLASSES, Verdict, classify
 from gpulens.analyzer.live import InputError
-from gpulens.analyzer.thresholds import Thresholds
-from gpulens.exporter import metric_specs as m
-from gpulens.exporter.status import ProblemLog
+from gpulens.core.thresholds import Thresholds
+from gpulens.core import metrics as m
+from gpulens.core.status import ProblemLog
 
 log = logging.getLogger(__name__)
 

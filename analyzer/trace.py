@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 
 IDENTITY = ["node", "gpu_model", "namespace", "pod", "container"]
 RATIOS = ["gpu_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_engine_active",

@@ -1,8 +1,8 @@
 """`gpulens dashboards --out DIR`: write the Grafana dashboards as JSON (see dashboards/gpulens.py)."""
 from __future__ import annotations
 
-from gpulens import mixin
-from gpulens.config import write_generated
+from gpulens.core import mixin
+from gpulens.core.config import write_generated
 
 
 def register(commands) -> None:

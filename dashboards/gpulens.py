@@ -1,13 +1,13 @@
 """The three gpulens dashboards: fleet overview, pod bottlenecks, node and GPU health.
 
-Built from gpulens/mixin.py (metric names checked against the metric table, recording rules, uids)
+Built from gpulens/core/mixin.py (metric names checked against the metric table, recording rules, uids)
 through the house style in dashboards/style.py. `gpulens dashboards --out DIR` writes them as JSON
 for Grafana's file provisioning; the committed copies in dashboards/generated/ are drift-tested.
 """
 from __future__ import annotations
 
-from gpulens import mixin
-from gpulens.mixin import MixinConfig, metric
+from gpulens.core import mixin
+from gpulens.core.mixin import MixinConfig, metric
 from gpulens.dashboards import style as s
 from gpulens.dashboards.style import target
 

@@ -16,9 +16,10 @@ from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources import simulated
 from gpulens.exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource, MergedSource
 from gpulens.exporter.sources.base import Source, SourceUnavailable
-from gpulens.exporter.web import WebConfig, parse_listen_address, serve
-from gpulens.config import ConfigError, require_positive
-from gpulens import __version__, flags
+from gpulens.core.web import WebConfig, parse_listen_address, serve
+from gpulens.core.config import ConfigError, require_positive
+from gpulens import __version__
+from gpulens.core import flags
 
 log = logging.getLogger("gpulens.exporter")
 

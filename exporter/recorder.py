@@ -9,7 +9,7 @@ import time
 
 from gpulens.analyzer import trace as tr
 from gpulens.exporter.sampler import Snapshot
-from gpulens.exporter.status import ProblemLog
+from gpulens.core.status import ProblemLog
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 from gpulens.exporter.attribution.attributor import Attribution, Resolved, resolve
 from gpulens.exporter.sources.base import NodeSample, PodRef, Source
-from gpulens.exporter.status import CollectorStatus, ProblemLog
+from gpulens.core.thresholds import IDLE_ACTIVITY
+from gpulens.core.status import CollectorStatus, ProblemLog
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ class Sampler:
             activity = device.activity()
             if activity is not None:
                 counters.busy += activity * dt
-                if activity < m.IDLE_ACTIVITY_THRESHOLD:
+                if activity < IDLE_ACTIVITY:
                     counters.idle += dt
             sm_active = device.get(m.SM_ACTIVE)
             if sm_active is not None:
@@ -152,7 +153,7 @@ class Sampler:
                 pc = self._process_counters.setdefault(key, ProcessCounters())
                 if process.utilization is not None:
                     pc.busy += process.utilization * dt
-                    if process.utilization < m.IDLE_ACTIVITY_THRESHOLD:
+                    if process.utilization < IDLE_ACTIVITY:
                         pc.idle += dt
                 if process.pod is not None:
                     pod_key = (device.uuid, process.pod)

@@ -14,7 +14,7 @@ def build_parser() -> argparse.ArgumentParser:
     from gpulens.analyzer import cli as analyzer_cli
     from gpulens.dashboards import cli as dashboards_cli
     from gpulens.exporter import cli as exporter_cli
-    from gpulens.exporter import reference
+    from gpulens import reference
     from gpulens import demo, receiver
 
     parser = argparse.ArgumentParser(prog="gpulens", description="Find out why your GPUs are idle.")

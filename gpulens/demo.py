@@ -24,10 +24,10 @@ from pathlib import Path
 import requests
 
 from gpulens.alerts import cli as alerts_cli
-from gpulens.analyzer.thresholds import Thresholds
+from gpulens.core.thresholds import Thresholds
 from gpulens.exporter.sources import simulated
-from gpulens import mixin
-from gpulens.config import ConfigError, write_atomically, write_generated
+from gpulens.core import mixin
+from gpulens.core.config import ConfigError, write_atomically, write_generated
 from gpulens.receiver import AlertReceiver
 
 log = logging.getLogger("gpulens.demo")
@@ -238,7 +238,7 @@ class Stack:
 # --- the command ---------------------------------------------------------------------------------
 
 def register(commands) -> None:
-    from gpulens import flags
+    from gpulens.core import flags
 
     p = commands.add_parser("demo", help="run the whole system on a simulated fleet (no GPU, no Docker)")
     flags.add(p, "--simulate.config", dest="fleet", default="",

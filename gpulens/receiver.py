@@ -119,7 +119,7 @@ def describe(alert: dict, path: str) -> str:
 
 
 def register(commands) -> None:
-    from gpulens import flags
+    from gpulens.core import flags
 
     p = commands.add_parser("alert-receiver", help="a webhook receiver that shows Alertmanager's notifications "
                                                    "(for the demo)")
@@ -129,8 +129,8 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    from gpulens.exporter.web import parse_listen_address
-    from gpulens.config import ConfigError
+    from gpulens.core.web import parse_listen_address
+    from gpulens.core.config import ConfigError
 
     try:
         host, port = parse_listen_address(args.listen_address)

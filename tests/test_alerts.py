@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from gpulens.alerts import cli, rules
-from gpulens.mixin import MixinConfig
+from gpulens.core.mixin import MixinConfig
 from tests.helpers import REPO, require_binary
 
 EXPORTER = 'job="gpulens-exporter",instance="n1:9848",node="n1"'

@@ -11,7 +11,7 @@ from gpulens.analyzer import readers
 from gpulens.analyzer import trace as tr
 from gpulens.analyzer.classify import CLASSES, classify
 from gpulens.analyzer.evaluate import Scenario, evaluate, scenario_trace
-from gpulens.analyzer.thresholds import Thresholds
+from gpulens.core.thresholds import Thresholds
 from gpulens.analyzer.trace import TraceError, read_trace
 from tests.captures import FIXTURES, H100_CAPTURE, capture_sections
 from tests.helpers import REPO

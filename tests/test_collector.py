@@ -2,7 +2,7 @@
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources import simulated

@@ -8,8 +8,8 @@ import pytest
 from gpulens.alerts import rules
 from gpulens.dashboards import gpulens as dashboards
 from gpulens.dashboards import style
-from gpulens.exporter.metric_specs import BY_NAME
-from gpulens import mixin
+from gpulens.core.metrics import BY_NAME
+from gpulens.core import mixin
 from gpulens.cli import main
 from tests.helpers import REPO
 

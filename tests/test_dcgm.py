@@ -6,7 +6,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 from gpulens.exporter.sources.dcgm import DcgmFetcher, DcgmSource, devices_from_rows, is_blank, parse_exposition
 from tests.captures import FIXTURES
 from tests.helpers import start_nvml_exporter, samples, value, wait_until

@@ -10,8 +10,9 @@ import yaml
 
 from gpulens.alerts import cli as alerts_cli
 from gpulens.alerts import rules
-from gpulens.analyzer.thresholds import Thresholds
-from gpulens import demo, mixin
+from gpulens.core.thresholds import Thresholds
+from gpulens import demo
+from gpulens.core import mixin
 from gpulens.cli import build_parser
 from tests.helpers import REPO, require_binary
 

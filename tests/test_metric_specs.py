@@ -4,8 +4,8 @@ import subprocess
 
 import requests
 
-from gpulens.exporter import metric_specs as m
-from gpulens.exporter import reference
+from gpulens.core import metrics as m
+from gpulens import reference
 from tests.helpers import REPO, require_binary, start_exporter
 
 LABEL = re.compile(r"^[a-z][a-z0-9_]*$")

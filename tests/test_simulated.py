@@ -1,7 +1,7 @@
 """The simulated fleet moves the way real GPUs do, and the sampler integrates it exactly."""
 import pytest
 
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources import simulated
 from gpulens.exporter.sources.simulated import FleetError, SimulatedSource, duty, fleet_from_flags, load_fleet

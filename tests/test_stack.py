@@ -15,7 +15,7 @@ import requests
 
 from gpulens.analyzer.classify import RECOMMENDATIONS
 from gpulens.dashboards import gpulens as dashboards
-from gpulens import mixin
+from gpulens.core import mixin
 from gpulens.demo import Stack
 from tests.helpers import require_binary
 from tests.test_analyzer_service import EXPECTED

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, read_cgroup
 from gpulens.exporter.attribution.kubelet import (DEFAULT_RESOURCE_NAMES, DEFAULT_SOCKET, DeviceRef, KubeletError,
                                           PodResourcesClient, parse_device_id)
-from gpulens.exporter.status import CollectorStatus, ProblemLog
+from gpulens.core.status import CollectorStatus, ProblemLog
 from gpulens.exporter.sources.base import DeviceSample, PodRef
 
 log = logging.getLogger(__name__)

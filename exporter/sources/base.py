@@ -8,8 +8,8 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 
-from gpulens.exporter import metric_specs as m
-from gpulens.exporter.status import CollectorStatus
+from gpulens.core import metrics as m
+from gpulens.core.status import CollectorStatus
 
 Labels = tuple[str, ...]
 

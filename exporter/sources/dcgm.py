@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 import requests
 
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 from gpulens.exporter.attribution.attributor import Attribution, AttributionState
 from gpulens.exporter.attribution.kubelet import DeviceRef
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, PodRef, Source, SourceUnavailable
-from gpulens.exporter.status import CollectorStatus, ProblemLog
+from gpulens.core.status import CollectorStatus, ProblemLog
 
 log = logging.getLogger(__name__)
 

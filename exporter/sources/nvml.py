@@ -17,8 +17,8 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from gpulens.exporter import metric_specs as m
-from gpulens.exporter.status import ProblemLog
+from gpulens.core import metrics as m
+from gpulens.core.status import ProblemLog
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source, SourceUnavailable
 
 log = logging.getLogger(__name__)

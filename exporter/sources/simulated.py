@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 from gpulens.exporter.attribution.attributor import Attribution, AttributionState
 from gpulens.exporter.attribution.kubelet import DeviceRef
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, PodRef, ProcessSample, Source
-from gpulens.exporter.status import CollectorStatus
-from gpulens.config import ConfigError, read_yaml
+from gpulens.core.status import CollectorStatus
+from gpulens.core.config import ConfigError, read_yaml
 
 MIB = 1024**2
 GIB = 1024**3

@@ -32,7 +32,7 @@ from typing import Callable
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from gpulens.config import ConfigError, read_yaml
+from gpulens.core.config import ConfigError, read_yaml
 
 log = logging.getLogger(__name__)
 

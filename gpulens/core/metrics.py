@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulens.core.thresholds import IDLE_ACTIVITY
+
 PREFIX = "gpulens_"
 DEVICE_LABELS = ("gpu", "uuid")
 POD_LABELS = ("gpu", "uuid", "namespace", "pod", "container")
@@ -137,8 +139,8 @@ SM_ACTIVE_SECONDS = _spec(
     "sampler: sum of gpu_sm_active_ratio x sample interval")
 IDLE_SECONDS = _spec(
     "gpu_idle_seconds_total", "counter", "seconds",
-    "Seconds in which the device did no work (activity under 0.01).",
-    "sampler: sum of sample intervals with activity < 0.01")
+    f"Seconds in which the device did no work (activity under {IDLE_ACTIVITY}).",
+    f"sampler: sum of sample intervals with activity < {IDLE_ACTIVITY}")
 
 # --- memory ----------------------------------------------------------------------------------
 MEMORY_USED = _spec(
@@ -281,8 +283,8 @@ PROCESS_BUSY_SECONDS = _spec(
     labels=PROCESS_LABELS, group="process")
 PROCESS_IDLE_SECONDS = _spec(
     "process_idle_seconds_total", "counter", "seconds",
-    "Seconds the process held the device without using it (share under 0.01).",
-    "sampler: sum of sample intervals with process_utilization_ratio < 0.01",
+    f"Seconds the process held the device without using it (share under {IDLE_ACTIVITY}).",
+    f"sampler: sum of sample intervals with process_utilization_ratio < {IDLE_ACTIVITY}",
     labels=PROCESS_LABELS, group="process")
 
 # --- pods --------------------------------------------------------------------------------------
@@ -429,6 +431,3 @@ TOPOLOGY_LEVELS: dict[int, str] = {
     40: "numa_node",
     50: "system",
 }
-
-#: Activity under this ratio counts as idle (SIGNALS.md: "SM / GR activity about 0").
-IDLE_ACTIVITY_THRESHOLD = 0.01

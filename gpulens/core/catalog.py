@@ -8,7 +8,7 @@ direction, from NVIDIA's figures (PCIe Gen3 0.985 GB/s per lane, doubling per ge
 from __future__ import annotations
 
 from dataclasses import dataclass
-from gpulens.config import ConfigError, read_yaml
+from gpulens.core.config import ConfigError, read_yaml
 
 GB = 1e9
 

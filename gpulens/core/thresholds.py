@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, fields
-from gpulens.config import ConfigError, read_yaml
+
+from gpulens.core.config import ConfigError, read_yaml
+
+#: Activity under this ratio is "no work": SM / GR activity about 0 (SIGNALS.md; tool: Princeton JDS
+#: uses 0%). The exporter's idle-seconds counters use it as it is; the analyzer's default is it too.
+IDLE_ACTIVITY = 0.01
 
 
 @dataclass(frozen=True)
@@ -16,8 +21,8 @@ class Thresholds:
     # --- data -----------------------------------------------------------------------------------
     #: Fewer samples per GPU than this in the window is insufficient_data, not a guess. (proposal)
     min_samples: int = 30
-    #: Activity under this ratio is "no work": SM / GR activity about 0. (tool: Princeton JDS uses 0%)
-    idle_activity: float = 0.01
+    #: Activity under this ratio is "no work" (IDLE_ACTIVITY above).
+    idle_activity: float = IDLE_ACTIVITY
     #: Idle for this many trailing seconds of the window (or the whole window, if shorter) = idle.
     #: (tool: JDS warns at 60 min; a shorter window here, because the analyzer's window is minutes)
     idle_seconds: float = 300.0

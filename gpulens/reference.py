@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpulens.exporter import metric_specs as m
+from gpulens.core import metrics as m
 
 _GROUPS = {
     "identity": "Identity and health",
@@ -21,7 +21,7 @@ def render() -> str:
     lines = [
         "# Metric reference",
         "",
-        "Generated from `exporter/metric_specs.py` by `gpulens metrics-reference`; do not edit by hand.",
+        "Generated from `gpulens/core/metrics.py` by `gpulens metrics-reference`; do not edit by hand.",
         "",
         "Per-device series carry `gpu` (`\"0\"`, or `\"0/gi3\"` for a MIG instance) and `uuid`. "
         "Join `gpulens_gpu_info` on `uuid` for the model or MIG profile.",

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpulens.analyzer.thresholds import Thresholds
-from gpulens.exporter.metric_specs import BY_NAME, CLOCK_EVENT_REASONS, PREFIX
+from gpulens.core.thresholds import Thresholds
+from gpulens.core.metrics import BY_NAME, CLOCK_EVENT_REASONS, PREFIX
 
 
 def metric(name: str) -> str:
@@ -26,7 +26,7 @@ def metric(name: str) -> str:
     the metric table so that generated PromQL can never name a series that does not exist."""
     full = PREFIX + name
     if full not in BY_NAME:
-        raise KeyError(f"{full} is not in exporter/metric_specs.py; rename it here too")
+        raise KeyError(f"{full} is not in gpulens/core/metrics.py; rename it here too")
     return full
 
 
@@ -110,12 +110,12 @@ def dashboard_link(c: MixinConfig, dashboard: tuple[str, str], **variables: str)
 
 def add_flags(parser) -> None:
     """The flags `gpulens alerts` and `gpulens dashboards` share: what MixinConfig holds."""
-    from gpulens import flags
+    from gpulens.core import flags
 
     defaults = MixinConfig()
     flags.add(parser, "--out", required=True, help="directory to write the generated files to")
     flags.add(parser, "--thresholds", default="", help="YAML overriding thresholds and alert durations "
-                                                       "(analyzer/thresholds.py)")
+                                                       "(gpulens/core/thresholds.py)")
     flags.add(parser, "--exporter.job", dest="exporter_job", default=defaults.exporter_job,
               help="Prometheus job name of the exporters")
     flags.add(parser, "--analyzer.job", dest="analyzer_job", default=defaults.analyzer_job,
