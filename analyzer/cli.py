@@ -72,7 +72,7 @@ def run_analyze(args) -> int:
     # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
     from gpulens.analyzer import readers
     from gpulens.analyzer.classify import classify
-    from gpulens.analyzer.trace import TraceError
+    from gpulens.analyzer.readers import TraceError
 
     try:
         thresholds, prices = _config(args)

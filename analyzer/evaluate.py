@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import trace as tr
+from gpulens.analyzer import frame as fr
+from gpulens.core import trace as tr
 from gpulens.analyzer.classify import CLASSES, classify
 from gpulens.core.thresholds import Thresholds
 from gpulens.exporter.sources import simulated
@@ -118,7 +119,7 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
         frame["gpu"] = frame["gpu"].str.replace("GPU-", "MIG-")
     frame["node"], frame["gpu_model"] = "eval-node", model.name + (" MIG 1g.10gb" if s.mig else "")
     frame["namespace"], frame["pod"], frame["container"] = "eval", f"{s.label}-{s.seed}", "main"
-    return tr.normalize(frame)
+    return fr.normalize(frame)
 
 
 @dataclass

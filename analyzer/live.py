@@ -1,6 +1,6 @@
 """Live inputs of the analyzer service: Prometheus (the production path) or exporters directly.
 
-Both turn gpulens exporter metrics into the trace frame (analyzer/trace.py) over a sliding window.
+Both turn gpulens exporter metrics into the trace frame (gpulens.analyzer.frame) over a sliding window.
 - PrometheusInput issues one range query per signal per cycle, for all GPUs at once, so the number
   of queries does not grow with the number of pods; any server with Prometheus' HTTP API works
   (Thanos, Mimir, VictoriaMetrics). cAdvisor and kube-state-metrics series, where present, add the
@@ -21,7 +21,8 @@ import pandas as pd
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.analyzer import trace as tr
+from gpulens.analyzer import frame as fr
+from gpulens.core import trace as tr
 from gpulens.core import metrics as m
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ class ExporterInput:
             rows = list(self._rows)
         if not rows and self.errors:
             raise InputError(self.last_error)
-        return tr.normalize(pd.DataFrame(rows)) if rows else tr.empty()
+        return fr.normalize(pd.DataFrame(rows)) if rows else fr.empty()
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="gpulens-exporter-input", daemon=True).start()
@@ -216,13 +217,13 @@ class PrometheusInput:
         add(self._query(f"{self._sel(m.CLOCK_EVENT_ACTIVE.name)} == 1", start, end), "clock_event_reasons",
             lambda old, v, labels: (old or 0) + m.CLOCK_EVENT_REASONS.get(labels.get("reason", ""), 0))
         if not columns:
-            return tr.empty()
+            return fr.empty()
         keys = np.array(list(columns.keys()), dtype=object)
         frame = pd.DataFrame(list(columns.values()))
         frame["instance"], frame["gpu"], frame["timestamp"] = keys[:, 0], keys[:, 1], keys[:, 2].astype(float)
         frame = frame[frame["gpu"] != ""]
         frame = self._identity(frame, end)
-        return tr.normalize(frame)
+        return fr.normalize(frame)
 
     def _latest(self, expr: str, end: float) -> list[dict]:
         try:

@@ -11,7 +11,6 @@ Formats are recognised by their first line:
 from __future__ import annotations
 
 import csv
-import io
 import math
 import re
 from datetime import datetime, timezone
@@ -20,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import trace as tr
-from gpulens.analyzer.trace import TraceError
+from gpulens.analyzer import frame as fr
+from gpulens.core.trace import COLUMNS, RATIOS, SIGNALS
 from gpulens.core import metrics as m
-from gpulens.exporter.sources import dcgm
+from gpulens.core import dcgm
 
 MIB = 1024**2
 
@@ -40,6 +39,92 @@ _SMI = {
     "clocks.max.sm_clock": ("sm_clock_max_hertz", 1e6),
 }
 _NUMBER = re.compile(r"^\s*(-?[0-9.]+(?:[eE][-+]?\d+)?)")
+
+
+class TraceError(ValueError):
+    """A trace file is malformed. The message names the file, line and column, and what was expected."""
+
+
+def parse_timestamp(text: str) -> float:
+    """Unix seconds, or RFC 3339 (with Z or an offset) as unix seconds."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        raise ValueError("RFC 3339 timestamps need a time zone (Z or +hh:mm)")
+    return value.timestamp()
+
+
+def read_trace(path: str | Path) -> pd.DataFrame:
+    """Read a trace CSV or Parquet file, checking every value; raises TraceError on the first bad one."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as e:  # pyarrow raises several types; all mean "not a readable Parquet trace"
+            raise TraceError(f"{path}: not a readable Parquet file ({e})") from e
+        missing = {"timestamp", "gpu"} - set(frame.columns)
+        if missing:
+            raise TraceError(f"{path}: required column(s) {', '.join(sorted(missing))} missing")
+        if frame["timestamp"].dtype == object:
+            frame["timestamp"] = [parse_timestamp(str(v)) for v in frame["timestamp"]]
+        return fr.normalize(frame)
+    try:
+        handle = open(path, newline="")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read it ({e.strerror})") from e
+    with handle:
+        reader = csv.reader(handle)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise TraceError(f"{path}: empty file; a trace needs a header line with timestamp and gpu") from None
+        except csv.Error as e:
+            raise TraceError(f"{path}, line 1: {e}") from e
+        for required in ("timestamp", "gpu"):
+            if required not in header:
+                raise TraceError(f"{path}, line 1: required column '{required}' missing from the header "
+                                 f"({', '.join(header)})")
+        unknown = [h for h in header if h not in COLUMNS]
+        if unknown:
+            raise TraceError(f"{path}, line 1: unknown column(s) {', '.join(unknown)}; "
+                             "the trace columns are listed in docs/trace-format.md")
+        numeric = [i for i, h in enumerate(header) if h in SIGNALS]
+        ts_index = header.index("timestamp")
+        rows = []
+        try:
+            for row in reader:
+                line = reader.line_num
+                if not row:
+                    continue
+                if len(row) != len(header):
+                    raise TraceError(f"{path}, line {line}: {len(row)} fields, the header has {len(header)}")
+                try:
+                    row[ts_index] = parse_timestamp(row[ts_index])
+                except ValueError:
+                    raise TraceError(f"{path}, line {line}, column {ts_index + 1} (timestamp): {row[ts_index]!r} is "
+                                     "neither unix seconds nor an RFC 3339 time") from None
+                for i in numeric:
+                    text = row[i].strip()
+                    if text == "":
+                        row[i] = math.nan
+                        continue
+                    try:
+                        row[i] = float(text)
+                    except ValueError:
+                        raise TraceError(f"{path}, line {line}, column {i + 1} ({header[i]}): {text!r} is not a "
+                                         "number") from None
+                    name = header[i]
+                    if name in RATIOS and not 0.0 <= row[i] <= 1.0:
+                        raise TraceError(f"{path}, line {line}, column {i + 1} ({name}): {text} is not a ratio "
+                                         "from 0 to 1 (percentages must be divided by 100)")
+                rows.append(row)
+        except csv.Error as e:
+            raise TraceError(f"{path}, line {reader.line_num}: {e}") from e
+    return fr.normalize(pd.DataFrame(rows, columns=header))
+
 
 
 def detect(path: Path) -> str:
@@ -69,7 +154,7 @@ def read_files(paths: list[str | Path], scrape_interval: float = 30.0, gpu_model
     for path in map(Path, paths):
         kind = detect(path)
         if kind == "trace":
-            frames.append(tr.read_trace(path))
+            frames.append(read_trace(path))
         elif kind == "nvidia-smi":
             frames.append(read_nvidia_smi(path))
         elif kind == "dcgmi-dmon":
@@ -78,7 +163,7 @@ def read_files(paths: list[str | Path], scrape_interval: float = 30.0, gpu_model
             scrapes.append(path)
     if scrapes:
         frames.append(read_dcgm_scrapes(scrapes, scrape_interval))
-    frame = pd.concat(frames, ignore_index=True) if frames else tr.empty()
+    frame = pd.concat(frames, ignore_index=True) if frames else fr.empty()
     if gpu_model:
         frame.loc[frame["gpu_model"] == "", "gpu_model"] = gpu_model
     return frame
@@ -125,7 +210,7 @@ def read_nvidia_smi(path: Path) -> pd.DataFrame:
             out[column].append(math.nan)
         reasons = values.get("clocks_event_reasons.active", values.get("clocks_throttle_reasons.active", ""))
         out["clock_event_reasons"].append(int(reasons, 16) if reasons.startswith("0x") else math.nan)
-    return tr.normalize(pd.DataFrame(out))
+    return fr.normalize(pd.DataFrame(out))
 
 
 def read_dcgmi_dmon(path: Path) -> pd.DataFrame:
@@ -148,7 +233,7 @@ def read_dcgmi_dmon(path: Path) -> pd.DataFrame:
     if bad.any():
         line = int(np.argmax(bad.to_numpy())) + 2
         raise TraceError(f"{path}, line {line}, column TimeStamp: not unix seconds")
-    return tr.normalize(out)
+    return fr.normalize(out)
 
 
 def read_dcgm_scrapes(paths: list[Path], interval: float) -> pd.DataFrame:
@@ -172,9 +257,4 @@ def read_dcgm_scrapes(paths: list[Path], interval: float) -> pd.DataFrame:
                 "power_watts": value.get(m.POWER), "temperature_celsius": value.get(m.TEMPERATURE),
                 "sm_clock_hertz": value.get(m.SM_CLOCK), "clock_event_reasons": d.clock_event_reasons,
             })
-    return tr.normalize(pd.DataFrame(rows))
-
-
-def read_text(text: str) -> pd.DataFrame:
-    """A trace CSV given as text (the exporter's --record output read back, tests)."""
-    return tr.normalize(pd.read_csv(io.StringIO(text)))
+    return fr.normalize(pd.DataFrame(rows))

@@ -21,7 +21,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpulens.analyzer import trace as tr  # noqa: E402
+from gpulens.analyzer import frame as fr  # noqa: E402
+from gpulens.core import trace as tr  # noqa: E402
 from gpulens.analyzer.classify import classify  # noqa: E402
 
 
@@ -51,7 +52,7 @@ def make_trace(gpus: int, seconds: int, seed: int = 0) -> pd.DataFrame:
         "sm_clock_hertz": 1.98e9, "sm_clock_max_hertz": 1.98e9, "clock_event_reasons": 0.0,
         "cpu_usage_cores": 4.0, "cpu_limit_cores": 8.0, "restarts_total": 0.0, "numa_node": (gpu % 8 >= 4) * 1.0,
     })
-    return tr.normalize(frame)
+    return fr.normalize(frame)
 
 
 def timed(fn, repeat: int) -> tuple[float, object]:

@@ -16,7 +16,7 @@ from prometheus_client.utils import floatToGoString
 
 from gpulens.core import metrics as m
 from gpulens.exporter.sampler import Sampler, Snapshot
-from gpulens.exporter.sources.base import PodRef
+from gpulens.core.pods import PodRef
 
 log = logging.getLogger(__name__)
 

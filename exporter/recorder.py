@@ -7,7 +7,7 @@ import logging
 import os
 import time
 
-from gpulens.analyzer import trace as tr
+from gpulens.core import trace as tr
 from gpulens.exporter.sampler import Snapshot
 from gpulens.core.status import ProblemLog
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from gpulens.core import metrics as m
 from gpulens.exporter.attribution.attributor import Attribution, Resolved, resolve
-from gpulens.exporter.sources.base import NodeSample, PodRef, Source
+from gpulens.core.pods import PodRef
+from gpulens.exporter.sources.base import NodeSample, Source
 from gpulens.core.thresholds import IDLE_ACTIVITY
 from gpulens.core.status import CollectorStatus, ProblemLog
 

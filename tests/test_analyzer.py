@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 from gpulens.analyzer import readers
-from gpulens.analyzer import trace as tr
+from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import CLASSES, classify
 from gpulens.analyzer.evaluate import Scenario, evaluate, scenario_trace
 from gpulens.core.thresholds import Thresholds
-from gpulens.analyzer.trace import TraceError, read_trace
+from gpulens.analyzer.readers import TraceError, read_trace
 from tests.captures import FIXTURES, H100_CAPTURE, capture_sections
 from tests.helpers import REPO
 
@@ -104,7 +104,7 @@ def test_rfc3339_and_unix_timestamps_agree(tmp_path):
 
 def test_parquet_round_trip(tmp_path):
     frame = scenario_trace(Scenario("idle", "T4", 1, 0.0, True, False, 5), window=60)
-    tr.write_trace(frame, tmp_path / "t.parquet")
+    fr.write_trace(frame, tmp_path / "t.parquet")
     back = read_trace(tmp_path / "t.parquet")
     pd.testing.assert_frame_equal(back, frame)
 
@@ -175,7 +175,7 @@ def test_eval_on_unseen_seeds():
 def test_analyze_json_csv_and_table(tmp_path):
     frame = pd.concat([scenario_trace(Scenario(label, "H100-SXM5-80GB", 1, 0, True, False, 40 + i))
                        for i, label in enumerate(["idle", "healthy", "memory_bandwidth"])])
-    tr.write_trace(frame, tmp_path / "trace.csv")
+    fr.write_trace(frame, tmp_path / "trace.csv")
     result = gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "json")
     assert result.returncode == 0, result.stderr
     verdicts = json.loads(result.stdout)

@@ -10,7 +10,7 @@ import requests
 
 from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, parse_cgroup, read_cgroup
 from gpulens.exporter.attribution.kubelet import DeviceRef, parse_device_id, resource_matches
-from gpulens.exporter.sources.base import PodRef
+from gpulens.core.pods import PodRef
 from tests import captures
 from tests.fake_kubelet import FakeKubelet
 from tests.helpers import start_nvml_exporter, REPO, samples, value, wait_until

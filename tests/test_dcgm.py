@@ -7,7 +7,8 @@ import pytest
 import requests
 
 from gpulens.core import metrics as m
-from gpulens.exporter.sources.dcgm import DcgmFetcher, DcgmSource, devices_from_rows, is_blank, parse_exposition
+from gpulens.core.dcgm import devices_from_rows, is_blank, parse_exposition
+from gpulens.exporter.sources.dcgm import DcgmFetcher, DcgmSource
 from tests.captures import FIXTURES
 from tests.helpers import start_nvml_exporter, samples, value, wait_until
 
@@ -309,7 +310,7 @@ def test_dcgm_source_needs_a_url():
 
 
 def test_the_counters_file_turns_on_every_field_gpulens_maps():
-    from gpulens.exporter.sources.dcgm import BY_NAME
+    from gpulens.core.dcgm import BY_NAME
     from tests.helpers import REPO
 
     fields = {}

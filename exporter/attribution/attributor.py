@@ -16,7 +16,8 @@ from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, read_cg
 from gpulens.exporter.attribution.kubelet import (DEFAULT_RESOURCE_NAMES, DEFAULT_SOCKET, DeviceRef, KubeletError,
                                           PodResourcesClient, parse_device_id)
 from gpulens.core.status import CollectorStatus, ProblemLog
-from gpulens.exporter.sources.base import DeviceSample, PodRef
+from gpulens.core.pods import PodRef
+from gpulens.exporter.sources.base import DeviceSample
 
 log = logging.getLogger(__name__)
 

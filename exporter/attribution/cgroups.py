@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpulens.exporter.sources.base import PodRef
+from gpulens.core.pods import PodRef
 
 _CONTAINER = re.compile(r"(?:^|[/-])([0-9a-f]{64})(?:\.scope)?$")
 _CONMON = re.compile(r"crio-conmon-[0-9a-f]{64}")

@@ -22,7 +22,7 @@ import grpc
 
 from gpulens.exporter.attribution import podresources_pb2 as pb
 from gpulens.exporter.attribution import podresources_pb2_grpc as pb_grpc
-from gpulens.exporter.sources.base import PodRef
+from gpulens.core.pods import PodRef
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_RESOURCE_NAMES = ("nvidia.com/gpu", "nvidia.com/mig-*")

@@ -9,6 +9,7 @@ import abc
 from dataclasses import dataclass, field
 
 from gpulens.core import metrics as m
+from gpulens.core.pods import PodRef
 from gpulens.core.status import CollectorStatus
 
 Labels = tuple[str, ...]
@@ -17,15 +18,6 @@ Labels = tuple[str, ...]
 class SourceUnavailable(Exception):
     """The source cannot start at all (no driver, no library). The message is shown to the user
     as is, so it names the problem and the fix."""
-
-
-@dataclass(frozen=True)
-class PodRef:
-    """A container of a Kubernetes pod. `container` is "" when only the pod is known."""
-
-    namespace: str
-    pod: str
-    container: str
 
 
 @dataclass

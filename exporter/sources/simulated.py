@@ -34,7 +34,8 @@ from pathlib import Path
 from gpulens.core import metrics as m
 from gpulens.exporter.attribution.attributor import Attribution, AttributionState
 from gpulens.exporter.attribution.kubelet import DeviceRef
-from gpulens.exporter.sources.base import DeviceSample, NodeSample, PodRef, ProcessSample, Source
+from gpulens.core.pods import PodRef
+from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source
 from gpulens.core.status import CollectorStatus
 from gpulens.core.config import ConfigError, read_yaml
 

@@ -1,6 +1,8 @@
 """Configuration errors and the checks every gpulens command shares."""
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -28,18 +30,28 @@ def require_positive(*flags: tuple[str, float], unit: str = "number of seconds")
             raise ConfigError(f"{flag} must be a positive {unit}, got {value}")
 
 
-def write_atomically(path: str | Path, text: str, flag: str = "--out") -> None:
-    """Write `text` to `path` through a temporary file beside it, so a reader (Prometheus reloading
-    its rules, Grafana its dashboards) never sees half a file and a failure leaves the old one whole."""
+@contextlib.contextmanager
+def atomic_output(path: str | Path, flag: str = "--out") -> Iterator[Path]:
+    """A temporary path beside `path` to write to; it replaces `path` when the block succeeds and is
+    removed when it fails, so a reader (Prometheus reloading its rules, Grafana its dashboards,
+    `gpulens analyze` a trace) never sees half a file and a failure leaves the old one whole. The one
+    way gpulens writes a file. ConfigError naming `flag` when the directory is not writable."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text)
+        yield tmp
         tmp.replace(path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise ConfigError(f"{flag} {path}: cannot write it ({e.strerror}); choose a writable directory") from e
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_atomically(path: str | Path, text: str, flag: str = "--out") -> None:
+    """Write `text` to `path` through atomic_output."""
+    with atomic_output(path, flag) as tmp:
+        tmp.write_text(text)
 
 
 def write_generated(command: str, out: str | Path, generate) -> int:

@@ -1,0 +1,39 @@
+"""The trace as a pandas DataFrame: every column of the schema (gpulens.core.trace) with its dtype.
+
+Every input of the analyzer (files, Prometheus, exporters, the evaluator's simulation) ends in
+normalize(), so the features and the classifier see one shape whatever the data came from.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpulens.core.config import atomic_output
+from gpulens.core.trace import COLUMNS, IDENTITY, SIGNALS
+
+
+def empty() -> pd.DataFrame:
+    return normalize(pd.DataFrame({c: [] for c in COLUMNS}))
+
+
+def normalize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every column present with its proper dtype: strings for identity, floats for signals."""
+    frame = frame.copy()
+    for column in IDENTITY:
+        frame[column] = frame[column].fillna("").astype(str) if column in frame else ""
+    frame["gpu"] = frame["gpu"].astype(str)
+    for column in SIGNALS:
+        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64") if column in frame else np.nan
+    frame["timestamp"] = frame["timestamp"].astype("float64")
+    return frame[COLUMNS]
+
+
+def write_trace(frame: pd.DataFrame, path: str | Path) -> None:
+    """Write a trace (CSV, or Parquet by suffix) atomically: a crash never leaves half a file."""
+    with atomic_output(path) as tmp:
+        if Path(path).suffix == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
