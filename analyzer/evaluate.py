@@ -1,6 +1,6 @@
 """`gpulens eval`: how well the classifier names the bottleneck of simulated pods it has never seen.
 
-Scenarios are built from the simulator's workload profiles (exporter/sources/simulated.py) replayed
+Scenarios are built from the simulator's workload profiles (gpulens/simulator/) replayed
 in virtual time: every class, several GPU models, noise on every ratio, problems that start
 mid-window after a healthy phase, MIG instances (no utilization field, activity from the graphics
 engine), multi-GPU pods, and GPUs without profiling fields. The thresholds were tuned on seeds
@@ -18,7 +18,8 @@ from gpulens.analyzer import frame as fr
 from gpulens.core import trace as tr
 from gpulens.analyzer.classify import CLASSES, classify
 from gpulens.core.thresholds import Thresholds
-from gpulens.exporter.sources import simulated
+from gpulens.simulator import workloads
+from gpulens.simulator.fleet import load_fleet
 
 # label -> (profile, models it makes sense on, GPUs per pod)
 SCENARIOS = {
@@ -79,8 +80,8 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
     indices = list(range(s.gpus)) if s.label != "poor_placement" else [1, 2]  # across sockets
     fleet = {"seed": s.seed, "nodes": [{"name": "eval-node", "model": s.model, "gpus": 4,
                                          "workloads": [{"profile": profile, "gpus": indices, "pod": "eval/pod"}]}]}
-    node = simulated.load_fleet(fleet)[0]
-    warmup = simulated.load_fleet({**fleet, "nodes": [{**fleet["nodes"][0], "workloads": [
+    node = load_fleet(fleet)[0]
+    warmup = load_fleet({**fleet, "nodes": [{**fleet["nodes"][0], "workloads": [
         {"profile": "healthy_training", "gpus": indices, "pod": "eval/pod"}]}]})[0]
     rng = np.random.default_rng(s.seed)
     start = 1_800_000_000.0 + rng.uniform(0, 1e5)
@@ -91,8 +92,8 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
         gpu, before = node.gpus[index], warmup.gpus[index]
         for k in range(samples):
             t = start + k * step
-            a = (simulated.PROFILES[profile](gpu, t, step) if k * step >= s.onset
-                 else simulated.PROFILES["healthy_training"](before, t, step))
+            a = (workloads.PROFILES[profile](gpu, t, step) if k * step >= s.onset
+                 else workloads.PROFILES["healthy_training"](before, t, step))
             cpu_limit = 8.0
             cpu = cpu_limit * (0.97 if profile == "data_starvation" and k * step >= s.onset else 0.4)
             rows.append((t, gpu.uuid, a.busy, a.sm_active, a.sm_occupancy, a.tensor, a.dram, a.busy, a.fp16,

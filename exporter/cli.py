@@ -13,7 +13,10 @@ from gpulens.exporter.attribution import kubelet
 from gpulens.exporter.attribution.attributor import Attribution, KubeletAttribution
 from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
+from gpulens.core.catalog import MODELS
 from gpulens.exporter.sources import simulated
+from gpulens.simulator import fleet
+from gpulens.simulator.workloads import PROFILES
 from gpulens.exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource, MergedSource
 from gpulens.exporter.sources.base import Source, SourceUnavailable
 from gpulens.core.web import WebConfig, parse_listen_address, serve
@@ -64,15 +67,15 @@ def register(commands) -> None:
     flags.add(p, "--path.var-log", dest="var_log", default="/var/log",
               help="the host's /var/log, whose containers/ and pods/ links name the pod of each container")
     flags.add(p, "--simulate.config", dest="simulate_config", default="",
-              help=f"fleet YAML for --source=simulated (default: the built-in demo fleet, {simulated.DEFAULT_FLEET.name})")
+              help=f"fleet YAML for --source=simulated (default: the built-in demo fleet, {fleet.DEFAULT_FLEET.name})")
     flags.add(p, "--simulate.node", dest="simulate_node", default="",
               help="which node of the fleet this exporter plays (default: the first)")
     flags.add(p, "--simulate.gpus", dest="simulate_gpus", type=int, default=0,
               help="instead of a fleet file: this many GPUs on one node")
     flags.add(p, "--simulate.model", dest="simulate_model", default="H100-SXM5-80GB",
-              help=f"GPU model for --simulate.gpus: {', '.join(simulated.GPU_MODELS)}")
+              help=f"GPU model for --simulate.gpus: {', '.join(MODELS)}")
     flags.add(p, "--simulate.profiles", dest="simulate_profiles", default="healthy_training",
-              help=f"comma-separated workload profiles for --simulate.gpus, assigned round-robin: {', '.join(simulated.PROFILES)}")
+              help=f"comma-separated workload profiles for --simulate.gpus, assigned round-robin: {', '.join(PROFILES)}")
     flags.add(p, "--simulate.seed", dest="simulate_seed", type=int, default=0, help="random seed of the simulation")
     flags.add(p, "--simulate.speed", dest="simulate_speed", type=float, default=1.0,
               help="run the simulated workloads this many times faster than real time")
@@ -110,14 +113,14 @@ def build_source(args) -> tuple[Source, Attribution]:
     if args.simulate_gpus:
         if args.simulate_gpus < 0:
             raise ConfigError(f"--simulate.gpus must be positive, got {args.simulate_gpus}")
-        if args.simulate_model not in simulated.GPU_MODELS:
+        if args.simulate_model not in MODELS:
             raise ConfigError(f"--simulate.model {args.simulate_model!r} is unknown; choose one of "
-                              f"{', '.join(simulated.GPU_MODELS)}")
-        nodes = simulated.fleet_from_flags(args.simulate_gpus, args.simulate_model,
+                              f"{', '.join(MODELS)}")
+        nodes = fleet.fleet_from_flags(args.simulate_gpus, args.simulate_model,
                                            [p.strip() for p in args.simulate_profiles.split(",") if p.strip()],
                                            args.simulate_seed)
     else:
-        nodes = simulated.fleet_from_file(args.simulate_config or simulated.DEFAULT_FLEET, args.simulate_seed)
+        nodes = fleet.fleet_from_file(args.simulate_config or fleet.DEFAULT_FLEET, args.simulate_seed)
     for node in nodes:
         if node.name == args.simulate_node or not args.simulate_node:
             return simulated.SimulatedSource(node, speed=args.simulate_speed), simulated.SimulatedAttribution(node)

@@ -25,7 +25,7 @@ import requests
 
 from gpulens.alerts import cli as alerts_cli
 from gpulens.core.thresholds import Thresholds
-from gpulens.exporter.sources import simulated
+from gpulens.simulator.fleet import DEFAULT_FLEET, fleet_from_file
 from gpulens.core import mixin
 from gpulens.core.config import ConfigError, write_atomically, write_generated
 from gpulens.receiver import AlertReceiver
@@ -141,7 +141,7 @@ class Stack:
 
     def _start(self) -> None:
         thresholds = Thresholds.load(self.thresholds_file)
-        nodes = [n.name for n in simulated.fleet_from_file(self.fleet_file or simulated.DEFAULT_FLEET)]
+        nodes = [n.name for n in fleet_from_file(self.fleet_file or DEFAULT_FLEET)]
         prometheus = shutil.which("prometheus") if self.with_prometheus else None
         alertmanager = (shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")) if prometheus else None
         self.receiver = AlertReceiver().start()
@@ -293,7 +293,7 @@ def run(args) -> int:
 def compose_configs(thresholds: Thresholds, fleet_file: str = "") -> dict[str, str]:
     """The configs docker-compose.yml mounts: the same generators, with compose's service names;
     prometheus-gpu.yml for the `gpu` profile (one real node, no simulated cAdvisor)."""
-    nodes = [node.name for node in simulated.fleet_from_file(fleet_file or simulated.DEFAULT_FLEET)]
+    nodes = [node.name for node in fleet_from_file(fleet_file or DEFAULT_FLEET)]
     plan = Plan({node: f"exporter-{node}:{EXPORTER_PORT}" for node in nodes}, f"analyzer:{ANALYZER_PORT}",
                 f"http://alert-receiver:{RECEIVER_PORT}", "prometheus:9090", "alertmanager:9093", scrape_interval=2.0)
     gpu_plan = Plan({"gpu-node": f"exporter-gpu:{EXPORTER_PORT}"}, plan.analyzer, plan.receiver_url,

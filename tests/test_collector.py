@@ -6,6 +6,7 @@ from gpulens.core import metrics as m
 from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources import simulated
+from gpulens.simulator import fleet
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source
 
 
@@ -18,7 +19,7 @@ class Frozen:
 
 
 def test_fast_text_is_byte_identical_to_generate_latest_for_every_demo_node():
-    for node in simulated.fleet_from_file(simulated.DEFAULT_FLEET):
+    for node in fleet.fleet_from_file(fleet.DEFAULT_FLEET):
         clock = Frozen()
         sampler = Sampler(simulated.SimulatedSource(node, clock=clock), interval=1.0, clock=clock)
         sampler.tick()

@@ -3,8 +3,11 @@ import pytest
 
 from gpulens.core import metrics as m
 from gpulens.exporter.sampler import Sampler
-from gpulens.exporter.sources import simulated
-from gpulens.exporter.sources.simulated import FleetError, SimulatedSource, duty, fleet_from_flags, load_fleet
+from gpulens.core.catalog import MODELS
+from gpulens.exporter.sources.simulated import SimulatedSource
+from gpulens.simulator import fleet
+from gpulens.simulator.fleet import FleetError, fleet_from_flags, load_fleet
+from gpulens.simulator.workloads import PROFILES, duty
 
 
 class ManualClock:
@@ -69,7 +72,7 @@ def test_data_starvation_pcie_spikes_at_burst_starts():
 
 def test_memory_fragmentation_fills_memory_then_restarts_with_a_new_pid():
     s = run("memory_fragmentation", 600, model="A100-SXM4-40GB")
-    model = simulated.GPU_MODELS["A100-SXM4-40GB"]
+    model = MODELS["A100-SXM4-40GB"]
     usable = model.memory_total_bytes - model.memory_reserved_bytes
     used = [u / usable for u in series(s, m.MEMORY_USED)]
     assert max(used) > 0.97
@@ -101,7 +104,7 @@ def test_interconnect_saturates_nvlink_or_pcie():
     rate = (h100[-1].devices[0].get(m.NVLINK_TRANSMIT) - h100[0].devices[0].get(m.NVLINK_TRANSMIT)) / 9
     assert rate == pytest.approx(0.9 * 18 * 25e9, rel=0.01)
     l40s = run("interconnect", 10, model="L40S")
-    model = simulated.GPU_MODELS["L40S"]
+    model = MODELS["L40S"]
     rate = (l40s[-1].devices[0].get(m.PCIE_RECEIVE) - l40s[0].devices[0].get(m.PCIE_RECEIVE)) / 9
     assert rate == pytest.approx(0.9 * model.pcie_bytes_per_second, rel=0.01)
     assert max(series(l40s, m.SM_ACTIVE)) < 0.3
@@ -182,9 +185,9 @@ def test_bad_fleets_are_refused_with_the_reason(fleet, message):
 
 
 def test_the_demo_fleet_covers_every_profile():
-    nodes = simulated.fleet_from_file(simulated.DEFAULT_FLEET)
+    nodes = fleet.fleet_from_file(fleet.DEFAULT_FLEET)
     profiles = {g.profile for node in nodes for g in node.gpus}
-    assert profiles == set(simulated.PROFILES)
+    assert profiles == set(PROFILES)
 
 
 def test_xid_errors_counts_row_remapping_events_under_healthy_work():

@@ -1,51 +1,100 @@
-"""What the analyzer knows about GPU models: price, link capacity, and whether it is high-end.
+"""The GPU catalogue: one entry per GPU model, every figure gpulens uses about it, in one place.
 
-Prices are round on-demand cloud rates per GPU-hour in USD, for ordering waste by cost, not for
-invoices: set your own with --prices FILE (YAML of model substring: price). Link capacities are per
-direction, from NVIDIA's figures (PCIe Gen3 0.985 GB/s per lane, doubling per generation; NVLink
-25 GB/s per link per direction on A100 and H100).
+The analyzer reads it for prices (to order waste by cost), link capacities (is PCIe or NVLink the
+bottleneck?) and whether a model is high-end (wrong GPU type); the simulator plays its models from
+the same figures, so a simulated H100 and the analyzer's idea of an H100 cannot drift apart.
+
+Sources:
+- prices: round on-demand cloud rates per GPU-hour in USD, for ordering waste by cost, not for
+  invoices: set your own with --prices FILE (YAML of model substring: price);
+- link capacities per direction, from NVIDIA's figures: PCIe Gen3 x16 15.8 GB/s, Gen4 31.5, Gen5 63;
+  NVLink 25 GB/s per link per direction on A100 and H100/H200 (12 and 18 links);
+- memory as NVML reports it (MiB), clocks and power limits: NVIDIA's datasheets and nvidia-smi
+  captures; reserved memory and idle power are typical readings, used only by the simulator.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+
 from gpulens.core.config import ConfigError, read_yaml
 
+MIB = 1024**2
 GB = 1e9
 
 
 @dataclass(frozen=True)
-class ModelInfo:
+class GpuModel:
+    """One GPU model. Link rates are bytes per second per direction."""
+
+    #: As NVML reports it ("NVIDIA H100 80GB HBM3"); a simulated GPU of this model says the same.
+    name: str
+    #: Substring of NVML names that identifies the model (MODELS is ordered most specific first).
+    match: str
     price_per_hour: float
-    pcie_bytes_per_second: float
-    nvlink_bytes_per_second: float
+    #: A data-centre flagship: using a sliver of one is the "wrong GPU type" finding.
     high_end: bool
+    pcie_bytes_per_second: float
+    nvlink_links: int
+    nvlink_link_bytes_per_second: float
+    memory_total_bytes: int
+    memory_reserved_bytes: int
+    sm_clock_max_mhz: int
+    memory_clock_mhz: int
+    power_limit_watts: float
+    idle_power_watts: float
+    pcie_generation: int
+    pcie_width: int
+    #: Hopper and newer: NVML's GPM gives SM activity without DCGM.
+    has_gpm: bool
+
+    @property
+    def nvlink_bytes_per_second(self) -> float:
+        """All NVLinks of the GPU together, per direction; 0 on PCIe-only models."""
+        return self.nvlink_links * self.nvlink_link_bytes_per_second
 
 
-# Matched by substring of the NVML model name, most specific first.
-CATALOG: list[tuple[str, ModelInfo]] = [
-    ("H200", ModelInfo(4.50, 63.0 * GB, 18 * 25 * GB, True)),
-    ("H100", ModelInfo(4.00, 63.0 * GB, 18 * 25 * GB, True)),
-    ("A100-SXM4-80GB", ModelInfo(2.50, 31.5 * GB, 12 * 25 * GB, True)),
-    ("A100-SXM4-40GB", ModelInfo(2.00, 31.5 * GB, 12 * 25 * GB, True)),
-    ("A100", ModelInfo(2.00, 31.5 * GB, 0.0, True)),
-    ("L40S", ModelInfo(1.50, 31.5 * GB, 0.0, False)),
-    ("A10G", ModelInfo(1.00, 31.5 * GB, 0.0, False)),
-    ("L4", ModelInfo(0.80, 31.5 * GB, 0.0, False)),
-    ("T4", ModelInfo(0.50, 15.8 * GB, 0.0, False)),
-]
-UNKNOWN = ModelInfo(1.00, 15.8 * GB, 0.0, False)
+NVLINK = 25 * GB  # per link per direction, A100 and H100/H200
+
+#: By the name a fleet file (--simulate.model) uses, most specific NVML match first: "L40S" must be
+#: tried before "L4", "A100-SXM4-80GB" before "A100".
+MODELS: dict[str, GpuModel] = {
+    "H200": GpuModel("NVIDIA H200", "H200", 4.50, True, 63.0 * GB, 18, NVLINK,
+                     143771 * MIB, 551 * MIB, 1980, 3201, 700, 75, 5, 16, True),
+    "H100-SXM5-80GB": GpuModel("NVIDIA H100 80GB HBM3", "H100", 4.00, True, 63.0 * GB, 18, NVLINK,
+                               81559 * MIB, 329 * MIB, 1980, 2619, 700, 72, 5, 16, True),
+    "A100-SXM4-80GB": GpuModel("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB", 2.50, True, 31.5 * GB, 12, NVLINK,
+                               81920 * MIB, 431 * MIB, 1410, 1593, 400, 60, 4, 16, False),
+    "A100-SXM4-40GB": GpuModel("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB", 2.00, True, 31.5 * GB, 12, NVLINK,
+                               40960 * MIB, 431 * MIB, 1410, 1215, 400, 55, 4, 16, False),
+    "A100-PCIE-40GB": GpuModel("NVIDIA A100-PCIE-40GB", "A100", 2.00, True, 31.5 * GB, 0, 0.0,
+                               40960 * MIB, 431 * MIB, 1410, 1215, 250, 40, 4, 16, False),
+    "L40S": GpuModel("NVIDIA L40S", "L40S", 1.50, False, 31.5 * GB, 0, 0.0,
+                     46068 * MIB, 513 * MIB, 2520, 9001, 350, 35, 4, 16, False),
+    "A10G": GpuModel("NVIDIA A10G", "A10G", 1.00, False, 31.5 * GB, 0, 0.0,
+                     23028 * MIB, 479 * MIB, 1710, 6251, 300, 15, 4, 16, False),
+    "L4": GpuModel("NVIDIA L4", "L4", 0.80, False, 31.5 * GB, 0, 0.0,
+                   23034 * MIB, 471 * MIB, 2040, 6251, 72, 16, 4, 16, False),
+    "T4": GpuModel("Tesla T4", "T4", 0.50, False, 15.8 * GB, 0, 0.0,
+                   15360 * MIB, 255 * MIB, 1590, 5000, 70, 10, 3, 16, False),
+}
+
+#: What the analyzer assumes of a model it does not know: a mid-range PCIe Gen3 card.
+UNKNOWN = GpuModel("", "", 1.00, False, 15.8 * GB, 0, 0.0, 0, 0, 0, 0, 0, 0, 3, 16, False)
 
 
-def model_info(model: str, prices: dict[str, float] | None = None) -> ModelInfo:
-    """Catalog entry for an NVML model name ("NVIDIA A100-SXM4-40GB"), with price overrides."""
-    info = next((i for key, i in CATALOG if key in model), UNKNOWN)
+def model_info(nvml_name: str, prices: dict[str, float] | None = None) -> GpuModel:
+    """The catalogue entry for an NVML model name ("NVIDIA A100-SXM4-40GB"), with its price replaced
+    by the first of `prices` (model substring: USD per GPU-hour) that names it."""
+    model = next((m for m in MODELS.values() if m.match in nvml_name), UNKNOWN)
     for key, price in (prices or {}).items():
-        if key in model:
-            return ModelInfo(price, info.pcie_bytes_per_second, info.nvlink_bytes_per_second, info.high_end)
-    return info
+        if key in nvml_name:
+            return dataclasses.replace(model, price_per_hour=price)
+    return model
 
 
 def load_prices(path: str | None) -> dict[str, float]:
+    """--prices FILE: YAML of model substring: USD per GPU-hour."""
     if not path:
         return {}
     raw = read_yaml(path, "--prices") or {}
