@@ -197,7 +197,7 @@ def run_service(args) -> int:
     registry.register(service)
     try:
         server = serve(registry, address, web_config, title="gpulens analyzer", health=service.health,
-                       routes={"/api/v1/verdicts": service.verdicts_json})
+                       routes={"/api/v1/verdicts": service.verdicts_json}, render_text=service.render_text)
     except ConfigError as e:
         print(f"gpulens analyzer: {e}", file=sys.stderr)
         return 2

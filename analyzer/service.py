@@ -12,12 +12,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
 from gpulens.analyzer.classify import CLASSES, Verdict, classify
 from gpulens.analyzer.live import InputError
 from gpulens.core.thresholds import Thresholds
 from gpulens.core import metrics as m
+from gpulens.core.exposition import Families
 from gpulens.core.status import ProblemLog
 
 log = logging.getLogger(__name__)
@@ -112,30 +111,34 @@ class AnalyzerService:
         return []
 
     def collect(self):
+        yield from self._families().metric_families()
+
+    def render_text(self) -> bytes:
+        """/metrics in the Prometheus text format, without prometheus_client's generic encoder."""
+        return self._families().text().encode()
+
+    def _families(self) -> Families:
         state = self.state
-        families = {spec: (CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily)(
-            spec.family_name, spec.help, labels=spec.labels) for spec in (
-            m.POD_BOTTLENECK, m.POD_BOTTLENECK_CONFIDENCE, m.POD_BOTTLENECK_INFO, m.POD_SM_ACTIVE, m.POD_IDLE,
-            m.POD_GPUS, m.WASTED_GPU_SECONDS, m.WASTED_COST, m.ANALYZER_LAST_SUCCESS, m.ANALYZER_VERDICT_AGE,
-            m.ANALYZER_CYCLE_DURATION, m.ANALYZER_INPUT_ERRORS)}
+        out = Families()
         for v in state.verdicts:
             ids = (v.namespace, v.pod, v.node)
             for name in CLASSES:
-                families[m.POD_BOTTLENECK].add_metric(ids + (name,), 1 if name == v.bottleneck else 0)
-            families[m.POD_BOTTLENECK_CONFIDENCE].add_metric(ids, v.confidence)
-            families[m.POD_BOTTLENECK_INFO].add_metric(
-                ids + (v.bottleneck, ",".join(v.secondary), ", ".join(v.evidence), v.recommendation), 1)
+                out.add(m.POD_BOTTLENECK, ids + (name,), 1 if name == v.bottleneck else 0)
+            out.add(m.POD_BOTTLENECK_CONFIDENCE, ids, v.confidence)
+            out.add(m.POD_BOTTLENECK_INFO,
+                    ids + (v.bottleneck, ",".join(v.secondary), ", ".join(v.evidence), v.recommendation), 1)
             if v.mean_activity is not None:
-                families[m.POD_SM_ACTIVE].add_metric(ids, v.mean_activity)
+                out.add(m.POD_SM_ACTIVE, ids, v.mean_activity)
             if v.idle_ratio is not None:
-                families[m.POD_IDLE].add_metric(ids, v.idle_ratio)
-            families[m.POD_GPUS].add_metric(ids, len(v.gpus))
+                out.add(m.POD_IDLE, ids, v.idle_ratio)
+            out.add(m.POD_GPUS, ids, len(v.gpus))
         for (namespace, bottleneck), seconds in sorted(state.wasted_seconds.items()):
-            families[m.WASTED_GPU_SECONDS].add_metric((namespace, bottleneck), seconds)
-            families[m.WASTED_COST].add_metric((namespace, bottleneck), state.wasted_cost[(namespace, bottleneck)])
-        if state.produced_at is not None:
-            families[m.ANALYZER_LAST_SUCCESS].add_metric((), state.produced_at)
-            families[m.ANALYZER_VERDICT_AGE].add_metric((), self.age())
-            families[m.ANALYZER_CYCLE_DURATION].add_metric((), state.cycle_seconds)
-        families[m.ANALYZER_INPUT_ERRORS].add_metric((self.source.name,), state.input_errors)
-        yield from families.values()
+            out.add(m.WASTED_GPU_SECONDS, (namespace, bottleneck), seconds)
+            out.add(m.WASTED_COST, (namespace, bottleneck), state.wasted_cost[(namespace, bottleneck)])
+        age = self.age()
+        if state.produced_at is not None and age is not None:
+            out.add(m.ANALYZER_LAST_SUCCESS, (), state.produced_at)
+            out.add(m.ANALYZER_VERDICT_AGE, (), age)
+            out.add(m.ANALYZER_CYCLE_DURATION, (), state.cycle_seconds)
+        out.add(m.ANALYZER_INPUT_ERRORS, (self.source.name,), state.input_errors)
+        return out

@@ -6,91 +6,18 @@ collect() into an HTTP 500 for the whole scrape.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.utils import floatToGoString
+from prometheus_client.core import Metric
 
 from gpulens.core import metrics as m
+from gpulens.core.exposition import Families
 from gpulens.exporter.sampler import Sampler, Snapshot
 from gpulens.core.pods import PodRef
 
 log = logging.getLogger(__name__)
-
-
-class _Families:
-    """Rows gathered for one scrape, by metric spec, rendered in the order of the metric table."""
-
-    def __init__(self):
-        self._rows: dict[m.MetricSpec, list[tuple[tuple[str, ...], float]]] = {}
-
-    def add(self, spec: m.MetricSpec, label_values: tuple[str, ...], value: float) -> None:
-        self._rows.setdefault(spec, []).append((label_values, value))
-
-    def metric_families(self) -> Iterator[Metric]:
-        for spec in m.ALL:
-            rows = self._rows.get(spec)
-            if rows:
-                cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
-                family = cls(spec.family_name, spec.help, labels=spec.labels)
-                for label_values, value in rows:
-                    family.add_metric(label_values, value)
-                yield family
-
-    def text(self) -> str:
-        """The Prometheus text format 0.0.4, byte for byte what prometheus_client's
-        generate_latest() writes for metric_families() (a test holds it to that), at a fraction of
-        the cost: label names are validated once by the metric table's tests, not per sample."""
-        out = []
-        for spec in m.ALL:
-            rows = self._rows.get(spec)
-            if not rows:
-                continue
-            out.append(_text_layout(spec)[0])
-            for label_values, value in rows:
-                prefix = _series_prefixes.get((spec, label_values))
-                if prefix is None:
-                    prefix = _series_prefix(spec, label_values)
-                out.append(prefix + floatToGoString(value) + "\n")
-        return "".join(out)
-
-
-# Formatted `name{labels} ` per series. The same series come back scrape after scrape, so formatting
-# them once is most of the render cost saved; the cache is dropped when it grows past any real node.
-_series_prefixes: dict[tuple[m.MetricSpec, tuple[str, ...]], str] = {}
-_SERIES_PREFIX_LIMIT = 100_000
-
-
-def _series_prefix(spec: m.MetricSpec, label_values: tuple[str, ...]) -> str:
-    _, names, order = _text_layout(spec)
-    if names:
-        labels = ",".join(f'{names[i]}="{_escape(label_values[j])}"' for i, j in enumerate(order))
-        prefix = f"{spec.name}{{{labels}}} "
-    else:
-        prefix = f"{spec.name} "
-    if len(_series_prefixes) >= _SERIES_PREFIX_LIMIT:
-        _series_prefixes.clear()
-    _series_prefixes[(spec, label_values)] = prefix
-    return prefix
-
-
-@functools.cache
-def _text_layout(spec: m.MetricSpec) -> tuple[str, tuple[str, ...], tuple[int, ...]]:
-    """HELP/TYPE lines and the label order (sorted by name, as prometheus_client writes them)."""
-    help_text = spec.help.replace("\\", r"\\").replace("\n", r"\n")
-    kind = "counter" if spec.type == "counter" else "gauge"
-    header = f"# HELP {spec.name} {help_text}\n# TYPE {spec.name} {kind}\n"
-    order = tuple(sorted(range(len(spec.labels)), key=lambda i: spec.labels[i]))
-    return header, tuple(spec.labels[i] for i in order), order
-
-
-def _escape(value: str) -> str:
-    if "\\" in value or "\n" in value or '"' in value:
-        return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
-    return value
 
 
 class ExporterCollector:
@@ -113,9 +40,9 @@ class ExporterCollector:
         """/metrics in the Prometheus text format, the fast path for what Prometheus asks for."""
         return self._gather().text().encode()
 
-    def _gather(self) -> _Families:
+    def _gather(self) -> Families:
         snapshot = self.sampler.snapshot
-        out = _Families()
+        out = Families()
         for section in (self._self_metrics, self._devices, self._processes, self._pods):
             try:
                 section(snapshot, out)
@@ -123,7 +50,7 @@ class ExporterCollector:
                 log.exception("rendering %s failed; the rest of the scrape is served", section.__name__)
         return out
 
-    def _self_metrics(self, snapshot: Snapshot, out: _Families) -> None:
+    def _self_metrics(self, snapshot: Snapshot, out: Families) -> None:
         out.add(m.BUILD_INFO, (self.version, self.source_label), 1)
         for name, status in snapshot.collectors.items():
             out.add(m.COLLECTOR_SUCCESS, (name,), 1 if status.success else 0)
@@ -133,7 +60,7 @@ class ExporterCollector:
             out.add(m.SAMPLE_AGE, (), max(0.0, self.clock() - snapshot.taken_at))
         out.add(m.SAMPLE_INTERVAL, (), self.sampler.interval)
 
-    def _devices(self, snapshot: Snapshot, out: _Families) -> None:
+    def _devices(self, snapshot: Snapshot, out: Families) -> None:
         node = snapshot.node
         if node is None:
             return
@@ -171,7 +98,7 @@ class ExporterCollector:
             if uuid in gpu_of and peer in gpu_of:
                 out.add(m.TOPOLOGY, (gpu_of[uuid], uuid, peer, level), 1)
 
-    def _processes(self, snapshot: Snapshot, out: _Families) -> None:
+    def _processes(self, snapshot: Snapshot, out: Families) -> None:
         if snapshot.node is None:
             return
         for d in snapshot.node.devices:
@@ -190,7 +117,7 @@ class ExporterCollector:
                         out.add(m.PROCESS_BUSY_SECONDS, ids, counters.busy)
                         out.add(m.PROCESS_IDLE_SECONDS, ids, counters.idle)
 
-    def _pods(self, snapshot: Snapshot, out: _Families) -> None:
+    def _pods(self, snapshot: Snapshot, out: Families) -> None:
         node, resolved = snapshot.node, snapshot.attribution
         if node is None:
             return

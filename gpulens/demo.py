@@ -144,7 +144,7 @@ class Stack:
         nodes = [n.name for n in fleet_from_file(self.fleet_file or DEFAULT_FLEET)]
         prometheus = shutil.which("prometheus") if self.with_prometheus else None
         alertmanager = (shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")) if prometheus else None
-        self.receiver = AlertReceiver().start()
+        self.receiver = AlertReceiver()
         self.plan = Plan({node: f"127.0.0.1:{free_port()}" for node in nodes}, f"127.0.0.1:{free_port()}",
                          self.receiver.url, f"127.0.0.1:{free_port()}" if prometheus else None,
                          f"127.0.0.1:{free_port()}" if alertmanager else None, self.scrape_interval)

@@ -11,7 +11,11 @@ import json
 import logging
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry
+
+from gpulens.core.config import ConfigError
+from gpulens.core.web import WebConfig, parse_listen_address, serve
 
 log = logging.getLogger("gpulens.receiver")
 
@@ -21,53 +25,28 @@ KEEP = 1000
 
 class AlertReceiver:
     """Receives Alertmanager webhooks on POST /alerts/<receiver> (the demo routes `pages` and
-    `tickets` there) and keeps them, newest last."""
+    `tickets` there) and keeps them, newest last. Serves from the moment it is made."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.notifications: list[dict] = []
         self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    payload = json.loads(self.rfile.read(length))
-                    if not isinstance(payload, dict) or not isinstance(payload.get("alerts"), list):
-                        raise ValueError("no 'alerts' list")
-                except ValueError as e:
-                    self._reply(400, f"not an Alertmanager webhook payload: {e}\n".encode(), "text/plain")
-                    return
-                payload["path"] = self.path
-                receiver.add(payload)
-                self._reply(200, b"ok\n", "text/plain")
-
-            def do_GET(self):
-                if self.path == "/api/v1/notifications":
-                    self._reply(200, json.dumps(receiver.snapshot()).encode(), "application/json")
-                elif self.path == "/":
-                    self._reply(200, receiver.text().encode(), "text/plain; charset=utf-8")
-                else:
-                    self._reply(404, b"not found: try / or /api/v1/notifications\n", "text/plain")
-
-            def _reply(self, status: int, body: bytes, content_type: str):
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):  # one line per alert is logged by add() instead
-                pass
-
-        self.server = ThreadingHTTPServer((host, port), Handler)
-        self.server.daemon_threads = True
+        routes = {"/": lambda: (200, "text/plain; charset=utf-8", self.text().encode()),
+                  "/api/v1/notifications": lambda: (200, "application/json", json.dumps(self.snapshot()).encode())}
+        self.server = serve(CollectorRegistry(auto_describe=False), (host, port), WebConfig(),
+                            title="gpulens alert receiver", health=lambda: (True, "ok"), routes=routes,
+                            post=self._receive)
         self.url = f"http://{host}:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, name="alert-receiver", daemon=True)
 
-    def start(self) -> "AlertReceiver":
-        self._thread.start()
-        return self
+    def _receive(self, path: str, body: bytes) -> tuple[int, str, bytes]:
+        try:
+            payload = json.loads(body)
+            if not isinstance(payload, dict) or not isinstance(payload.get("alerts"), list):
+                raise ValueError("no 'alerts' list")
+        except ValueError as e:
+            return 400, "text/plain", f"not an Alertmanager webhook payload: {e}\n".encode()
+        payload["path"] = path
+        self.add(payload)
+        return 200, "text/plain", b"ok\n"
 
     def stop(self) -> None:
         self.server.shutdown()
@@ -129,18 +108,18 @@ def register(commands) -> None:
 
 
 def run(args) -> int:
-    from gpulens.core.web import parse_listen_address
-    from gpulens.core.config import ConfigError
+    import signal
 
     try:
         host, port = parse_listen_address(args.listen_address)
         receiver = AlertReceiver(host or "0.0.0.0", port)
-    except (ConfigError, OSError) as e:
+    except ConfigError as e:
         print(f"gpulens alert-receiver: {e}", file=sys.stderr)
         return 2
     log.info("receiving Alertmanager webhooks on %s/alerts; notifications at %s/", receiver.url, receiver.url)
-    try:
-        receiver.server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    stopped.wait()
+    receiver.stop()
     return 0

@@ -156,14 +156,18 @@ class _Authenticator:
 
 
 Route = Callable[[], tuple[int, str, bytes]]
+#: A POST handler: (path, request body) -> (status, content type, body).
+PostHandler = Callable[[str, bytes], tuple[int, str, bytes]]
 
 
 def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConfig, *, title: str,
           health: Callable[[], tuple[bool, str]], routes: dict[str, Route] | None = None,
+          post: PostHandler | None = None,
           render_text: Callable[[], bytes] | None = None) -> ThreadingHTTPServer:
     """Start serving in a background thread and return the server (call shutdown() to stop).
 
-    `health` returns (healthy, reason) for /healthz; `routes` adds paths such as a JSON API;
+    `health` returns (healthy, reason) for /healthz; `routes` adds GET paths such as a JSON API
+    (or replaces the index page at "/"); `post` answers every POST (the alert receiver's webhooks);
     `render_text` is a faster renderer of the registry in the Prometheus text format, used when the
     scraper asks for that format. Raises ConfigError if the address cannot be bound."""
     routes = dict(routes or {})
@@ -185,10 +189,15 @@ def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConf
             if self.command != "HEAD":
                 self.wfile.write(body)
 
+        def _authorized(self) -> bool:
+            """True when basic auth is off or the credentials are good; else answers 401."""
+            if auth.allowed(self.headers.get("Authorization")):
+                return True
+            self._send(401, "text/plain; charset=utf-8", b"Unauthorized\n", {"WWW-Authenticate": 'Basic realm="gpulens"'})
+            return False
+
         def do_GET(self):
-            if not auth.allowed(self.headers.get("Authorization")):
-                self._send(401, "text/plain; charset=utf-8", b"Unauthorized\n",
-                           {"WWW-Authenticate": 'Basic realm="gpulens"'})
+            if not self._authorized():
                 return
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
@@ -217,6 +226,16 @@ def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConf
                 self._send(404, "text/plain; charset=utf-8", b"Not Found\n")
 
         do_HEAD = do_GET
+
+        def do_POST(self):
+            if not self._authorized():
+                return
+            if post is None:
+                self._send(405, "text/plain; charset=utf-8", b"Method Not Allowed\n", {"Allow": "GET, HEAD"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            code, content_type, body = post(self.path.split("?", 1)[0], self.rfile.read(length))
+            self._send(code, content_type, body)
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True
