@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.thresholds import duration_seconds
 from gpulens.core import mixin
 from gpulens.core.mixin import MixinConfig, metric
@@ -99,7 +100,7 @@ effective use, < 0.5 likely ineffective.
    (`gpulens_pod_bottleneck_info`), with the evidence and thresholds it crossed.
 2. Open the pod dashboard (the alert's `dashboard_url`): the state timeline shows since when the class
    holds; SM, tensor and DRAM activity, memory, PCIe/NVLink and CPU panels show the signature.
-3. Apply the recommendation (each class's fix is in the README's "Reading the classes").
+3. Apply the recommendation (every class's fix is listed at the end of this page).
    `idle` or `wrong_gpu_type`: give the GPU back or move the pod to a smaller GPU or a MIG slice.
 4. If the bottleneck is `none yet`, the analyzer is down or has not seen the pod: see GpulensAnalyzerDown.""",
             pod_link),
@@ -125,9 +126,7 @@ between bursts near the model's level and dips to almost nothing every step (mor
 LowGPUUtilization rule), often with the pod's CPU at its limit.
 
 1. Open the pod dashboard: SM activity saw-tooths, and the CPU panel shows whether the pod sits at its limit.
-2. Raise DataLoader `num_workers`, set `pin_memory=True` and `prefetch_factor`, move decoding and augmentation
-   to the GPU (DALI), cache the dataset on local NVMe.
-3. If CPU is at its limit, raise the pod's CPU request and limit."""),
+2. {RECOMMENDATIONS["data_starvation"]}"""),
         verdict_alert(
             "GpulensPodMemoryFragmentation", "memory_fragmentation",
             f"{POD} fills its GPU memory and restarts: out-of-memory risk",
@@ -136,8 +135,7 @@ where the process died and restarted, for {t.alert_verdict_for}. Pre-allocators 
 hold memory flat and are exempt.
 
 1. `kubectl describe pod`: restarts with CUDA out-of-memory in the previous container's log confirm it.
-2. Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`; call `torch.cuda.empty_cache()` between phases;
-   free tensors kept by reference (loss history, cached activations); lower the batch size."""),
+2. {RECOMMENDATIONS["memory_fragmentation"]}"""),
         Alert(
             "GpulensGpuMemoryHeldWithoutPod",
             f"({metric('gpu_memory_used_bytes')}{{{c.exporter}}} > {t.alert_memory_held_bytes:.0f})"
@@ -307,6 +305,9 @@ def runbooks_markdown(c: MixinConfig) -> str:
     for a in alerts(c):
         lines += ["", f"## {a.name}", "", f"Severity: **{a.severity}**. Fires when `{a.expr}`"
                   + (f" for {a.for_}." if a.for_ != "0s" else "."), "", a.runbook]
+    lines += ["", "## What to do for each class", "", "The analyzer's recommendation for each bottleneck class, as "
+              "its verdicts and the alerts' `recommendation` annotation carry it.", ""]
+    lines += [f"- `{name}`: {text}" for name, text in RECOMMENDATIONS.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -16,7 +16,8 @@ import pandas as pd
 
 from gpulens.analyzer import frame as fr
 from gpulens.core import trace as tr
-from gpulens.analyzer.classify import CLASSES, classify
+from gpulens.analyzer.classify import classify
+from gpulens.core.bottlenecks import CLASSES
 from gpulens.core.thresholds import Thresholds
 from gpulens.simulator import workloads
 from gpulens.simulator.fleet import load_fleet

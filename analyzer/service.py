@@ -12,7 +12,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from gpulens.analyzer.classify import CLASSES, Verdict, classify
+from gpulens.analyzer.classify import Verdict, classify
+from gpulens.core.bottlenecks import CLASSES
 from gpulens.analyzer.live import InputError
 from gpulens.core.thresholds import Thresholds
 from gpulens.core import metrics as m

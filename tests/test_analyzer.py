@@ -9,7 +9,8 @@ import pytest
 
 from gpulens.analyzer import readers
 from gpulens.analyzer import frame as fr
-from gpulens.analyzer.classify import CLASSES, classify
+from gpulens.analyzer.classify import classify
+from gpulens.core.bottlenecks import CLASSES
 from gpulens.analyzer.evaluate import Scenario, evaluate, scenario_trace
 from gpulens.core.thresholds import Thresholds
 from gpulens.analyzer.readers import TraceError, read_trace

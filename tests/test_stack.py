@@ -13,7 +13,7 @@ import time
 import pytest
 import requests
 
-from gpulens.analyzer.classify import RECOMMENDATIONS
+from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.dashboards import gpulens as dashboards
 from gpulens.core import mixin
 from gpulens.demo import Stack

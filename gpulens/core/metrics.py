@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulens.core.bottlenecks import CLASSES
 from gpulens.core.thresholds import IDLE_ACTIVITY
 
 PREFIX = "gpulens_"
@@ -357,9 +358,8 @@ SAMPLE_INTERVAL = _spec(
 ANALYZER_POD_LABELS = ("namespace", "pod", "node")
 POD_BOTTLENECK = _spec(
     "pod_bottleneck", "gauge", "",
-    "StateSet: 1 for the pod's current bottleneck class, 0 for the others. bottleneck is one of "
-    "healthy, idle, data_starvation, memory_bandwidth, memory_fragmentation, interconnect, throttling, "
-    "wrong_gpu_type, poor_placement, insufficient_data.",
+    f"StateSet: 1 for the pod's current bottleneck class, 0 for the others. bottleneck is one of "
+    f"{', '.join(CLASSES)}.",
     "analyzer verdict", labels=ANALYZER_POD_LABELS + ("bottleneck",), group="analyzer")
 POD_BOTTLENECK_CONFIDENCE = _spec(
     "pod_bottleneck_confidence", "gauge", "", "How sure the analyzer is of the pod's bottleneck: a score from 0 to 1.",
