@@ -1,6 +1,8 @@
 """`gpulens analyze` (files), `gpulens eval` (accuracy on simulated pods)."""
+
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import json
@@ -8,43 +10,84 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from gpulens.core import catalog
-from gpulens.core.thresholds import Thresholds
-from gpulens.core import flags
+from gpulens.core import catalog, flags
 from gpulens.core.config import write_atomically
+from gpulens.core.flags import Subcommands
+from gpulens.core.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from gpulens.analyzer.classify import Verdict
 
 
-def register(commands) -> None:
-    p = commands.add_parser("analyze", help="say why each pod's GPU is underused, from recorded files",
-                            description="Classify each pod's GPU bottleneck from trace files, nvidia-smi or "
-                                        "dcgmi dmon logs, or saved dcgm-exporter scrapes.")
+def register(commands: Subcommands) -> None:
+    p = commands.add_parser(
+        "analyze",
+        help="say why each pod's GPU is underused, from recorded files",
+        description="Classify each pod's GPU bottleneck from trace files, nvidia-smi or "
+        "dcgmi dmon logs, or saved dcgm-exporter scrapes.",
+    )
     p.add_argument("files", nargs="+", metavar="FILE", help="files to analyze together, as one window")
     p.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output format")
     p.add_argument("--out", default="", help="write to this file (atomically) instead of stdout")
     _common(p)
-    p.add_argument("--gpu-model", default="", help="GPU model for files that do not name it (dcgmi dmon), "
-                                                    "e.g. 'NVIDIA A100 80GB PCIe'")
-    p.add_argument("--scrape-interval", type=float, default=30.0,
-                   help="seconds between saved dcgm-exporter scrapes (their files carry no time)")
+    p.add_argument(
+        "--gpu-model",
+        default="",
+        help="GPU model for files that do not name it (dcgmi dmon), e.g. 'NVIDIA A100 80GB PCIe'",
+    )
+    p.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=30.0,
+        help="seconds between saved dcgm-exporter scrapes (their files carry no time)",
+    )
     p.set_defaults(run=run_analyze)
 
-    a = commands.add_parser("analyzer", help="serve live verdicts for every pod as Prometheus metrics",
-                            description="Classify every pod's GPU bottleneck on a cycle, from Prometheus or "
-                                        "from exporters directly, and serve the verdicts and the waste.")
-    flags.add(a, "--input.prometheus", dest="prometheus", default="",
-              help="Prometheus (or Thanos, Mimir, VictoriaMetrics) URL to read exporter metrics from")
-    flags.add(a, "--input.exporter", dest="exporters", action="append", default=[],
-              help="an exporter's /metrics URL to scrape directly, optionally node=URL; repeat per exporter")
-    flags.add(a, "--prometheus.selector", dest="selector", default="",
-              help="label matchers added to every gpulens series, e.g. job=\"gpulens\"")
+    a = commands.add_parser(
+        "analyzer",
+        help="serve live verdicts for every pod as Prometheus metrics",
+        description="Classify every pod's GPU bottleneck on a cycle, from Prometheus or "
+        "from exporters directly, and serve the verdicts and the waste.",
+    )
+    flags.add(
+        a,
+        "--input.prometheus",
+        dest="prometheus",
+        default="",
+        help="Prometheus (or Thanos, Mimir, VictoriaMetrics) URL to read exporter metrics from",
+    )
+    flags.add(
+        a,
+        "--input.exporter",
+        dest="exporters",
+        action="append",
+        default=[],
+        help="an exporter's /metrics URL to scrape directly, optionally node=URL; repeat per exporter",
+    )
+    flags.add(
+        a,
+        "--prometheus.selector",
+        dest="selector",
+        default="",
+        help='label matchers added to every gpulens series, e.g. job="gpulens"',
+    )
     flags.add(a, "--prometheus.step", dest="step", type=float, default=15.0, help="range-query step in seconds")
-    flags.add(a, "--exporter.scrape-interval", dest="scrape_interval", type=float, default=2.0,
-              help="seconds between direct scrapes of the exporters")
-    flags.add(a, "--analysis.window", dest="window", type=float, default=600.0,
-              help="seconds of history each verdict looks at")
+    flags.add(
+        a,
+        "--exporter.scrape-interval",
+        dest="scrape_interval",
+        type=float,
+        default=2.0,
+        help="seconds between direct scrapes of the exporters",
+    )
+    flags.add(
+        a,
+        "--analysis.window",
+        dest="window",
+        type=float,
+        default=600.0,
+        help="seconds of history each verdict looks at",
+    )
     flags.add(a, "--analysis.interval", dest="interval", type=float, default=15.0, help="seconds between verdicts")
     flags.add(a, "--web.listen-address", dest="listen_address", default=":9849", help="address to serve on")
     flags.add(a, "--web.config.file", dest="web_config_file", default="", help="exporter-toolkit web config")
@@ -59,16 +102,16 @@ def register(commands) -> None:
     e.set_defaults(run=run_eval)
 
 
-def _common(p) -> None:
+def _common(p: argparse.ArgumentParser) -> None:
     flags.add(p, "--thresholds", default="", help="YAML overriding analyzer thresholds (gpulens/core/thresholds.py)")
     flags.add(p, "--prices", default="", help="YAML of GPU model: USD per GPU-hour (gpulens/core/catalog.py)")
 
 
-def _config(args) -> tuple[Thresholds, dict[str, float]]:
+def _config(args: argparse.Namespace) -> tuple[Thresholds, dict[str, float]]:
     return Thresholds.load(args.thresholds), catalog.load_prices(args.prices)
 
 
-def run_analyze(args) -> int:
+def run_analyze(args: argparse.Namespace) -> int:
     # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
     from gpulens.analyzer import readers
     from gpulens.analyzer.classify import classify
@@ -115,8 +158,22 @@ def _read_with_progress(args, readers):
     return pd.concat(frames, ignore_index=True)
 
 
-_CSV_FIELDS = ["namespace", "pod", "node", "gpus", "gpu_model", "bottleneck", "confidence", "secondary",
-               "wasted_gpu_seconds", "wasted_cost", "mean_activity", "idle_ratio", "evidence", "recommendation"]
+_CSV_FIELDS = [
+    "namespace",
+    "pod",
+    "node",
+    "gpus",
+    "gpu_model",
+    "bottleneck",
+    "confidence",
+    "secondary",
+    "wasted_gpu_seconds",
+    "wasted_cost",
+    "mean_activity",
+    "idle_ratio",
+    "evidence",
+    "recommendation",
+]
 
 
 def _csv(verdicts: list[Verdict]) -> str:
@@ -143,14 +200,22 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
         pod = f"{v.namespace}/{v.pod}" if v.pod else "(no pod)"
         name = v.bottleneck + "".join(f"\n+ {s}" for s in v.secondary)
         why = "\n".join(f"{k}: {val}" for k, val in v.evidence.items())
-        table.add_row(pod, f"{v.node}\n{v.gpu_model}\n{' '.join(v.gpus)}", name, f"{v.confidence:.2f}",
-                      f"{v.wasted_gpu_seconds / 3600:.2f}", f"{v.wasted_cost:.2f}", why, v.recommendation)
-    console = Console(file=io.StringIO(), width=None if to_terminal else 160, force_terminal=to_terminal)
-    console.print(table)
-    return console.file.getvalue()
+        table.add_row(
+            pod,
+            f"{v.node}\n{v.gpu_model}\n{' '.join(v.gpus)}",
+            name,
+            f"{v.confidence:.2f}",
+            f"{v.wasted_gpu_seconds / 3600:.2f}",
+            f"{v.wasted_cost:.2f}",
+            why,
+            v.recommendation,
+        )
+    buffer = io.StringIO()
+    Console(file=buffer, width=None if to_terminal else 160, force_terminal=to_terminal).print(table)
+    return buffer.getvalue()
 
 
-def run_eval(args) -> int:
+def run_eval(args: argparse.Namespace) -> int:
     from gpulens.analyzer.evaluate import evaluate, render
 
     try:
@@ -164,23 +229,28 @@ def run_eval(args) -> int:
     return 0
 
 
-def run_service(args) -> int:
+def run_service(args: argparse.Namespace) -> int:
     import signal
     import threading
 
     from prometheus_client import CollectorRegistry
 
-    from gpulens.analyzer.live import ExporterInput, PrometheusInput
+    from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput
     from gpulens.analyzer.service import AnalyzerService
-    from gpulens.core.web import WebConfig, parse_listen_address, serve
     from gpulens.core.config import ConfigError, require_positive
+    from gpulens.core.web import WebConfig, parse_listen_address, serve
 
     try:
         thresholds, prices = _config(args)
         if bool(args.prometheus) == bool(args.exporters):
             raise ValueError("give exactly one input: --input.prometheus URL, or one or more --input.exporter URL")
-        require_positive(("--analysis.window", args.window), ("--analysis.interval", args.interval),
-                         ("--prometheus.step", args.step), ("--exporter.scrape-interval", args.scrape_interval))
+        require_positive(
+            ("--analysis.window", args.window),
+            ("--analysis.interval", args.interval),
+            ("--prometheus.step", args.step),
+            ("--exporter.scrape-interval", args.scrape_interval),
+        )
+        source: AnalyzerInput
         if args.prometheus:
             if not args.prometheus.startswith(("http://", "https://")):
                 raise ValueError(f"--input.prometheus {args.prometheus!r} is not an http(s) URL")
@@ -196,8 +266,15 @@ def run_service(args) -> int:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(service)
     try:
-        server = serve(registry, address, web_config, title="gpulens analyzer", health=service.health,
-                       routes={"/api/v1/verdicts": service.verdicts_json}, render_text=service.render_text)
+        server = serve(
+            registry,
+            address,
+            web_config,
+            title="gpulens analyzer",
+            health=service.health,
+            routes={"/api/v1/verdicts": service.verdicts_json},
+            render_text=service.render_text,
+        )
     except ConfigError as e:
         print(f"gpulens analyzer: {e}", file=sys.stderr)
         return 2

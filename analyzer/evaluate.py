@@ -6,17 +6,19 @@ mid-window after a healthy phase, MIG instances (no utilization field, activity 
 engine), multi-GPU pods, and GPUs without profiling fields. The thresholds were tuned on seeds
 0-7; the report uses seed 1000 by default, so it measures, not memorises.
 """
+
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from gpulens.analyzer import frame as fr
-from gpulens.core import trace as tr
 from gpulens.analyzer.classify import classify
+from gpulens.core import trace as tr
 from gpulens.core.bottlenecks import CLASSES
 from gpulens.core.thresholds import Thresholds
 from gpulens.simulator import workloads
@@ -52,7 +54,7 @@ class Scenario:
 
 def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
     rng = random.Random(seed)
-    out = []
+    out: list[Scenario] = []
     for label, (_, models, gpu_counts) in SCENARIOS.items():
         for _ in range(per_class):
             profiling = not (label in WITHOUT_PROFILING and rng.random() < 0.25)
@@ -61,8 +63,11 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
             # its nature (a light inference service) do not change mid-run, so those start at 0.
             phase = label not in ("healthy", "insufficient_data", "wrong_gpu_type", "poor_placement")
             onset = rng.uniform(60, 240) if phase and rng.random() < 0.5 else 0.0
-            out.append(Scenario(label, rng.choice(models), rng.choice(gpu_counts), onset, profiling, mig,
-                                seed * 1000 + len(out)))
+            out.append(
+                Scenario(
+                    label, rng.choice(models), rng.choice(gpu_counts), onset, profiling, mig, seed * 1000 + len(out)
+                )
+            )
     return out
 
 
@@ -70,8 +75,18 @@ def probes(seed: int, count: int = 4) -> list[Scenario]:
     """DRAM-bound pods on GPUs without profiling fields: whatever they are called, it must not be
     memory_bandwidth, which nothing but DRAM activity can show. Kept out of the confusion matrix."""
     rng = random.Random(seed + 7)
-    return [Scenario("memory_bandwidth", rng.choice(SCENARIOS["memory_bandwidth"][1]), 1, 0.0, False, False,
-                     seed * 1000 + 900 + i) for i in range(count)]
+    return [
+        Scenario(
+            "memory_bandwidth",
+            rng.choice(SCENARIOS["memory_bandwidth"][1]),
+            1,
+            0.0,
+            False,
+            False,
+            seed * 1000 + 900 + i,
+        )
+        for i in range(count)
+    ]
 
 
 def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise: float = 0.03) -> pd.DataFrame:
@@ -79,11 +94,29 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
     profile = SCENARIOS[s.label][0]
     samples = 20 if s.label == "insufficient_data" else int(window / step)
     indices = list(range(s.gpus)) if s.label != "poor_placement" else [1, 2]  # across sockets
-    fleet = {"seed": s.seed, "nodes": [{"name": "eval-node", "model": s.model, "gpus": 4,
-                                         "workloads": [{"profile": profile, "gpus": indices, "pod": "eval/pod"}]}]}
+    fleet: dict[str, Any] = {
+        "seed": s.seed,
+        "nodes": [
+            {
+                "name": "eval-node",
+                "model": s.model,
+                "gpus": 4,
+                "workloads": [{"profile": profile, "gpus": indices, "pod": "eval/pod"}],
+            }
+        ],
+    }
     node = load_fleet(fleet)[0]
-    warmup = load_fleet({**fleet, "nodes": [{**fleet["nodes"][0], "workloads": [
-        {"profile": "healthy_training", "gpus": indices, "pod": "eval/pod"}]}]})[0]
+    warmup = load_fleet(
+        {
+            **fleet,
+            "nodes": [
+                {
+                    **fleet["nodes"][0],
+                    "workloads": [{"profile": "healthy_training", "gpus": indices, "pod": "eval/pod"}],
+                }
+            ],
+        }
+    )[0]
     rng = np.random.default_rng(s.seed)
     start = 1_800_000_000.0 + rng.uniform(0, 1e5)
     model = node.gpus[0].model
@@ -93,29 +126,88 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
         gpu, before = node.gpus[index], warmup.gpus[index]
         for k in range(samples):
             t = start + k * step
-            a = (workloads.PROFILES[profile](gpu, t, step) if k * step >= s.onset
-                 else workloads.PROFILES["healthy_training"](before, t, step))
+            a = (
+                workloads.PROFILES[profile](gpu, t, step)
+                if k * step >= s.onset
+                else workloads.PROFILES["healthy_training"](before, t, step)
+            )
             cpu_limit = 8.0
             cpu = cpu_limit * (0.97 if profile == "data_starvation" and k * step >= s.onset else 0.4)
-            rows.append((t, gpu.uuid, a.busy, a.sm_active, a.sm_occupancy, a.tensor, a.dram, a.busy, a.fp16,
-                         a.fp32, a.fp64, a.memory_fraction * usable, model.memory_total_bytes,
-                         a.pcie_tx, a.pcie_rx, a.nvlink_tx, a.nvlink_rx,
-                         model.idle_power_watts + a.power_fraction * (model.power_limit_watts - model.idle_power_watts),
-                         a.temperature_celsius, model.sm_clock_max_mhz * a.clock_fraction * 1e6,
-                         model.sm_clock_max_mhz * 1e6, a.reasons, cpu, cpu_limit, a.restarts, gpu.numa_node))
-    columns = ["timestamp", "gpu", "gpu_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
-               "gr_engine_active", "fp16_active", "fp32_active", "fp64_active", "memory_used_bytes",
-               "memory_total_bytes", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
-               "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second", "power_watts", "temperature_celsius",
-               "sm_clock_hertz", "sm_clock_max_hertz", "clock_event_reasons", "cpu_usage_cores", "cpu_limit_cores",
-               "restarts_total", "numa_node"]
+            rows.append(
+                (
+                    t,
+                    gpu.uuid,
+                    a.busy,
+                    a.sm_active,
+                    a.sm_occupancy,
+                    a.tensor,
+                    a.dram,
+                    a.busy,
+                    a.fp16,
+                    a.fp32,
+                    a.fp64,
+                    a.memory_fraction * usable,
+                    model.memory_total_bytes,
+                    a.pcie_tx,
+                    a.pcie_rx,
+                    a.nvlink_tx,
+                    a.nvlink_rx,
+                    model.idle_power_watts + a.power_fraction * (model.power_limit_watts - model.idle_power_watts),
+                    a.temperature_celsius,
+                    model.sm_clock_max_mhz * a.clock_fraction * 1e6,
+                    model.sm_clock_max_mhz * 1e6,
+                    a.reasons,
+                    cpu,
+                    cpu_limit,
+                    a.restarts,
+                    gpu.numa_node,
+                )
+            )
+    columns = [
+        "timestamp",
+        "gpu",
+        "gpu_util",
+        "sm_active",
+        "sm_occupancy",
+        "tensor_active",
+        "dram_active",
+        "gr_engine_active",
+        "fp16_active",
+        "fp32_active",
+        "fp64_active",
+        "memory_used_bytes",
+        "memory_total_bytes",
+        "pcie_tx_bytes_per_second",
+        "pcie_rx_bytes_per_second",
+        "nvlink_tx_bytes_per_second",
+        "nvlink_rx_bytes_per_second",
+        "power_watts",
+        "temperature_celsius",
+        "sm_clock_hertz",
+        "sm_clock_max_hertz",
+        "clock_event_reasons",
+        "cpu_usage_cores",
+        "cpu_limit_cores",
+        "restarts_total",
+        "numa_node",
+    ]
     frame = pd.DataFrame(rows, columns=columns)
     for column in tr.RATIOS:
         frame[column] = np.clip(frame[column] + rng.normal(0, noise, len(frame)) * (frame[column] > 0), 0, 1)
     frame["gpu_util"] = frame["gpu_util"].round(2)
     if not s.profiling:
-        frame[["sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_engine_active", "fp16_active",
-               "fp32_active", "fp64_active"]] = np.nan
+        frame[
+            [
+                "sm_active",
+                "sm_occupancy",
+                "tensor_active",
+                "dram_active",
+                "gr_engine_active",
+                "fp16_active",
+                "fp32_active",
+                "fp64_active",
+            ]
+        ] = np.nan
     if s.mig:
         frame["gpu_util"] = np.nan  # NVML has no utilization on MIG instances
         frame["gpu"] = frame["gpu"].str.replace("GPU-", "MIG-")
@@ -129,6 +221,8 @@ class Report:
     labels: list[str]
     predicted: list[str]
     scenarios: list[Scenario]
+    #: What the no-profiling DRAM-bound probes were called (kept out of the confusion matrix).
+    probe_predictions: list[str] = field(default_factory=list)
 
     def confusion(self) -> pd.DataFrame:
         matrix = pd.crosstab(pd.Series(self.labels, name="true"), pd.Series(self.predicted, name="predicted"))
@@ -140,38 +234,47 @@ class Report:
         precision = tp / np.maximum(m.sum(axis=0).to_numpy(), 1)
         recall = tp / np.maximum(m.sum(axis=1).to_numpy(), 1)
         f1 = np.where(precision + recall > 0, 2 * precision * recall / np.maximum(precision + recall, 1e-12), 0)
-        return pd.DataFrame({"precision": precision, "recall": recall, "f1": f1, "support": m.sum(axis=1)},
-                            index=m.index)
+        return pd.DataFrame(
+            {"precision": precision, "recall": recall, "f1": f1, "support": m.sum(axis=1)}, index=m.index
+        )
 
     def macro_f1(self) -> float:
         return float(self.scores()["f1"].mean())
 
     def healthy_called_idle(self) -> int:
-        return sum(1 for a, b in zip(self.labels, self.predicted) if a == "healthy" and b == "idle")
-
-    probe_predictions: list[str] = None
+        return sum(1 for a, b in zip(self.labels, self.predicted, strict=True) if a == "healthy" and b == "idle")
 
     def never_claims_memory_bandwidth_without_profiling(self) -> bool:
         return "memory_bandwidth" not in (self.probe_predictions or [])
 
 
-def evaluate(seed: int = 1000, per_class: int = 12, thresholds: Thresholds | None = None,
-             noise: float = 0.03) -> Report:
+def evaluate(
+    seed: int = 1000, per_class: int = 12, thresholds: Thresholds | None = None, noise: float = 0.03
+) -> Report:
     scenarios, checks = make_scenarios(seed, per_class), probes(seed)
     frames = [scenario_trace(s, noise=noise) for s in scenarios + checks]
     verdicts = {v.pod: v.bottleneck for v in classify(pd.concat(frames, ignore_index=True), thresholds)}
-    return Report([s.label for s in scenarios], [verdicts[f"{s.label}-{s.seed}"] for s in scenarios], scenarios,
-                  [verdicts[f"{s.label}-{s.seed}"] for s in checks])
+    return Report(
+        [s.label for s in scenarios],
+        [verdicts[f"{s.label}-{s.seed}"] for s in scenarios],
+        scenarios,
+        [verdicts[f"{s.label}-{s.seed}"] for s in checks],
+    )
 
 
 def render(report: Report) -> str:
     short = {c: c[:10] for c in CLASSES}
     matrix = report.confusion().rename(index=short, columns=short)
     scores = report.scores()
-    lines = ["confusion matrix (rows: true class, columns: predicted)", matrix.to_string(), "",
-             scores.to_string(float_format=lambda v: f"{v:.3f}"), "",
-             f"macro-F1: {report.macro_f1():.3f}",
-             f"healthy pods called idle: {report.healthy_called_idle()}",
-             "memory_bandwidth claimed without profiling fields: "
-             + ("never" if report.never_claims_memory_bandwidth_without_profiling() else "YES")]
+    lines = [
+        "confusion matrix (rows: true class, columns: predicted)",
+        matrix.to_string(),
+        "",
+        scores.to_string(float_format=lambda v: f"{v:.3f}"),
+        "",
+        f"macro-F1: {report.macro_f1():.3f}",
+        f"healthy pods called idle: {report.healthy_called_idle()}",
+        "memory_bandwidth claimed without profiling fields: "
+        + ("never" if report.never_claims_memory_bandwidth_without_profiling() else "YES"),
+    ]
     return "\n".join(lines)

@@ -9,6 +9,7 @@ memory drops) are comparisons of neighbouring rows.
 
 A "unit" is a pod (namespace/pod), or a GPU that no pod holds (gpu:<node>/<gpu>).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -112,8 +113,9 @@ def pod_features(trace: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
     busy = act0 >= t.idle_activity
     mem_used, mem_total = column("memory_used_bytes"), column("memory_total_bytes")
     mem_frac = mem_used / mem_total
-    pipes = np.fmax(np.fmax(column("tensor_active"), column("fp16_active")),
-                    np.fmax(column("fp32_active"), column("fp64_active")))
+    pipes = np.fmax(
+        np.fmax(column("tensor_active"), column("fp16_active")), np.fmax(column("fp32_active"), column("fp64_active"))
+    )
     dram = column("dram_active")
     # A pod runs on one GPU model: link capacities by unit, spread over its rows.
     unit_models = rows_of("gpu_model", unit_starts)
@@ -122,8 +124,11 @@ def pod_features(trace: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
     nvlink_cap = np.array([model_info(x).nvlink_bytes_per_second for x in unit_models])[row_unit]
     with np.errstate(invalid="ignore", divide="ignore"):
         pcie_use = np.fmax(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
-        nvlink_use = np.where(nvlink_cap > 0, np.fmax(column("nvlink_tx_bytes_per_second"),
-                                                      column("nvlink_rx_bytes_per_second")) / nvlink_cap, np.nan)
+        nvlink_use = np.where(
+            nvlink_cap > 0,
+            np.fmax(column("nvlink_tx_bytes_per_second"), column("nvlink_rx_bytes_per_second")) / nvlink_cap,
+            np.nan,
+        )
         cpu = column("cpu_usage_cores") / column("cpu_limit_cores")
         clock = column("sm_clock_hertz") / column("sm_clock_max_hertz")
     link = np.fmax(pcie_use, nvlink_use)
@@ -142,49 +147,68 @@ def pod_features(trace: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
     GU = _Segments(first_gpu_of_unit, len(gpu_starts))
     numa_max, numa_min = U.max(numa), U.min(numa)
     first = unit_starts
-    features = pd.DataFrame({
-        "samples": U.sizes, "ts_min": U.min(ts), "ts_max": U.max(ts),
-        "activity": U.mean(np.where(has_activity, act, np.nan)), "sm_active": U.mean(sm),
-        "has_activity": U.count(has_activity) > 0, "has_prof": U.count(~np.isnan(sm) | ~np.isnan(dram)) > 0,
-        "idle": U.share(~busy, has_activity),
-        "high": U.share(act0 > t.starvation_high, has_activity),
-        "low": U.share(act0 < t.starvation_low, has_activity),
-        "switches": U.count(switch).astype(float),
-        "last_busy": U.max(np.where(busy & has_activity, ts, np.nan)),
-        "mem_max": U.max(mem_frac), "mem_min": U.min(mem_frac), "mem_std": U.std(mem_frac),
-        "mem_used_max": U.max(mem_used),
-        "full": U.share(mem_frac > t.memory_full, ~np.isnan(mem_frac)),
-        "drops": U.count(drop).astype(float),
-        "restarts_max": U.max(restarts), "restarts_min": U.min(restarts),
-        "dram": U.mean(dram), "pipes": U.mean(pipes),
-        "mb": U.share((dram >= t.dram_active) & (pipes < t.pipes_idle), ~np.isnan(dram) & ~np.isnan(pipes)),
-        "link": U.mean(link),
-        # Without SM activity a saturated link is the evidence: utilization shows only that kernels ran.
-        "ic": U.share((link >= t.link_busy) & (np.isnan(sm) | (sm < t.interconnect_sm)), ~np.isnan(link) & has_activity),
-        # Of busy time: a clock held down while nothing runs costs nothing, and a starved GPU that
-        # is throttled during each of its bursts is throttled.
-        "throttle": U.share((reasons & t.throttle_reasons_mask) != 0, busy & ~np.isnan(reasons_raw)),
-        # Of all time: how long the bits held, for the duration threshold.
-        "throttle_time": U.share((reasons & t.throttle_reasons_mask) != 0, ~np.isnan(reasons_raw)),
-        "clock": U.mean(clock),
-        "cpu_sat": U.share(cpu >= t.cpu_saturated, ~np.isnan(cpu)),
-        "numa_nodes": np.where(np.isnan(numa_max), 0, np.where(numa_max > numa_min, 2, 1)),
-        "gpus": GU.sizes,
-        "gpu_activity_min": GU.min(gpu_activity), "gpu_activity_max": GU.max(gpu_activity),
-        "node": rows_of("node", first), "gpu_model": rows_of("gpu_model", first),
-        "namespace": rows_of("namespace", first), "pod": rows_of("pod", first),
-    })
+    features = pd.DataFrame(
+        {
+            "samples": U.sizes,
+            "ts_min": U.min(ts),
+            "ts_max": U.max(ts),
+            "activity": U.mean(np.where(has_activity, act, np.nan)),
+            "sm_active": U.mean(sm),
+            "has_activity": U.count(has_activity) > 0,
+            "has_prof": U.count(~np.isnan(sm) | ~np.isnan(dram)) > 0,
+            "idle": U.share(~busy, has_activity),
+            "high": U.share(act0 > t.starvation_high, has_activity),
+            "low": U.share(act0 < t.starvation_low, has_activity),
+            "switches": U.count(switch).astype(float),
+            "last_busy": U.max(np.where(busy & has_activity, ts, np.nan)),
+            "mem_max": U.max(mem_frac),
+            "mem_min": U.min(mem_frac),
+            "mem_std": U.std(mem_frac),
+            "mem_used_max": U.max(mem_used),
+            "full": U.share(mem_frac > t.memory_full, ~np.isnan(mem_frac)),
+            "drops": U.count(drop).astype(float),
+            "restarts_max": U.max(restarts),
+            "restarts_min": U.min(restarts),
+            "dram": U.mean(dram),
+            "pipes": U.mean(pipes),
+            "mb": U.share((dram >= t.dram_active) & (pipes < t.pipes_idle), ~np.isnan(dram) & ~np.isnan(pipes)),
+            "link": U.mean(link),
+            # Without SM activity a saturated link is the evidence: utilization shows only that kernels ran.
+            "ic": U.share(
+                (link >= t.link_busy) & (np.isnan(sm) | (sm < t.interconnect_sm)), ~np.isnan(link) & has_activity
+            ),
+            # Of busy time: a clock held down while nothing runs costs nothing, and a starved GPU that
+            # is throttled during each of its bursts is throttled.
+            "throttle": U.share((reasons & t.throttle_reasons_mask) != 0, busy & ~np.isnan(reasons_raw)),
+            # Of all time: how long the bits held, for the duration threshold.
+            "throttle_time": U.share((reasons & t.throttle_reasons_mask) != 0, ~np.isnan(reasons_raw)),
+            "clock": U.mean(clock),
+            "cpu_sat": U.share(cpu >= t.cpu_saturated, ~np.isnan(cpu)),
+            "numa_nodes": np.where(np.isnan(numa_max), 0, np.where(numa_max > numa_min, 2, 1)),
+            "gpus": GU.sizes,
+            "gpu_activity_min": GU.min(gpu_activity),
+            "gpu_activity_max": GU.max(gpu_activity),
+            "node": rows_of("node", first),
+            "gpu_model": rows_of("gpu_model", first),
+            "namespace": rows_of("namespace", first),
+            "pod": rows_of("pod", first),
+        }
+    )
     gpu_names = rows_of("gpu", gpu_starts)
-    features["gpu_list"] = [sorted(gpu_names[a:b]) for a, b in zip(first_gpu_of_unit,
-                                                                    np.append(first_gpu_of_unit[1:], len(gpu_starts)))]
-    features.index = np.where(features["pod"] == "", "gpu:" + features["node"] + "/" + gpu_names[first_gpu_of_unit],
-                              features["namespace"] + "/" + features["pod"])
+    unit_gpu_ends = np.append(first_gpu_of_unit[1:], len(gpu_starts))
+    features["gpu_list"] = [sorted(gpu_names[a:b]) for a, b in zip(first_gpu_of_unit, unit_gpu_ends, strict=True)]
+    features.index = np.where(
+        features["pod"] == "",
+        "gpu:" + features["node"] + "/" + gpu_names[first_gpu_of_unit],
+        features["namespace"] + "/" + features["pod"],
+    )
     # Seconds each sample stands for: the window divided by the samples of one GPU.
     per_gpu = features["samples"] / features["gpus"]
-    spacing = (features["ts_max"] - features["ts_min"]) / np.maximum(per_gpu - 1, 1)
+    spacing: pd.Series = (features["ts_max"] - features["ts_min"]) / np.maximum(per_gpu - 1, 1)
     features["sample_seconds"] = spacing.where(per_gpu > 1, 1.0)
     features["window_seconds"] = features["ts_max"] - features["ts_min"] + features["sample_seconds"]
     features["gpu_seconds"] = features["samples"] * features["sample_seconds"]
-    features["trailing_idle_seconds"] = np.where(features["last_busy"].isna(), features["window_seconds"],
-                                                 features["ts_max"] - features["last_busy"])
+    features["trailing_idle_seconds"] = np.where(
+        features["last_busy"].isna(), features["window_seconds"], features["ts_max"] - features["last_busy"]
+    )
     return features

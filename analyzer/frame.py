@@ -3,6 +3,7 @@
 Every input of the analyzer (files, Prometheus, exporters, the evaluator's simulation) ends in
 normalize(), so the features and the classifier see one shape whatever the data came from.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -8,12 +8,14 @@ Both turn gpulens exporter metrics into the trace frame (gpulens.analyzer.frame)
 - ExporterInput scrapes a list of exporters itself and keeps the window in memory: the embedded
   default for the demo and small setups with no Prometheus.
 """
+
 from __future__ import annotations
 
 import collections
 import logging
 import threading
 import time
+from typing import Protocol
 from urllib.parse import urlparse
 
 import numpy as np
@@ -22,12 +24,26 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer import frame as fr
-from gpulens.core import trace as tr
 from gpulens.core import metrics as m
+from gpulens.core import trace as tr
 
 log = logging.getLogger(__name__)
 
 GAUGES, RATES = tr.FROM_GAUGES, tr.FROM_RATES
+
+
+class AnalyzerInput(Protocol):
+    """Where the analyzer service reads its window from: Prometheus, or exporters directly."""
+
+    name: str
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def window_frame(self) -> pd.DataFrame:
+        """The last window of samples as a trace frame; InputError when the input cannot be read."""
+        ...
 
 
 class InputError(Exception):
@@ -59,8 +75,9 @@ class ExporterInput:
 
     name = "exporter"
 
-    def __init__(self, targets: list[tuple[str, str]], window: float = 600.0, interval: float = 2.0,
-                 timeout: float = 5.0):
+    def __init__(
+        self, targets: list[tuple[str, str]], window: float = 600.0, interval: float = 2.0, timeout: float = 5.0
+    ):
         self.targets = targets  # (node name, /metrics URL)
         self.window = window
         self.interval = interval
@@ -127,12 +144,16 @@ class ExporterInput:
                     reports_clock_events.add(uuid)
                     if s.value == 1:
                         row["clock_event_reasons"] = row.get("clock_event_reasons", 0) + m.CLOCK_EVENT_REASONS.get(
-                            s.labels["reason"], 0)
+                            s.labels["reason"], 0
+                        )
                 elif s.name == m.GPU_INFO.name:
                     row["gpu_model"] = s.labels.get("model", "")
                 elif s.name == m.GPU_POD_INFO.name:
-                    pods[uuid] = {"namespace": s.labels["namespace"], "pod": s.labels["pod"],
-                                  "container": s.labels["container"]}
+                    pods[uuid] = {
+                        "namespace": s.labels["namespace"],
+                        "pod": s.labels["pod"],
+                        "container": s.labels["container"],
+                    }
                 elif s.name == m.TOPOLOGY.name:
                     topology.append((uuid, s.labels["peer_uuid"], s.labels["level"]))
         sockets = socket_groups(topology)
@@ -169,8 +190,7 @@ class PrometheusInput:
 
     name = "prometheus"
 
-    def __init__(self, url: str, window: float = 600.0, step: float = 15.0, timeout: float = 30.0,
-                 selector: str = ""):
+    def __init__(self, url: str, window: float = 600.0, step: float = 15.0, timeout: float = 30.0, selector: str = ""):
         self.url = url.rstrip("/")
         self.window = window
         self.step = step
@@ -183,15 +203,20 @@ class PrometheusInput:
 
     def _query(self, expr: str, start: float, end: float) -> list[dict]:
         try:
-            response = self.session.get(f"{self.url}/api/v1/query_range", timeout=self.timeout,
-                                        params={"query": expr, "start": start, "end": end, "step": self.step})
+            response = self.session.get(
+                f"{self.url}/api/v1/query_range",
+                timeout=self.timeout,
+                params={"query": expr, "start": str(start), "end": str(end), "step": str(self.step)},
+            )
         except requests.RequestException as e:
             raise InputError(f"cannot reach Prometheus at {self.url}: {e}") from e
         try:
             body = response.json()
         except ValueError:
-            raise InputError(f"Prometheus at {self.url} answered HTTP {response.status_code} with no JSON: "
-                             "is this the Prometheus HTTP API?") from None
+            raise InputError(
+                f"Prometheus at {self.url} answered HTTP {response.status_code} with no JSON: "
+                "is this the Prometheus HTTP API?"
+            ) from None
         if body.get("status") != "success":
             raise InputError(f"Prometheus at {self.url} refused {expr!r}: {body.get('error', response.status_code)}")
         return body["data"]["result"]
@@ -214,8 +239,11 @@ class PrometheusInput:
             add(self._query(self._sel(spec.name), start, end), column)
         for column, spec in RATES.items():
             add(self._query(f"rate({self._sel(spec.name)}[{max(4 * self.step, 60):.0f}s])", start, end), column)
-        add(self._query(f"{self._sel(m.CLOCK_EVENT_ACTIVE.name)} == 1", start, end), "clock_event_reasons",
-            lambda old, v, labels: (old or 0) + m.CLOCK_EVENT_REASONS.get(labels.get("reason", ""), 0))
+        add(
+            self._query(f"{self._sel(m.CLOCK_EVENT_ACTIVE.name)} == 1", start, end),
+            "clock_event_reasons",
+            lambda old, v, labels: (old or 0) + m.CLOCK_EVENT_REASONS.get(labels.get("reason", ""), 0),
+        )
         if not columns:
             return fr.empty()
         keys = np.array(list(columns.keys()), dtype=object)
@@ -227,8 +255,9 @@ class PrometheusInput:
 
     def _latest(self, expr: str, end: float) -> list[dict]:
         try:
-            response = self.session.get(f"{self.url}/api/v1/query", params={"query": expr, "time": end},
-                                        timeout=self.timeout)
+            response = self.session.get(
+                f"{self.url}/api/v1/query", params={"query": expr, "time": str(end)}, timeout=self.timeout
+            )
             body = response.json()
         except (requests.RequestException, ValueError) as e:
             raise InputError(f"cannot query Prometheus at {self.url}: {e}") from e
@@ -240,28 +269,49 @@ class PrometheusInput:
         """Model, pod and socket of each GPU as of the window's end (pods rarely move mid-window),
         and the pods' CPU and restarts where cAdvisor and kube-state-metrics are scraped."""
         window = f"{self.window:.0f}s"
-        info = {(r["metric"].get("instance", ""), r["metric"]["uuid"]): r["metric"]
-                for r in self._latest(f"last_over_time({self._sel(m.GPU_INFO.name)}[{window}])", end)}
-        pods = {(r["metric"].get("instance", ""), r["metric"]["uuid"]): r["metric"]
-                for r in self._latest(f"last_over_time({self._sel(m.GPU_POD_INFO.name)}[{window}])", end)}
-        pairs = [(r["metric"]["uuid"], r["metric"]["peer_uuid"], r["metric"]["level"])
-                 for r in self._latest(f"last_over_time({self._sel(m.TOPOLOGY.name)}[{window}])", end)]
+        info = {
+            (r["metric"].get("instance", ""), r["metric"]["uuid"]): r["metric"]
+            for r in self._latest(f"last_over_time({self._sel(m.GPU_INFO.name)}[{window}])", end)
+        }
+        pods = {
+            (r["metric"].get("instance", ""), r["metric"]["uuid"]): r["metric"]
+            for r in self._latest(f"last_over_time({self._sel(m.GPU_POD_INFO.name)}[{window}])", end)
+        }
+        pairs = [
+            (r["metric"]["uuid"], r["metric"]["peer_uuid"], r["metric"]["level"])
+            for r in self._latest(f"last_over_time({self._sel(m.TOPOLOGY.name)}[{window}])", end)
+        ]
         sockets = socket_groups(pairs)
-        keys = list(zip(frame["instance"], frame["gpu"]))
+        keys = list(zip(frame["instance"], frame["gpu"], strict=True))
         frame["gpu_model"] = [info.get(k, {}).get("model", "") for k in keys]
         frame["node"] = [pods.get(k, {}).get("node") or info.get(k, {}).get("node") or k[0] for k in keys]
         for column in ("namespace", "pod", "container"):
             frame[column] = [pods.get(k, {}).get(column, "") for k in keys]
         frame["numa_node"] = [sockets.get(k[1], np.nan) for k in keys]
-        cpu = {(r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1]) for r in self._latest(
-            'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!="",container!="POD"}[2m]))', end)}
-        limit = {(r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1]) for r in self._latest(
-            # kube-state-metrics where it runs, else the CFS quota cAdvisor reports for the limit.
-            'sum by (namespace, pod) (kube_pod_container_resource_limits{resource="cpu"}) or sum by (namespace, pod) '
-            '(container_spec_cpu_quota{container!=""} / container_spec_cpu_period{container!=""})', end)}
-        restarts = {(r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1]) for r in self._latest(
-            f"sum by (namespace, pod) (increase(kube_pod_container_status_restarts_total[{window}]))", end)}
-        pod_keys = list(zip(frame["namespace"], frame["pod"]))
+        cpu = {
+            (r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1])
+            for r in self._latest(
+                'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{container!="",container!="POD"}[2m]))',
+                end,
+            )
+        }
+        limit = {
+            (r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1])
+            for r in self._latest(
+                # kube-state-metrics where it runs, else the CFS quota cAdvisor reports for the limit.
+                'sum by (namespace, pod) (kube_pod_container_resource_limits{resource="cpu"}) or '
+                "sum by (namespace, pod) "
+                '(container_spec_cpu_quota{container!=""} / container_spec_cpu_period{container!=""})',
+                end,
+            )
+        }
+        restarts = {
+            (r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1])
+            for r in self._latest(
+                f"sum by (namespace, pod) (increase(kube_pod_container_status_restarts_total[{window}]))", end
+            )
+        }
+        pod_keys = list(zip(frame["namespace"], frame["pod"], strict=True))
         frame["cpu_usage_cores"] = [cpu.get(k, np.nan) for k in pod_keys]
         frame["cpu_limit_cores"] = [limit.get(k, np.nan) for k in pod_keys]
         # The restarts within the window: 0 at each pod's first sample, the increase at its last.

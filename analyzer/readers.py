@@ -8,21 +8,23 @@ Formats are recognised by their first line:
 - `dcgmi dmon -e 1001,252 ...` CSV logs (EntityId, GRACT, FBUSD, TimeStamp);
 - saved dcgm-exporter scrapes (one file per scrape, in the order given, --scrape-interval apart).
 """
+
 from __future__ import annotations
 
 import csv
 import math
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from gpulens.analyzer import frame as fr
-from gpulens.core.trace import COLUMNS, RATIOS, SIGNALS
-from gpulens.core import metrics as m
 from gpulens.core import dcgm
+from gpulens.core import metrics as m
+from gpulens.core.trace import COLUMNS, RATIOS, SIGNALS
 
 MIB = 1024**2
 
@@ -85,27 +87,33 @@ def read_trace(path: str | Path) -> pd.DataFrame:
             raise TraceError(f"{path}, line 1: {e}") from e
         for required in ("timestamp", "gpu"):
             if required not in header:
-                raise TraceError(f"{path}, line 1: required column '{required}' missing from the header "
-                                 f"({', '.join(header)})")
+                raise TraceError(
+                    f"{path}, line 1: required column '{required}' missing from the header ({', '.join(header)})"
+                )
         unknown = [h for h in header if h not in COLUMNS]
         if unknown:
-            raise TraceError(f"{path}, line 1: unknown column(s) {', '.join(unknown)}; "
-                             "the trace columns are listed in docs/trace-format.md")
+            raise TraceError(
+                f"{path}, line 1: unknown column(s) {', '.join(unknown)}; "
+                "the trace columns are listed in docs/trace-format.md"
+            )
         numeric = [i for i, h in enumerate(header) if h in SIGNALS]
         ts_index = header.index("timestamp")
         rows = []
         try:
-            for row in reader:
+            for text_row in reader:
                 line = reader.line_num
-                if not row:
+                if not text_row:
                     continue
-                if len(row) != len(header):
-                    raise TraceError(f"{path}, line {line}: {len(row)} fields, the header has {len(header)}")
+                if len(text_row) != len(header):
+                    raise TraceError(f"{path}, line {line}: {len(text_row)} fields, the header has {len(header)}")
+                row: list[Any] = list(text_row)
                 try:
                     row[ts_index] = parse_timestamp(row[ts_index])
                 except ValueError:
-                    raise TraceError(f"{path}, line {line}, column {ts_index + 1} (timestamp): {row[ts_index]!r} is "
-                                     "neither unix seconds nor an RFC 3339 time") from None
+                    raise TraceError(
+                        f"{path}, line {line}, column {ts_index + 1} (timestamp): {row[ts_index]!r} is "
+                        "neither unix seconds nor an RFC 3339 time"
+                    ) from None
                 for i in numeric:
                     text = row[i].strip()
                     if text == "":
@@ -114,17 +122,19 @@ def read_trace(path: str | Path) -> pd.DataFrame:
                     try:
                         row[i] = float(text)
                     except ValueError:
-                        raise TraceError(f"{path}, line {line}, column {i + 1} ({header[i]}): {text!r} is not a "
-                                         "number") from None
+                        raise TraceError(
+                            f"{path}, line {line}, column {i + 1} ({header[i]}): {text!r} is not a number"
+                        ) from None
                     name = header[i]
                     if name in RATIOS and not 0.0 <= row[i] <= 1.0:
-                        raise TraceError(f"{path}, line {line}, column {i + 1} ({name}): {text} is not a ratio "
-                                         "from 0 to 1 (percentages must be divided by 100)")
+                        raise TraceError(
+                            f"{path}, line {line}, column {i + 1} ({name}): {text} is not a ratio "
+                            "from 0 to 1 (percentages must be divided by 100)"
+                        )
                 rows.append(row)
         except csv.Error as e:
             raise TraceError(f"{path}, line {reader.line_num}: {e}") from e
     return fr.normalize(pd.DataFrame(rows, columns=header))
-
 
 
 def detect(path: Path) -> str:
@@ -144,8 +154,10 @@ def detect(path: Path) -> str:
         return "dcgmi-dmon"
     if first.startswith("# HELP DCGM_") or first.startswith("DCGM_FI_"):
         return "dcgm-exporter"
-    raise TraceError(f"{path}, line 1: not a format gpulens reads (a gpulens trace CSV, an nvidia-smi "
-                     "--query-gpu CSV log, a dcgmi dmon CSV, or a dcgm-exporter scrape)")
+    raise TraceError(
+        f"{path}, line 1: not a format gpulens reads (a gpulens trace CSV, an nvidia-smi "
+        "--query-gpu CSV log, a dcgmi dmon CSV, or a dcgm-exporter scrape)"
+    )
 
 
 def read_files(paths: list[str | Path], scrape_interval: float = 30.0, gpu_model: str = "") -> pd.DataFrame:
@@ -185,20 +197,25 @@ def read_nvidia_smi(path: Path) -> pd.DataFrame:
     identity = next((c for c in ("uuid", "index", "pci.bus_id") if c in names), None)
     if identity is None:
         raise TraceError(f"{path}, line 1: add uuid (or index) to --query-gpu so samples can be told apart by GPU")
-    out = {c: [] for c in ["timestamp", "gpu", "gpu_model"] + sorted({v[0] for v in _SMI.values()} | {"clock_event_reasons"})}
+    out: dict[str, list[Any]] = {
+        c: []
+        for c in ["timestamp", "gpu", "gpu_model"] + sorted({v[0] for v in _SMI.values()} | {"clock_event_reasons"})
+    }
     for line, row in enumerate(rows[1:], start=2):
         if not row or len(row) != len(header):
             if row:
                 raise TraceError(f"{path}, line {line}: {len(row)} fields, the header has {len(header)}")
             continue
-        values = dict(zip(names, (v.strip() for v in row)))
+        values = dict(zip(names, (v.strip() for v in row), strict=True))
         try:
             stamp = datetime.strptime(values["timestamp"].split(".")[0], "%Y/%m/%d %H:%M:%S")
         except ValueError:
-            raise TraceError(f"{path}, line {line}, column {names.index('timestamp') + 1} (timestamp): "
-                             f"{values['timestamp']!r} is not nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm") from None
+            raise TraceError(
+                f"{path}, line {line}, column {names.index('timestamp') + 1} (timestamp): "
+                f"{values['timestamp']!r} is not nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm"
+            ) from None
         fraction = values["timestamp"].partition(".")[2]
-        out["timestamp"].append(stamp.replace(tzinfo=timezone.utc).timestamp() + (float("0." + fraction) if fraction else 0))
+        out["timestamp"].append(stamp.replace(tzinfo=UTC).timestamp() + (float("0." + fraction) if fraction else 0))
         out["gpu"].append(values[identity])
         out["gpu_model"].append(values.get("name", ""))
         seen = set()
@@ -219,13 +236,24 @@ def read_dcgmi_dmon(path: Path) -> pd.DataFrame:
     frame.columns = [c.strip().lstrip("#") for c in frame.columns]
     if "EntityId" not in frame or "TimeStamp" not in frame:
         raise TraceError(f"{path}, line 1: a dcgmi dmon CSV needs EntityId and TimeStamp columns")
-    fields = {"GRACT": ("gr_engine_active", 1.0), "SMACT": ("sm_active", 1.0), "SMOCC": ("sm_occupancy", 1.0),
-              "TENSO": ("tensor_active", 1.0), "DRAMA": ("dram_active", 1.0), "GPUTL": ("gpu_util", 0.01),
-              "FBUSD": ("memory_used_bytes", MIB), "FBTTL": ("memory_total_bytes", MIB), "POWER": ("power_watts", 1.0),
-              "TMPTR": ("temperature_celsius", 1.0), "SMCLK": ("sm_clock_hertz", 1e6),
-              "PCITX": ("pcie_tx_bytes_per_second", 1.0), "PCIRX": ("pcie_rx_bytes_per_second", 1.0)}
-    out = pd.DataFrame({"timestamp": pd.to_numeric(frame["TimeStamp"], errors="coerce"),
-                        "gpu": frame["EntityId"].astype(str)})
+    fields = {
+        "GRACT": ("gr_engine_active", 1.0),
+        "SMACT": ("sm_active", 1.0),
+        "SMOCC": ("sm_occupancy", 1.0),
+        "TENSO": ("tensor_active", 1.0),
+        "DRAMA": ("dram_active", 1.0),
+        "GPUTL": ("gpu_util", 0.01),
+        "FBUSD": ("memory_used_bytes", MIB),
+        "FBTTL": ("memory_total_bytes", MIB),
+        "POWER": ("power_watts", 1.0),
+        "TMPTR": ("temperature_celsius", 1.0),
+        "SMCLK": ("sm_clock_hertz", 1e6),
+        "PCITX": ("pcie_tx_bytes_per_second", 1.0),
+        "PCIRX": ("pcie_rx_bytes_per_second", 1.0),
+    }
+    out = pd.DataFrame(
+        {"timestamp": pd.to_numeric(frame["TimeStamp"], errors="coerce"), "gpu": frame["EntityId"].astype(str)}
+    )
     for short, (column, factor) in fields.items():
         if short in frame:
             out[column] = pd.to_numeric(frame[short], errors="coerce") * factor
@@ -244,17 +272,28 @@ def read_dcgm_scrapes(paths: list[Path], interval: float) -> pd.DataFrame:
             raise TraceError(f"{path}: no DCGM metrics in it")
         for (uuid, gi), d in dcgm.devices_from_rows(parsed.rows).items():
             value = {spec: v for (spec, extra), v in d.values.items() if not extra}
-            rows.append({
-                "timestamp": k * interval, "gpu": uuid if gi is None else f"{uuid}/gi{gi}", "gpu_model": d.model,
-                "namespace": d.pod.namespace if d.pod else "", "pod": d.pod.pod if d.pod else "",
-                "container": d.pod.container if d.pod else "",
-                "gpu_util": value.get(m.UTILIZATION), "sm_active": value.get(m.SM_ACTIVE),
-                "sm_occupancy": value.get(m.SM_OCCUPANCY), "tensor_active": value.get(m.TENSOR_ACTIVE),
-                "dram_active": value.get(m.DRAM_ACTIVE), "gr_engine_active": value.get(m.GRAPHICS_ENGINE_ACTIVE),
-                "memory_used_bytes": value.get(m.MEMORY_USED), "memory_total_bytes": value.get(m.MEMORY_TOTAL),
-                "pcie_tx_bytes_per_second": d.rates.get(m.PCIE_TRANSMIT),
-                "pcie_rx_bytes_per_second": d.rates.get(m.PCIE_RECEIVE),
-                "power_watts": value.get(m.POWER), "temperature_celsius": value.get(m.TEMPERATURE),
-                "sm_clock_hertz": value.get(m.SM_CLOCK), "clock_event_reasons": d.clock_event_reasons,
-            })
+            rows.append(
+                {
+                    "timestamp": k * interval,
+                    "gpu": uuid if gi is None else f"{uuid}/gi{gi}",
+                    "gpu_model": d.model,
+                    "namespace": d.pod.namespace if d.pod else "",
+                    "pod": d.pod.pod if d.pod else "",
+                    "container": d.pod.container if d.pod else "",
+                    "gpu_util": value.get(m.UTILIZATION),
+                    "sm_active": value.get(m.SM_ACTIVE),
+                    "sm_occupancy": value.get(m.SM_OCCUPANCY),
+                    "tensor_active": value.get(m.TENSOR_ACTIVE),
+                    "dram_active": value.get(m.DRAM_ACTIVE),
+                    "gr_engine_active": value.get(m.GRAPHICS_ENGINE_ACTIVE),
+                    "memory_used_bytes": value.get(m.MEMORY_USED),
+                    "memory_total_bytes": value.get(m.MEMORY_TOTAL),
+                    "pcie_tx_bytes_per_second": d.rates.get(m.PCIE_TRANSMIT),
+                    "pcie_rx_bytes_per_second": d.rates.get(m.PCIE_RECEIVE),
+                    "power_watts": value.get(m.POWER),
+                    "temperature_celsius": value.get(m.TEMPERATURE),
+                    "sm_clock_hertz": value.get(m.SM_CLOCK),
+                    "clock_event_reasons": d.clock_event_reasons,
+                }
+            )
     return fr.normalize(pd.DataFrame(rows))

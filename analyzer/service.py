@@ -4,21 +4,23 @@ Each cycle reads the window from its input, classifies, and replaces the verdict
 the input fails (Prometheus down or slow, exporters unreachable) the last verdicts stay, marked
 stale with their age, and the next attempt backs off; the service never crashes on its input.
 """
+
 from __future__ import annotations
 
 import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpulens.analyzer.classify import Verdict, classify
-from gpulens.core.bottlenecks import CLASSES
-from gpulens.analyzer.live import InputError
-from gpulens.core.thresholds import Thresholds
+from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.core import metrics as m
+from gpulens.core.bottlenecks import CLASSES
 from gpulens.core.exposition import Families
 from gpulens.core.status import ProblemLog
+from gpulens.core.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,14 @@ class State:
 class AnalyzerService:
     MAX_BACKOFF_SECONDS = 120.0
 
-    def __init__(self, source, thresholds: Thresholds, prices: dict[str, float], interval: float = 15.0,
-                 clock=time.time):
+    def __init__(
+        self,
+        source: AnalyzerInput,
+        thresholds: Thresholds,
+        prices: dict[str, float],
+        interval: float = 15.0,
+        clock: Callable[[], float] = time.time,
+    ):
         self.source = source
         self.thresholds = thresholds
         self.prices = prices
@@ -77,7 +85,7 @@ class AnalyzerService:
         failures = 0
         while not self._stop.is_set():
             failures = 0 if self.cycle() else failures + 1
-            delay = self.interval if not failures else min(self.interval * 2 ** failures, self.MAX_BACKOFF_SECONDS)
+            delay = self.interval if not failures else min(self.interval * 2**failures, self.MAX_BACKOFF_SECONDS)
             self._stop.wait(delay)
 
     def start(self) -> None:
@@ -97,8 +105,12 @@ class AnalyzerService:
         return age is None or age > 3 * self.interval
 
     def verdicts_json(self) -> tuple[int, str, bytes]:
-        body = {"stale": self.stale(), "age_seconds": self.age(), "input": self.source.name,
-                "verdicts": [v.to_dict() for v in self.state.verdicts]}
+        body = {
+            "stale": self.stale(),
+            "age_seconds": self.age(),
+            "input": self.source.name,
+            "verdicts": [v.to_dict() for v in self.state.verdicts],
+        }
         return 200, "application/json", json.dumps(body).encode()
 
     def health(self) -> tuple[bool, str]:
@@ -126,8 +138,11 @@ class AnalyzerService:
             for name in CLASSES:
                 out.add(m.POD_BOTTLENECK, ids + (name,), 1 if name == v.bottleneck else 0)
             out.add(m.POD_BOTTLENECK_CONFIDENCE, ids, v.confidence)
-            out.add(m.POD_BOTTLENECK_INFO,
-                    ids + (v.bottleneck, ",".join(v.secondary), ", ".join(v.evidence), v.recommendation), 1)
+            out.add(
+                m.POD_BOTTLENECK_INFO,
+                ids + (v.bottleneck, ",".join(v.secondary), ", ".join(v.evidence), v.recommendation),
+                1,
+            )
             if v.mean_activity is not None:
                 out.add(m.POD_SM_ACTIVE, ids, v.mean_activity)
             if v.idle_ratio is not None:

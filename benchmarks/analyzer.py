@@ -6,6 +6,7 @@ Builds a trace of GPUS x SECONDS rows at 1 s (10,000 x 600 = 6 million by defaul
 signal column filled, pods of one or two GPUs, and classifies it, timing the cycle next to a
 groupby-mean of the same frame by pod. Prints rows per second, peak memory and the ratio.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,8 +23,8 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpulens.analyzer import frame as fr  # noqa: E402
-from gpulens.core import trace as tr  # noqa: E402
 from gpulens.analyzer.classify import classify  # noqa: E402
+from gpulens.core import trace as tr  # noqa: E402
 
 
 def make_trace(gpus: int, seconds: int, seed: int = 0) -> pd.DataFrame:
@@ -38,20 +39,41 @@ def make_trace(gpus: int, seconds: int, seed: int = 0) -> pd.DataFrame:
     act = np.where(bursty, np.where(ts.astype(np.int64) % period == 0, 0.9, 0.02), level)
     act = np.clip(act + rng.normal(0, 0.03, n), 0, 1)
     total = 85.0e9
-    frame = pd.DataFrame({
-        "timestamp": ts, "gpu": pd.Categorical(gpu).astype(str), "node": (gpu // 8).astype(str),
-        "gpu_model": "NVIDIA H100 80GB HBM3", "namespace": "ns" + (gpu // 100).astype(str),
-        "pod": "pod" + (gpu // 2).astype(str), "container": "main",
-        "gpu_util": np.minimum(1, act * 1.2), "sm_active": act, "sm_occupancy": act * 0.5,
-        "tensor_active": act * 0.6, "dram_active": act * 0.4, "gr_engine_active": np.minimum(1, act * 1.1),
-        "fp16_active": act * 0.3, "fp32_active": act * 0.1, "fp64_active": 0.0,
-        "memory_used_bytes": total * rng.uniform(0.1, 0.95, gpus)[gpu], "memory_total_bytes": total,
-        "pcie_tx_bytes_per_second": 1e8, "pcie_rx_bytes_per_second": 5e8 * act,
-        "nvlink_tx_bytes_per_second": 1e9, "nvlink_rx_bytes_per_second": 1e9,
-        "power_watts": 100 + 500 * act, "temperature_celsius": 40 + 30 * act,
-        "sm_clock_hertz": 1.98e9, "sm_clock_max_hertz": 1.98e9, "clock_event_reasons": 0.0,
-        "cpu_usage_cores": 4.0, "cpu_limit_cores": 8.0, "restarts_total": 0.0, "numa_node": (gpu % 8 >= 4) * 1.0,
-    })
+    frame = pd.DataFrame(
+        {
+            "timestamp": ts,
+            "gpu": pd.Categorical(gpu).astype(str),
+            "node": (gpu // 8).astype(str),
+            "gpu_model": "NVIDIA H100 80GB HBM3",
+            "namespace": "ns" + (gpu // 100).astype(str),
+            "pod": "pod" + (gpu // 2).astype(str),
+            "container": "main",
+            "gpu_util": np.minimum(1, act * 1.2),
+            "sm_active": act,
+            "sm_occupancy": act * 0.5,
+            "tensor_active": act * 0.6,
+            "dram_active": act * 0.4,
+            "gr_engine_active": np.minimum(1, act * 1.1),
+            "fp16_active": act * 0.3,
+            "fp32_active": act * 0.1,
+            "fp64_active": 0.0,
+            "memory_used_bytes": total * rng.uniform(0.1, 0.95, gpus)[gpu],
+            "memory_total_bytes": total,
+            "pcie_tx_bytes_per_second": 1e8,
+            "pcie_rx_bytes_per_second": 5e8 * act,
+            "nvlink_tx_bytes_per_second": 1e9,
+            "nvlink_rx_bytes_per_second": 1e9,
+            "power_watts": 100 + 500 * act,
+            "temperature_celsius": 40 + 30 * act,
+            "sm_clock_hertz": 1.98e9,
+            "sm_clock_max_hertz": 1.98e9,
+            "clock_event_reasons": 0.0,
+            "cpu_usage_cores": 4.0,
+            "cpu_limit_cores": 8.0,
+            "restarts_total": 0.0,
+            "numa_node": (gpu % 8 >= 4) * 1.0,
+        }
+    )
     return fr.normalize(frame)
 
 
@@ -90,16 +112,24 @@ def main() -> int:
     tracemalloc.stop()
     classes = pd.Series([v.bottleneck for v in verdicts]).value_counts()
 
-    print(f"analyzer cycle: {args.gpus} GPUs x {args.seconds} s at 1 s = {rows:,} rows, "
-          f"{len(verdicts):,} pods (best of {args.repeat})\n")
+    print(
+        f"analyzer cycle: {args.gpus} GPUs x {args.seconds} s at 1 s = {rows:,} rows, "
+        f"{len(verdicts):,} pods (best of {args.repeat})\n"
+    )
     print(f"{'':<28} {'seconds':>8} {'rows/s':>14} {'x floor':>8}")
     print(f"{'floor: groupby-mean by pod':<28} {floor_seconds:>8.2f} {rows / floor_seconds:>14,.0f} {1.0:>8.2f}")
-    print(f"{'classify, rows by GPU':<28} {cycle_seconds:>8.2f} {rows / cycle_seconds:>14,.0f} "
-          f"{cycle_seconds / floor_seconds:>8.2f}")
-    print(f"{'classify, rows by time':<28} {shuffled_seconds:>8.2f} {rows / shuffled_seconds:>14,.0f} "
-          f"{shuffled_seconds / floor_seconds:>8.2f}")
-    print(f"\npeak memory allocated by one cycle: {peak / 2**20:,.0f} MiB; "
-          f"process peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
+    print(
+        f"{'classify, rows by GPU':<28} {cycle_seconds:>8.2f} {rows / cycle_seconds:>14,.0f} "
+        f"{cycle_seconds / floor_seconds:>8.2f}"
+    )
+    print(
+        f"{'classify, rows by time':<28} {shuffled_seconds:>8.2f} {rows / shuffled_seconds:>14,.0f} "
+        f"{shuffled_seconds / floor_seconds:>8.2f}"
+    )
+    print(
+        f"\npeak memory allocated by one cycle: {peak / 2**20:,.0f} MiB; "
+        f"process peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB"
+    )
     print("classes found:", ", ".join(f"{k} {v}" for k, v in classes.items()))
     return 0
 

@@ -8,6 +8,7 @@ Prints CPU time per sample (source read + time integration) and per /metrics ren
 GPUs with 64 processes, and the resident memory of an exporter with 8 GPUs. Ratios, not absolute
 times, are what to compare across machines.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,27 +28,62 @@ PROCESSES = 64
 def gpu_state(index: int, processes: int) -> dict:
     """An H100 running `processes` processes, with GPM and NVLink, like a busy training node."""
     state = {
-        "uuid": f"GPU-{index:08x}-0000-0000-0000-000000000000", "name": "NVIDIA H100 80GB HBM3",
-        "pci_bus_id": f"00000000:{0x18 + index:02X}:00.0", "util_gpu": 97, "util_memory": 40,
-        "memory_total": 85520809984, "memory_reserved": 502267904, "memory_used": 60000000000,
-        "pcie_tx_bytes": 10**12, "pcie_rx_bytes": 3 * 10**12, "nvlink_tx_kib": 10**10, "nvlink_rx_kib": 10**10,
-        "nvlink_links": 18, "sm_clock_mhz": 1980, "sm_clock_max_mhz": 1980, "memory_clock_mhz": 2619,
-        "power_mw": 650000, "power_limit_mw": 700000, "energy_mj": 10**10, "temperature_c": 66,
-        "clock_event_reasons": 0, "pcie_gen": 5, "pcie_gen_max": 5, "pcie_width": 16, "pcie_width_max": 16,
-        "gpm": 1, "gpm.1": 99, "gpm.2": 88, "gpm.3": 45, "gpm.5": 60, "gpm.10": 40, "gpm.11": 0, "gpm.12": 12,
+        "uuid": f"GPU-{index:08x}-0000-0000-0000-000000000000",
+        "name": "NVIDIA H100 80GB HBM3",
+        "pci_bus_id": f"00000000:{0x18 + index:02X}:00.0",
+        "util_gpu": 97,
+        "util_memory": 40,
+        "memory_total": 85520809984,
+        "memory_reserved": 502267904,
+        "memory_used": 60000000000,
+        "pcie_tx_bytes": 10**12,
+        "pcie_rx_bytes": 3 * 10**12,
+        "nvlink_tx_kib": 10**10,
+        "nvlink_rx_kib": 10**10,
+        "nvlink_links": 18,
+        "sm_clock_mhz": 1980,
+        "sm_clock_max_mhz": 1980,
+        "memory_clock_mhz": 2619,
+        "power_mw": 650000,
+        "power_limit_mw": 700000,
+        "energy_mj": 10**10,
+        "temperature_c": 66,
+        "clock_event_reasons": 0,
+        "pcie_gen": 5,
+        "pcie_gen_max": 5,
+        "pcie_width": 16,
+        "pcie_width_max": 16,
+        "gpm": 1,
+        "gpm.1": 99,
+        "gpm.2": 88,
+        "gpm.3": 45,
+        "gpm.5": 60,
+        "gpm.10": 40,
+        "gpm.11": 0,
+        "gpm.12": 12,
         "gpm.13": 30,
     }
     for p in range(processes):
-        state.update({f"proc{p}.pid": 1000 * (index + 1) + p, f"proc{p}.name": "python3",
-                      f"proc{p}.memory": 900_000_000, f"proc{p}.sm_util": 10})
+        state.update(
+            {
+                f"proc{p}.pid": 1000 * (index + 1) + p,
+                f"proc{p}.name": "python3",
+                f"proc{p}.memory": 900_000_000,
+                f"proc{p}.sm_util": 10,
+            }
+        )
     return state
 
 
 def floor_sample(nvml, handles) -> None:
     """The same NVML calls the exporter makes for each GPU, with nothing done with the answers."""
-    fields = [nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
-              nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-              nvml.NVML_FI_DEV_NVLINK_LINK_COUNT]
+    fields = [
+        nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+        nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+        nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+        nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+        nvml.NVML_FI_DEV_NVLINK_LINK_COUNT,
+    ]
     for h, state in handles:
         nvml.nvmlDeviceGetUtilizationRates(h)
         nvml.nvmlDeviceGetMemoryInfo(h, nvml.nvmlMemory_v2)
@@ -78,8 +114,7 @@ def floor_sample(nvml, handles) -> None:
         nvml.nvmlDeviceGetTotalEccErrors(h, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_AGGREGATE_ECC)
         nvml.nvmlDeviceGetTotalEccErrors(h, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC)
         nvml.nvmlDeviceGetRemappedRows(h)
-        for p in nvml.nvmlDeviceGetComputeRunningProcesses(h):
-            pass
+        list(nvml.nvmlDeviceGetComputeRunningProcesses(h))
         for u in nvml.nvmlDeviceGetProcessUtilization(h, state["ts"]):
             state["ts"] = max(state["ts"], u.timeStamp)
 
@@ -135,8 +170,15 @@ def measure(gpus: int, rounds: int) -> dict:
         render += cpu_per_call(collector.render_text, rounds)
         generic += cpu_per_call(lambda: generate_latest(registry), rounds)
     body = collector.render_text()
-    return {"gpus": gpus, "floor": floor / 5, "sample": sample / 5, "render": render / 5, "generic": generic / 5,
-            "series": sum(1 for line in body.decode().splitlines() if not line.startswith("#")), "rss_mib": rss_mib()}
+    return {
+        "gpus": gpus,
+        "floor": floor / 5,
+        "sample": sample / 5,
+        "render": render / 5,
+        "generic": generic / 5,
+        "series": sum(1 for line in body.decode().splitlines() if not line.startswith("#")),
+        "rss_mib": rss_mib(),
+    }
 
 
 def main() -> int:
@@ -157,20 +199,31 @@ def main() -> int:
         fake = FakeNvml(library, workdir / f"state-{gpus}")
         fake.write([gpu_state(i, PROCESSES // gpus) for i in range(gpus)])
         env = fake.env() | {"PYTHONPATH": str(REPO)}
-        out = subprocess.run([sys.executable, __file__, "--child", str(gpus), "--rounds", str(args.rounds)],
-                             env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(gpus), "--rounds", str(args.rounds)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows.append(json.loads(out.stdout))
 
-    print(f"exporter CPU time per operation, {PROCESSES} processes, through the fake libnvidia-ml\n"
-          "floor: a bare loop of the same pynvml calls; sample: read + integrate (every --sampler.interval);\n"
-          "render: /metrics in text format (every scrape); generic: prometheus_client's generate_latest\n")
-    print(f"{'GPUs':>4} {'series':>7} {'floor ms':>9} {'sample ms':>10} {'render ms':>10} {'generic ms':>11} "
-          f"{'sample/floor':>13} {'render/floor':>13} {'RSS MiB':>8}")
+    print(
+        f"exporter CPU time per operation, {PROCESSES} processes, through the fake libnvidia-ml\n"
+        "floor: a bare loop of the same pynvml calls; sample: read + integrate (every --sampler.interval);\n"
+        "render: /metrics in text format (every scrape); generic: prometheus_client's generate_latest\n"
+    )
+    print(
+        f"{'GPUs':>4} {'series':>7} {'floor ms':>9} {'sample ms':>10} {'render ms':>10} {'generic ms':>11} "
+        f"{'sample/floor':>13} {'render/floor':>13} {'RSS MiB':>8}"
+    )
     for r in rows:
         ms = {k: r[k] * 1000 for k in ("floor", "sample", "render", "generic")}
-        print(f"{r['gpus']:>4} {r['series']:>7} {ms['floor']:>9.3f} {ms['sample']:>10.3f} {ms['render']:>10.3f} "
-              f"{ms['generic']:>11.3f} {r['sample'] / r['floor']:>13.2f} {r['render'] / r['floor']:>13.2f} "
-              f"{r['rss_mib']:>8.1f}")
+        print(
+            f"{r['gpus']:>4} {r['series']:>7} {ms['floor']:>9.3f} {ms['sample']:>10.3f} {ms['render']:>10.3f} "
+            f"{ms['generic']:>11.3f} {r['sample'] / r['floor']:>13.2f} {r['render'] / r['floor']:>13.2f} "
+            f"{r['rss_mib']:>8.1f}"
+        )
     return 0
 
 

@@ -4,7 +4,10 @@ Built from gpulens/core/mixin.py (metric names checked against the metric table,
 through the house style in dashboards/style.py. `gpulens dashboards --out DIR` writes them as JSON
 for Grafana's file provisioning; the committed copies in dashboards/generated/ are drift-tested.
 """
+
 from __future__ import annotations
+
+import grafanalib.core as G
 
 from gpulens.core import mixin
 from gpulens.core.mixin import MixinConfig, metric
@@ -26,214 +29,506 @@ def _rate(name: str, selector: str) -> str:
     return f"rate({metric(name)}{{{selector}}}[$__rate_interval])"
 
 
-def _variables(*names: str, single: tuple[str, ...] = ()):
+def _variables(*names: str, single: tuple[str, ...] = ()) -> list[G.Template]:
     """The shared variables, chained so each lists only what the ones before it select; those in
     `single` pick one value (the pod dashboard shows one pod)."""
     sources = {
         "job": ("Exporter job", metric("gpu_up")),
         "node": ("Node", f'{metric("gpu_up")}{{job=~"$job"}}'),
-        "gpu": ("GPU", f'{metric("gpu_up")}{{{EXPORTERS}}}'),
+        "gpu": ("GPU", f"{metric('gpu_up')}{{{EXPORTERS}}}"),
         "namespace": ("Namespace", f'{metric("gpu_pod_info")}{{job=~"$job"}}'),
         "pod": ("Pod", f'{metric("gpu_pod_info")}{{job=~"$job",namespace="$namespace"}}'),
     }
-    return [s.query_variable(name, sources[name][0], sources[name][1], multi=name not in single,
-                             include_all=name not in single) for name in names]
+    return [
+        s.query_variable(
+            name, sources[name][0], sources[name][1], multi=name not in single, include_all=name not in single
+        )
+        for name in names
+    ]
 
 
-def fleet(c: MixinConfig):
+def fleet(c: MixinConfig) -> G.Dashboard:
     uid, title = mixin.FLEET_DASHBOARD
     analyzer = 'namespace=~"$namespace"'
     allocated = f"{metric('gpu_pods')}{{{EXPORTERS}}} > 0"
-    pod_link = f"/d/{mixin.POD_DASHBOARD[0]}?var-namespace=${{__data.fields.namespace}}" \
-               f"&var-pod=${{__data.fields.pod}}&${{__url_time_range}}"
+    pod_link = (
+        f"/d/{mixin.POD_DASHBOARD[0]}?var-namespace=${{__data.fields.namespace}}"
+        f"&var-pod=${{__data.fields.pod}}&${{__url_time_range}}"
+    )
     panels = [
         s.row("Now"),
-        s.stat("GPUs", "GPUs the exporters report (MIG instances not counted separately).",
-               [target(f'count({metric("gpu_up")}{{{EXPORTERS},gpu!~".*/.*"}})')], s.COUNT),
-        s.stat("Allocated to pods", "GPUs the kubelet has given to at least one pod.",
-               [target(f"count({allocated})")], s.COUNT),
-        s.stat("Busy (GPUs' worth)", "Sum over GPUs of the share of time a kernel ran: how many GPUs' worth of "
-               "work the fleet does.", [target(f"sum({mixin.GPU_BUSY}{{{EXPORTERS}}})")], s.COUNT, decimals=1),
-        s.stat("SM activity of allocated GPUs", "Mean SM activity (kernel-busy time where the GPU has no SM "
-               "counter) of allocated GPUs. NVIDIA: >= 80% is necessary for effective use.",
-               [target(f"avg({mixin.GPU_ACTIVITY}{{{EXPORTERS}}} and on (uuid) ({allocated}))")], s.RATIO),
-        s.stat("Wasted GPU-hours", "Allocated GPU time the analyzer counts as unused, in the time range.",
-               [target(f"sum(increase({metric('wasted_gpu_seconds_total')}{{{analyzer}}}[$__range])) / 3600")],
-               s.HOURS, decimals=2),
-        s.stat("Wasted money", "What the wasted GPU time costs at the analyzer's prices, in the time range.",
-               [target(f"sum(increase({metric('wasted_cost_dollars_total')}{{{analyzer}}}[$__range]))")],
-               s.DOLLARS, decimals=2),
+        s.stat(
+            "GPUs",
+            "GPUs the exporters report (MIG instances not counted separately).",
+            [target(f'count({metric("gpu_up")}{{{EXPORTERS},gpu!~".*/.*"}})')],
+            s.COUNT,
+        ),
+        s.stat(
+            "Allocated to pods",
+            "GPUs the kubelet has given to at least one pod.",
+            [target(f"count({allocated})")],
+            s.COUNT,
+        ),
+        s.stat(
+            "Busy (GPUs' worth)",
+            "Sum over GPUs of the share of time a kernel ran: how many GPUs' worth of work the fleet does.",
+            [target(f"sum({mixin.GPU_BUSY}{{{EXPORTERS}}})")],
+            s.COUNT,
+            decimals=1,
+        ),
+        s.stat(
+            "SM activity of allocated GPUs",
+            "Mean SM activity (kernel-busy time where the GPU has no SM "
+            "counter) of allocated GPUs. NVIDIA: >= 80% is necessary for effective use.",
+            [target(f"avg({mixin.GPU_ACTIVITY}{{{EXPORTERS}}} and on (uuid) ({allocated}))")],
+            s.RATIO,
+        ),
+        s.stat(
+            "Wasted GPU-hours",
+            "Allocated GPU time the analyzer counts as unused, in the time range.",
+            [target(f"sum(increase({metric('wasted_gpu_seconds_total')}{{{analyzer}}}[$__range])) / 3600")],
+            s.HOURS,
+            decimals=2,
+        ),
+        s.stat(
+            "Wasted money",
+            "What the wasted GPU time costs at the analyzer's prices, in the time range.",
+            [target(f"sum(increase({metric('wasted_cost_dollars_total')}{{{analyzer}}}[$__range]))")],
+            s.DOLLARS,
+            decimals=2,
+        ),
         s.row("Allocation and activity"),
-        s.timeseries("GPUs allocated vs busy", "All GPUs, the GPUs given to pods, and how many GPUs' worth of "
-                     "kernel time they deliver. The gap between the last two is what this tool is about.",
-                     [target(f'count({metric("gpu_up")}{{{EXPORTERS},gpu!~".*/.*"}})', "GPUs"),
-                      target(f"count({allocated})", "allocated"),
-                      target(f"sum({mixin.GPU_BUSY}{{{EXPORTERS}}} and on (uuid) ({allocated}))", "busy (allocated)")],
-                     s.COUNT),
-        s.histogram("SM activity distribution of allocated GPUs", "How many allocated GPUs sit at each level of "
-                    "SM activity. A healthy fleet piles up on the right (>= 80%).",
-                    [target(f"{mixin.GPU_ACTIVITY}{{{EXPORTERS}}} and on (uuid) ({allocated})",
-                            "{{node}} GPU {{gpu}}", instant=True)], s.RATIO),
+        s.timeseries(
+            "GPUs allocated vs busy",
+            "All GPUs, the GPUs given to pods, and how many GPUs' worth of "
+            "kernel time they deliver. The gap between the last two is what this tool is about.",
+            [
+                target(f'count({metric("gpu_up")}{{{EXPORTERS},gpu!~".*/.*"}})', "GPUs"),
+                target(f"count({allocated})", "allocated"),
+                target(f"sum({mixin.GPU_BUSY}{{{EXPORTERS}}} and on (uuid) ({allocated}))", "busy (allocated)"),
+            ],
+            s.COUNT,
+        ),
+        s.histogram(
+            "SM activity distribution of allocated GPUs",
+            "How many allocated GPUs sit at each level of SM activity. A healthy fleet piles up on the right (>= 80%).",
+            [
+                target(
+                    f"{mixin.GPU_ACTIVITY}{{{EXPORTERS}}} and on (uuid) ({allocated})",
+                    "{{node}} GPU {{gpu}}",
+                    instant=True,
+                )
+            ],
+            s.RATIO,
+        ),
         s.row("Waste"),
-        s.bar_gauge("Idle GPU-hours by namespace", "Time the namespace's GPUs ran no kernel at all, from the "
-                    "exporters' idle-seconds counters, in the time range.",
-                    [target(f"sum by (namespace) (max by (namespace, pod, uuid) ({metric('gpu_pod_info')}"
-                            f"{{{EXPORTERS}}}) * on (uuid) group_left () increase({metric('gpu_idle_seconds_total')}"
-                            f"{{{EXPORTERS}}}[$__range])) / 3600", "{{namespace}}", instant=True)],
-                    s.HOURS, width=8, max_value=None),
-        s.bar_gauge("Wasted GPU-hours by namespace", "Allocated GPU time the analyzer counts as unused "
-                    "((1 - activity) x GPU time), in the time range.",
-                    [target(f"sum by (namespace) (increase({metric('wasted_gpu_seconds_total')}{{{analyzer}}}"
-                            f"[$__range])) / 3600", "{{namespace}}", instant=True)], s.HOURS, width=8, max_value=None),
-        s.bar_gauge("Wasted money by bottleneck", "What each cause wastes at the analyzer's prices, in the "
-                    "time range.",
-                    [target(f"sum by (bottleneck) (increase({metric('wasted_cost_dollars_total')}{{{analyzer}}}"
-                            f"[$__range]))", "{{bottleneck}}", instant=True)], s.DOLLARS, width=8, max_value=None),
-        s.timeseries("Pods by bottleneck over time", "How many pods the analyzer puts in each class.",
-                     [target(f"count by (bottleneck) ({metric('pod_bottleneck')}{{{analyzer},node=~\"$node\"}} == 1)",
-                             "{{bottleneck}}")], s.COUNT, width=24, stacked=True),
-        s.table("Top wasting pods", "GPUs' worth each pod wastes now (GPUs x (1 - activity)), with the "
-                "analyzer's verdict and the fix to try. Click a pod for its dashboard.",
-                [target(f"topk(10, {metric('pod_gpus')}{{{analyzer},pod!=\"\"}} * (1 - {metric('pod_sm_active_ratio')}"
-                        f"{{{analyzer}}}) * on (namespace, pod, node) group_left (bottleneck, recommendation) "
-                        f"{metric('pod_bottleneck_info')}{{{analyzer}}})", instant=True, table=True)],
-                s.COUNT, hide=("__name__",), links={"pod": pod_link}),
+        s.bar_gauge(
+            "Idle GPU-hours by namespace",
+            "Time the namespace's GPUs ran no kernel at all, from the "
+            "exporters' idle-seconds counters, in the time range.",
+            [
+                target(
+                    f"sum by (namespace) (max by (namespace, pod, uuid) ({metric('gpu_pod_info')}"
+                    f"{{{EXPORTERS}}}) * on (uuid) group_left () increase({metric('gpu_idle_seconds_total')}"
+                    f"{{{EXPORTERS}}}[$__range])) / 3600",
+                    "{{namespace}}",
+                    instant=True,
+                )
+            ],
+            s.HOURS,
+            width=8,
+            max_value=None,
+        ),
+        s.bar_gauge(
+            "Wasted GPU-hours by namespace",
+            "Allocated GPU time the analyzer counts as unused ((1 - activity) x GPU time), in the time range.",
+            [
+                target(
+                    f"sum by (namespace) (increase({metric('wasted_gpu_seconds_total')}{{{analyzer}}}"
+                    f"[$__range])) / 3600",
+                    "{{namespace}}",
+                    instant=True,
+                )
+            ],
+            s.HOURS,
+            width=8,
+            max_value=None,
+        ),
+        s.bar_gauge(
+            "Wasted money by bottleneck",
+            "What each cause wastes at the analyzer's prices, in the time range.",
+            [
+                target(
+                    f"sum by (bottleneck) (increase({metric('wasted_cost_dollars_total')}{{{analyzer}}}[$__range]))",
+                    "{{bottleneck}}",
+                    instant=True,
+                )
+            ],
+            s.DOLLARS,
+            width=8,
+            max_value=None,
+        ),
+        s.timeseries(
+            "Pods by bottleneck over time",
+            "How many pods the analyzer puts in each class.",
+            [
+                target(
+                    f'count by (bottleneck) ({metric("pod_bottleneck")}{{{analyzer},node=~"$node"}} == 1)',
+                    "{{bottleneck}}",
+                )
+            ],
+            s.COUNT,
+            width=24,
+            stacked=True,
+        ),
+        s.table(
+            "Top wasting pods",
+            "GPUs' worth each pod wastes now (GPUs x (1 - activity)), with the "
+            "analyzer's verdict and the fix to try. Click a pod for its dashboard.",
+            [
+                target(
+                    f'topk(10, {metric("pod_gpus")}{{{analyzer},pod!=""}} * (1 - {metric("pod_sm_active_ratio")}'
+                    f"{{{analyzer}}}) * on (namespace, pod, node) group_left (bottleneck, recommendation) "
+                    f"{metric('pod_bottleneck_info')}{{{analyzer}}})",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            s.COUNT,
+            hide=("__name__",),
+            links={"pod": pod_link},
+        ),
     ]
-    return s.dashboard(uid, title, "Where the fleet's GPU time goes: allocation against use, waste by "
-                       "namespace and cause, and the pods that waste most.",
-                       _variables("job", "node", "namespace"), panels)
+    return s.dashboard(
+        uid,
+        title,
+        "Where the fleet's GPU time goes: allocation against use, waste by "
+        "namespace and cause, and the pods that waste most.",
+        _variables("job", "node", "namespace"),
+        panels,
+    )
 
 
-def pod(c: MixinConfig):
+def pod(c: MixinConfig) -> G.Dashboard:
     uid, title = mixin.POD_DASHBOARD
     verdict = f"{{{POD}}}"
     per_gpu = "GPU {{gpu}}"
     panels = [
         s.row("Verdict"),
-        s.state_timeline("Bottleneck over time", "The analyzer's class for this pod, cycle by cycle.",
-                         [target(f"max by (bottleneck) ({metric('pod_bottleneck')}{verdict} == 1)", "{{bottleneck}}")]),
-        s.stat("Confidence", "How sure the analyzer is of the current class.",
-               [target(f"max({metric('pod_bottleneck_confidence')}{verdict})")], s.RATIO),
-        s.stat("GPUs", "GPUs the kubelet gave this pod.",
-               [target(f"count(max by (uuid) ({metric('gpu_pod_info')}{{job=~\"$job\",{POD}}}))")], s.COUNT),
-        s.stat("Activity (analyzer window)", "Mean SM activity over the analyzer's window (kernel-busy time "
-               "where the GPU has no SM counter).", [target(f"max({metric('pod_sm_active_ratio')}{verdict})")], s.RATIO),
-        s.stat("Idle share (analyzer window)", "Share of the window with no kernel running.",
-               [target(f"max({metric('pod_idle_ratio')}{verdict})")], s.RATIO),
-        s.table("Verdict, evidence and what to try", "The analyzer's current verdict: the class, any secondary "
-                "findings, the evidence (thresholds crossed) and the recommendation.",
-                [target(f"{metric('pod_bottleneck_info')}{verdict}", instant=True, table=True)], s.COUNT,
-                width=24, height=5, hide=("Value", "namespace", "pod")),
+        s.state_timeline(
+            "Bottleneck over time",
+            "The analyzer's class for this pod, cycle by cycle.",
+            [target(f"max by (bottleneck) ({metric('pod_bottleneck')}{verdict} == 1)", "{{bottleneck}}")],
+        ),
+        s.stat(
+            "Confidence",
+            "How sure the analyzer is of the current class.",
+            [target(f"max({metric('pod_bottleneck_confidence')}{verdict})")],
+            s.RATIO,
+        ),
+        s.stat(
+            "GPUs",
+            "GPUs the kubelet gave this pod.",
+            [target(f'count(max by (uuid) ({metric("gpu_pod_info")}{{job=~"$job",{POD}}}))')],
+            s.COUNT,
+        ),
+        s.stat(
+            "Activity (analyzer window)",
+            "Mean SM activity over the analyzer's window (kernel-busy time where the GPU has no SM counter).",
+            [target(f"max({metric('pod_sm_active_ratio')}{verdict})")],
+            s.RATIO,
+        ),
+        s.stat(
+            "Idle share (analyzer window)",
+            "Share of the window with no kernel running.",
+            [target(f"max({metric('pod_idle_ratio')}{verdict})")],
+            s.RATIO,
+        ),
+        s.table(
+            "Verdict, evidence and what to try",
+            "The analyzer's current verdict: the class, any secondary "
+            "findings, the evidence (thresholds crossed) and the recommendation.",
+            [target(f"{metric('pod_bottleneck_info')}{verdict}", instant=True, table=True)],
+            s.COUNT,
+            width=24,
+            height=5,
+            hide=("Value", "namespace", "pod"),
+        ),
         s.row("Compute"),
-        s.timeseries("SM activity and occupancy", "SM activity: share of time a warp was resident (NVIDIA: >= 80% "
-                     "necessary for effective use). Occupancy: resident warps against the maximum.",
-                     [target(_pod_gpus(_rate("gpu_sm_active_seconds_total", 'job=~"$job"')), f"{per_gpu} SM active"),
-                      target(_pod_gpus(f"{metric('gpu_sm_occupancy_ratio')}{{job=~\"$job\"}}"), f"{per_gpu} occupancy")],
-                     s.RATIO, max_value=1),
-        s.timeseries("Tensor and DRAM activity", "Tensor pipes busy, and DRAM moving data (about 80% is the "
-                     "practical peak: higher means memory-bandwidth bound).",
-                     [target(_pod_gpus(f"{metric('gpu_tensor_active_ratio')}{{job=~\"$job\"}}"), f"{per_gpu} tensor"),
-                      target(_pod_gpus(f"{metric('gpu_dram_active_ratio')}{{job=~\"$job\"}}"), f"{per_gpu} DRAM")],
-                     s.RATIO, max_value=1),
-        s.timeseries("Kernel-busy time", "Share of time any kernel ran (nvidia-smi utilization.gpu). One tiny "
-                     "kernel keeps it at 100%: read SM activity for how much of the GPU works.",
-                     [target(_pod_gpus(_rate("gpu_busy_seconds_total", 'job=~"$job"')), per_gpu)], s.RATIO, max_value=1),
-        s.bar_gauge("Activity per GPU", "Each GPU's activity over the rate window: in a multi-GPU pod, one GPU "
-                    "far busier than the others means poor placement or unbalanced ranks.",
-                    [target(_pod_gpus(f"{mixin.GPU_ACTIVITY}{{job=~\"$job\"}}"), per_gpu, instant=True)], s.RATIO),
+        s.timeseries(
+            "SM activity and occupancy",
+            "SM activity: share of time a warp was resident (NVIDIA: >= 80% "
+            "necessary for effective use). Occupancy: resident warps against the maximum.",
+            [
+                target(_pod_gpus(_rate("gpu_sm_active_seconds_total", 'job=~"$job"')), f"{per_gpu} SM active"),
+                target(_pod_gpus(f'{metric("gpu_sm_occupancy_ratio")}{{job=~"$job"}}'), f"{per_gpu} occupancy"),
+            ],
+            s.RATIO,
+            max_value=1,
+        ),
+        s.timeseries(
+            "Tensor and DRAM activity",
+            "Tensor pipes busy, and DRAM moving data (about 80% is the "
+            "practical peak: higher means memory-bandwidth bound).",
+            [
+                target(_pod_gpus(f'{metric("gpu_tensor_active_ratio")}{{job=~"$job"}}'), f"{per_gpu} tensor"),
+                target(_pod_gpus(f'{metric("gpu_dram_active_ratio")}{{job=~"$job"}}'), f"{per_gpu} DRAM"),
+            ],
+            s.RATIO,
+            max_value=1,
+        ),
+        s.timeseries(
+            "Kernel-busy time",
+            "Share of time any kernel ran (nvidia-smi utilization.gpu). One tiny "
+            "kernel keeps it at 100%: read SM activity for how much of the GPU works.",
+            [target(_pod_gpus(_rate("gpu_busy_seconds_total", 'job=~"$job"')), per_gpu)],
+            s.RATIO,
+            max_value=1,
+        ),
+        s.bar_gauge(
+            "Activity per GPU",
+            "Each GPU's activity over the rate window: in a multi-GPU pod, one GPU "
+            "far busier than the others means poor placement or unbalanced ranks.",
+            [target(_pod_gpus(f'{mixin.GPU_ACTIVITY}{{job=~"$job"}}'), per_gpu, instant=True)],
+            s.RATIO,
+        ),
         s.row("Memory, transfers and CPU"),
-        s.timeseries("GPU memory used against capacity", "Used memory per GPU and its capacity (total minus "
-                     "what the driver reserves).",
-                     [target(_pod_gpus(f"{metric('gpu_memory_used_bytes')}{{job=~\"$job\"}}"), f"{per_gpu} used"),
-                      target(_pod_gpus(f"{metric('gpu_memory_total_bytes')}{{job=~\"$job\"}} - "
-                                       f"{metric('gpu_memory_reserved_bytes')}{{job=~\"$job\"}}"), f"{per_gpu} capacity")],
-                     s.BYTES),
-        s.timeseries("PCIe throughput", "Bytes per second over PCIe; receive is host-to-device (input batches).",
-                     [target(_pod_gpus(_rate("gpu_pcie_receive_bytes_total", 'job=~"$job"')), f"{per_gpu} receive"),
-                      target(_pod_gpus(_rate("gpu_pcie_transmit_bytes_total", 'job=~"$job"')), f"{per_gpu} transmit")],
-                     s.BYTES_PER_SECOND),
-        s.timeseries("NVLink throughput", "Bytes per second over NVLink, all links together.",
-                     [target(_pod_gpus(_rate("gpu_nvlink_receive_bytes_total", 'job=~"$job"')), f"{per_gpu} receive"),
-                      target(_pod_gpus(_rate("gpu_nvlink_transmit_bytes_total", 'job=~"$job"')), f"{per_gpu} transmit")],
-                     s.BYTES_PER_SECOND),
-        s.timeseries("CPU use against limit", "The pod's CPU use (cAdvisor) against its limit (kube-state-metrics, "
-                     "or the CFS quota). A pod at its limit cannot feed its GPUs.",
-                     [target(f'sum(rate(container_cpu_usage_seconds_total{{{POD},container!="",container!="POD"}}'
-                             f"[$__rate_interval]))", "used"),
-                      target(f'sum(kube_pod_container_resource_limits{{{POD},resource="cpu"}}) or '
-                             f'sum(container_spec_cpu_quota{{{POD},container!=""}} / container_spec_cpu_period'
-                             f'{{{POD},container!=""}})', "limit")],
-                     CPU_CORES),
-        s.timeseries("Throttled share of time", "Share of time the pod's GPUs ran slower for a reason other than "
-                     "the normal power cap: thermal, hardware slowdown, power brake.",
-                     [target(_pod_gpus(_rate("gpu_clock_event_seconds_total",
-                                             f'job=~"$job",reason=~"{c.throttle_reasons}"')),
-                             f"{per_gpu} {{{{reason}}}}")], s.RATIO, width=24, max_value=1),
+        s.timeseries(
+            "GPU memory used against capacity",
+            "Used memory per GPU and its capacity (total minus what the driver reserves).",
+            [
+                target(_pod_gpus(f'{metric("gpu_memory_used_bytes")}{{job=~"$job"}}'), f"{per_gpu} used"),
+                target(
+                    _pod_gpus(
+                        f'{metric("gpu_memory_total_bytes")}{{job=~"$job"}} - '
+                        f'{metric("gpu_memory_reserved_bytes")}{{job=~"$job"}}'
+                    ),
+                    f"{per_gpu} capacity",
+                ),
+            ],
+            s.BYTES,
+        ),
+        s.timeseries(
+            "PCIe throughput",
+            "Bytes per second over PCIe; receive is host-to-device (input batches).",
+            [
+                target(_pod_gpus(_rate("gpu_pcie_receive_bytes_total", 'job=~"$job"')), f"{per_gpu} receive"),
+                target(_pod_gpus(_rate("gpu_pcie_transmit_bytes_total", 'job=~"$job"')), f"{per_gpu} transmit"),
+            ],
+            s.BYTES_PER_SECOND,
+        ),
+        s.timeseries(
+            "NVLink throughput",
+            "Bytes per second over NVLink, all links together.",
+            [
+                target(_pod_gpus(_rate("gpu_nvlink_receive_bytes_total", 'job=~"$job"')), f"{per_gpu} receive"),
+                target(_pod_gpus(_rate("gpu_nvlink_transmit_bytes_total", 'job=~"$job"')), f"{per_gpu} transmit"),
+            ],
+            s.BYTES_PER_SECOND,
+        ),
+        s.timeseries(
+            "CPU use against limit",
+            "The pod's CPU use (cAdvisor) against its limit (kube-state-metrics, "
+            "or the CFS quota). A pod at its limit cannot feed its GPUs.",
+            [
+                target(
+                    f'sum(rate(container_cpu_usage_seconds_total{{{POD},container!="",container!="POD"}}'
+                    f"[$__rate_interval]))",
+                    "used",
+                ),
+                target(
+                    f'sum(kube_pod_container_resource_limits{{{POD},resource="cpu"}}) or '
+                    f'sum(container_spec_cpu_quota{{{POD},container!=""}} / container_spec_cpu_period'
+                    f'{{{POD},container!=""}})',
+                    "limit",
+                ),
+            ],
+            CPU_CORES,
+        ),
+        s.timeseries(
+            "Throttled share of time",
+            "Share of time the pod's GPUs ran slower for a reason other than "
+            "the normal power cap: thermal, hardware slowdown, power brake.",
+            [
+                target(
+                    _pod_gpus(_rate("gpu_clock_event_seconds_total", f'job=~"$job",reason=~"{c.throttle_reasons}"')),
+                    f"{per_gpu} {{{{reason}}}}",
+                )
+            ],
+            s.RATIO,
+            width=24,
+            max_value=1,
+        ),
     ]
-    return s.dashboard(uid, title, "Why one pod's GPUs are underused: the analyzer's verdict over time, with "
-                       "the signals behind it.", _variables("job", "namespace", "pod", single=("namespace", "pod")), panels)
+    return s.dashboard(
+        uid,
+        title,
+        "Why one pod's GPUs are underused: the analyzer's verdict over time, with the signals behind it.",
+        _variables("job", "namespace", "pod", single=("namespace", "pod")),
+        panels,
+    )
 
 
-def node(c: MixinConfig):
+def node(c: MixinConfig) -> G.Dashboard:
     uid, title = mixin.NODE_DASHBOARD
     gpus = f'{EXPORTERS},gpu=~"$gpu"'
     per_gpu = "{{node}} GPU {{gpu}}"
     panels = [
         s.row("GPUs"),
-        s.timeseries("GPU answering", "1 while NVML reads the GPU, 0 when it fails (fell off the bus: XID 79, "
-                     "NVML_ERROR_GPU_IS_LOST).", [target(f"{metric('gpu_up')}{{{gpus}}}", per_gpu)], s.COUNT,
-                     max_value=1),
-        s.timeseries("Temperature", "GPU core temperature.",
-                     [target(f"{metric('gpu_temperature_celsius')}{{{gpus}}}", per_gpu)], s.CELSIUS),
-        s.timeseries("Power against limit", "Board power draw and the enforced power limit.",
-                     [target(f"{metric('gpu_power_watts')}{{{gpus}}}", per_gpu),
-                      target(f"{metric('gpu_power_limit_watts')}{{{gpus}}}", f"{per_gpu} limit")], s.WATTS),
-        s.timeseries("SM clock against max", "SM clock as a share of its maximum: low while busy means throttling.",
-                     [target(f"{metric('gpu_sm_clock_hertz')}{{{gpus}}} / {metric('gpu_sm_clock_max_hertz')}{{{gpus}}}",
-                             per_gpu)], s.RATIO, max_value=1),
-        s.timeseries("Clock events by reason", "Share of time each clock-event reason held (gpu_idle left out). "
-                     "sw_power_cap is normal boost behaviour; thermal, hw_slowdown and power brake are findings.",
-                     [target(_rate("gpu_clock_event_seconds_total", f'{gpus},reason!="gpu_idle"'),
-                             f"{per_gpu} {{{{reason}}}}")], s.RATIO, max_value=1),
-        s.timeseries("Memory used", "Used memory as a share of capacity (total minus reserved).",
-                     [target(f"{mixin.GPU_MEMORY_USED}{{{gpus}}}", per_gpu)], s.RATIO, max_value=1),
+        s.timeseries(
+            "GPU answering",
+            "1 while NVML reads the GPU, 0 when it fails (fell off the bus: XID 79, NVML_ERROR_GPU_IS_LOST).",
+            [target(f"{metric('gpu_up')}{{{gpus}}}", per_gpu)],
+            s.COUNT,
+            max_value=1,
+        ),
+        s.timeseries(
+            "Temperature",
+            "GPU core temperature.",
+            [target(f"{metric('gpu_temperature_celsius')}{{{gpus}}}", per_gpu)],
+            s.CELSIUS,
+        ),
+        s.timeseries(
+            "Power against limit",
+            "Board power draw and the enforced power limit.",
+            [
+                target(f"{metric('gpu_power_watts')}{{{gpus}}}", per_gpu),
+                target(f"{metric('gpu_power_limit_watts')}{{{gpus}}}", f"{per_gpu} limit"),
+            ],
+            s.WATTS,
+        ),
+        s.timeseries(
+            "SM clock against max",
+            "SM clock as a share of its maximum: low while busy means throttling.",
+            [
+                target(
+                    f"{metric('gpu_sm_clock_hertz')}{{{gpus}}} / {metric('gpu_sm_clock_max_hertz')}{{{gpus}}}", per_gpu
+                )
+            ],
+            s.RATIO,
+            max_value=1,
+        ),
+        s.timeseries(
+            "Clock events by reason",
+            "Share of time each clock-event reason held (gpu_idle left out). "
+            "sw_power_cap is normal boost behaviour; thermal, hw_slowdown and power brake are findings.",
+            [target(_rate("gpu_clock_event_seconds_total", f'{gpus},reason!="gpu_idle"'), f"{per_gpu} {{{{reason}}}}")],
+            s.RATIO,
+            max_value=1,
+        ),
+        s.timeseries(
+            "Memory used",
+            "Used memory as a share of capacity (total minus reserved).",
+            [target(f"{mixin.GPU_MEMORY_USED}{{{gpus}}}", per_gpu)],
+            s.RATIO,
+            max_value=1,
+        ),
         s.row("Errors"),
-        s.timeseries("XID errors", "XID events the driver reported, by code (dmesg | grep -i xid).",
-                     [target(f"increase({metric('gpu_xid_errors_total')}{{{gpus}}}[$__rate_interval])",
-                             f"{per_gpu} XID {{{{xid}}}}")], s.COUNT, width=8),
-        s.timeseries("ECC errors", "New ECC errors, corrected and uncorrected (aggregate counters).",
-                     [target(f"increase({metric('gpu_ecc_errors_total')}{{{gpus}}}[$__rate_interval])",
-                             f"{per_gpu} {{{{type}}}}")], s.COUNT, width=8),
-        s.timeseries("Row remapping", "Rows remapped after memory errors, and remaps pending (reset needed) or "
-                     "failed (replace the GPU).",
-                     [target(f"{metric('gpu_remapped_rows')}{{{gpus}}}", f"{per_gpu} remapped {{{{cause}}}}"),
-                      target(f"{metric('gpu_row_remap_pending')}{{{gpus}}}", f"{per_gpu} pending"),
-                      target(f"{metric('gpu_row_remap_failed')}{{{gpus}}}", f"{per_gpu} failed")], s.COUNT, width=8),
-        s.timeseries("PCIe link against its maximum", "Current PCIe generation and width as a share of what the "
-                     "GPU supports: under 100% the link trained down (a riser, a slot, power saving).",
-                     [target(f"{metric('gpu_pcie_link_generation')}{{{gpus}}} / {metric('gpu_pcie_link_max_generation')}"
-                             f"{{{gpus}}}", f"{per_gpu} generation"),
-                      target(f"{metric('gpu_pcie_link_width')}{{{gpus}}} / {metric('gpu_pcie_link_max_width')}"
-                             f"{{{gpus}}}", f"{per_gpu} width")], s.RATIO, width=24, max_value=1),
+        s.timeseries(
+            "XID errors",
+            "XID events the driver reported, by code (dmesg | grep -i xid).",
+            [
+                target(
+                    f"increase({metric('gpu_xid_errors_total')}{{{gpus}}}[$__rate_interval])",
+                    f"{per_gpu} XID {{{{xid}}}}",
+                )
+            ],
+            s.COUNT,
+            width=8,
+        ),
+        s.timeseries(
+            "ECC errors",
+            "New ECC errors, corrected and uncorrected (aggregate counters).",
+            [
+                target(
+                    f"increase({metric('gpu_ecc_errors_total')}{{{gpus}}}[$__rate_interval])", f"{per_gpu} {{{{type}}}}"
+                )
+            ],
+            s.COUNT,
+            width=8,
+        ),
+        s.timeseries(
+            "Row remapping",
+            "Rows remapped after memory errors, and remaps pending (reset needed) or failed (replace the GPU).",
+            [
+                target(f"{metric('gpu_remapped_rows')}{{{gpus}}}", f"{per_gpu} remapped {{{{cause}}}}"),
+                target(f"{metric('gpu_row_remap_pending')}{{{gpus}}}", f"{per_gpu} pending"),
+                target(f"{metric('gpu_row_remap_failed')}{{{gpus}}}", f"{per_gpu} failed"),
+            ],
+            s.COUNT,
+            width=8,
+        ),
+        s.timeseries(
+            "PCIe link against its maximum",
+            "Current PCIe generation and width as a share of what the "
+            "GPU supports: under 100% the link trained down (a riser, a slot, power saving).",
+            [
+                target(
+                    f"{metric('gpu_pcie_link_generation')}{{{gpus}}} / {metric('gpu_pcie_link_max_generation')}"
+                    f"{{{gpus}}}",
+                    f"{per_gpu} generation",
+                ),
+                target(
+                    f"{metric('gpu_pcie_link_width')}{{{gpus}}} / {metric('gpu_pcie_link_max_width')}{{{gpus}}}",
+                    f"{per_gpu} width",
+                ),
+            ],
+            s.RATIO,
+            width=24,
+            max_value=1,
+        ),
         s.row("gpulens itself"),
-        s.timeseries("Exporter scrapes", "1 while Prometheus scrapes the node's exporter.",
-                     [target(f"up{{{EXPORTERS}}}", "{{node}}")], s.COUNT, width=8, max_value=1),
-        s.timeseries("Exporter collectors", "1 while each of the exporter's inputs (nvml, kubelet, dcgm) works.",
-                     [target(f"{metric('exporter_collector_success')}{{{EXPORTERS}}}", "{{node}} {{collector}}")],
-                     s.COUNT, width=8, max_value=1),
-        s.timeseries("Exporter sample age", "Age of the sample the exporter serves; grows when NVML hangs.",
-                     [target(f"{metric('exporter_sample_age_seconds')}{{{EXPORTERS}}}", "{{node}}")], s.SECONDS, width=8),
-        s.timeseries("Analyzer verdict age", "Age of the analyzer's verdicts; grows while its input is down.",
-                     [target(f"{metric('analyzer_verdict_age_seconds')}{{{c.analyzer}}}", "verdict age"),
-                      target(f"{metric('analyzer_cycle_duration_seconds')}{{{c.analyzer}}}", "cycle duration")],
-                     s.SECONDS),
-        s.timeseries("Analyzer input errors", "Failed reads of the analyzer's input (Prometheus or exporters).",
-                     [target(f"increase({metric('analyzer_input_errors_total')}{{{c.analyzer}}}[$__rate_interval])",
-                             "{{input}}")], s.COUNT),
+        s.timeseries(
+            "Exporter scrapes",
+            "1 while Prometheus scrapes the node's exporter.",
+            [target(f"up{{{EXPORTERS}}}", "{{node}}")],
+            s.COUNT,
+            width=8,
+            max_value=1,
+        ),
+        s.timeseries(
+            "Exporter collectors",
+            "1 while each of the exporter's inputs (nvml, kubelet, dcgm) works.",
+            [target(f"{metric('exporter_collector_success')}{{{EXPORTERS}}}", "{{node}} {{collector}}")],
+            s.COUNT,
+            width=8,
+            max_value=1,
+        ),
+        s.timeseries(
+            "Exporter sample age",
+            "Age of the sample the exporter serves; grows when NVML hangs.",
+            [target(f"{metric('exporter_sample_age_seconds')}{{{EXPORTERS}}}", "{{node}}")],
+            s.SECONDS,
+            width=8,
+        ),
+        s.timeseries(
+            "Analyzer verdict age",
+            "Age of the analyzer's verdicts; grows while its input is down.",
+            [
+                target(f"{metric('analyzer_verdict_age_seconds')}{{{c.analyzer}}}", "verdict age"),
+                target(f"{metric('analyzer_cycle_duration_seconds')}{{{c.analyzer}}}", "cycle duration"),
+            ],
+            s.SECONDS,
+        ),
+        s.timeseries(
+            "Analyzer input errors",
+            "Failed reads of the analyzer's input (Prometheus or exporters).",
+            [
+                target(
+                    f"increase({metric('analyzer_input_errors_total')}{{{c.analyzer}}}[$__rate_interval])", "{{input}}"
+                )
+            ],
+            s.COUNT,
+        ),
     ]
-    return s.dashboard(uid, title, "Is the hardware, and is gpulens, healthy: temperature, power, clocks, "
-                       "throttling, XID and ECC errors, and the exporters and analyzer themselves.",
-                       _variables("job", "node", "gpu"), panels)
+    return s.dashboard(
+        uid,
+        title,
+        "Is the hardware, and is gpulens, healthy: temperature, power, clocks, "
+        "throttling, XID and ECC errors, and the exporters and analyzer themselves.",
+        _variables("job", "node", "gpu"),
+        panels,
+    )
 
 
 DASHBOARDS = {"gpulens-fleet.json": fleet, "gpulens-pod.json": pod, "gpulens-node.json": node}

@@ -5,6 +5,7 @@ schema change is fixed in one place. The style: a Prometheus datasource chosen b
 variable, a unit on every panel (the caller must name one), panels laid out left to right in rows of
 24 grid units, deterministic JSON (sorted keys) so the committed files diff cleanly.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,13 @@ PER_SECOND = "cps"
 
 
 def target(expr: str, legend: str = "", instant: bool = False, table: bool = False) -> G.Target:
-    return G.Target(expr=expr, legendFormat=legend, instant=instant, datasource=DATASOURCE,
-                    format=G.TABLE_TARGET_FORMAT if table else G.TIME_SERIES_TARGET_FORMAT)
+    return G.Target(
+        expr=expr,
+        legendFormat=legend,
+        instant=instant,
+        datasource=DATASOURCE,
+        format=G.TABLE_TARGET_FORMAT if table else G.TIME_SERIES_TARGET_FORMAT,
+    )
 
 
 def _style(targets: list[G.Target], unit: str, width: int, height: int, description: str) -> dict:
@@ -41,58 +47,130 @@ def _style(targets: list[G.Target], unit: str, width: int, height: int, descript
     targets with their refIds (A, B, ...: Grafana needs them unique within a panel)."""
     if not unit:
         raise ValueError("every gpulens panel names its unit")
-    return {"dataSource": DATASOURCE, "description": description,
-            "targets": [attr.evolve(t, refId=chr(ord("A") + i)) for i, t in enumerate(targets)],
-            "gridPos": G.GridPos(h=height, w=width, x=0, y=0),
-            "extraJson": {"fieldConfig": {"defaults": {"unit": unit}}}}
+    return {
+        "dataSource": DATASOURCE,
+        "description": description,
+        "targets": [attr.evolve(t, refId=chr(ord("A") + i)) for i, t in enumerate(targets)],
+        "gridPos": G.GridPos(h=height, w=width, x=0, y=0),
+        "extraJson": {"fieldConfig": {"defaults": {"unit": unit}}},
+    }
 
 
-def timeseries(title: str, description: str, targets: list[G.Target], unit: str, *, width: int = 12,
-               height: int = 8, stacked: bool = False, max_value: float | None = None) -> G.TimeSeries:
-    return G.TimeSeries(title=title, unit=unit, fillOpacity=30 if stacked else 10,
-                        stacking={"mode": "normal", "group": "A"} if stacked else {},
-                        legendDisplayMode="table", legendCalcs=["mean", "max", "lastNotNull"],
-                        tooltipMode="multi", valueMin=0, valueMax=max_value,
-                        **_style(targets, unit, width, height, description))
+def timeseries(
+    title: str,
+    description: str,
+    targets: list[G.Target],
+    unit: str,
+    *,
+    width: int = 12,
+    height: int = 8,
+    stacked: bool = False,
+    max_value: float | None = None,
+) -> G.TimeSeries:
+    return G.TimeSeries(
+        title=title,
+        unit=unit,
+        fillOpacity=30 if stacked else 10,
+        stacking={"mode": "normal", "group": "A"} if stacked else {},
+        legendDisplayMode="table",
+        legendCalcs=["mean", "max", "lastNotNull"],
+        tooltipMode="multi",
+        valueMin=0,
+        valueMax=max_value,
+        **_style(targets, unit, width, height, description),
+    )
 
 
-def stat(title: str, description: str, targets: list[G.Target], unit: str, *, width: int = 4,
-         height: int = 4, decimals: int | None = None, reduce: str = "lastNotNull") -> G.Stat:
-    return G.Stat(title=title, format=unit, decimals=decimals, reduceCalc=reduce,
-                  graphMode="area", **_style(targets, unit, width, height, description))
+def stat(
+    title: str,
+    description: str,
+    targets: list[G.Target],
+    unit: str,
+    *,
+    width: int = 4,
+    height: int = 4,
+    decimals: int | None = None,
+    reduce: str = "lastNotNull",
+) -> G.Stat:
+    return G.Stat(
+        title=title,
+        format=unit,
+        decimals=decimals,
+        reduceCalc=reduce,
+        graphMode="area",
+        **_style(targets, unit, width, height, description),
+    )
 
 
-def bar_gauge(title: str, description: str, targets: list[G.Target], unit: str, *, width: int = 12,
-              height: int = 8, max_value: float | None = 1) -> G.BarGauge:
+def bar_gauge(
+    title: str,
+    description: str,
+    targets: list[G.Target],
+    unit: str,
+    *,
+    width: int = 12,
+    height: int = 8,
+    max_value: float | None = 1,
+) -> G.BarGauge:
     """Horizontal bars of each series' last value; max_value None scales to the largest."""
-    return G.BarGauge(title=title, format=unit, min=0, max=max_value,
-                      calc="lastNotNull", orientation=G.ORIENTATION_HORIZONTAL,
-                      displayMode=G.GAUGE_DISPLAY_MODE_GRADIENT, **_style(targets, unit, width, height, description))
+    return G.BarGauge(
+        title=title,
+        format=unit,
+        min=0,
+        max=max_value,
+        calc="lastNotNull",
+        orientation=G.ORIENTATION_HORIZONTAL,
+        displayMode=G.GAUGE_DISPLAY_MODE_GRADIENT,
+        **_style(targets, unit, width, height, description),
+    )
 
 
-def table(title: str, description: str, targets: list[G.Target], unit: str, *, width: int = 24,
-          height: int = 8, hide: tuple[str, ...] = (), links: dict[str, str] | None = None) -> G.Table:
+def table(
+    title: str,
+    description: str,
+    targets: list[G.Target],
+    unit: str,
+    *,
+    width: int = 24,
+    height: int = 8,
+    hide: tuple[str, ...] = (),
+    links: dict[str, str] | None = None,
+) -> G.Table:
     """A table of instant results, one row per series, labels as columns; `hide` drops columns,
     `links` makes a column's cells link to a URL (Grafana data-link syntax)."""
     excluded = {name: True for name in ("Time", "__name__", "job", "instance", *hide)}
-    overrides = [{"matcher": {"id": "byName", "options": column},
-                  "properties": [{"id": "links", "value": [{"title": title, "url": url}]}]}
-                 for column, url in (links or {}).items()]
-    return G.Table(title=title, unit=unit, overrides=overrides,
-                   transformations=[{"id": "organize", "options": {"excludeByName": excluded}}],
-                   **_style(targets, unit, width, height, description))
+    overrides = [
+        {
+            "matcher": {"id": "byName", "options": column},
+            "properties": [{"id": "links", "value": [{"title": title, "url": url}]}],
+        }
+        for column, url in (links or {}).items()
+    ]
+    return G.Table(
+        title=title,
+        unit=unit,
+        overrides=overrides,
+        transformations=[{"id": "organize", "options": {"excludeByName": excluded}}],
+        **_style(targets, unit, width, height, description),
+    )
 
 
-def state_timeline(title: str, description: str, targets: list[G.Target], *, width: int = 24,
-                   height: int = 6) -> G.StateTimeline:
+def state_timeline(
+    title: str, description: str, targets: list[G.Target], *, width: int = 24, height: int = 6
+) -> G.StateTimeline:
     """Which state held when: each series is a state, 1 while it holds (`== 1` drops the rest)."""
-    return G.StateTimeline(title=title, mergeValues=True, showValue="never",
-                           mappings=[{"type": "value", "options": {"1": {"text": "yes", "index": 0}}}],
-                           **_style(targets, COUNT, width, height, description))
+    return G.StateTimeline(
+        title=title,
+        mergeValues=True,
+        showValue="never",
+        mappings=[{"type": "value", "options": {"1": {"text": "yes", "index": 0}}}],
+        **_style(targets, COUNT, width, height, description),
+    )
 
 
-def histogram(title: str, description: str, targets: list[G.Target], unit: str, *, width: int = 12,
-              height: int = 8) -> G.Histogram:
+def histogram(
+    title: str, description: str, targets: list[G.Target], unit: str, *, width: int = 12, height: int = 8
+) -> G.Histogram:
     return G.Histogram(title=title, **_style(targets, unit, width, height, description))
 
 
@@ -120,23 +198,40 @@ def datasource_variable() -> G.Template:
     return G.Template(name="datasource", label="Data source", query="prometheus", type="datasource")
 
 
-def query_variable(name: str, label: str, metric_selector: str, *, multi: bool = True,
-                   include_all: bool = True) -> G.Template:
+def query_variable(
+    name: str, label: str, metric_selector: str, *, multi: bool = True, include_all: bool = True
+) -> G.Template:
     """A variable listing the values of `name` in `metric_selector`'s series, refreshed when the time
     range changes (pods come and go)."""
-    return G.Template(name=name, label=label, query=f"label_values({metric_selector}, {name})",
-                      dataSource=DATASOURCE, multi=multi, includeAll=include_all,
-                      allValue=".*" if include_all else None, refresh=G.REFRESH_ON_TIME_RANGE_CHANGE,
-                      sort=G.SORT_ALPHA_ASC)
+    return G.Template(
+        name=name,
+        label=label,
+        query=f"label_values({metric_selector}, {name})",
+        dataSource=DATASOURCE,
+        multi=multi,
+        includeAll=include_all,
+        allValue=".*" if include_all else None,
+        refresh=G.REFRESH_ON_TIME_RANGE_CHANGE,
+        sort=G.SORT_ALPHA_ASC,
+    )
 
 
 def dashboard(uid: str, title: str, description: str, variables: list[G.Template], panels: list) -> G.Dashboard:
     return G.Dashboard(
-        uid=uid, title=title, description=description, tags=["gpulens"], timezone="browser",
-        refresh="30s", time=G.Time("now-1h", "now"), sharedCrosshair=True,
+        uid=uid,
+        title=title,
+        description=description,
+        tags=["gpulens"],
+        timezone="browser",
+        refresh="30s",
+        time=G.Time("now-1h", "now"),
+        sharedCrosshair=True,
         templating=G.Templating(list=[datasource_variable(), *variables]),
-        links=[G.DashboardLink(title="gpulens", type="dashboards", tags=["gpulens"], asDropdown=True,
-                               includeVars=True, keepTime=True)],
+        links=[
+            G.DashboardLink(
+                title="gpulens", type="dashboards", tags=["gpulens"], asDropdown=True, includeVars=True, keepTime=True
+            )
+        ],
         panels=layout(panels),
     ).auto_panel_ids()
 

@@ -1,6 +1,8 @@
 """`gpulens exporter`: the per-node exporter."""
+
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import sys
@@ -9,20 +11,21 @@ import time
 
 from prometheus_client import CollectorRegistry
 
+from gpulens import __version__
+from gpulens.core import flags
+from gpulens.core.catalog import MODELS
+from gpulens.core.config import ConfigError, require_positive
+from gpulens.core.flags import Subcommands
+from gpulens.core.web import WebConfig, parse_listen_address, serve
 from gpulens.exporter.attribution import kubelet
 from gpulens.exporter.attribution.attributor import Attribution, KubeletAttribution
 from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
-from gpulens.core.catalog import MODELS
 from gpulens.exporter.sources import simulated
+from gpulens.exporter.sources.base import Source, SourceUnavailable
+from gpulens.exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource, MergedSource
 from gpulens.simulator import fleet
 from gpulens.simulator.workloads import PROFILES
-from gpulens.exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource, MergedSource
-from gpulens.exporter.sources.base import Source, SourceUnavailable
-from gpulens.core.web import WebConfig, parse_listen_address, serve
-from gpulens.core.config import ConfigError, require_positive
-from gpulens import __version__
-from gpulens.core import flags
 
 log = logging.getLogger("gpulens.exporter")
 
@@ -30,83 +33,209 @@ log = logging.getLogger("gpulens.exporter")
 DEFAULT_PORT = 9848
 
 
-def register(commands) -> None:
-    p = commands.add_parser("exporter", help="serve GPU metrics for Prometheus",
-                            description="Serve per-GPU, per-MIG-instance and per-process metrics for Prometheus.")
-    flags.add(p, "--source", choices=["nvml", "dcgm", "simulated"], default="nvml",
-              help="where GPU state comes from: the NVIDIA driver (plus dcgm-exporter with --dcgm.url), "
-                   "dcgm-exporter alone, or a simulated fleet (no GPU needed)")
-    flags.add(p, "--web.listen-address", dest="listen_address", default=f":{DEFAULT_PORT}",
-              help="address to serve /metrics on")
-    flags.add(p, "--web.config.file", dest="web_config_file", default="",
-              help="exporter-toolkit web config (TLS, basic auth)")
-    flags.add(p, "--sampler.interval", dest="interval", type=float, default=1.0,
-              help="seconds between samples; busy and idle seconds are integrated at this rate")
-    flags.add(p, "--nvml.rediscover-interval", dest="rediscover_interval", type=float, default=60.0,
-              help="seconds between re-enumerations of GPUs and MIG instances (MIG reconfiguration, GPUs back from reset)")
-    flags.add(p, "--dcgm.url", dest="dcgm_url", default="",
-              help="this node's dcgm-exporter /metrics, e.g. http://localhost:9400/metrics: its profiling "
-                   "fields fill what NVML lacks (SM activity before Hopper)")
-    flags.add(p, "--dcgm.interval", dest="dcgm_interval", type=float, default=5.0,
-              help="seconds between reads of dcgm-exporter")
-    flags.add(p, "--dcgm.timeout", dest="dcgm_timeout", type=float, default=2.0,
-              help="seconds to wait for dcgm-exporter")
-    flags.add(p, "--dcgm.max-age", dest="dcgm_max_age", type=float, default=0.0,
-              help="seconds after which DCGM values stop being served when dcgm-exporter stops answering "
-                   "(default 3 x --dcgm.interval)")
-    flags.add(p, "--kubelet.socket", dest="kubelet_socket", default=kubelet.DEFAULT_SOCKET,
-              help="kubelet pod-resources socket, for the pod of each GPU; '' turns pod attribution off (bare metal)")
-    flags.add(p, "--kubelet.resource-names", dest="kubelet_resource_names", default=",".join(kubelet.DEFAULT_RESOURCE_NAMES),
-              help="comma-separated extended resource names that are GPUs; a trailing * matches a family")
-    flags.add(p, "--kubelet.refresh-interval", dest="kubelet_refresh_interval", type=float, default=10.0,
-              help="seconds between readings of the kubelet; a pod's series go within one interval of its end")
-    flags.add(p, "--kubelet.timeout", dest="kubelet_timeout", type=float, default=2.0,
-              help="deadline in seconds of each call to the kubelet")
-    flags.add(p, "--path.procfs", dest="procfs", default="/proc",
-              help="the host's /proc, to find the container of each GPU process (mount it with hostPID)")
-    flags.add(p, "--path.var-log", dest="var_log", default="/var/log",
-              help="the host's /var/log, whose containers/ and pods/ links name the pod of each container")
-    flags.add(p, "--simulate.config", dest="simulate_config", default="",
-              help=f"fleet YAML for --source=simulated (default: the built-in demo fleet, {fleet.DEFAULT_FLEET.name})")
-    flags.add(p, "--simulate.node", dest="simulate_node", default="",
-              help="which node of the fleet this exporter plays (default: the first)")
-    flags.add(p, "--simulate.gpus", dest="simulate_gpus", type=int, default=0,
-              help="instead of a fleet file: this many GPUs on one node")
-    flags.add(p, "--simulate.model", dest="simulate_model", default="H100-SXM5-80GB",
-              help=f"GPU model for --simulate.gpus: {', '.join(MODELS)}")
-    flags.add(p, "--simulate.profiles", dest="simulate_profiles", default="healthy_training",
-              help=f"comma-separated workload profiles for --simulate.gpus, assigned round-robin: {', '.join(PROFILES)}")
+def register(commands: Subcommands) -> None:
+    p = commands.add_parser(
+        "exporter",
+        help="serve GPU metrics for Prometheus",
+        description="Serve per-GPU, per-MIG-instance and per-process metrics for Prometheus.",
+    )
+    flags.add(
+        p,
+        "--source",
+        choices=["nvml", "dcgm", "simulated"],
+        default="nvml",
+        help="where GPU state comes from: the NVIDIA driver (plus dcgm-exporter with --dcgm.url), "
+        "dcgm-exporter alone, or a simulated fleet (no GPU needed)",
+    )
+    flags.add(
+        p,
+        "--web.listen-address",
+        dest="listen_address",
+        default=f":{DEFAULT_PORT}",
+        help="address to serve /metrics on",
+    )
+    flags.add(
+        p, "--web.config.file", dest="web_config_file", default="", help="exporter-toolkit web config (TLS, basic auth)"
+    )
+    flags.add(
+        p,
+        "--sampler.interval",
+        dest="interval",
+        type=float,
+        default=1.0,
+        help="seconds between samples; busy and idle seconds are integrated at this rate",
+    )
+    flags.add(
+        p,
+        "--nvml.rediscover-interval",
+        dest="rediscover_interval",
+        type=float,
+        default=60.0,
+        help="seconds between re-enumerations of GPUs and MIG instances (MIG reconfiguration, GPUs back from reset)",
+    )
+    flags.add(
+        p,
+        "--dcgm.url",
+        dest="dcgm_url",
+        default="",
+        help="this node's dcgm-exporter /metrics, e.g. http://localhost:9400/metrics: its profiling "
+        "fields fill what NVML lacks (SM activity before Hopper)",
+    )
+    flags.add(
+        p,
+        "--dcgm.interval",
+        dest="dcgm_interval",
+        type=float,
+        default=5.0,
+        help="seconds between reads of dcgm-exporter",
+    )
+    flags.add(
+        p, "--dcgm.timeout", dest="dcgm_timeout", type=float, default=2.0, help="seconds to wait for dcgm-exporter"
+    )
+    flags.add(
+        p,
+        "--dcgm.max-age",
+        dest="dcgm_max_age",
+        type=float,
+        default=0.0,
+        help="seconds after which DCGM values stop being served when dcgm-exporter stops answering "
+        "(default 3 x --dcgm.interval)",
+    )
+    flags.add(
+        p,
+        "--kubelet.socket",
+        dest="kubelet_socket",
+        default=kubelet.DEFAULT_SOCKET,
+        help="kubelet pod-resources socket, for the pod of each GPU; '' turns pod attribution off (bare metal)",
+    )
+    flags.add(
+        p,
+        "--kubelet.resource-names",
+        dest="kubelet_resource_names",
+        default=",".join(kubelet.DEFAULT_RESOURCE_NAMES),
+        help="comma-separated extended resource names that are GPUs; a trailing * matches a family",
+    )
+    flags.add(
+        p,
+        "--kubelet.refresh-interval",
+        dest="kubelet_refresh_interval",
+        type=float,
+        default=10.0,
+        help="seconds between readings of the kubelet; a pod's series go within one interval of its end",
+    )
+    flags.add(
+        p,
+        "--kubelet.timeout",
+        dest="kubelet_timeout",
+        type=float,
+        default=2.0,
+        help="deadline in seconds of each call to the kubelet",
+    )
+    flags.add(
+        p,
+        "--path.procfs",
+        dest="procfs",
+        default="/proc",
+        help="the host's /proc, to find the container of each GPU process (mount it with hostPID)",
+    )
+    flags.add(
+        p,
+        "--path.var-log",
+        dest="var_log",
+        default="/var/log",
+        help="the host's /var/log, whose containers/ and pods/ links name the pod of each container",
+    )
+    flags.add(
+        p,
+        "--simulate.config",
+        dest="simulate_config",
+        default="",
+        help=f"fleet YAML for --source=simulated (default: the built-in demo fleet, {fleet.DEFAULT_FLEET.name})",
+    )
+    flags.add(
+        p,
+        "--simulate.node",
+        dest="simulate_node",
+        default="",
+        help="which node of the fleet this exporter plays (default: the first)",
+    )
+    flags.add(
+        p,
+        "--simulate.gpus",
+        dest="simulate_gpus",
+        type=int,
+        default=0,
+        help="instead of a fleet file: this many GPUs on one node",
+    )
+    flags.add(
+        p,
+        "--simulate.model",
+        dest="simulate_model",
+        default="H100-SXM5-80GB",
+        help=f"GPU model for --simulate.gpus: {', '.join(MODELS)}",
+    )
+    flags.add(
+        p,
+        "--simulate.profiles",
+        dest="simulate_profiles",
+        default="healthy_training",
+        help=f"comma-separated workload profiles for --simulate.gpus, assigned round-robin: {', '.join(PROFILES)}",
+    )
     flags.add(p, "--simulate.seed", dest="simulate_seed", type=int, default=0, help="random seed of the simulation")
-    flags.add(p, "--simulate.speed", dest="simulate_speed", type=float, default=1.0,
-              help="run the simulated workloads this many times faster than real time")
-    flags.add(p, "--record", default="",
-              help="also append every sample to this trace CSV, for `gpulens analyze` later (docs/trace-format.md)")
-    flags.add(p, "--once", action="store_true",
-              help="sample twice, --sampler.interval apart (GPM activity needs two samples), print the "
-                   "exposition to stdout and exit: a quick look at what the exporter sees")
+    flags.add(
+        p,
+        "--simulate.speed",
+        dest="simulate_speed",
+        type=float,
+        default=1.0,
+        help="run the simulated workloads this many times faster than real time",
+    )
+    flags.add(
+        p,
+        "--record",
+        default="",
+        help="also append every sample to this trace CSV, for `gpulens analyze` later (docs/trace-format.md)",
+    )
+    flags.add(
+        p,
+        "--once",
+        action="store_true",
+        help="sample twice, --sampler.interval apart (GPM activity needs two samples), print the "
+        "exposition to stdout and exit: a quick look at what the exporter sees",
+    )
     p.set_defaults(run=run)
 
 
-def build_source(args) -> tuple[Source, Attribution]:
+def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
     """The configured source, not yet started, and its pod attribution. Raises ConfigError on bad
     flags."""
     fetcher = None
     if args.dcgm_url or args.source == "dcgm":
         if not args.dcgm_url.startswith(("http://", "https://")):
-            raise ConfigError(f"--dcgm.url {args.dcgm_url!r} is not an http(s) URL; give dcgm-exporter's "
-                              "/metrics, for example http://localhost:9400/metrics")
+            raise ConfigError(
+                f"--dcgm.url {args.dcgm_url!r} is not an http(s) URL; give dcgm-exporter's "
+                "/metrics, for example http://localhost:9400/metrics"
+            )
         require_positive(("--dcgm.interval", args.dcgm_interval), ("--dcgm.timeout", args.dcgm_timeout))
         fetcher = DcgmFetcher(args.dcgm_url, args.dcgm_interval, args.dcgm_timeout, args.dcgm_max_age or None)
     if args.source == "dcgm":
+        assert fetcher is not None  # built above for --source dcgm, or ConfigError
         return DcgmSource(fetcher), DcgmAttribution(fetcher)
     if args.source == "nvml":
         from gpulens.exporter.sources.nvml import NvmlSource
 
-        require_positive(("--kubelet.refresh-interval", args.kubelet_refresh_interval),
-                         ("--kubelet.timeout", args.kubelet_timeout))
+        require_positive(
+            ("--kubelet.refresh-interval", args.kubelet_refresh_interval), ("--kubelet.timeout", args.kubelet_timeout)
+        )
         resources = tuple(r.strip() for r in args.kubelet_resource_names.split(",") if r.strip())
-        attribution = KubeletAttribution(args.kubelet_socket, resources, args.kubelet_refresh_interval,
-                                         args.kubelet_timeout, args.procfs, args.var_log)
+        attribution = KubeletAttribution(
+            args.kubelet_socket,
+            resources,
+            args.kubelet_refresh_interval,
+            args.kubelet_timeout,
+            args.procfs,
+            args.var_log,
+        )
         nvml = NvmlSource(rediscover_seconds=args.rediscover_interval)
         return (MergedSource(nvml, fetcher) if fetcher else nvml), attribution
     require_positive(("--simulate.speed", args.simulate_speed), unit="factor")
@@ -114,21 +243,24 @@ def build_source(args) -> tuple[Source, Attribution]:
         if args.simulate_gpus < 0:
             raise ConfigError(f"--simulate.gpus must be positive, got {args.simulate_gpus}")
         if args.simulate_model not in MODELS:
-            raise ConfigError(f"--simulate.model {args.simulate_model!r} is unknown; choose one of "
-                              f"{', '.join(MODELS)}")
-        nodes = fleet.fleet_from_flags(args.simulate_gpus, args.simulate_model,
-                                           [p.strip() for p in args.simulate_profiles.split(",") if p.strip()],
-                                           args.simulate_seed)
+            raise ConfigError(f"--simulate.model {args.simulate_model!r} is unknown; choose one of {', '.join(MODELS)}")
+        nodes = fleet.fleet_from_flags(
+            args.simulate_gpus,
+            args.simulate_model,
+            [p.strip() for p in args.simulate_profiles.split(",") if p.strip()],
+            args.simulate_seed,
+        )
     else:
         nodes = fleet.fleet_from_file(args.simulate_config or fleet.DEFAULT_FLEET, args.simulate_seed)
     for node in nodes:
         if node.name == args.simulate_node or not args.simulate_node:
             return simulated.SimulatedSource(node, speed=args.simulate_speed), simulated.SimulatedAttribution(node)
-    raise ConfigError(f"--simulate.node {args.simulate_node!r} is not in the fleet; its nodes are "
-                      f"{', '.join(n.name for n in nodes)}")
+    raise ConfigError(
+        f"--simulate.node {args.simulate_node!r} is not in the fleet; its nodes are {', '.join(n.name for n in nodes)}"
+    )
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     try:
         require_positive(("--sampler.interval", args.interval))
         address = parse_listen_address(args.listen_address)
@@ -148,8 +280,7 @@ def run(args) -> int:
             print(f"gpulens exporter: cannot open --record file {args.record}: {e.strerror}", file=sys.stderr)
             return 2
     attribution.start()
-    sampler = Sampler(source, args.interval, attribution=attribution,
-                      on_sample=recorder.write if recorder else None)
+    sampler = Sampler(source, args.interval, attribution=attribution, on_sample=recorder.write if recorder else None)
     registry = CollectorRegistry(auto_describe=False)
     collector = ExporterCollector(sampler, __version__, source.name)
     registry.register(collector)
@@ -175,8 +306,15 @@ def run(args) -> int:
     try:
         # The simulated fleet also plays its kubelet's cAdvisor, so the demo has pod CPU use.
         routes = {"/metrics/cadvisor": source.cadvisor_text} if isinstance(source, simulated.SimulatedSource) else {}
-        server = serve(registry, address, web_config, title="gpulens exporter", health=health,
-                       render_text=collector.render_text, routes=routes)
+        server = serve(
+            registry,
+            address,
+            web_config,
+            title="gpulens exporter",
+            health=health,
+            render_text=collector.render_text,
+            routes=routes,
+        )
     except ConfigError as e:
         print(f"gpulens exporter: {e}", file=sys.stderr)
         return 2

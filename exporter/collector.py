@@ -4,18 +4,19 @@ No global Gauges: series of a process that ended, or of a GPU that fell off the 
 rendered any more. Each section is guarded, because prometheus_client turns one exception in
 collect() into an HTTP 500 for the whole scrape.
 """
+
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import Metric
 
 from gpulens.core import metrics as m
 from gpulens.core.exposition import Families
-from gpulens.exporter.sampler import Sampler, Snapshot
 from gpulens.core.pods import PodRef
+from gpulens.exporter.sampler import Sampler, Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 class ExporterCollector:
     """prometheus_client collector over a Sampler."""
 
-    def __init__(self, sampler: Sampler, version: str, source_label: str, clock=time.monotonic):
+    def __init__(self, sampler: Sampler, version: str, source_label: str, clock: Callable[[], float] = time.monotonic):
         self.sampler = sampler
         self.version = version
         self.source_label = source_label

@@ -1,5 +1,6 @@
 """`gpulens exporter --record FILE`: every sample appended to a trace CSV (docs/trace-format.md),
 so `gpulens analyze FILE` can later say what happened on this node, with no Prometheus."""
+
 from __future__ import annotations
 
 import csv
@@ -8,10 +9,11 @@ import os
 import time
 
 from gpulens.core import trace as tr
-from gpulens.exporter.sampler import Snapshot
 from gpulens.core.status import ProblemLog
+from gpulens.exporter.sampler import Snapshot
 
 log = logging.getLogger(__name__)
+
 
 class Recorder:
     """Appends one row per device per sample. A write error is logged once and recording stops

@@ -11,19 +11,21 @@ The sampler never touches prometheus_client. It publishes an immutable Snapshot;
 renders fresh metric families from the latest one on each scrape. A hung source blocks only the
 sampler thread: scrapes keep serving the last complete snapshot and its age.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpulens.core import metrics as m
-from gpulens.exporter.attribution.attributor import Attribution, Resolved, resolve
 from gpulens.core.pods import PodRef
-from gpulens.exporter.sources.base import NodeSample, Source
-from gpulens.core.thresholds import IDLE_ACTIVITY
 from gpulens.core.status import CollectorStatus, ProblemLog
+from gpulens.core.thresholds import IDLE_ACTIVITY
+from gpulens.exporter.attribution.attributor import Attribution, Resolved, resolve
+from gpulens.exporter.sources.base import NodeSample, Source
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,14 @@ class Sampler:
     #: integrated: nobody knows what the GPU did meanwhile, and counters must not invent it.
     MAX_GAP_INTERVALS = 2.0
 
-    def __init__(self, source: Source, interval: float = 1.0, clock=time.monotonic,
-                 attribution: Attribution | None = None, on_sample=None):
+    def __init__(
+        self,
+        source: Source,
+        interval: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        attribution: Attribution | None = None,
+        on_sample: Callable[[Snapshot], None] | None = None,
+    ):
         self.source = source
         self.on_sample = on_sample  # called with each new snapshot (the --record trace writer)
         self.interval = interval
@@ -97,17 +105,30 @@ class Sampler:
         except Exception as e:  # the source as a whole failed this tick; keep the last good data
             self._status = CollectorStatus(False, self.clock() - started, self._status.failures + 1)
             self._problems.problem("source", f"{self.source.name} source failed: {e}; serving the last good sample")
-            self.snapshot = Snapshot(self.snapshot.node, self.snapshot.taken_at, self.snapshot.device_counters,
-                                     self.snapshot.process_counters, self._collectors(), self.snapshot.pod_counters,
-                                     self.snapshot.attribution)
+            self.snapshot = Snapshot(
+                self.snapshot.node,
+                self.snapshot.taken_at,
+                self.snapshot.device_counters,
+                self.snapshot.process_counters,
+                self._collectors(),
+                self.snapshot.pod_counters,
+                self.snapshot.attribution,
+            )
             return self.snapshot
         resolved = self._attribute(node)
         now = self.clock()
         self._problems.resolved("source", f"{self.source.name} source recovered")
         self._integrate(node, now, resolved)
         self._status = CollectorStatus(True, now - started, self._status.failures)
-        self.snapshot = Snapshot(node, now, dict(self._device_counters), dict(self._process_counters),
-                                 self._collectors(), dict(self._pod_counters), resolved)
+        self.snapshot = Snapshot(
+            node,
+            now,
+            dict(self._device_counters),
+            dict(self._process_counters),
+            self._collectors(),
+            dict(self._pod_counters),
+            resolved,
+        )
         if self.on_sample is not None:
             self.on_sample(self.snapshot)
         return self.snapshot
@@ -159,18 +180,19 @@ class Sampler:
                 if process.pod is not None:
                     pod_key = (device.uuid, process.pod)
                     live_pods.add(pod_key)
-                    self._pod_counters[pod_key] = (self._pod_counters.get(pod_key, 0.0)
-                                                   + (process.utilization or 0.0) * dt)
+                    self._pod_counters[pod_key] = (
+                        self._pod_counters.get(pod_key, 0.0) + (process.utilization or 0.0) * dt
+                    )
         # Processes that ended, and pods that neither hold the device nor run on it, take their
         # series with them.
-        for key in list(self._process_counters):
-            if key not in live_processes:
-                del self._process_counters[key]
-        for key in list(self._pod_counters):
-            if key not in live_pods:
-                del self._pod_counters[key]
-        for key in live_pods:
-            self._pod_counters.setdefault(key, 0.0)
+        for process_key in list(self._process_counters):
+            if process_key not in live_processes:
+                del self._process_counters[process_key]
+        for pod_key in list(self._pod_counters):
+            if pod_key not in live_pods:
+                del self._pod_counters[pod_key]
+        for pod_key in live_pods:
+            self._pod_counters.setdefault(pod_key, 0.0)
 
     def run(self) -> None:
         """Sample at a fixed rate until stop(). Ticks missed because a sample overran are skipped,

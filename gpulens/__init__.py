@@ -1,4 +1,5 @@
 """gpulens: why are your GPUs idle?"""
+
 from importlib.metadata import PackageNotFoundError, version
 
 try:

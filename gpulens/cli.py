@@ -1,4 +1,5 @@
 """The `gpulens` command: one entry point, a subcommand per job."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,17 +11,21 @@ from gpulens import __version__
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every subcommand and its flags."""
+    from gpulens import demo, receiver, reference
     from gpulens.alerts import cli as alerts_cli
     from gpulens.analyzer import cli as analyzer_cli
     from gpulens.dashboards import cli as dashboards_cli
     from gpulens.exporter import cli as exporter_cli
-    from gpulens import reference
-    from gpulens import demo, receiver
 
     parser = argparse.ArgumentParser(prog="gpulens", description="Find out why your GPUs are idle.")
     parser.add_argument("--version", action="version", version=f"gpulens {__version__}")
-    parser.add_argument("--log.level", dest="log_level", default="info",
-                        choices=["debug", "info", "warning", "error"], help="log verbosity")
+    parser.add_argument(
+        "--log.level",
+        dest="log_level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log verbosity",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     exporter_cli.register(commands)
     analyzer_cli.register(commands)
@@ -34,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     return args.run(args)

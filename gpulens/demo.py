@@ -6,8 +6,10 @@ and Alertmanager (delivering to a webhook receiver inside the demo), all on free
 configs are the ones docker-compose.yml uses (`configs()` writes both), so the two demos cannot drift.
 Ctrl-C stops every child; children also die with the demo if it is killed (PR_SET_PDEATHSIG).
 """
+
 from __future__ import annotations
 
+import argparse
 import ctypes
 import logging
 import shutil
@@ -20,15 +22,20 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import requests
 
 from gpulens.alerts import cli as alerts_cli
-from gpulens.core.thresholds import Thresholds
-from gpulens.simulator.fleet import DEFAULT_FLEET, fleet_from_file
 from gpulens.core import mixin
 from gpulens.core.config import ConfigError, write_atomically, write_generated
+from gpulens.core.flags import Subcommands
+from gpulens.core.thresholds import Thresholds
 from gpulens.receiver import AlertReceiver
+from gpulens.simulator.fleet import DEFAULT_FLEET, fleet_from_file
+
+if TYPE_CHECKING:
+    from rich.console import Group
 
 log = logging.getLogger("gpulens.demo")
 
@@ -64,11 +71,20 @@ def prometheus_config(plan: Plan) -> dict:
     interval = f"{plan.scrape_interval:g}s"
     jobs = [{"job_name": mixin.MixinConfig.exporter_job, "honor_labels": True, "static_configs": exporters}]
     if plan.simulated:
-        jobs.append({"job_name": "kubelet-cadvisor", "honor_labels": True, "metrics_path": "/metrics/cadvisor",
-                     "static_configs": exporters})
+        jobs.append(
+            {
+                "job_name": "kubelet-cadvisor",
+                "honor_labels": True,
+                "metrics_path": "/metrics/cadvisor",
+                "static_configs": exporters,
+            }
+        )
     jobs.append({"job_name": mixin.MixinConfig.analyzer_job, "static_configs": [{"targets": [plan.analyzer]}]})
-    config = {"global": {"scrape_interval": interval, "evaluation_interval": interval},
-              "rule_files": [plan.rules_file], "scrape_configs": jobs}
+    config = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval},
+        "rule_files": [plan.rules_file],
+        "scrape_configs": jobs,
+    }
     if plan.alertmanager:
         config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [plan.alertmanager]}]}]}
     return config
@@ -131,7 +147,7 @@ class Stack:
     receiver: AlertReceiver | None = None
     plan: Plan | None = None
 
-    def start(self) -> "Stack":
+    def start(self) -> Stack:
         try:
             self._start()
         except BaseException:
@@ -145,69 +161,132 @@ class Stack:
         prometheus = shutil.which("prometheus") if self.with_prometheus else None
         alertmanager = (shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")) if prometheus else None
         self.receiver = AlertReceiver()
-        self.plan = Plan({node: f"127.0.0.1:{free_port()}" for node in nodes}, f"127.0.0.1:{free_port()}",
-                         self.receiver.url, f"127.0.0.1:{free_port()}" if prometheus else None,
-                         f"127.0.0.1:{free_port()}" if alertmanager else None, self.scrape_interval)
+        self.plan = Plan(
+            {node: f"127.0.0.1:{free_port()}" for node in nodes},
+            f"127.0.0.1:{free_port()}",
+            self.receiver.url,
+            f"127.0.0.1:{free_port()}" if prometheus else None,
+            f"127.0.0.1:{free_port()}" if alertmanager else None,
+            self.scrape_interval,
+        )
         self.workdir.mkdir(parents=True, exist_ok=True)
         for name, text in configs(self.plan, thresholds).items():
             write_atomically(self.workdir / name, text)
 
         fleet = ["--simulate.config", self.fleet_file] if self.fleet_file else []
         for node, address in self.plan.exporters.items():
-            self._spawn(f"exporter {node}", [sys.executable, "-m", "gpulens", "exporter", "--source", "simulated",
-                                             *fleet, "--simulate.node", node, "--simulate.speed", f"{self.speed:g}",
-                                             # One sample per simulated second, as NVML is read on a
-                                             # real node: sampling slower than the workloads' rhythm
-                                             # would alias their bursts.
-                                             "--sampler.interval", f"{min(1.0, 1.0 / self.speed):g}",
-                                             "--web.listen-address", address], f"http://{address}/healthz")
+            self._spawn(
+                f"exporter {node}",
+                [
+                    sys.executable,
+                    "-m",
+                    "gpulens",
+                    "exporter",
+                    "--source",
+                    "simulated",
+                    *fleet,
+                    "--simulate.node",
+                    node,
+                    "--simulate.speed",
+                    f"{self.speed:g}",
+                    # One sample per simulated second, as NVML is read on a
+                    # real node: sampling slower than the workloads' rhythm
+                    # would alias their bursts.
+                    "--sampler.interval",
+                    f"{min(1.0, 1.0 / self.speed):g}",
+                    "--web.listen-address",
+                    address,
+                ],
+                f"http://{address}/healthz",
+            )
         if prometheus:
-            self._spawn("prometheus", [prometheus, f"--config.file={self.workdir / 'prometheus.yml'}",
-                                       f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
-                                       f"--web.listen-address={self.plan.prometheus}"],
-                        f"http://{self.plan.prometheus}/-/ready")
-            source = ["--input.prometheus", f"http://{self.plan.prometheus}", "--prometheus.step",
-                      f"{self.scrape_interval:g}", "--prometheus.selector", f'job="{mixin.MixinConfig.exporter_job}"']
+            self._spawn(
+                "prometheus",
+                [
+                    prometheus,
+                    f"--config.file={self.workdir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
+                    f"--web.listen-address={self.plan.prometheus}",
+                ],
+                f"http://{self.plan.prometheus}/-/ready",
+            )
+            source = [
+                "--input.prometheus",
+                f"http://{self.plan.prometheus}",
+                "--prometheus.step",
+                f"{self.scrape_interval:g}",
+                "--prometheus.selector",
+                f'job="{mixin.MixinConfig.exporter_job}"',
+            ]
         else:
-            source = [f"--input.exporter={node}=http://{address}/metrics" for node, address in self.plan.exporters.items()]
+            source = [
+                f"--input.exporter={node}=http://{address}/metrics" for node, address in self.plan.exporters.items()
+            ]
             source += ["--exporter.scrape-interval", f"{self.scrape_interval:g}"]
         if alertmanager:
-            self._spawn("alertmanager", [alertmanager, f"--config.file={self.workdir / 'alertmanager.yml'}",
-                                         f"--storage.path={self.workdir / 'alertmanager-data'}",
-                                         f"--web.listen-address={self.plan.alertmanager}",
-                                         "--cluster.listen-address="],  # no clustering: no fixed port 9094
-                        f"http://{self.plan.alertmanager}/-/ready")
-        self._spawn("analyzer", [sys.executable, "-m", "gpulens", "analyzer", *source, "--thresholds",
-                                 self.thresholds_file, "--analysis.window", f"{self.window:g}", "--analysis.interval",
-                                 f"{self.interval:g}", "--web.listen-address", self.plan.analyzer],
-                    f"http://{self.plan.analyzer}/metrics")
+            self._spawn(
+                "alertmanager",
+                [
+                    alertmanager,
+                    f"--config.file={self.workdir / 'alertmanager.yml'}",
+                    f"--storage.path={self.workdir / 'alertmanager-data'}",
+                    f"--web.listen-address={self.plan.alertmanager}",
+                    "--cluster.listen-address=",
+                ],  # no clustering: no fixed port 9094
+                f"http://{self.plan.alertmanager}/-/ready",
+            )
+        self._spawn(
+            "analyzer",
+            [
+                sys.executable,
+                "-m",
+                "gpulens",
+                "analyzer",
+                *source,
+                "--thresholds",
+                self.thresholds_file,
+                "--analysis.window",
+                f"{self.window:g}",
+                "--analysis.interval",
+                f"{self.interval:g}",
+                "--web.listen-address",
+                self.plan.analyzer,
+            ],
+            f"http://{self.plan.analyzer}/metrics",
+        )
         for child in self.children:
             self._wait_ready(child)
 
     def _spawn(self, name: str, argv: list[str], ready_url: str) -> None:
         log_path = self.workdir / f"{name.replace(' ', '-')}.log"
         with open(log_path, "w") as log_file:
-            process = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       preexec_fn=_die_with_parent)
+            process = subprocess.Popen(
+                argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            )
         self.children.append(Child(name, process, log_path, ready_url))
 
     def _wait_ready(self, child: Child, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if child.process.poll() is not None:
-                raise DemoError(f"{child.name} exited with status {child.process.returncode}; its log "
-                                f"({child.log_path}) ends:\n{child.log_tail()}")
+                raise DemoError(
+                    f"{child.name} exited with status {child.process.returncode}; its log "
+                    f"({child.log_path}) ends:\n{child.log_tail()}"
+                )
             try:
                 if requests.get(child.ready_url, timeout=1).status_code == 200:
                     return
             except requests.RequestException:
                 pass
             time.sleep(0.2)
-        raise DemoError(f"{child.name} did not become ready at {child.ready_url} within {timeout:.0f} s; its log "
-                        f"({child.log_path}) ends:\n{child.log_tail()}")
+        raise DemoError(
+            f"{child.name} did not become ready at {child.ready_url} within {timeout:.0f} s; its log "
+            f"({child.log_path}) ends:\n{child.log_tail()}"
+        )
 
     def endpoints(self) -> dict[str, str]:
         plan = self.plan
+        assert plan is not None, "start() the stack first"
         out = {f"exporter {node}": f"http://{address}/metrics" for node, address in plan.exporters.items()}
         out["analyzer"] = f"http://{plan.analyzer}/api/v1/verdicts"
         if plan.prometheus:
@@ -237,28 +316,58 @@ class Stack:
 
 # --- the command ---------------------------------------------------------------------------------
 
-def register(commands) -> None:
+
+def register(commands: Subcommands) -> None:
     from gpulens.core import flags
 
     p = commands.add_parser("demo", help="run the whole system on a simulated fleet (no GPU, no Docker)")
-    flags.add(p, "--simulate.config", dest="fleet", default="",
-              help="fleet YAML (default: the built-in demo fleet with every bottleneck class)")
-    flags.add(p, "--simulate.speed", dest="speed", type=float, default=5.0,
-              help="simulated seconds per real second")
-    flags.add(p, "--thresholds", default=str(DEMO_THRESHOLDS),
-              help="thresholds and alert timings (default: the demo's, in minutes)")
-    flags.add(p, "--demo.dir", dest="workdir", default="",
-              help="directory for configs, data and logs (default: a temporary one, removed at exit)")
-    flags.add(p, "--demo.duration", dest="duration", type=float, default=0.0,
-              help="stop after this many seconds (default: run until Ctrl-C)")
-    flags.add(p, "--demo.no-prometheus", dest="no_prometheus", action="store_true",
-              help="run only the exporters and the analyzer, even if Prometheus is installed")
-    flags.add(p, "--write-configs", dest="write_configs", default="",
-              help="write the compose demo's configs to this directory and exit")
+    flags.add(
+        p,
+        "--simulate.config",
+        dest="fleet",
+        default="",
+        help="fleet YAML (default: the built-in demo fleet with every bottleneck class)",
+    )
+    flags.add(p, "--simulate.speed", dest="speed", type=float, default=5.0, help="simulated seconds per real second")
+    flags.add(
+        p,
+        "--thresholds",
+        default=str(DEMO_THRESHOLDS),
+        help="thresholds and alert timings (default: the demo's, in minutes)",
+    )
+    flags.add(
+        p,
+        "--demo.dir",
+        dest="workdir",
+        default="",
+        help="directory for configs, data and logs (default: a temporary one, removed at exit)",
+    )
+    flags.add(
+        p,
+        "--demo.duration",
+        dest="duration",
+        type=float,
+        default=0.0,
+        help="stop after this many seconds (default: run until Ctrl-C)",
+    )
+    flags.add(
+        p,
+        "--demo.no-prometheus",
+        dest="no_prometheus",
+        action="store_true",
+        help="run only the exporters and the analyzer, even if Prometheus is installed",
+    )
+    flags.add(
+        p,
+        "--write-configs",
+        dest="write_configs",
+        default="",
+        help="write the compose demo's configs to this directory and exit",
+    )
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.write_configs:
         return _write_compose_configs(args)
     stopping = threading.Event()
@@ -266,18 +375,28 @@ def run(args) -> int:
         signal.signal(sig, lambda *_: stopping.set())
     keep = bool(args.workdir)
     workdir = Path(args.workdir) if keep else Path(tempfile.mkdtemp(prefix="gpulens-demo-"))
-    stack = Stack(workdir, fleet_file=args.fleet, speed=args.speed, thresholds_file=args.thresholds,
-                  with_prometheus=not args.no_prometheus)
+    stack = Stack(
+        workdir,
+        fleet_file=args.fleet,
+        speed=args.speed,
+        thresholds_file=args.thresholds,
+        with_prometheus=not args.no_prometheus,
+    )
     try:
         if not shutil.which("prometheus") and not args.no_prometheus:
-            print("prometheus is not installed, so the demo runs without it and without alerts "
-                  "(Debian: apt-get install prometheus prometheus-alertmanager).", file=sys.stderr)
+            print(
+                "prometheus is not installed, so the demo runs without it and without alerts "
+                "(Debian: apt-get install prometheus prometheus-alertmanager).",
+                file=sys.stderr,
+            )
         print("starting gpulens on a simulated fleet...", file=sys.stderr)
         stack.start()
         print("\n".join(f"  {name:<22} {url}" for name, url in stack.endpoints().items()), file=sys.stderr)
         print(f"  {'configs and logs':<22} {workdir}" + ("" if keep else " (removed at exit)"), file=sys.stderr)
-        print("Pods need about two minutes of data before their class shows; pages follow. Ctrl-C stops.\n",
-              file=sys.stderr)
+        print(
+            "Pods need about two minutes of data before their class shows; pages follow. Ctrl-C stops.\n",
+            file=sys.stderr,
+        )
         _show_live(stack, stopping, args.duration)
     except (DemoError, ConfigError, OSError) as e:
         print(f"gpulens demo: {e}", file=sys.stderr)
@@ -294,28 +413,43 @@ def compose_configs(thresholds: Thresholds, fleet_file: str = "") -> dict[str, s
     """The configs docker-compose.yml mounts: the same generators, with compose's service names;
     prometheus-gpu.yml for the `gpu` profile (one real node, no simulated cAdvisor)."""
     nodes = [node.name for node in fleet_from_file(fleet_file or DEFAULT_FLEET)]
-    plan = Plan({node: f"exporter-{node}:{EXPORTER_PORT}" for node in nodes}, f"analyzer:{ANALYZER_PORT}",
-                f"http://alert-receiver:{RECEIVER_PORT}", "prometheus:9090", "alertmanager:9093", scrape_interval=2.0)
-    gpu_plan = Plan({"gpu-node": f"exporter-gpu:{EXPORTER_PORT}"}, plan.analyzer, plan.receiver_url,
-                    plan.prometheus, plan.alertmanager, scrape_interval=2.0, simulated=False)
+    plan = Plan(
+        {node: f"exporter-{node}:{EXPORTER_PORT}" for node in nodes},
+        f"analyzer:{ANALYZER_PORT}",
+        f"http://alert-receiver:{RECEIVER_PORT}",
+        "prometheus:9090",
+        "alertmanager:9093",
+        scrape_interval=2.0,
+    )
+    gpu_plan = Plan(
+        {"gpu-node": f"exporter-gpu:{EXPORTER_PORT}"},
+        plan.analyzer,
+        plan.receiver_url,
+        plan.prometheus,
+        plan.alertmanager,
+        scrape_interval=2.0,
+        simulated=False,
+    )
     files = configs(plan, thresholds)
     files["prometheus-gpu.yml"] = configs(gpu_plan, thresholds)["prometheus.yml"]
     return files
 
 
-def _write_compose_configs(args) -> int:
-    return write_generated("demo", args.write_configs,
-                           lambda: compose_configs(Thresholds.load(args.thresholds), args.fleet))
+def _write_compose_configs(args: argparse.Namespace) -> int:
+    return write_generated(
+        "demo", args.write_configs, lambda: compose_configs(Thresholds.load(args.thresholds), args.fleet)
+    )
 
 
 def _verdicts(stack: Stack) -> list[dict]:
+    assert stack.plan is not None, "start() the stack first"
     try:
         return requests.get(f"http://{stack.plan.analyzer}/api/v1/verdicts", timeout=2).json()["verdicts"]
     except (requests.RequestException, ValueError, KeyError):
         return []
 
 
-def _table(stack: Stack):
+def _table(stack: Stack) -> Group:
     """The live view: one row per pod with its class, confidence, waste and any alert paging for it,
     then the GPU and node alerts."""
     from rich.console import Group
@@ -327,15 +461,25 @@ def _table(stack: Stack):
         by_subject.setdefault(subject, []).append(f"{alertname.removeprefix('Gpulens')} ({path.rsplit('/', 1)[-1]})")
     table = Table(title="gpulens demo: pods on the simulated fleet", expand=False)
     for column in ("pod", "node", "GPUs", "bottleneck", "confidence", "activity", "wasted $/h", "alerts"):
-        table.add_column(column, justify="right" if column in ("GPUs", "confidence", "activity", "wasted $/h") else "left")
+        table.add_column(
+            column, justify="right" if column in ("GPUs", "confidence", "activity", "wasted $/h") else "left"
+        )
     for v in sorted(_verdicts(stack), key=lambda v: -v.get("wasted_cost", 0)):
         if not v.get("pod"):
             continue
         name = f"{v['namespace']}/{v['pod']}"
         hourly = v["wasted_cost"] * 3600 / v["window_seconds"] if v.get("window_seconds") else 0.0
         activity = "-" if v.get("mean_activity") is None else f"{v['mean_activity']:.0%}"
-        table.add_row(name, v["node"], str(len(v["gpus"])), v["bottleneck"], f"{v['confidence']:.0%}", activity,
-                      f"{hourly:.2f}", ", ".join(sorted(by_subject.pop(name, []))))
+        table.add_row(
+            name,
+            v["node"],
+            str(len(v["gpus"])),
+            v["bottleneck"],
+            f"{v['confidence']:.0%}",
+            activity,
+            f"{hourly:.2f}",
+            ", ".join(sorted(by_subject.pop(name, []))),
+        )
     others = [f"{subject or '-'}: {', '.join(sorted(alerts))}" for subject, alerts in sorted(by_subject.items())]
     return Group(table, *(["GPU and node alerts:", *others] if others else []))
 
@@ -356,8 +500,10 @@ def _show_live(stack: Stack, stopping: threading.Event, duration: float) -> None
             return False
         for child in stack.children:
             if child.process.poll() is not None:
-                raise DemoError(f"{child.name} stopped unexpectedly (status {child.process.returncode}); its log ends:\n"
-                                f"{child.log_tail()}")
+                raise DemoError(
+                    f"{child.name} stopped unexpectedly (status {child.process.returncode}); its log ends:\n"
+                    f"{child.log_tail()}"
+                )
         return not (duration and time.monotonic() - started >= duration)
 
     if console.is_terminal:

@@ -5,8 +5,10 @@ logs one line per alert, and shows them at / (text) and /api/v1/notifications (J
 webhook payload (version 4) is documented at
 https://prometheus.io/docs/alerting/latest/configuration/#webhook_config.
 """
+
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
@@ -15,6 +17,7 @@ import threading
 from prometheus_client import CollectorRegistry
 
 from gpulens.core.config import ConfigError
+from gpulens.core.flags import Subcommands
 from gpulens.core.web import WebConfig, parse_listen_address, serve
 
 log = logging.getLogger("gpulens.receiver")
@@ -30,11 +33,19 @@ class AlertReceiver:
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
         self.notifications: list[dict] = []
         self._lock = threading.Lock()
-        routes = {"/": lambda: (200, "text/plain; charset=utf-8", self.text().encode()),
-                  "/api/v1/notifications": lambda: (200, "application/json", json.dumps(self.snapshot()).encode())}
-        self.server = serve(CollectorRegistry(auto_describe=False), (host, port), WebConfig(),
-                            title="gpulens alert receiver", health=lambda: (True, "ok"), routes=routes,
-                            post=self._receive)
+        routes = {
+            "/": lambda: (200, "text/plain; charset=utf-8", self.text().encode()),
+            "/api/v1/notifications": lambda: (200, "application/json", json.dumps(self.snapshot()).encode()),
+        }
+        self.server = serve(
+            CollectorRegistry(auto_describe=False),
+            (host, port),
+            WebConfig(),
+            title="gpulens alert receiver",
+            health=lambda: (True, "ok"),
+            routes=routes,
+            post=self._receive,
+        )
         self.url = f"http://{host}:{self.server.server_address[1]}"
 
     def _receive(self, path: str, body: bytes) -> tuple[int, str, bytes]:
@@ -86,28 +97,33 @@ class AlertReceiver:
 def describe(alert: dict, path: str) -> str:
     """One line: status, where it was routed, the alert and what the analyzer says."""
     labels, annotations = alert.get("labels", {}), alert.get("annotations", {})
-    subject = f"{labels.get('namespace')}/{labels.get('pod')}" if labels.get("pod") else \
-        " ".join(f"{k}={labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if labels.get(k))
+    subject = (
+        f"{labels.get('namespace')}/{labels.get('pod')}"
+        if labels.get("pod")
+        else " ".join(f"{k}={labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if labels.get(k))
+    )
     line = f"[{alert.get('status', '?')}] {path.rsplit('/', 1)[-1]}: {labels.get('alertname', '?')} {subject}"
     if annotations.get("bottleneck"):
-        line += f" | {annotations['bottleneck']} ({annotations.get('confidence', '?')}): " \
-                f"{annotations.get('recommendation', '')}"
+        line += (
+            f" | {annotations['bottleneck']} ({annotations.get('confidence', '?')}): "
+            f"{annotations.get('recommendation', '')}"
+        )
     else:
         line += f" | {annotations.get('summary', '')}"
     return line
 
 
-def register(commands) -> None:
+def register(commands: Subcommands) -> None:
     from gpulens.core import flags
 
-    p = commands.add_parser("alert-receiver", help="a webhook receiver that shows Alertmanager's notifications "
-                                                   "(for the demo)")
-    flags.add(p, "--web.listen-address", dest="listen_address", default="127.0.0.1:9850",
-              help="host:port to listen on")
+    p = commands.add_parser(
+        "alert-receiver", help="a webhook receiver that shows Alertmanager's notifications (for the demo)"
+    )
+    flags.add(p, "--web.listen-address", dest="listen_address", default="127.0.0.1:9850", help="host:port to listen on")
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     import signal
 
     try:

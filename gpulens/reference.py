@@ -1,10 +1,13 @@
 """Generates docs/metrics.md from the metric table, so the reference can never drift from the code."""
+
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
 from gpulens.core import metrics as m
+from gpulens.core.flags import Subcommands
 
 _GROUPS = {
     "identity": "Identity and health",
@@ -23,7 +26,7 @@ def render() -> str:
         "",
         "Generated from `gpulens/core/metrics.py` by `gpulens metrics-reference`; do not edit by hand.",
         "",
-        "Per-device series carry `gpu` (`\"0\"`, or `\"0/gi3\"` for a MIG instance) and `uuid`. "
+        'Per-device series carry `gpu` (`"0"`, or `"0/gi3"` for a MIG instance) and `uuid`. '
         "Join `gpulens_gpu_info` on `uuid` for the model or MIG profile.",
         "",
     ]
@@ -32,18 +35,20 @@ def render() -> str:
         for spec in m.ALL:
             if spec.group == group:
                 labels = ", ".join(f"`{label}`" for label in spec.labels)
-                lines.append(f"| `{spec.name}` | {spec.type} | {spec.unit or '-'} | {labels} | {spec.help} | {spec.source} |")
+                lines.append(
+                    f"| `{spec.name}` | {spec.type} | {spec.unit or '-'} | {labels} | {spec.help} | {spec.source} |"
+                )
         lines.append("")
     return "\n".join(lines)
 
 
-def register(commands) -> None:
+def register(commands: Subcommands) -> None:
     p = commands.add_parser("metrics-reference", help="print the metric reference (Markdown)")
     p.add_argument("--out", default="", help="write to this file instead of stdout")
     p.set_defaults(run=run)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     text = render()
     if args.out:
         Path(args.out).write_text(text)

@@ -1,9 +1,10 @@
-"""Fake-NVML GPUs built from the real captures in ../shared/fixtures/, read as they are.
+"""Fake-NVML GPUs built from the real captures in tests/fixtures/captures/, read as they are.
 
 Each function returns the state-file keys of one GPU (see tests/fake_nvml/state.py), with identity
 and values taken from what nvidia-smi reported on real hardware, so that the exporter's golden output
 is what it would print on that machine.
 """
+
 from __future__ import annotations
 
 import csv
@@ -12,7 +13,8 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+#: Real captures from real GPUs, with their provenance and licences (README.md there).
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "captures"
 H100_CAPTURE = FIXTURES / "nvidia-smi" / "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01.txt"
 A100_MIG_XML = FIXTURES / "nvidia-smi-xml" / "a100-sxm4-v12.xml"
 T4_XML = FIXTURES / "nvidia-smi-xml" / "tesla-t4.xml"
@@ -40,7 +42,7 @@ def capture_sections(path: Path) -> dict[str, list[str]]:
             while j < len(lines) and not lines[j].startswith("#####"):
                 j += 1
             # skip the command line and the closing banner
-            body = lines[j + 1:]
+            body = lines[j + 1 :]
             end = next((k for k, line in enumerate(body) if line.startswith("#####")), len(body))
             sections[title] = [line for line in body[:end] if line.strip()]
             i = j + 1 + end
@@ -53,7 +55,7 @@ def _csv_rows(lines: list[str]) -> list[dict[str, str]]:
     reader = csv.reader(io.StringIO("\n".join(lines)), skipinitialspace=True)
     rows = list(reader)
     header = [h.strip() for h in rows[0]]
-    return [dict(zip(header, (v.strip() for v in row))) for row in rows[1:]]
+    return [dict(zip(header, (v.strip() for v in row), strict=True)) for row in rows[1:]]
 
 
 def h100_under_load() -> dict[str, str]:
@@ -67,8 +69,11 @@ def h100_under_load() -> dict[str, str]:
             cols = line.split()
             pmon[int(cols[1])] = number(cols[3]) or 0
     state = {
-        "uuid": gpu["uuid"], "name": gpu["name"], "pci_bus_id": gpu["pci.bus_id"],
-        "util_gpu": int(number(gpu["utilization.gpu [%]"])), "util_memory": int(number(gpu["utilization.memory [%]"])),
+        "uuid": gpu["uuid"],
+        "name": gpu["name"],
+        "pci_bus_id": gpu["pci.bus_id"],
+        "util_gpu": int(number(gpu["utilization.gpu [%]"])),
+        "util_memory": int(number(gpu["utilization.memory [%]"])),
         "memory_total": int(number(gpu["memory.total [MiB]"]) * MIB),
         "memory_reserved": int(number(gpu["memory.reserved [MiB]"]) * MIB),
         "memory_used": int(number(gpu["memory.used [MiB]"]) * MIB),
@@ -85,15 +90,23 @@ def h100_under_load() -> dict[str, str]:
         "remapped_uncorrectable": int(number(gpu["remapped_rows.uncorrectable"])),
         "remap_pending": 1 if gpu["remapped_rows.pending"] == "Yes" else 0,
         "remap_failure": 1 if gpu["remapped_rows.failure"] == "Yes" else 0,
-        "pcie_gen": int(number(gpu["pcie.link.gen.gpucurrent"])), "pcie_gen_max": int(number(gpu["pcie.link.gen.max"])),
-        "pcie_width": int(number(gpu["pcie.link.width.current"])), "pcie_width_max": int(number(gpu["pcie.link.width.max"])),
-        "nvlink_links": 0, "gpm": 1,
+        "pcie_gen": int(number(gpu["pcie.link.gen.gpucurrent"])),
+        "pcie_gen_max": int(number(gpu["pcie.link.gen.max"])),
+        "pcie_width": int(number(gpu["pcie.link.width.current"])),
+        "pcie_width_max": int(number(gpu["pcie.link.width.max"])),
+        "nvlink_links": 0,
+        "gpm": 1,
     }
     for i, app in enumerate(apps):
         pid = int(app["pid"])
-        state.update({f"proc{i}.pid": pid, f"proc{i}.name": app["process_name"],
-                      f"proc{i}.memory": int(number(app["used_gpu_memory [MiB]"]) * MIB),
-                      f"proc{i}.sm_util": int(pmon.get(pid, 0))})
+        state.update(
+            {
+                f"proc{i}.pid": pid,
+                f"proc{i}.name": app["process_name"],
+                f"proc{i}.memory": int(number(app["used_gpu_memory [MiB]"]) * MIB),
+                f"proc{i}.sm_util": int(pmon.get(pid, 0)),
+            }
+        )
     return state
 
 
@@ -107,10 +120,15 @@ def _xml_common(gpu: ET.Element) -> dict[str, object]:
         return int(number(gpu.findtext(path)) * MIB)
 
     power = gpu.findtext("power_readings/power_draw") or gpu.findtext("gpu_power_readings/power_draw")
-    limit = gpu.findtext("power_readings/enforced_power_limit") or gpu.findtext("gpu_power_readings/current_power_limit")
+    limit = gpu.findtext("power_readings/enforced_power_limit") or gpu.findtext(
+        "gpu_power_readings/current_power_limit"
+    )
     state = {
-        "uuid": gpu.findtext("uuid"), "name": gpu.findtext("product_name"), "pci_bus_id": gpu.findtext("pci/pci_bus_id"),
-        "memory_total": mib("fb_memory_usage/total"), "memory_reserved": mib("fb_memory_usage/reserved"),
+        "uuid": gpu.findtext("uuid"),
+        "name": gpu.findtext("product_name"),
+        "pci_bus_id": gpu.findtext("pci/pci_bus_id"),
+        "memory_total": mib("fb_memory_usage/total"),
+        "memory_reserved": mib("fb_memory_usage/reserved"),
         "memory_used": mib("fb_memory_usage/used"),
         "sm_clock_mhz": int(number(gpu.findtext("clocks/sm_clock"))),
         "sm_clock_max_mhz": int(number(gpu.findtext("max_clocks/sm_clock"))),
@@ -120,7 +138,8 @@ def _xml_common(gpu: ET.Element) -> dict[str, object]:
         "pcie_gen_max": int(number(gpu.findtext("pci/pci_gpu_link_info/pcie_gen/max_link_gen"))),
         "pcie_width": int(number(gpu.findtext("pci/pci_gpu_link_info/link_widths/current_link_width"))),
         "pcie_width_max": int(number(gpu.findtext("pci/pci_gpu_link_info/link_widths/max_link_width"))),
-        "nvlink_links": 0, "gpm": 0,
+        "nvlink_links": 0,
+        "gpm": 0,
     }
     if number(power) is not None:
         state["power_mw"] = round(number(power) * 1000)
@@ -137,8 +156,14 @@ def t4_with_processes() -> tuple[dict[str, object], str]:
     state["util_memory"] = int(number(gpu.findtext("utilization/memory_util")))
     compute = [p for p in gpu.findall("processes/process_info") if p.findtext("type") == "C"]
     for i, p in enumerate(compute):
-        state.update({f"proc{i}.pid": int(p.findtext("pid")), f"proc{i}.name": p.findtext("process_name"),
-                      f"proc{i}.memory": int(number(p.findtext("used_memory")) * MIB), f"proc{i}.sm_util": 0})
+        state.update(
+            {
+                f"proc{i}.pid": int(p.findtext("pid")),
+                f"proc{i}.name": p.findtext("process_name"),
+                f"proc{i}.memory": int(number(p.findtext("used_memory")) * MIB),
+                f"proc{i}.sm_util": 0,
+            }
+        )
     return state, driver
 
 
@@ -153,11 +178,14 @@ def a100_mig() -> tuple[dict[str, object], str]:
         memory = number(mig.findtext("fb_memory_usage/total"))
         profile = f"{round(sms / (total_sms / 7))}g.{round(memory / 1024)}gb"
         gi = int(mig.findtext("gpu_instance_id"))
-        state.update({
-            f"mig{i}.uuid": f"MIG-{state['uuid'][4:-4]}{gi:04d}",  # nvidia-smi -q -x omits MIG UUIDs
-            f"mig{i}.name": f"{state['name']} MIG {profile}",
-            f"mig{i}.gi": gi, f"mig{i}.ci": int(mig.findtext("compute_instance_id")),
-            f"mig{i}.memory_total": int(memory * MIB),
-            f"mig{i}.memory_used": int(number(mig.findtext("fb_memory_usage/used")) * MIB),
-        })
+        state.update(
+            {
+                f"mig{i}.uuid": f"MIG-{state['uuid'][4:-4]}{gi:04d}",  # nvidia-smi -q -x omits MIG UUIDs
+                f"mig{i}.name": f"{state['name']} MIG {profile}",
+                f"mig{i}.gi": gi,
+                f"mig{i}.ci": int(mig.findtext("compute_instance_id")),
+                f"mig{i}.memory_total": int(memory * MIB),
+                f"mig{i}.memory_used": int(number(mig.findtext("fb_memory_usage/used")) * MIB),
+            }
+        )
     return state, driver

@@ -1,11 +1,15 @@
 import pytest
 
+from tests import helpers
 from tests.helpers import FakeNvml, build_fake_nvml
 
 
 def pytest_addoption(parser):
-    parser.addoption("--update-golden", action="store_true",
-                     help="rewrite the golden files under tests/golden/ from the current output")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite the golden files under tests/golden/ from the current output",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -17,3 +21,10 @@ def fake_nvml_library(tmp_path_factory):
 @pytest.fixture
 def fake_nvml(fake_nvml_library, tmp_path):
     return FakeNvml(fake_nvml_library, tmp_path / "nvml-state")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def process_logs(tmp_path_factory):
+    """Logs of the gpulens processes the tests start go under pytest's temporary folder."""
+    helpers.PROCESS_LOGS = tmp_path_factory.mktemp("processes")
+    return helpers.PROCESS_LOGS

@@ -2,6 +2,7 @@
 
 It serves a pod list the test scripts and changes while the exporter runs, and can be made slow.
 """
+
 from __future__ import annotations
 
 import threading
@@ -32,10 +33,17 @@ class FakeKubelet(pb_grpc.PodResourcesListerServicer):
 
     def _pod_resources(self, key) -> pb.PodResources:
         namespace, name = key
-        return pb.PodResources(name=name, namespace=namespace, containers=[
-            pb.ContainerResources(name=container, devices=[
-                pb.ContainerDevices(resource_name=resource, device_ids=ids) for resource, ids in devices])
-            for container, devices in self.pods[key].items()])
+        return pb.PodResources(
+            name=name,
+            namespace=namespace,
+            containers=[
+                pb.ContainerResources(
+                    name=container,
+                    devices=[pb.ContainerDevices(resource_name=resource, device_ids=ids) for resource, ids in devices],
+                )
+                for container, devices in self.pods[key].items()
+            ],
+        )
 
     def List(self, request, context):
         self.list_calls += 1
@@ -54,7 +62,7 @@ class FakeKubelet(pb_grpc.PodResourcesListerServicer):
     def GetAllocatableResources(self, request, context):
         return pb.AllocatableResourcesResponse()
 
-    def start(self) -> "FakeKubelet":
+    def start(self) -> FakeKubelet:
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         pb_grpc.add_PodResourcesListerServicer_to_server(self, self._server)
         self._server.add_insecure_port(f"unix:{self.socket_path}")

@@ -1,4 +1,5 @@
 """Real parts for tests: the fake libnvidia-ml, the exporter as a process, a real Prometheus."""
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,10 @@ def build_fake_nvml(out_dir: Path) -> Path:
     """Compile tests/fake_nvml/fake_nvml.c into out_dir/libnvidia-ml.so.1 with gcc."""
     out_dir.mkdir(parents=True, exist_ok=True)
     library = out_dir / "libnvidia-ml.so.1"
-    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(library),
-                    str(FAKE_NVML_SOURCE), "-lpthread"], check=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(library), str(FAKE_NVML_SOURCE), "-lpthread"],
+        check=True,
+    )
     return library
 
 
@@ -41,10 +44,21 @@ class FakeNvml:
         """Environment for a process that should load the fake instead of a real driver."""
         return {**os.environ, "LD_LIBRARY_PATH": str(self.library_dir), "FAKE_NVML_STATE": str(self.state_path)}
 
-    def write(self, gpus: list[dict], *, driver_version: str = "535.54.03", nvml_version: str = "12.535.54.03",
-              init_error: int = 0, topology: dict[tuple[int, int], int] | None = None) -> None:
-        lines = [f"driver_version={driver_version}", f"nvml_version={nvml_version}",
-                 f"init_error={init_error}", f"device_count={len(gpus)}"]
+    def write(
+        self,
+        gpus: list[dict],
+        *,
+        driver_version: str = "535.54.03",
+        nvml_version: str = "12.535.54.03",
+        init_error: int = 0,
+        topology: dict[tuple[int, int], int] | None = None,
+    ) -> None:
+        lines = [
+            f"driver_version={driver_version}",
+            f"nvml_version={nvml_version}",
+            f"init_error={init_error}",
+            f"device_count={len(gpus)}",
+        ]
         for index, gpu in enumerate(gpus):
             lines += [f"gpu{index}.{key}={value}" for key, value in gpu.items()]
         for (a, b), level in (topology or {}).items():
@@ -67,15 +81,25 @@ def wait_until(condition, timeout: float, interval: float = 0.1, what: str = "co
         time.sleep(interval)
 
 
+#: Where processes started by the tests keep their logs: set by conftest.py to a folder in pytest's
+#: own temporary tree, which pytest cleans (tmp_path_retention_policy in pyproject.toml).
+PROCESS_LOGS: Path | None = None
+
+
 class GpulensProcess:
     """`python -m gpulens ARGS` as a child process, its log captured in a file."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None, workdir: Path | None = None):
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gpulens-test-"))
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gpulens-", dir=PROCESS_LOGS))
         self.log_path = self.workdir / f"gpulens-{os.getpid()}-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "w")
-        self.process = subprocess.Popen([sys.executable, "-m", "gpulens", *args], env=env or dict(os.environ),
-                                        stdout=self._log, stderr=subprocess.STDOUT, cwd=REPO)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gpulens", *args],
+            env=env or dict(os.environ),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+        )
 
     @property
     def log(self) -> str:
@@ -164,9 +188,15 @@ scrape_configs:
 {extra_config}""")
         self._log = open(workdir / "prometheus.log", "w")
         self.process = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}"],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
 
         def ready():
             if self.process.poll() is not None:

@@ -1,4 +1,5 @@
 """The analyzer: readers on real recordings, the classifier, `gpulens analyze` and `gpulens eval`."""
+
 import json
 import subprocess
 import sys
@@ -7,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpulens.analyzer import readers
 from gpulens.analyzer import frame as fr
+from gpulens.analyzer import readers
 from gpulens.analyzer.classify import classify
-from gpulens.core.bottlenecks import CLASSES
 from gpulens.analyzer.evaluate import Scenario, evaluate, scenario_trace
-from gpulens.core.thresholds import Thresholds
 from gpulens.analyzer.readers import TraceError, read_trace
+from gpulens.core.bottlenecks import CLASSES
+from gpulens.core.thresholds import Thresholds
 from tests.captures import FIXTURES, H100_CAPTURE, capture_sections
 from tests.helpers import REPO
 
@@ -22,16 +23,20 @@ DMON = FIXTURES / "dcgmi-dmon"
 
 
 def gpulens(*args, **kwargs):
-    return subprocess.run([sys.executable, "-m", "gpulens", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=120, **kwargs)
+    return subprocess.run(
+        [sys.executable, "-m", "gpulens", *args], capture_output=True, text=True, cwd=REPO, timeout=120, **kwargs
+    )
 
 
 # --- readers on real recordings --------------------------------------------------------------
 
+
 def test_nvidia_smi_query_gpu_log_as_recorded(tmp_path):
     # The capture's query-gpu section is exactly what `nvidia-smi --query-gpu=... --format=csv` printed.
     log = tmp_path / "nvidia-smi.csv"
-    log.write_text("\n".join(capture_sections(H100_CAPTURE)["load :: query-gpu (csv, what the exporter parses)"]) + "\n")
+    log.write_text(
+        "\n".join(capture_sections(H100_CAPTURE)["load :: query-gpu (csv, what the exporter parses)"]) + "\n"
+    )
     frame = readers.read_files([log])
     row = frame.iloc[0]
     assert (row.gpu, row.gpu_model) == ("GPU-00000000-0000-0000-0000-000000000000", "NVIDIA H100 80GB HBM3")
@@ -68,8 +73,13 @@ def test_a_recording_with_a_hole_is_insufficient_data_not_a_guess():
 
 
 def test_saved_dcgm_exporter_scrapes_are_one_series():
-    frame = readers.read_files([FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape1.prom",
-                                FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape2.prom"], scrape_interval=30)
+    frame = readers.read_files(
+        [
+            FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape1.prom",
+            FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape2.prom",
+        ],
+        scrape_interval=30,
+    )
     assert list(frame.timestamp) == [0.0, 30.0]
     assert list(frame.pcie_tx_bytes_per_second) == [16503.0, 16503.0]
     assert frame.memory_total_bytes.iloc[0] == 40384 * MIB
@@ -79,15 +89,19 @@ def test_saved_dcgm_exporter_scrapes_are_one_series():
 
 # --- the trace format ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, message", [
-    ("gpu,sm_active\n0,0.5\n", "line 1: required column 'timestamp' missing from the header"),
-    ("timestamp,gpu,sm_activ\n1,0,0.5\n", "line 1: unknown column(s) sm_activ"),
-    ("timestamp,gpu,sm_active\n1,0,0.5\n2,0,high\n", "line 3, column 3 (sm_active): 'high' is not a number"),
-    ("timestamp,gpu,sm_active\n1,0,85\n", "line 2, column 3 (sm_active): 85 is not a ratio from 0 to 1"),
-    ("timestamp,gpu,sm_active\nyesterday,0,0.5\n", "line 2, column 1 (timestamp): 'yesterday' is neither unix"),
-    ("timestamp,gpu,sm_active\n1,0\n", "line 2: 2 fields, the header has 3"),
-    ("", "empty file"),
-])
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("gpu,sm_active\n0,0.5\n", "line 1: required column 'timestamp' missing from the header"),
+        ("timestamp,gpu,sm_activ\n1,0,0.5\n", "line 1: unknown column(s) sm_activ"),
+        ("timestamp,gpu,sm_active\n1,0,0.5\n2,0,high\n", "line 3, column 3 (sm_active): 'high' is not a number"),
+        ("timestamp,gpu,sm_active\n1,0,85\n", "line 2, column 3 (sm_active): 85 is not a ratio from 0 to 1"),
+        ("timestamp,gpu,sm_active\nyesterday,0,0.5\n", "line 2, column 1 (timestamp): 'yesterday' is neither unix"),
+        ("timestamp,gpu,sm_active\n1,0\n", "line 2: 2 fields, the header has 3"),
+        ("", "empty file"),
+    ],
+)
 def test_malformed_trace_names_file_line_column(tmp_path, text, message):
     path = tmp_path / "trace.csv"
     path.write_text(text)
@@ -112,9 +126,17 @@ def test_parquet_round_trip(tmp_path):
 
 # --- the classifier --------------------------------------------------------------------------
 
+
 def one(label, **kwargs) -> list:
-    s = Scenario(label, kwargs.pop("model", "A100-SXM4-40GB"), kwargs.pop("gpus", 1), kwargs.pop("onset", 0.0),
-                 kwargs.pop("profiling", True), kwargs.pop("mig", False), kwargs.pop("seed", 31))
+    s = Scenario(
+        label,
+        kwargs.pop("model", "A100-SXM4-40GB"),
+        kwargs.pop("gpus", 1),
+        kwargs.pop("onset", 0.0),
+        kwargs.pop("profiling", True),
+        kwargs.pop("mig", False),
+        kwargs.pop("seed", 31),
+    )
     return classify(scenario_trace(s))
 
 
@@ -173,22 +195,40 @@ def test_eval_on_unseen_seeds():
 
 # --- the command line ------------------------------------------------------------------------
 
+
+@pytest.mark.slow
 def test_analyze_json_csv_and_table(tmp_path):
-    frame = pd.concat([scenario_trace(Scenario(label, "H100-SXM5-80GB", 1, 0, True, False, 40 + i))
-                       for i, label in enumerate(["idle", "healthy", "memory_bandwidth"])])
+    frame = pd.concat(
+        [
+            scenario_trace(Scenario(label, "H100-SXM5-80GB", 1, 0, True, False, 40 + i))
+            for i, label in enumerate(["idle", "healthy", "memory_bandwidth"])
+        ]
+    )
     fr.write_trace(frame, tmp_path / "trace.csv")
     result = gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "json")
     assert result.returncode == 0, result.stderr
     verdicts = json.loads(result.stdout)
     assert [v["bottleneck"] for v in verdicts] == ["idle", "memory_bandwidth", "healthy"]  # most waste first
-    assert set(verdicts[0]) >= {"namespace", "pod", "node", "gpus", "gpu_model", "bottleneck", "confidence",
-                                "evidence", "recommendation", "wasted_gpu_seconds", "secondary"}
+    assert set(verdicts[0]) >= {
+        "namespace",
+        "pod",
+        "node",
+        "gpus",
+        "gpu_model",
+        "bottleneck",
+        "confidence",
+        "evidence",
+        "recommendation",
+        "wasted_gpu_seconds",
+        "secondary",
+    }
     result = gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "csv")
     assert result.stdout.splitlines()[0].startswith("namespace,pod,node,gpus,gpu_model,bottleneck,confidence")
     table = gpulens("analyze", str(tmp_path / "trace.csv")).stdout
     assert "eval/idle-40" in table and "memory_bandwidth" in table and "Release the GPU" in table
 
 
+@pytest.mark.slow
 def test_analyze_bad_file_writes_nothing(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("timestamp,gpu,sm_active\n1,0,0.5\n2,0,oops\n")
@@ -201,19 +241,34 @@ def test_analyze_bad_file_writes_nothing(tmp_path):
     assert gpulens("analyze", str(tmp_path / "missing.csv")).returncode == 2
 
 
+@pytest.mark.slow
 def test_eval_command_prints_the_matrix():
     result = gpulens("eval", "--per-class", "3")
     assert result.returncode == 0
     assert "macro-F1:" in result.stdout and "healthy pods called idle: 0" in result.stdout
 
 
+@pytest.mark.slow
 def test_the_exporter_records_a_trace_that_analyze_reads(tmp_path):
-    from tests.helpers import start_exporter
     import time as _time
 
+    from tests.helpers import start_exporter
+
     record = tmp_path / "node.csv"
-    exporter, url = start_exporter(["--source", "simulated", "--simulate.node", "sim-h100-a", "--simulate.speed", "5",
-                                    "--sampler.interval", "0.25", "--record", str(record)])
+    exporter, url = start_exporter(
+        [
+            "--source",
+            "simulated",
+            "--simulate.node",
+            "sim-h100-a",
+            "--simulate.speed",
+            "5",
+            "--sampler.interval",
+            "0.25",
+            "--record",
+            str(record),
+        ]
+    )
     _time.sleep(12)
     exporter.stop()
     frame = read_trace(record)

@@ -1,4 +1,5 @@
 """`gpulens analyzer` live: reading simulated exporters directly and through a real Prometheus."""
+
 import subprocess
 import sys
 import time
@@ -8,14 +9,23 @@ import requests
 
 from tests.helpers import REPO, GpulensProcess, Prometheus, free_port, samples, value, wait_until
 
+#: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
+pytestmark = pytest.mark.slow
+
 NODES = ["sim-h100-a", "sim-a100-b", "sim-l40s-c"]
 #: The demo fleet's pods and the class each one's profile must be given.
 EXPECTED = {
-    "vision/resnet-ddp-0": "healthy", "nlp/bert-finetune-0": "data_starvation",
-    "science/stencil-solver-0": "memory_bandwidth", "research/notebook-alice-0": "idle",
-    "serving/embedder-0": "wrong_gpu_type", "nlp/llm-sft-0": "memory_fragmentation",
-    "vision/allreduce-bench-0": "interconnect", "vision/detector-train-0": "throttling",
-    "nlp/t5-pretrain-0": "healthy", "vision/segmenter-ddp-0": "poor_placement", "vision/classifier-0": "healthy",
+    "vision/resnet-ddp-0": "healthy",
+    "nlp/bert-finetune-0": "data_starvation",
+    "science/stencil-solver-0": "memory_bandwidth",
+    "research/notebook-alice-0": "idle",
+    "serving/embedder-0": "wrong_gpu_type",
+    "nlp/llm-sft-0": "memory_fragmentation",
+    "vision/allreduce-bench-0": "interconnect",
+    "vision/detector-train-0": "throttling",
+    "nlp/t5-pretrain-0": "healthy",
+    "vision/segmenter-ddp-0": "poor_placement",
+    "vision/classifier-0": "healthy",
     "science/md-sim-0": "healthy",  # XID 63 events under a healthy job: an alert, not a bottleneck
 }
 ANALYSIS = ["--analysis.window", "60", "--analysis.interval", "2"]
@@ -27,11 +37,25 @@ def fleet():
     procs, urls = [], {}
     for node in NODES:
         port = free_port()
-        procs.append(GpulensProcess(["exporter", "--source", "simulated", "--simulate.node", node,
-                                     "--simulate.speed", "5", "--sampler.interval", "0.5",
-                                     "--web.listen-address", f"127.0.0.1:{port}"]))
+        procs.append(
+            GpulensProcess(
+                [
+                    "exporter",
+                    "--source",
+                    "simulated",
+                    "--simulate.node",
+                    node,
+                    "--simulate.speed",
+                    "5",
+                    "--sampler.interval",
+                    "0.5",
+                    "--web.listen-address",
+                    f"127.0.0.1:{port}",
+                ]
+            )
+        )
         urls[node] = f"http://127.0.0.1:{port}"
-    for proc, url in zip(procs, urls.values()):
+    for proc, url in zip(procs, urls.values(), strict=True):
         proc.wait_serving(url)
     yield urls
     for proc in procs:
@@ -65,14 +89,27 @@ def matches_truth(url):
 
 def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_prometheus(fleet, tmp_path):
     direct, direct_url = start_analyzer(
-        [*(f"--input.exporter={node}={url}/metrics" for node, url in fleet.items()),
-         "--exporter.scrape-interval", "1", *ANALYSIS])
+        [
+            *(f"--input.exporter={node}={url}/metrics" for node, url in fleet.items()),
+            "--exporter.scrape-interval",
+            "1",
+            *ANALYSIS,
+        ]
+    )
     prometheus = Prometheus(tmp_path, [url.removeprefix("http://") for url in fleet.values()], scrape_interval="1s")
-    through, through_url = start_analyzer([f"--input.prometheus={prometheus.url}", "--prometheus.step", "1",
-                                           '--prometheus.selector=job="gpulens"', *ANALYSIS])
+    through, through_url = start_analyzer(
+        [
+            f"--input.prometheus={prometheus.url}",
+            "--prometheus.step",
+            "1",
+            '--prometheus.selector=job="gpulens"',
+            *ANALYSIS,
+        ]
+    )
     try:
-        body, pods = wait_until(lambda: matches_truth(direct_url), 150, interval=2,
-                                what="the direct analyzer to name every pod's profile")
+        body, pods = wait_until(
+            lambda: matches_truth(direct_url), 150, interval=2, what="the direct analyzer to name every pod's profile"
+        )
         assert body["stale"] is False and body["input"] == "exporter"
         starving = pods["nlp/bert-finetune-0"]
         assert starving["node"] == "sim-h100-a" and starving["gpu_model"] == "NVIDIA H100 80GB HBM3"
@@ -82,22 +119,34 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         # GPUs no pod holds are reported too, as idle.
         assert sorted(v["bottleneck"] for v in body["verdicts"] if not v["pod"]) == ["idle"] * 3
 
-        wait_until(lambda: matches_truth(through_url), 150, interval=2,
-                   what="the analyzer reading Prometheus to name every pod's profile")
+        wait_until(
+            lambda: matches_truth(through_url),
+            150,
+            interval=2,
+            what="the analyzer reading Prometheus to name every pod's profile",
+        )
         parsed = samples(requests.get(through_url + "/metrics").text)
         # StateSet: exactly one class is 1 for each pod.
         for pod, name in EXPECTED.items():
             namespace, pod_name = pod.split("/")
-            states = {dict(labels)["bottleneck"]: v for (n, labels), v in parsed.items()
-                      if n == "gpulens_pod_bottleneck" and ("pod", pod_name) in labels}
+            states = {
+                dict(labels)["bottleneck"]: v
+                for (n, labels), v in parsed.items()
+                if n == "gpulens_pod_bottleneck" and ("pod", pod_name) in labels
+            }
             assert len(states) == 10 and states[name] == 1 and sum(states.values()) == 1
         info = value(parsed, "gpulens_pod_bottleneck_info", pod="bert-finetune-0", bottleneck="data_starvation")
         assert info == 1
         assert value(parsed, "gpulens_wasted_gpu_seconds_total", namespace="research", bottleneck="idle") > 0
         assert value(parsed, "gpulens_wasted_cost_dollars_total", namespace="research", bottleneck="idle") > 0
         assert requests.get(through_url + "/healthz").status_code == 200
-        subprocess.run([require_promtool(), "check", "metrics"], input=requests.get(through_url + "/metrics").text,
-                       text=True, check=True, capture_output=True)
+        subprocess.run(
+            [require_promtool(), "check", "metrics"],
+            input=requests.get(through_url + "/metrics").text,
+            text=True,
+            check=True,
+            capture_output=True,
+        )
 
         # Prometheus goes away: the last verdicts stay, marked stale with their age; nothing crashes.
         prometheus.stop()
@@ -125,9 +174,13 @@ def require_promtool():
 def test_prometheus_down_from_the_start():
     proc, url = start_analyzer([f"--input.prometheus=http://127.0.0.1:{free_port()}", "--analysis.interval", "0.5"])
     try:
-        wait_until(lambda: value(samples(requests.get(url + "/metrics").text),
-                                 "gpulens_analyzer_input_errors_total", input="prometheus"), 10,
-                   what="an input error to be counted")
+        wait_until(
+            lambda: value(
+                samples(requests.get(url + "/metrics").text), "gpulens_analyzer_input_errors_total", input="prometheus"
+            ),
+            10,
+            what="an input error to be counted",
+        )
         response = requests.get(url + "/healthz")
         assert (response.status_code, response.text) == (503, "no analysis cycle has succeeded yet\n")
         assert verdicts(url)[0] == {"stale": True, "age_seconds": None, "input": "prometheus", "verdicts": []}
@@ -137,14 +190,18 @@ def test_prometheus_down_from_the_start():
         proc.stop()
 
 
-@pytest.mark.parametrize("args, message", [
-    ([], "give exactly one input"),
-    (["--input.prometheus=http://p:9090", "--input.exporter=http://e:9848/metrics"], "give exactly one input"),
-    (["--input.exporter=e:9848/metrics"], "--input.exporter 'e:9848/metrics' is not an http(s) URL"),
-    (["--input.prometheus=prom:9090"], "--input.prometheus 'prom:9090' is not an http(s) URL"),
-    (["--input.prometheus=http://p:9090", "--analysis.window=0"], "--analysis.window must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ([], "give exactly one input"),
+        (["--input.prometheus=http://p:9090", "--input.exporter=http://e:9848/metrics"], "give exactly one input"),
+        (["--input.exporter=e:9848/metrics"], "--input.exporter 'e:9848/metrics' is not an http(s) URL"),
+        (["--input.prometheus=prom:9090"], "--input.prometheus 'prom:9090' is not an http(s) URL"),
+        (["--input.prometheus=http://p:9090", "--analysis.window=0"], "--analysis.window must be a positive number"),
+    ],
+)
 def test_bad_flags(args, message):
-    result = subprocess.run([sys.executable, "-m", "gpulens", "analyzer", *args], capture_output=True, text=True,
-                            cwd=REPO, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpulens", "analyzer", *args], capture_output=True, text=True, cwd=REPO, timeout=30
+    )
     assert result.returncode == 2 and message in result.stderr

@@ -1,5 +1,6 @@
 """Pod attribution through real protocol parts: a fake kubelet serving the real pod-resources gRPC
 protocol on a unix socket, a fixture /proc and /var/log, and the fake libnvidia-ml."""
+
 import hashlib
 import subprocess
 import sys
@@ -8,12 +9,12 @@ import time
 import pytest
 import requests
 
+from gpulens.core.pods import PodRef
 from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, parse_cgroup, read_cgroup
 from gpulens.exporter.attribution.kubelet import DeviceRef, parse_device_id, resource_matches
-from gpulens.core.pods import PodRef
 from tests import captures
 from tests.fake_kubelet import FakeKubelet
-from tests.helpers import start_nvml_exporter, REPO, samples, value, wait_until
+from tests.helpers import REPO, samples, start_nvml_exporter, value, wait_until
 
 NODE = REPO / "tests" / "fixtures" / "node"
 PROC, VAR_LOG = str(NODE / "proc"), str(NODE / "var" / "log")
@@ -24,17 +25,20 @@ def container_id(name: str) -> str:
     return hashlib.sha256(name.encode()).hexdigest()
 
 
-@pytest.mark.parametrize("device_id, ref", [
-    (f"GPU-{UUID}", DeviceRef(uuid=f"GPU-{UUID}")),
-    (f"GPU-{UUID}::3", DeviceRef(uuid=f"GPU-{UUID}")),
-    (f"MIG-{UUID}", DeviceRef(uuid=f"MIG-{UUID}")),
-    (f"MIG-GPU-{UUID}/3/0", DeviceRef(parent_uuid=f"GPU-{UUID}", gpu_instance_id=3)),
-    ("nvidia0", DeviceRef(gpu="0")),
-    ("nvidia1/gi3", DeviceRef(gpu="1/gi3")),
-    ("nvidia2/vgpu4", DeviceRef(gpu="2")),
-    ("weird-7", None),
-    (f"GPU-{UUID}-extra", None),
-])
+@pytest.mark.parametrize(
+    "device_id, ref",
+    [
+        (f"GPU-{UUID}", DeviceRef(uuid=f"GPU-{UUID}")),
+        (f"GPU-{UUID}::3", DeviceRef(uuid=f"GPU-{UUID}")),
+        (f"MIG-{UUID}", DeviceRef(uuid=f"MIG-{UUID}")),
+        (f"MIG-GPU-{UUID}/3/0", DeviceRef(parent_uuid=f"GPU-{UUID}", gpu_instance_id=3)),
+        ("nvidia0", DeviceRef(gpu="0")),
+        ("nvidia1/gi3", DeviceRef(gpu="1/gi3")),
+        ("nvidia2/vgpu4", DeviceRef(gpu="2")),
+        ("weird-7", None),
+        (f"GPU-{UUID}-extra", None),
+    ],
+)
 def test_device_ids_of_real_device_plugins(device_id, ref):
     assert parse_device_id(device_id) == ref
 
@@ -47,16 +51,19 @@ def test_resource_names_with_families():
     assert not resource_matches("amd.com/gpu", patterns)
 
 
-@pytest.mark.parametrize("pid, cgroup", [
-    (4101, Cgroup(container_id("trainer"), "3f1b2c4d-5e6f-4a1b-8c2d-0123456789ab")),  # containerd, v2, systemd
-    (4201, Cgroup(container_id("bert-a"), "7c2d9e10-aaaa-4bbb-8ccc-0123456789ab")),  # CRI-O, v2, systemd
-    (4301, Cgroup(container_id("bert-b"), "91e0f3a2-1b2c-4d3e-9f40-0123456789ab")),  # containerd, v1, cgroupfs
-    (4401, Cgroup(container_id("mig-a"), "a0b1c2d3-e4f5-4061-8273-0123456789ab")),  # Docker, v1, systemd
-    (4402, Cgroup(container_id("mig-b"), "b1c2d3e4-f506-4172-8384-0123456789ab")),  # containerd, v2, cgroupfs
-    (4501, Cgroup()),  # a login session
-    (4601, Cgroup(container_id("plain-docker"), "")),  # plain Docker, no Kubernetes
-    (99999, Cgroup()),  # exited
-])
+@pytest.mark.parametrize(
+    "pid, cgroup",
+    [
+        (4101, Cgroup(container_id("trainer"), "3f1b2c4d-5e6f-4a1b-8c2d-0123456789ab")),  # containerd, v2, systemd
+        (4201, Cgroup(container_id("bert-a"), "7c2d9e10-aaaa-4bbb-8ccc-0123456789ab")),  # CRI-O, v2, systemd
+        (4301, Cgroup(container_id("bert-b"), "91e0f3a2-1b2c-4d3e-9f40-0123456789ab")),  # containerd, v1, cgroupfs
+        (4401, Cgroup(container_id("mig-a"), "a0b1c2d3-e4f5-4061-8273-0123456789ab")),  # Docker, v1, systemd
+        (4402, Cgroup(container_id("mig-b"), "b1c2d3e4-f506-4172-8384-0123456789ab")),  # containerd, v2, cgroupfs
+        (4501, Cgroup()),  # a login session
+        (4601, Cgroup(container_id("plain-docker"), "")),  # plain Docker, no Kubernetes
+        (99999, Cgroup()),  # exited
+    ],
+)
 def test_cgroups_of_each_runtime(pid, cgroup):
     assert read_cgroup(PROC, pid) == cgroup
 
@@ -77,8 +84,19 @@ def test_container_index_from_the_kubelets_log_links():
 
 
 def test_generated_grpc_code_is_current(tmp_path):
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{REPO}", f"--python_out={tmp_path}",
-                    f"--grpc_python_out={tmp_path}", "gpulens/exporter/attribution/podresources.proto"], check=True, cwd=REPO)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{REPO}",
+            f"--python_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            "gpulens/exporter/attribution/podresources.proto",
+        ],
+        check=True,
+        cwd=REPO,
+    )
     for name in ("podresources_pb2.py", "podresources_pb2_grpc.py"):
         generated = (tmp_path / "gpulens" / "exporter" / "attribution" / name).read_text()
         assert generated == (REPO / "exporter" / "attribution" / name).read_text(), f"regenerate {name}"
@@ -86,23 +104,57 @@ def test_generated_grpc_code_is_current(tmp_path):
 
 # --- end to end ------------------------------------------------------------------------------
 
+
 def node_gpus():
     """GPU 0: an H100 with the trainer, a host process and a plain Docker process; GPU 1: a T4
     time-sliced between two pods; GPU 2: the A100 of the MIG capture, instances in three pods."""
     h100 = captures.h100_under_load()
     for key in [k for k in h100 if k.startswith("proc")]:
         del h100[key]
-    h100.update({"proc0.pid": 4101, "proc0.name": "python3", "proc0.memory": 30 * 2**30, "proc0.sm_util": 80,
-                 "proc1.pid": 4501, "proc1.name": "nvidia-smi", "proc1.memory": 2**20, "proc1.sm_util": 0,
-                 "proc2.pid": 4601, "proc2.name": "bench", "proc2.memory": 2**30, "proc2.sm_util": 5})
+    h100.update(
+        {
+            "proc0.pid": 4101,
+            "proc0.name": "python3",
+            "proc0.memory": 30 * 2**30,
+            "proc0.sm_util": 80,
+            "proc1.pid": 4501,
+            "proc1.name": "nvidia-smi",
+            "proc1.memory": 2**20,
+            "proc1.sm_util": 0,
+            "proc2.pid": 4601,
+            "proc2.name": "bench",
+            "proc2.memory": 2**30,
+            "proc2.sm_util": 5,
+        }
+    )
     t4 = captures.t4_with_processes()[0]
     for key in [k for k in t4 if k.startswith("proc")]:
         del t4[key]
-    t4.update({"proc0.pid": 4201, "proc0.name": "python", "proc0.memory": 3 * 2**30, "proc0.sm_util": 30,
-               "proc1.pid": 4301, "proc1.name": "python", "proc1.memory": 5 * 2**30, "proc1.sm_util": 45})
+    t4.update(
+        {
+            "proc0.pid": 4201,
+            "proc0.name": "python",
+            "proc0.memory": 3 * 2**30,
+            "proc0.sm_util": 30,
+            "proc1.pid": 4301,
+            "proc1.name": "python",
+            "proc1.memory": 5 * 2**30,
+            "proc1.sm_util": 45,
+        }
+    )
     a100 = captures.a100_mig()[0]
-    a100.update({"proc0.pid": 4401, "proc0.name": "jupyter", "proc0.memory": 2**30, "proc0.gi": 3,
-                 "proc1.pid": 4402, "proc1.name": "worker", "proc1.memory": 2 * 2**30, "proc1.gi": 4})
+    a100.update(
+        {
+            "proc0.pid": 4401,
+            "proc0.name": "jupyter",
+            "proc0.memory": 2**30,
+            "proc0.gi": 3,
+            "proc1.pid": 4402,
+            "proc1.name": "worker",
+            "proc1.memory": 2 * 2**30,
+            "proc1.gi": 4,
+        }
+    )
     return [h100, t4, a100]
 
 
@@ -129,8 +181,17 @@ def attributed_exporter(fake_nvml, tmp_path):
     gpus = node_gpus()
     fake_nvml.write(gpus)
     kubelet = FakeKubelet(str(tmp_path / "kubelet.sock"), kubelet_pods(gpus)).start()
-    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", kubelet.socket_path, "--kubelet.refresh-interval",
-                                        "0.3", "--path.procfs", PROC, "--path.var-log", VAR_LOG)
+    exporter, url = start_nvml_exporter(
+        fake_nvml,
+        "--kubelet.socket",
+        kubelet.socket_path,
+        "--kubelet.refresh-interval",
+        "0.3",
+        "--path.procfs",
+        PROC,
+        "--path.var-log",
+        VAR_LOG,
+    )
     yield gpus, kubelet, exporter, url
     exporter.stop()
     kubelet.stop()
@@ -141,10 +202,14 @@ def scrape(url):
 
 
 def pod_info(parsed):
-    return sorted((dict(labels)["gpu"], dict(labels)["namespace"], dict(labels)["pod"], dict(labels)["container"])
-                  for (name, labels) in parsed if name == "gpulens_gpu_pod_info")
+    return sorted(
+        (dict(labels)["gpu"], dict(labels)["namespace"], dict(labels)["pod"], dict(labels)["container"])
+        for (name, labels) in parsed
+        if name == "gpulens_gpu_pod_info"
+    )
 
 
+@pytest.mark.slow
 def test_every_gpu_instance_and_process_is_in_its_pod(attributed_exporter):
     gpus, kubelet, exporter, url = attributed_exporter
     parsed = scrape(url)
@@ -171,8 +236,18 @@ def test_every_gpu_instance_and_process_is_in_its_pod(attributed_exporter):
     busy_b = value(later, "gpulens_pod_gpu_busy_seconds_total", pod="bert-b-0", **t4_pod)
     assert busy_b > 0.3 and busy_b / busy_a == pytest.approx(0.45 / 0.30, rel=0.01)
     # Processes carry their pod; a host process none; a plain Docker one its container ID only.
-    assert value(parsed, "gpulens_process_info", pid="4101", namespace="vision", pod="trainer-0",
-                 container="trainer", container_id=container_id("trainer")) == 1
+    assert (
+        value(
+            parsed,
+            "gpulens_process_info",
+            pid="4101",
+            namespace="vision",
+            pod="trainer-0",
+            container="trainer",
+            container_id=container_id("trainer"),
+        )
+        == 1
+    )
     assert value(parsed, "gpulens_process_info", pid="4402", gpu="2/gi4", pod="mig-b-0") == 1
     assert value(parsed, "gpulens_process_info", pid="4501", pod="", container_id="") == 1
     assert value(parsed, "gpulens_process_info", pid="4601", pod="", container_id=container_id("plain-docker")) == 1
@@ -183,6 +258,7 @@ def test_every_gpu_instance_and_process_is_in_its_pod(attributed_exporter):
     assert value(parsed, "gpulens_exporter_kubelet_unmapped_device_ids", reason="unknown_format") == 0
 
 
+@pytest.mark.slow
 def test_pods_come_and_go_within_one_refresh(attributed_exporter):
     gpus, kubelet, exporter, url = attributed_exporter
     pods = kubelet_pods(gpus)
@@ -205,13 +281,17 @@ def test_pods_come_and_go_within_one_refresh(attributed_exporter):
     assert value(parsed, "gpulens_pod_gpu_busy_seconds_total", pod="mig-c-0") is None
 
 
+@pytest.mark.slow
 def test_unknown_device_ids_are_counted_and_logged_once(attributed_exporter):
     gpus, kubelet, exporter, url = attributed_exporter
     pods = kubelet_pods(gpus)
     pods[("odd", "vendor-plugin-0")] = {"main": [("nvidia.com/gpu", ["weird-7", f"GPU-{UUID}"])]}
     kubelet.set_pods(pods)
-    wait_until(lambda: value(scrape(url), "gpulens_exporter_kubelet_unmapped_device_ids",
-                             reason="unknown_format") == 1, 5, what="the unknown ID to be counted")
+    wait_until(
+        lambda: value(scrape(url), "gpulens_exporter_kubelet_unmapped_device_ids", reason="unknown_format") == 1,
+        5,
+        what="the unknown ID to be counted",
+    )
     parsed = scrape(url)
     assert value(parsed, "gpulens_exporter_kubelet_unmapped_device_ids", reason="no_such_device") == 1
     time.sleep(1.0)  # three more refreshes
@@ -219,12 +299,22 @@ def test_unknown_device_ids_are_counted_and_logged_once(attributed_exporter):
     assert len(pod_info(scrape(url))) == 6  # the rest is attributed as before
 
 
+@pytest.mark.slow
 def test_socket_absent_then_appearing(fake_nvml, tmp_path):
     gpus = node_gpus()
     fake_nvml.write(gpus)
     socket_path = str(tmp_path / "kubelet.sock")
-    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", socket_path, "--kubelet.refresh-interval", "0.3",
-                                        "--path.procfs", PROC, "--path.var-log", VAR_LOG)
+    exporter, url = start_nvml_exporter(
+        fake_nvml,
+        "--kubelet.socket",
+        socket_path,
+        "--kubelet.refresh-interval",
+        "0.3",
+        "--path.procfs",
+        PROC,
+        "--path.var-log",
+        VAR_LOG,
+    )
     kubelet = FakeKubelet(socket_path, kubelet_pods(gpus))
     try:
         parsed = scrape(url)
@@ -245,17 +335,31 @@ def test_socket_absent_then_appearing(fake_nvml, tmp_path):
         kubelet.stop()
 
 
+@pytest.mark.slow
 def test_a_hanging_kubelet_never_slows_the_scrape(fake_nvml, tmp_path):
     gpus = node_gpus()
     fake_nvml.write(gpus)
     kubelet = FakeKubelet(str(tmp_path / "kubelet.sock"), kubelet_pods(gpus)).start()
-    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", kubelet.socket_path, "--kubelet.refresh-interval",
-                                        "0.2", "--kubelet.timeout", "0.5", "--path.procfs", PROC,
-                                        "--path.var-log", VAR_LOG)
+    exporter, url = start_nvml_exporter(
+        fake_nvml,
+        "--kubelet.socket",
+        kubelet.socket_path,
+        "--kubelet.refresh-interval",
+        "0.2",
+        "--kubelet.timeout",
+        "0.5",
+        "--path.procfs",
+        PROC,
+        "--path.var-log",
+        VAR_LOG,
+    )
     try:
         kubelet.delay_seconds = 5.0
-        wait_until(lambda: value(scrape(url), "gpulens_exporter_collector_success", collector="kubelet") == 0,
-                   5, what="the kubelet call to time out")
+        wait_until(
+            lambda: value(scrape(url), "gpulens_exporter_collector_success", collector="kubelet") == 0,
+            5,
+            what="the kubelet call to time out",
+        )
         for _ in range(5):
             started = time.monotonic()
             requests.get(url + "/metrics", timeout=2)

@@ -1,4 +1,5 @@
 """The collector's fast text renderer writes exactly what prometheus_client would."""
+
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 
@@ -6,8 +7,8 @@ from gpulens.core import metrics as m
 from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources import simulated
-from gpulens.simulator import fleet
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source
+from gpulens.simulator import fleet
 
 
 class Frozen:
@@ -39,8 +40,9 @@ class OddNames(Source):
     def sample(self):
         d = DeviceSample(gpu="0", uuid="GPU-1", model='Weird "GPU"\\n')
         d.set(m.TEMPERATURE, 50)
-        d.processes.append(ProcessSample(pid=7, command='say "hi"\\there\nnext', memory_used_bytes=1.5e9,
-                                         utilization=float("nan")))
+        d.processes.append(
+            ProcessSample(pid=7, command='say "hi"\\there\nnext', memory_used_bytes=1.5e9, utilization=float("nan"))
+        )
         return NodeSample([d], driver_version="1", nvml_version="2")
 
 
@@ -54,8 +56,9 @@ def test_fast_text_escapes_like_prometheus_client():
     text = collector.render_text()
     assert text == generate_latest(registry)
     assert b'command="say \\"hi\\"\\\\there\\nnext"' in text
-    assert (b'gpulens_process_utilization_ratio{container="",gpu="0",namespace="",pid="7",pod="",uuid="GPU-1"} NaN'
-            in text)
+    assert (
+        b'gpulens_process_utilization_ratio{container="",gpu="0",namespace="",pid="7",pod="",uuid="GPU-1"} NaN' in text
+    )
 
 
 class Broken(Source):

@@ -1,16 +1,17 @@
 """The generated Grafana dashboards: committed copies current, house style kept (units, uids,
 variables, layout, links). Their PromQL is run against a real Prometheus in tests/test_stack.py."""
+
 import json
 import re
 
 import pytest
 
 from gpulens.alerts import rules
+from gpulens.cli import main
+from gpulens.core import mixin
+from gpulens.core.metrics import BY_NAME
 from gpulens.dashboards import gpulens as dashboards
 from gpulens.dashboards import style
-from gpulens.core.metrics import BY_NAME
-from gpulens.core import mixin
-from gpulens.cli import main
 from tests.helpers import REPO
 
 GENERATED = dashboards.generate(mixin.MixinConfig())
@@ -23,8 +24,9 @@ def panels(board):
 
 def test_committed_dashboards_are_current():
     for name, text in GENERATED.items():
-        assert (REPO / "dashboards" / "generated" / name).read_text() == text, \
+        assert (REPO / "dashboards" / "generated" / name).read_text() == text, (
             f"dashboards/generated/{name} is stale: run `gpulens dashboards --out dashboards/generated`"
+        )
 
 
 def test_generation_is_deterministic_and_the_cli_writes_the_same(tmp_path):
@@ -35,13 +37,16 @@ def test_generation_is_deterministic_and_the_cli_writes_the_same(tmp_path):
 
 def test_stable_uids_titles_and_variables():
     assert {b["uid"]: b["title"] for b in BOARDS.values()} == {
-        "gpulens-fleet": "gpulens / Fleet overview", "gpulens-pod": "gpulens / Pod bottlenecks",
-        "gpulens-node": "gpulens / Node and GPU health"}
+        "gpulens-fleet": "gpulens / Fleet overview",
+        "gpulens-pod": "gpulens / Pod bottlenecks",
+        "gpulens-node": "gpulens / Node and GPU health",
+    }
     variables = {b["uid"]: [(v["name"], v["multi"]) for v in b["templating"]["list"]] for b in BOARDS.values()}
     assert variables == {
         "gpulens-fleet": [("datasource", False), ("job", True), ("node", True), ("namespace", True)],
         "gpulens-pod": [("datasource", False), ("job", True), ("namespace", False), ("pod", False)],
-        "gpulens-node": [("datasource", False), ("job", True), ("node", True), ("gpu", True)]}
+        "gpulens-node": [("datasource", False), ("job", True), ("node", True), ("gpu", True)],
+    }
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
@@ -76,8 +81,9 @@ def test_every_gpulens_metric_named_in_a_dashboard_exists():
     recorded = {r["record"] for r in mixin.recording_rules(mixin.MixinConfig())}
     assert names - set(BY_NAME) == set()
     assert names & set(BY_NAME), "the dashboards read no gpulens metric"
-    used_rules = {r for r in recorded if any(r in t["expr"] for b in BOARDS.values() for p in panels(b)
-                                             for t in p["targets"])}
+    used_rules = {
+        r for r in recorded if any(r in t["expr"] for b in BOARDS.values() for p in panels(b) for t in p["targets"])
+    }
     assert used_rules, "the dashboards read no recording rule"
 
 
@@ -93,7 +99,9 @@ def test_each_alert_links_to_a_dashboard_that_exists():
 def test_top_wasting_pods_link_to_the_pod_dashboard():
     [table] = [p for p in panels(BOARDS["gpulens-fleet.json"]) if p["title"] == "Top wasting pods"]
     [link] = table["fieldConfig"]["overrides"][0]["properties"][0]["value"]
-    assert link["url"].startswith("/d/gpulens-pod?var-namespace=${__data.fields.namespace}&var-pod=${__data.fields.pod}")
+    assert link["url"].startswith(
+        "/d/gpulens-pod?var-namespace=${__data.fields.namespace}&var-pod=${__data.fields.pod}"
+    )
 
 
 def test_a_panel_without_a_unit_is_refused():

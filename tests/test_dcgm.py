@@ -1,4 +1,5 @@
 """The DCGM source on real dcgm-exporter scrapes, served as they are by a real local HTTP server."""
+
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -10,7 +11,7 @@ from gpulens.core import metrics as m
 from gpulens.core.dcgm import devices_from_rows, is_blank, parse_exposition
 from gpulens.exporter.sources.dcgm import DcgmFetcher, DcgmSource
 from tests.captures import FIXTURES
-from tests.helpers import start_nvml_exporter, samples, value, wait_until
+from tests.helpers import samples, start_nvml_exporter, value, wait_until
 
 DCGM = FIXTURES / "dcgm-exporter"
 MIB = 1024**2
@@ -92,6 +93,7 @@ def read(server, name, **kwargs):
     return fetcher
 
 
+@pytest.mark.slow
 def test_a100_in_mig_mode(dcgm_exporter):
     devices = read(dcgm_exporter, "a100-mig-2x1g5gb-2g10gb.prom").reading().devices
     assert sorted(devices, key=str) == sorted([(A100, None), (A100, 5), (A100, 7), (A100, 9)], key=str)
@@ -110,10 +112,14 @@ def test_a100_in_mig_mode(dcgm_exporter):
     assert devices[(A100, 5)].mig_profile == "2g.10gb"
 
 
+@pytest.mark.slow
 def test_t4_pair_with_one_pod(dcgm_exporter):
     devices = read(dcgm_exporter, "t4x2-one-pod.prom").reading().devices
     gpu0, gpu1 = devices[(T4_0, None)], devices[(T4_1, None)]
-    assert gpu0.pod is not None and (gpu0.pod.namespace, gpu0.pod.container) == ("runai-reservation", "runai-reservation")
+    assert gpu0.pod is not None and (gpu0.pod.namespace, gpu0.pod.container) == (
+        "runai-reservation",
+        "runai-reservation",
+    )
     assert gpu0.pod.pod == "runai-reservation-gpu-qa-mig-worker-gpu-1-kvltw"
     assert gpu1.pod is None  # empty pod labels mean no pod, not a pod named ""
     assert gpu0.values[(m.TEMPERATURE, ())] == 55
@@ -122,6 +128,7 @@ def test_t4_pair_with_one_pod(dcgm_exporter):
     assert gpu0.rates[m.PCIE_RECEIVE] == 420785.0
 
 
+@pytest.mark.slow
 def test_two_consecutive_scrapes_integrate_rates_by_the_time_they_cover(dcgm_exporter):
     clock = Clock()
     dcgm_exporter.serve("a100-no-mig-scrape1.prom")
@@ -142,26 +149,37 @@ def test_every_fixture_parses_cleanly():
     for path in sorted(DCGM.glob("*.prom")):
         parsed = parse_exposition(path.read_text())
         assert (parsed.unparsable, parsed.unusable, parsed.duplicates) == (0, 0, 0), path.name
-        assert len(parsed.rows) == {"a100-mig-2x1g5gb-2g10gb.prom": 42, "a100-no-mig-scrape1.prom": 23,
-                                    "a100-no-mig-scrape2.prom": 23, "t4x2-one-pod.prom": 38}[path.name], path.name
+        assert (
+            len(parsed.rows)
+            == {
+                "a100-mig-2x1g5gb-2g10gb.prom": 42,
+                "a100-no-mig-scrape1.prom": 23,
+                "a100-no-mig-scrape2.prom": 23,
+                "t4x2-one-pod.prom": 38,
+            }[path.name]
+        ), path.name
 
 
 def test_broken_values_never_become_numbers():
     labels = '{gpu="0",UUID="GPU-7099682b-a20d-2bcc-74ab-b9060454d81e"}'
-    text = "\n".join([
-        f"DCGM_FI_PROF_SM_ACTIVE{labels} 9223372036854775794",  # DCGM_INT64_NOT_SUPPORTED
-        f"DCGM_FI_DEV_POWER_USAGE{labels} 140737488355328",  # DCGM_FP64_BLANK
-        f"DCGM_FI_DEV_SM_CLOCK{labels} 2147483632",  # DCGM_INT32_BLANK
-        f"DCGM_FI_DEV_GPU_TEMP{labels} ERROR - FAILED TO CONVERT TO STRING",
-        f"DCGM_FI_PROF_DRAM_ACTIVE{labels} NaN",
-        f"DCGM_FI_DEV_MEM_CLOCK{labels} 1215",
-        f"DCGM_FI_DEV_MEM_CLOCK{labels} 1593",  # a duplicate series: the first one counts
-        'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-7099682b-a20d-2bcc-74ab-b9060454d81e"',  # cut off
-        f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{labels} 0.25",  # and no final newline
-    ])
+    text = "\n".join(
+        [
+            f"DCGM_FI_PROF_SM_ACTIVE{labels} 9223372036854775794",  # DCGM_INT64_NOT_SUPPORTED
+            f"DCGM_FI_DEV_POWER_USAGE{labels} 140737488355328",  # DCGM_FP64_BLANK
+            f"DCGM_FI_DEV_SM_CLOCK{labels} 2147483632",  # DCGM_INT32_BLANK
+            f"DCGM_FI_DEV_GPU_TEMP{labels} ERROR - FAILED TO CONVERT TO STRING",
+            f"DCGM_FI_PROF_DRAM_ACTIVE{labels} NaN",
+            f"DCGM_FI_DEV_MEM_CLOCK{labels} 1215",
+            f"DCGM_FI_DEV_MEM_CLOCK{labels} 1593",  # a duplicate series: the first one counts
+            'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-7099682b-a20d-2bcc-74ab-b9060454d81e"',  # cut off
+            f"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{labels} 0.25",  # and no final newline
+        ]
+    )
     parsed = parse_exposition(text)
-    assert [(name, v) for name, _, v in parsed.rows] == [("DCGM_FI_DEV_MEM_CLOCK", 1215.0),
-                                                         ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.25)]
+    assert [(name, v) for name, _, v in parsed.rows] == [
+        ("DCGM_FI_DEV_MEM_CLOCK", 1215.0),
+        ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 0.25),
+    ]
     assert (parsed.unusable, parsed.duplicates, parsed.unparsable) == (4, 1, 2)
     device = devices_from_rows(parsed.rows)[(A100, None)]
     assert (m.SM_ACTIVE, ()) not in devices_from_rows(parsed.rows).get((A100, None)).values
@@ -170,11 +188,13 @@ def test_broken_values_never_become_numbers():
 
 
 def test_dcgm_46_names_and_exported_labels():
-    text = ('DCGM_FI_PROF_SM_UTIL_RATIO{gpu="1",UUID="GPU-1",model_name="NVIDIA L4",hostname="n1",'
-            'exported_pod="p",exported_namespace="ns",exported_container="c"} 0.42\n'
-            'DCGM_FI_DEV_GPU_UTIL_RATIO{gpu="1",UUID="GPU-1"} 37\n'
-            'DCGM_FI_DEV_POWER_VIOLATION{gpu="1",UUID="GPU-1"} 2500000000\n'
-            'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="1",UUID="GPU-1"} 96\n')
+    text = (
+        'DCGM_FI_PROF_SM_UTIL_RATIO{gpu="1",UUID="GPU-1",model_name="NVIDIA L4",hostname="n1",'
+        'exported_pod="p",exported_namespace="ns",exported_container="c"} 0.42\n'
+        'DCGM_FI_DEV_GPU_UTIL_RATIO{gpu="1",UUID="GPU-1"} 37\n'
+        'DCGM_FI_DEV_POWER_VIOLATION{gpu="1",UUID="GPU-1"} 2500000000\n'
+        'DCGM_FI_DEV_CLOCKS_EVENT_REASONS{gpu="1",UUID="GPU-1"} 96\n'
+    )
     device = devices_from_rows(parse_exposition(text).rows)[("GPU-1", None)]
     assert device.values[(m.SM_ACTIVE, ())] == 0.42
     assert device.values[(m.UTILIZATION, ())] == 0.37  # the renamed field keeps GPU_UTIL's percent
@@ -184,12 +204,16 @@ def test_dcgm_46_names_and_exported_labels():
     assert (device.pod.namespace, device.pod.pod, device.pod.container) == ("ns", "p", "c")
 
 
-@pytest.mark.parametrize("mode, reason", [
-    ("500", "HTTP 500"),
-    ("html", "no DCGM metrics in the answer (text/html"),
-    ("slow", "timed out"),
-    ("truncated", "cannot read dcgm-exporter"),
-])
+@pytest.mark.parametrize(
+    "mode, reason",
+    [
+        ("500", "HTTP 500"),
+        ("html", "no DCGM metrics in the answer (text/html"),
+        ("slow", "timed out"),
+        ("truncated", "cannot read dcgm-exporter"),
+    ],
+)
+@pytest.mark.slow
 def test_faults_are_reported_and_old_values_age_out(dcgm_exporter, mode, reason, caplog):
     clock = Clock()
     dcgm_exporter.serve("t4x2-one-pod.prom")
@@ -216,6 +240,7 @@ def test_endpoint_down(caplog):
     assert "cannot read dcgm-exporter at http://127.0.0.1:1/metrics" in caplog.text
 
 
+@pytest.mark.slow
 def test_dcgm_only_source_names_mig_instances_by_parent(dcgm_exporter):
     dcgm_exporter.serve("a100-mig-2x1g5gb-2g10gb.prom")
     source = DcgmSource(DcgmFetcher(dcgm_exporter.url, interval=60))
@@ -233,6 +258,7 @@ def test_dcgm_only_source_names_mig_instances_by_parent(dcgm_exporter):
 
 # --- merged with NVML, end to end --------------------------------------------------------------
 
+
 def t4_pair_in_nvml():
     """The two T4s of the dcgm-exporter capture as NVML sees them: no GPM, so no SM activity."""
     from tests import captures
@@ -241,11 +267,13 @@ def t4_pair_in_nvml():
     return [base | {"uuid": T4_0, "power_mw": 28000}, base | {"uuid": T4_1, "pci_bus_id": "00000000:00:1F.0"}]
 
 
+@pytest.mark.slow
 def test_dcgm_fills_what_nvml_lacks_and_nothing_twice(fake_nvml, dcgm_exporter):
     fake_nvml.write(t4_pair_in_nvml())
     dcgm_exporter.serve("t4x2-one-pod.prom")
-    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", "", "--dcgm.url", dcgm_exporter.url,
-                                        "--dcgm.interval", "0.2")
+    exporter, url = start_nvml_exporter(
+        fake_nvml, "--kubelet.socket", "", "--dcgm.url", dcgm_exporter.url, "--dcgm.interval", "0.2"
+    )
     try:
         text = requests.get(url + "/metrics").text
         parsed = samples(text)
@@ -255,16 +283,30 @@ def test_dcgm_fills_what_nvml_lacks_and_nothing_twice(fake_nvml, dcgm_exporter):
         # ...what NVML has stays NVML's: 28 W from NVML, not DCGM's 28.722 W; exported once.
         assert value(parsed, "gpulens_gpu_power_watts", gpu="0") == 28.0
         assert text.count('gpulens_gpu_power_watts{gpu="0"') == 1
-        assert value(parsed, "gpulens_exporter_metric_source_devices", metric="gpulens_gpu_power_watts",
-                     source="nvml") == 2
-        assert value(parsed, "gpulens_exporter_metric_source_devices",
-                     metric="gpulens_gpu_graphics_engine_active_ratio", source="dcgm") == 2
+        assert (
+            value(parsed, "gpulens_exporter_metric_source_devices", metric="gpulens_gpu_power_watts", source="nvml")
+            == 2
+        )
+        assert (
+            value(
+                parsed,
+                "gpulens_exporter_metric_source_devices",
+                metric="gpulens_gpu_graphics_engine_active_ratio",
+                source="dcgm",
+            )
+            == 2
+        )
         assert value(parsed, "gpulens_exporter_collector_success", collector="dcgm") == 1
         # dcgm-exporter goes away: its fields age out, NVML's stay.
         dcgm_exporter.mode = "500"
-        wait_until(lambda: value(samples(requests.get(url + "/metrics").text),
-                                 "gpulens_gpu_graphics_engine_active_ratio", gpu="0") is None,
-                   10, what="DCGM values to age out")
+        wait_until(
+            lambda: (
+                value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_graphics_engine_active_ratio", gpu="0")
+                is None
+            ),
+            10,
+            what="DCGM values to age out",
+        )
         parsed = samples(requests.get(url + "/metrics").text)
         assert value(parsed, "gpulens_gpu_power_watts", gpu="0") == 28.0
         assert value(parsed, "gpulens_exporter_collector_success", collector="dcgm") == 0
@@ -273,16 +315,32 @@ def test_dcgm_fills_what_nvml_lacks_and_nothing_twice(fake_nvml, dcgm_exporter):
         exporter.stop()
 
 
+@pytest.mark.slow
 def test_mig_instances_get_their_activity_from_dcgm(fake_nvml, dcgm_exporter):
-    gpu = {"uuid": A100, "name": "NVIDIA A100-SXM4-40GB", "pci_bus_id": "00000000:07:00.0", "mig_mode": 1,
-           "memory_total": 40960 * MIB, "memory_used": 4800 * MIB, "temperature_c": 37, "power_mw": 116000}
+    gpu = {
+        "uuid": A100,
+        "name": "NVIDIA A100-SXM4-40GB",
+        "pci_bus_id": "00000000:07:00.0",
+        "mig_mode": 1,
+        "memory_total": 40960 * MIB,
+        "memory_used": 4800 * MIB,
+        "temperature_c": 37,
+        "power_mw": 116000,
+    }
     for i, (gi, profile) in enumerate([(7, "1g.5gb"), (9, "1g.5gb"), (5, "2g.10gb")]):
-        gpu.update({f"mig{i}.uuid": f"MIG-0000000{i}-aaaa-bbbb-cccc-dddddddddddd", f"mig{i}.gi": gi,
-                    f"mig{i}.name": f"NVIDIA A100-SXM4-40GB MIG {profile}", f"mig{i}.memory_total": 4864 * MIB})
+        gpu.update(
+            {
+                f"mig{i}.uuid": f"MIG-0000000{i}-aaaa-bbbb-cccc-dddddddddddd",
+                f"mig{i}.gi": gi,
+                f"mig{i}.name": f"NVIDIA A100-SXM4-40GB MIG {profile}",
+                f"mig{i}.memory_total": 4864 * MIB,
+            }
+        )
     fake_nvml.write([gpu])
     dcgm_exporter.serve("a100-mig-2x1g5gb-2g10gb.prom")
-    exporter, url = start_nvml_exporter(fake_nvml, "--kubelet.socket", "", "--dcgm.url", dcgm_exporter.url,
-                                        "--dcgm.interval", "0.5")
+    exporter, url = start_nvml_exporter(
+        fake_nvml, "--kubelet.socket", "", "--dcgm.url", dcgm_exporter.url, "--dcgm.interval", "0.5"
+    )
     try:
         time.sleep(1.0)
         parsed = samples(requests.get(url + "/metrics").text)
@@ -297,14 +355,20 @@ def test_mig_instances_get_their_activity_from_dcgm(fake_nvml, dcgm_exporter):
         exporter.stop()
 
 
+@pytest.mark.slow
 def test_dcgm_source_needs_a_url():
     import subprocess
     import sys
 
     from tests.helpers import REPO
 
-    result = subprocess.run([sys.executable, "-m", "gpulens", "exporter", "--source", "dcgm"],
-                            capture_output=True, text=True, cwd=REPO, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpulens", "exporter", "--source", "dcgm"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=30,
+    )
     assert result.returncode == 2
     assert "--dcgm.url '' is not an http(s) URL" in result.stderr
 

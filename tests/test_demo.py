@@ -1,12 +1,18 @@
 """`gpulens demo` as a user runs it: it starts, says where everything is, and Ctrl-C (SIGINT) stops
 it cleanly, leaving no process behind. The stack it runs is tested in tests/test_stack.py."""
+
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO, require_binary, wait_until
+
+#: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 
 def descendants(pid: int) -> set[int]:
@@ -38,15 +44,29 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
     require_binary("prometheus")
     require_binary("prometheus-alertmanager")
     log = open(tmp_path / "demo.log", "w")
-    demo = subprocess.Popen([sys.executable, "-m", "gpulens", "demo", "--demo.dir", str(tmp_path / "demo")],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gpulens", "demo", "--demo.dir", str(tmp_path / "demo")],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=REPO,
+    )
     try:
-        wait_until(lambda: "Ctrl-C stops" in (tmp_path / "demo.log").read_text() or demo.poll() is not None, 60,
-                   what="the demo to start")
+        wait_until(
+            lambda: "Ctrl-C stops" in (tmp_path / "demo.log").read_text() or demo.poll() is not None,
+            60,
+            what="the demo to start",
+        )
         text = (tmp_path / "demo.log").read_text()
         assert demo.poll() is None, text
-        for part in ("exporter sim-h100-a", "exporter sim-a100-b", "exporter sim-l40s-c", "analyzer", "prometheus",
-                     "alertmanager", "alert receiver"):
+        for part in (
+            "exporter sim-h100-a",
+            "exporter sim-a100-b",
+            "exporter sim-l40s-c",
+            "analyzer",
+            "prometheus",
+            "alertmanager",
+            "alert receiver",
+        ):
             assert f"  {part} " in text, f"the demo does not say where {part} is:\n{text}"
         children = descendants(demo.pid)
         assert len(children) == 6, children  # three exporters, the analyzer, Prometheus, Alertmanager
@@ -61,16 +81,28 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
 
 
 def test_without_prometheus_the_demo_runs_the_exporters_and_analyzer(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "gpulens", "demo", "--demo.no-prometheus", "--demo.duration", "3"],
-                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpulens", "demo", "--demo.no-prometheus", "--demo.duration", "3"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "  analyzer " in result.stderr and "  prometheus " not in result.stderr
     assert "stopped, nothing left running" in result.stderr
 
 
 def test_a_bad_thresholds_file_stops_the_demo_with_the_reason(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "gpulens", "demo", "--thresholds", str(tmp_path / "nope.yaml")],
-                            capture_output=True, text=True, cwd=REPO, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpulens", "demo", "--thresholds", str(tmp_path / "nope.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert result.returncode == 1
-    assert f"gpulens demo: --thresholds {tmp_path / 'nope.yaml'}: cannot read it (No such file or directory)" \
+    assert (
+        f"gpulens demo: --thresholds {tmp_path / 'nope.yaml'}: cannot read it (No such file or directory)"
         in result.stderr
+    )

@@ -1,6 +1,7 @@
 """Deployment artefacts: Kubernetes manifests validated against the API schemas, the PrometheusRule
 by promtool, the compose file by docker-compose, and every gpulens command line in them by gpulens'
 own parser, so a renamed flag cannot leave a manifest behind."""
+
 import re
 import subprocess
 
@@ -8,12 +9,12 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpulens import demo
 from gpulens.alerts import cli as alerts_cli
 from gpulens.alerts import rules
-from gpulens.core.thresholds import Thresholds
-from gpulens import demo
-from gpulens.core import mixin
 from gpulens.cli import build_parser
+from gpulens.core import mixin
+from gpulens.core.thresholds import Thresholds
 from tests.helpers import REPO, require_binary
 
 KUBERNETES = REPO / "deploy" / "kubernetes"
@@ -33,8 +34,11 @@ def parses(argv: list[str]) -> None:
         pytest.fail(f"gpulens does not accept {' '.join(argv)} (exit {e.code})")
 
 
-@pytest.mark.parametrize("manifest", [m for m in MANIFESTS if "monitoring.coreos.com" not in m["apiVersion"]],
-                         ids=lambda m: f"{m['kind']}/{m['metadata']['name']}")
+@pytest.mark.parametrize(
+    "manifest",
+    [m for m in MANIFESTS if "monitoring.coreos.com" not in m["apiVersion"]],
+    ids=lambda m: f"{m['kind']}/{m['metadata']['name']}",
+)
 def test_kubernetes_manifests_match_the_api_schema(manifest):
     """Strict: an unknown or misspelt field fails, as `kubectl apply --validate=strict` would."""
     kubernetes_validate.validate(manifest, kubernetes_validate.latest_version(), strict=True)
@@ -72,7 +76,7 @@ def test_container_command_lines_are_accepted_by_gpulens():
         for manifest in by_kind(kind).values():
             for container in manifest["spec"]["template"]["spec"]["containers"]:
                 parses(container["args"])
-    for name, service in COMPOSE["services"].items():
+    for service in COMPOSE["services"].values():
         if service.get("image", "").startswith("gpulens") or "build" in service:
             parses(service["command"])
 
@@ -103,8 +107,13 @@ def test_the_prometheusrule_holds_the_generated_rules_and_promtool_accepts_them(
 def test_docker_compose_accepts_the_file_and_everything_it_mounts_exists():
     compose = require_binary("docker-compose")
     for profiles in ("sim", "gpu"):
-        result = subprocess.run([compose, "config", "-q"], cwd=REPO, capture_output=True, text=True,
-                                env={"PATH": "/usr/bin:/bin", "COMPOSE_PROFILES": profiles})
+        result = subprocess.run(
+            [compose, "config", "-q"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={"PATH": "/usr/bin:/bin", "COMPOSE_PROFILES": profiles},
+        )
         assert result.returncode == 0, result.stderr
     mounts = [volume.split(":")[0] for service in COMPOSE["services"].values() for volume in service.get("volumes", [])]
     assert len(mounts) == 9
@@ -126,8 +135,9 @@ def test_compose_images_are_pinned_and_gpulens_runs_unprivileged():
 def test_compose_configs_are_current():
     """deploy/compose is what `gpulens demo --write-configs deploy/compose` writes today."""
     for name, text in demo.compose_configs(Thresholds.load(str(demo.DEMO_THRESHOLDS))).items():
-        assert (REPO / "deploy" / "compose" / name).read_text() == text, \
+        assert (REPO / "deploy" / "compose" / name).read_text() == text, (
             f"deploy/compose/{name} is stale: run `gpulens demo --write-configs deploy/compose`"
+        )
     prometheus = yaml.safe_load((REPO / "deploy" / "compose" / "prometheus.yml").read_text())
     targets = {t for job in prometheus["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
     assert {t.split(":")[0] for t in targets} <= set(COMPOSE["services"]) | {"prometheus"}
@@ -136,9 +146,11 @@ def test_compose_configs_are_current():
 def test_compose_configs_pass_promtool_and_amtool():
     promtool, amtool = require_binary("promtool"), require_binary("amtool")
     for name in ("prometheus.yml", "prometheus-gpu.yml"):
-        result = subprocess.run([promtool, "check", "config", name], cwd=REPO / "deploy" / "compose",
-                                capture_output=True, text=True)
+        result = subprocess.run(
+            [promtool, "check", "config", name], cwd=REPO / "deploy" / "compose", capture_output=True, text=True
+        )
         assert result.returncode == 0, result.stdout + result.stderr
-    result = subprocess.run([amtool, "check-config", "deploy/compose/alertmanager.yml"], cwd=REPO,
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [amtool, "check-config", "deploy/compose/alertmanager.yml"], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr

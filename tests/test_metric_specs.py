@@ -1,11 +1,13 @@
 """The metric table is public API: check its names against Prometheus conventions."""
+
 import re
 import subprocess
 
+import pytest
 import requests
 
-from gpulens.core import metrics as m
 from gpulens import reference
+from gpulens.core import metrics as m
 from tests.helpers import REPO, require_binary, start_exporter
 
 LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -50,11 +52,14 @@ def test_ratios_are_declared_as_ratios():
 
 def test_metric_reference_is_generated_from_the_table():
     committed = (REPO / "docs" / "metrics.md").read_text()
-    assert committed == reference.render(), "docs/metrics.md is stale: run gpulens metrics-reference --out docs/metrics.md"
+    assert committed == reference.render(), (
+        "docs/metrics.md is stale: run gpulens metrics-reference --out docs/metrics.md"
+    )
     for spec in m.ALL:
         assert f"`{spec.name}`" in committed
 
 
+@pytest.mark.slow
 def test_promtool_finds_nothing_wrong_in_a_real_scrape():
     promtool = require_binary("promtool")
     exporter, url = start_exporter(["--source", "simulated", "--sampler.interval", "0.2"])
@@ -65,7 +70,13 @@ def test_promtool_finds_nothing_wrong_in_a_real_scrape():
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
     # The scrape really covers the table: every family the simulator can produce is there.
-    for name in ("gpulens_gpu_sm_active_ratio", "gpulens_gpu_busy_seconds_total", "gpulens_gpu_idle_seconds_total",
-                 "gpulens_gpu_clock_event_seconds_total", "gpulens_process_busy_seconds_total",
-                 "gpulens_gpu_topology_info", "gpulens_exporter_sample_age_seconds"):
+    for name in (
+        "gpulens_gpu_sm_active_ratio",
+        "gpulens_gpu_busy_seconds_total",
+        "gpulens_gpu_idle_seconds_total",
+        "gpulens_gpu_clock_event_seconds_total",
+        "gpulens_process_busy_seconds_total",
+        "gpulens_gpu_topology_info",
+        "gpulens_exporter_sample_age_seconds",
+    ):
         assert f"\n{name}" in body, name

@@ -3,6 +3,7 @@
 No Python mock of pynvml: the exporter runs as a process with LD_LIBRARY_PATH pointing at the fake,
 whose GPU state the tests rewrite atomically while it runs.
 """
+
 import re
 import subprocess
 import sys
@@ -13,14 +14,20 @@ import pytest
 import requests
 
 from tests import captures
-from tests.helpers import start_nvml_exporter, REPO, samples, value, wait_until
+from tests.helpers import REPO, samples, start_nvml_exporter, value, wait_until
+
+#: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 GOLDEN = REPO / "tests" / "golden"
 MIB = 1024**2
 
 # Values that depend on wall-clock timing are masked in golden files; the series must still be there.
-_TIMED = re.compile(r"^(gpulens_(?:gpu|process)_\w*seconds_total|gpulens_exporter_collector_duration_seconds"
-                    r"|gpulens_exporter_sample_age_seconds)(\{[^}]*\})? .*$", re.M)
+_TIMED = re.compile(
+    r"^(gpulens_(?:gpu|process)_\w*seconds_total|gpulens_exporter_collector_duration_seconds"
+    r"|gpulens_exporter_sample_age_seconds)(\{[^}]*\})? .*$",
+    re.M,
+)
 
 
 def run_once(fake_nvml, *args) -> subprocess.CompletedProcess:
@@ -28,18 +35,49 @@ def run_once(fake_nvml, *args) -> subprocess.CompletedProcess:
     # no process of the machine running the tests can lend its cgroup to a captured PID.
     empty = fake_nvml.state_path.parent / "empty"
     empty.mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "gpulens", "exporter", "--source", "nvml", "--once",
-                           "--sampler.interval", "0.2", "--kubelet.socket", "/nonexistent/kubelet.sock",
-                           "--path.procfs", str(empty), "--path.var-log", str(empty), *args],
-                          env=fake_nvml.env(), capture_output=True, text=True, cwd=REPO, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpulens",
+            "exporter",
+            "--source",
+            "nvml",
+            "--once",
+            "--sampler.interval",
+            "0.2",
+            "--kubelet.socket",
+            "/nonexistent/kubelet.sock",
+            "--path.procfs",
+            str(empty),
+            "--path.var-log",
+            str(empty),
+            *args,
+        ],
+        env=fake_nvml.env(),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
 
 
 def capture_state(name: str):
     if name == "h100":
         gpu = captures.h100_under_load()
         # GPM on Hopper: what dcgm's profiling fields showed for gpu-burn (SM busy, FP32-heavy).
-        gpu.update({"gpm.1": 99.5, "gpm.2": 97.25, "gpm.3": 48.5, "gpm.5": 0.5, "gpm.10": 31.0,
-                    "gpm.11": 0.0, "gpm.12": 88.0, "gpm.13": 0.0})
+        gpu.update(
+            {
+                "gpm.1": 99.5,
+                "gpm.2": 97.25,
+                "gpm.3": 48.5,
+                "gpm.5": 0.5,
+                "gpm.10": 31.0,
+                "gpm.11": 0.0,
+                "gpm.12": 88.0,
+                "gpm.13": 0.0,
+            }
+        )
         return [gpu], "590.48.01"
     if name == "a100-mig":
         gpu, driver = captures.a100_mig()
@@ -93,8 +131,11 @@ def test_mig_instances_are_devices_of_their_own(fake_nvml):
     fake_nvml.write(gpus, driver_version=driver)
     parsed = samples(run_once(fake_nvml).stdout)
     parent = "GPU-513536b6-7d19-9063-b049-1e69664bb298"
-    instances = sorted(dict(labels)["gpu"] for (name, labels) in parsed
-                       if name == "gpulens_gpu_info" and dict(labels)["parent_uuid"] == parent)
+    instances = sorted(
+        dict(labels)["gpu"]
+        for (name, labels) in parsed
+        if name == "gpulens_gpu_info" and dict(labels)["parent_uuid"] == parent
+    )
     assert instances == ["0/gi3", "0/gi4", "0/gi5", "0/gi6"]
     assert value(parsed, "gpulens_gpu_info", gpu="0/gi3", mig_profile="1g.20gb", mig_mode="instance") == 1
     assert value(parsed, "gpulens_gpu_memory_total_bytes", gpu="0/gi3") == 19968 * MIB
@@ -131,8 +172,14 @@ def test_not_supported_calls_are_omitted_and_the_rest_served(fake_nvml):
 
 def test_missing_driver_library_is_one_clear_line_and_exit_2(tmp_path):
     env = {"LD_LIBRARY_PATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-m", "gpulens", "exporter", "--source", "nvml"],
-                            env=env, capture_output=True, text=True, cwd=REPO, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpulens", "exporter", "--source", "nvml"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=30,
+    )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1
     assert "libnvidia-ml.so.1 was not found" in result.stderr and "--source=simulated" in result.stderr
@@ -142,8 +189,10 @@ def test_driver_not_loaded_is_a_clear_error(fake_nvml):
     fake_nvml.write([], init_error=9)  # NVML_ERROR_DRIVER_NOT_LOADED
     result = run_once(fake_nvml)
     assert result.returncode == 2
-    assert result.stderr == ("gpulens exporter: the NVIDIA kernel driver is not loaded (nvidia-smi will say the "
-                             "same): load it, or use --source=simulated\n")
+    assert result.stderr == (
+        "gpulens exporter: the NVIDIA kernel driver is not loaded (nvidia-smi will say the "
+        "same): load it, or use --source=simulated\n"
+    )
 
 
 def _two_gpus():
@@ -161,8 +210,11 @@ def test_lost_gpu_goes_down_alone_and_is_logged_once(fake_nvml):
         assert value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_up", uuid=t4) == 1
         gpus[1]["lost"] = 1
         fake_nvml.write(gpus)
-        wait_until(lambda: value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_up", uuid=t4) == 0,
-                   10, what="the lost GPU to report up 0")
+        wait_until(
+            lambda: value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_up", uuid=t4) == 0,
+            10,
+            what="the lost GPU to report up 0",
+        )
         time.sleep(1.0)  # ten more samples of the lost GPU
         parsed = samples(requests.get(url + "/metrics").text)
         assert sorted(name for name, labels in parsed if ("uuid", t4) in labels) == ["gpulens_gpu_up"]
@@ -173,8 +225,13 @@ def test_lost_gpu_goes_down_alone_and_is_logged_once(fake_nvml):
         # It comes back after a reset: series return, and the recovery is logged once too.
         gpus[1]["lost"] = 0
         fake_nvml.write(gpus)
-        wait_until(lambda: value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_temperature_celsius",
-                                 uuid=t4) == 40, 10, what="the GPU to come back")
+        wait_until(
+            lambda: (
+                value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_temperature_celsius", uuid=t4) == 40
+            ),
+            10,
+            what="the GPU to come back",
+        )
         assert exporter.log.count("answers again") == 1
     finally:
         exporter.stop()
@@ -239,10 +296,14 @@ def test_every_xid_event_is_counted(fake_nvml):
     fake_nvml.write(gpus)
     exporter, url = start_nvml_exporter(fake_nvml)
     try:
+
         def xids():
             parsed = samples(requests.get(url + "/metrics").text)
-            return {dict(labels)["xid"]: v for (name, labels), v in parsed.items()
-                    if name == "gpulens_gpu_xid_errors_total" and ("gpu", "0") in labels}
+            return {
+                dict(labels)["xid"]: v
+                for (name, labels), v in parsed.items()
+                if name == "gpulens_gpu_xid_errors_total" and ("gpu", "0") in labels
+            }
 
         gpus[0]["xids"] = "48,79,79,13"
         fake_nvml.write(gpus)
@@ -259,8 +320,10 @@ def test_series_of_an_ended_process_disappear(fake_nvml):
     fake_nvml.write(gpus)
     exporter, url = start_nvml_exporter(fake_nvml)
     try:
-        assert value(samples(requests.get(url + "/metrics").text), "gpulens_process_busy_seconds_total",
-                     pid="11345") is not None
+        assert (
+            value(samples(requests.get(url + "/metrics").text), "gpulens_process_busy_seconds_total", pid="11345")
+            is not None
+        )
         for key in [k for k in gpus[0] if k.startswith("proc2.")]:  # gpu_burn exits
             del gpus[0][key]
         fake_nvml.write(gpus)

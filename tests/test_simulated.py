@@ -1,9 +1,12 @@
 """The simulated fleet moves the way real GPUs do, and the sampler integrates it exactly."""
+
+import itertools
+
 import pytest
 
 from gpulens.core import metrics as m
-from gpulens.exporter.sampler import Sampler
 from gpulens.core.catalog import MODELS
+from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources.simulated import SimulatedSource
 from gpulens.simulator import fleet
 from gpulens.simulator.fleet import FleetError, fleet_from_flags, load_fleet
@@ -61,13 +64,13 @@ def test_data_starvation_swings_between_bursts_and_gaps():
 
 def test_data_starvation_pcie_spikes_at_burst_starts():
     s = run("data_starvation", 60, step=0.1)
-    rx = [b.devices[0].get(m.PCIE_RECEIVE) - a.devices[0].get(m.PCIE_RECEIVE) for a, b in zip(s, s[1:])]
+    rx = [b.devices[0].get(m.PCIE_RECEIVE) - a.devices[0].get(m.PCIE_RECEIVE) for a, b in itertools.pairwise(s)]
     busy = series(s, m.UTILIZATION)[1:]
-    gap_rate = max(r for r, u in zip(rx, busy) if u == 0)
+    gap_rate = max(r for r, u in zip(rx, busy, strict=True) if u == 0)
     starts = [i for i in range(1, len(busy)) if busy[i - 1] == 0 and busy[i] > 0]
     assert len(starts) >= 9  # 5-6.5 s iterations over 60 s
     # Within 0.3 s of every burst start, host-to-device traffic is over ten times the gap's.
-    assert all(max(rx[i:i + 3]) > 10 * gap_rate for i in starts)
+    assert all(max(rx[i : i + 3]) > 10 * gap_rate for i in starts)
 
 
 def test_memory_fragmentation_fills_memory_then_restarts_with_a_new_pid():
@@ -125,8 +128,18 @@ def test_light_inference_barely_uses_a_big_gpu():
 
 
 def test_poor_placement_spans_sockets_without_nvlink_and_is_unbalanced():
-    node = load_fleet({"nodes": [{"name": "n", "model": "L40S", "gpus": 4,
-                                  "workloads": [{"profile": "poor_placement", "gpus": [1, 2], "pod": "a/b"}]}]})[0]
+    node = load_fleet(
+        {
+            "nodes": [
+                {
+                    "name": "n",
+                    "model": "L40S",
+                    "gpus": 4,
+                    "workloads": [{"profile": "poor_placement", "gpus": [1, 2], "pod": "a/b"}],
+                }
+            ]
+        }
+    )[0]
     clock = ManualClock()
     sample = SimulatedSource(node, clock=clock).sample()
     a, b = node.gpus[1].uuid, node.gpus[2].uuid
@@ -169,16 +182,23 @@ def test_sampler_does_not_invent_time_across_a_gap():
     assert snapshot.device_counters[node.gpus[0].uuid].idle == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("fleet, message", [
-    ({}, "the fleet must have a non-empty 'nodes' list"),
-    ({"nodes": [{"model": "V100"}]}, "unknown GPU model 'V100'; choose one of"),
-    ({"nodes": [{"gpus": 0}]}, "'gpus' must be a whole number from 1 to 64, got 0"),
-    ({"nodes": [{"gpus": 2, "workloads": [{"profile": "idle", "gpus": [2]}]}]},
-     "workload 'idle' names GPU 2, but the node has GPUs 0-1"),
-    ({"nodes": [{"gpus": 2, "workloads": [{"profile": "idle", "gpus": [0]}, {"profile": "idle", "gpus": [0]}]}]},
-     "GPU 0 is given two workloads"),
-    ({"nodes": [{"workloads": [{"profile": "training"}]}]}, "unknown workload profile 'training'"),
-])
+@pytest.mark.parametrize(
+    "fleet, message",
+    [
+        ({}, "the fleet must have a non-empty 'nodes' list"),
+        ({"nodes": [{"model": "V100"}]}, "unknown GPU model 'V100'; choose one of"),
+        ({"nodes": [{"gpus": 0}]}, "'gpus' must be a whole number from 1 to 64, got 0"),
+        (
+            {"nodes": [{"gpus": 2, "workloads": [{"profile": "idle", "gpus": [2]}]}]},
+            "workload 'idle' names GPU 2, but the node has GPUs 0-1",
+        ),
+        (
+            {"nodes": [{"gpus": 2, "workloads": [{"profile": "idle", "gpus": [0]}, {"profile": "idle", "gpus": [0]}]}]},
+            "GPU 0 is given two workloads",
+        ),
+        ({"nodes": [{"workloads": [{"profile": "training"}]}]}, "unknown workload profile 'training'"),
+    ],
+)
 def test_bad_fleets_are_refused_with_the_reason(fleet, message):
     with pytest.raises(FleetError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_fleet(fleet)
@@ -205,10 +225,21 @@ def test_fallen_off_bus_keeps_only_up_zero():
 @pytest.mark.parametrize("speed", [1.0, 5.0])
 def test_simulated_kubelet_reports_pod_cpu_in_real_seconds(speed):
     """cAdvisor's counters for the pods: CPU seconds per real second, whatever the simulation speed."""
-    node = load_fleet({"nodes": [{"name": "n", "gpus": 3, "workloads": [
-        {"profile": "healthy_training", "gpus": [0], "pod": "a/train"},
-        {"profile": "idle", "gpus": [1], "pod": "a/notebook"},
-        {"profile": "data_starvation", "gpus": [2], "pod": "b/bert"}]}]})[0]
+    node = load_fleet(
+        {
+            "nodes": [
+                {
+                    "name": "n",
+                    "gpus": 3,
+                    "workloads": [
+                        {"profile": "healthy_training", "gpus": [0], "pod": "a/train"},
+                        {"profile": "idle", "gpus": [1], "pod": "a/notebook"},
+                        {"profile": "data_starvation", "gpus": [2], "pod": "b/bert"},
+                    ],
+                }
+            ]
+        }
+    )[0]
     clock = ManualClock()
     source = SimulatedSource(node, clock=clock, speed=speed)
     source.sample()  # the first sample counts one simulated second
@@ -218,8 +249,11 @@ def test_simulated_kubelet_reports_pod_cpu_in_real_seconds(speed):
     status, content_type, body = source.cadvisor_text()
     text = body.decode()
     assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
-    usage = {line.split('pod="')[1].split('"')[0]: float(line.split()[-1])
-             for line in text.splitlines() if line.startswith("container_cpu_usage_seconds_total{")}
+    usage = {
+        line.split('pod="')[1].split('"')[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("container_cpu_usage_seconds_total{")
+    }
     # 10 real seconds (+1 simulated second at the start) at 30 % and 1 % of a 4-core limit.
     assert usage["train"] == pytest.approx(0.3 * 4 * (10 + 1 / speed), abs=1e-3)
     assert usage["notebook"] == pytest.approx(0.01 * 4 * (10 + 1 / speed), abs=1e-3)

@@ -7,18 +7,22 @@ the simulated sick GPUs and pods; the low-SM page for the data-starved pod reach
 analyzer's class and recommendation; no healthy pod pages. Alert timings are shortened (the
 thresholds file below), the rules are otherwise the ones `gpulens alerts` writes.
 """
+
 import re
 import time
 
 import pytest
 import requests
 
+from gpulens.core import mixin
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.dashboards import gpulens as dashboards
-from gpulens.core import mixin
 from gpulens.demo import Stack
 from tests.helpers import require_binary
 from tests.test_analyzer_service import EXPECTED
+
+#: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 FAST_ALERTS = """alert_rate_window: 20s
 alert_low_sm_for: 90s
@@ -32,13 +36,16 @@ throttle_seconds: 20
 #: (alert, subject) for every simulated problem: pods by namespace/name, GPUs by node/index.
 EXPECTED_ALERTS = {
     # SM activity under 30 %: data starvation (15-24 %), idle, light inference on an H100, interconnect.
-    ("GpulensPodLowSmActivity", "nlp/bert-finetune-0"), ("GpulensPodLowSmActivity", "research/notebook-alice-0"),
-    ("GpulensPodLowSmActivity", "serving/embedder-0"), ("GpulensPodLowSmActivity", "vision/allreduce-bench-0"),
+    ("GpulensPodLowSmActivity", "nlp/bert-finetune-0"),
+    ("GpulensPodLowSmActivity", "research/notebook-alice-0"),
+    ("GpulensPodLowSmActivity", "serving/embedder-0"),
+    ("GpulensPodLowSmActivity", "vision/allreduce-bench-0"),
     ("GpulensPodGpuIdle", "research/notebook-alice-0"),
     ("GpulensPodDataStarvation", "nlp/bert-finetune-0"),
     ("GpulensPodMemoryFragmentation", "nlp/llm-sft-0"),
     ("GpulensGpuMemoryHeldWithoutPod", "sim-h100-a/5"),
-    ("GpulensGpuThrottled", "sim-a100-b/2 hw_thermal"), ("GpulensGpuThrottled", "sim-a100-b/2 sw_thermal"),
+    ("GpulensGpuThrottled", "sim-a100-b/2 hw_thermal"),
+    ("GpulensGpuThrottled", "sim-a100-b/2 sw_thermal"),
     ("GpulensGpuXidErrors", "sim-a100-b/4 xid 63"),
     ("GpulensGpuLost", "sim-a100-b/5"),
 }
@@ -51,8 +58,14 @@ def stack(tmp_path_factory):
     require_binary("prometheus-alertmanager")
     workdir = tmp_path_factory.mktemp("stack")
     (workdir / "thresholds.yaml").write_text(FAST_ALERTS)
-    stack = Stack(workdir / "demo", speed=5, thresholds_file=str(workdir / "thresholds.yaml"), scrape_interval=1,
-                  window=60, interval=2).start()
+    stack = Stack(
+        workdir / "demo",
+        speed=5,
+        thresholds_file=str(workdir / "thresholds.yaml"),
+        scrape_interval=1,
+        window=60,
+        interval=2,
+    ).start()
     yield stack
     stack.stop()
 
@@ -89,8 +102,11 @@ def eventually(observe, expected, timeout: float, what: str):
         if seen == expected or time.monotonic() > deadline:
             break
         time.sleep(2)
-    assert seen == expected, f"{what} after {timeout} s: missing {expected - seen}, unexpected {seen - expected}" \
-        if isinstance(seen, set) else f"{what}: {seen} != {expected}"
+    assert seen == expected, (
+        f"{what} after {timeout} s: missing {expected - seen}, unexpected {seen - expected}"
+        if isinstance(seen, set)
+        else f"{what}: {seen} != {expected}"
+    )
 
 
 def classes(stack) -> dict[str, str]:
@@ -126,12 +142,17 @@ def test_the_low_sm_page_for_the_starved_pod_reaches_the_webhook_with_why_and_wh
     assert alert["labels"]["severity"] == "critical"
     assert annotations["dashboard_url"].endswith("/d/gpulens-pod?var-namespace=nlp&var-pod=bert-finetune-0")
     # Healthy pods never page: not now, not in any notification so far.
-    paged = {f"{a['labels'].get('namespace')}/{a['labels'].get('pod')}" for n in stack.receiver.snapshot()
-             for a in n["alerts"] if n["path"] == "/alerts/pages"}
+    paged = {
+        f"{a['labels'].get('namespace')}/{a['labels'].get('pod')}"
+        for n in stack.receiver.snapshot()
+        for a in n["alerts"]
+        if n["path"] == "/alerts/pages"
+    }
     assert not paged & HEALTHY, f"healthy pods paged: {paged & HEALTHY}"
 
 
 # --- every PromQL expression the dashboards and rules contain returns data ------------------------
+
 
 def dashboard_queries() -> list[tuple[str, str, str]]:
     """(dashboard, panel or variable, expr) for every target and query variable of every dashboard."""
@@ -141,7 +162,9 @@ def dashboard_queries() -> list[tuple[str, str, str]]:
     for name, text in dashboards.generate(mixin.MixinConfig()).items():
         board = json.loads(text)
         for variable in board["templating"]["list"]:
-            match = re.fullmatch(r"label_values\((.*), (\w+)\)", variable["query"]) if variable["type"] == "query" else None
+            match = (
+                re.fullmatch(r"label_values\((.*), (\w+)\)", variable["query"]) if variable["type"] == "query" else None
+            )
             if variable["type"] == "query":
                 assert match, f"{name} variable {variable['name']}: {variable['query']}"
                 out.append((name, f"variable {variable['name']}", f"count by ({match[2]}) ({match[1]})"))
@@ -153,8 +176,15 @@ def dashboard_queries() -> list[tuple[str, str, str]]:
 
 def substitute(expr: str, pod: str) -> str:
     namespace, name = pod.split("/")
-    for variable, value in (("$__rate_interval", "20s"), ("$__range", "60s"), ("$namespace", namespace),
-                            ("$pod", name), ("$job", ".*"), ("$node", ".*"), ("$gpu", ".*")):
+    for variable, value in (
+        ("$__rate_interval", "20s"),
+        ("$__range", "60s"),
+        ("$namespace", namespace),
+        ("$pod", name),
+        ("$job", ".*"),
+        ("$node", ".*"),
+        ("$gpu", ".*"),
+    ):
         expr = expr.replace(variable, value)
     assert "$" not in expr, f"unsubstituted variable in {expr}"
     return expr
@@ -173,16 +203,24 @@ def test_every_dashboard_query_returns_data(stack):
         with_data = [pod for pod in pods if query(stack, substitute(expr, pod))]
         if not with_data:
             empty.append(f"{name} / {title}: {expr}")
-        if name == "gpulens-pod.json" and title in ("SM activity and occupancy", "Tensor and DRAM activity",
-                                                    "PCIe throughput", "CPU use against limit", "Bottleneck over time"):
+        if name == "gpulens-pod.json" and title in (
+            "SM activity and occupancy",
+            "Tensor and DRAM activity",
+            "PCIe throughput",
+            "CPU use against limit",
+            "Bottleneck over time",
+        ):
             assert "nlp/bert-finetune-0" in with_data, f"{title} is empty for the data-starved pod"
     assert not empty, "queries with no data in the demo:\n" + "\n".join(empty)
 
 
 def test_the_starved_pods_cpu_sits_at_its_limit(stack):
     [used] = query(stack, 'sum(rate(container_cpu_usage_seconds_total{namespace="nlp",pod="bert-finetune-0"}[20s]))')
-    [limit] = query(stack, 'sum(container_spec_cpu_quota{namespace="nlp",pod="bert-finetune-0"} / '
-                           'container_spec_cpu_period{namespace="nlp",pod="bert-finetune-0"})')
+    [limit] = query(
+        stack,
+        'sum(container_spec_cpu_quota{namespace="nlp",pod="bert-finetune-0"} / '
+        'container_spec_cpu_period{namespace="nlp",pod="bert-finetune-0"})',
+    )
     assert float(limit["value"][1]) == 4.0
     assert 0.93 * 4 <= float(used["value"][1]) <= 1.0 * 4
 

@@ -3,11 +3,17 @@
 A GPU that is busy 250 ms of every second, scraped every 2 s, shows either 0% or 100% in any one
 scrape of a gauge. The sampler's counters must still give rate() = 0.25 busy and 0.75 idle.
 """
+
 import threading
 import time
 
+import pytest
+
 from tests import captures
-from tests.helpers import start_nvml_exporter, Prometheus, wait_until
+from tests.helpers import Prometheus, start_nvml_exporter, wait_until
+
+#: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 PERIOD_SECONDS = 1.0
 BUSY_SECONDS = 0.25
@@ -33,8 +39,9 @@ def test_rate_of_busy_and_idle_seconds_is_the_true_duty_cycle(fake_nvml, tmp_pat
     toggler.start()
     prometheus = Prometheus(tmp_path, [url.removeprefix("http://")], scrape_interval="2s")
     try:
-        wait_until(lambda: prometheus.query('count_over_time(up{job="gpulens"}[1m]) >= 10'), 60,
-                   interval=1, what="ten scrapes")
+        wait_until(
+            lambda: prometheus.query('count_over_time(up{job="gpulens"}[1m]) >= 10'), 60, interval=1, what="ten scrapes"
+        )
         busy = float(prometheus.query("rate(gpulens_gpu_busy_seconds_total[16s])")[0]["value"][1])
         idle = float(prometheus.query("rate(gpulens_gpu_idle_seconds_total[16s])")[0]["value"][1])
         process = float(prometheus.query("rate(gpulens_process_busy_seconds_total[16s])")[0]["value"][1])

@@ -1,4 +1,5 @@
 """HTTP serving: content negotiation, health, exporter-toolkit web config, bad flags."""
+
 import gzip
 import os
 import socket
@@ -10,6 +11,9 @@ import pytest
 import requests
 
 from tests.helpers import REPO, GpulensProcess, free_port, samples, start_exporter, value, wait_until
+
+#: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
+pytestmark = pytest.mark.slow
 
 SIMULATED = ["--source", "simulated", "--simulate.gpus", "2", "--sampler.interval", "0.1"]
 
@@ -58,8 +62,9 @@ def test_basic_auth_with_bcrypt_hashes(tmp_path):
     config = _web_config(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    process = GpulensProcess(["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}",
-                              "--web.config.file", config])
+    process = GpulensProcess(
+        ["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}", "--web.config.file", config]
+    )
     try:
         # /healthz is behind auth too, so wait with credentials.
         wait_until(lambda: _status(url, ("prometheus", "s3cret")) == 200, 20, what="exporter with auth")
@@ -81,22 +86,47 @@ def _status(url, auth):
 
 def _tls_web_config(tmp_path) -> str:
     """A self-signed certificate for 127.0.0.1 and a web config that serves it."""
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(tmp_path / "server.key"),
-                    "-out", str(tmp_path / "server.crt")], check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(tmp_path / "server.key"),
+            "-out",
+            str(tmp_path / "server.crt"),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return _web_config(tmp_path, "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
 
 
 def test_tls(tmp_path):
     config = _tls_web_config(tmp_path)
     port = free_port()
-    process = GpulensProcess(["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}",
-                                "--web.config.file", config])
+    process = GpulensProcess(
+        ["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}", "--web.config.file", config]
+    )
     try:
+
         def ready():
             try:
-                return requests.get(f"https://127.0.0.1:{port}/healthz", verify=str(tmp_path / "server.crt"),
-                                    timeout=2).status_code == 200
+                return (
+                    requests.get(
+                        f"https://127.0.0.1:{port}/healthz", verify=str(tmp_path / "server.crt"), timeout=2
+                    ).status_code
+                    == 200
+                )
             except requests.RequestException:
                 return False
 
@@ -108,18 +138,22 @@ def test_tls(tmp_path):
 
 
 def run_exporter(*args, timeout=30):
-    return subprocess.run([sys.executable, "-m", "gpulens", "exporter", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gpulens", "exporter", *args], capture_output=True, text=True, cwd=REPO, timeout=timeout
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--sampler.interval", "0"], "--sampler.interval must be a positive number of seconds, got 0.0"),
-    (["--web.listen-address", "localhost"], "--web.listen-address 'localhost' is not HOST:PORT"),
-    (["--simulate.gpus", "2", "--simulate.profiles", "busy"], "unknown workload profile 'busy'; choose one of"),
-    (["--simulate.gpus", "2", "--simulate.model", "V100"], "--simulate.model 'V100' is unknown"),
-    (["--simulate.config", "/nonexistent/fleet.yaml"], "--simulate.config /nonexistent/fleet.yaml: cannot read it"),
-    (["--web.config.file", "/nonexistent/web.yml"], "--web.config.file /nonexistent/web.yml: cannot read it"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--sampler.interval", "0"], "--sampler.interval must be a positive number of seconds, got 0.0"),
+        (["--web.listen-address", "localhost"], "--web.listen-address 'localhost' is not HOST:PORT"),
+        (["--simulate.gpus", "2", "--simulate.profiles", "busy"], "unknown workload profile 'busy'; choose one of"),
+        (["--simulate.gpus", "2", "--simulate.model", "V100"], "--simulate.model 'V100' is unknown"),
+        (["--simulate.config", "/nonexistent/fleet.yaml"], "--simulate.config /nonexistent/fleet.yaml: cannot read it"),
+        (["--web.config.file", "/nonexistent/web.yml"], "--web.config.file /nonexistent/web.yml: cannot read it"),
+    ],
+)
 def test_bad_flags_name_the_value_and_exit_2(args, message):
     result = run_exporter("--source", "simulated", *args)
     assert result.returncode == 2
@@ -153,16 +187,25 @@ def test_unknown_flag_exits_2():
 
 def test_environment_mirrors_flags():
     env = {**os.environ, "GPULENS_SAMPLER_INTERVAL": "-1"}
-    result = subprocess.run([sys.executable, "-m", "gpulens", "exporter", "--source", "simulated"], env=env,
-                            capture_output=True, text=True, cwd=REPO, timeout=30)
-    assert result.returncode == 2 and "--sampler.interval must be a positive number of seconds, got -1.0" in result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", "gpulens", "exporter", "--source", "simulated"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=30,
+    )
+    assert (
+        result.returncode == 2 and "--sampler.interval must be a positive number of seconds, got -1.0" in result.stderr
+    )
 
 
 def test_a_stalled_tls_client_does_not_block_other_scrapes(tmp_path):
     config = _tls_web_config(tmp_path)
     port = free_port()
-    process = GpulensProcess(["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}",
-                              "--web.config.file", config])
+    process = GpulensProcess(
+        ["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}", "--web.config.file", config]
+    )
     ca = str(tmp_path / "server.crt")
     try:
         wait_until(lambda: _tls_status(port, ca) == 200, 20, what="TLS exporter")

@@ -4,6 +4,7 @@ The kubelet is read on its own short interval by a background thread, never on a
 call has a deadline. The sampler asks for the latest state on each tick (`resolve`) and for the pod of
 each new PID (`process_pod`, answered from /proc and the kubelet's log links, cached per PID).
 """
+
 from __future__ import annotations
 
 import abc
@@ -12,11 +13,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, read_cgroup
-from gpulens.exporter.attribution.kubelet import (DEFAULT_RESOURCE_NAMES, DEFAULT_SOCKET, DeviceRef, KubeletError,
-                                          PodResourcesClient, parse_device_id)
-from gpulens.core.status import CollectorStatus, ProblemLog
 from gpulens.core.pods import PodRef
+from gpulens.core.status import CollectorStatus, ProblemLog
+from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, read_cgroup
+from gpulens.exporter.attribution.kubelet import (
+    DEFAULT_RESOURCE_NAMES,
+    DEFAULT_SOCKET,
+    DeviceRef,
+    KubeletError,
+    PodResourcesClient,
+    parse_device_id,
+)
 from gpulens.exporter.sources.base import DeviceSample
 
 log = logging.getLogger(__name__)
@@ -59,8 +66,10 @@ def resolve(state: AttributionState, devices: list[DeviceSample]) -> Resolved:
         holders = pods.setdefault(device.uuid, [])
         if pod not in holders:  # time-sliced replicas of one GPU in one container count once
             holders.append(pod)
-    return Resolved({d.uuid: tuple(pods.get(d.uuid, ())) for d in devices},
-                    {"unknown_format": state.unknown_format, "no_such_device": missing})
+    return Resolved(
+        {d.uuid: tuple(pods.get(d.uuid, ())) for d in devices},
+        {"unknown_format": state.unknown_format, "no_such_device": missing},
+    )
 
 
 class Attribution(abc.ABC):
@@ -87,9 +96,15 @@ class KubeletAttribution(Attribution):
     """Attribution from the kubelet pod-resources socket, /proc and the kubelet's log links.
     With no socket (bare metal, plain Docker) processes still get their container IDs."""
 
-    def __init__(self, socket_path: str = DEFAULT_SOCKET, resource_names: tuple[str, ...] = DEFAULT_RESOURCE_NAMES,
-                 refresh_interval: float = 10.0, timeout: float = 2.0, proc_root: str = "/proc",
-                 log_root: str = "/var/log"):
+    def __init__(
+        self,
+        socket_path: str = DEFAULT_SOCKET,
+        resource_names: tuple[str, ...] = DEFAULT_RESOURCE_NAMES,
+        refresh_interval: float = 10.0,
+        timeout: float = 2.0,
+        proc_root: str = "/proc",
+        log_root: str = "/var/log",
+    ):
         self.client = PodResourcesClient(socket_path, timeout) if socket_path else None
         self.name = "kubelet" if socket_path else ""
         self.resource_names = resource_names
@@ -137,14 +152,17 @@ class KubeletAttribution(Attribution):
             ref = parse_device_id(allocation.device_id)
             if ref is None:
                 unknown += 1
-                self._problems.problem(f"id:{allocation.device_id}",
-                                       f"device ID {allocation.device_id!r} of resource {allocation.resource_name} "
-                                       f"(pod {allocation.pod.namespace}/{allocation.pod.pod}) is in a format "
-                                       "gpulens does not know; that GPU is served without its pod")
+                self._problems.problem(
+                    f"id:{allocation.device_id}",
+                    f"device ID {allocation.device_id!r} of resource {allocation.resource_name} "
+                    f"(pod {allocation.pod.namespace}/{allocation.pod.pod}) is in a format "
+                    "gpulens does not know; that GPU is served without its pod",
+                )
                 continue
             mapped.append((ref, allocation.pod))
-        self._state = AttributionState(True, tuple(mapped), unknown,
-                                       CollectorStatus(True, time.monotonic() - started, failures))
+        self._state = AttributionState(
+            True, tuple(mapped), unknown, CollectorStatus(True, time.monotonic() - started, failures)
+        )
 
     def _run(self) -> None:
         while not self._stop.wait(self.refresh_interval):

@@ -19,6 +19,7 @@ Kubernetes node keeps (log shippers read the same names):
 and a pod UID through its log directory /var/log/pods/<namespace>_<pod>_<uid>/<container>/.
 Pod and namespace names cannot contain "_" (they are DNS names), so both parse unambiguously.
 """
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@ the plugin and its strategy, so they are mapped to gpulens devices here:
     nvidia<i>/gi<g>            GKE's plugin, a MIG instance             -> "<i>/gi<g>"
     nvidia<i>/vgpu<n>          GKE's plugin, a time-shared replica      -> gpu index
 """
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,9 @@ from fnmatch import fnmatchcase
 
 import grpc
 
+from gpulens.core.pods import PodRef
 from gpulens.exporter.attribution import podresources_pb2 as pb
 from gpulens.exporter.attribution import podresources_pb2_grpc as pb_grpc
-from gpulens.core.pods import PodRef
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_RESOURCE_NAMES = ("nvidia.com/gpu", "nvidia.com/mig-*")
@@ -43,8 +44,10 @@ _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F
 _PATTERNS = [
     (re.compile(rf"^(GPU-{_UUID})(?:::\d+)?$"), lambda m: DeviceRef(uuid=m.group(1))),
     (re.compile(rf"^(MIG-{_UUID})$"), lambda m: DeviceRef(uuid=m.group(1))),
-    (re.compile(rf"^MIG-(GPU-{_UUID})/(\d+)/(\d+)$"),
-     lambda m: DeviceRef(parent_uuid=m.group(1), gpu_instance_id=int(m.group(2)))),
+    (
+        re.compile(rf"^MIG-(GPU-{_UUID})/(\d+)/(\d+)$"),
+        lambda m: DeviceRef(parent_uuid=m.group(1), gpu_instance_id=int(m.group(2))),
+    ),
     (re.compile(r"^nvidia(\d+)(?:/vgpu\d+)?$"), lambda m: DeviceRef(gpu=m.group(1))),
     (re.compile(r"^nvidia(\d+)/gi(\d+)$"), lambda m: DeviceRef(gpu=f"{m.group(1)}/gi{m.group(2)}")),
 ]
@@ -93,7 +96,7 @@ class PodResourcesClient:
             response = self._stub.List(pb.ListPodResourcesRequest(), timeout=self.timeout)
         except grpc.RpcError as e:
             raise KubeletError(self._explain(e)) from e
-        allocations = []
+        allocations: list[Allocation] = []
         for pod in response.pod_resources:
             for container in pod.containers:
                 ref = PodRef(pod.namespace, pod.name, container.name)
@@ -107,13 +110,17 @@ class PodResourcesClient:
         if code == grpc.StatusCode.DEADLINE_EXCEEDED:
             return f"the kubelet did not answer within {self.timeout:g} s on {self.socket_path}"
         if code == grpc.StatusCode.UNAVAILABLE:
-            fix = ("mount /var/lib/kubelet/pod-resources into the exporter, or set --kubelet.socket "
-                   "(--kubelet.socket='' outside Kubernetes)")
+            fix = (
+                "mount /var/lib/kubelet/pod-resources into the exporter, or set --kubelet.socket "
+                "(--kubelet.socket='' outside Kubernetes)"
+            )
             if not os.path.exists(self.socket_path):
                 return f"the kubelet pod-resources socket {self.socket_path} does not exist; {fix}"
             if not os.access(self.socket_path, os.R_OK | os.W_OK):
-                return (f"permission denied on the kubelet pod-resources socket {self.socket_path}; "
-                        "run the exporter as root or give it access to the socket")
+                return (
+                    f"permission denied on the kubelet pod-resources socket {self.socket_path}; "
+                    "run the exporter as root or give it access to the socket"
+                )
             return f"cannot reach the kubelet on {self.socket_path} ({error.details()}); {fix}"
         return f"the kubelet pod-resources API failed on {self.socket_path}: {code.name} {error.details()}"
 

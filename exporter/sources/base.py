@@ -3,6 +3,7 @@
 A source (NVML, simulated, later DCGM) turns hardware state into plain data here. It never touches
 prometheus_client: rendering is the collector's job, time integration the sampler's.
 """
+
 from __future__ import annotations
 
 import abc

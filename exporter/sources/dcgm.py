@@ -4,11 +4,13 @@ On GPUs before Hopper, DCGM is the only source of SM activity, occupancy, tensor
 dcgm-exporter is fetched on its own thread (a slow endpoint never delays NVML sampling) and parsed
 by gpulens.core.dcgm. Alone (`--source dcgm`) or filling what NVML lacks (`--dcgm.url`).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import requests
@@ -40,8 +42,14 @@ class DcgmFetcher:
 
     name = "dcgm"
 
-    def __init__(self, url: str, interval: float = 5.0, timeout: float = 2.0, max_age: float | None = None,
-                 clock=time.monotonic):
+    def __init__(
+        self,
+        url: str,
+        interval: float = 5.0,
+        timeout: float = 2.0,
+        max_age: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.url = url
         self.interval = interval
         self.timeout = timeout
@@ -64,14 +72,18 @@ class DcgmFetcher:
             parsed = parse_exposition(response.text)
             if not parsed.rows:
                 kind = response.headers.get("Content-Type", "no Content-Type")
-                raise ValueError(f"no DCGM metrics in the answer ({kind}, {len(response.content)} bytes): "
-                                 "is this dcgm-exporter's /metrics?")
+                raise ValueError(
+                    f"no DCGM metrics in the answer ({kind}, {len(response.content)} bytes): "
+                    "is this dcgm-exporter's /metrics?"
+                )
             devices = devices_from_rows(parsed.rows)
         except (requests.RequestException, ValueError) as e:
             reason = "timed out" if isinstance(e, requests.Timeout) else str(e)
             self.status = CollectorStatus(False, self.clock() - started, self.status.failures + 1)
-            self._problems.problem("fetch", f"cannot read dcgm-exporter at {self.url}: {reason}; "
-                                   "DCGM fields age out, NVML fields are unaffected")
+            self._problems.problem(
+                "fetch",
+                f"cannot read dcgm-exporter at {self.url}: {reason}; DCGM fields age out, NVML fields are unaffected",
+            )
             return
         now = self.clock()
         previous = self._reading
@@ -80,18 +92,23 @@ class DcgmFetcher:
             # Each rate value is the average over dcgm-exporter's last collect interval; weight it by
             # the time since the previous reading, skipping gaps after an outage.
             if elapsed <= self.max_age:
-                for key, device in devices.items():
+                for device in devices.values():
                     for spec, rate in device.rates.items():
                         counter = (device.uuid, device.gpu_instance_id, spec)
                         self._counters[counter] = self._counters.get(counter, 0.0) + rate * elapsed
-        for key, device in devices.items():
+        for device in devices.values():
             for spec in device.rates:
                 self._counters.setdefault((device.uuid, device.gpu_instance_id, spec), 0.0)
         self._reading = DcgmReading(devices, now, dict(self._counters))
         self.status = CollectorStatus(True, now - started, self.status.failures)
         if parsed.unusable or parsed.unparsable or parsed.duplicates:
-            log.debug("dcgm-exporter %s: %d unusable values, %d unparsable lines, %d duplicates dropped",
-                      self.url, parsed.unusable, parsed.unparsable, parsed.duplicates)
+            log.debug(
+                "dcgm-exporter %s: %d unusable values, %d unparsable lines, %d duplicates dropped",
+                self.url,
+                parsed.unusable,
+                parsed.unparsable,
+                parsed.duplicates,
+            )
         self._problems.resolved("fetch", f"dcgm-exporter at {self.url} answers again")
 
     def reading(self) -> DcgmReading | None:
@@ -181,8 +198,10 @@ class DcgmSource(Source):
         self.fetcher.start()
         if self.fetcher.reading() is None:
             self.fetcher.close()
-            raise SourceUnavailable(f"cannot read dcgm-exporter at {self.fetcher.url}: check --dcgm.url and that "
-                                    "dcgm-exporter runs on this node (the log line above says why)")
+            raise SourceUnavailable(
+                f"cannot read dcgm-exporter at {self.fetcher.url}: check --dcgm.url and that "
+                "dcgm-exporter runs on this node (the log line above says why)"
+            )
 
     def close(self) -> None:
         self.fetcher.close()
@@ -190,15 +209,21 @@ class DcgmSource(Source):
     def sample(self) -> NodeSample:
         reading = self.fetcher.reading()
         if reading is None:
-            raise RuntimeError(f"no reading of dcgm-exporter at {self.fetcher.url} younger than "
-                               f"{self.fetcher.max_age:g} s")
+            raise RuntimeError(
+                f"no reading of dcgm-exporter at {self.fetcher.url} younger than {self.fetcher.max_age:g} s"
+            )
         devices: list[DeviceSample] = []
         parents = {uuid for uuid, gi in reading.devices if gi is not None}
         for (uuid, gi), dcgm in sorted(reading.devices.items(), key=lambda kv: (kv[1].gpu, kv[0][1] or -1)):
-            sample = DeviceSample(gpu=dcgm.gpu, uuid=uuid if gi is None else f"{uuid}/gi{gi}", model=dcgm.model,
-                                  pci_bus_id=dcgm.pci_bus_id,
-                                  mig_mode="instance" if gi is not None else "enabled" if uuid in parents else "disabled",
-                                  mig_profile=dcgm.mig_profile, parent_uuid=uuid if gi is not None else "")
+            sample = DeviceSample(
+                gpu=dcgm.gpu,
+                uuid=uuid if gi is None else f"{uuid}/gi{gi}",
+                model=dcgm.model,
+                pci_bus_id=dcgm.pci_bus_id,
+                mig_mode="instance" if gi is not None else "enabled" if uuid in parents else "disabled",
+                mig_profile=dcgm.mig_profile,
+                parent_uuid=uuid if gi is not None else "",
+            )
             apply(reading, dcgm, sample)
             devices.append(sample)
         return NodeSample(devices)
@@ -217,8 +242,11 @@ class DcgmAttribution(Attribution):
         reading = self.fetcher.reading()
         if reading is None:
             return AttributionState()
-        allocations = tuple((DeviceRef(uuid=uuid if gi is None else f"{uuid}/gi{gi}"), d.pod)
-                            for (uuid, gi), d in reading.devices.items() if d.pod is not None)
+        allocations = tuple(
+            (DeviceRef(uuid=uuid if gi is None else f"{uuid}/gi{gi}"), d.pod)
+            for (uuid, gi), d in reading.devices.items()
+            if d.pod is not None
+        )
         return AttributionState(True, allocations, 0, self.fetcher.status)
 
     def process_pod(self, pid: int) -> tuple[PodRef | None, str]:

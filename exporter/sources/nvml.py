@@ -9,13 +9,16 @@ Every NVML call goes through one choke point, `_DeviceReader.call`:
 XID errors arrive as NVML events. A watcher thread waits on an event set and counts every event per
 GPU and XID code, so repeated errors are counted, not overwritten.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpulens.core import metrics as m
 from gpulens.core.status import ProblemLog
@@ -94,13 +97,17 @@ class NvmlSource(Source):
             raise SourceUnavailable(
                 "the NVIDIA driver library libnvidia-ml.so.1 was not found: install the NVIDIA driver "
                 "(or run in a container with the NVIDIA runtime), or use --source=simulated to try "
-                "gpulens without a GPU") from e
+                "gpulens without a GPU"
+            ) from e
         except pynvml.NVMLError_DriverNotLoaded as e:
-            raise SourceUnavailable("the NVIDIA kernel driver is not loaded (nvidia-smi will say the same): "
-                                    "load it, or use --source=simulated") from e
+            raise SourceUnavailable(
+                "the NVIDIA kernel driver is not loaded (nvidia-smi will say the same): "
+                "load it, or use --source=simulated"
+            ) from e
         except pynvml.NVMLError as e:
-            raise SourceUnavailable(f"NVML failed to initialise: {e}; check that nvidia-smi works on this node, "
-                                    "or use --source=simulated") from e
+            raise SourceUnavailable(
+                f"NVML failed to initialise: {e}; check that nvidia-smi works on this node, or use --source=simulated"
+            ) from e
         self.driver_version = self._optional(pynvml.nvmlSystemGetDriverVersion) or ""
         self.nvml_version = self._optional(pynvml.nvmlSystemGetNVMLVersion) or ""
         self._discover()
@@ -144,7 +151,9 @@ class NvmlSource(Source):
                     devices.append(_Device(handle=None, gpu=str(index), uuid=f"unknown-gpu-{index}", model=""))
                     self._problems.problem(f"discover{index}", f"GPU {index} cannot be opened: {e}")
                 continue
-            gpu = _Device(handle=handle, gpu=str(index), uuid=uuid, model=self._optional(nvml.nvmlDeviceGetName, handle) or "")
+            gpu = _Device(
+                handle=handle, gpu=str(index), uuid=uuid, model=self._optional(nvml.nvmlDeviceGetName, handle) or ""
+            )
             pci = self._optional(nvml.nvmlDeviceGetPciInfo, handle)
             gpu.pci_bus_id = pci.busId if pci is not None else ""
             if isinstance(gpu.pci_bus_id, bytes):
@@ -170,16 +179,25 @@ class NvmlSource(Source):
                 continue  # an empty slot: NVML_ERROR_NOT_FOUND
             gi = self._optional(nvml.nvmlDeviceGetGpuInstanceId, handle)
             name = self._optional(nvml.nvmlDeviceGetName, handle) or ""
-            found.append(_Device(
-                handle=handle, gpu=f"{parent.gpu}/gi{gi}", uuid=self._optional(nvml.nvmlDeviceGetUUID, handle) or "",
-                model=parent.model, pci_bus_id=parent.pci_bus_id, mig_mode="instance",
-                # NVML names a MIG device "<GPU name> MIG 1g.5gb".
-                mig_profile=name.rpartition(" MIG ")[2] if " MIG " in name else "",
-                parent_uuid=parent.uuid, parent_handle=parent.handle, gpu_instance_id=gi,
-                gpm_supported=parent.gpm_supported))
+            found.append(
+                _Device(
+                    handle=handle,
+                    gpu=f"{parent.gpu}/gi{gi}",
+                    uuid=self._optional(nvml.nvmlDeviceGetUUID, handle) or "",
+                    model=parent.model,
+                    pci_bus_id=parent.pci_bus_id,
+                    mig_mode="instance",
+                    # NVML names a MIG device "<GPU name> MIG 1g.5gb".
+                    mig_profile=name.rpartition(" MIG ")[2] if " MIG " in name else "",
+                    parent_uuid=parent.uuid,
+                    parent_handle=parent.handle,
+                    gpu_instance_id=gi,
+                    gpm_supported=parent.gpm_supported,
+                )
+            )
         return found
 
-    def _gpm_supported(self, handle) -> bool:
+    def _gpm_supported(self, handle: Any) -> bool:
         try:
             return bool(self.nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
         except (self.nvml.NVMLError, AttributeError):
@@ -202,8 +220,15 @@ class NvmlSource(Source):
             self._discover()
         devices = []
         for d in self._devices:
-            sample = DeviceSample(gpu=d.gpu, uuid=d.uuid, model=d.model, pci_bus_id=d.pci_bus_id,
-                                  mig_mode=d.mig_mode, mig_profile=d.mig_profile, parent_uuid=d.parent_uuid)
+            sample = DeviceSample(
+                gpu=d.gpu,
+                uuid=d.uuid,
+                model=d.model,
+                pci_bus_id=d.pci_bus_id,
+                mig_mode=d.mig_mode,
+                mig_profile=d.mig_profile,
+                parent_uuid=d.parent_uuid,
+            )
             if d.handle is None:
                 sample.up = False
             else:
@@ -212,12 +237,15 @@ class NvmlSource(Source):
                     self._problems.resolved(f"lost{d.uuid}", f"GPU {d.gpu} ({d.uuid}) answers again")
                 except DeviceLost:
                     sample = DeviceSample(gpu=d.gpu, uuid=d.uuid, up=False)
-                    self._problems.problem(f"lost{d.uuid}", f"GPU {d.gpu} ({d.uuid}) is lost (NVML_ERROR_GPU_IS_LOST): "
-                                           "it fell off the bus or needs a reset; its series are withdrawn")
+                    self._problems.problem(
+                        f"lost{d.uuid}",
+                        f"GPU {d.gpu} ({d.uuid}) is lost (NVML_ERROR_GPU_IS_LOST): "
+                        "it fell off the bus or needs a reset; its series are withdrawn",
+                    )
             devices.append(sample)
         return NodeSample(devices, self.driver_version, self.nvml_version, self._topology)
 
-    def call(self, d: _Device, fn, *args):
+    def call(self, d: _Device, fn: Callable[..., Any], *args: Any) -> Any:
         """The NVML choke point: value, or None where unsupported or failing this tick."""
         try:
             return fn(*args)
@@ -251,14 +279,26 @@ class NvmlSource(Source):
     def _read_board(self, d: _Device, s: DeviceSample) -> None:
         """What only a physical GPU has: links, clocks, power, temperature, errors."""
         nvml, h, call = self.nvml, d.handle, self.call
-        fields = call(d, nvml.nvmlDeviceGetFieldValues, h, [
-            nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
-            nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-            nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
+        fields = call(
+            d,
+            nvml.nvmlDeviceGetFieldValues,
+            h,
+            [
+                nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+                nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+                nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+                nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+                nvml.NVML_FI_DEV_NVLINK_LINK_COUNT,
+            ],
+        )
         if fields is not None:
             links = fields[4].value.uiVal if fields[4].nvmlReturn == nvml.NVML_SUCCESS else None
-            for f, spec, scale in ((fields[0], m.PCIE_TRANSMIT, 1), (fields[1], m.PCIE_RECEIVE, 1),
-                                   (fields[2], m.NVLINK_TRANSMIT, 1024), (fields[3], m.NVLINK_RECEIVE, 1024)):
+            for f, spec, scale in (
+                (fields[0], m.PCIE_TRANSMIT, 1),
+                (fields[1], m.PCIE_RECEIVE, 1),
+                (fields[2], m.NVLINK_TRANSMIT, 1024),
+                (fields[3], m.NVLINK_RECEIVE, 1024),
+            ):
                 if f.nvmlReturn == nvml.NVML_SUCCESS and (scale == 1 or links):
                     s.set(spec, f.value.ullVal * scale)
             s.set(m.NVLINK_LINKS, links)
@@ -274,8 +314,10 @@ class NvmlSource(Source):
         s.set(m.ENERGY, _scaled(call(d, nvml.nvmlDeviceGetTotalEnergyConsumption, h), 1e-3))
         s.set(m.TEMPERATURE, call(d, nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU))
         s.clock_event_reasons = call(d, nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
-        for kind, error_type in (("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-                                 ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+        for kind, error_type in (
+            ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+            ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
+        ):
             s.set(m.ECC_ERRORS, call(d, nvml.nvmlDeviceGetTotalEccErrors, h, error_type, nvml.NVML_AGGREGATE_ECC), kind)
         rows = call(d, nvml.nvmlDeviceGetRemappedRows, h)
         if rows is not None:
@@ -357,8 +399,9 @@ class NvmlSource(Source):
             if shares is not None:
                 pid_shares = shares.get(p.pid)
                 utilization = sum(pid_shares) / len(pid_shares) / 100 if pid_shares else 0.0
-            s.processes.append(ProcessSample(pid=p.pid, command=name, memory_used_bytes=p.usedGpuMemory,
-                                             utilization=utilization))
+            s.processes.append(
+                ProcessSample(pid=p.pid, command=name, memory_used_bytes=p.usedGpuMemory, utilization=utilization)
+            )
         if len(self._process_names) > 4096:  # PIDs are reused; forget names now and then
             self._process_names.clear()
 
@@ -393,12 +436,12 @@ class NvmlSource(Source):
         self._optional(nvml.nvmlEventSetFree, event_set)
 
 
-def _handle_key(handle) -> int:
+def _handle_key(handle: Any) -> int:
     """nvmlDevice_t handles are pointers; compare them by address."""
     import ctypes
 
     return ctypes.cast(handle, ctypes.c_void_p).value or 0
 
 
-def _scaled(value, factor: float):
+def _scaled(value: float | None, factor: float) -> float | None:
     return None if value is None else value * factor

@@ -5,9 +5,11 @@ into the exporter's NodeSample, integrating the hardware counters (PCIe, NVLink,
 their rates as the driver would, and plays the node's kubelet: its pod-resources answer
 (SimulatedAttribution) and its cAdvisor endpoint (pod CPU, for the analyzer's data-starvation evidence).
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from gpulens.core import metrics as m
 from gpulens.core.catalog import MIB
@@ -25,7 +27,7 @@ class SimulatedSource(Source):
 
     name = "simulated"
 
-    def __init__(self, node: SimNode, clock=time.time, speed: float = 1.0):
+    def __init__(self, node: SimNode, clock: Callable[[], float] = time.time, speed: float = 1.0):
         """`speed` runs the workloads faster than real time (speed 10: ten simulated seconds per
         second), so that slow signatures such as a memory-fragmentation cycle show within a minute."""
         self.node = node
@@ -34,8 +36,10 @@ class SimulatedSource(Source):
         self._started = clock()
         self._last: float | None = None
         # Cumulative hardware counters the simulator integrates from rates, per GPU index.
-        self._counters = {g.index: {"pcie_tx": 0.0, "pcie_rx": 0.0, "nvlink_tx": 0.0, "nvlink_rx": 0.0,
-                                    "energy": 0.0, "xid": 0.0} for g in node.gpus}
+        self._counters = {
+            g.index: {"pcie_tx": 0.0, "pcie_rx": 0.0, "nvlink_tx": 0.0, "nvlink_rx": 0.0, "energy": 0.0, "xid": 0.0}
+            for g in node.gpus
+        }
         # CPU seconds used by each pod's container, integrated from its first GPU's workload.
         self._cpu_seconds = {g.pod: 0.0 for g in node.gpus if g.pod is not None and g.role == 0}
 
@@ -65,24 +69,41 @@ class SimulatedSource(Source):
 
     def _device(self, g: SimGpu, a: Activity, elapsed: float) -> DeviceSample:
         model = g.model
-        d = DeviceSample(gpu=str(g.index), uuid=g.uuid, model=model.name,
-                         pci_bus_id=f"00000000:{0x18 + 0x10 * g.index:02X}:00.0", up=not a.lost)
+        d = DeviceSample(
+            gpu=str(g.index),
+            uuid=g.uuid,
+            model=model.name,
+            pci_bus_id=f"00000000:{0x18 + 0x10 * g.index:02X}:00.0",
+            up=not a.lost,
+        )
         if a.lost:
             return d
         c = self._counters[g.index]
         power = model.idle_power_watts + a.power_fraction * (model.power_limit_watts - model.idle_power_watts)
-        for key, rate in (("pcie_tx", a.pcie_tx), ("pcie_rx", a.pcie_rx), ("nvlink_tx", a.nvlink_tx),
-                          ("nvlink_rx", a.nvlink_rx), ("energy", power), ("xid", a.xid_rate)):
+        for key, rate in (
+            ("pcie_tx", a.pcie_tx),
+            ("pcie_rx", a.pcie_rx),
+            ("nvlink_tx", a.nvlink_tx),
+            ("nvlink_rx", a.nvlink_rx),
+            ("energy", power),
+            ("xid", a.xid_rate),
+        ):
             c[key] += rate * elapsed
         usable = model.memory_total_bytes - model.memory_reserved_bytes
         memory_used = round(a.memory_fraction * usable) if a.memory_fraction else 1 * MIB
         d.set(m.UTILIZATION, round(a.busy, 2))  # NVML reports whole percent
         d.set(m.MEMORY_CONTROLLER_UTILIZATION, round(a.dram * 0.9, 2))
         if g.profiling:
-            for spec, value in ((m.GRAPHICS_ENGINE_ACTIVE, a.busy), (m.SM_ACTIVE, a.sm_active),
-                                (m.SM_OCCUPANCY, a.sm_occupancy), (m.TENSOR_ACTIVE, a.tensor),
-                                (m.DRAM_ACTIVE, a.dram), (m.FP16_ACTIVE, a.fp16), (m.FP32_ACTIVE, a.fp32),
-                                (m.FP64_ACTIVE, a.fp64)):
+            for spec, value in (
+                (m.GRAPHICS_ENGINE_ACTIVE, a.busy),
+                (m.SM_ACTIVE, a.sm_active),
+                (m.SM_OCCUPANCY, a.sm_occupancy),
+                (m.TENSOR_ACTIVE, a.tensor),
+                (m.DRAM_ACTIVE, a.dram),
+                (m.FP16_ACTIVE, a.fp16),
+                (m.FP32_ACTIVE, a.fp32),
+                (m.FP64_ACTIVE, a.fp64),
+            ):
                 d.set(spec, round(min(max(value, 0.0), 1.0), 4))
         d.set(m.MEMORY_USED, memory_used)
         d.set(m.MEMORY_TOTAL, model.memory_total_bytes)
@@ -114,23 +135,37 @@ class SimulatedSource(Source):
         d.set(m.ROW_REMAP_PENDING, 0)
         d.set(m.ROW_REMAP_FAILED, 0)
         if a.process:
-            d.processes.append(ProcessSample(pid=g.base_pid + a.restarts, command="python3",
-                                             memory_used_bytes=memory_used, utilization=round(a.busy, 2),
-                                             pod=g.pod, container_id=f"{g.uuid[4:12]}{a.restarts:056x}"))
+            d.processes.append(
+                ProcessSample(
+                    pid=g.base_pid + a.restarts,
+                    command="python3",
+                    memory_used_bytes=memory_used,
+                    utilization=round(a.busy, 2),
+                    pod=g.pod,
+                    container_id=f"{g.uuid[4:12]}{a.restarts:056x}",
+                )
+            )
         return d
-
 
     def cadvisor_text(self) -> tuple[int, str, bytes]:
         """What the node's kubelet serves on /metrics/cadvisor for the simulated pods' containers:
         CPU seconds used (in real seconds, whatever --simulate.speed is) and the CFS quota that a
         CPU limit of CPU_LIMIT_CORES sets. Served by the simulated exporter on the same path."""
-        lines = ["# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.",
-                 "# TYPE container_cpu_usage_seconds_total counter"]
-        series = [(pod, f'container="{pod.container}",namespace="{pod.namespace}",pod="{pod.pod}"')
-                  for pod in self._cpu_seconds]
-        lines += [f"container_cpu_usage_seconds_total{{{labels}}} {self._cpu_seconds[pod]:.3f}" for pod, labels in series]
-        for name, help_, value in (("container_spec_cpu_quota", "CPU quota of the container.", CPU_LIMIT_CORES * 100000),
-                                   ("container_spec_cpu_period", "CPU period of the container.", 100000)):
+        lines = [
+            "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.",
+            "# TYPE container_cpu_usage_seconds_total counter",
+        ]
+        series = [
+            (pod, f'container="{pod.container}",namespace="{pod.namespace}",pod="{pod.pod}"')
+            for pod in self._cpu_seconds
+        ]
+        lines += [
+            f"container_cpu_usage_seconds_total{{{labels}}} {self._cpu_seconds[pod]:.3f}" for pod, labels in series
+        ]
+        for name, help_, value in (
+            ("container_spec_cpu_quota", "CPU quota of the container.", CPU_LIMIT_CORES * 100000),
+            ("container_spec_cpu_period", "CPU period of the container.", 100000),
+        ):
             lines += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
             lines += [f"{name}{{{labels}}} {value:.0f}" for _, labels in series]
         return 200, "text/plain; version=0.0.4; charset=utf-8", ("\n".join(lines) + "\n").encode()

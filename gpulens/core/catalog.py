@@ -12,6 +12,7 @@ Sources:
 - memory as NVML reports it (MiB), clocks and power limits: NVIDIA's datasheets and nvidia-smi
   captures; reserved memory and idle power are typical readings, used only by the simulator.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -59,24 +60,108 @@ NVLINK = 25 * GB  # per link per direction, A100 and H100/H200
 #: By the name a fleet file (--simulate.model) uses, most specific NVML match first: "L40S" must be
 #: tried before "L4", "A100-SXM4-80GB" before "A100".
 MODELS: dict[str, GpuModel] = {
-    "H200": GpuModel("NVIDIA H200", "H200", 4.50, True, 63.0 * GB, 18, NVLINK,
-                     143771 * MIB, 551 * MIB, 1980, 3201, 700, 75, 5, 16, True),
-    "H100-SXM5-80GB": GpuModel("NVIDIA H100 80GB HBM3", "H100", 4.00, True, 63.0 * GB, 18, NVLINK,
-                               81559 * MIB, 329 * MIB, 1980, 2619, 700, 72, 5, 16, True),
-    "A100-SXM4-80GB": GpuModel("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB", 2.50, True, 31.5 * GB, 12, NVLINK,
-                               81920 * MIB, 431 * MIB, 1410, 1593, 400, 60, 4, 16, False),
-    "A100-SXM4-40GB": GpuModel("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB", 2.00, True, 31.5 * GB, 12, NVLINK,
-                               40960 * MIB, 431 * MIB, 1410, 1215, 400, 55, 4, 16, False),
-    "A100-PCIE-40GB": GpuModel("NVIDIA A100-PCIE-40GB", "A100", 2.00, True, 31.5 * GB, 0, 0.0,
-                               40960 * MIB, 431 * MIB, 1410, 1215, 250, 40, 4, 16, False),
-    "L40S": GpuModel("NVIDIA L40S", "L40S", 1.50, False, 31.5 * GB, 0, 0.0,
-                     46068 * MIB, 513 * MIB, 2520, 9001, 350, 35, 4, 16, False),
-    "A10G": GpuModel("NVIDIA A10G", "A10G", 1.00, False, 31.5 * GB, 0, 0.0,
-                     23028 * MIB, 479 * MIB, 1710, 6251, 300, 15, 4, 16, False),
-    "L4": GpuModel("NVIDIA L4", "L4", 0.80, False, 31.5 * GB, 0, 0.0,
-                   23034 * MIB, 471 * MIB, 2040, 6251, 72, 16, 4, 16, False),
-    "T4": GpuModel("Tesla T4", "T4", 0.50, False, 15.8 * GB, 0, 0.0,
-                   15360 * MIB, 255 * MIB, 1590, 5000, 70, 10, 3, 16, False),
+    "H200": GpuModel(
+        "NVIDIA H200",
+        "H200",
+        4.50,
+        True,
+        63.0 * GB,
+        18,
+        NVLINK,
+        143771 * MIB,
+        551 * MIB,
+        1980,
+        3201,
+        700,
+        75,
+        5,
+        16,
+        True,
+    ),
+    "H100-SXM5-80GB": GpuModel(
+        "NVIDIA H100 80GB HBM3",
+        "H100",
+        4.00,
+        True,
+        63.0 * GB,
+        18,
+        NVLINK,
+        81559 * MIB,
+        329 * MIB,
+        1980,
+        2619,
+        700,
+        72,
+        5,
+        16,
+        True,
+    ),
+    "A100-SXM4-80GB": GpuModel(
+        "NVIDIA A100-SXM4-80GB",
+        "A100-SXM4-80GB",
+        2.50,
+        True,
+        31.5 * GB,
+        12,
+        NVLINK,
+        81920 * MIB,
+        431 * MIB,
+        1410,
+        1593,
+        400,
+        60,
+        4,
+        16,
+        False,
+    ),
+    "A100-SXM4-40GB": GpuModel(
+        "NVIDIA A100-SXM4-40GB",
+        "A100-SXM4-40GB",
+        2.00,
+        True,
+        31.5 * GB,
+        12,
+        NVLINK,
+        40960 * MIB,
+        431 * MIB,
+        1410,
+        1215,
+        400,
+        55,
+        4,
+        16,
+        False,
+    ),
+    "A100-PCIE-40GB": GpuModel(
+        "NVIDIA A100-PCIE-40GB",
+        "A100",
+        2.00,
+        True,
+        31.5 * GB,
+        0,
+        0.0,
+        40960 * MIB,
+        431 * MIB,
+        1410,
+        1215,
+        250,
+        40,
+        4,
+        16,
+        False,
+    ),
+    "L40S": GpuModel(
+        "NVIDIA L40S", "L40S", 1.50, False, 31.5 * GB, 0, 0.0, 46068 * MIB, 513 * MIB, 2520, 9001, 350, 35, 4, 16, False
+    ),
+    "A10G": GpuModel(
+        "NVIDIA A10G", "A10G", 1.00, False, 31.5 * GB, 0, 0.0, 23028 * MIB, 479 * MIB, 1710, 6251, 300, 15, 4, 16, False
+    ),
+    "L4": GpuModel(
+        "NVIDIA L4", "L4", 0.80, False, 31.5 * GB, 0, 0.0, 23034 * MIB, 471 * MIB, 2040, 6251, 72, 16, 4, 16, False
+    ),
+    "T4": GpuModel(
+        "Tesla T4", "T4", 0.50, False, 15.8 * GB, 0, 0.0, 15360 * MIB, 255 * MIB, 1590, 5000, 70, 10, 3, 16, False
+    ),
 }
 
 #: What the analyzer assumes of a model it does not know: a mid-range PCIe Gen3 card.

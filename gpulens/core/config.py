@@ -1,9 +1,11 @@
 """Configuration errors and the checks every gpulens command shares."""
+
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -12,7 +14,7 @@ class ConfigError(ValueError):
     """A flag or configuration file is wrong. The message names the value and how to fix it."""
 
 
-def read_yaml(path: str | Path, flag: str):
+def read_yaml(path: str | Path, flag: str) -> Any:
     """The YAML document in `path`, given with `flag`; ConfigError naming both when it cannot be
     read or parsed."""
     try:
@@ -54,7 +56,7 @@ def write_atomically(path: str | Path, text: str, flag: str = "--out") -> None:
         tmp.write_text(text)
 
 
-def write_generated(command: str, out: str | Path, generate) -> int:
+def write_generated(command: str, out: str | Path, generate: Callable[[], dict[str, str]]) -> int:
     """Run `generate()` ({file name: text}) and write each file into `out`: the body of every
     `gpulens COMMAND --out DIR` command. Returns the exit status; errors name the fix."""
     import sys

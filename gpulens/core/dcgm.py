@@ -12,6 +12,7 @@ physical GPU, instance fields (activity, memory) to the instance.
 Values DCGM cannot provide arrive as blank sentinels (e.g. 9223372036854775794, DCGM_INT64_NOT_SUPPORTED)
 or as text (ERROR - FAILED TO CONVERT TO STRING); they are dropped, never exported as numbers.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 from gpulens.core import metrics as m
 from gpulens.core.pods import PodRef
+
 MIB = 1024**2
 
 
@@ -40,7 +42,9 @@ class Field:
 FIELDS: list[Field] = [
     Field(("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL_RATIO"), m.UTILIZATION, 0.01),
     Field(("DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL_RATIO"), m.MEMORY_CONTROLLER_UTILIZATION, 0.01),
-    Field(("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO"), m.GRAPHICS_ENGINE_ACTIVE, board=False),
+    Field(
+        ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_UTIL_RATIO"), m.GRAPHICS_ENGINE_ACTIVE, board=False
+    ),
     Field(("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_UTIL_RATIO"), m.SM_ACTIVE, board=False),
     Field(("DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_SM_OCCUPANCY_RATIO"), m.SM_OCCUPANCY, board=False),
     Field(("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_TENSOR_UTIL_RATIO"), m.TENSOR_ACTIVE, board=False),
@@ -69,26 +73,34 @@ FIELDS: list[Field] = [
     Field(("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"), None),  # bitmask
     Field(("DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",), m.ECC_ERRORS, kind="counter", extra=("corrected",)),
     Field(("DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",), m.ECC_ERRORS, kind="counter", extra=("uncorrected",)),
-    Field(("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL"),
-          m.REMAPPED_ROWS, extra=("correctable",)),
-    Field(("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL"),
-          m.REMAPPED_ROWS, extra=("uncorrectable",)),
+    Field(
+        ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_CORRECTABLE_TOTAL"),
+        m.REMAPPED_ROWS,
+        extra=("correctable",),
+    ),
+    Field(
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_ROW_REMAP_UNCORRECTABLE_TOTAL"),
+        m.REMAPPED_ROWS,
+        extra=("uncorrectable",),
+    ),
     Field(("DCGM_FI_DEV_ROW_REMAP_PENDING",), m.ROW_REMAP_PENDING),
     Field(("DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_ROW_REMAP_FAILED"), m.ROW_REMAP_FAILED),
     # Violation counters are nanoseconds of clocks held down for each reason.
     Field(("DCGM_FI_DEV_POWER_VIOLATION",), m.CLOCK_VIOLATION_SECONDS, 1e-9, kind="counter", extra=("power",)),
     Field(("DCGM_FI_DEV_THERMAL_VIOLATION",), m.CLOCK_VIOLATION_SECONDS, 1e-9, kind="counter", extra=("thermal",)),
-    Field(("DCGM_FI_DEV_SYNC_BOOST_VIOLATION",), m.CLOCK_VIOLATION_SECONDS, 1e-9, kind="counter",
-          extra=("sync_boost",)),
-    Field(("DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",), m.CLOCK_VIOLATION_SECONDS, 1e-9, kind="counter",
-          extra=("board_limit",)),
+    Field(
+        ("DCGM_FI_DEV_SYNC_BOOST_VIOLATION",), m.CLOCK_VIOLATION_SECONDS, 1e-9, kind="counter", extra=("sync_boost",)
+    ),
+    Field(
+        ("DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",), m.CLOCK_VIOLATION_SECONDS, 1e-9, kind="counter", extra=("board_limit",)
+    ),
     Field(("DCGM_FI_DEV_LOW_UTIL_VIOLATION",), m.CLOCK_VIOLATION_SECONDS, 1e-9, kind="counter", extra=("low_util",)),
-    Field(("DCGM_FI_DEV_RELIABILITY_VIOLATION",), m.CLOCK_VIOLATION_SECONDS, 1e-9, kind="counter",
-          extra=("reliability",)),
+    Field(
+        ("DCGM_FI_DEV_RELIABILITY_VIOLATION",), m.CLOCK_VIOLATION_SECONDS, 1e-9, kind="counter", extra=("reliability",)
+    ),
 ]
 BY_NAME: dict[str, Field] = {name: f for f in FIELDS for name in f.names}
 _FB_FREE = "DCGM_FI_DEV_FB_FREE"
-_THROTTLE = BY_NAME["DCGM_FI_DEV_CLOCKS_EVENT_REASONS"]
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -100,16 +112,22 @@ _UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
 def is_blank(value: float) -> bool:
     """DCGM's blank and not-supported sentinels (dcgm_structs.h DCGM_*_BLANK and the values just
     above them), as dcgm-exporter prints them."""
-    return (value >= 9223372036854775792.0  # DCGM_INT64_BLANK 0x7ffffffffffffff0 and up
-            or 2147483632.0 <= value <= 2147483647.0  # DCGM_INT32_BLANK 0x7ffffff0 and up
-            or 140737488355328.0 <= value <= 140737488355333.0)  # DCGM_FP64_BLANK 2^47 and up
+    return (
+        value >= 9223372036854775792.0  # DCGM_INT64_BLANK 0x7ffffffffffffff0 and up
+        or 2147483632.0 <= value <= 2147483647.0  # DCGM_INT32_BLANK 0x7ffffff0 and up
+        or 140737488355328.0 <= value <= 140737488355333.0
+    )  # DCGM_FP64_BLANK 2^47 and up
+
+
+#: One sample of a scrape: metric name, labels, value.
+Row = tuple[str, dict[str, str], float]
 
 
 @dataclass
 class Parsed:
     """The usable rows of one scrape and what was wrong with the rest."""
 
-    rows: list[tuple[str, dict[str, str], float]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     unparsable: int = 0  # lines that are not Prometheus text (HTML, truncation, garbage)
     unusable: int = 0  # sentinels, NaN, text instead of a number
     duplicates: int = 0
@@ -180,7 +198,7 @@ class DcgmDevice:
     pod: PodRef | None = None
 
 
-def devices_from_rows(rows) -> dict[tuple[str, int | None], DcgmDevice]:
+def devices_from_rows(rows: list[Row]) -> dict[tuple[str, int | None], DcgmDevice]:
     """Group rows by (GPU UUID, GPU instance id or None) and map each field."""
     devices: dict[tuple[str, int | None], DcgmDevice] = {}
     free: dict[tuple[str, int | None], float] = {}
@@ -202,18 +220,24 @@ def devices_from_rows(rows) -> dict[tuple[str, int | None], DcgmDevice]:
         device = devices.get(key)
         if device is None:
             device = devices[key] = DcgmDevice(
-                gpu=f"{gpu}/gi{key[1]}" if key[1] is not None else gpu, uuid=uuid, gpu_instance_id=key[1],
+                gpu=f"{gpu}/gi{key[1]}" if key[1] is not None else gpu,
+                uuid=uuid,
+                gpu_instance_id=key[1],
                 model=_label(labels, "modelName", "model_name", "modelname"),
                 pci_bus_id=_label(labels, "pci_bus_id", "PCI_BUS_ID"),
-                mig_profile=_label(labels, "GPU_I_PROFILE", "gpu_i_profile") if key[1] is not None else "")
+                mig_profile=_label(labels, "GPU_I_PROFILE", "gpu_i_profile") if key[1] is not None else "",
+            )
         if device.pod is None:
             pod = _label(labels, "exported_pod", "pod")
             if pod:
-                device.pod = PodRef(_label(labels, "exported_namespace", "namespace"), pod,
-                                    _label(labels, "exported_container", "container"))
-        if name == _FB_FREE:
+                device.pod = PodRef(
+                    _label(labels, "exported_namespace", "namespace"),
+                    pod,
+                    _label(labels, "exported_container", "container"),
+                )
+        if f is None:  # DCGM_FI_DEV_FB_FREE, for the total below
             free[key] = value * MIB
-        elif f is _THROTTLE:
+        elif f.spec is None:  # the clock-event reasons bitmask
             device.clock_event_reasons = int(value)
         elif f.kind == "rate":
             device.rates[f.spec] = value * f.scale
@@ -226,5 +250,3 @@ def devices_from_rows(rows) -> dict[tuple[str, int | None], DcgmDevice]:
         if used is not None and (m.MEMORY_TOTAL, ()) not in device.values:
             device.values[(m.MEMORY_TOTAL, ())] = used + free_bytes + device.values.get((m.MEMORY_RESERVED, ()), 0.0)
     return devices
-
-

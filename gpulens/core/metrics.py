@@ -11,6 +11,7 @@ dashboards, so names follow Prometheus conventions from the start:
 Per-device series carry `gpu` and `uuid`. A "device" is a full GPU (`gpu="0"`, `uuid="GPU-..."`) or a
 MIG instance (`gpu="0/gi3"`, `uuid="MIG-..."`), so one PromQL expression covers both.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -57,7 +58,15 @@ class MetricSpec:
 ALL: list[MetricSpec] = []
 
 
-def _spec(name, type_, unit, help_, source, labels=DEVICE_LABELS, group="gpu") -> MetricSpec:
+def _spec(
+    name: str,
+    type_: str,
+    unit: str,
+    help_: str,
+    source: str,
+    labels: tuple[str, ...] = DEVICE_LABELS,
+    group: str = "gpu",
+) -> MetricSpec:
     spec = MetricSpec(PREFIX + name, type_, unit, help_, tuple(labels), source, group)
     ALL.append(spec)
     return spec
@@ -65,347 +74,626 @@ def _spec(name, type_, unit, help_, source, labels=DEVICE_LABELS, group="gpu") -
 
 # --- identity --------------------------------------------------------------------------------
 DRIVER_INFO = _spec(
-    "driver_info", "gauge", "",
+    "driver_info",
+    "gauge",
+    "",
     "NVIDIA driver and NVML library versions on this node; value is always 1.",
     "nvmlSystemGetDriverVersion, nvmlSystemGetNVMLVersion",
-    labels=("driver_version", "nvml_version"), group="identity")
+    labels=("driver_version", "nvml_version"),
+    group="identity",
+)
 GPU_INFO = _spec(
-    "gpu_info", "gauge", "",
+    "gpu_info",
+    "gauge",
+    "",
     "Identity of each GPU and MIG instance; value is always 1. Join on uuid to add model or "
     "MIG profile to any per-device series. For MIG instances parent_uuid names the physical GPU.",
     "nvmlDeviceGetName, nvmlDeviceGetPciInfo_v3, nvmlDeviceGetMigMode, nvmlDeviceGetGpuInstanceId",
     labels=DEVICE_LABELS + ("model", "pci_bus_id", "mig_mode", "mig_profile", "parent_uuid"),
-    group="identity")
+    group="identity",
+)
 GPU_UP = _spec(
-    "gpu_up", "gauge", "",
+    "gpu_up",
+    "gauge",
+    "",
     "1 if the last sample of this device succeeded, 0 if the device failed (for example fell off "
     "the bus: NVML_ERROR_GPU_IS_LOST). A failed device keeps only this series.",
-    "result of sampling the device", group="identity")
+    "result of sampling the device",
+    group="identity",
+)
 
 # --- activity --------------------------------------------------------------------------------
 UTILIZATION = _spec(
-    "gpu_utilization_ratio", "gauge", "ratio",
+    "gpu_utilization_ratio",
+    "gauge",
+    "ratio",
     "Fraction of the last sample period (1/6 s to 1 s) in which at least one kernel ran "
     "(nvidia-smi utilization.gpu / 100). One tiny kernel keeps it at 1: use SM activity to judge "
     "how much of the GPU works. Not supported on MIG instances.",
-    "nvmlDeviceGetUtilizationRates().gpu / 100")
+    "nvmlDeviceGetUtilizationRates().gpu / 100",
+)
 MEMORY_CONTROLLER_UTILIZATION = _spec(
-    "gpu_memory_controller_utilization_ratio", "gauge", "ratio",
+    "gpu_memory_controller_utilization_ratio",
+    "gauge",
+    "ratio",
     "Fraction of the last sample period in which device memory was read or written "
     "(nvidia-smi utilization.memory / 100). This is not memory capacity.",
-    "nvmlDeviceGetUtilizationRates().memory / 100")
+    "nvmlDeviceGetUtilizationRates().memory / 100",
+)
 GRAPHICS_ENGINE_ACTIVE = _spec(
-    "gpu_graphics_engine_active_ratio", "gauge", "ratio",
+    "gpu_graphics_engine_active_ratio",
+    "gauge",
+    "ratio",
     "Fraction of time the graphics or compute engine was active (DCGM GR_ENGINE_ACTIVE). "
     "The per-instance activity signal on MIG.",
-    "NVML GPM NVML_GPM_METRIC_GRAPHICS_UTIL / 100; DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    "NVML GPM NVML_GPM_METRIC_GRAPHICS_UTIL / 100; DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+)
 SM_ACTIVE = _spec(
-    "gpu_sm_active_ratio", "gauge", "ratio",
+    "gpu_sm_active_ratio",
+    "gauge",
+    "ratio",
     "Fraction of time at least one warp was resident on an SM, averaged over all SMs. Warps waiting "
     "on memory count. NVIDIA: >= 0.8 is necessary for effective use, < 0.5 likely ineffective. "
     "Omitted where neither GPM (Hopper+) nor DCGM profiling provides it.",
-    "NVML GPM NVML_GPM_METRIC_SM_UTIL / 100; DCGM_FI_PROF_SM_ACTIVE")
+    "NVML GPM NVML_GPM_METRIC_SM_UTIL / 100; DCGM_FI_PROF_SM_ACTIVE",
+)
 SM_OCCUPANCY = _spec(
-    "gpu_sm_occupancy_ratio", "gauge", "ratio",
+    "gpu_sm_occupancy_ratio",
+    "gauge",
+    "ratio",
     "Resident warps as a fraction of the theoretical maximum, averaged over SMs.",
-    "NVML GPM NVML_GPM_METRIC_SM_OCCUPANCY / 100; DCGM_FI_PROF_SM_OCCUPANCY")
+    "NVML GPM NVML_GPM_METRIC_SM_OCCUPANCY / 100; DCGM_FI_PROF_SM_OCCUPANCY",
+)
 TENSOR_ACTIVE = _spec(
-    "gpu_tensor_active_ratio", "gauge", "ratio",
+    "gpu_tensor_active_ratio",
+    "gauge",
+    "ratio",
     "Fraction of cycles any tensor pipe was active.",
-    "NVML GPM NVML_GPM_METRIC_ANY_TENSOR_UTIL / 100; DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+    "NVML GPM NVML_GPM_METRIC_ANY_TENSOR_UTIL / 100; DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+)
 DRAM_ACTIVE = _spec(
-    "gpu_dram_active_ratio", "gauge", "ratio",
+    "gpu_dram_active_ratio",
+    "gauge",
+    "ratio",
     "Fraction of cycles moving data to or from device memory; about 0.8 is the practical peak.",
-    "NVML GPM NVML_GPM_METRIC_DRAM_BW_UTIL / 100; DCGM_FI_PROF_DRAM_ACTIVE")
+    "NVML GPM NVML_GPM_METRIC_DRAM_BW_UTIL / 100; DCGM_FI_PROF_DRAM_ACTIVE",
+)
 FP64_ACTIVE = _spec(
-    "gpu_fp64_active_ratio", "gauge", "ratio", "Fraction of cycles the FP64 pipe was active.",
-    "NVML GPM NVML_GPM_METRIC_FP64_UTIL / 100; DCGM_FI_PROF_PIPE_FP64_ACTIVE")
+    "gpu_fp64_active_ratio",
+    "gauge",
+    "ratio",
+    "Fraction of cycles the FP64 pipe was active.",
+    "NVML GPM NVML_GPM_METRIC_FP64_UTIL / 100; DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+)
 FP32_ACTIVE = _spec(
-    "gpu_fp32_active_ratio", "gauge", "ratio", "Fraction of cycles the FP32 pipe was active.",
-    "NVML GPM NVML_GPM_METRIC_FP32_UTIL / 100; DCGM_FI_PROF_PIPE_FP32_ACTIVE")
+    "gpu_fp32_active_ratio",
+    "gauge",
+    "ratio",
+    "Fraction of cycles the FP32 pipe was active.",
+    "NVML GPM NVML_GPM_METRIC_FP32_UTIL / 100; DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+)
 FP16_ACTIVE = _spec(
-    "gpu_fp16_active_ratio", "gauge", "ratio", "Fraction of cycles the FP16 pipe was active.",
-    "NVML GPM NVML_GPM_METRIC_FP16_UTIL / 100; DCGM_FI_PROF_PIPE_FP16_ACTIVE")
+    "gpu_fp16_active_ratio",
+    "gauge",
+    "ratio",
+    "Fraction of cycles the FP16 pipe was active.",
+    "NVML GPM NVML_GPM_METRIC_FP16_UTIL / 100; DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+)
 
 # Counters the sampler integrates at a fixed rate, so that rate() over any window is the true
 # average however rarely Prometheus scrapes (see exporter/sampler.py).
 BUSY_SECONDS = _spec(
-    "gpu_busy_seconds_total", "counter", "seconds",
+    "gpu_busy_seconds_total",
+    "counter",
+    "seconds",
     "Seconds in which a kernel ran: the integral of the device's activity (utilization, or "
     "graphics-engine activity on MIG instances). rate() gives the true average busy fraction.",
-    "sampler: sum of activity x sample interval")
+    "sampler: sum of activity x sample interval",
+)
 SM_ACTIVE_SECONDS = _spec(
-    "gpu_sm_active_seconds_total", "counter", "seconds",
+    "gpu_sm_active_seconds_total",
+    "counter",
+    "seconds",
     "Integral of SM activity over time. rate() gives the true average SM activity ratio.",
-    "sampler: sum of gpu_sm_active_ratio x sample interval")
+    "sampler: sum of gpu_sm_active_ratio x sample interval",
+)
 IDLE_SECONDS = _spec(
-    "gpu_idle_seconds_total", "counter", "seconds",
+    "gpu_idle_seconds_total",
+    "counter",
+    "seconds",
     f"Seconds in which the device did no work (activity under {IDLE_ACTIVITY}).",
-    f"sampler: sum of sample intervals with activity < {IDLE_ACTIVITY}")
+    f"sampler: sum of sample intervals with activity < {IDLE_ACTIVITY}",
+)
 
 # --- memory ----------------------------------------------------------------------------------
 MEMORY_USED = _spec(
-    "gpu_memory_used_bytes", "gauge", "bytes", "Device memory in use by processes and contexts.",
-    "nvmlDeviceGetMemoryInfo_v2().used")
+    "gpu_memory_used_bytes",
+    "gauge",
+    "bytes",
+    "Device memory in use by processes and contexts.",
+    "nvmlDeviceGetMemoryInfo_v2().used",
+)
 MEMORY_TOTAL = _spec(
-    "gpu_memory_total_bytes", "gauge", "bytes", "Installed device memory.",
-    "nvmlDeviceGetMemoryInfo_v2().total")
+    "gpu_memory_total_bytes", "gauge", "bytes", "Installed device memory.", "nvmlDeviceGetMemoryInfo_v2().total"
+)
 MEMORY_RESERVED = _spec(
-    "gpu_memory_reserved_bytes", "gauge", "bytes",
+    "gpu_memory_reserved_bytes",
+    "gauge",
+    "bytes",
     "Device memory reserved by the driver and firmware. Usable capacity is total - reserved.",
-    "nvmlDeviceGetMemoryInfo_v2().reserved")
+    "nvmlDeviceGetMemoryInfo_v2().reserved",
+)
 
 # --- interconnect ----------------------------------------------------------------------------
 PCIE_TRANSMIT = _spec(
-    "gpu_pcie_transmit_bytes_total", "counter", "bytes",
+    "gpu_pcie_transmit_bytes_total",
+    "counter",
+    "bytes",
     "Bytes the GPU sent over PCIe (device to host).",
-    "nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_TX_BYTES)")
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_TX_BYTES)",
+)
 PCIE_RECEIVE = _spec(
-    "gpu_pcie_receive_bytes_total", "counter", "bytes",
+    "gpu_pcie_receive_bytes_total",
+    "counter",
+    "bytes",
     "Bytes the GPU received over PCIe (host to device).",
-    "nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_RX_BYTES)")
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_PCIE_COUNT_RX_BYTES)",
+)
 NVLINK_TRANSMIT = _spec(
-    "gpu_nvlink_transmit_bytes_total", "counter", "bytes",
+    "gpu_nvlink_transmit_bytes_total",
+    "counter",
+    "bytes",
     "Data bytes sent over all NVLinks of the GPU.",
-    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX) x 1024 (KiB)")
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX) x 1024 (KiB)",
+)
 NVLINK_RECEIVE = _spec(
-    "gpu_nvlink_receive_bytes_total", "counter", "bytes",
+    "gpu_nvlink_receive_bytes_total",
+    "counter",
+    "bytes",
     "Data bytes received over all NVLinks of the GPU.",
-    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX) x 1024 (KiB)")
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX) x 1024 (KiB)",
+)
 NVLINK_LINKS = _spec(
-    "gpu_nvlink_links", "gauge", "",
+    "gpu_nvlink_links",
+    "gauge",
+    "",
     "Number of NVLinks of the GPU; 0 on PCIe-only GPUs.",
-    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_LINK_COUNT)")
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_LINK_COUNT)",
+)
 PCIE_LINK_GENERATION = _spec(
-    "gpu_pcie_link_generation", "gauge", "",
+    "gpu_pcie_link_generation",
+    "gauge",
+    "",
     "Current PCIe link generation. Below gpu_pcie_link_max_generation under load means a slow slot.",
-    "nvmlDeviceGetCurrPcieLinkGeneration")
+    "nvmlDeviceGetCurrPcieLinkGeneration",
+)
 PCIE_LINK_MAX_GENERATION = _spec(
-    "gpu_pcie_link_max_generation", "gauge", "", "Maximum PCIe link generation of the GPU and system.",
-    "nvmlDeviceGetMaxPcieLinkGeneration")
+    "gpu_pcie_link_max_generation",
+    "gauge",
+    "",
+    "Maximum PCIe link generation of the GPU and system.",
+    "nvmlDeviceGetMaxPcieLinkGeneration",
+)
 PCIE_LINK_WIDTH = _spec(
-    "gpu_pcie_link_width", "gauge", "", "Current PCIe link width in lanes.",
-    "nvmlDeviceGetCurrPcieLinkWidth")
+    "gpu_pcie_link_width", "gauge", "", "Current PCIe link width in lanes.", "nvmlDeviceGetCurrPcieLinkWidth"
+)
 PCIE_LINK_MAX_WIDTH = _spec(
-    "gpu_pcie_link_max_width", "gauge", "", "Maximum PCIe link width in lanes.",
-    "nvmlDeviceGetMaxPcieLinkWidth")
+    "gpu_pcie_link_max_width", "gauge", "", "Maximum PCIe link width in lanes.", "nvmlDeviceGetMaxPcieLinkWidth"
+)
 TOPOLOGY = _spec(
-    "gpu_topology_info", "gauge", "",
+    "gpu_topology_info",
+    "gauge",
+    "",
     "Closest common ancestor of two GPUs on this node; value is always 1. level is one of "
     "internal, single_switch, multiple_switches, host_bridge, numa_node, system (crosses CPU sockets).",
     "nvmlDeviceGetTopologyCommonAncestor",
-    labels=("gpu", "uuid", "peer_uuid", "level"))
+    labels=("gpu", "uuid", "peer_uuid", "level"),
+)
 
 # --- clocks, power, thermal --------------------------------------------------------------------
 SM_CLOCK = _spec(
-    "gpu_sm_clock_hertz", "gauge", "hertz", "Current SM clock.",
-    "nvmlDeviceGetClockInfo(NVML_CLOCK_SM) x 1e6 (MHz)")
+    "gpu_sm_clock_hertz", "gauge", "hertz", "Current SM clock.", "nvmlDeviceGetClockInfo(NVML_CLOCK_SM) x 1e6 (MHz)"
+)
 SM_CLOCK_MAX = _spec(
-    "gpu_sm_clock_max_hertz", "gauge", "hertz", "Maximum SM clock.",
-    "nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM) x 1e6 (MHz)")
+    "gpu_sm_clock_max_hertz",
+    "gauge",
+    "hertz",
+    "Maximum SM clock.",
+    "nvmlDeviceGetMaxClockInfo(NVML_CLOCK_SM) x 1e6 (MHz)",
+)
 MEMORY_CLOCK = _spec(
-    "gpu_memory_clock_hertz", "gauge", "hertz", "Current memory clock.",
-    "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) x 1e6 (MHz)")
-POWER = _spec(
-    "gpu_power_watts", "gauge", "watts", "Power draw.",
-    "nvmlDeviceGetPowerUsage / 1000 (mW)")
+    "gpu_memory_clock_hertz",
+    "gauge",
+    "hertz",
+    "Current memory clock.",
+    "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM) x 1e6 (MHz)",
+)
+POWER = _spec("gpu_power_watts", "gauge", "watts", "Power draw.", "nvmlDeviceGetPowerUsage / 1000 (mW)")
 POWER_LIMIT = _spec(
-    "gpu_power_limit_watts", "gauge", "watts", "Enforced power limit.",
-    "nvmlDeviceGetEnforcedPowerLimit / 1000 (mW)")
+    "gpu_power_limit_watts", "gauge", "watts", "Enforced power limit.", "nvmlDeviceGetEnforcedPowerLimit / 1000 (mW)"
+)
 ENERGY = _spec(
-    "gpu_energy_joules_total", "counter", "joules", "Energy consumed since the driver loaded.",
-    "nvmlDeviceGetTotalEnergyConsumption / 1000 (mJ)")
+    "gpu_energy_joules_total",
+    "counter",
+    "joules",
+    "Energy consumed since the driver loaded.",
+    "nvmlDeviceGetTotalEnergyConsumption / 1000 (mJ)",
+)
 TEMPERATURE = _spec(
-    "gpu_temperature_celsius", "gauge", "celsius", "GPU core temperature.",
-    "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)")
+    "gpu_temperature_celsius",
+    "gauge",
+    "celsius",
+    "GPU core temperature.",
+    "nvmlDeviceGetTemperature(NVML_TEMPERATURE_GPU)",
+)
 CLOCK_EVENT_ACTIVE = _spec(
-    "gpu_clock_event_active", "gauge", "",
+    "gpu_clock_event_active",
+    "gauge",
+    "",
     "1 while the clock event (throttle) reason is active. reason is one of gpu_idle, "
     "applications_clocks_setting, sw_power_cap, hw_slowdown, sync_boost, sw_thermal, hw_thermal, "
     "hw_power_brake, display_clocks. A brief sw_power_cap is normal boost behaviour.",
     "nvmlDeviceGetCurrentClocksEventReasons bitmask",
-    labels=DEVICE_LABELS + ("reason",))
+    labels=DEVICE_LABELS + ("reason",),
+)
 CLOCK_EVENT_SECONDS = _spec(
-    "gpu_clock_event_seconds_total", "counter", "seconds",
+    "gpu_clock_event_seconds_total",
+    "counter",
+    "seconds",
     "Seconds each clock event (throttle) reason was active, integrated by the sampler. "
     "rate() gives the fraction of time throttled for that reason.",
     "sampler: sum of sample intervals with the reason bit set",
-    labels=DEVICE_LABELS + ("reason",))
+    labels=DEVICE_LABELS + ("reason",),
+)
 
 CLOCK_VIOLATION_SECONDS = _spec(
-    "gpu_clock_violation_seconds_total", "counter", "seconds",
+    "gpu_clock_violation_seconds_total",
+    "counter",
+    "seconds",
     "Seconds the clocks were held below what was asked for, by reason: power, thermal, sync_boost, "
     "board_limit, low_util, reliability (DCGM's violation counters).",
-    "DCGM_FI_DEV_*_VIOLATION / 1e9 (ns)", labels=DEVICE_LABELS + ("reason",))
+    "DCGM_FI_DEV_*_VIOLATION / 1e9 (ns)",
+    labels=DEVICE_LABELS + ("reason",),
+)
 
 # --- errors ----------------------------------------------------------------------------------
 XID_ERRORS = _spec(
-    "gpu_xid_errors_total", "counter", "",
+    "gpu_xid_errors_total",
+    "counter",
+    "",
     "XID errors reported by the driver, by XID code. Every event counts, repeated ones too.",
     "nvmlEventSetWait_v2 with nvmlEventTypeXidCriticalError",
-    labels=DEVICE_LABELS + ("xid",), group="errors")
+    labels=DEVICE_LABELS + ("xid",),
+    group="errors",
+)
 ECC_ERRORS = _spec(
-    "gpu_ecc_errors_total", "counter", "",
+    "gpu_ecc_errors_total",
+    "counter",
+    "",
     "ECC errors since the GPU was first used (aggregate counter), by type corrected/uncorrected.",
     "nvmlDeviceGetTotalEccErrors(type, NVML_AGGREGATE_ECC)",
-    labels=DEVICE_LABELS + ("type",), group="errors")
+    labels=DEVICE_LABELS + ("type",),
+    group="errors",
+)
 REMAPPED_ROWS = _spec(
-    "gpu_remapped_rows", "gauge", "",
+    "gpu_remapped_rows",
+    "gauge",
+    "",
     "Memory rows remapped so far, by cause correctable/uncorrectable (Ampere+).",
-    "nvmlDeviceGetRemappedRows", labels=DEVICE_LABELS + ("cause",), group="errors")
+    "nvmlDeviceGetRemappedRows",
+    labels=DEVICE_LABELS + ("cause",),
+    group="errors",
+)
 ROW_REMAP_PENDING = _spec(
-    "gpu_row_remap_pending", "gauge", "",
+    "gpu_row_remap_pending",
+    "gauge",
+    "",
     "1 if a row remap is pending and the GPU needs a reset to apply it.",
-    "nvmlDeviceGetRemappedRows().isPending", group="errors")
+    "nvmlDeviceGetRemappedRows().isPending",
+    group="errors",
+)
 ROW_REMAP_FAILED = _spec(
-    "gpu_row_remap_failed", "gauge", "",
+    "gpu_row_remap_failed",
+    "gauge",
+    "",
     "1 if a row remap failed: the GPU should be taken out of service.",
-    "nvmlDeviceGetRemappedRows().failureOccurred", group="errors")
+    "nvmlDeviceGetRemappedRows().failureOccurred",
+    group="errors",
+)
 
 # --- processes -------------------------------------------------------------------------------
 PROCESS_INFO = _spec(
-    "process_info", "gauge", "",
+    "process_info",
+    "gauge",
+    "",
     "A compute process holding the device; value is always 1. pid is the host PID; container_id is "
-    "the container runtime's ID from /proc/<pid>/cgroup (also outside Kubernetes), or \"\".",
+    'the container runtime\'s ID from /proc/<pid>/cgroup (also outside Kubernetes), or "".',
     "nvmlDeviceGetComputeRunningProcesses_v3, nvmlSystemGetProcessName, /proc/<pid>/cgroup",
-    labels=PROCESS_LABELS + ("command", "container_id"), group="process")
+    labels=PROCESS_LABELS + ("command", "container_id"),
+    group="process",
+)
 PROCESS_MEMORY_USED = _spec(
-    "process_memory_used_bytes", "gauge", "bytes", "Device memory held by the process.",
+    "process_memory_used_bytes",
+    "gauge",
+    "bytes",
+    "Device memory held by the process.",
     "nvmlDeviceGetComputeRunningProcesses_v3().usedGpuMemory",
-    labels=PROCESS_LABELS, group="process")
+    labels=PROCESS_LABELS,
+    group="process",
+)
 PROCESS_UTILIZATION = _spec(
-    "process_utilization_ratio", "gauge", "ratio",
+    "process_utilization_ratio",
+    "gauge",
+    "ratio",
     "The process's share of SM time in the last sample period.",
-    "nvmlDeviceGetProcessUtilization().smUtil / 100", labels=PROCESS_LABELS, group="process")
+    "nvmlDeviceGetProcessUtilization().smUtil / 100",
+    labels=PROCESS_LABELS,
+    group="process",
+)
 PROCESS_BUSY_SECONDS = _spec(
-    "process_busy_seconds_total", "counter", "seconds",
+    "process_busy_seconds_total",
+    "counter",
+    "seconds",
     "Integral of the process's SM share over time; rate() gives its true average share.",
     "sampler: sum of process_utilization_ratio x sample interval",
-    labels=PROCESS_LABELS, group="process")
+    labels=PROCESS_LABELS,
+    group="process",
+)
 PROCESS_IDLE_SECONDS = _spec(
-    "process_idle_seconds_total", "counter", "seconds",
+    "process_idle_seconds_total",
+    "counter",
+    "seconds",
     f"Seconds the process held the device without using it (share under {IDLE_ACTIVITY}).",
     f"sampler: sum of sample intervals with process_utilization_ratio < {IDLE_ACTIVITY}",
-    labels=PROCESS_LABELS, group="process")
+    labels=PROCESS_LABELS,
+    group="process",
+)
 
 # --- pods --------------------------------------------------------------------------------------
 GPU_POD_INFO = _spec(
-    "gpu_pod_info", "gauge", "",
+    "gpu_pod_info",
+    "gauge",
+    "",
     "The kubelet assigned this GPU or MIG instance to this pod's container; value is always 1. A "
     "time-sliced GPU has one series per pod. Join on uuid to put pod labels on any device series: "
     "gpulens_gpu_sm_active_ratio * on(uuid) group_left(namespace, pod) gpulens_gpu_pod_info.",
-    "kubelet pod-resources API v1 List", labels=POD_LABELS, group="pod")
+    "kubelet pod-resources API v1 List",
+    labels=POD_LABELS,
+    group="pod",
+)
 GPU_PODS = _spec(
-    "gpu_pods", "gauge", "",
+    "gpu_pods",
+    "gauge",
+    "",
     "Number of pods the kubelet assigned this device to; 0 means no pod holds it (memory used on such "
     "a GPU is a finished job's leftovers). Absent when the kubelet cannot be read.",
-    "kubelet pod-resources API v1 List", group="pod")
+    "kubelet pod-resources API v1 List",
+    group="pod",
+)
 POD_MEMORY_USED = _spec(
-    "pod_gpu_memory_used_bytes", "gauge", "bytes",
+    "pod_gpu_memory_used_bytes",
+    "gauge",
+    "bytes",
     "Device memory held by the pod's processes on this device.",
     "sum of gpulens_process_memory_used_bytes by pod (PID to pod through /proc/<pid>/cgroup)",
-    labels=POD_LABELS, group="pod")
+    labels=POD_LABELS,
+    group="pod",
+)
 POD_UTILIZATION = _spec(
-    "pod_gpu_utilization_ratio", "gauge", "ratio",
+    "pod_gpu_utilization_ratio",
+    "gauge",
+    "ratio",
     "The pod's share of the device's SM time in the last sample period; on a GPU shared by several "
     "pods (time-slicing, MPS) this is how the device is split among them.",
-    "sum of gpulens_process_utilization_ratio by pod", labels=POD_LABELS, group="pod")
+    "sum of gpulens_process_utilization_ratio by pod",
+    labels=POD_LABELS,
+    group="pod",
+)
 POD_BUSY_SECONDS = _spec(
-    "pod_gpu_busy_seconds_total", "counter", "seconds",
+    "pod_gpu_busy_seconds_total",
+    "counter",
+    "seconds",
     "Integral of the pod's SM share on this device; rate() gives its true average share.",
-    "sampler: sum of gpulens_pod_gpu_utilization_ratio x sample interval", labels=POD_LABELS, group="pod")
+    "sampler: sum of gpulens_pod_gpu_utilization_ratio x sample interval",
+    labels=POD_LABELS,
+    group="pod",
+)
 
 # --- the exporter itself ---------------------------------------------------------------------
 BUILD_INFO = _spec(
-    "exporter_build_info", "gauge", "", "gpulens version; value is always 1.", "gpulens",
-    labels=("version", "source"), group="self")
+    "exporter_build_info",
+    "gauge",
+    "",
+    "gpulens version; value is always 1.",
+    "gpulens",
+    labels=("version", "source"),
+    group="self",
+)
 COLLECTOR_SUCCESS = _spec(
-    "exporter_collector_success", "gauge", "",
+    "exporter_collector_success",
+    "gauge",
+    "",
     "1 if the collector's last run succeeded. A collector that cannot reach its source reports 0 "
     "and the rest of the scrape is still served.",
-    "sampler", labels=("collector",), group="self")
+    "sampler",
+    labels=("collector",),
+    group="self",
+)
 COLLECTOR_DURATION = _spec(
-    "exporter_collector_duration_seconds", "gauge", "seconds",
-    "How long the collector's last run took.", "sampler", labels=("collector",), group="self")
+    "exporter_collector_duration_seconds",
+    "gauge",
+    "seconds",
+    "How long the collector's last run took.",
+    "sampler",
+    labels=("collector",),
+    group="self",
+)
 COLLECTOR_FAILURES = _spec(
-    "exporter_collector_failures_total", "counter", "",
+    "exporter_collector_failures_total",
+    "counter",
+    "",
     "Runs of the collector that failed, so that failures between two scrapes are not lost.",
-    "sampler", labels=("collector",), group="self")
+    "sampler",
+    labels=("collector",),
+    group="self",
+)
 KUBELET_UNMAPPED = _spec(
-    "exporter_kubelet_unmapped_device_ids", "gauge", "",
+    "exporter_kubelet_unmapped_device_ids",
+    "gauge",
+    "",
     "GPU device IDs in the kubelet's last answer that gpulens could not map to a device on this node, "
     "by reason: unknown_format (a device plugin naming scheme gpulens does not know) or "
     "no_such_device (no GPU or MIG instance with that ID here).",
-    "kubelet pod-resources API v1 List", labels=("reason",), group="self")
+    "kubelet pod-resources API v1 List",
+    labels=("reason",),
+    group="self",
+)
 METRIC_SOURCE = _spec(
-    "exporter_metric_source_devices", "gauge", "",
+    "exporter_metric_source_devices",
+    "gauge",
+    "",
     "How many devices' values of each metric came from each source (nvml, dcgm, simulated): where "
     "NVML lacks a field (SM activity before Hopper) and a dcgm-exporter is configured, DCGM fills it.",
-    "sampler", labels=("metric", "source"), group="self")
+    "sampler",
+    labels=("metric", "source"),
+    group="self",
+)
 SAMPLE_AGE = _spec(
-    "exporter_sample_age_seconds", "gauge", "seconds",
+    "exporter_sample_age_seconds",
+    "gauge",
+    "seconds",
     "Age of the latest complete sample at scrape time. Grows when the source hangs: the scrape "
     "then serves the last complete sample rather than waiting.",
-    "sampler", labels=(), group="self")
+    "sampler",
+    labels=(),
+    group="self",
+)
 SAMPLE_INTERVAL = _spec(
-    "exporter_sample_interval_seconds", "gauge", "seconds",
+    "exporter_sample_interval_seconds",
+    "gauge",
+    "seconds",
     "Configured interval of the fixed-rate sampler (--sampler.interval).",
-    "configuration", labels=(), group="self")
+    "configuration",
+    labels=(),
+    group="self",
+)
 
 # --- the analyzer (gpulens analyzer) ----------------------------------------------------------------
 # The analyzer serves the whole fleet from one place, so `node` here is the pod's node, an identity
 # of the pod, not the host of the scrape target.
 ANALYZER_POD_LABELS = ("namespace", "pod", "node")
 POD_BOTTLENECK = _spec(
-    "pod_bottleneck", "gauge", "",
-    f"StateSet: 1 for the pod's current bottleneck class, 0 for the others. bottleneck is one of "
-    f"{', '.join(CLASSES)}.",
-    "analyzer verdict", labels=ANALYZER_POD_LABELS + ("bottleneck",), group="analyzer")
+    "pod_bottleneck",
+    "gauge",
+    "",
+    f"StateSet: 1 for the pod's current bottleneck class, 0 for the others. bottleneck is one of {', '.join(CLASSES)}.",
+    "analyzer verdict",
+    labels=ANALYZER_POD_LABELS + ("bottleneck",),
+    group="analyzer",
+)
 POD_BOTTLENECK_CONFIDENCE = _spec(
-    "pod_bottleneck_confidence", "gauge", "", "How sure the analyzer is of the pod's bottleneck: a score from 0 to 1.",
-    "analyzer verdict", labels=ANALYZER_POD_LABELS, group="analyzer")
+    "pod_bottleneck_confidence",
+    "gauge",
+    "",
+    "How sure the analyzer is of the pod's bottleneck: a score from 0 to 1.",
+    "analyzer verdict",
+    labels=ANALYZER_POD_LABELS,
+    group="analyzer",
+)
 POD_BOTTLENECK_INFO = _spec(
-    "pod_bottleneck_info", "gauge", "",
+    "pod_bottleneck_info",
+    "gauge",
+    "",
     "The pod's verdict in words, value always 1, for alert annotations: the evidence that decided it "
     "(signals and the thresholds they crossed), secondary findings, and the fix to try.",
-    "analyzer verdict", labels=ANALYZER_POD_LABELS + ("bottleneck", "secondary", "evidence", "recommendation"),
-    group="analyzer")
+    "analyzer verdict",
+    labels=ANALYZER_POD_LABELS + ("bottleneck", "secondary", "evidence", "recommendation"),
+    group="analyzer",
+)
 POD_SM_ACTIVE = _spec(
-    "pod_sm_active_ratio", "gauge", "ratio",
+    "pod_sm_active_ratio",
+    "gauge",
+    "ratio",
     "The pod's mean activity over the analysis window: SM activity, or graphics-engine activity or "
-    "utilization where SM activity is not available.", "analyzer window", labels=ANALYZER_POD_LABELS,
-    group="analyzer")
+    "utilization where SM activity is not available.",
+    "analyzer window",
+    labels=ANALYZER_POD_LABELS,
+    group="analyzer",
+)
 POD_IDLE = _spec(
-    "pod_idle_ratio", "gauge", "ratio", "Fraction of the window the pod's GPUs did no work.",
-    "analyzer window", labels=ANALYZER_POD_LABELS, group="analyzer")
+    "pod_idle_ratio",
+    "gauge",
+    "ratio",
+    "Fraction of the window the pod's GPUs did no work.",
+    "analyzer window",
+    labels=ANALYZER_POD_LABELS,
+    group="analyzer",
+)
 POD_GPUS = _spec(
-    "pod_gpus", "gauge", "", "GPUs (or MIG instances) the pod holds.", "analyzer window",
-    labels=ANALYZER_POD_LABELS, group="analyzer")
+    "pod_gpus",
+    "gauge",
+    "",
+    "GPUs (or MIG instances) the pod holds.",
+    "analyzer window",
+    labels=ANALYZER_POD_LABELS,
+    group="analyzer",
+)
 WASTED_GPU_SECONDS = _spec(
-    "wasted_gpu_seconds_total", "counter", "seconds",
+    "wasted_gpu_seconds_total",
+    "counter",
+    "seconds",
     "GPU-seconds allocated but not worked ((1 - activity) x time), by namespace and bottleneck class.",
     "analyzer: each cycle adds the window's waste rate x the cycle's length",
-    labels=("namespace", "bottleneck"), group="analyzer")
+    labels=("namespace", "bottleneck"),
+    group="analyzer",
+)
 WASTED_COST = _spec(
-    "wasted_cost_dollars_total", "counter", "",
+    "wasted_cost_dollars_total",
+    "counter",
+    "",
     "Money the wasted GPU-seconds cost at the configured price per GPU-hour (USD by default), by "
-    "namespace and bottleneck class.", "analyzer: wasted GPU-hours x price of the GPU model",
-    labels=("namespace", "bottleneck"), group="analyzer")
+    "namespace and bottleneck class.",
+    "analyzer: wasted GPU-hours x price of the GPU model",
+    labels=("namespace", "bottleneck"),
+    group="analyzer",
+)
 ANALYZER_LAST_SUCCESS = _spec(
-    "analyzer_last_success_timestamp_seconds", "gauge", "seconds",
-    "Unix time of the last analysis cycle that read its input and produced verdicts.", "analyzer",
-    labels=(), group="analyzer")
+    "analyzer_last_success_timestamp_seconds",
+    "gauge",
+    "seconds",
+    "Unix time of the last analysis cycle that read its input and produced verdicts.",
+    "analyzer",
+    labels=(),
+    group="analyzer",
+)
 ANALYZER_VERDICT_AGE = _spec(
-    "analyzer_verdict_age_seconds", "gauge", "seconds",
+    "analyzer_verdict_age_seconds",
+    "gauge",
+    "seconds",
     "Age of the verdicts served. Grows while the input (Prometheus, exporters) is down: the last "
-    "verdicts are kept, marked stale, never replaced by guesses.", "analyzer", labels=(), group="analyzer")
+    "verdicts are kept, marked stale, never replaced by guesses.",
+    "analyzer",
+    labels=(),
+    group="analyzer",
+)
 ANALYZER_CYCLE_DURATION = _spec(
-    "analyzer_cycle_duration_seconds", "gauge", "seconds", "How long the last analysis cycle took.", "analyzer",
-    labels=(), group="analyzer")
+    "analyzer_cycle_duration_seconds",
+    "gauge",
+    "seconds",
+    "How long the last analysis cycle took.",
+    "analyzer",
+    labels=(),
+    group="analyzer",
+)
 ANALYZER_INPUT_ERRORS = _spec(
-    "analyzer_input_errors_total", "counter", "",
-    "Failed reads of the analyzer's input, by input (prometheus, exporter).", "analyzer",
-    labels=("input",), group="analyzer")
+    "analyzer_input_errors_total",
+    "counter",
+    "",
+    "Failed reads of the analyzer's input, by input (prometheus, exporter).",
+    "analyzer",
+    labels=("input",),
+    group="analyzer",
+)
 
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ALL}
 

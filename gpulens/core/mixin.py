@@ -13,12 +13,14 @@ Label conventions the queries rely on:
 - Exporters are scraped with `honor_labels: true`, so the pod labels gpulens sets
   (`namespace`, `pod`, `container`) are not renamed to `exported_*` by the scrape.
 """
+
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 
-from gpulens.core.thresholds import Thresholds
 from gpulens.core.metrics import BY_NAME, CLOCK_EVENT_REASONS, PREFIX
+from gpulens.core.thresholds import Thresholds
 
 
 def metric(name: str) -> str:
@@ -81,14 +83,19 @@ def recording_rules(c: MixinConfig) -> list[dict[str, str]]:
         {"record": GPU_BUSY, "expr": f"rate({metric('gpu_busy_seconds_total')}{{{c.exporter}}}[{w}])"},
         {"record": GPU_SM_ACTIVE, "expr": f"rate({metric('gpu_sm_active_seconds_total')}{{{c.exporter}}}[{w}])"},
         {"record": GPU_ACTIVITY, "expr": f"{GPU_SM_ACTIVE} or {GPU_BUSY}"},
-        {"record": GPU_MEMORY_USED,
-         "expr": f"{metric('gpu_memory_used_bytes')}{{{c.exporter}}} / ({metric('gpu_memory_total_bytes')}{{{c.exporter}}}"
-                 f" - ({metric('gpu_memory_reserved_bytes')}{{{c.exporter}}} or {metric('gpu_memory_total_bytes')}"
-                 f"{{{c.exporter}}} * 0))"},
+        {
+            "record": GPU_MEMORY_USED,
+            "expr": f"{metric('gpu_memory_used_bytes')}{{{c.exporter}}} / "
+            f"({metric('gpu_memory_total_bytes')}{{{c.exporter}}}"
+            f" - ({metric('gpu_memory_reserved_bytes')}{{{c.exporter}}} or {metric('gpu_memory_total_bytes')}"
+            f"{{{c.exporter}}} * 0))",
+        },
         # Several pods may share a GPU (time-slicing): the pods are the "many" side of the join.
-        {"record": POD_GPU_ACTIVITY,
-         "expr": f"max by (node, namespace, pod, uuid) ({pod_info}{{{c.exporter}}})"
-                 f" * on (uuid) group_left (gpu) {GPU_ACTIVITY}"},
+        {
+            "record": POD_GPU_ACTIVITY,
+            "expr": f"max by (node, namespace, pod, uuid) ({pod_info}{{{c.exporter}}})"
+            f" * on (uuid) group_left (gpu) {GPU_ACTIVITY}",
+        },
         {"record": POD_ACTIVITY_AVG, "expr": f"avg by (node, namespace, pod) ({POD_GPU_ACTIVITY})"},
         {"record": POD_ACTIVITY_MAX, "expr": f"max by (node, namespace, pod) ({POD_GPU_ACTIVITY})"},
     ]
@@ -108,25 +115,54 @@ def dashboard_link(c: MixinConfig, dashboard: tuple[str, str], **variables: str)
     return f"{c.grafana_url}/d/{uid}?{query}" if query else f"{c.grafana_url}/d/{uid}"
 
 
-def add_flags(parser) -> None:
+def add_flags(parser: argparse.ArgumentParser) -> None:
     """The flags `gpulens alerts` and `gpulens dashboards` share: what MixinConfig holds."""
     from gpulens.core import flags
 
     defaults = MixinConfig()
     flags.add(parser, "--out", required=True, help="directory to write the generated files to")
-    flags.add(parser, "--thresholds", default="", help="YAML overriding thresholds and alert durations "
-                                                       "(gpulens/core/thresholds.py)")
-    flags.add(parser, "--exporter.job", dest="exporter_job", default=defaults.exporter_job,
-              help="Prometheus job name of the exporters")
-    flags.add(parser, "--analyzer.job", dest="analyzer_job", default=defaults.analyzer_job,
-              help="Prometheus job name of the analyzer")
-    flags.add(parser, "--grafana.url", dest="grafana_url", default=defaults.grafana_url,
-              help="Grafana's base URL, for the dashboard link in each alert")
-    flags.add(parser, "--runbook.url", dest="runbook_url", default=defaults.runbook_url,
-              help="where the runbooks are published; each alert links to its section")
+    flags.add(
+        parser,
+        "--thresholds",
+        default="",
+        help="YAML overriding thresholds and alert durations (gpulens/core/thresholds.py)",
+    )
+    flags.add(
+        parser,
+        "--exporter.job",
+        dest="exporter_job",
+        default=defaults.exporter_job,
+        help="Prometheus job name of the exporters",
+    )
+    flags.add(
+        parser,
+        "--analyzer.job",
+        dest="analyzer_job",
+        default=defaults.analyzer_job,
+        help="Prometheus job name of the analyzer",
+    )
+    flags.add(
+        parser,
+        "--grafana.url",
+        dest="grafana_url",
+        default=defaults.grafana_url,
+        help="Grafana's base URL, for the dashboard link in each alert",
+    )
+    flags.add(
+        parser,
+        "--runbook.url",
+        dest="runbook_url",
+        default=defaults.runbook_url,
+        help="where the runbooks are published; each alert links to its section",
+    )
 
 
-def config_from(args) -> MixinConfig:
+def config_from(args: argparse.Namespace) -> MixinConfig:
     """MixinConfig from add_flags' arguments; ConfigError on a bad thresholds file."""
-    return MixinConfig(Thresholds.load(args.thresholds), args.exporter_job, args.analyzer_job,
-                       args.grafana_url.rstrip("/"), args.runbook_url)
+    return MixinConfig(
+        Thresholds.load(args.thresholds),
+        args.exporter_job,
+        args.analyzer_job,
+        args.grafana_url.rstrip("/"),
+        args.runbook_url,
+    )

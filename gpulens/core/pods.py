@@ -1,4 +1,5 @@
 """Kubernetes pods, as every part of gpulens names them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

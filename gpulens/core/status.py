@@ -1,4 +1,5 @@
 """How the exporter's parts report on themselves: collector status and once-only problem logs."""
+
 from __future__ import annotations
 
 import logging

@@ -4,6 +4,7 @@ Sources, as in ../shared/guide/SIGNALS.md: (NVIDIA) the vendor's guidance, (tool
 default, (proposal) ours, kept only because `gpulens eval` shows it separates the classes.
 Override any of them with `--thresholds FILE` (YAML with the same field names).
 """
+
 from __future__ import annotations
 
 import re
@@ -79,7 +80,7 @@ class Thresholds:
     alert_verdict_for: str = "15m"
     #: Memory on a GPU no pod holds, above the driver's own context (~0.5 GiB), for this long is
     #: leftover memory (SIGNALS.md: DataLoader workers of a killed job, gpu-operator #2880). (proposal)
-    alert_memory_held_bytes: float = 1024 ** 3
+    alert_memory_held_bytes: float = 1024**3
     alert_memory_held_for: str = "15m"
     #: Throttled share of time, over alert_rate_window, above which a GPU counts as throttled.
     #: Held for throttle_seconds. (tools: canonical hardware-observer, nvidia_gpu_exporter: 5 min)
@@ -89,7 +90,7 @@ class Thresholds:
     alert_target_down_for: str = "5m"
 
     @classmethod
-    def load(cls, path: str | None) -> "Thresholds":
+    def load(cls, path: str | None) -> Thresholds:
         """Defaults, overridden by a YAML file of field: value. Raises ValueError naming the bad key."""
         if not path:
             return cls()
@@ -99,8 +100,9 @@ class Thresholds:
         known = {f.name: f for f in fields(cls)}
         unknown = set(raw) - set(known)
         if unknown:
-            raise ConfigError(f"--thresholds {path}: unknown key(s) {', '.join(sorted(unknown))}; "
-                             f"known keys are {', '.join(known)}")
+            raise ConfigError(
+                f"--thresholds {path}: unknown key(s) {', '.join(sorted(unknown))}; known keys are {', '.join(known)}"
+            )
         values = {}
         for key, value in raw.items():
             kind = type(getattr(cls(), key))
@@ -109,8 +111,9 @@ class Thresholds:
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"--thresholds {path}: {key} must be a {kind.__name__}, got {value!r}") from e
             if kind is str and not PROMQL_DURATION.fullmatch(values[key]):
-                raise ConfigError(f"--thresholds {path}: {key} must be a Prometheus duration such as 30s, 5m "
-                                  f"or 1h, got {value!r}")
+                raise ConfigError(
+                    f"--thresholds {path}: {key} must be a Prometheus duration such as 30s, 5m or 1h, got {value!r}"
+                )
         return cls(**values)
 
 

@@ -22,31 +22,66 @@ This module is the schema only (no pandas): the exporter's recorder writes it, t
 (gpulens.analyzer.frame holds it as a DataFrame). The file format is documented in
 docs/trace-format.md.
 """
+
 from __future__ import annotations
 
 from gpulens.core import metrics as m
 
 IDENTITY = ["node", "gpu_model", "namespace", "pod", "container"]
-RATIOS = ["gpu_util", "sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_engine_active",
-          "fp16_active", "fp32_active", "fp64_active"]
-NUMBERS = ["memory_used_bytes", "memory_total_bytes", "pcie_tx_bytes_per_second", "pcie_rx_bytes_per_second",
-           "nvlink_tx_bytes_per_second", "nvlink_rx_bytes_per_second", "power_watts", "temperature_celsius",
-           "sm_clock_hertz", "sm_clock_max_hertz", "clock_event_reasons", "cpu_usage_cores", "cpu_limit_cores",
-           "restarts_total", "numa_node"]
+RATIOS = [
+    "gpu_util",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_active",
+    "gr_engine_active",
+    "fp16_active",
+    "fp32_active",
+    "fp64_active",
+]
+NUMBERS = [
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "pcie_tx_bytes_per_second",
+    "pcie_rx_bytes_per_second",
+    "nvlink_tx_bytes_per_second",
+    "nvlink_rx_bytes_per_second",
+    "power_watts",
+    "temperature_celsius",
+    "sm_clock_hertz",
+    "sm_clock_max_hertz",
+    "clock_event_reasons",
+    "cpu_usage_cores",
+    "cpu_limit_cores",
+    "restarts_total",
+    "numa_node",
+]
 SIGNALS = RATIOS + NUMBERS
 COLUMNS = ["timestamp", "gpu"] + IDENTITY + SIGNALS
 
 
 #: Trace column <- the exporter gauge it is read from (by the recorder and the live inputs).
 FROM_GAUGES: dict[str, m.MetricSpec] = {
-    "gpu_util": m.UTILIZATION, "sm_active": m.SM_ACTIVE, "sm_occupancy": m.SM_OCCUPANCY,
-    "tensor_active": m.TENSOR_ACTIVE, "dram_active": m.DRAM_ACTIVE, "gr_engine_active": m.GRAPHICS_ENGINE_ACTIVE,
-    "fp16_active": m.FP16_ACTIVE, "fp32_active": m.FP32_ACTIVE, "fp64_active": m.FP64_ACTIVE,
-    "memory_used_bytes": m.MEMORY_USED, "memory_total_bytes": m.MEMORY_TOTAL, "power_watts": m.POWER,
-    "temperature_celsius": m.TEMPERATURE, "sm_clock_hertz": m.SM_CLOCK, "sm_clock_max_hertz": m.SM_CLOCK_MAX,
+    "gpu_util": m.UTILIZATION,
+    "sm_active": m.SM_ACTIVE,
+    "sm_occupancy": m.SM_OCCUPANCY,
+    "tensor_active": m.TENSOR_ACTIVE,
+    "dram_active": m.DRAM_ACTIVE,
+    "gr_engine_active": m.GRAPHICS_ENGINE_ACTIVE,
+    "fp16_active": m.FP16_ACTIVE,
+    "fp32_active": m.FP32_ACTIVE,
+    "fp64_active": m.FP64_ACTIVE,
+    "memory_used_bytes": m.MEMORY_USED,
+    "memory_total_bytes": m.MEMORY_TOTAL,
+    "power_watts": m.POWER,
+    "temperature_celsius": m.TEMPERATURE,
+    "sm_clock_hertz": m.SM_CLOCK,
+    "sm_clock_max_hertz": m.SM_CLOCK_MAX,
 }
 #: Trace column <- the exporter counter whose per-second rate it is.
 FROM_RATES: dict[str, m.MetricSpec] = {
-    "pcie_tx_bytes_per_second": m.PCIE_TRANSMIT, "pcie_rx_bytes_per_second": m.PCIE_RECEIVE,
-    "nvlink_tx_bytes_per_second": m.NVLINK_TRANSMIT, "nvlink_rx_bytes_per_second": m.NVLINK_RECEIVE,
+    "pcie_tx_bytes_per_second": m.PCIE_TRANSMIT,
+    "pcie_rx_bytes_per_second": m.PCIE_RECEIVE,
+    "nvlink_tx_bytes_per_second": m.NVLINK_TRANSMIT,
+    "nvlink_rx_bytes_per_second": m.NVLINK_RECEIVE,
 }

@@ -14,6 +14,7 @@ already have for node_exporter:
     basic_auth_users:
       prometheus: $2y$10$...                         # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\\n')
 """
+
 from __future__ import annotations
 
 import base64
@@ -24,10 +25,10 @@ import logging
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Callable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -45,8 +46,18 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-_TLS_KEYS = {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version",
-             "cipher_suites", "prefer_server_cipher_suites", "curve_preferences", "client_allowed_sans"}
+_TLS_KEYS = {
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "prefer_server_cipher_suites",
+    "curve_preferences",
+    "client_allowed_sans",
+}
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
     "RequestClientCert": ssl.CERT_OPTIONAL,
@@ -54,8 +65,12 @@ _CLIENT_AUTH = {
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
-_TLS_VERSIONS = {"TLS10": ssl.TLSVersion.TLSv1, "TLS11": ssl.TLSVersion.TLSv1_1,
-                 "TLS12": ssl.TLSVersion.TLSv1_2, "TLS13": ssl.TLSVersion.TLSv1_3}
+_TLS_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
 
 
 @dataclass
@@ -67,13 +82,15 @@ class WebConfig:
     headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | None) -> "WebConfig":
+    def load(cls, path: str | None) -> WebConfig:
         if not path:
             return cls()
         where = f"--web.config.file {path}"
         raw = read_yaml(path, "--web.config.file") or {}
         if not isinstance(raw, dict):
-            raise ConfigError(f"{where}: expected a mapping with tls_server_config, http_server_config or basic_auth_users")
+            raise ConfigError(
+                f"{where}: expected a mapping with tls_server_config, http_server_config or basic_auth_users"
+            )
         unknown = set(raw) - {"tls_server_config", "http_server_config", "basic_auth_users"}
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
@@ -87,8 +104,10 @@ class WebConfig:
             raise ConfigError(f"{where}: basic_auth_users must map user names to bcrypt hashes")
         for user, hashed in users.items():
             if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
-                raise ConfigError(f"{where}: the password of user {user!r} is not a bcrypt hash "
-                                  "(make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')")
+                raise ConfigError(
+                    f"{where}: the password of user {user!r} is not a bcrypt hash "
+                    "(make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
+                )
             config.users[str(user)] = hashed.encode()
         http_config = raw.get("http_server_config") or {}
         config.headers = {str(k): str(v) for k, v in (http_config.get("headers") or {}).items()}
@@ -160,17 +179,24 @@ Route = Callable[[], tuple[int, str, bytes]]
 PostHandler = Callable[[str, bytes], tuple[int, str, bytes]]
 
 
-def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConfig, *, title: str,
-          health: Callable[[], tuple[bool, str]], routes: dict[str, Route] | None = None,
-          post: PostHandler | None = None,
-          render_text: Callable[[], bytes] | None = None) -> ThreadingHTTPServer:
+def serve(
+    registry: CollectorRegistry,
+    address: tuple[str, int],
+    config: WebConfig,
+    *,
+    title: str,
+    health: Callable[[], tuple[bool, str]],
+    routes: dict[str, Route] | None = None,
+    post: PostHandler | None = None,
+    render_text: Callable[[], bytes] | None = None,
+) -> ThreadingHTTPServer:
     """Start serving in a background thread and return the server (call shutdown() to stop).
 
     `health` returns (healthy, reason) for /healthz; `routes` adds GET paths such as a JSON API
     (or replaces the index page at "/"); `post` answers every POST (the alert receiver's webhooks);
     `render_text` is a faster renderer of the registry in the Prometheus text format, used when the
     scraper asks for that format. Raises ConfigError if the address cannot be bound."""
-    routes = dict(routes or {})
+    get_routes = dict(routes or {})
     auth = _Authenticator(config.users)
 
     class Handler(BaseHTTPRequestHandler):
@@ -193,7 +219,9 @@ def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConf
             """True when basic auth is off or the credentials are good; else answers 401."""
             if auth.allowed(self.headers.get("Authorization")):
                 return True
-            self._send(401, "text/plain; charset=utf-8", b"Unauthorized\n", {"WWW-Authenticate": 'Basic realm="gpulens"'})
+            self._send(
+                401, "text/plain; charset=utf-8", b"Unauthorized\n", {"WWW-Authenticate": 'Basic realm="gpulens"'}
+            )
             return False
 
         def do_GET(self):
@@ -214,13 +242,15 @@ def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConf
             elif path == "/healthz":
                 ok, reason = health()
                 self._send(200 if ok else 503, "text/plain; charset=utf-8", (reason + "\n").encode())
-            elif path in routes:
-                code, content_type, body = routes[path]()
+            elif path in get_routes:
+                code, content_type, body = get_routes[path]()
                 self._send(code, content_type, body)
             elif path == "/":
-                links = "".join(f'<li><a href="{p}">{p}</a></li>' for p in ["/metrics", "/healthz", *routes])
-                body = (f"<!doctype html><html><head><title>{html.escape(title)}</title></head><body>"
-                        f"<h1>{html.escape(title)}</h1><ul>{links}</ul></body></html>").encode()
+                links = "".join(f'<li><a href="{p}">{p}</a></li>' for p in ["/metrics", "/healthz", *get_routes])
+                body = (
+                    f"<!doctype html><html><head><title>{html.escape(title)}</title></head><body>"
+                    f"<h1>{html.escape(title)}</h1><ul>{links}</ul></body></html>"
+                ).encode()
                 self._send(200, "text/html; charset=utf-8", body)
             else:
                 self._send(404, "text/plain; charset=utf-8", b"Not Found\n")
@@ -257,7 +287,8 @@ def serve(registry: CollectorRegistry, address: tuple[str, int], config: WebConf
         server = Server(address, Handler)
     except OSError as e:
         host, port = address
-        raise ConfigError(f"cannot listen on {host or '*'}:{port}: {e.strerror}; "
-                          "choose another --web.listen-address") from e
+        raise ConfigError(
+            f"cannot listen on {host or '*'}:{port}: {e.strerror}; choose another --web.listen-address"
+        ) from e
     threading.Thread(target=server.serve_forever, name="gpulens-http", daemon=True).start()
     return server

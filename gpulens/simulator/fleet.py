@@ -4,6 +4,7 @@ A fleet is described in YAML (docs/simulator.md); the built-in demo fleet is fle
 models come from the catalogue (gpulens.core.catalog), so the simulator plays the same H100 the
 analyzer prices.
 """
+
 from __future__ import annotations
 
 import random
@@ -14,7 +15,6 @@ from gpulens.core.catalog import MODELS
 from gpulens.core.config import ConfigError, read_yaml
 from gpulens.core.pods import PodRef
 from gpulens.simulator.workloads import PROFILES, SimGpu, profile_params
-
 
 #: CPU limit of every simulated pod, in cores.
 CPU_LIMIT_CORES = 4.0
@@ -51,7 +51,7 @@ def load_fleet(config: dict, default_seed: int = 0) -> list[SimNode]:
         if not isinstance(count, int) or not 1 <= count <= 64:
             raise FleetError(f"{where}: 'gpus' must be a whole number from 1 to 64, got {count!r}")
         profiling = bool(node.get("profiling", True))
-        assigned: dict[int, tuple[str, str, int]] = {}
+        assigned: dict[int, tuple[str, PodRef | None, int]] = {}
         for workload in node.get("workloads", []) or []:
             profile = workload.get("profile") if isinstance(workload, dict) else None
             if profile not in PROFILES:
@@ -61,24 +61,39 @@ def load_fleet(config: dict, default_seed: int = 0) -> list[SimNode]:
                 indices = [indices]
             for role, index in enumerate(indices):
                 if not isinstance(index, int) or not 0 <= index < count:
-                    raise FleetError(f"{where}: workload '{profile}' names GPU {index!r}, but the node has GPUs 0-{count - 1}")
+                    raise FleetError(
+                        f"{where}: workload '{profile}' names GPU {index!r}, but the node has GPUs 0-{count - 1}"
+                    )
                 if index in assigned:
                     raise FleetError(f"{where}: GPU {index} is given two workloads")
                 assigned[index] = (profile, _pod_ref(workload.get("pod"), where), role)
         gpus = []
         for index in range(count):
             profile, pod, role = assigned.get(index, ("unallocated", None, 0))
-            uuid = "GPU-%08x-%04x-%04x-%04x-%012x" % (
-                rng.getrandbits(32), rng.getrandbits(16), rng.getrandbits(16), rng.getrandbits(16), rng.getrandbits(48))
-            gpus.append(SimGpu(index=index, uuid=uuid, model=model, profile=profile, profiling=profiling,
-                               numa_node=0 if index < count / 2 else 1, seed=seed + n * 1000, pod=pod, role=role,
-                               base_pid=10000 + 1000 * index + rng.randrange(500),
-                               params=profile_params(profile, rng)))
+            uuid = (
+                f"GPU-{rng.getrandbits(32):08x}-{rng.getrandbits(16):04x}-{rng.getrandbits(16):04x}-"
+                f"{rng.getrandbits(16):04x}-{rng.getrandbits(48):012x}"
+            )
+            gpus.append(
+                SimGpu(
+                    index=index,
+                    uuid=uuid,
+                    model=model,
+                    profile=profile,
+                    profiling=profiling,
+                    numa_node=0 if index < count / 2 else 1,
+                    seed=seed + n * 1000,
+                    pod=pod,
+                    role=role,
+                    base_pid=10000 + 1000 * index + rng.randrange(500),
+                    params=profile_params(profile, rng),
+                )
+            )
         nodes.append(SimNode(name, gpus))
     return nodes
 
 
-def _pod_ref(value, where: str) -> PodRef | None:
+def _pod_ref(value: object, where: str) -> PodRef | None:
     """'namespace/pod' or 'namespace/pod/container' (container defaults to 'main')."""
     if value in (None, ""):
         return None
@@ -97,12 +112,17 @@ def fleet_from_file(path: str | Path, default_seed: int = 0) -> list[SimNode]:
 
 def fleet_from_flags(gpus: int, model: str, profiles: list[str], seed: int) -> list[SimNode]:
     """One node with `gpus` GPUs of `model`, profiles assigned round-robin, one pod per GPU."""
-    workloads = [{"profile": profiles[i % len(profiles)], "gpus": [i],
-                  "pod": f"sim/{profiles[i % len(profiles)].replace('_', '-')}-{i}"} for i in range(gpus)]
-    return load_fleet({"seed": seed, "nodes": [{"name": "sim-node-1", "model": model, "gpus": gpus,
-                                                "workloads": workloads}]})
+    workloads = [
+        {
+            "profile": profiles[i % len(profiles)],
+            "gpus": [i],
+            "pod": f"sim/{profiles[i % len(profiles)].replace('_', '-')}-{i}",
+        }
+        for i in range(gpus)
+    ]
+    return load_fleet(
+        {"seed": seed, "nodes": [{"name": "sim-node-1", "model": model, "gpus": gpus, "workloads": workloads}]}
+    )
 
 
 DEFAULT_FLEET = Path(__file__).resolve().parent / "fleets" / "demo.yaml"
-
-

@@ -23,6 +23,7 @@ poor_placement       one job on GPUs that share no NVLink and sit across CPU soc
                      busier than the other, heavy PCIe traffic for the exchange.
 unallocated          no workload at all.
 """
+
 from __future__ import annotations
 
 import math
@@ -101,14 +102,23 @@ class SimGpu:
 
 def _healthy(g: SimGpu, t: float, w: float) -> Activity:
     sm = 0.88 + g.noise(t, 0.03)
-    return Activity(busy=1.0, sm_active=sm, sm_occupancy=0.48 + g.noise(t, 0.04, 1),
-                    tensor=0.58 + g.noise(t, 0.05, 2), dram=0.42 + g.noise(t, 0.04, 3),
-                    fp16=0.30, fp32=0.12, memory_fraction=g.params["memory"],
-                    pcie_rx=0.04 * g.model.pcie_bytes_per_second, pcie_tx=0.01 * g.model.pcie_bytes_per_second,
-                    nvlink_tx=0.15 * g.model.nvlink_link_bytes_per_second * g.model.nvlink_links,
-                    nvlink_rx=0.15 * g.model.nvlink_link_bytes_per_second * g.model.nvlink_links,
-                    power_fraction=0.85 + g.noise(t, 0.05, 4), temperature_celsius=66 + g.noise(t, 2, 5),
-                    process=True)
+    return Activity(
+        busy=1.0,
+        sm_active=sm,
+        sm_occupancy=0.48 + g.noise(t, 0.04, 1),
+        tensor=0.58 + g.noise(t, 0.05, 2),
+        dram=0.42 + g.noise(t, 0.04, 3),
+        fp16=0.30,
+        fp32=0.12,
+        memory_fraction=g.params["memory"],
+        pcie_rx=0.04 * g.model.pcie_bytes_per_second,
+        pcie_tx=0.01 * g.model.pcie_bytes_per_second,
+        nvlink_tx=0.15 * g.model.nvlink_link_bytes_per_second * g.model.nvlink_links,
+        nvlink_rx=0.15 * g.model.nvlink_link_bytes_per_second * g.model.nvlink_links,
+        power_fraction=0.85 + g.noise(t, 0.05, 4),
+        temperature_celsius=66 + g.noise(t, 2, 5),
+        process=True,
+    )
 
 
 def _data_starvation(g: SimGpu, t: float, w: float) -> Activity:
@@ -117,12 +127,23 @@ def _data_starvation(g: SimGpu, t: float, w: float) -> Activity:
     # Host-to-device copies spike in the first 0.2 s of each burst.
     spike = duty(t, w, period, 0.2, phase)
     pcie = g.model.pcie_bytes_per_second
-    return Activity(busy=on, sm_active=0.86 * on, sm_occupancy=0.45 * on, tensor=0.55 * on, dram=0.40 * on,
-                    fp16=0.28 * on, fp32=0.10 * on, memory_fraction=g.params["memory"],
-                    pcie_rx=0.7 * pcie * spike + 0.01 * pcie, pcie_tx=0.005 * pcie,
-                    power_fraction=0.15 + 0.7 * on, temperature_celsius=52 + 8 * on,
-                    reasons=0 if on > 0 else 0x1, process=True,
-                    cpu_fraction=0.97 + g.noise(t, 0.02, 6))  # the input pipeline sits at its CPU limit
+    return Activity(
+        busy=on,
+        sm_active=0.86 * on,
+        sm_occupancy=0.45 * on,
+        tensor=0.55 * on,
+        dram=0.40 * on,
+        fp16=0.28 * on,
+        fp32=0.10 * on,
+        memory_fraction=g.params["memory"],
+        pcie_rx=0.7 * pcie * spike + 0.01 * pcie,
+        pcie_tx=0.005 * pcie,
+        power_fraction=0.15 + 0.7 * on,
+        temperature_celsius=52 + 8 * on,
+        reasons=0 if on > 0 else 0x1,
+        process=True,
+        cpu_fraction=0.97 + g.noise(t, 0.02, 6),
+    )  # the input pipeline sits at its CPU limit
 
 
 def _xid_errors(g: SimGpu, t: float, w: float) -> Activity:
@@ -137,10 +158,20 @@ def _fallen_off_bus(g: SimGpu, t: float, w: float) -> Activity:
 
 
 def _memory_bandwidth(g: SimGpu, t: float, w: float) -> Activity:
-    return Activity(busy=1.0, sm_active=0.72 + g.noise(t, 0.03), sm_occupancy=0.22, tensor=0.03,
-                    dram=0.79 + g.noise(t, 0.02, 1), fp32=0.12, fp16=0.02,
-                    memory_fraction=g.params["memory"], pcie_rx=0.02 * g.model.pcie_bytes_per_second,
-                    power_fraction=0.75, temperature_celsius=63, process=True)
+    return Activity(
+        busy=1.0,
+        sm_active=0.72 + g.noise(t, 0.03),
+        sm_occupancy=0.22,
+        tensor=0.03,
+        dram=0.79 + g.noise(t, 0.02, 1),
+        fp32=0.12,
+        fp16=0.02,
+        memory_fraction=g.params["memory"],
+        pcie_rx=0.02 * g.model.pcie_bytes_per_second,
+        power_fraction=0.75,
+        temperature_celsius=63,
+        process=True,
+    )
 
 
 def _memory_fragmentation(g: SimGpu, t: float, w: float) -> Activity:
@@ -150,32 +181,66 @@ def _memory_fragmentation(g: SimGpu, t: float, w: float) -> Activity:
     run = t + g.params["phase"]
     generation, position = divmod(run, cycle + down)
     if position >= cycle:
-        return Activity(memory_fraction=0.0, restarts=int(generation) + 1, reasons=0x1,
-                        clock_fraction=0.2, temperature_celsius=45)
+        return Activity(
+            memory_fraction=0.0, restarts=int(generation) + 1, reasons=0x1, clock_fraction=0.2, temperature_celsius=45
+        )
     churn = 0.03 * math.sin(position * 2 * math.pi / 7.0)
     memory = min(0.6 + 0.39 * position / cycle + churn, 0.995)
-    return Activity(busy=0.9, sm_active=0.62 + g.noise(t, 0.05), sm_occupancy=0.35, tensor=0.35, dram=0.35,
-                    fp16=0.2, fp32=0.1, memory_fraction=memory,
-                    pcie_rx=0.05 * g.model.pcie_bytes_per_second, power_fraction=0.6,
-                    temperature_celsius=60, process=True, restarts=int(generation))
+    return Activity(
+        busy=0.9,
+        sm_active=0.62 + g.noise(t, 0.05),
+        sm_occupancy=0.35,
+        tensor=0.35,
+        dram=0.35,
+        fp16=0.2,
+        fp32=0.1,
+        memory_fraction=memory,
+        pcie_rx=0.05 * g.model.pcie_bytes_per_second,
+        power_fraction=0.6,
+        temperature_celsius=60,
+        process=True,
+        restarts=int(generation),
+    )
 
 
 def _idle(g: SimGpu, t: float, w: float) -> Activity:
-    return Activity(memory_fraction=g.params["context_memory"], power_fraction=0.0,
-                    temperature_celsius=33 + g.noise(t, 1), clock_fraction=0.12, reasons=0x1, process=True,
-                    cpu_fraction=0.01)
+    return Activity(
+        memory_fraction=g.params["context_memory"],
+        power_fraction=0.0,
+        temperature_celsius=33 + g.noise(t, 1),
+        clock_fraction=0.12,
+        reasons=0x1,
+        process=True,
+        cpu_fraction=0.01,
+    )
 
 
 def _memory_held(g: SimGpu, t: float, w: float) -> Activity:
-    return Activity(memory_fraction=g.params["memory"], power_fraction=0.02, temperature_celsius=34,
-                    clock_fraction=0.12, reasons=0x1, process=False)
+    return Activity(
+        memory_fraction=g.params["memory"],
+        power_fraction=0.02,
+        temperature_celsius=34,
+        clock_fraction=0.12,
+        reasons=0x1,
+        process=False,
+    )
 
 
 def _interconnect(g: SimGpu, t: float, w: float) -> Activity:
     links = g.model.nvlink_links * g.model.nvlink_link_bytes_per_second
-    a = Activity(busy=0.95, sm_active=0.24 + g.noise(t, 0.03), sm_occupancy=0.12, tensor=0.08, dram=0.22,
-                 fp16=0.05, fp32=0.05, memory_fraction=g.params["memory"], power_fraction=0.45,
-                 temperature_celsius=55, process=True)
+    a = Activity(
+        busy=0.95,
+        sm_active=0.24 + g.noise(t, 0.03),
+        sm_occupancy=0.12,
+        tensor=0.08,
+        dram=0.22,
+        fp16=0.05,
+        fp32=0.05,
+        memory_fraction=g.params["memory"],
+        power_fraction=0.45,
+        temperature_celsius=55,
+        process=True,
+    )
     if links:
         a.nvlink_tx = a.nvlink_rx = 0.9 * links
         a.pcie_rx = 0.02 * g.model.pcie_bytes_per_second
@@ -196,19 +261,39 @@ def _thermal_throttling(g: SimGpu, t: float, w: float) -> Activity:
 def _light_inference(g: SimGpu, t: float, w: float) -> Activity:
     # Requests of ~60 ms arrive about twice a second.
     on = duty(t, w, 0.5, 0.06, g.params["phase"])
-    return Activity(busy=min(1.0, on * 1.1), sm_active=0.55 * on + 0.01, sm_occupancy=0.2 * on,
-                    tensor=0.2 * on, dram=0.1 * on, fp16=0.2 * on, memory_fraction=g.params["memory"],
-                    pcie_rx=0.005 * g.model.pcie_bytes_per_second, power_fraction=0.08,
-                    temperature_celsius=40, clock_fraction=0.9, process=True)
+    return Activity(
+        busy=min(1.0, on * 1.1),
+        sm_active=0.55 * on + 0.01,
+        sm_occupancy=0.2 * on,
+        tensor=0.2 * on,
+        dram=0.1 * on,
+        fp16=0.2 * on,
+        memory_fraction=g.params["memory"],
+        pcie_rx=0.005 * g.model.pcie_bytes_per_second,
+        power_fraction=0.08,
+        temperature_celsius=40,
+        clock_fraction=0.9,
+        process=True,
+    )
 
 
 def _poor_placement(g: SimGpu, t: float, w: float) -> Activity:
     # The first GPU of the job does the work; the others wait on exchanges over PCIe across sockets.
     level = 0.85 if g.role == 0 else 0.3
-    a = Activity(busy=1.0 if g.role == 0 else 0.6, sm_active=level + g.noise(t, 0.03), sm_occupancy=0.4 * level,
-                 tensor=0.6 * level, dram=0.4 * level, fp16=0.3 * level, memory_fraction=g.params["memory"],
-                 pcie_tx=0.45 * g.model.pcie_bytes_per_second, pcie_rx=0.45 * g.model.pcie_bytes_per_second,
-                 power_fraction=0.8 * level, temperature_celsius=50 + 15 * level, process=True)
+    a = Activity(
+        busy=1.0 if g.role == 0 else 0.6,
+        sm_active=level + g.noise(t, 0.03),
+        sm_occupancy=0.4 * level,
+        tensor=0.6 * level,
+        dram=0.4 * level,
+        fp16=0.3 * level,
+        memory_fraction=g.params["memory"],
+        pcie_tx=0.45 * g.model.pcie_bytes_per_second,
+        pcie_rx=0.45 * g.model.pcie_bytes_per_second,
+        power_fraction=0.8 * level,
+        temperature_celsius=50 + 15 * level,
+        process=True,
+    )
     return a
 
 
@@ -236,13 +321,14 @@ PROFILES = {
 def profile_params(profile: str, rng: random.Random) -> dict[str, float]:
     """Per-GPU jitter, so that no two simulated GPUs are in lock step."""
     return {
-        "memory": rng.uniform(0.04, 0.09) if profile == "light_inference"
-        else rng.uniform(0.3, 0.45) if profile == "memory_held" else rng.uniform(0.6, 0.8),
+        "memory": rng.uniform(0.04, 0.09)
+        if profile == "light_inference"
+        else rng.uniform(0.3, 0.45)
+        if profile == "memory_held"
+        else rng.uniform(0.6, 0.8),
         "context_memory": rng.uniform(0.005, 0.012),
         "period": rng.uniform(5.0, 6.5),
         "burst": rng.uniform(1.1, 1.4),
         "phase": rng.uniform(0, 100),
         "cycle": rng.uniform(150, 240),
     }
-
-
