@@ -77,30 +77,37 @@ def verdict_annotations(c: MixinConfig) -> dict[str, str]:
 
 
 def alerts(c: MixinConfig) -> list[Alert]:
+    """Every alert, in the order of the rule file and the runbooks."""
+    return [*_pod_alerts(c), *_gpu_alerts(c), *_exporter_alerts(c), *_analyzer_alerts(c)]
+
+
+def _pod_link(c: MixinConfig) -> str:
+    return mixin.dashboard_link(c, mixin.POD_DASHBOARD, namespace="{{ $labels.namespace }}", pod="{{ $labels.pod }}")
+
+
+def _verdict_alert(c: MixinConfig, name: str, bottleneck: str, summary: str, runbook: str) -> Alert:
+    """A ticket when the analyzer has held `bottleneck` for a pod long enough."""
+    t = c.thresholds
+    return Alert(
+        name,
+        f'max by (node, namespace, pod) ({metric("pod_bottleneck")}{{{c.analyzer},bottleneck="{bottleneck}"}}) == 1',
+        t.alert_verdict_for,
+        "warning",
+        "pod",
+        summary,
+        f"The analyzer has classified {POD} on {{{{ $labels.node }}}} as {bottleneck} for {t.alert_verdict_for}. "
+        + _verdict_sentence(c),
+        runbook,
+        _pod_link(c),
+    )
+
+
+def _pod_alerts(c: MixinConfig) -> list[Alert]:
+    """Pods whose GPUs are underused: the page on low SM activity, and a ticket per verdict."""
     t = c.thresholds
     w = t.alert_rate_window
-    pod_link = mixin.dashboard_link(
-        c, mixin.POD_DASHBOARD, namespace="{{ $labels.namespace }}", pod="{{ $labels.pod }}"
-    )
-    node_link = mixin.dashboard_link(c, mixin.NODE_DASHBOARD, node="{{ $labels.node }}")
-    fleet_link = mixin.dashboard_link(c, mixin.FLEET_DASHBOARD)
+    pod_link = _pod_link(c)
     pct = f"{t.alert_low_sm:.0%}"
-
-    def verdict_alert(name: str, bottleneck: str, summary: str, runbook: str) -> Alert:
-        return Alert(
-            name,
-            f"max by (node, namespace, pod) "
-            f'({metric("pod_bottleneck")}{{{c.analyzer},bottleneck="{bottleneck}"}}) == 1',
-            t.alert_verdict_for,
-            "warning",
-            "pod",
-            summary,
-            f"The analyzer has classified {POD} on {{{{ $labels.node }}}} as {bottleneck} for {t.alert_verdict_for}. "
-            + _verdict_sentence(c),
-            runbook,
-            pod_link,
-        )
-
     return [
         Alert(
             "GpulensPodLowSmActivity",
@@ -142,7 +149,8 @@ an idle notebook, a job waiting on something, or a process that finished but who
 3. If the memory stays held after the pod is gone, see GpulensGpuMemoryHeldWithoutPod.""",
             pod_link,
         ),
-        verdict_alert(
+        _verdict_alert(
+            c,
             "GpulensPodDataStarvation",
             "data_starvation",
             f"{POD} waits on its input pipeline: the GPU stalls between batches",
@@ -154,7 +162,8 @@ LowGPUUtilization rule), often with the pod's CPU at its limit.
 1. Open the pod dashboard: SM activity saw-tooths, and the CPU panel shows whether the pod sits at its limit.
 2. {RECOMMENDATIONS["data_starvation"]}""",
         ),
-        verdict_alert(
+        _verdict_alert(
+            c,
             "GpulensPodMemoryFragmentation",
             "memory_fragmentation",
             f"{POD} fills its GPU memory and restarts: out-of-memory risk",
@@ -165,6 +174,15 @@ hold memory flat and are exempt.
 1. `kubectl describe pod`: restarts with CUDA out-of-memory in the previous container's log confirm it.
 2. {RECOMMENDATIONS["memory_fragmentation"]}""",
         ),
+    ]
+
+
+def _gpu_alerts(c: MixinConfig) -> list[Alert]:
+    """GPUs in trouble whatever runs on them: memory held by no pod, throttling, XIDs, lost."""
+    t = c.thresholds
+    w = t.alert_rate_window
+    node_link = mixin.dashboard_link(c, mixin.NODE_DASHBOARD, node="{{ $labels.node }}")
+    return [
         Alert(
             "GpulensGpuMemoryHeldWithoutPod",
             f"({metric('gpu_memory_used_bytes')}{{{c.exporter}}} > {t.alert_memory_held_bytes:.0f})"
@@ -241,6 +259,15 @@ bus), 92, 94, 95 (ECC) are hardware: drain the node, reset the GPU, and file a h
 3. If it recurs, it is hardware (PCIe riser, power, the GPU itself): open a ticket with the vendor.""",
             node_link,
         ),
+    ]
+
+
+def _exporter_alerts(c: MixinConfig) -> list[Alert]:
+    """The exporters themselves: down, absent, failing a collector, stale. Without them every GPU alert is blind."""
+    t = c.thresholds
+    node_link = mixin.dashboard_link(c, mixin.NODE_DASHBOARD, node="{{ $labels.node }}")
+    fleet_link = mixin.dashboard_link(c, mixin.FLEET_DASHBOARD)
+    return [
         Alert(
             "GpulensExporterDown",
             f"up{{{c.exporter}}} == 0",
@@ -308,6 +335,14 @@ hangs (a GPU in a bad state, the driver being upgraded). `/healthz` answers 503 
 2. Restart the exporter pod once the driver answers again.""",
             node_link,
         ),
+    ]
+
+
+def _analyzer_alerts(c: MixinConfig) -> list[Alert]:
+    """The analyzer: without it, pod alerts come without a verdict."""
+    t = c.thresholds
+    fleet_link = mixin.dashboard_link(c, mixin.FLEET_DASHBOARD)
+    return [
         Alert(
             "GpulensAnalyzerDown",
             f"up{{{c.analyzer}}} == 0 or absent(up{{{c.analyzer}}})",

@@ -78,131 +78,162 @@ def pod_features(trace: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
     """One row per unit with everything the classifier needs. Index: unit."""
     if trace.empty:
         return pd.DataFrame()
-    # Integer keys: a GPU is (node, gpu); a unit is (namespace, pod), or its GPU when no pod holds it.
-    node_code, _ = pd.factorize(trace["node"])
-    gpu_code, _ = pd.factorize(trace["gpu"])
-    gpu_key, _ = pd.factorize(node_code.astype(np.int64) * (int(gpu_code.max()) + 1) + gpu_code)
-    ns_code, _ = pd.factorize(trace["namespace"])
-    pod_code, pods = pd.factorize(trace["pod"])
-    no_pod = (trace["pod"] == "").to_numpy()
-    pod_key = ns_code.astype(np.int64) * (len(pods) + 1) + pod_code
-    unit_key, _ = pd.factorize(np.where(no_pod, -1 - gpu_key.astype(np.int64), pod_key))
-    ts = trace["timestamp"].to_numpy()
-    order = _order(unit_key.astype(np.int64), gpu_key.astype(np.int64), ts)
+    rows = _Rows(trace)
+    features = _reduce(rows, _Signals(rows, t), t)
+    _add_identity(rows, features)
+    _add_timing(features)
+    return features
 
-    def column(name: str) -> np.ndarray:
-        values = trace[name].to_numpy()
-        return values if order is None else values[order]
 
-    def rows_of(name: str, positions: np.ndarray) -> np.ndarray:
+class _Rows:
+    """The trace's rows in (unit, GPU, time) order, and where each unit's and each GPU's run starts."""
+
+    def __init__(self, trace: pd.DataFrame):
+        self.trace = trace
+        # Integer keys: a GPU is (node, gpu); a unit is (namespace, pod), or its GPU when no pod holds it.
+        node_code, _ = pd.factorize(trace["node"])
+        gpu_code, _ = pd.factorize(trace["gpu"])
+        gpu_key, _ = pd.factorize(node_code.astype(np.int64) * (int(gpu_code.max()) + 1) + gpu_code)
+        ns_code, _ = pd.factorize(trace["namespace"])
+        pod_code, pods = pd.factorize(trace["pod"])
+        no_pod = (trace["pod"] == "").to_numpy()
+        pod_key = ns_code.astype(np.int64) * (len(pods) + 1) + pod_code
+        unit_key, _ = pd.factorize(np.where(no_pod, -1 - gpu_key.astype(np.int64), pod_key))
+        ts = trace["timestamp"].to_numpy()
+        self.order = _order(unit_key.astype(np.int64), gpu_key.astype(np.int64), ts)
+        unit, gpu, self.ts = (a if self.order is None else a[self.order] for a in (unit_key, gpu_key, ts))
+        n = len(self.ts)
+        self.unit_starts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]])
+        #: True where a row starts another GPU's run: neighbours across it are not a sequence.
+        self.gpu_changes = np.r_[True, (gpu[1:] != gpu[:-1]) | (unit[1:] != unit[:-1])]
+        self.gpu_starts = np.flatnonzero(self.gpu_changes)
+        self.units, self.gpus = _Segments(self.unit_starts, n), _Segments(self.gpu_starts, n)
+        gpu_unit = np.searchsorted(self.unit_starts, self.gpu_starts, side="right") - 1
+        self.first_gpu_of_unit = np.searchsorted(gpu_unit, np.arange(len(self.unit_starts)))
+        #: Reductions over the GPUs of each unit (of per-GPU values).
+        self.unit_gpus = _Segments(self.first_gpu_of_unit, len(self.gpu_starts))
+        self.row_unit = np.repeat(np.arange(len(self.unit_starts)), self.units.sizes)
+
+    def column(self, name: str) -> np.ndarray:
+        values = self.trace[name].to_numpy()
+        return values if self.order is None else values[self.order]
+
+    def rows_of(self, name: str, positions: np.ndarray) -> np.ndarray:
         """A string column at a few sorted positions, without converting the whole column."""
-        return trace[name].iloc[positions if order is None else order[positions]].to_numpy()
+        return self.trace[name].iloc[positions if self.order is None else self.order[positions]].to_numpy()
 
-    unit, gpu, ts = (a if order is None else a[order] for a in (unit_key, gpu_key, ts))
-    n = len(ts)
-    unit_starts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]])
-    gpu_changes = np.r_[True, (gpu[1:] != gpu[:-1]) | (unit[1:] != unit[:-1])]
-    gpu_starts = np.flatnonzero(gpu_changes)
-    U, G = _Segments(unit_starts, n), _Segments(gpu_starts, n)
 
-    sm = column("sm_active")
-    act = np.where(np.isnan(sm), column("gr_engine_active"), sm)
-    act = np.where(np.isnan(act), column("gpu_util"), act)
-    has_activity = ~np.isnan(act)
-    act0 = np.nan_to_num(act)
-    busy = act0 >= t.idle_activity
-    mem_used, mem_total = column("memory_used_bytes"), column("memory_total_bytes")
-    mem_frac = mem_used / mem_total
-    pipes = np.fmax(
-        np.fmax(column("tensor_active"), column("fp16_active")), np.fmax(column("fp32_active"), column("fp64_active"))
-    )
-    dram = column("dram_active")
-    # A pod runs on one GPU model: link capacities by unit, spread over its rows.
-    unit_models = rows_of("gpu_model", unit_starts)
-    row_unit = np.repeat(np.arange(len(unit_starts)), np.diff(np.append(unit_starts, n)))
-    pcie_cap = np.array([model_info(x).pcie_bytes_per_second for x in unit_models])[row_unit]
-    nvlink_cap = np.array([model_info(x).nvlink_bytes_per_second for x in unit_models])[row_unit]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pcie_use = np.fmax(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
-        nvlink_use = np.where(
-            nvlink_cap > 0,
-            np.fmax(column("nvlink_tx_bytes_per_second"), column("nvlink_rx_bytes_per_second")) / nvlink_cap,
-            np.nan,
+class _Signals:
+    """What each sample shows, as arrays in the rows' order: the inputs of every signature."""
+
+    def __init__(self, rows: _Rows, t: Thresholds):
+        column = rows.column
+        self.sm = column("sm_active")
+        act = np.where(np.isnan(self.sm), column("gr_engine_active"), self.sm)
+        self.act = np.where(np.isnan(act), column("gpu_util"), act)
+        self.has_activity = ~np.isnan(self.act)
+        self.act0 = np.nan_to_num(self.act)
+        self.busy = self.act0 >= t.idle_activity
+        self.mem_used = column("memory_used_bytes")
+        self.mem_frac = self.mem_used / column("memory_total_bytes")
+        self.pipes = np.fmax(
+            np.fmax(column("tensor_active"), column("fp16_active")),
+            np.fmax(column("fp32_active"), column("fp64_active")),
         )
-        cpu = column("cpu_usage_cores") / column("cpu_limit_cores")
-        clock = column("sm_clock_hertz") / column("sm_clock_max_hertz")
-    link = np.fmax(pcie_use, nvlink_use)
-    reasons_raw = column("clock_event_reasons")
-    reasons = np.nan_to_num(reasons_raw).astype(np.int64)
-    # Busy/idle switches and memory drops between neighbouring samples of the same GPU.
-    state = act0 >= 0.5
-    switch = np.r_[False, state[1:] != state[:-1]] & ~gpu_changes
-    with np.errstate(invalid="ignore"):
-        drop = np.r_[False, (mem_frac[1:] - mem_frac[:-1]) < -0.2] & ~gpu_changes
-    restarts, numa = column("restarts_total"), column("numa_node")
+        self.dram = column("dram_active")
+        # A pod runs on one GPU model: link capacities by unit, spread over its rows.
+        unit_models = rows.rows_of("gpu_model", rows.unit_starts)
+        pcie_cap = np.array([model_info(x).pcie_bytes_per_second for x in unit_models])[rows.row_unit]
+        nvlink_cap = np.array([model_info(x).nvlink_bytes_per_second for x in unit_models])[rows.row_unit]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pcie_use = np.fmax(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
+            nvlink_use = np.where(
+                nvlink_cap > 0,
+                np.fmax(column("nvlink_tx_bytes_per_second"), column("nvlink_rx_bytes_per_second")) / nvlink_cap,
+                np.nan,
+            )
+            self.cpu = column("cpu_usage_cores") / column("cpu_limit_cores")
+            self.clock = column("sm_clock_hertz") / column("sm_clock_max_hertz")
+        self.link = np.fmax(pcie_use, nvlink_use)
+        self.reasons_raw = column("clock_event_reasons")
+        self.throttled = (np.nan_to_num(self.reasons_raw).astype(np.int64) & t.throttle_reasons_mask) != 0
+        # Busy/idle switches and memory drops between neighbouring samples of the same GPU.
+        state = self.act0 >= 0.5
+        self.switch = np.r_[False, state[1:] != state[:-1]] & ~rows.gpu_changes
+        with np.errstate(invalid="ignore"):
+            self.drop = np.r_[False, (self.mem_frac[1:] - self.mem_frac[:-1]) < -0.2] & ~rows.gpu_changes
+        self.restarts, self.numa = column("restarts_total"), column("numa_node")
 
-    gpu_activity = G.mean(np.where(has_activity, act, np.nan))
-    gpu_unit = np.searchsorted(unit_starts, gpu_starts, side="right") - 1
-    first_gpu_of_unit = np.searchsorted(gpu_unit, np.arange(len(unit_starts)))
-    GU = _Segments(first_gpu_of_unit, len(gpu_starts))
-    numa_max, numa_min = U.max(numa), U.min(numa)
-    first = unit_starts
-    features = pd.DataFrame(
+
+def _reduce(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
+    """Each signal reduced over each unit's samples (and, for placement, over its GPUs)."""
+    U, ts = rows.units, rows.ts
+    gpu_activity = rows.gpus.mean(np.where(s.has_activity, s.act, np.nan))
+    numa_max, numa_min = U.max(s.numa), U.min(s.numa)
+    reasons_known = ~np.isnan(s.reasons_raw)
+    return pd.DataFrame(
         {
             "samples": U.sizes,
             "ts_min": U.min(ts),
             "ts_max": U.max(ts),
-            "activity": U.mean(np.where(has_activity, act, np.nan)),
-            "sm_active": U.mean(sm),
-            "has_activity": U.count(has_activity) > 0,
-            "has_prof": U.count(~np.isnan(sm) | ~np.isnan(dram)) > 0,
-            "idle": U.share(~busy, has_activity),
-            "high": U.share(act0 > t.starvation_high, has_activity),
-            "low": U.share(act0 < t.starvation_low, has_activity),
-            "switches": U.count(switch).astype(float),
-            "last_busy": U.max(np.where(busy & has_activity, ts, np.nan)),
-            "mem_max": U.max(mem_frac),
-            "mem_min": U.min(mem_frac),
-            "mem_std": U.std(mem_frac),
-            "mem_used_max": U.max(mem_used),
-            "full": U.share(mem_frac > t.memory_full, ~np.isnan(mem_frac)),
-            "drops": U.count(drop).astype(float),
-            "restarts_max": U.max(restarts),
-            "restarts_min": U.min(restarts),
-            "dram": U.mean(dram),
-            "pipes": U.mean(pipes),
-            "mb": U.share((dram >= t.dram_active) & (pipes < t.pipes_idle), ~np.isnan(dram) & ~np.isnan(pipes)),
-            "link": U.mean(link),
+            "activity": U.mean(np.where(s.has_activity, s.act, np.nan)),
+            "sm_active": U.mean(s.sm),
+            "has_activity": U.count(s.has_activity) > 0,
+            "has_prof": U.count(~np.isnan(s.sm) | ~np.isnan(s.dram)) > 0,
+            "idle": U.share(~s.busy, s.has_activity),
+            "high": U.share(s.act0 > t.starvation_high, s.has_activity),
+            "low": U.share(s.act0 < t.starvation_low, s.has_activity),
+            "switches": U.count(s.switch).astype(float),
+            "last_busy": U.max(np.where(s.busy & s.has_activity, ts, np.nan)),
+            "mem_max": U.max(s.mem_frac),
+            "mem_min": U.min(s.mem_frac),
+            "mem_std": U.std(s.mem_frac),
+            "mem_used_max": U.max(s.mem_used),
+            "full": U.share(s.mem_frac > t.memory_full, ~np.isnan(s.mem_frac)),
+            "drops": U.count(s.drop).astype(float),
+            "restarts_max": U.max(s.restarts),
+            "restarts_min": U.min(s.restarts),
+            "dram": U.mean(s.dram),
+            "pipes": U.mean(s.pipes),
+            "mb": U.share((s.dram >= t.dram_active) & (s.pipes < t.pipes_idle), ~np.isnan(s.dram) & ~np.isnan(s.pipes)),
+            "link": U.mean(s.link),
             # Without SM activity a saturated link is the evidence: utilization shows only that kernels ran.
             "ic": U.share(
-                (link >= t.link_busy) & (np.isnan(sm) | (sm < t.interconnect_sm)), ~np.isnan(link) & has_activity
+                (s.link >= t.link_busy) & (np.isnan(s.sm) | (s.sm < t.interconnect_sm)),
+                ~np.isnan(s.link) & s.has_activity,
             ),
             # Of busy time: a clock held down while nothing runs costs nothing, and a starved GPU that
             # is throttled during each of its bursts is throttled.
-            "throttle": U.share((reasons & t.throttle_reasons_mask) != 0, busy & ~np.isnan(reasons_raw)),
+            "throttle": U.share(s.throttled, s.busy & reasons_known),
             # Of all time: how long the bits held, for the duration threshold.
-            "throttle_time": U.share((reasons & t.throttle_reasons_mask) != 0, ~np.isnan(reasons_raw)),
-            "clock": U.mean(clock),
-            "cpu_sat": U.share(cpu >= t.cpu_saturated, ~np.isnan(cpu)),
+            "throttle_time": U.share(s.throttled, reasons_known),
+            "clock": U.mean(s.clock),
+            "cpu_sat": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu)),
             "numa_nodes": np.where(np.isnan(numa_max), 0, np.where(numa_max > numa_min, 2, 1)),
-            "gpus": GU.sizes,
-            "gpu_activity_min": GU.min(gpu_activity),
-            "gpu_activity_max": GU.max(gpu_activity),
-            "node": rows_of("node", first),
-            "gpu_model": rows_of("gpu_model", first),
-            "namespace": rows_of("namespace", first),
-            "pod": rows_of("pod", first),
+            "gpus": rows.unit_gpus.sizes,
+            "gpu_activity_min": rows.unit_gpus.min(gpu_activity),
+            "gpu_activity_max": rows.unit_gpus.max(gpu_activity),
         }
     )
-    gpu_names = rows_of("gpu", gpu_starts)
-    unit_gpu_ends = np.append(first_gpu_of_unit[1:], len(gpu_starts))
-    features["gpu_list"] = [sorted(gpu_names[a:b]) for a, b in zip(first_gpu_of_unit, unit_gpu_ends, strict=True)]
+
+
+def _add_identity(rows: _Rows, features: pd.DataFrame) -> None:
+    """Who each unit is: node, model, pod, its GPUs, and the index ("namespace/pod" or "gpu:node/gpu")."""
+    for name in ("node", "gpu_model", "namespace", "pod"):
+        features[name] = rows.rows_of(name, rows.unit_starts)
+    gpu_names = rows.rows_of("gpu", rows.gpu_starts)
+    unit_gpu_ends = np.append(rows.first_gpu_of_unit[1:], len(rows.gpu_starts))
+    features["gpu_list"] = [sorted(gpu_names[a:b]) for a, b in zip(rows.first_gpu_of_unit, unit_gpu_ends, strict=True)]
     features.index = np.where(
         features["pod"] == "",
-        "gpu:" + features["node"] + "/" + gpu_names[first_gpu_of_unit],
+        "gpu:" + features["node"] + "/" + gpu_names[rows.first_gpu_of_unit],
         features["namespace"] + "/" + features["pod"],
     )
-    # Seconds each sample stands for: the window divided by the samples of one GPU.
+
+
+def _add_timing(features: pd.DataFrame) -> None:
+    """Seconds each sample stands for (the window divided by one GPU's samples), the window, the
+    GPU-seconds held, and how long the unit has been idle at the window's end."""
     per_gpu = features["samples"] / features["gpus"]
     spacing: pd.Series = (features["ts_max"] - features["ts_min"]) / np.maximum(per_gpu - 1, 1)
     features["sample_seconds"] = spacing.where(per_gpu > 1, 1.0)
@@ -211,4 +242,3 @@ def pod_features(trace: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
     features["trailing_idle_seconds"] = np.where(
         features["last_busy"].isna(), features["window_seconds"], features["ts_max"] - features["last_busy"]
     )
-    return features
