@@ -1,0 +1,63 @@
+"""One installed name: gpulens. A user's own `alerts` or `analyzer` package must not collide with ours."""
+
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from tests.helpers import REPO
+
+USER_CODE = """
+import gpulens.alerts.rules, gpulens.analyzer.classify, gpulens.dashboards.style, gpulens.exporter.sampler
+import alerts, analyzer
+print(alerts.OWNER, analyzer.OWNER)
+for name in ("exporter", "dashboards"):
+    try:
+        __import__(name)
+    except ImportError:
+        print(name, "absent")
+    else:
+        print(name, "IMPORTABLE")
+"""
+
+
+def test_only_gpulens_is_installed_and_a_users_own_alerts_package_imports(tmp_path):
+    # The user's project, outside this repository, has packages named like gpulens' parts.
+    for name in ("alerts", "analyzer"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"OWNER = 'user-{name}'\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-c", USER_CODE], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n") == ["user-alerts user-analyzer", "exporter absent", "dashboards absent", ""]
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_one_top_level_package_with_every_part_and_its_data(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("gpulens-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top_level = {n.split("/")[0] for n in names}
+    assert {name for name in top_level if not name.endswith(".dist-info")} == {"gpulens"}
+    for path in (
+        "gpulens/core/metrics.py",
+        "gpulens/simulator/fleets/demo.yaml",
+        "gpulens/demo-thresholds.yaml",
+        "gpulens/exporter/sampler.py",
+        "gpulens/exporter/attribution/podresources_pb2.py",
+        "gpulens/analyzer/classify.py",
+        "gpulens/dashboards/gpulens.py",
+        "gpulens/alerts/rules.py",
+    ):
+        assert path in names, path
+    # The parts' folders are packaged through the symlinks as real files, not as links.
+    info = zipfile.ZipFile(wheel).getinfo("gpulens/exporter/sampler.py")
+    assert info.file_size == (REPO / "exporter" / "sampler.py").stat().st_size
