@@ -163,51 +163,14 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
                     gpu.numa_node,
                 )
             )
-    columns = [
-        "timestamp",
-        "gpu",
-        "gpu_util",
-        "sm_active",
-        "sm_occupancy",
-        "tensor_active",
-        "dram_active",
-        "gr_engine_active",
-        "fp16_active",
-        "fp32_active",
-        "fp64_active",
-        "memory_used_bytes",
-        "memory_total_bytes",
-        "pcie_tx_bytes_per_second",
-        "pcie_rx_bytes_per_second",
-        "nvlink_tx_bytes_per_second",
-        "nvlink_rx_bytes_per_second",
-        "power_watts",
-        "temperature_celsius",
-        "sm_clock_hertz",
-        "sm_clock_max_hertz",
-        "clock_event_reasons",
-        "cpu_usage_cores",
-        "cpu_limit_cores",
-        "restarts_total",
-        "numa_node",
-    ]
+    # The row tuples above are in the trace schema's order.
+    columns = ["timestamp", "gpu", *tr.SIGNALS]
     frame = pd.DataFrame(rows, columns=columns)
     for column in tr.RATIOS:
         frame[column] = np.clip(frame[column] + rng.normal(0, noise, len(frame)) * (frame[column] > 0), 0, 1)
     frame["gpu_util"] = frame["gpu_util"].round(2)
     if not s.profiling:
-        frame[
-            [
-                "sm_active",
-                "sm_occupancy",
-                "tensor_active",
-                "dram_active",
-                "gr_engine_active",
-                "fp16_active",
-                "fp32_active",
-                "fp64_active",
-            ]
-        ] = np.nan
+        frame[tr.PROFILING] = np.nan
     if s.mig:
         frame["gpu_util"] = np.nan  # NVML has no utilization on MIG instances
         frame["gpu"] = frame["gpu"].str.replace("GPU-", "MIG-")

@@ -39,6 +39,8 @@ RATIOS = [
     "fp32_active",
     "fp64_active",
 ]
+#: The ratios only profiling provides (NVML GPM on Hopper+, DCGM): all but utilization.
+PROFILING = [c for c in RATIOS if c != "gpu_util"]
 NUMBERS = [
     "memory_used_bytes",
     "memory_total_bytes",
