@@ -148,7 +148,9 @@ def measure(gpus: int, rounds: int) -> dict:
     source = NvmlSource()
     source.start()
     # Pod attribution as deployed, minus the kubelet: every process is looked up in a /proc.
-    attribution = KubeletAttribution("", proc_root=tempfile.mkdtemp(), log_root=tempfile.mkdtemp())
+    # An empty /proc and /var/log: no process is found in a container, as on a node outside Kubernetes.
+    empty = tempfile.TemporaryDirectory(prefix="gpulens-bench-")
+    attribution = KubeletAttribution("", proc_root=empty.name, log_root=empty.name)
     sampler = Sampler(source, interval=1.0, attribution=attribution)
     registry = CollectorRegistry(auto_describe=False)
     collector = ExporterCollector(sampler, "bench", "nvml")
@@ -192,21 +194,22 @@ def main() -> int:
 
     from tests.helpers import FakeNvml, build_fake_nvml
 
-    workdir = Path(tempfile.mkdtemp(prefix="gpulens-bench-"))
-    library = build_fake_nvml(workdir / "lib").parent
     rows = []
-    for gpus in (1, 8):
-        fake = FakeNvml(library, workdir / f"state-{gpus}")
-        fake.write([gpu_state(i, PROCESSES // gpus) for i in range(gpus)])
-        env = fake.env() | {"PYTHONPATH": str(REPO)}
-        out = subprocess.run(
-            [sys.executable, __file__, "--child", str(gpus), "--rounds", str(args.rounds)],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        rows.append(json.loads(out.stdout))
+    with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as tmp:
+        workdir = Path(tmp)
+        library = build_fake_nvml(workdir / "lib").parent
+        for gpus in (1, 8):
+            fake = FakeNvml(library, workdir / f"state-{gpus}")
+            fake.write([gpu_state(i, PROCESSES // gpus) for i in range(gpus)])
+            env = fake.env() | {"PYTHONPATH": str(REPO)}
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(gpus), "--rounds", str(args.rounds)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            rows.append(json.loads(out.stdout))
 
     print(
         f"exporter CPU time per operation, {PROCESSES} processes, through the fake libnvidia-ml\n"
