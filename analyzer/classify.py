@@ -39,7 +39,11 @@ class Verdict:
     secondary: list[str] = field(default_factory=list)
     mean_activity: float | None = None
     idle_ratio: float | None = None
+    #: From the first sample to the end of the last, in seconds.
     window_seconds: float = 0.0
+    #: Share of the window (per GPU) that samples cover: gaps in the data count neither as work nor as
+    #: waste. 1.0 for data without gaps.
+    coverage: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,6 +101,7 @@ def _verdict(f: Features, t: Thresholds, prices: dict[str, float] | None) -> Ver
         mean_activity=None if activity is None else round(activity, 4),
         idle_ratio=None if math.isnan(f.idle) else round(float(f.idle), 4),
         window_seconds=float(f.window_seconds),
+        coverage=round(float(f.coverage), 4),
     )
 
 

@@ -173,6 +173,9 @@ _CSV_FIELDS = [
     "idle_ratio",
     "evidence",
     "recommendation",
+    # Added later: at the end, so that readers by position keep working.
+    "window_seconds",
+    "coverage",
 ]
 
 
@@ -198,6 +201,8 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
         table.add_column(column, overflow="fold")
     for v in verdicts:
         pod = f"{v.namespace}/{v.pod}" if v.pod else "(no pod)"
+        if v.coverage < 0.99:  # gaps in the data: say how much of the span the verdict rests on
+            pod += f"\n{v.coverage:.0%} of {v.window_seconds / 3600:.1f} h sampled"
         name = v.bottleneck + "".join(f"\n+ {s}" for s in v.secondary)
         why = "\n".join(f"{k}: {val}" for k, val in v.evidence.items())
         table.add_row(

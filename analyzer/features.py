@@ -114,6 +114,20 @@ class _Rows:
         self.unit_gpus = _Segments(self.first_gpu_of_unit, len(self.gpu_starts))
         self.row_unit = np.repeat(np.arange(len(self.unit_starts)), self.units.sizes)
 
+    def intervals(self) -> np.ndarray:
+        """Seconds between one GPU's consecutive samples, per unit: the median spacing, so that a gap in
+        the data (an exporter down, a recording paused, a missed scrape) does not stretch every sample
+        over it. NaN for a unit with no GPU sampled twice."""
+        spacing = np.diff(self.ts)
+        same_gpu = ~self.gpu_changes[1:]
+        ends = np.append(self.unit_starts[1:], len(self.ts))
+        out = np.full(len(self.unit_starts), np.nan)
+        for unit, (a, b) in enumerate(zip(self.unit_starts, ends, strict=True)):
+            within = spacing[a : b - 1][same_gpu[a : b - 1]]
+            if within.size:
+                out[unit] = np.median(within)
+        return out
+
     def column(self, name: str) -> np.ndarray:
         values = self.trace[name].to_numpy()
         return values if self.order is None else values[self.order]
@@ -174,6 +188,7 @@ def _reduce(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "samples": U.sizes,
+            "interval": rows.intervals(),
             "ts_min": U.min(ts),
             "ts_max": U.max(ts),
             "activity": U.mean(np.where(s.has_activity, s.act, np.nan)),
@@ -232,13 +247,13 @@ def _add_identity(rows: _Rows, features: pd.DataFrame) -> None:
 
 
 def _add_timing(features: pd.DataFrame) -> None:
-    """Seconds each sample stands for (the window divided by one GPU's samples), the window, the
-    GPU-seconds held, and how long the unit has been idle at the window's end."""
-    per_gpu = features["samples"] / features["gpus"]
-    spacing: pd.Series = (features["ts_max"] - features["ts_min"]) / np.maximum(per_gpu - 1, 1)
-    features["sample_seconds"] = spacing.where(per_gpu > 1, 1.0)
+    """Seconds each sample stands for (the unit's sampling interval; 1 s for a single sample), the span
+    from the first sample to the end of the last, the GPU-seconds the samples cover (gaps excluded),
+    the share of the span they cover, and how long the unit has been idle at the span's end."""
+    features["sample_seconds"] = features["interval"].fillna(1.0)
     features["window_seconds"] = features["ts_max"] - features["ts_min"] + features["sample_seconds"]
     features["gpu_seconds"] = features["samples"] * features["sample_seconds"]
+    features["coverage"] = np.minimum(features["gpu_seconds"] / (features["gpus"] * features["window_seconds"]), 1.0)
     features["trailing_idle_seconds"] = np.where(
         features["last_busy"].isna(), features["window_seconds"], features["ts_max"] - features["last_busy"]
     )

@@ -140,6 +140,47 @@ def one(label, **kwargs) -> list:
     return classify(scenario_trace(s))
 
 
+def blocks(starts: list[float], seconds: int, step: float = 1.0, activity: float = 0.5) -> pd.DataFrame:
+    """One pod's GPU sampled every `step` seconds for `seconds` from each of `starts`, nothing between."""
+    ts = [start + k * step for start in starts for k in range(int(seconds / step))]
+    return fr.normalize(
+        pd.DataFrame(
+            {
+                "timestamp": ts,
+                "gpu": "GPU-0",
+                "node": "n1",
+                "gpu_model": "NVIDIA L40S",
+                "namespace": "ml",
+                "pod": "p",
+                "gpu_util": activity,
+                "memory_used_bytes": 4e9,
+                "memory_total_bytes": 48e9,
+            }
+        )
+    )
+
+
+def test_gaps_in_the_data_are_gaps_not_waste():
+    # Two one-minute blocks an hour apart: the samples cover 120 s of a 3,660 s span. Only those 120 s
+    # count (at 50% activity, 60 s wasted); the old arithmetic stretched every sample to 30.8 s: 1,845 s.
+    [v] = classify(blocks([1_800_000_000.0, 1_800_003_600.0], 60))
+    assert (v.window_seconds, v.coverage) == (3660.0, round(120 / 3660, 4))
+    assert (v.wasted_gpu_seconds, v.wasted_cost) == (60.0, round(60 / 3600 * 1.50, 4))
+    # The same minute of samples with no gap covers its whole span.
+    [whole] = classify(blocks([1_800_000_000.0], 120))
+    assert (whole.window_seconds, whole.coverage, whole.wasted_gpu_seconds) == (120.0, 1.0, 60.0)
+
+
+def test_coarse_samples_cover_their_interval_and_a_missed_scrape_is_a_gap():
+    # One sample every 57 s for an hour, one scrape in ten missing: each sample stands for 57 s.
+    ts = [1_800_000_000.0 + 57 * k for k in range(64) if k % 10 != 5]
+    frame = blocks([0.0], 1)
+    frame = fr.normalize(pd.concat([frame.assign(timestamp=x) for x in ts], ignore_index=True))
+    [v] = classify(frame, Thresholds(min_samples=30))
+    assert v.window_seconds == 57 * 63 + 57 and v.coverage == round(len(ts) * 57 / (57 * 64), 4)
+    assert v.wasted_gpu_seconds == 0.5 * 57 * len(ts)
+
+
 def test_a_verdict_carries_evidence_recommendation_and_waste():
     [v] = one("data_starvation", model="H100-SXM5-80GB")
     assert v.bottleneck == "data_starvation" and v.confidence == 0.95  # CPU at its limit adds confidence
@@ -222,8 +263,11 @@ def test_analyze_json_csv_and_table(tmp_path):
         "wasted_gpu_seconds",
         "secondary",
     }
+    assert [(v["window_seconds"], v["coverage"]) for v in verdicts] == [(600.0, 1.0)] * 3
     result = gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "csv")
-    assert result.stdout.splitlines()[0].startswith("namespace,pod,node,gpus,gpu_model,bottleneck,confidence")
+    header = result.stdout.splitlines()[0]
+    assert header.startswith("namespace,pod,node,gpus,gpu_model,bottleneck,confidence")
+    assert header.endswith(",recommendation,window_seconds,coverage")
     table = gpulens("analyze", str(tmp_path / "trace.csv")).stdout
     assert "eval/idle-40" in table and "memory_bandwidth" in table and "Release the GPU" in table
 
