@@ -128,6 +128,8 @@ effective use, < 0.5 likely ineffective.
    holds; SM, tensor and DRAM activity, memory, PCIe/NVLink and CPU panels show the signature.
 3. Apply the recommendation (every class's fix is listed at the end of this page).
    `idle` or `wrong_gpu_type`: give the GPU back or move the pod to a smaller GPU or a MIG slice.
+   `overprovisioned_serving`: the replica serves requests in bursts; run fewer replicas or share the GPU
+   (MIG, time-slicing), but do not simply delete it: that would take the service down.
 4. If the bottleneck is `none yet`, the analyzer is down or has not seen the pod: see GpulensAnalyzerDown.""",
             pod_link,
         ),

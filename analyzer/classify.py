@@ -2,10 +2,14 @@
 
 The class names are public API (gpulens.core.bottlenecks). The order of the checks (SIGNATURES)
 follows ../shared/guide/SIGNALS.md: missing data first, then idle, memory fragmentation, poor
-placement, interconnect, data starvation, memory bandwidth, healthy; throttling and wrong GPU type are
-overlays that become the primary class only when nothing else is wrong. Without profiling fields
-(consumer GPUs, stock dcgm-exporter) the analyzer says so with low confidence and never claims
-memory_bandwidth.
+placement, interconnect, data starvation, over-provisioned serving, memory bandwidth, healthy;
+throttling and wrong GPU type are overlays that become the primary class only when nothing else is
+wrong. Without profiling fields (consumer GPUs, stock dcgm-exporter) the analyzer says so with low
+confidence and never claims memory_bandwidth.
+
+Every check knows the sample interval of its input: a signature that needs to see a training step's
+bursts and gaps is claimed only from samples fine enough to resolve them, and the evidence says so.
+This module judges one window; gpulens.analyzer.history slides windows across hours or days.
 """
 
 from __future__ import annotations
@@ -17,10 +21,28 @@ from typing import Any
 
 import pandas as pd
 
-from gpulens.analyzer.features import pod_features
+from gpulens.analyzer.features import RECENT_SAMPLES, pod_features
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.catalog import GpuModel, model_info
 from gpulens.core.thresholds import Thresholds
+
+
+@dataclass
+class Episode:
+    """A run of one class in a pod's history. Times are unix seconds."""
+
+    bottleneck: str
+    start: float
+    end: float
+    confidence: float
+    wasted_gpu_seconds: float
+
+
+@dataclass
+class ClassShare:
+    share: float
+    wasted_gpu_seconds: float
+    wasted_cost: float
 
 
 @dataclass
@@ -44,10 +66,21 @@ class Verdict:
     #: Share of the window (per GPU) that samples cover: gaps in the data count neither as work nor as
     #: waste. 1.0 for data without gaps.
     coverage: float = 1.0
+    #: Seconds between one GPU's samples (the median): what the signatures could resolve.
+    sample_seconds: float = 0.0
+    #: Over the span: the runs of one class, oldest first (one for a single window).
+    episodes: list[Episode] = field(default_factory=list)
+    #: Over the span, per class: share of the covered time, and the GPU-seconds and money wasted in it.
+    by_class: dict[str, ClassShare] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
+
+#: Fewer bursts than this cannot show whether they repeat at a steady period.
+MIN_BURSTS = 10
+#: Share of samples with a model's worth of memory for a replica to "hold a model".
+HELD_SHARE = 0.9
 
 #: One row of pod_features(): a pod's (or an unheld GPU's) features over the window.
 Features = Any
@@ -62,7 +95,11 @@ def _fmt(value: float) -> str:
 def classify(trace: pd.DataFrame, t: Thresholds | None = None, prices: dict[str, float] | None = None) -> list[Verdict]:
     """Verdicts for every pod (and every GPU no pod holds) in the trace window."""
     t = t or Thresholds()
-    features = pod_features(trace, t)
+    return judge(pod_features(trace, t), t, prices)
+
+
+def judge(features: pd.DataFrame, t: Thresholds, prices: dict[str, float] | None) -> list[Verdict]:
+    """A verdict for every row of pod_features()."""
     return [_verdict(row, t, prices) for row in features.itertuples()]
 
 
@@ -85,6 +122,7 @@ def _verdict(f: Features, t: Thresholds, prices: dict[str, float] | None) -> Ver
     if oversized and name not in ("wrong_gpu_type", "idle", "insufficient_data"):
         secondary.append("wrong_gpu_type")
     wasted = 0.0 if activity is None or name == "insufficient_data" else (1.0 - activity) * f.gpu_seconds
+    cost = wasted / 3600 * info.price_per_hour
     return Verdict(
         namespace=f.namespace,
         pod=f.pod,
@@ -96,12 +134,15 @@ def _verdict(f: Features, t: Thresholds, prices: dict[str, float] | None) -> Ver
         evidence=evidence,
         recommendation=RECOMMENDATIONS[name],
         wasted_gpu_seconds=round(wasted, 1),
-        wasted_cost=round(wasted / 3600 * info.price_per_hour, 4),
+        wasted_cost=round(cost, 4),
         secondary=secondary,
         mean_activity=None if activity is None else round(activity, 4),
         idle_ratio=None if math.isnan(f.idle) else round(float(f.idle), 4),
         window_seconds=float(f.window_seconds),
         coverage=round(float(f.coverage), 4),
+        sample_seconds=float(f.sample_seconds),
+        episodes=[Episode(name, float(f.ts_min), float(f.ts_min + f.window_seconds), confidence, round(wasted, 1))],
+        by_class={name: ClassShare(1.0, round(wasted, 1), round(cost, 4))},
     )
 
 
@@ -141,10 +182,32 @@ def _insufficient_data(f: Features, t: Thresholds, info: GpuModel, evidence: dic
 
 
 def _idle(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
+    """No work for the last idle_seconds (or the whole window), after sustained work, or none, or
+    quiet far longer than any pause while it worked: the work stopped, rather than paused between
+    requests or notebook cells."""
     idle_for = min(t.idle_seconds, f.window_seconds)
-    if f.trailing_idle_seconds < idle_for - f.sample_seconds / 2:
+    quiet = f.trailing_idle_seconds
+    if quiet < idle_for - f.sample_seconds / 2:
         return None
-    evidence["idle_for_seconds"] = f"{f.trailing_idle_seconds:.0f} >= {idle_for:.0f} (activity < {t.idle_activity})"
+    worked = not math.isnan(f.recent_busy)
+    # Pauses are measured only from samples that resolve them: from sparse point samples, the
+    # "pauses" between the few busy samples seen are chance, and a replica would be told to go.
+    resolved = f.sample_seconds <= t.starvation_max_sample_seconds
+    stopped = resolved and quiet >= t.idle_pause_factor * f.longest_pause
+    if worked and f.recent_busy < t.idle_sustained_share and not stopped:
+        return None
+    if not math.isnan(f.tail_cpu_sat) and f.tail_cpu_sat >= t.signature_fraction:
+        return None  # the pod's CPU is at its limit meanwhile: working, not idle (input pipeline, CPU eval)
+    evidence["idle_for_seconds"] = f"{quiet:.0f} >= {idle_for:.0f} (activity < {t.idle_activity})"
+    if worked and f.recent_busy >= t.idle_sustained_share:
+        evidence["busy_before_fraction"] = (
+            f"{_fmt(f.recent_busy)} of the {RECENT_SAMPLES} samples before >= {t.idle_sustained_share}: "
+            "sustained work that stopped"
+        )
+    elif worked:
+        evidence["longest_pause_while_working_seconds"] = (
+            f"{f.longest_pause:.0f}: quiet {quiet / f.longest_pause:.1f}x longer >= {t.idle_pause_factor:g}x"
+        )
     if not math.isnan(f.mem_used_max):
         evidence["memory_held_bytes"] = f"{f.mem_used_max:.0f}"
     return "idle", 0.95 if f.idle >= 0.95 else 0.85
@@ -200,17 +263,61 @@ def _interconnect(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str
 
 
 def _data_starvation(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
-    """Bursts near full activity and gaps near zero, switching several times a minute."""
+    """Bursts near full activity and gaps near zero, switching several times a minute at a steady
+    period (training steps, not requests), from samples fine enough to show them; from coarser
+    samples, only a pod whose CPU sits at its limit while the GPU waits."""
+    cpu_saturated = not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction
+    if f.sample_seconds > t.starvation_max_sample_seconds:
+        if not (cpu_saturated and f.cpu_sat_activity < t.ineffective_sm):
+            return None
+        evidence["sample_interval_seconds"] = (
+            f"{f.sample_seconds:.0f} > {t.starvation_max_sample_seconds:g}: too coarse to see the bursts and gaps of "
+            "training steps; judged on the CPU alone"
+        )
+        evidence["cpu_at_limit_fraction"] = f"{_fmt(f.cpu_sat)} >= {t.signature_fraction}"
+        evidence["activity_while_cpu_at_limit"] = f"{_fmt(f.cpu_sat_activity)} < {t.ineffective_sm}"
+        return "data_starvation", 0.6
     switches = f.switches / f.gpus / max(f.window_seconds / 60.0, 1e-9)
     if not (f.high > t.starvation_tail and f.low > t.starvation_tail and switches >= t.starvation_switches_per_minute):
         return None
+    regular = f.bursts >= MIN_BURSTS and f.burst_spread <= t.starvation_regularity
+    if not (regular or cpu_saturated):
+        return None  # bursts at random (requests arriving) or too few to tell, and the CPU does not say
     evidence["activity_p95_above"] = f"{t.starvation_high} ({_fmt(f.high)} of samples)"
     evidence["activity_p5_below"] = f"{t.starvation_low} ({_fmt(f.low)} of samples)"
     evidence["busy_idle_switches_per_minute"] = f"{switches:.1f} >= {t.starvation_switches_per_minute}"
+    if f.bursts >= MIN_BURSTS:
+        evidence["burst_period_seconds"] = f"{f.burst_period:.3g}, spread {_fmt(f.burst_spread)}" + (
+            f" <= {t.starvation_regularity}: steady, like training steps" if regular else ""
+        )
+    evidence["sample_interval_seconds"] = f"{f.sample_seconds:.3g} <= {t.starvation_max_sample_seconds:g}"
     if not math.isnan(f.cpu_sat):
         evidence["cpu_at_limit_fraction"] = _fmt(f.cpu_sat)
-    cpu_saturated = not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction
     return "data_starvation", 0.75 + (0.2 if cpu_saturated else 0.0)
+
+
+def _overprovisioned_serving(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
+    """A model held in memory, work in bursts with quiet spells between them, low activity overall: a
+    serving replica with more GPU than requests. Not idle: it works whenever requests come."""
+    if f.activity >= t.ineffective_sm or f.held < HELD_SHARE or f.idle < t.serving_quiet_share:
+        return None
+    _serving_evidence(f, t, evidence)
+    evidence["quiet_fraction"] = f"{_fmt(f.idle)} of samples >= {t.serving_quiet_share} (work comes in bursts)"
+    measured = f.sample_seconds <= t.starvation_max_sample_seconds and f.bursts >= MIN_BURSTS
+    if measured:
+        evidence["burst_period_seconds"] = f"{f.burst_period:.3g}, spread {_fmt(f.burst_spread)}" + (
+            f" > {t.starvation_regularity}: at random, like requests"
+            if f.burst_spread > t.starvation_regularity
+            else ""
+        )
+    else:
+        evidence["sample_interval_seconds"] = f"{f.sample_seconds:.3g}: too coarse to time single bursts"
+    return "overprovisioned_serving", 0.75 if measured and f.burst_spread > t.starvation_regularity else 0.6
+
+
+def _serving_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -> None:
+    evidence["mean_activity"] = f"{_fmt(f.activity)} < {t.ineffective_sm}"
+    evidence["model_memory_bytes"] = f"{f.mem_used_max:.0f} held on {f.held:.0%} of samples"
 
 
 def _memory_bandwidth(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
@@ -230,6 +337,7 @@ SIGNATURES: tuple[Callable[[Features, Thresholds, GpuModel, dict[str, str]], Fin
     _poor_placement,
     _interconnect,
     _data_starvation,
+    _overprovisioned_serving,
     _memory_bandwidth,
 )
 
@@ -245,9 +353,24 @@ def _without_signature(
         evidence["peak_memory_bytes"] = f"{f.mem_used_max:.0f} <= {t.oversized_memory_bytes:.0f} on a {f.gpu_model}"
         return "wrong_gpu_type", 0.8 if f.window_seconds >= 3600 else 0.65
     if activity is not None and activity < t.ineffective_sm:
+        if f.sample_seconds > t.starvation_max_sample_seconds and f.held >= HELD_SHARE:
+            # Samples too coarse to see training steps, and a model held: most GPUs in production serve
+            # models, and a replica under steady light load has more GPU than requests.
+            _serving_evidence(f, t, evidence)
+            evidence["sample_interval_seconds"] = (
+                f"{f.sample_seconds:.3g} > {t.starvation_max_sample_seconds:g}: cannot tell a training job starved "
+                "for input from a serving replica with few requests; if this is training, see data_starvation"
+            )
+            return "overprovisioned_serving", 0.35
+        coarse = f.sample_seconds > t.starvation_max_sample_seconds
+        if coarse:
+            evidence["sample_interval_seconds"] = (
+                f"{f.sample_seconds:.3g} > {t.starvation_max_sample_seconds:g}: too coarse to see training steps; "
+                "the most common cause, not a finding"
+            )
         # Low activity without a clearer signature: the input pipeline is the most common cause
         # (Microsoft ICSE'24: 46% of low-utilization issues are data operations).
         evidence["mean_activity"] = f"{_fmt(activity)} < {t.ineffective_sm} with no clearer signature"
-        return "data_starvation", 0.4
+        return "data_starvation", 0.3 if coarse else 0.4
     evidence["mean_activity"] = "nan" if activity is None else _fmt(activity)
     return "healthy", 0.9 if f.has_prof and (f.sm_active or 0) >= t.healthy_sm else 0.6

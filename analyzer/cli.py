@@ -8,6 +8,7 @@ import io
 import json
 import os
 import sys
+import time
 from typing import TYPE_CHECKING
 
 from gpulens.core import catalog, flags
@@ -26,8 +27,20 @@ def register(commands: Subcommands) -> None:
         description="Classify each pod's GPU bottleneck from trace files, nvidia-smi or "
         "dcgmi dmon logs, or saved dcgm-exporter scrapes.",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="files to analyze together, as one window")
-    p.add_argument("--format", choices=["table", "json", "csv"], default="table", help="output format")
+    p.add_argument("files", nargs="+", metavar="FILE", help="files to analyze together, as one span of time")
+    p.add_argument(
+        "--format",
+        choices=["table", "json", "csv", "html"],
+        default="table",
+        help="output format: html is a self-contained report with a timeline per pod",
+    )
+    p.add_argument(
+        "--window",
+        default="",
+        help="length of the analysis window slid across the data (900, 15m, 1h); default 1h, or longer "
+        "when an hour holds fewer than 60 samples per GPU",
+    )
+    p.add_argument("--step", default="", help="how far the window moves each time; default a quarter of the window")
     p.add_argument("--out", default="", help="write to this file (atomically) instead of stdout")
     _common(p)
     p.add_argument(
@@ -98,6 +111,11 @@ def register(commands: Subcommands) -> None:
     e.add_argument("--seed", type=int, default=1000, help="scenario seed (thresholds were tuned on seeds 0-7)")
     e.add_argument("--per-class", type=int, default=12, help="scenarios per class")
     e.add_argument("--noise", type=float, default=0.03, help="standard deviation of the noise added to every ratio")
+    e.add_argument(
+        "--intervals", default="1,15,30,60", help="seconds between samples to judge every scenario at, comma-separated"
+    )
+    e.add_argument("--spans", default="10m,1h,6h,24h", help="spans of the day-scale scenarios, comma-separated")
+    e.add_argument("--per-day-profile", type=int, default=3, help="day-scale scenarios per profile, interval and span")
     _common(e)
     e.set_defaults(run=run_eval)
 
@@ -114,20 +132,29 @@ def _config(args: argparse.Namespace) -> tuple[Thresholds, dict[str, float]]:
 def run_analyze(args: argparse.Namespace) -> int:
     # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
     from gpulens.analyzer import readers
-    from gpulens.analyzer.classify import classify
+    from gpulens.analyzer.history import analyze
     from gpulens.analyzer.readers import TraceError
+    from gpulens.core.thresholds import parse_duration
 
     try:
         thresholds, prices = _config(args)
+        window = parse_duration(args.window, "--window") if args.window else None
+        step = parse_duration(args.step, "--step") if args.step else None
+        if window is not None and step is not None and step > window:
+            raise ValueError(f"--step {args.step} is longer than --window {args.window}: windows would skip data")
         trace = _read_with_progress(args, readers)
     except (TraceError, ValueError) as e:
         print(f"gpulens analyze: {e}", file=sys.stderr)
         return 2
-    verdicts = sorted(classify(trace, thresholds, prices), key=lambda v: -v.wasted_gpu_seconds)
+    verdicts = sorted(analyze(trace, thresholds, prices, window, step), key=lambda v: -v.wasted_gpu_seconds)
     if args.format == "json":
         text = json.dumps([v.to_dict() for v in verdicts], indent=2) + "\n"
     elif args.format == "csv":
         text = _csv(verdicts)
+    elif args.format == "html":
+        from gpulens.analyzer.report import render
+
+        text = render(verdicts, trace)
     else:
         text = _table(verdicts, to_terminal=not args.out and sys.stdout.isatty())
     if args.out:
@@ -176,6 +203,9 @@ _CSV_FIELDS = [
     # Added later: at the end, so that readers by position keep working.
     "window_seconds",
     "coverage",
+    "sample_seconds",
+    "time_share",
+    "episodes",
 ]
 
 
@@ -188,16 +218,35 @@ def _csv(verdicts: list[Verdict]) -> str:
         row["gpus"] = " ".join(v.gpus)
         row["secondary"] = " ".join(v.secondary)
         row["evidence"] = "; ".join(f"{k}: {val}" for k, val in v.evidence.items())
+        row["time_share"] = "; ".join(f"{name} {part.share}" for name, part in v.by_class.items())
+        row["episodes"] = "; ".join(
+            f"{_iso(e.start)}/{_iso(e.end)} {e.bottleneck} {e.confidence} {e.wasted_gpu_seconds}" for e in v.episodes
+        )
         writer.writerow(row)
     return out.getvalue()
+
+
+def _iso(unix: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
 def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="GPU bottleneck by pod (most waste first)", show_lines=True)
-    for column in ("pod", "node / GPUs", "bottleneck", "conf.", "wasted GPU-h", "cost $", "why", "what to do"):
+    table = Table(title="GPU bottleneck by pod over the span (most waste first)", show_lines=True)
+    columns = (
+        "pod",
+        "node / GPUs",
+        "bottleneck",
+        "conf.",
+        "time by class",
+        "wasted GPU-h",
+        "cost $",
+        "why",
+        "what to do",
+    )
+    for column in columns:
         table.add_column(column, overflow="fold")
     for v in verdicts:
         pod = f"{v.namespace}/{v.pod}" if v.pod else "(no pod)"
@@ -210,6 +259,7 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
             f"{v.node}\n{v.gpu_model}\n{' '.join(v.gpus)}",
             name,
             f"{v.confidence:.2f}",
+            "\n".join(f"{part.share:.0%} {name}" for name, part in v.by_class.items()),
             f"{v.wasted_gpu_seconds / 3600:.2f}",
             f"{v.wasted_cost:.2f}",
             why,
@@ -222,13 +272,16 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
 
 def run_eval(args: argparse.Namespace) -> int:
     from gpulens.analyzer.evaluate import evaluate, render
+    from gpulens.core.thresholds import parse_duration
 
     try:
         thresholds, _ = _config(args)
+        intervals = tuple(parse_duration(x, "--intervals") for x in args.intervals.split(","))
+        spans = tuple(parse_duration(x, "--spans") for x in args.spans.split(","))
     except ValueError as e:
         print(f"gpulens eval: {e}", file=sys.stderr)
         return 2
-    report = evaluate(args.seed, args.per_class, thresholds, args.noise)
+    report = evaluate(args.seed, args.per_class, thresholds, args.noise, intervals, spans, args.per_day_profile)
     print(f"{len(report.labels)} simulated pods, seed {args.seed}, noise {args.noise}\n")
     print(render(report))
     return 0

@@ -7,7 +7,8 @@ trace already is in that order), and every feature is then a reduction over cont
 (numpy reduceat), so 10,000 GPUs over 10 minutes at 1 s take seconds. Sequences (busy/idle switches,
 memory drops) are comparisons of neighbouring rows.
 
-A "unit" is a pod (namespace/pod), or a GPU that no pod holds (gpu:<node>/<gpu>).
+A "unit" is a pod (namespace/pod), or a GPU that no pod holds (gpu:<node>/<gpu>); over hours or days
+(gpulens.analyzer.history) it is a unit in one analysis window, and all windows are reduced at once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import pandas as pd
 
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
+
+#: How many samples before a unit's last busy one tell whether its work was sustained or bursty.
+RECENT_SAMPLES = 20
 
 
 def _order(unit: np.ndarray, gpu: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
@@ -74,21 +78,27 @@ class _Segments:
         return np.where(count > 1, np.sqrt(np.maximum(variance, 0.0)), np.nan)
 
 
-def pod_features(trace: pd.DataFrame, t: Thresholds) -> pd.DataFrame:
-    """One row per unit with everything the classifier needs. Index: unit."""
+def pod_features(trace: pd.DataFrame, t: Thresholds, window: np.ndarray | None = None) -> pd.DataFrame:
+    """One row per unit with everything the classifier needs. Index: unit.
+
+    `window`, one integer per trace row, splits each unit into one unit per window (column `window`);
+    rows with a negative window are left out."""
     if trace.empty:
         return pd.DataFrame()
-    rows = _Rows(trace)
+    rows = _Rows(trace, window)
     features = _reduce(rows, _Signals(rows, t), t)
     _add_identity(rows, features)
     _add_timing(features)
+    if window is not None:
+        features["window"] = rows.unit_window
+        features = features[features["window"] >= 0]
     return features
 
 
 class _Rows:
     """The trace's rows in (unit, GPU, time) order, and where each unit's and each GPU's run starts."""
 
-    def __init__(self, trace: pd.DataFrame):
+    def __init__(self, trace: pd.DataFrame, window: np.ndarray | None = None):
         self.trace = trace
         # Integer keys: a GPU is (node, gpu); a unit is (namespace, pod), or its GPU when no pod holds it.
         node_code, _ = pd.factorize(trace["node"])
@@ -99,6 +109,8 @@ class _Rows:
         no_pod = (trace["pod"] == "").to_numpy()
         pod_key = ns_code.astype(np.int64) * (len(pods) + 1) + pod_code
         unit_key, _ = pd.factorize(np.where(no_pod, -1 - gpu_key.astype(np.int64), pod_key))
+        if window is not None:  # one unit per (unit, window)
+            unit_key, _ = pd.factorize(unit_key.astype(np.int64) * (int(window.max()) + 2) + window + 1)
         ts = trace["timestamp"].to_numpy()
         self.order = _order(unit_key.astype(np.int64), gpu_key.astype(np.int64), ts)
         unit, gpu, self.ts = (a if self.order is None else a[self.order] for a in (unit_key, gpu_key, ts))
@@ -113,6 +125,8 @@ class _Rows:
         #: Reductions over the GPUs of each unit (of per-GPU values).
         self.unit_gpus = _Segments(self.first_gpu_of_unit, len(self.gpu_starts))
         self.row_unit = np.repeat(np.arange(len(self.unit_starts)), self.units.sizes)
+        if window is not None:
+            self.unit_window = (window if self.order is None else window[self.order])[self.unit_starts]
 
     def intervals(self) -> np.ndarray:
         """Seconds between one GPU's consecutive samples, per unit: the median spacing, so that a gap in
@@ -177,18 +191,50 @@ class _Signals:
         with np.errstate(invalid="ignore"):
             self.drop = np.r_[False, (self.mem_frac[1:] - self.mem_frac[:-1]) < -0.2] & ~rows.gpu_changes
         self.restarts, self.numa = column("restarts_total"), column("numa_node")
+        # Before each busy sample, how long the GPU had been without work since its previous busy
+        # sample (or its first sample): the pauses while it worked.
+        marker = self.busy | rows.gpu_changes
+        last_marker = np.maximum.accumulate(np.where(marker, np.arange(len(marker)), 0))
+        before = np.r_[0, last_marker[:-1]]
+        self.pause = np.where(self.busy & ~rows.gpu_changes, rows.ts - rows.ts[before], np.nan)
+        # Burst starts (activity rising through 0.5), and the time from one to the next on a GPU:
+        # training steps repeat at a steady period, requests arrive at random.
+        rises = np.flatnonzero(np.r_[False, state[1:] & ~state[:-1]] & ~rows.gpu_changes)
+        gpu_run = np.cumsum(rows.gpu_changes)
+        same_gpu = gpu_run[rises[1:]] == gpu_run[rises[:-1]]
+        self.rise = np.zeros(len(state), dtype=bool)
+        self.rise[rises] = True
+        self.burst_spacing = np.diff(rows.ts[rises])[same_gpu]
+        self.burst_spacing_unit = rows.row_unit[rises[1:]][same_gpu]
+
+
+def _quartiles(values: np.ndarray, unit: np.ndarray, units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The 25th, 50th and 75th percentile (nearest rank) of `values` per unit; NaN for a unit with none."""
+    order = np.lexsort((values, unit))
+    values = values[order]
+    counts = np.bincount(unit, minlength=units)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    out = []
+    for q in (0.25, 0.5, 0.75):
+        at = np.minimum(starts + np.floor(q * (counts - 1)).astype(np.int64), max(len(values) - 1, 0))
+        out.append(np.where(counts > 0, values[at] if len(values) else np.nan, np.nan))
+    return out[0], out[1], out[2]
 
 
 def _reduce(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     """Each signal reduced over each unit's samples (and, for placement, over its GPUs)."""
     U, ts = rows.units, rows.ts
+    last_busy = U.max(np.where(s.busy & s.has_activity, ts, np.nan))
+    lb = last_busy[rows.row_unit]
+    interval = rows.intervals()
+    q25, period, q75 = _quartiles(s.burst_spacing, s.burst_spacing_unit, len(rows.unit_starts))
     gpu_activity = rows.gpus.mean(np.where(s.has_activity, s.act, np.nan))
     numa_max, numa_min = U.max(s.numa), U.min(s.numa)
     reasons_known = ~np.isnan(s.reasons_raw)
     return pd.DataFrame(
         {
             "samples": U.sizes,
-            "interval": rows.intervals(),
+            "interval": interval,
             "ts_min": U.min(ts),
             "ts_max": U.max(ts),
             "activity": U.mean(np.where(s.has_activity, s.act, np.nan)),
@@ -199,11 +245,21 @@ def _reduce(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             "high": U.share(s.act0 > t.starvation_high, s.has_activity),
             "low": U.share(s.act0 < t.starvation_low, s.has_activity),
             "switches": U.count(s.switch).astype(float),
-            "last_busy": U.max(np.where(s.busy & s.has_activity, ts, np.nan)),
+            "last_busy": last_busy,
+            # Busy share of the last RECENT_SAMPLES samples up to the last busy one: sustained work (a
+            # job that then stopped) or bursts (a replica between requests, a notebook between cells).
+            "recent_busy": U.share(
+                s.busy, s.has_activity & (ts <= lb) & (ts > lb - RECENT_SAMPLES * interval[rows.row_unit])
+            ),
+            "longest_pause": U.max(s.pause),
+            "bursts": U.count(s.rise).astype(float),
+            "burst_period": period,
+            "burst_spread": (q75 - q25) / period,
             "mem_max": U.max(s.mem_frac),
             "mem_min": U.min(s.mem_frac),
             "mem_std": U.std(s.mem_frac),
             "mem_used_max": U.max(s.mem_used),
+            "held": U.share(s.mem_used >= t.serving_memory_bytes, ~np.isnan(s.mem_used)),
             "full": U.share(s.mem_frac > t.memory_full, ~np.isnan(s.mem_frac)),
             "drops": U.count(s.drop).astype(float),
             "restarts_max": U.max(s.restarts),
@@ -224,6 +280,10 @@ def _reduce(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             "throttle_time": U.share(s.throttled, reasons_known),
             "clock": U.mean(s.clock),
             "cpu_sat": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu)),
+            # While the CPU sat at its limit: how busy the GPU was, and whether it still did after the
+            # GPU's last work (a pod busy on its CPU is not idle).
+            "cpu_sat_activity": U.mean(np.where(s.cpu >= t.cpu_saturated, s.act, np.nan)),
+            "tail_cpu_sat": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu) & ~(ts <= lb)),
             "numa_nodes": np.where(np.isnan(numa_max), 0, np.where(numa_max > numa_min, 2, 1)),
             "gpus": rows.unit_gpus.sizes,
             "gpu_activity_min": rows.unit_gpus.min(gpu_activity),

@@ -158,11 +158,11 @@ def value(parsed: dict, name: str, **labels) -> float | None:
 
 
 def require_binary(name: str) -> str:
-    """Path of a Prometheus-ecosystem binary. Skips on a laptop without it; fails under CI=true,
-    where .ci/run must have installed it."""
+    """Path of a binary the tests run for real (Prometheus, Alertmanager, Chromium). Skips on a laptop
+    without it; fails under CI=true, where .ci/run must have installed it."""
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (Debian: apt-get install prometheus prometheus-alertmanager)"
+        message = f"{name} is not installed (Debian: apt-get install prometheus prometheus-alertmanager chromium)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)

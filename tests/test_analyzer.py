@@ -226,12 +226,21 @@ def test_thresholds_come_from_one_overridable_config(tmp_path):
         Thresholds.load(path)
 
 
-def test_eval_on_unseen_seeds():
-    report = evaluate(seed=1000, per_class=6)
+def test_eval_on_unseen_seeds_at_coarse_sampling_over_a_day():
+    report = evaluate(seed=1000, per_class=3, intervals=(15.0, 60.0), spans=(3600.0, 86400.0), per_day_profile=2)
     assert set(report.labels) == set(CLASSES)
     assert report.macro_f1() >= 0.95
     assert report.healthy_called_idle() == 0
+    assert report.serving_told_to_release() == 0
     assert report.never_claims_memory_bandwidth_without_profiling()
+
+
+@pytest.mark.slow
+def test_eval_at_one_second_over_a_day():
+    report = evaluate(seed=1001, per_class=3, intervals=(1.0,), spans=(600.0, 86400.0), per_day_profile=2)
+    assert report.macro_f1() >= 0.95
+    assert report.healthy_called_idle() == 0
+    assert report.serving_told_to_release() == 0
 
 
 # --- the command line ------------------------------------------------------------------------
@@ -267,7 +276,7 @@ def test_analyze_json_csv_and_table(tmp_path):
     result = gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "csv")
     header = result.stdout.splitlines()[0]
     assert header.startswith("namespace,pod,node,gpus,gpu_model,bottleneck,confidence")
-    assert header.endswith(",recommendation,window_seconds,coverage")
+    assert header.endswith(",recommendation,window_seconds,coverage,sample_seconds,time_share,episodes")
     table = gpulens("analyze", str(tmp_path / "trace.csv")).stdout
     assert "eval/idle-40" in table and "memory_bandwidth" in table and "Release the GPU" in table
 

@@ -10,7 +10,7 @@ from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources.simulated import SimulatedSource
 from gpulens.simulator import fleet
 from gpulens.simulator.fleet import FleetError, fleet_from_flags, load_fleet
-from gpulens.simulator.workloads import PROFILES, duty
+from gpulens.simulator.workloads import DAY, DAY_SCALE, PROFILES, duty
 
 
 class ManualClock:
@@ -204,10 +204,10 @@ def test_bad_fleets_are_refused_with_the_reason(fleet, message):
         load_fleet(fleet)
 
 
-def test_the_demo_fleet_covers_every_profile():
+def test_the_demo_fleet_covers_every_profile_that_shows_within_minutes():
     nodes = fleet.fleet_from_file(fleet.DEFAULT_FLEET)
     profiles = {g.profile for node in nodes for g in node.gpus}
-    assert profiles == set(PROFILES)
+    assert profiles == set(PROFILES) - set(DAY_SCALE)
 
 
 def test_xid_errors_counts_row_remapping_events_under_healthy_work():
@@ -260,3 +260,37 @@ def test_simulated_kubelet_reports_pod_cpu_in_real_seconds(speed):
     assert 0.95 * 4 * 10 < usage["bert"] < 0.99 * 4 * (10 + 1 / speed)
     assert 'container_spec_cpu_quota{container="main",namespace="b",pod="bert"} 400000' in text
     assert 'container_spec_cpu_period{container="main",namespace="b",pod="bert"} 100000' in text
+
+
+def _day_gpus(*profiles: str, seed: int = 5):
+    return fleet_from_flags(len(profiles), "H100-SXM5-80GB", list(profiles), seed)[0].gpus
+
+
+def test_a_serving_replica_works_by_day_and_holds_its_model_all_night():
+    [g] = _day_gpus("serving")
+    day = 20_000 * DAY
+    hourly = [PROFILES["serving"](g, day + (h + 1) * 3600, 3600) for h in range(24)]
+    schedule = g.schedules[20_000]
+    # The hours add up to exactly the requests the day's schedule served.
+    assert sum(a.busy for a in hourly) * 3600 == pytest.approx(schedule.before[-1], rel=1e-9)
+    duty = [a.busy for a in hourly]
+    assert sum(duty) / 24 == pytest.approx(g.params["load"], rel=0.25)  # mean duty as configured: 2-10%
+    assert 11 <= duty.index(max(duty)) <= 17  # the afternoon peak
+    assert max(duty[0:5]) < max(duty) / 3  # quiet nights
+    # The model stays in memory whether requests come or not.
+    assert min(a.memory_fraction for a in hourly) >= g.params["model_memory"]
+
+
+def test_day_scale_profiles_stop_working_when_their_day_says():
+    notebook, finished, idle = _day_gpus("notebook", "training_finished", "idle_replica")
+    day = 20_000 * DAY
+
+    def busy(g, start_hour, end_hour):
+        return PROFILES[g.profile](g, day + end_hour * 3600, (end_hour - start_hour) * 3600).busy
+
+    work_from, work_until = notebook.params["work_from"] / 3600, notebook.params["work_until"] / 3600
+    assert busy(notebook, work_from, work_until) > 0.05
+    assert busy(notebook, 0, work_from) == 0 and busy(notebook, work_until + 0.1, 24) == 0
+    finish = finished.params["finish"] / 3600
+    assert busy(finished, finish - 0.1, finish - 0.01) == 1.0 and busy(finished, finish, finish + 0.01) == 0.0
+    assert busy(idle, 0, 24) < 0.001  # a 1 s request every few hours

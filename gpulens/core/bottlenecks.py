@@ -10,6 +10,7 @@ from __future__ import annotations
 CLASSES = (
     "healthy",
     "idle",
+    "overprovisioned_serving",
     "data_starvation",
     "memory_bandwidth",
     "memory_fragmentation",
@@ -22,8 +23,13 @@ CLASSES = (
 
 RECOMMENDATIONS = {
     "healthy": "Nothing to fix: the GPU is doing useful work.",
-    "idle": "Release the GPU: stop the idle notebook or job, or let an idle-culler reclaim it; if memory is "
-    "held with no work, find the leftover process (nvidia-smi, DataLoader workers of a killed job).",
+    "idle": "Release the GPU: stop the idle notebook or job, let an idle-culler reclaim it, or scale an unused "
+    "serving replica to zero; if memory is held with no work, find the leftover process (nvidia-smi, "
+    "DataLoader workers of a killed job).",
+    "overprovisioned_serving": "This replica serves requests in bursts and waits in between: do not just "
+    "release it, give it less GPU. Run fewer replicas and autoscale on request rate or queue depth "
+    "(KEDA, Knative, with scale-to-zero where cold starts are acceptable), or share the GPU: MIG slices "
+    "or time-slicing for several such replicas.",
     "data_starvation": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
     "prefetch_factor, move decoding and augmentation to the GPU (DALI), cache the dataset "
     "on local NVMe, and give the pod more CPU if it sits at its limit.",

@@ -27,6 +27,14 @@ class Thresholds:
     #: Idle for this many trailing seconds of the window (or the whole window, if shorter) = idle.
     #: (tool: JDS warns at 60 min; a shorter window here, because the analyzer's window is minutes)
     idle_seconds: float = 300.0
+    #: ... after work that was sustained (busy on at least this share of the 20 samples before the
+    #: quiet tail), or no work at all: a job that stopped. Burstier work is a serving replica between
+    #: requests, or a notebook between cells, pausing rather than done. (proposal)
+    idle_sustained_share: float = 0.5
+    #: ... or quiet this many times longer than the longest pause while it worked (a notebook's last
+    #: cell long ago). Of Poisson arrivals, the quiet after the last request is this much longer than
+    #: every gap before it with a chance under 1/N^3 for N requests. (proposal)
+    idle_pause_factor: float = 4.0
     # --- data starvation (tool: SageMaker Debugger LowGPUUtilization: p95 > 70% and p5 < 10%) ----
     starvation_high: float = 0.7
     starvation_low: float = 0.1
@@ -37,6 +45,14 @@ class Thresholds:
     starvation_switches_per_minute: float = 2.0
     #: CPU use / limit at which the pod's CPU is saturated. (tool: SageMaker CPUBottleneck 90%)
     cpu_saturated: float = 0.9
+    #: Samples further apart than this cannot show a training step's bursts and gaps (steps take
+    #: 0.1-10 s): what looks like bursts at minute scale is request arrivals or aliasing. Coarser data
+    #: is called data_starvation only on the CPU evidence. (proposal)
+    starvation_max_sample_seconds: float = 5.0
+    #: Training steps repeat at a steady period; requests arrive at random. The spread of the time
+    #: between burst starts, (p75 - p25) / median, is at most this for iterations; Poisson arrivals
+    #: give 1.58. (proposal)
+    starvation_regularity: float = 0.5
     # --- memory bandwidth (tool: KempnerPulse DRAM >= 0.5 with SM < 0.5; proposal: max pipe < 0.3) -
     dram_active: float = 0.5
     pipes_idle: float = 0.3
@@ -63,6 +79,16 @@ class Thresholds:
     oversized_memory_bytes: float = 10e9
     # --- poor placement (tool: jobstats "unused GPUs in a multi-GPU job"; proposal for the ratio) --
     placement_imbalance: float = 0.5  # least busy GPU's activity / busiest's
+    # --- over-provisioned serving ----------------------------------------------------------------
+    #: Memory held on most samples: a model kept resident between requests. (proposal: well above the
+    #: ~0.5 GiB a bare CUDA context takes)
+    serving_memory_bytes: float = 1024**3
+    #: Quiet on at least this share of samples: the work comes in bursts. (proposal)
+    serving_quiet_share: float = 0.3
+    # --- history (gpulens analyze over hours or days) ---------------------------------------------
+    #: A problem class needs this share of the covered time to be a pod's headline over its span, so
+    #: that a few minutes of a problem in a healthy day do not name the day. (proposal)
+    headline_min_share: float = 0.1
     # --- healthy (NVIDIA: SM active >= 0.8 necessary for effective use) -------------------------
     healthy_sm: float = 0.8
     #: Below this mean activity a GPU is likely used ineffectively. (NVIDIA: < 0.5)
@@ -119,6 +145,21 @@ class Thresholds:
 
 #: A Prometheus duration: one or more number-unit pairs, largest unit first (1h30m).
 PROMQL_DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?(?<=[a-z])")
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds from a flag's value: a number of seconds ("900") or a Prometheus duration ("15m", "1h").
+    Raises ConfigError naming the flag and the accepted forms."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        if not PROMQL_DURATION.fullmatch(text):
+            raise ConfigError(f"{flag} {text!r} is not a duration: give seconds (900) or 15m, 1h, 1d") from None
+        seconds = duration_seconds(text)
+    if not seconds > 0:
+        raise ConfigError(f"{flag} must be positive, got {text!r}")
+    return seconds
 
 
 def duration_seconds(duration: str) -> float:

@@ -22,12 +22,24 @@ light_inference      sparse small requests on a big GPU: activity ~0.1, a few GB
 poor_placement       one job on GPUs that share no NVLink and sit across CPU sockets; one GPU much
                      busier than the other, heavy PCIe traffic for the exchange.
 unallocated          no workload at all.
+
+Day-scale profiles (time of day is unix time modulo 24 h, UTC):
+serving              a model server holding its model in memory; requests arrive at random (Poisson),
+                     more by day than by night, and each keeps the GPU at ~0.95 for 2-4 s; mean duty
+                     2-10% (the public shape of a Stable Diffusion serving fleet).
+idle_replica         a serving replica holding a 17-20 GiB model that almost nobody calls: a 1 s
+                     request every few hours.
+notebook             interactive work for 1-3 hours a day (cells of 5-60 s), memory kept all day.
+training_finished    healthy training that ends at a time of day and keeps its GPU (and, half the
+                     time, its memory) afterwards.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpulens.core.catalog import GpuModel
@@ -93,11 +105,157 @@ class SimGpu:
     role: int = 0  # position within a multi-GPU job (0 = first GPU)
     base_pid: int = 0
     params: dict[str, float] = field(default_factory=dict)
+    #: Busy intervals of day-scale profiles, by day number, generated on first use.
+    schedules: dict[int, Schedule] = field(default_factory=dict)
 
     def noise(self, t: float, scale: float, salt: int = 0) -> float:
         """Deterministic noise in [-scale, scale], the same for the same GPU, time and salt."""
         r = random.Random(f"{self.seed}:{self.index}:{salt}:{int(t * 4)}").random()
         return (2 * r - 1) * scale
+
+
+DAY = 86400.0
+
+
+class Schedule:
+    """One day of busy intervals (requests served one after another), and the busy time in any span."""
+
+    def __init__(self, starts: list[float], ends: list[float]):
+        self.starts, self.ends = starts, ends
+        self.before = [0.0]  # busy seconds before interval i
+        for a, b in zip(starts, ends, strict=True):
+            self.before.append(self.before[-1] + b - a)
+
+    def busy_until(self, x: float) -> float:
+        """Busy seconds from the day's start to x."""
+        i = bisect.bisect_right(self.ends, x)
+        partial = min(max(x - self.starts[i], 0.0), self.ends[i] - self.starts[i]) if i < len(self.starts) else 0.0
+        return self.before[i] + partial
+
+    @classmethod
+    def requests(
+        cls,
+        rng: random.Random,
+        day_start: float,
+        rate: Callable[[float], float],
+        peak: float,
+        service: Callable[[], float],
+    ) -> Schedule:
+        """Poisson arrivals at `rate(seconds of day)` per second (at most `peak`), thinned, each served for
+        `service()` seconds after the previous one ends."""
+        starts: list[float] = []
+        ends: list[float] = []
+        t = rng.expovariate(peak)
+        while t < DAY:
+            if rng.random() * peak < rate(t):
+                start = max(day_start + t, ends[-1] if ends else 0.0)
+                starts.append(start)
+                ends.append(start + service())
+            t += rng.expovariate(peak)
+        return cls(starts, ends)
+
+
+def _busy(g: SimGpu, t: float, w: float, make: Callable[[SimGpu, random.Random, float], Schedule]) -> float:
+    """Fraction of [t - w, t] inside the GPU's busy intervals (days are generated when first needed)."""
+
+    if w <= 0:
+        return 0.0
+    busy = 0.0
+    # A day's schedule counts busy time from its own start, so compare both ends on the same days;
+    # a request that started before midnight ends after it.
+    for d in range(math.floor((t - w) / DAY) - 1, math.floor(t / DAY) + 1):
+        if d not in g.schedules:
+            g.schedules[d] = make(g, random.Random(f"{g.seed}:{g.index}:{d}"), d * DAY)
+        busy += g.schedules[d].busy_until(t) - g.schedules[d].busy_until(t - w)
+    return busy / w
+
+
+def _daytime(seconds: float) -> float:
+    """Request rate by time of day, relative to the day's mean: a peak at 14:00 UTC, a fifth at night."""
+    bump = math.exp(-(((seconds / 3600.0 - 14.0) / 4.5) ** 2))
+    return 0.2 + 0.8 * bump / 0.332  # 0.332: the bump's mean over a day
+
+
+def _request_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Schedule:
+    mean_rate = g.params["load"] / g.params["service"]
+    return Schedule.requests(
+        rng,
+        day_start,
+        lambda s: mean_rate * _daytime(s),
+        mean_rate * 2.7,
+        lambda: rng.uniform(0.7, 1.3) * g.params["service"],
+    )
+
+
+def _serving(g: SimGpu, t: float, w: float) -> Activity:
+    on = _busy(g, t, w, _request_schedule)
+    return Activity(
+        busy=on,
+        sm_active=0.9 * on,
+        sm_occupancy=0.5 * on,
+        tensor=0.6 * on,
+        dram=0.45 * on,
+        fp16=0.4 * on,
+        fp32=0.05 * on,
+        memory_fraction=g.params["model_memory"] + 0.04 * on,
+        pcie_rx=0.01 * on * g.model.pcie_bytes_per_second,
+        pcie_tx=0.01 * on * g.model.pcie_bytes_per_second,
+        power_fraction=0.05 + 0.85 * on,
+        temperature_celsius=40 + 25 * on,
+        clock_fraction=0.5 + 0.5 * min(1.0, 10 * on),
+        process=True,
+        cpu_fraction=0.05 + 0.3 * on,
+    )
+
+
+def _idle_replica(g: SimGpu, t: float, w: float) -> Activity:
+    # The same server with a 1 s request every few hours: a model nobody calls.
+    a = _serving(g, t, w)
+    a.memory_fraction = g.params["idle_model_memory"] + 0.04 * a.busy
+    return a
+
+
+def _notebook_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Schedule:
+    begin, end = g.params["work_from"], g.params["work_until"]
+    return Schedule.requests(
+        rng, day_start, lambda s: 1 / 90 if begin <= s < end else 0.0, 1 / 90, lambda: rng.uniform(5, 60)
+    )
+
+
+def _notebook(g: SimGpu, t: float, w: float) -> Activity:
+    on = _busy(g, t, w, _notebook_schedule)
+    return Activity(
+        busy=on,
+        sm_active=0.8 * on,
+        sm_occupancy=0.4 * on,
+        tensor=0.5 * on,
+        dram=0.4 * on,
+        fp16=0.3 * on,
+        fp32=0.1 * on,
+        memory_fraction=g.params["memory"] * 0.5,  # the kernel keeps its tensors between cells
+        power_fraction=0.8 * on,
+        temperature_celsius=38 + 25 * on,
+        clock_fraction=0.5 + 0.5 * min(1.0, 10 * on),
+        reasons=0 if on else 0x1,
+        process=True,
+        cpu_fraction=0.02 + 0.3 * on,
+    )
+
+
+def _training_finished(g: SimGpu, t: float, w: float) -> Activity:
+    if (t % DAY) < g.params["finish"]:
+        return _healthy(g, t, w)
+    # The script is done but the pod lives on (a sleep in the entrypoint, a hung rank, a notebook
+    # that launched it): its memory stays or is freed, and no kernel runs.
+    keeps = g.params["keeps_memory"] >= 0.5
+    return Activity(
+        memory_fraction=g.params["memory"] if keeps else g.params["context_memory"],
+        temperature_celsius=34,
+        clock_fraction=0.12,
+        reasons=0x1,
+        process=keeps,
+        cpu_fraction=0.01,
+    )
 
 
 def _healthy(g: SimGpu, t: float, w: float) -> Activity:
@@ -315,7 +473,16 @@ PROFILES = {
     "unallocated": _unallocated,
     "xid_errors": _xid_errors,
     "fallen_off_bus": _fallen_off_bus,
+    "serving": _serving,
+    "idle_replica": _idle_replica,
+    "notebook": _notebook,
+    "training_finished": _training_finished,
 }
+
+
+#: Profiles whose shape takes hours to show (time of day, work that ends): `gpulens eval` plays them over
+#: days; the demo fleet, which runs for minutes, leaves them out.
+DAY_SCALE = ("serving", "idle_replica", "notebook", "training_finished")
 
 
 def profile_params(profile: str, rng: random.Random) -> dict[str, float]:
@@ -331,4 +498,15 @@ def profile_params(profile: str, rng: random.Random) -> dict[str, float]:
         "burst": rng.uniform(1.1, 1.4),
         "phase": rng.uniform(0, 100),
         "cycle": rng.uniform(150, 240),
+        # Day-scale profiles: a serving replica's mean duty and seconds per request; an idle replica's
+        # (17-20 GiB of an 80 GB GPU); a notebook's working hours and a training job's end, as seconds
+        # of the day (UTC).
+        "load": 1 / 10800 if profile == "idle_replica" else rng.uniform(0.02, 0.10),
+        "service": 1.0 if profile == "idle_replica" else rng.uniform(2.0, 4.0),
+        "model_memory": rng.uniform(0.1, 0.3),
+        "idle_model_memory": rng.uniform(0.22, 0.25),
+        "work_from": (work_from := rng.uniform(8, 11) * 3600),
+        "work_until": work_from + rng.uniform(1, 3) * 3600,
+        "finish": rng.uniform(6, 18) * 3600,
+        "keeps_memory": rng.random(),
     }

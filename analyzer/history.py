@@ -1,0 +1,214 @@
+"""Verdicts over hours or days: an analysis window slides across the data, and each pod gets its
+episodes (runs of one class), the share of time and the waste in each class, and one headline verdict
+for the whole span: the problem that wasted the most, not whatever the last minutes looked like.
+
+The span is cut into slots of `step` seconds. The window that ends with a slot (the last `window`
+seconds) decides the slot's class; a slot that window cannot judge (too few samples yet, at the start
+of the data or of a pod) takes the class of the first later window that covers it and can. Time and
+waste are counted per slot, from the slot's own samples, so that a job that stopped an hour ago counts
+an hour of idle, not a window's worth. All windows are reduced at once: a pass per window offset
+(window / step passes), each a single vectorised reduction over every pod and window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from gpulens.analyzer.classify import ClassShare, Episode, Verdict, classify, judge
+from gpulens.analyzer.features import pod_features
+from gpulens.core.catalog import model_info
+from gpulens.core.thresholds import Thresholds
+
+#: Classes that are not a problem to act on: a pod's headline only when no problem holds long enough.
+NOT_PROBLEMS = ("healthy", "insufficient_data")
+#: The shortest default window: long enough for a serving replica's quiet spells to be pauses.
+MIN_DEFAULT_WINDOW = 3600.0
+
+
+def default_window(sample_seconds: float, t: Thresholds) -> tuple[float, float]:
+    """Window and step for data sampled every `sample_seconds`: an hour, or longer when an hour holds
+    fewer than twice the samples a verdict needs; the step a quarter of it."""
+    window = max(MIN_DEFAULT_WINDOW, 2 * t.min_samples * sample_seconds)
+    return window, window / 4
+
+
+def sample_interval(trace: pd.DataFrame) -> float:
+    """The median seconds between one GPU's consecutive samples, over a sample of GPUs (1.0 if none)."""
+    first = trace.groupby(["node", "gpu"], sort=False).head(200)
+    spacing = first.groupby(["node", "gpu"], sort=False)["timestamp"].diff().dropna()
+    spacing = spacing[spacing > 0]
+    return float(spacing.median()) if len(spacing) else 1.0
+
+
+def analyze(
+    trace: pd.DataFrame,
+    t: Thresholds | None = None,
+    prices: dict[str, float] | None = None,
+    window: float | None = None,
+    step: float | None = None,
+) -> list[Verdict]:
+    """Per unit (pod, or GPU no pod holds): its headline verdict, with episodes and shares by class.
+
+    window and step are seconds (None: default_window()). Data spanning no more than one window gets
+    one verdict for all of it, as classify() gives."""
+    t = t or Thresholds()
+    if trace.empty:
+        return []
+    if window is None or step is None:
+        auto_window, auto_step = default_window(sample_interval(trace), t)
+        window, step = window or auto_window, step or min(auto_step, window or auto_step)
+    if step <= 0 or window <= 0 or step > window:
+        raise ValueError(f"--step ({step:g} s) must be positive and at most --window ({window:g} s)")
+    ts = trace["timestamp"].to_numpy()
+    origin = float(ts.min())
+    if float(ts.max()) - origin < window:
+        return classify(trace, t, prices)
+    slot = ((ts - origin) // step).astype(np.int64)
+    slots, per_window = int(slot.max()) + 1, max(1, round(window / step))
+
+    # The verdict of the window ending with each slot, by unit.
+    by_window: dict[str, dict[int, Verdict]] = defaultdict(dict)
+    own = None  # what each slot's own samples show: activity, and the GPU-seconds they cover
+    for offset in range(per_window):
+        end_slot = slot + (offset - slot) % per_window
+        end_slot[end_slot >= slots] = -1  # windows that would end after the data
+        features = pod_features(trace, t, window=end_slot)
+        for unit, k, verdict in zip(features.index, features["window"], judge(features, t, prices), strict=True):
+            by_window[str(unit)][int(k)] = verdict
+        if per_window == 1:  # each window is one slot
+            own = features
+    if own is None:
+        own = pod_features(trace, t, window=slot)
+    return [
+        _history(rows.sort_values("window"), by_window[str(unit)], per_window, t, prices)
+        for unit, rows in own.groupby(level=0, sort=False)
+    ]
+
+
+def _slot_verdict(windows: dict[int, Verdict], k: int, per_window: int) -> Verdict | None:
+    """The verdict of the window ending with slot k, or if it could not judge, of the first later
+    window that covers slot k and could."""
+    first = windows.get(k)
+    if first is not None and first.bottleneck != "insufficient_data":
+        return first
+    for later in range(k + 1, k + per_window):
+        v = windows.get(later)
+        if v is not None and v.bottleneck != "insufficient_data":
+            return v
+    return first
+
+
+def _history(
+    rows: pd.DataFrame, windows: dict[int, Verdict], per_window: int, t: Thresholds, prices: dict[str, float] | None
+) -> Verdict:
+    """One unit's slots (rows of pod_features by slot) and window verdicts -> its headline verdict."""
+    price = model_info(str(rows["gpu_model"].iloc[0]), prices).price_per_hour
+    seconds: dict[str, float] = defaultdict(float)
+    wasted: dict[str, float] = defaultdict(float)
+    confidence: dict[str, float] = defaultdict(float)
+    latest: dict[str, Verdict] = {}
+    episodes: list[Episode] = []
+    episode_seconds: list[float] = []
+    busy_seconds = idle_seconds = judged_seconds = 0.0
+    previous_slot = None
+    columns = ("window", "samples", "activity", "idle", "ts_min", "ts_max")
+    for k, samples, mean_activity, idle, ts_min, ts_max in zip(
+        *(rows[c].to_numpy(dtype=float) for c in columns), strict=True
+    ):
+        verdict = _slot_verdict(windows, int(k), per_window)
+        if verdict is None:
+            continue
+        name = verdict.bottleneck
+        covered = samples * verdict.sample_seconds
+        activity = None if math.isnan(mean_activity) else float(mean_activity)
+        waste = 0.0 if activity is None or name == "insufficient_data" else (1.0 - activity) * covered
+        seconds[name] += covered
+        wasted[name] += waste
+        confidence[name] += verdict.confidence * covered
+        latest[name] = verdict
+        if activity is not None:
+            judged_seconds += covered
+            busy_seconds += activity * covered
+            idle_seconds += (0.0 if math.isnan(idle) else float(idle)) * covered
+        start, end = float(ts_min), float(ts_max + verdict.sample_seconds)
+        if episodes and episodes[-1].bottleneck == name and previous_slot == k - 1:
+            last = episodes[-1]
+            share = last.end - last.start
+            last.confidence = (last.confidence * share + verdict.confidence * (end - start)) / (share + end - start)
+            last.end, last.wasted_gpu_seconds = end, last.wasted_gpu_seconds + waste
+            episode_seconds[-1] += covered
+        else:
+            episodes.append(Episode(name, start, end, verdict.confidence, waste))
+            episode_seconds.append(covered)
+        previous_slot = k
+    total = sum(seconds.values())
+    headline = _headline(seconds, wasted, total, episodes, episode_seconds, t)
+    base = latest[headline]
+    for e in episodes:
+        e.confidence, e.wasted_gpu_seconds = round(e.confidence, 2), round(e.wasted_gpu_seconds, 1)
+    by_class = {
+        name: ClassShare(round(seconds[name] / total, 4), round(wasted[name], 1), round(wasted[name] / 3600 * price, 4))
+        for name in sorted(seconds, key=lambda c: -seconds[c])
+    }
+    span = episodes[-1].end - episodes[0].start
+    gpus = sorted({gpu for v in windows.values() for gpu in v.gpus})
+    evidence = {
+        "history": f"{by_class[headline].share:.0%} of {total / len(gpus) / 3600:.1f} h sampled"
+        + (f", wasting {wasted[headline] / 3600:.1f} GPU-h" if wasted[headline] else "")
+        + f"; latest: {episodes[-1].bottleneck} since {_iso(episodes[-1].start)}",
+        **base.evidence,
+    }
+    all_waste = sum(wasted.values())
+    return replace(
+        base,
+        gpus=gpus,
+        confidence=round(confidence[headline] / seconds[headline], 2),
+        evidence=evidence,
+        wasted_gpu_seconds=round(all_waste, 1),
+        wasted_cost=round(all_waste / 3600 * price, 4),
+        mean_activity=round(busy_seconds / judged_seconds, 4) if judged_seconds else None,
+        idle_ratio=round(idle_seconds / judged_seconds, 4) if judged_seconds else None,
+        window_seconds=round(span, 3),
+        coverage=round(min(total / (len(gpus) * span), 1.0), 4),
+        episodes=episodes,
+        by_class=by_class,
+    )
+
+
+def _headline(
+    seconds: dict[str, float],
+    wasted: dict[str, float],
+    total: float,
+    episodes: list[Episode],
+    episode_seconds: list[float],
+    t: Thresholds,
+) -> str:
+    """The problem class that wasted the most among those that held for headline_min_share of the
+    time; without one, the class that held longest.
+
+    A serving replica has quiet hours (nights, weekends) that look idle: when it served for longer than
+    it was idle, its idle spells that work followed are counted as serving, so that its headline is the
+    serving fix (fewer replicas, scale to zero) and not "release the GPU". Idle at the end of the span
+    stays idle: the work stopped. A notebook used for two hours a day stays idle."""
+    serving = "overprovisioned_serving"
+    if seconds.get(serving, 0.0) >= max(t.headline_min_share * total, seconds.get("idle", 0.0)):
+        seconds, wasted = dict(seconds), dict(wasted)
+        for e, covered in zip(episodes[:-1], episode_seconds[:-1], strict=True):
+            if e.bottleneck == "idle":
+                seconds["idle"] -= covered
+                wasted["idle"] -= e.wasted_gpu_seconds
+                seconds[serving] += covered
+                wasted[serving] += e.wasted_gpu_seconds
+    problems = [c for c in seconds if c not in NOT_PROBLEMS and seconds[c] >= t.headline_min_share * total]
+    if problems:
+        return max(problems, key=lambda c: (wasted[c], seconds[c]))
+    return max(seconds, key=lambda c: seconds[c])
+
+
+def _iso(unix: float) -> str:
+    return pd.Timestamp(unix, unit="s", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ")

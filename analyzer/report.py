@@ -1,0 +1,226 @@
+"""`gpulens analyze --format html`: one self-contained page (inline CSS and SVG, no script, nothing
+fetched), readable offline and attachable to a ticket: the fleet's waste by class and by namespace, a
+table of every pod's headline verdict, and a timeline per pod (activity, memory, class bands) for the
+pods that wasted the most.
+"""
+
+from __future__ import annotations
+
+import html
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+import numpy as np
+import pandas as pd
+
+from gpulens.analyzer.classify import Verdict
+from gpulens.core.bottlenecks import CLASSES
+
+#: One colour per class (colour-blind-safe where it matters: idle, serving and healthy differ in hue
+#: and lightness).
+COLOURS = dict(
+    zip(
+        CLASSES,
+        (
+            "#4daf4a",  # healthy
+            "#e41a1c",  # idle
+            "#ff7f00",  # overprovisioned_serving
+            "#377eb8",  # data_starvation
+            "#984ea3",  # memory_bandwidth
+            "#a65628",  # memory_fragmentation
+            "#f781bf",  # interconnect
+            "#999999",  # throttling
+            "#dede00",  # wrong_gpu_type
+            "#17becf",  # poor_placement
+            "#d9d9d9",  # insufficient_data
+        ),
+        strict=True,
+    )
+)
+
+
+class Wasted(Protocol):
+    wasted_gpu_seconds: float
+    wasted_cost: float
+
+
+#: Timelines drawn, most waste first; the table lists every pod.
+MAX_TIMELINES = 40
+#: Points per timeline: bins of the span, each the mean of its samples.
+POINTS = 360
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px}
+table{border-collapse:collapse;width:100%;margin:8px 0}td,th{border-bottom:1px solid #ddd;padding:4px 6px;
+text-align:left;vertical-align:top}th{background:#f4f4f4}td.n{text-align:right;white-space:nowrap}
+.bar{display:inline-block;height:10px;vertical-align:middle}.chip{display:inline-block;width:10px;height:10px;
+margin-right:4px;vertical-align:middle}.small{color:#666;font-size:12px}.pod{margin:18px 0}
+.summary span{display:inline-block;margin-right:28px}.summary b{font-size:20px;display:block}
+"""
+
+
+def render(verdicts: list[Verdict], trace: pd.DataFrame, title: str = "gpulens: why are the GPUs idle?") -> str:
+    """The report for `verdicts` (most waste first), with timelines drawn from `trace`."""
+    verdicts = sorted(verdicts, key=lambda v: -v.wasted_gpu_seconds)
+    parts = [
+        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{_e(title)}</h1>",
+        _summary(verdicts),
+        _legend(),
+        "<h2>Waste by class</h2>",
+        _waste_table(verdicts, lambda v: v.by_class.items(), "class"),
+        "<h2>Waste by namespace</h2>",
+        _waste_table(verdicts, lambda v: [(v.namespace or "(no pod)", v)], "namespace"),
+        "<h2>Pods</h2>",
+        _pod_table(verdicts),
+        f"<h2>Timelines: the {min(MAX_TIMELINES, len(verdicts))} pods that wasted the most</h2>",
+        "<p class=small>Bands: the class of each episode. Black line: activity (SM activity, or utilization "
+        "where profiling is absent), 0 to 1. Blue dashed line: memory used, 0 to the GPU's capacity.</p>",
+    ]
+    series = _series(trace, verdicts[:MAX_TIMELINES])
+    for v in verdicts[:MAX_TIMELINES]:
+        parts.append(_timeline(v, series.get(_unit(v))))
+    parts.append("</body></html>\n")
+    return "".join(parts)
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text))
+
+
+def _unit(v: Verdict) -> str:
+    return f"{v.namespace}/{v.pod}" if v.pod else f"gpu:{v.node}/{v.gpus[0] if v.gpus else ''}"
+
+
+def _summary(verdicts: list[Verdict]) -> str:
+    hours = sum(v.window_seconds * v.coverage * len(v.gpus) for v in verdicts) / 3600
+    wasted = sum(v.wasted_gpu_seconds for v in verdicts) / 3600
+    cost = sum(v.wasted_cost for v in verdicts)
+    problems = sum(1 for v in verdicts if v.bottleneck not in ("healthy", "insufficient_data"))
+    return (
+        "<p class=summary>"
+        f"<span><b>{len(verdicts)}</b>pods and unheld GPUs</span>"
+        f"<span><b>{problems}</b>with a problem</span>"
+        f"<span><b>{hours:,.1f}</b>GPU-hours sampled</span>"
+        f"<span><b>{wasted:,.1f}</b>GPU-hours wasted ({wasted / hours:.0%})</span>"
+        f"<span><b>${cost:,.2f}</b>wasted</span></p>"
+        if hours
+        else "<p>No samples.</p>"
+    )
+
+
+def _legend() -> str:
+    return (
+        "<p>" + " ".join(f"<span class=chip style='background:{c}'></span>{_e(n)}" for n, c in COLOURS.items()) + "</p>"
+    )
+
+
+def _waste_table(
+    verdicts: list[Verdict], groups: Callable[[Verdict], Iterable[tuple[str, Wasted]]], heading: str
+) -> str:
+    """Waste summed by the key `groups` gives each verdict (its classes, or its namespace)."""
+    seconds: dict[str, float] = defaultdict(float)
+    cost: dict[str, float] = defaultdict(float)
+    for v in verdicts:
+        for key, part in groups(v):
+            seconds[key] += part.wasted_gpu_seconds
+            cost[key] += part.wasted_cost
+    top = max(seconds.values(), default=0.0) or 1.0
+    rows = []
+    for key in sorted(seconds, key=lambda k: -seconds[k]):
+        colour = COLOURS.get(key, "#555")
+        rows.append(
+            f"<tr><td>{_e(key)}</td><td class=n>{seconds[key] / 3600:,.2f}</td><td class=n>${cost[key]:,.2f}</td>"
+            f"<td><span class=bar style='width:{300 * seconds[key] / top:.0f}px;background:{colour}'></span></td></tr>"
+        )
+    return f"<table><tr><th>{heading}</th><th>GPU-h wasted</th><th>cost</th><th></th></tr>{''.join(rows)}</table>"
+
+
+def _pod_table(verdicts: list[Verdict]) -> str:
+    rows = []
+    for v in verdicts:
+        shares = ", ".join(f"{name} {part.share:.0%}" for name, part in v.by_class.items())
+        rows.append(
+            f"<tr><td>{_e(_unit(v))}<div class=small>{_e(v.node)} {_e(v.gpu_model)}</div></td>"
+            f"<td><span class=chip style='background:{COLOURS[v.bottleneck]}'></span>{_e(v.bottleneck)}"
+            f"<div class=small>confidence {v.confidence:.2f}</div></td>"
+            f"<td>{_e(shares)}</td><td class=n>{v.wasted_gpu_seconds / 3600:,.2f}</td>"
+            f"<td class=n>${v.wasted_cost:,.2f}</td><td class=small>{_e(v.recommendation)}</td></tr>"
+        )
+    return (
+        "<table><tr><th>pod</th><th>headline</th><th>time by class</th><th>GPU-h wasted</th><th>cost</th>"
+        f"<th>what to do</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def _series(trace: pd.DataFrame, verdicts: list[Verdict]) -> dict[str, pd.DataFrame]:
+    """Per unit drawn: mean activity and memory fraction in POINTS bins over its span."""
+    wanted = {_unit(v): v for v in verdicts}
+    if trace.empty or not wanted:
+        return {}
+    unit = np.where(
+        trace["pod"] == "",
+        "gpu:" + trace["node"] + "/" + trace["gpu"],
+        trace["namespace"] + "/" + trace["pod"],
+    )
+    rows = trace[np.isin(unit, list(wanted))]
+    unit = unit[np.isin(unit, list(wanted))]
+    activity = rows["sm_active"].fillna(rows["gr_engine_active"]).fillna(rows["gpu_util"])
+    frame = pd.DataFrame(
+        {
+            "unit": unit,
+            "ts": rows["timestamp"].to_numpy(),
+            "activity": activity.to_numpy(),
+            "memory": (rows["memory_used_bytes"] / rows["memory_total_bytes"]).to_numpy(),
+        }
+    )
+    out = {}
+    for name, part in frame.groupby("unit", sort=False):
+        v = wanted[str(name)]
+        start, span = v.episodes[0].start if v.episodes else part["ts"].min(), max(v.window_seconds, 1.0)
+        bins = np.clip(((part["ts"] - start) / span * POINTS).astype(int), 0, POINTS - 1)
+        out[str(name)] = part.groupby(bins)[["activity", "memory"]].mean()
+    return out
+
+
+def _timeline(v: Verdict, series: pd.DataFrame | None, width: int = 1000, height: int = 110) -> str:
+    start = v.episodes[0].start if v.episodes else 0.0
+    span = max(v.window_seconds, 1.0)
+
+    def x(seconds: float) -> float:
+        return (seconds - start) / span * width
+
+    bands = "".join(
+        f"<rect class=band data-class='{e.bottleneck}' x='{x(e.start):.1f}' y='0' "
+        f"width='{max(x(e.end) - x(e.start), 0.5):.1f}' height='{height}' fill='{COLOURS[e.bottleneck]}' "
+        f"fill-opacity='0.35'><title>{_e(e.bottleneck)} {_e(_time(e.start))} to {_e(_time(e.end))}, "
+        f"confidence {e.confidence:.2f}</title></rect>"
+        for e in v.episodes
+    )
+    lines = ""
+    if series is not None and len(series):
+        xs = (series.index.to_numpy() + 0.5) / POINTS * width
+        for column, style in (("activity", "stroke='#111'"), ("memory", "stroke='#1f4e9c' stroke-dasharray='4 3'")):
+            values = series[column].to_numpy()
+            points = " ".join(
+                f"{a:.1f},{height - b * height:.1f}" for a, b in zip(xs, values, strict=True) if not np.isnan(b)
+            )
+            lines += f"<polyline class={column} fill='none' stroke-width='1.2' {style} points='{points}'/>"
+    ticks = "".join(
+        f"<text x='{x(tick):.1f}' y='{height + 14}' font-size='11' fill='#666'>{_e(_time(tick))}</text>"
+        for tick in np.linspace(start, start + span, 5)[:-1]
+    )
+    return (
+        f"<div class=pod><b>{_e(_unit(v))}</b> <span class=small>{_e(v.bottleneck)}, "
+        f"{v.wasted_gpu_seconds / 3600:,.2f} GPU-h wasted</span><br>"
+        f"<svg width='{width}' height='{height + 18}' role=img aria-label='timeline of {_e(_unit(v))}'>"
+        f"<rect x='0' y='0' width='{width}' height='{height}' fill='#fafafa' stroke='#ccc'/>"
+        f"{bands}{lines}{ticks}</svg></div>"
+    )
+
+
+def _time(unix: float) -> str:
+    return pd.Timestamp(unix, unit="s", tz="UTC").strftime("%m-%d %H:%M")

@@ -1,0 +1,247 @@
+"""The analyzer over hours and days, on the data production fleets have: serving replicas sampled every
+57 s with duty cycle and memory only, jobs that finish and keep their GPUs, coarse samples that cannot
+show a training step; episodes, shares and headline verdicts, in every output format."""
+
+import csv
+import io
+import json
+import os
+import struct
+import subprocess
+import zlib
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpulens.analyzer import frame as fr
+from gpulens.analyzer.history import analyze
+from gpulens.core.thresholds import Thresholds
+from gpulens.simulator.fleet import load_fleet
+from gpulens.simulator.workloads import DAY, PROFILES
+from tests.helpers import require_binary
+from tests.test_analyzer import gpulens
+
+#: A day (UTC midnight) for the simulated recordings.
+MIDNIGHT = 20_800 * DAY
+
+
+def fleet_trace(profiles: list[str], step: float, hours: float, seed: int = 3, **params) -> pd.DataFrame:
+    """What nvidia-smi --query-gpu=utilization.gpu,memory.used logs every `step` seconds from midnight
+    on one node running `profiles` (one pod each): point samples of the last second, duty and memory only."""
+    node = load_fleet(
+        {
+            "seed": seed,
+            "nodes": [
+                {
+                    "name": "node-a",
+                    "model": "H100-SXM5-80GB",
+                    "gpus": len(profiles),
+                    "workloads": [{"profile": p, "gpus": [i], "pod": f"sd/{p}-{i}"} for i, p in enumerate(profiles)],
+                }
+            ],
+        }
+    )[0]
+    rows = []
+    for g in node.gpus:
+        g.params.update(params)
+        usable = g.model.memory_total_bytes - g.model.memory_reserved_bytes
+        for k in range(int(hours * 3600 / step)):
+            t = MIDNIGHT + k * step
+            a = PROFILES[g.profile](g, t, min(step, 1.0))
+            rows.append((t, g.uuid, "sd", g.pod.pod, round(a.busy, 2), a.memory_fraction * usable, a.cpu_fraction * 4))
+    frame = pd.DataFrame(
+        rows, columns=["timestamp", "gpu", "namespace", "pod", "gpu_util", "memory_used_bytes", "cpu_usage_cores"]
+    )
+    frame["node"], frame["gpu_model"], frame["memory_total_bytes"] = "node-a", g.model.name, g.model.memory_total_bytes
+    frame["cpu_limit_cores"] = 4.0
+    return fr.normalize(frame)
+
+
+@pytest.fixture(scope="module")
+def serving_day():
+    """23 hours at 57 s of six serving replicas and two replicas nobody calls, quiet for the last 10 minutes."""
+    trace = fleet_trace(["serving"] * 6 + ["idle_replica"] * 2, 57.0, 23)
+    trace[["cpu_usage_cores", "cpu_limit_cores"]] = np.nan  # nvidia-smi knows nothing of the pod's CPU
+    last = trace["timestamp"] > trace["timestamp"].max() - 600
+    trace.loc[last, "gpu_util"] = 0.0
+    return trace
+
+
+def test_a_day_of_serving_replicas_is_overprovisioned_serving_not_idle(serving_day):
+    verdicts = {v.pod: v for v in analyze(serving_day)}
+    serving = [v for pod, v in verdicts.items() if pod.startswith("serving")]
+    assert [v.bottleneck for v in serving] == ["overprovisioned_serving"] * 6
+    for v in serving:
+        assert "Run fewer replicas" in v.recommendation and "Release" not in v.recommendation
+        assert v.evidence["sample_interval_seconds"] == "57: too coarse to time single bursts"
+        assert "data_starvation" not in v.by_class  # 57 s samples cannot show a training step
+        assert set(v.by_class) <= {"overprovisioned_serving", "idle"}
+        assert sum(part.share for part in v.by_class.values()) == pytest.approx(1.0, abs=1e-3)
+        assert v.window_seconds == pytest.approx(23 * 3600, abs=60) and v.coverage == 1.0
+        assert v.sample_seconds == 57.0
+    idle_replicas = [v for pod, v in verdicts.items() if pod.startswith("idle_replica")]
+    assert [(v.bottleneck, list(v.by_class)) for v in idle_replicas] == [("idle", ["idle"])] * 2
+    # 17-20 GiB held all day, and the whole day wasted.
+    assert all(17 * 2**30 <= int(v.evidence["memory_held_bytes"]) <= 20.5 * 2**30 for v in idle_replicas)
+    assert [round(v.wasted_gpu_seconds / 3600, 1) for v in idle_replicas] == [23.0, 23.0]
+
+
+def test_episodes_tile_the_span_and_add_up_to_the_waste(serving_day):
+    for v in analyze(serving_day):
+        first, last = v.episodes[0], v.episodes[-1]
+        assert first.start == serving_day["timestamp"].min() and last.end == serving_day["timestamp"].max() + 57
+        assert all(a.end == b.start for a, b in zip(v.episodes, v.episodes[1:], strict=False))
+        assert all(a.bottleneck != b.bottleneck for a, b in zip(v.episodes, v.episodes[1:], strict=False))
+        assert sum(e.wasted_gpu_seconds for e in v.episodes) == pytest.approx(v.wasted_gpu_seconds, abs=1)
+        by_episode: dict[str, float] = {}
+        for e in v.episodes:
+            by_episode[e.bottleneck] = by_episode.get(e.bottleneck, 0.0) + e.wasted_gpu_seconds
+        assert by_episode == pytest.approx({k: c.wasted_gpu_seconds for k, c in v.by_class.items()}, abs=1)
+
+
+def test_a_job_that_finished_keeps_its_gpu_is_idle_from_when_it_stopped():
+    # Healthy training until 06:00, then nothing for 18 hours, sampled every 60 s.
+    trace = fleet_trace(["training_finished"], 60.0, 24, finish=6 * 3600.0, keeps_memory=1.0)
+    [v] = analyze(trace)
+    assert v.bottleneck == "idle"
+    assert [e.bottleneck for e in v.episodes] == ["healthy", "idle"]
+    # The idle episode starts at the first 15-minute step after 06:00, not a window later.
+    assert v.episodes[1].start == MIDNIGHT + 6 * 3600
+    assert v.by_class["idle"].share == 0.75 and v.by_class["healthy"].share == 0.25
+    assert v.by_class["idle"].wasted_gpu_seconds == 18 * 3600
+    assert v.evidence["history"] == "75% of 24.0 h sampled, wasting 18.0 GPU-h; latest: idle since 2026-12-13T06:00:00Z"
+
+
+def test_a_starved_training_job_at_coarse_sampling_needs_the_cpu_to_say_so():
+    # Input-bound training (1.1-1.4 s bursts every 5-6.5 s), sampled every 30 s for 2 hours.
+    with_cpu = fleet_trace(["data_starvation"], 30.0, 2)
+    [v] = analyze(with_cpu)
+    assert (v.bottleneck, v.confidence) == ("data_starvation", 0.5)  # 0.6, capped at 0.5 without profiling
+    assert v.evidence["sample_interval_seconds"] == (
+        "30 > 5: too coarse to see the bursts and gaps of training steps; judged on the CPU alone"
+    )
+    blind = with_cpu.assign(cpu_usage_cores=np.nan, cpu_limit_cores=np.nan)
+    [v] = analyze(blind)
+    assert "data_starvation" not in v.by_class
+    # The same job sampled every second shows its steps: regular bursts, the classic signature.
+    [v] = analyze(fleet_trace(["data_starvation"], 1.0, 0.25).assign(cpu_usage_cores=np.nan))
+    assert v.bottleneck == "data_starvation" and "steady, like training steps" in v.evidence["burst_period_seconds"]
+
+
+def test_window_and_step_set_the_episodes_resolution():
+    trace = fleet_trace(["training_finished"], 60.0, 12, finish=5.5 * 3600, keeps_memory=0.0)
+    [v] = analyze(trace, window=7200, step=3600)
+    assert [(e.bottleneck, (e.start - MIDNIGHT) / 3600) for e in v.episodes] == [("healthy", 0.0), ("idle", 5.0)]
+    [v] = analyze(trace, window=3600, step=600)
+    assert [(e.bottleneck, (e.start - MIDNIGHT) / 3600) for e in v.episodes] == [("healthy", 0.0), ("idle", 5.5)]
+    with pytest.raises(ValueError, match="must be positive and at most --window"):
+        analyze(trace, window=600, step=1200)
+
+
+def test_a_problem_of_a_few_minutes_does_not_name_a_healthy_day():
+    trace = fleet_trace(["training_finished"], 60.0, 24, finish=23.75 * 3600, keeps_memory=1.0)
+    [v] = analyze(trace, Thresholds())
+    assert v.bottleneck == "healthy" and v.episodes[-1].bottleneck == "idle"
+    assert v.by_class["idle"].share < Thresholds().headline_min_share
+
+
+@pytest.mark.slow
+def test_analyze_writes_episodes_to_json_and_csv_and_checks_its_flags(tmp_path, serving_day):
+    path = tmp_path / "day.csv"
+    fr.write_trace(serving_day, path)
+    result = gpulens("analyze", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    verdicts = json.loads(result.stdout)
+    first = verdicts[0]
+    assert set(first["by_class"][first["bottleneck"]]) == {"share", "wasted_gpu_seconds", "wasted_cost"}
+    assert set(first["episodes"][0]) == {"bottleneck", "start", "end", "confidence", "wasted_gpu_seconds"}
+    rows = list(csv.DictReader(io.StringIO(gpulens("analyze", str(path), "--format", "csv").stdout)))
+    by_pod = {row["pod"]: row for row in rows}
+    assert by_pod["idle_replica-6"]["time_share"] == "idle 1.0"
+    episodes = by_pod["idle_replica-6"]["episodes"].split(" ")
+    assert episodes[0] == "2026-12-13T00:00:00Z/2026-12-13T22:59:24Z" and episodes[1] == "idle"
+    table = gpulens("analyze", str(path), "--window", "2h", "--step", "30m").stdout
+    assert "time by class" in table and "100% idle" in table
+    bad = gpulens("analyze", str(path), "--window", "1h", "--step", "2h")
+    assert bad.returncode == 2
+    assert bad.stderr == "gpulens analyze: --step 2h is longer than --window 1h: windows would skip data\n"
+    bad = gpulens("analyze", str(path), "--window", "an hour")
+    assert bad.stderr == "gpulens analyze: --window 'an hour' is not a duration: give seconds (900) or 15m, 1h, 1d\n"
+
+
+def _png_pixels(data: bytes) -> np.ndarray:
+    """RGB(A) pixels of a non-interlaced 8-bit PNG (what Chromium's screenshots are)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, chunks, header = 8, [], None
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            chunks.append(body)
+        pos += 12 + length
+    width, height, depth, colour, _, _, interlace = header
+    assert depth == 8 and interlace == 0 and colour in (2, 6)
+    channels = 3 if colour == 2 else 4
+    raw = zlib.decompress(b"".join(chunks))
+    stride = width * channels
+    out = np.zeros((height, stride), dtype=np.int32)
+    prior = np.zeros(stride, dtype=np.int32)
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], np.frombuffer(raw, np.uint8, stride, y * (stride + 1) + 1).astype(np.int32)
+        if kind == 0:
+            row = line
+        elif kind == 2:
+            row = (line + prior) % 256
+        else:  # sub, average, Paeth depend on the pixel to the left: decode byte by byte
+            row = np.zeros(stride, dtype=np.int32)
+            for x in range(stride):
+                left = row[x - channels] if x >= channels else 0
+                up, corner = prior[x], prior[x - channels] if x >= channels else 0
+                if kind == 1:
+                    predictor = left
+                elif kind == 3:
+                    predictor = (left + up) // 2
+                else:
+                    p = left + up - corner
+                    pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                    predictor = left if pa <= pb and pa <= pc else up if pb <= pc else corner
+                row[x] = (line[x] + predictor) % 256
+        out[y], prior = row, row
+    return out.reshape(height, width, channels)[:, :, :3]
+
+
+@pytest.mark.slow
+def test_the_html_report_renders_offline_in_chromium(tmp_path, serving_day):
+    chromium = require_binary("chromium")
+    path, report = tmp_path / "day.csv", tmp_path / "report.html"
+    fr.write_trace(serving_day, path)
+    result = gpulens("analyze", str(path), "--format", "html", "--out", str(report))
+    assert result.returncode == 0, result.stderr
+    text = report.read_text()
+    assert "http://" not in text and "https://" not in text and "<script" not in text  # nothing to fetch
+    browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run"]
+    # No network at all: any request would fail to resolve.
+    browser += ["--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(
+        [*browser, "--dump-dom", report.as_uri()], capture_output=True, text=True, timeout=120, env=os.environ
+    ).stdout
+    verdicts = analyze(serving_day)
+    assert dom.count("<svg") == len(verdicts) == 8
+    assert dom.count('class="band"') == sum(len(v.episodes) for v in verdicts)
+    assert dom.count('class="activity"') == dom.count('class="memory"') == 8
+    assert "<b>8</b>pods and unheld GPUs" in dom and "sd/serving-0" in dom
+    shot = tmp_path / "shot.png"
+    subprocess.run(
+        [*browser, "--window-size=1100,4000", f"--screenshot={shot}", report.as_uri()],
+        capture_output=True,
+        timeout=120,
+        env=os.environ,
+    )
+    pixels = _png_pixels(shot.read_bytes())
+    # The idle band (#e41a1c at 35% over #fafafa) and the serving band (#ff7f00) are painted.
+    for band in ((242, 172, 172), (252, 207, 163)):
+        near = np.all(np.abs(pixels - np.array(band)) <= 3, axis=2)
+        assert near.sum() > 10_000, band
