@@ -102,6 +102,13 @@ def register(commands: Subcommands) -> None:
         help="seconds of history each verdict looks at",
     )
     flags.add(a, "--analysis.interval", dest="interval", type=float, default=15.0, help="seconds between verdicts")
+    flags.add(
+        a,
+        "--analysis.history",
+        dest="history",
+        default="1d",
+        help="how much of each pod's past to keep and serve (episodes, time and waste by class): 6h, 1d, 7d",
+    )
     flags.add(a, "--web.listen-address", dest="listen_address", default=":9849", help="address to serve on")
     flags.add(a, "--web.config.file", dest="web_config_file", default="", help="exporter-toolkit web config")
     _common(a)
@@ -296,6 +303,7 @@ def run_service(args: argparse.Namespace) -> int:
     from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput
     from gpulens.analyzer.service import AnalyzerService
     from gpulens.core.config import ConfigError, require_positive
+    from gpulens.core.thresholds import parse_duration
     from gpulens.core.web import WebConfig, parse_listen_address, serve
 
     try:
@@ -315,12 +323,13 @@ def run_service(args: argparse.Namespace) -> int:
             source = PrometheusInput(args.prometheus, args.window, args.step, selector=args.selector)
         else:
             source = ExporterInput(ExporterInput.parse_targets(args.exporters), args.window, args.scrape_interval)
+        history = parse_duration(args.history, "--analysis.history")
         address = parse_listen_address(args.listen_address)
         web_config = WebConfig.load(args.web_config_file)
     except (ValueError, ConfigError) as e:
         print(f"gpulens analyzer: {e}", file=sys.stderr)
         return 2
-    service = AnalyzerService(source, thresholds, prices, args.interval)
+    service = AnalyzerService(source, thresholds, prices, args.interval, history=history)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(service)
     try:

@@ -147,8 +147,8 @@ def _history(
             episode_seconds.append(covered)
         previous_slot = k
     total = sum(seconds.values())
-    headline = _headline(seconds, wasted, total, episodes, episode_seconds, t)
-    base = latest[headline]
+    headline_class = headline(seconds, wasted, total, episodes, episode_seconds, t)
+    base = latest[headline_class]
     for e in episodes:
         e.confidence, e.wasted_gpu_seconds = round(e.confidence, 2), round(e.wasted_gpu_seconds, 1)
     by_class = {
@@ -158,8 +158,8 @@ def _history(
     span = episodes[-1].end - episodes[0].start
     gpus = sorted({gpu for v in windows.values() for gpu in v.gpus})
     evidence = {
-        "history": f"{by_class[headline].share:.0%} of {total / len(gpus) / 3600:.1f} h sampled"
-        + (f", wasting {wasted[headline] / 3600:.1f} GPU-h" if wasted[headline] else "")
+        "history": f"{by_class[headline_class].share:.0%} of {total / len(gpus) / 3600:.1f} h sampled"
+        + (f", wasting {wasted[headline_class] / 3600:.1f} GPU-h" if wasted[headline_class] else "")
         + f"; latest: {episodes[-1].bottleneck} since {_iso(episodes[-1].start)}",
         **base.evidence,
     }
@@ -167,7 +167,7 @@ def _history(
     return replace(
         base,
         gpus=gpus,
-        confidence=round(confidence[headline] / seconds[headline], 2),
+        confidence=round(confidence[headline_class] / seconds[headline_class], 2),
         evidence=evidence,
         wasted_gpu_seconds=round(all_waste, 1),
         wasted_cost=round(all_waste / 3600 * price, 4),
@@ -180,7 +180,7 @@ def _history(
     )
 
 
-def _headline(
+def headline(
     seconds: dict[str, float],
     wasted: dict[str, float],
     total: float,

@@ -3,6 +3,11 @@
 Each cycle reads the window from its input, classifies, and replaces the verdicts as a whole. When
 the input fails (Prometheus down or slow, exporters unreachable) the last verdicts stay, marked
 stale with their age, and the next attempt backs off; the service never crashes on its input.
+
+It also keeps what each pod was over the last `history` seconds (a day by default), as `gpulens
+analyze` reports it for files: episodes, the share of time and the waste per class, and a headline.
+Memory stays bounded: consecutive cycles with one class are one episode, a pod keeps at most
+MAX_EPISODES, and episodes (and pods) older than the history are dropped.
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ import json
 import logging
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
-from gpulens.analyzer.classify import Verdict, classify
+from gpulens.analyzer.classify import ClassShare, Episode, Verdict, classify
+from gpulens.analyzer.history import headline as headline_of
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import CLASSES
@@ -35,8 +42,70 @@ class State:
     wasted_cost: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
+#: A pod (namespace, pod, node), or a GPU no pod holds ("", "", node) with its GPU in the pod slot.
+Unit = tuple[str, str, str]
+
+
+def unit_of(v: Verdict) -> Unit:
+    return (v.namespace, v.pod, v.node) if v.pod else ("", f"gpu:{v.gpus[0] if v.gpus else ''}", v.node)
+
+
+@dataclass
+class PodHistory:
+    """One pod's episodes over the history, oldest first, and the GPU-seconds each covered."""
+
+    episodes: list[Episode] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    cost: list[float] = field(default_factory=list)
+
+    def add(self, v: Verdict, start: float, end: float, gpu_seconds: float, wasted: float, cost: float) -> None:
+        last = self.episodes[-1] if self.episodes else None
+        if last is not None and last.bottleneck == v.bottleneck and start - last.end <= 1e-6:
+            span = last.end - last.start
+            last.confidence = round((last.confidence * span + v.confidence * (end - start)) / (span + end - start), 2)
+            last.end = end
+            last.wasted_gpu_seconds = round(last.wasted_gpu_seconds + wasted, 1)
+            self.seconds[-1] += gpu_seconds
+            self.cost[-1] += cost
+        else:
+            self.episodes.append(Episode(v.bottleneck, start, end, v.confidence, round(wasted, 1)))
+            self.seconds.append(gpu_seconds)
+            self.cost.append(cost)
+
+    def prune(self, oldest: float, keep: int) -> None:
+        """Drop episodes that ended before `oldest`, and all but the newest `keep`."""
+        drop = next((i for i, e in enumerate(self.episodes) if e.end >= oldest), len(self.episodes))
+        drop = max(drop, len(self.episodes) - keep)
+        del self.episodes[:drop], self.seconds[:drop], self.cost[:drop]
+
+    def _totals(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        """GPU-seconds covered, GPU-seconds wasted and money wasted, by class."""
+        seconds: dict[str, float] = defaultdict(float)
+        wasted: dict[str, float] = defaultdict(float)
+        cost: dict[str, float] = defaultdict(float)
+        for e, covered, money in zip(self.episodes, self.seconds, self.cost, strict=True):
+            seconds[e.bottleneck] += covered
+            wasted[e.bottleneck] += e.wasted_gpu_seconds
+            cost[e.bottleneck] += money
+        return seconds, wasted, cost
+
+    def by_class(self) -> dict[str, ClassShare]:
+        seconds, wasted, cost = self._totals()
+        total = sum(seconds.values()) or 1.0
+        return {
+            name: ClassShare(round(seconds[name] / total, 4), round(wasted[name], 1), round(cost[name], 4))
+            for name in sorted(seconds, key=lambda c: -seconds[c])
+        }
+
+    def headline(self, t: Thresholds) -> str:
+        seconds, wasted, _ = self._totals()
+        return headline_of(seconds, wasted, sum(self.seconds), self.episodes, self.seconds, t)
+
+
 class AnalyzerService:
     MAX_BACKOFF_SECONDS = 120.0
+    #: Episodes kept per pod: a pod whose class flips every cycle keeps its last MAX_EPISODES cycles.
+    MAX_EPISODES = 256
 
     def __init__(
         self,
@@ -45,6 +114,7 @@ class AnalyzerService:
         prices: dict[str, float],
         interval: float = 15.0,
         clock: Callable[[], float] = time.time,
+        history: float = 86400.0,
     ):
         self.source = source
         self.thresholds = thresholds
@@ -52,6 +122,9 @@ class AnalyzerService:
         self.interval = interval
         self.clock = clock
         self.state = State()
+        #: Seconds of each pod's past kept, and the pods' histories.
+        self.history_seconds = history
+        self.history: dict[Unit, PodHistory] = {}
         self._problems = ProblemLog(log)
         self._stop = threading.Event()
 
@@ -72,14 +145,34 @@ class AnalyzerService:
         elapsed = self.interval if self.state.produced_at is None else now - self.state.produced_at
         seconds, cost = dict(self.state.wasted_seconds), dict(self.state.wasted_cost)
         for v in verdicts:
-            if v.window_seconds <= 0 or v.bottleneck == "insufficient_data":
+            if v.window_seconds <= 0:
+                continue
+            share = elapsed / v.window_seconds
+            self._remember(v, now - elapsed, now, share)
+            if v.bottleneck == "insufficient_data":
                 continue
             key = (v.namespace, v.bottleneck)
-            share = elapsed / v.window_seconds
             seconds[key] = seconds.get(key, 0.0) + v.wasted_gpu_seconds * share
             cost[key] = cost.get(key, 0.0) + v.wasted_cost * share
+        self._forget(now)
         self.state = State(verdicts, now, now - started, self.state.input_errors, seconds, cost)
         return True
+
+    def _remember(self, v: Verdict, start: float, end: float, share: float) -> None:
+        """The cycle's time, from the end of the pod's last episode if it was recent, goes to its class."""
+        past = self.history.setdefault(unit_of(v), PodHistory())
+        if past.episodes and 0 < start - past.episodes[-1].end <= self.interval:
+            start = past.episodes[-1].end  # a late cycle: no gap in the pod's history for it
+        covered = v.window_seconds * v.coverage * len(v.gpus) * share
+        past.add(v, start, end, covered, v.wasted_gpu_seconds * share, v.wasted_cost * share)
+
+    def _forget(self, now: float) -> None:
+        oldest = now - self.history_seconds
+        for unit in list(self.history):
+            past = self.history[unit]
+            past.prune(oldest, self.MAX_EPISODES)
+            if not past.episodes:
+                del self.history[unit]
 
     def run(self) -> None:
         failures = 0
@@ -110,6 +203,19 @@ class AnalyzerService:
             "age_seconds": self.age(),
             "input": self.source.name,
             "verdicts": [v.to_dict() for v in self.state.verdicts],
+            "history_seconds": self.history_seconds,
+            # What each pod was over the history: headline, shares and waste by class, episodes.
+            "history": [
+                {
+                    "namespace": unit[0],
+                    "pod": unit[1],
+                    "node": unit[2],
+                    "headline": past.headline(self.thresholds),
+                    "by_class": {name: asdict(part) for name, part in past.by_class().items()},
+                    "episodes": [asdict(e) for e in past.episodes],
+                }
+                for unit, past in sorted(self.history.items())
+            ],
         }
         return 200, "application/json", json.dumps(body).encode()
 
@@ -148,6 +254,9 @@ class AnalyzerService:
             if v.idle_ratio is not None:
                 out.add(m.POD_IDLE, ids, v.idle_ratio)
             out.add(m.POD_GPUS, ids, len(v.gpus))
+        for (namespace, pod, node), past in sorted(self.history.items()):
+            for name, part in past.by_class().items():
+                out.add(m.POD_BOTTLENECK_TIME, (namespace, pod, node, name), part.share)
         for (namespace, bottleneck), seconds in sorted(state.wasted_seconds.items()):
             out.add(m.WASTED_GPU_SECONDS, (namespace, bottleneck), seconds)
             out.add(m.WASTED_COST, (namespace, bottleneck), state.wasted_cost[(namespace, bottleneck)])

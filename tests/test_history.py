@@ -245,3 +245,73 @@ def test_the_html_report_renders_offline_in_chromium(tmp_path, serving_day):
     for band in ((242, 172, 172), (252, 207, 163)):
         near = np.all(np.abs(pixels - np.array(band)) <= 3, axis=2)
         assert near.sum() > 10_000, band
+
+
+class Replay:
+    """An analyzer input that serves the last `window` seconds of a recorded trace up to the clock's time
+    (the real inputs, Prometheus and exporters, are tested in test_analyzer_service.py)."""
+
+    name = "replay"
+
+    def __init__(self, trace: pd.DataFrame, window: float, clock):
+        self.trace, self.window, self.clock = trace, window, clock
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def window_frame(self) -> pd.DataFrame:
+        now, ts = self.clock(), self.trace["timestamp"]
+        return self.trace[(ts > now - self.window) & (ts <= now)]
+
+
+def run_service(trace: pd.DataFrame, until_hour: float, history: float):
+    from gpulens.analyzer.service import AnalyzerService
+
+    now = [MIDNIGHT + 600.0]
+    service = AnalyzerService(Replay(trace, 600, lambda: now[0]), Thresholds(), {}, 300, lambda: now[0], history)
+    while now[0] <= MIDNIGHT + until_hour * 3600:
+        assert service.cycle()
+        now[0] += 300
+    return service
+
+
+def test_the_live_service_keeps_each_pods_day_with_bounded_memory():
+    # A job that finishes at 01:00 and keeps its GPU, sampled every 15 s; a verdict every 5 minutes.
+    trace = fleet_trace(["training_finished"], 15.0, 3, finish=3600.0, keeps_memory=1.0)
+    service = run_service(trace, 3, history=86400)
+    [(unit, past)] = service.history.items()
+    assert unit == ("sd", "training_finished-0", "node-a")
+    # The first cycle (00:10) counts from 00:05; the window ending at 01:05 is the first with 5 idle minutes.
+    assert [(e.bottleneck, (e.start - MIDNIGHT) / 60, (e.end - MIDNIGHT) / 60) for e in past.episodes] == [
+        ("healthy", 5.0, 60.0),
+        ("idle", 60.0, 180.0),
+    ]
+    assert {name: part.share for name, part in past.by_class().items()} == {"idle": 0.6857, "healthy": 0.3143}
+    assert past.headline(Thresholds()) == "idle"
+    body = json.loads(service.verdicts_json()[2])
+    [pod] = body["history"]
+    assert (pod["headline"], [e["bottleneck"] for e in pod["episodes"]]) == ("idle", ["healthy", "idle"])
+    # Two idle hours, less half of the first five minutes: the cycle that first sees idle wastes at its
+    # window's rate, and that window was half busy (the waste counters work the same way).
+    assert pod["by_class"]["idle"] == {"share": 0.6857, "wasted_gpu_seconds": 7200.0 - 142.5, "wasted_cost": 7.842}
+    assert (
+        'gpulens_pod_bottleneck_time_ratio{bottleneck="idle",namespace="sd",node="node-a",pod="training_finished-0"} '
+        "0.6857" in service.render_text().decode().splitlines()
+    )
+    # With an hour of history, the healthy episode (ended at 01:00) is forgotten by 03:00.
+    [past] = run_service(trace, 3, history=3600).history.values()
+    assert [e.bottleneck for e in past.episodes] == ["idle"]
+
+
+def test_a_pod_history_keeps_at_most_its_newest_episodes():
+    from gpulens.analyzer.classify import Episode
+    from gpulens.analyzer.service import PodHistory
+
+    past = PodHistory(
+        [Episode("idle" if i % 2 else "healthy", i, i + 1, 0.9, 1.0) for i in range(10)], [1.0] * 10, [0.0] * 10
+    )
+    past.prune(oldest=2.5, keep=5)
+    assert [e.start for e in past.episodes] == [5, 6, 7, 8, 9] and len(past.seconds) == len(past.cost) == 5
+    past.prune(oldest=8.5, keep=5)
+    assert [e.start for e in past.episodes] == [8, 9]

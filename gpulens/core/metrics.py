@@ -610,6 +610,17 @@ POD_BOTTLENECK_INFO = _spec(
     labels=ANALYZER_POD_LABELS + ("bottleneck", "secondary", "evidence", "recommendation"),
     group="analyzer",
 )
+POD_BOTTLENECK_TIME = _spec(
+    "pod_bottleneck_time_ratio",
+    "gauge",
+    "ratio",
+    "Share of the analyzer's history (--analysis.history, a day by default) the pod spent in each "
+    "bottleneck class, of the time its samples covered; only classes it was in appear. For a unit no "
+    "pod holds, pod is gpu:<uuid>.",
+    "analyzer history",
+    labels=ANALYZER_POD_LABELS + ("bottleneck",),
+    group="analyzer",
+)
 POD_SM_ACTIVE = _spec(
     "pod_sm_active_ratio",
     "gauge",
