@@ -100,12 +100,12 @@ def classify(trace: pd.DataFrame, t: Thresholds | None = None, prices: dict[str,
 
 def judge(features: pd.DataFrame, t: Thresholds, prices: dict[str, float] | None) -> list[Verdict]:
     """A verdict for every row of pod_features()."""
-    return [_verdict(row, t, prices) for row in features.itertuples()]
+    models = {name: model_info(name, prices) for name in features["gpu_model"].unique()} if len(features) else {}
+    return [_verdict(row, t, models[row.gpu_model]) for row in features.itertuples()]
 
 
-def _verdict(f: Features, t: Thresholds, prices: dict[str, float] | None) -> Verdict:
+def _verdict(f: Features, t: Thresholds, info: GpuModel) -> Verdict:
     evidence: dict[str, str] = {}
-    info = model_info(f.gpu_model, prices)
     activity = None if math.isnan(f.activity) else float(f.activity)
     # Overlays first, so that their evidence leads whatever the primary class is.
     throttled = _throttled(f, t, evidence)

@@ -13,6 +13,8 @@ A "unit" is a pod (namespace/pod), or a GPU that no pod holds (gpu:<node>/<gpu>)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -78,14 +80,16 @@ class _Segments:
         return np.where(count > 1, np.sqrt(np.maximum(variance, 0.0)), np.nan)
 
 
-def pod_features(trace: pd.DataFrame, t: Thresholds, window: np.ndarray | None = None) -> pd.DataFrame:
+def pod_features(
+    trace: pd.DataFrame, t: Thresholds, window: np.ndarray | None = None, keys: UnitKeys | None = None
+) -> pd.DataFrame:
     """One row per unit with everything the classifier needs. Index: unit.
 
     `window`, one integer per trace row, splits each unit into one unit per window (column `window`);
-    rows with a negative window are left out."""
+    rows with a negative window are left out. `keys`: UnitKeys.of(trace), when several calls share it."""
     if trace.empty:
         return pd.DataFrame()
-    rows = _Rows(trace, window)
+    rows = _Rows(trace, window, keys)
     features = _reduce(rows, _Signals(rows, t), t)
     _add_identity(rows, features)
     _add_timing(features)
@@ -95,12 +99,18 @@ def pod_features(trace: pd.DataFrame, t: Thresholds, window: np.ndarray | None =
     return features
 
 
-class _Rows:
-    """The trace's rows in (unit, GPU, time) order, and where each unit's and each GPU's run starts."""
+@dataclass(frozen=True)
+class UnitKeys:
+    """Integer codes of each row's unit and GPU (in the trace's row order), and the rows' (unit, GPU,
+    time) order (None: already in it). Computed once per trace; every window pass shares them."""
 
-    def __init__(self, trace: pd.DataFrame, window: np.ndarray | None = None):
-        self.trace = trace
-        # Integer keys: a GPU is (node, gpu); a unit is (namespace, pod), or its GPU when no pod holds it.
+    unit: np.ndarray
+    gpu: np.ndarray
+    order: np.ndarray | None
+
+    @classmethod
+    def of(cls, trace: pd.DataFrame) -> UnitKeys:
+        # A GPU is (node, gpu); a unit is (namespace, pod), or its GPU when no pod holds it.
         node_code, _ = pd.factorize(trace["node"])
         gpu_code, _ = pd.factorize(trace["gpu"])
         gpu_key, _ = pd.factorize(node_code.astype(np.int64) * (int(gpu_code.max()) + 1) + gpu_code)
@@ -109,11 +119,29 @@ class _Rows:
         no_pod = (trace["pod"] == "").to_numpy()
         pod_key = ns_code.astype(np.int64) * (len(pods) + 1) + pod_code
         unit_key, _ = pd.factorize(np.where(no_pod, -1 - gpu_key.astype(np.int64), pod_key))
-        if window is not None:  # one unit per (unit, window)
-            unit_key, _ = pd.factorize(unit_key.astype(np.int64) * (int(window.max()) + 2) + window + 1)
+        unit, gpu = unit_key.astype(np.int64), gpu_key.astype(np.int64)
+        return cls(unit, gpu, _order(unit, gpu, trace["timestamp"].to_numpy()))
+
+
+class _Rows:
+    """The trace's rows in (unit, GPU, time) order, and where each unit's and each GPU's run starts."""
+
+    def __init__(self, trace: pd.DataFrame, window: np.ndarray | None = None, keys: UnitKeys | None = None):
+        self.trace = trace
+        keys = keys or UnitKeys.of(trace)
+        self.order = keys.order
+        unit, gpu = (a if self.order is None else a[self.order] for a in (keys.unit, keys.gpu))
+        if window is not None:
+            # One unit per (unit, window). Within a (unit, GPU) run, time and so the window only grow:
+            # a stable sort by (unit, window) keeps each GPU's samples in time order.
+            sorted_window = window if self.order is None else window[self.order]
+            unit = unit * (int(window.max()) + 2) + sorted_window + 1
+            if np.any(unit[1:] < unit[:-1]):
+                by_window = np.argsort(unit, kind="stable")
+                unit, gpu, sorted_window = unit[by_window], gpu[by_window], sorted_window[by_window]
+                self.order = by_window if self.order is None else self.order[by_window]
         ts = trace["timestamp"].to_numpy()
-        self.order = _order(unit_key.astype(np.int64), gpu_key.astype(np.int64), ts)
-        unit, gpu, self.ts = (a if self.order is None else a[self.order] for a in (unit_key, gpu_key, ts))
+        self.ts = ts if self.order is None else ts[self.order]
         n = len(self.ts)
         self.unit_starts = np.flatnonzero(np.r_[True, unit[1:] != unit[:-1]])
         #: True where a row starts another GPU's run: neighbours across it are not a sequence.
@@ -126,29 +154,26 @@ class _Rows:
         self.unit_gpus = _Segments(self.first_gpu_of_unit, len(self.gpu_starts))
         self.row_unit = np.repeat(np.arange(len(self.unit_starts)), self.units.sizes)
         if window is not None:
-            self.unit_window = (window if self.order is None else window[self.order])[self.unit_starts]
+            self.unit_window = sorted_window[self.unit_starts]
 
     def intervals(self) -> np.ndarray:
         """Seconds between one GPU's consecutive samples, per unit: the median spacing, so that a gap in
         the data (an exporter down, a recording paused, a missed scrape) does not stretch every sample
         over it. NaN for a unit with no GPU sampled twice."""
-        spacing = np.diff(self.ts)
         same_gpu = ~self.gpu_changes[1:]
-        ends = np.append(self.unit_starts[1:], len(self.ts))
-        out = np.full(len(self.unit_starts), np.nan)
-        for unit, (a, b) in enumerate(zip(self.unit_starts, ends, strict=True)):
-            within = spacing[a : b - 1][same_gpu[a : b - 1]]
-            if within.size:
-                out[unit] = np.median(within)
-        return out
+        return _medians(np.diff(self.ts)[same_gpu], self.row_unit[1:][same_gpu], len(self.unit_starts))
 
     def column(self, name: str) -> np.ndarray:
         values = self.trace[name].to_numpy()
         return values if self.order is None else values[self.order]
 
+    def order_of(self, positions: np.ndarray) -> np.ndarray:
+        """The trace positions of sorted positions."""
+        return positions if self.order is None else self.order[positions]
+
     def rows_of(self, name: str, positions: np.ndarray) -> np.ndarray:
         """A string column at a few sorted positions, without converting the whole column."""
-        return self.trace[name].iloc[positions if self.order is None else self.order[positions]].to_numpy()
+        return self.trace[name].iloc[self.order_of(positions)].to_numpy()
 
 
 class _Signals:
@@ -171,8 +196,9 @@ class _Signals:
         self.dram = column("dram_active")
         # A pod runs on one GPU model: link capacities by unit, spread over its rows.
         unit_models = rows.rows_of("gpu_model", rows.unit_starts)
-        pcie_cap = np.array([model_info(x).pcie_bytes_per_second for x in unit_models])[rows.row_unit]
-        nvlink_cap = np.array([model_info(x).nvlink_bytes_per_second for x in unit_models])[rows.row_unit]
+        info = {name: model_info(name) for name in set(unit_models)}
+        pcie_cap = np.array([info[x].pcie_bytes_per_second for x in unit_models])[rows.row_unit]
+        nvlink_cap = np.array([info[x].nvlink_bytes_per_second for x in unit_models])[rows.row_unit]
         with np.errstate(invalid="ignore", divide="ignore"):
             pcie_use = np.fmax(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
             nvlink_use = np.where(
@@ -206,6 +232,21 @@ class _Signals:
         self.rise[rises] = True
         self.burst_spacing = np.diff(rows.ts[rises])[same_gpu]
         self.burst_spacing_unit = rows.row_unit[rises[1:]][same_gpu]
+
+
+def _medians(values: np.ndarray, unit: np.ndarray, units: int) -> np.ndarray:
+    """The median of `values` per unit (as numpy.median: the mean of the two middle values of an even
+    count); NaN for a unit with none."""
+    order = np.lexsort((values, unit))
+    values = values[order]
+    counts = np.bincount(unit, minlength=units)
+    starts = np.r_[0, np.cumsum(counts)[:-1]]
+    if not len(values):
+        return np.full(units, np.nan)
+    last = len(values) - 1
+    low = values[np.minimum(starts + (counts - 1) // 2, last)]
+    high = values[np.minimum(starts + counts // 2, last)]
+    return np.where(counts > 0, (low + high) / 2, np.nan)
 
 
 def _quartiles(values: np.ndarray, unit: np.ndarray, units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -299,10 +340,17 @@ def _add_identity(rows: _Rows, features: pd.DataFrame) -> None:
     gpu_names = rows.rows_of("gpu", rows.gpu_starts)
     unit_gpu_ends = np.append(rows.first_gpu_of_unit[1:], len(rows.gpu_starts))
     features["gpu_list"] = [sorted(gpu_names[a:b]) for a, b in zip(rows.first_gpu_of_unit, unit_gpu_ends, strict=True)]
-    features.index = np.where(
-        features["pod"] == "",
-        "gpu:" + features["node"] + "/" + gpu_names[rows.first_gpu_of_unit],
-        features["namespace"] + "/" + features["pod"],
+    features.index = unit_names(trace=rows.trace, rows=rows.order_of(rows.unit_starts))
+
+
+def unit_names(trace: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """The unit of each of the trace's `rows` (positions): "namespace/pod", or "gpu:node/gpu" when no
+    pod holds the GPU."""
+    pick = trace.iloc[rows]
+    return np.where(
+        pick["pod"] == "",
+        "gpu:" + pick["node"] + "/" + pick["gpu"],
+        pick["namespace"] + "/" + pick["pod"],
     )
 
 

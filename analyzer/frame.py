@@ -20,14 +20,25 @@ def empty() -> pd.DataFrame:
 
 
 def normalize(frame: pd.DataFrame) -> pd.DataFrame:
-    """Every column present with its proper dtype: strings for identity, floats for signals."""
-    frame = frame.copy()
+    """Every column present with its proper dtype: strings for identity, floats for signals.
+
+    Columns already of the right dtype are kept as they are, not copied: a day of a large fleet is
+    gigabytes, and the caller's frame is never modified (pandas copies on write)."""
+    frame = frame.copy(deep=False)
     for column in IDENTITY:
-        frame[column] = frame[column].fillna("").astype(str) if column in frame else ""
-    frame["gpu"] = frame["gpu"].astype(str)
+        if column not in frame:
+            frame[column] = ""
+        elif not pd.api.types.is_string_dtype(frame[column]) or frame[column].hasnans:
+            frame[column] = frame[column].fillna("").astype(str)
+    if not pd.api.types.is_string_dtype(frame["gpu"]):
+        frame["gpu"] = frame["gpu"].astype(str)
     for column in SIGNALS:
-        frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64") if column in frame else np.nan
-    frame["timestamp"] = frame["timestamp"].astype("float64")
+        if column not in frame:
+            frame[column] = np.nan
+        elif frame[column].dtype != np.float64:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
+    if frame["timestamp"].dtype != np.float64:
+        frame["timestamp"] = frame["timestamp"].astype("float64")
     return frame[COLUMNS]
 
 

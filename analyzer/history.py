@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gpulens.analyzer.classify import ClassShare, Episode, Verdict, classify, judge
-from gpulens.analyzer.features import pod_features
+from gpulens.analyzer.features import UnitKeys, pod_features, unit_names
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -71,23 +71,49 @@ def analyze(
     slot = ((ts - origin) // step).astype(np.int64)
     slots, per_window = int(slot.max()) + 1, max(1, round(window / step))
 
+    keys = UnitKeys.of(trace)
     # The verdict of the window ending with each slot, by unit.
     by_window: dict[str, dict[int, Verdict]] = defaultdict(dict)
-    own = None  # what each slot's own samples show: activity, and the GPU-seconds they cover
     for offset in range(per_window):
         end_slot = slot + (offset - slot) % per_window
         end_slot[end_slot >= slots] = -1  # windows that would end after the data
-        features = pod_features(trace, t, window=end_slot)
+        features = pod_features(trace, t, window=end_slot, keys=keys)
         for unit, k, verdict in zip(features.index, features["window"], judge(features, t, prices), strict=True):
             by_window[str(unit)][int(k)] = verdict
-        if per_window == 1:  # each window is one slot
-            own = features
-    if own is None:
-        own = pod_features(trace, t, window=slot)
+    own = _slots(trace, keys, slot, slots, t)
     return [
         _history(rows.sort_values("window"), by_window[str(unit)], per_window, t, prices)
         for unit, rows in own.groupby(level=0, sort=False)
     ]
+
+
+def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t: Thresholds) -> pd.DataFrame:
+    """What each slot's own samples show, per unit: how many, when, mean activity, share idle."""
+    activity = trace["sm_active"].fillna(trace["gr_engine_active"]).fillna(trace["gpu_util"]).to_numpy()
+    stats = (
+        pd.DataFrame(
+            {
+                "key": keys.unit * slots + slot,
+                "ts": trace["timestamp"].to_numpy(),
+                "activity": activity,
+                "idle": np.where(np.isnan(activity), np.nan, activity < t.idle_activity),
+            }
+        )
+        .groupby("key", sort=True)
+        .agg(
+            samples=("ts", "size"),
+            ts_min=("ts", "min"),
+            ts_max=("ts", "max"),
+            activity=("activity", "mean"),
+            idle=("idle", "mean"),
+        )
+    )
+    unit_codes, first_rows = np.unique(keys.unit, return_index=True)
+    names = pd.Series(unit_names(trace, first_rows), index=unit_codes)
+    key = stats.index.to_numpy()
+    stats["window"] = key % slots
+    stats.index = names.loc[key // slots].to_numpy()
+    return stats
 
 
 def _slot_verdict(windows: dict[int, Verdict], k: int, per_window: int) -> Verdict | None:
@@ -107,7 +133,7 @@ def _history(
     rows: pd.DataFrame, windows: dict[int, Verdict], per_window: int, t: Thresholds, prices: dict[str, float] | None
 ) -> Verdict:
     """One unit's slots (rows of pod_features by slot) and window verdicts -> its headline verdict."""
-    price = model_info(str(rows["gpu_model"].iloc[0]), prices).price_per_hour
+    price = model_info(next(iter(windows.values())).gpu_model, prices).price_per_hour
     seconds: dict[str, float] = defaultdict(float)
     wasted: dict[str, float] = defaultdict(float)
     confidence: dict[str, float] = defaultdict(float)

@@ -63,10 +63,16 @@ def read_trace(path: str | Path) -> pd.DataFrame:
     """Read a trace CSV or Parquet file, checking every value; raises TraceError on the first bad one."""
     path = Path(path)
     if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
         try:
-            frame = pd.read_parquet(path)
+            table = pq.read_table(path)
         except Exception as e:  # pyarrow raises several types; all mean "not a readable Parquet trace"
             raise TraceError(f"{path}: not a readable Parquet file ({e})") from e
+        # Arrow's buffers are freed column by column as pandas takes them: a day of a fleet is gigabytes,
+        # and holding both copies at once would double the peak.
+        frame = table.to_pandas(self_destruct=True, split_blocks=True)
+        del table
         missing = {"timestamp", "gpu"} - set(frame.columns)
         if missing:
             raise TraceError(f"{path}: required column(s) {', '.join(sorted(missing))} missing")

@@ -1,10 +1,13 @@
-"""One analysis cycle over a large fleet, against the floor of a plain pandas groupby-mean.
+"""The analyzer on large fleets, against the floor of a plain pandas groupby-mean of the same frame.
 
-Run: .venv/bin/python benchmarks/analyzer.py [--gpus 10000] [--seconds 600]
+Run: .venv/bin/python benchmarks/analyzer.py [--only cycle|day]
 
-Builds a trace of GPUS x SECONDS rows at 1 s (10,000 x 600 = 6 million by default) with every
-signal column filled, pods of one or two GPUs, and classifies it, timing the cycle next to a
-groupby-mean of the same frame by pod. Prints rows per second, peak memory and the ratio.
+- cycle: one analysis cycle (the live service's): 10,000 GPUs x 10 minutes at 1 s = 6 million rows.
+- day: `gpulens analyze` on a day of history: 1,000 GPUs x 24 hours at 15 s = 5.76 million rows, with
+  sliding windows (1 h, every 15 min: four passes over the rows), episodes and headlines.
+
+Every signal column is filled, pods hold one or two GPUs. Prints the time, rows per second, the ratio
+to the floor and peak memory.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import argparse
 import gc
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -23,15 +28,18 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpulens.analyzer import frame as fr  # noqa: E402
+from gpulens.analyzer import readers  # noqa: E402
 from gpulens.analyzer.classify import classify  # noqa: E402
+from gpulens.analyzer.history import analyze  # noqa: E402
 from gpulens.core import trace as tr  # noqa: E402
 
 
-def make_trace(gpus: int, seconds: int, seed: int = 0) -> pd.DataFrame:
+def make_trace(gpus: int, seconds: int, seed: int = 0, step: float = 1.0) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
-    n = gpus * seconds
-    gpu = np.repeat(np.arange(gpus), seconds)
-    ts = np.tile(np.arange(seconds, dtype="float64"), gpus) + 1.8e9
+    samples = int(seconds / step)
+    n = gpus * samples
+    gpu = np.repeat(np.arange(gpus), samples)
+    ts = np.tile(np.arange(samples, dtype="float64") * step, gpus) + 1.8e9
     # Each GPU gets a level of activity and, for a third of them, a duty cycle of bursts and gaps.
     level = rng.uniform(0, 1, gpus)[gpu]
     period = rng.integers(2, 6, gpus)[gpu]
@@ -87,50 +95,112 @@ def timed(fn, repeat: int) -> tuple[float, object]:
     return best, result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpus", type=int, default=10_000)
-    parser.add_argument("--seconds", type=int, default=600)
-    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs each")
-    args = parser.parse_args()
-
-    frame = make_trace(args.gpus, args.seconds)
+def cycle(gpus: int, seconds: int, repeat: int) -> None:
+    frame = make_trace(gpus, seconds)
     rows = len(frame)
-    numeric = [c for c in tr.SIGNALS]
-
-    def floor():
-        return frame.groupby(["namespace", "pod"], sort=False)[numeric].mean()
-
-    floor_seconds, _ = timed(floor, args.repeat)
-    cycle_seconds, verdicts = timed(lambda: classify(frame), args.repeat)
+    floor_seconds = timed(lambda: frame.groupby(["namespace", "pod"], sort=False)[tr.SIGNALS].mean(), repeat)[0]
+    cycle_seconds, verdicts = timed(lambda: classify(frame), repeat)
     # As a recording is written: all GPUs' samples of one second, then the next second.
     by_time = frame.sort_values("timestamp", kind="stable", ignore_index=True)
-    shuffled_seconds, _ = timed(lambda: classify(by_time), args.repeat)
+    shuffled_seconds, _ = timed(lambda: classify(by_time), repeat)
+    peak = traced_peak(lambda: classify(frame))
+    print(
+        f"analyzer cycle: {gpus} GPUs x {seconds} s at 1 s = {rows:,} rows, {len(verdicts):,} pods (best of {repeat})\n"
+    )
+    table(
+        rows,
+        floor_seconds,
+        [("classify, rows by GPU", cycle_seconds), ("classify, rows by time", shuffled_seconds)],
+    )
+    print(f"\npeak memory allocated by one cycle: {peak / 2**20:,.0f} MiB")
+    print("classes found:", ", ".join(f"{k} {v}" for k, v in count(verdicts).items()))
+
+
+def day(gpus: int, hours: float, step: float, repeat: int) -> None:
+    frame = make_trace(gpus, int(hours * 3600), step=step)
+    rows = len(frame)
+    floor_seconds = timed(lambda: frame.groupby(["namespace", "pod"], sort=False)[tr.SIGNALS].mean(), repeat)[0]
+    history_seconds, verdicts = timed(lambda: analyze(frame), repeat)
+    print(
+        f"\nanalyze with history: {gpus} GPUs x {hours:g} h at {step:g} s = {rows:,} rows, {len(verdicts):,} pods, "
+        f"{sum(len(v.episodes) for v in verdicts):,} episodes (best of {repeat})\n"
+    )
+    table(rows, floor_seconds, [("analyze: 1 h windows, 15 min", history_seconds)])
+    # Peak memory as `gpulens analyze day.parquet` sees it: a fresh process that reads the file and analyses it.
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "day.parquet"
+        frame.to_parquet(path, index=False)
+        child = subprocess.run(
+            [sys.executable, __file__, "--only", "file", "--file", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    print(f"\n{child.stdout.strip()}")
+    print("headlines:", ", ".join(f"{k} {v}" for k, v in count(verdicts).items()))
+
+
+def peak_resident_bytes() -> int:
+    """This process's peak resident memory (Linux VmHWM; unlike ru_maxrss, not inherited from the parent
+    across fork and exec)."""
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def analyse_file(path: str) -> None:
+    """Read a trace file and analyse it with history, as `gpulens analyze` does; print time and peak RSS."""
+    started = time.perf_counter()
+    frame = readers.read_trace(path)
+    read = time.perf_counter() - started
+    analyze(frame)
+    total = time.perf_counter() - started
+    print(
+        f"a fresh process reading the day from Parquet ({read:.1f} s) and analysing it ({total - read:.1f} s): "
+        f"peak RSS {peak_resident_bytes() / 2**30:.2f} GiB"
+    )
+
+
+def table(rows: int, floor_seconds: float, runs: list[tuple[str, float]]) -> None:
+    print(f"{'':<30} {'seconds':>8} {'rows/s':>14} {'x floor':>8}")
+    print(f"{'floor: groupby-mean by pod':<30} {floor_seconds:>8.2f} {rows / floor_seconds:>14,.0f} {1.0:>8.2f}")
+    for name, seconds in runs:
+        print(f"{name:<30} {seconds:>8.2f} {rows / seconds:>14,.0f} {seconds / floor_seconds:>8.2f}")
+
+
+def traced_peak(fn) -> int:
     tracemalloc.start()
-    classify(frame)
+    fn()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    classes = pd.Series([v.bottleneck for v in verdicts]).value_counts()
+    return peak
 
+
+def count(verdicts) -> pd.Series:
+    return pd.Series([v.bottleneck for v in verdicts]).value_counts()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", choices=["cycle", "day", "file"], default="", help="run one of the benchmarks")
+    parser.add_argument("--file", default="", help="with --only file: the trace file to analyse")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs each")
+    args = parser.parse_args()
+    if not args.only:  # each in a process of its own, so that one's memory does not count in the other's
+        for only in ("cycle", "day"):
+            subprocess.run([sys.executable, __file__, "--only", only, "--repeat", str(args.repeat)], check=True)
+        return 0
+    if args.only == "file":
+        analyse_file(args.file)
+        return 0
+    if args.only == "cycle":
+        cycle(10_000, 600, args.repeat)
+    else:
+        day(1_000, 24, 15.0, args.repeat)
     print(
-        f"analyzer cycle: {args.gpus} GPUs x {args.seconds} s at 1 s = {rows:,} rows, "
-        f"{len(verdicts):,} pods (best of {args.repeat})\n"
+        f"\nprocess peak RSS, building the test frames included: "
+        f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB"
     )
-    print(f"{'':<28} {'seconds':>8} {'rows/s':>14} {'x floor':>8}")
-    print(f"{'floor: groupby-mean by pod':<28} {floor_seconds:>8.2f} {rows / floor_seconds:>14,.0f} {1.0:>8.2f}")
-    print(
-        f"{'classify, rows by GPU':<28} {cycle_seconds:>8.2f} {rows / cycle_seconds:>14,.0f} "
-        f"{cycle_seconds / floor_seconds:>8.2f}"
-    )
-    print(
-        f"{'classify, rows by time':<28} {shuffled_seconds:>8.2f} {rows / shuffled_seconds:>14,.0f} "
-        f"{shuffled_seconds / floor_seconds:>8.2f}"
-    )
-    print(
-        f"\npeak memory allocated by one cycle: {peak / 2**20:,.0f} MiB; "
-        f"process peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB"
-    )
-    print("classes found:", ", ".join(f"{k} {v}" for k, v in classes.items()))
     return 0
 
 

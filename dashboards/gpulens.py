@@ -244,6 +244,15 @@ def pod(c: MixinConfig) -> G.Dashboard:
             [target(f"max({metric('pod_idle_ratio')}{verdict})")],
             s.RATIO,
         ),
+        s.bar_gauge(
+            "Time by class (analyzer history)",
+            "Share of the analyzer's history (--analysis.history, a day by default) this pod spent in each "
+            "class: a serving replica's quiet hours next to its working ones, or a job that finished hours ago.",
+            [target(f"max by (bottleneck) ({metric('pod_bottleneck_time_ratio')}{verdict})", "{{bottleneck}}")],
+            s.RATIO,
+            width=24,
+            height=5,
+        ),
         s.table(
             "Verdict, evidence and what to try",
             "The analyzer's current verdict: the class, any secondary "

@@ -184,7 +184,14 @@ def test_prometheus_down_from_the_start():
         )
         response = requests.get(url + "/healthz")
         assert (response.status_code, response.text) == (503, "no analysis cycle has succeeded yet\n")
-        assert verdicts(url)[0] == {"stale": True, "age_seconds": None, "input": "prometheus", "verdicts": []}
+        assert verdicts(url)[0] == {
+            "stale": True,
+            "age_seconds": None,
+            "input": "prometheus",
+            "verdicts": [],
+            "history_seconds": 86400.0,
+            "history": [],
+        }
         time.sleep(2)  # backing off, not spinning
         assert proc.log.count("cannot reach Prometheus") == 1
     finally:
@@ -199,6 +206,10 @@ def test_prometheus_down_from_the_start():
         (["--input.exporter=e:9848/metrics"], "--input.exporter 'e:9848/metrics' is not an http(s) URL"),
         (["--input.prometheus=prom:9090"], "--input.prometheus 'prom:9090' is not an http(s) URL"),
         (["--input.prometheus=http://p:9090", "--analysis.window=0"], "--analysis.window must be a positive number"),
+        (
+            ["--input.prometheus=http://p:9090", "--analysis.history=a day"],
+            "--analysis.history 'a day' is not a duration: give seconds (900) or 15m, 1h, 1d",
+        ),
     ],
 )
 def test_bad_flags(args, message):
