@@ -353,7 +353,8 @@ def _without_signature(
         evidence["peak_memory_bytes"] = f"{f.mem_used_max:.0f} <= {t.oversized_memory_bytes:.0f} on a {f.gpu_model}"
         return "wrong_gpu_type", 0.8 if f.window_seconds >= 3600 else 0.65
     if activity is not None and activity < t.ineffective_sm:
-        if f.sample_seconds > t.starvation_max_sample_seconds and f.held >= HELD_SHARE:
+        coarse = f.sample_seconds > t.starvation_max_sample_seconds
+        if coarse and f.held >= HELD_SHARE:
             # Samples too coarse to see training steps, and a model held: most GPUs in production serve
             # models, and a replica under steady light load has more GPU than requests.
             _serving_evidence(f, t, evidence)
@@ -362,7 +363,6 @@ def _without_signature(
                 "for input from a serving replica with few requests; if this is training, see data_starvation"
             )
             return "overprovisioned_serving", 0.35
-        coarse = f.sample_seconds > t.starvation_max_sample_seconds
         if coarse:
             evidence["sample_interval_seconds"] = (
                 f"{f.sample_seconds:.3g} > {t.starvation_max_sample_seconds:g}: too coarse to see training steps; "

@@ -161,7 +161,7 @@ class _Rows:
         the data (an exporter down, a recording paused, a missed scrape) does not stretch every sample
         over it. NaN for a unit with no GPU sampled twice."""
         same_gpu = ~self.gpu_changes[1:]
-        return _medians(np.diff(self.ts)[same_gpu], self.row_unit[1:][same_gpu], len(self.unit_starts))
+        return _PerUnit(np.diff(self.ts)[same_gpu], self.row_unit[1:][same_gpu], len(self.unit_starts)).median()
 
     def column(self, name: str) -> np.ndarray:
         values = self.trace[name].to_numpy()
@@ -234,32 +234,28 @@ class _Signals:
         self.burst_spacing_unit = rows.row_unit[rises[1:]][same_gpu]
 
 
-def _medians(values: np.ndarray, unit: np.ndarray, units: int) -> np.ndarray:
-    """The median of `values` per unit (as numpy.median: the mean of the two middle values of an even
-    count); NaN for a unit with none."""
-    order = np.lexsort((values, unit))
-    values = values[order]
-    counts = np.bincount(unit, minlength=units)
-    starts = np.r_[0, np.cumsum(counts)[:-1]]
-    if not len(values):
-        return np.full(units, np.nan)
-    last = len(values) - 1
-    low = values[np.minimum(starts + (counts - 1) // 2, last)]
-    high = values[np.minimum(starts + counts // 2, last)]
-    return np.where(counts > 0, (low + high) / 2, np.nan)
+class _PerUnit:
+    """Values sorted within each unit, to pick order statistics per unit (NaN for a unit with none)."""
 
+    def __init__(self, values: np.ndarray, unit: np.ndarray, units: int):
+        self.values = values[np.lexsort((values, unit))]
+        self.counts = np.bincount(unit, minlength=units)
+        self.starts = np.r_[0, np.cumsum(self.counts)[:-1]]
 
-def _quartiles(values: np.ndarray, unit: np.ndarray, units: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The 25th, 50th and 75th percentile (nearest rank) of `values` per unit; NaN for a unit with none."""
-    order = np.lexsort((values, unit))
-    values = values[order]
-    counts = np.bincount(unit, minlength=units)
-    starts = np.r_[0, np.cumsum(counts)[:-1]]
-    out = []
-    for q in (0.25, 0.5, 0.75):
-        at = np.minimum(starts + np.floor(q * (counts - 1)).astype(np.int64), max(len(values) - 1, 0))
-        out.append(np.where(counts > 0, values[at] if len(values) else np.nan, np.nan))
-    return out[0], out[1], out[2]
+    def at(self, rank: np.ndarray) -> np.ndarray:
+        """The value of each unit's `rank`-th smallest (0-based)."""
+        if not len(self.values):
+            return np.full(len(self.counts), np.nan)
+        picked = self.values[np.minimum(self.starts + rank, len(self.values) - 1)]
+        return np.where(self.counts > 0, picked, np.nan)
+
+    def median(self) -> np.ndarray:
+        """As numpy.median: the mean of the two middle values of an even count."""
+        return (self.at((self.counts - 1) // 2) + self.at(self.counts // 2)) / 2
+
+    def quantile(self, q: float) -> np.ndarray:
+        """Nearest rank, rounding down."""
+        return self.at(np.floor(q * (self.counts - 1)).astype(np.int64))
 
 
 def _reduce(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
@@ -268,7 +264,8 @@ def _reduce(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     last_busy = U.max(np.where(s.busy & s.has_activity, ts, np.nan))
     lb = last_busy[rows.row_unit]
     interval = rows.intervals()
-    q25, period, q75 = _quartiles(s.burst_spacing, s.burst_spacing_unit, len(rows.unit_starts))
+    spacing = _PerUnit(s.burst_spacing, s.burst_spacing_unit, len(rows.unit_starts))
+    q25, period, q75 = spacing.quantile(0.25), spacing.quantile(0.5), spacing.quantile(0.75)
     gpu_activity = rows.gpus.mean(np.where(s.has_activity, s.act, np.nan))
     numa_max, numa_min = U.max(s.numa), U.min(s.numa)
     reasons_known = ~np.isnan(s.reasons_raw)
