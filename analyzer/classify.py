@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -36,6 +36,18 @@ class Episode:
     end: float
     confidence: float
     wasted_gpu_seconds: float
+
+    def extend(self, end: float, confidence: float, wasted: float) -> None:
+        """Continue to `end` with a stretch judged at `confidence` that wasted `wasted` GPU-seconds; the
+        episode's confidence is the time-weighted mean of its stretches."""
+        before, added = self.end - self.start, end - self.end
+        if before + added > 0:
+            self.confidence = (self.confidence * before + confidence * added) / (before + added)
+        self.end, self.wasted_gpu_seconds = end, self.wasted_gpu_seconds + wasted
+
+    def rounded(self) -> Episode:
+        """As served: confidence to 0.01, waste to 0.1 GPU-second."""
+        return replace(self, confidence=round(self.confidence, 2), wasted_gpu_seconds=round(self.wasted_gpu_seconds, 1))
 
 
 @dataclass
@@ -280,20 +292,23 @@ def _data_starvation(f: Features, t: Thresholds, info: GpuModel, evidence: dict[
     switches = f.switches / f.gpus / max(f.window_seconds / 60.0, 1e-9)
     if not (f.high > t.starvation_tail and f.low > t.starvation_tail and switches >= t.starvation_switches_per_minute):
         return None
-    regular = f.bursts >= MIN_BURSTS and f.burst_spread <= t.starvation_regularity
-    if not (regular or cpu_saturated):
-        return None  # bursts at random (requests arriving) or too few to tell, and the CPU does not say
+    measured = f.bursts >= MIN_BURSTS
+    regular = measured and f.burst_spread <= t.starvation_regularity
+    if measured and not (regular or cpu_saturated):
+        return None  # bursts at random, like requests arriving, and the CPU does not say otherwise
     evidence["activity_p95_above"] = f"{t.starvation_high} ({_fmt(f.high)} of samples)"
     evidence["activity_p5_below"] = f"{t.starvation_low} ({_fmt(f.low)} of samples)"
     evidence["busy_idle_switches_per_minute"] = f"{switches:.1f} >= {t.starvation_switches_per_minute}"
-    if f.bursts >= MIN_BURSTS:
+    if measured:
         evidence["burst_period_seconds"] = f"{f.burst_period:.3g}, spread {_fmt(f.burst_spread)}" + (
             f" <= {t.starvation_regularity}: steady, like training steps" if regular else ""
         )
+    else:
+        evidence["bursts"] = f"{f.bursts:.0f} < {MIN_BURSTS}: too few to tell training steps from requests"
     evidence["sample_interval_seconds"] = f"{f.sample_seconds:.3g} <= {t.starvation_max_sample_seconds:g}"
     if not math.isnan(f.cpu_sat):
         evidence["cpu_at_limit_fraction"] = _fmt(f.cpu_sat)
-    return "data_starvation", 0.75 + (0.2 if cpu_saturated else 0.0)
+    return "data_starvation", (0.75 if measured or cpu_saturated else 0.5) + (0.2 if cpu_saturated else 0.0)
 
 
 def _overprovisioned_serving(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
@@ -301,6 +316,8 @@ def _overprovisioned_serving(f: Features, t: Thresholds, info: GpuModel, evidenc
     serving replica with more GPU than requests. Not idle: it works whenever requests come."""
     if f.activity >= t.ineffective_sm or f.held < HELD_SHARE or f.idle < t.serving_quiet_share:
         return None
+    if not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction:
+        return None  # a replica waits for requests; a pod at its CPU limit is busy feeding its GPU
     _serving_evidence(f, t, evidence)
     evidence["quiet_fraction"] = f"{_fmt(f.idle)} of samples >= {t.serving_quiet_share} (work comes in bursts)"
     measured = f.sample_seconds <= t.starvation_max_sample_seconds and f.bursts >= MIN_BURSTS
@@ -354,7 +371,8 @@ def _without_signature(
         return "wrong_gpu_type", 0.8 if f.window_seconds >= 3600 else 0.65
     if activity is not None and activity < t.ineffective_sm:
         coarse = f.sample_seconds > t.starvation_max_sample_seconds
-        if coarse and f.held >= HELD_SHARE:
+        cpu_bound = not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction
+        if coarse and f.held >= HELD_SHARE and not cpu_bound:
             # Samples too coarse to see training steps, and a model held: most GPUs in production serve
             # models, and a replica under steady light load has more GPU than requests.
             _serving_evidence(f, t, evidence)

@@ -8,7 +8,6 @@ import io
 import json
 import os
 import sys
-import time
 from typing import TYPE_CHECKING
 
 from gpulens.core import catalog, flags
@@ -217,6 +216,8 @@ _CSV_FIELDS = [
 
 
 def _csv(verdicts: list[Verdict]) -> str:
+    from gpulens.analyzer.readers import format_timestamp as when
+
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=_CSV_FIELDS, extrasaction="ignore")
     writer.writeheader()
@@ -227,14 +228,10 @@ def _csv(verdicts: list[Verdict]) -> str:
         row["evidence"] = "; ".join(f"{k}: {val}" for k, val in v.evidence.items())
         row["time_share"] = "; ".join(f"{name} {part.share}" for name, part in v.by_class.items())
         row["episodes"] = "; ".join(
-            f"{_iso(e.start)}/{_iso(e.end)} {e.bottleneck} {e.confidence} {e.wasted_gpu_seconds}" for e in v.episodes
+            f"{when(e.start)}/{when(e.end)} {e.bottleneck} {e.confidence} {e.wasted_gpu_seconds}" for e in v.episodes
         )
         writer.writerow(row)
     return out.getvalue()
-
-
-def _iso(unix: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix))
 
 
 def _table(verdicts: list[Verdict], to_terminal: bool) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from gpulens.analyzer import frame as fr
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -122,6 +123,11 @@ class UnitKeys:
         unit, gpu = unit_key.astype(np.int64), gpu_key.astype(np.int64)
         return cls(unit, gpu, _order(unit, gpu, trace["timestamp"].to_numpy()))
 
+    def names(self, trace: pd.DataFrame) -> np.ndarray:
+        """The name of each unit code (codes are 0..n-1): "namespace/pod" or "gpu:node/gpu"."""
+        _, first_rows = np.unique(self.unit, return_index=True)
+        return unit_names(trace, first_rows)
+
 
 class _Rows:
     """The trace's rows in (unit, GPU, time) order, and where each unit's and each GPU's run starts."""
@@ -164,7 +170,10 @@ class _Rows:
         return _PerUnit(np.diff(self.ts)[same_gpu], self.row_unit[1:][same_gpu], len(self.unit_starts)).median()
 
     def column(self, name: str) -> np.ndarray:
-        values = self.trace[name].to_numpy()
+        return self.gather(self.trace[name].to_numpy())
+
+    def gather(self, values: np.ndarray) -> np.ndarray:
+        """Values in the trace's row order, put in this order."""
         return values if self.order is None else values[self.order]
 
     def order_of(self, positions: np.ndarray) -> np.ndarray:
@@ -182,8 +191,7 @@ class _Signals:
     def __init__(self, rows: _Rows, t: Thresholds):
         column = rows.column
         self.sm = column("sm_active")
-        act = np.where(np.isnan(self.sm), column("gr_engine_active"), self.sm)
-        self.act = np.where(np.isnan(act), column("gpu_util"), act)
+        self.act = rows.gather(fr.activity(rows.trace).to_numpy())
         self.has_activity = ~np.isnan(self.act)
         self.act0 = np.nan_to_num(self.act)
         self.busy = self.act0 >= t.idle_activity

@@ -42,6 +42,12 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[COLUMNS]
 
 
+def activity(trace: pd.DataFrame) -> pd.Series:
+    """Each sample's activity, 0-1: SM activity, else graphics-engine activity (MIG instances), else
+    utilization (no profiling fields): the one measure of work every signature and waste figure uses."""
+    return trace["sm_active"].fillna(trace["gr_engine_active"]).fillna(trace["gpu_util"])
+
+
 def write_trace(frame: pd.DataFrame, path: str | Path) -> None:
     """Write a trace (CSV, or Parquet by suffix) atomically: a crash never leaves half a file."""
     with atomic_output(path) as tmp:

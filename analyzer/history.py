@@ -19,8 +19,10 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer.classify import ClassShare, Episode, Verdict, classify, judge
-from gpulens.analyzer.features import UnitKeys, pod_features, unit_names
+from gpulens.analyzer import frame as fr
+from gpulens.analyzer.classify import ClassShare, Episode, Verdict, judge
+from gpulens.analyzer.features import UnitKeys, pod_features
+from gpulens.analyzer.readers import format_timestamp
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -37,12 +39,13 @@ def default_window(sample_seconds: float, t: Thresholds) -> tuple[float, float]:
     return window, window / 4
 
 
-def sample_interval(trace: pd.DataFrame) -> float:
-    """The median seconds between one GPU's consecutive samples, over a sample of GPUs (1.0 if none)."""
-    first = trace.groupby(["node", "gpu"], sort=False).head(200)
-    spacing = first.groupby(["node", "gpu"], sort=False)["timestamp"].diff().dropna()
-    spacing = spacing[spacing > 0]
-    return float(spacing.median()) if len(spacing) else 1.0
+def sample_interval(trace: pd.DataFrame, keys: UnitKeys) -> float:
+    """The median seconds between one GPU's consecutive samples, over the whole trace (1.0 if none)."""
+    ts, gpu = trace["timestamp"].to_numpy(), keys.gpu
+    if keys.order is not None:
+        ts, gpu = ts[keys.order], gpu[keys.order]
+    spacing = np.diff(ts)[gpu[1:] == gpu[:-1]]
+    return float(np.median(spacing)) if len(spacing) else 1.0
 
 
 def analyze(
@@ -59,19 +62,19 @@ def analyze(
     t = t or Thresholds()
     if trace.empty:
         return []
+    keys = UnitKeys.of(trace)
     if window is None or step is None:
-        auto_window, auto_step = default_window(sample_interval(trace), t)
+        auto_window, auto_step = default_window(sample_interval(trace, keys), t)
         window, step = window or auto_window, step or min(auto_step, window or auto_step)
     if step <= 0 or window <= 0 or step > window:
         raise ValueError(f"--step ({step:g} s) must be positive and at most --window ({window:g} s)")
     ts = trace["timestamp"].to_numpy()
     origin = float(ts.min())
     if float(ts.max()) - origin < window:
-        return classify(trace, t, prices)
+        return judge(pod_features(trace, t, keys=keys), t, prices)  # one window: classify()
     slot = ((ts - origin) // step).astype(np.int64)
     slots, per_window = int(slot.max()) + 1, max(1, round(window / step))
 
-    keys = UnitKeys.of(trace)
     # The verdict of the window ending with each slot, by unit.
     by_window: dict[str, dict[int, Verdict]] = defaultdict(dict)
     for offset in range(per_window):
@@ -89,7 +92,7 @@ def analyze(
 
 def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t: Thresholds) -> pd.DataFrame:
     """What each slot's own samples show, per unit: how many, when, mean activity, share idle."""
-    activity = trace["sm_active"].fillna(trace["gr_engine_active"]).fillna(trace["gpu_util"]).to_numpy()
+    activity = fr.activity(trace).to_numpy()
     stats = (
         pd.DataFrame(
             {
@@ -108,11 +111,10 @@ def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t:
             idle=("idle", "mean"),
         )
     )
-    unit_codes, first_rows = np.unique(keys.unit, return_index=True)
-    names = pd.Series(unit_names(trace, first_rows), index=unit_codes)
+    names = keys.names(trace)
     key = stats.index.to_numpy()
     stats["window"] = key % slots
-    stats.index = names.loc[key // slots].to_numpy()
+    stats.index = names[key // slots]
     return stats
 
 
@@ -163,10 +165,7 @@ def _history(
             idle_seconds += (0.0 if math.isnan(idle) else float(idle)) * covered
         start, end = float(ts_min), float(ts_max + verdict.sample_seconds)
         if episodes and episodes[-1].bottleneck == name and previous_slot == k - 1:
-            last = episodes[-1]
-            share = last.end - last.start
-            last.confidence = (last.confidence * share + verdict.confidence * (end - start)) / (share + end - start)
-            last.end, last.wasted_gpu_seconds = end, last.wasted_gpu_seconds + waste
+            episodes[-1].extend(end, verdict.confidence, waste)
             episode_seconds[-1] += covered
         else:
             episodes.append(Episode(name, start, end, verdict.confidence, waste))
@@ -175,18 +174,14 @@ def _history(
     total = sum(seconds.values())
     headline_class = headline(seconds, wasted, total, episodes, episode_seconds, t)
     base = latest[headline_class]
-    for e in episodes:
-        e.confidence, e.wasted_gpu_seconds = round(e.confidence, 2), round(e.wasted_gpu_seconds, 1)
-    by_class = {
-        name: ClassShare(round(seconds[name] / total, 4), round(wasted[name], 1), round(wasted[name] / 3600 * price, 4))
-        for name in sorted(seconds, key=lambda c: -seconds[c])
-    }
+    episodes = [e.rounded() for e in episodes]
+    by_class = class_shares(seconds, wasted, {name: waste / 3600 * price for name, waste in wasted.items()})
     span = episodes[-1].end - episodes[0].start
     gpus = sorted({gpu for v in windows.values() for gpu in v.gpus})
     evidence = {
         "history": f"{by_class[headline_class].share:.0%} of {total / len(gpus) / 3600:.1f} h sampled"
         + (f", wasting {wasted[headline_class] / 3600:.1f} GPU-h" if wasted[headline_class] else "")
-        + f"; latest: {episodes[-1].bottleneck} since {_iso(episodes[-1].start)}",
+        + f"; latest: {episodes[-1].bottleneck} since {format_timestamp(episodes[-1].start)}",
         **base.evidence,
     }
     all_waste = sum(wasted.values())
@@ -204,6 +199,15 @@ def _history(
         episodes=episodes,
         by_class=by_class,
     )
+
+
+def class_shares(seconds: dict[str, float], wasted: dict[str, float], cost: dict[str, float]) -> dict[str, ClassShare]:
+    """By class, longest first: its share of the covered GPU-seconds, the GPU-seconds and money it wasted."""
+    total = sum(seconds.values()) or 1.0
+    return {
+        name: ClassShare(round(seconds[name] / total, 4), round(wasted[name], 1), round(cost[name], 4))
+        for name in sorted(seconds, key=lambda c: -seconds[c])
+    }
 
 
 def headline(
@@ -234,7 +238,3 @@ def headline(
     if problems:
         return max(problems, key=lambda c: (wasted[c], seconds[c]))
     return max(seconds, key=lambda c: seconds[c])
-
-
-def _iso(unix: float) -> str:
-    return pd.Timestamp(unix, unit="s", tz="UTC").strftime("%Y-%m-%dT%H:%M:%SZ")

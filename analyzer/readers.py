@@ -59,6 +59,11 @@ def parse_timestamp(text: str) -> float:
     return value.timestamp()
 
 
+def format_timestamp(unix: float) -> str:
+    """RFC 3339 in UTC to the second ("2026-11-21T10:00:00Z"), as parse_timestamp reads it."""
+    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def read_trace(path: str | Path) -> pd.DataFrame:
     """Read a trace CSV or Parquet file, checking every value; raises TraceError on the first bad one."""
     path = Path(path)

@@ -14,7 +14,9 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import Verdict
+from gpulens.analyzer.features import UnitKeys
 from gpulens.core.bottlenecks import CLASSES
 
 #: One colour per class (colour-blind-safe where it matters: idle, serving and healthy differ in hue
@@ -161,19 +163,16 @@ def _series(trace: pd.DataFrame, verdicts: list[Verdict]) -> dict[str, pd.DataFr
     wanted = {_unit(v): v for v in verdicts}
     if trace.empty or not wanted:
         return {}
-    unit = np.where(
-        trace["pod"] == "",
-        "gpu:" + trace["node"] + "/" + trace["gpu"],
-        trace["namespace"] + "/" + trace["pod"],
-    )
-    rows = trace[np.isin(unit, list(wanted))]
-    unit = unit[np.isin(unit, list(wanted))]
-    activity = rows["sm_active"].fillna(rows["gr_engine_active"]).fillna(rows["gpu_util"])
+    keys = UnitKeys.of(trace)
+    names = keys.names(trace)
+    drawn = np.isin(names, list(wanted))[keys.unit]
+    rows = trace[drawn]
+    unit = names[keys.unit[drawn]]
     frame = pd.DataFrame(
         {
             "unit": unit,
             "ts": rows["timestamp"].to_numpy(),
-            "activity": activity.to_numpy(),
+            "activity": fr.activity(rows).to_numpy(),
             "memory": (rows["memory_used_bytes"] / rows["memory_total_bytes"]).to_numpy(),
         }
     )

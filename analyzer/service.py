@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from gpulens.analyzer.classify import ClassShare, Episode, Verdict, classify
+from gpulens.analyzer.history import class_shares
 from gpulens.analyzer.history import headline as headline_of
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.core import metrics as m
@@ -61,14 +62,11 @@ class PodHistory:
     def add(self, v: Verdict, start: float, end: float, gpu_seconds: float, wasted: float, cost: float) -> None:
         last = self.episodes[-1] if self.episodes else None
         if last is not None and last.bottleneck == v.bottleneck and start - last.end <= 1e-6:
-            span = last.end - last.start
-            last.confidence = round((last.confidence * span + v.confidence * (end - start)) / (span + end - start), 2)
-            last.end = end
-            last.wasted_gpu_seconds = round(last.wasted_gpu_seconds + wasted, 1)
+            last.extend(end, v.confidence, wasted)
             self.seconds[-1] += gpu_seconds
             self.cost[-1] += cost
         else:
-            self.episodes.append(Episode(v.bottleneck, start, end, v.confidence, round(wasted, 1)))
+            self.episodes.append(Episode(v.bottleneck, start, end, v.confidence, wasted))
             self.seconds.append(gpu_seconds)
             self.cost.append(cost)
 
@@ -90,12 +88,7 @@ class PodHistory:
         return seconds, wasted, cost
 
     def by_class(self) -> dict[str, ClassShare]:
-        seconds, wasted, cost = self._totals()
-        total = sum(seconds.values()) or 1.0
-        return {
-            name: ClassShare(round(seconds[name] / total, 4), round(wasted[name], 1), round(cost[name], 4))
-            for name in sorted(seconds, key=lambda c: -seconds[c])
-        }
+        return class_shares(*self._totals())
 
     def headline(self, t: Thresholds) -> str:
         seconds, wasted, _ = self._totals()
@@ -212,7 +205,7 @@ class AnalyzerService:
                     "node": unit[2],
                     "headline": past.headline(self.thresholds),
                     "by_class": {name: asdict(part) for name, part in past.by_class().items()},
-                    "episodes": [asdict(e) for e in past.episodes],
+                    "episodes": [asdict(e.rounded()) for e in past.episodes],
                 }
                 for unit, past in sorted(self.history.items())
             ],

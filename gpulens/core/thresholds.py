@@ -32,8 +32,8 @@ class Thresholds:
     #: requests, or a notebook between cells, pausing rather than done. (proposal)
     idle_sustained_share: float = 0.5
     #: ... or quiet this many times longer than the longest pause while it worked (a notebook's last
-    #: cell long ago). Of Poisson arrivals, the quiet after the last request is this much longer than
-    #: every gap before it with a chance under 1/N^3 for N requests. (proposal)
+    #: cell long ago): for requests arriving at random, a quiet spell four times the longest gap before
+    #: it is rare, so the work stopped. (proposal; gpulens eval: no serving replica called idle)
     idle_pause_factor: float = 4.0
     # --- data starvation (tool: SageMaker Debugger LowGPUUtilization: p95 > 70% and p5 < 10%) ----
     starvation_high: float = 0.7
