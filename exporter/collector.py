@@ -92,6 +92,11 @@ class ExporterCollector:
                     out.add(m.SM_ACTIVE_SECONDS, ids, counters.sm_active)
                 for reason, seconds in counters.clock_events.items():
                     out.add(m.CLOCK_EVENT_SECONDS, ids + (reason,), seconds)
+            shape = snapshot.shapes.get(d.uuid)
+            if shape is not None and shape.count:
+                out.add_histogram(m.ACTIVITY, ids, shape)
+                out.add(m.ACTIVITY_TRANSITIONS, ids, shape.transitions)
+                out.add(m.STEADY_BURSTS, ids, shape.steady_bursts)
         for (metric, source), count in sorted(fed_by.items()):
             out.add(m.METRIC_SOURCE, (metric, source), count)
         gpu_of = {d.uuid: d.gpu for d in node.devices if d.up}
@@ -150,6 +155,9 @@ class ExporterCollector:
         for (uuid, pod), seconds in snapshot.pod_counters.items():
             if uuid in gpu_of:
                 out.add(m.POD_BUSY_SECONDS, (gpu_of[uuid], uuid, pod.namespace, pod.pod, pod.container), seconds)
+        for (uuid, pod), shape in snapshot.pod_shapes.items():
+            if uuid in gpu_of and shape.count:
+                out.add_histogram(m.POD_ACTIVITY, (gpu_of[uuid], uuid, pod.namespace, pod.pod, pod.container), shape)
 
 
 _NO_POD = PodRef("", "", "")

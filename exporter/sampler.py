@@ -17,15 +17,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 
 from gpulens.core import metrics as m
+from gpulens.core.activity import ActivityShape, ShapeCounts
 from gpulens.core.pods import PodRef
 from gpulens.core.status import CollectorStatus, ProblemLog
 from gpulens.core.thresholds import IDLE_ACTIVITY
 from gpulens.exporter.attribution.attributor import Attribution, Resolved, resolve
-from gpulens.exporter.sources.base import NodeSample, Source
+from gpulens.exporter.sources.base import NodeSample, ProcessSample, Source
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,9 @@ class Snapshot:
     # Busy seconds per (device uuid, pod), for pods holding the device or running processes on it.
     pod_counters: dict[tuple[str, PodRef], float] = field(default_factory=dict)
     attribution: Resolved | None = None  # None: no attribution configured
+    #: The shape of each device's activity (by uuid) and each pod's on a device, since the start.
+    shapes: dict[str, ShapeCounts] = field(default_factory=dict)
+    pod_shapes: dict[tuple[str, PodRef], ShapeCounts] = field(default_factory=dict)
 
 
 class Sampler:
@@ -84,7 +88,11 @@ class Sampler:
         self._device_counters: dict[str, DeviceCounters] = {}
         self._process_counters: dict[tuple[str, int], ProcessCounters] = {}
         self._pod_counters: dict[tuple[str, PodRef], float] = {}
+        self._shapes: dict[str, ActivityShape] = {}
+        self._pod_shapes: dict[tuple[str, PodRef], ActivityShape] = {}
         self._last_seen: dict[str, float] = {}
+        #: The timestamp of the last driver sample integrated, per device uuid and per (uuid, pod).
+        self._last_sample: dict[object, float] = {}
         self._status = CollectorStatus()
         self._problems = ProblemLog(log)
         self._stop = threading.Event()
@@ -105,15 +113,7 @@ class Sampler:
         except Exception as e:  # the source as a whole failed this tick; keep the last good data
             self._status = CollectorStatus(False, self.clock() - started, self._status.failures + 1)
             self._problems.problem("source", f"{self.source.name} source failed: {e}; serving the last good sample")
-            self.snapshot = Snapshot(
-                self.snapshot.node,
-                self.snapshot.taken_at,
-                self.snapshot.device_counters,
-                self.snapshot.process_counters,
-                self._collectors(),
-                self.snapshot.pod_counters,
-                self.snapshot.attribution,
-            )
+            self.snapshot = replace(self.snapshot, collectors=self._collectors())
             return self.snapshot
         resolved = self._attribute(node)
         now = self.clock()
@@ -128,6 +128,8 @@ class Sampler:
             self._collectors(),
             dict(self._pod_counters),
             resolved,
+            {uuid: shape.counts() for uuid, shape in self._shapes.items()},
+            {key: shape.counts() for key, shape in self._pod_shapes.items()},
         )
         if self.on_sample is not None:
             self.on_sample(self.snapshot)
@@ -152,16 +154,27 @@ class Sampler:
         for device in node.devices:
             if not device.up:
                 self._last_seen.pop(device.uuid, None)
+                self._last_sample.pop(device.uuid, None)
                 continue
             previous = self._last_seen.get(device.uuid)
             self._last_seen[device.uuid] = now
             dt = 0.0 if previous is None or now - previous > max_gap else now - previous
             counters = self._device_counters.setdefault(device.uuid, DeviceCounters())
+            shape = self._shapes.setdefault(device.uuid, ActivityShape())
+            if dt == 0.0:
+                shape.gap()
             activity = device.activity()
-            if activity is not None:
+            if device.activity_samples is not None:
+                # The driver's own samples: busy time exact at its rate, each sample in the shape once.
+                for value, seconds in self._each_sample(device.uuid, device.activity_samples, shape, max_gap):
+                    counters.busy += value * seconds
+                    if value < IDLE_ACTIVITY:
+                        counters.idle += seconds
+            elif activity is not None:
                 counters.busy += activity * dt
                 if activity < IDLE_ACTIVITY:
                     counters.idle += dt
+                shape.observe(now, activity)
             sm_active = device.get(m.SM_ACTIVE)
             if sm_active is not None:
                 counters.sm_active = (counters.sm_active or 0.0) + sm_active * dt
@@ -169,6 +182,7 @@ class Sampler:
                 for reason, bit in m.CLOCK_EVENT_REASONS.items():
                     seconds = counters.clock_events.get(reason, 0.0)
                     counters.clock_events[reason] = seconds + (dt if device.clock_event_reasons & bit else 0.0)
+            self._observe_pods(device.uuid, device.processes, now, dt, max_gap)
             for process in device.processes:
                 key = (device.uuid, process.pid)
                 live_processes.add(key)
@@ -193,6 +207,49 @@ class Sampler:
                 del self._pod_counters[pod_key]
         for pod_key in live_pods:
             self._pod_counters.setdefault(pod_key, 0.0)
+        for pod_key in list(self._pod_shapes):
+            if pod_key not in live_pods:
+                del self._pod_shapes[pod_key]
+                self._last_sample.pop(pod_key, None)
+
+    def _each_sample(
+        self, key: object, samples: list[tuple[float, float]], shape: ActivityShape, max_gap: float
+    ) -> Iterator[tuple[float, float]]:
+        """Put driver samples in `shape`, yielding (value, seconds it stands for) for each one whose
+        predecessor is known and near: the first sample, and one after a gap, stand for no time."""
+        previous = self._last_sample.get(key)
+        for timestamp, value in samples:
+            if previous is not None and timestamp <= previous:
+                continue  # already seen (a source that cannot filter by timestamp)
+            if previous is not None and timestamp - previous > max_gap:
+                shape.gap()
+                previous = None
+            shape.observe(timestamp, value)
+            if previous is not None:
+                yield value, timestamp - previous
+            previous = timestamp
+        if previous is not None:
+            self._last_sample[key] = previous
+
+    def _observe_pods(self, uuid: str, processes: list[ProcessSample], now: float, dt: float, max_gap: float) -> None:
+        """Each pod's share of the device, per driver sample (summed over its processes), in its shape."""
+        by_pod: dict[PodRef, dict[float, float]] = {}
+        for process in processes:
+            if process.pod is None:
+                continue
+            samples = process.samples
+            if samples is None:
+                samples = [] if process.utilization is None else [(now, process.utilization)]
+            pod_samples = by_pod.setdefault(process.pod, {})
+            for timestamp, value in samples:
+                pod_samples[timestamp] = pod_samples.get(timestamp, 0.0) + value
+        for pod, samples_by_time in by_pod.items():
+            key = (uuid, pod)
+            shape = self._pod_shapes.setdefault(key, ActivityShape())
+            if dt == 0.0:
+                shape.gap()
+            for _ in self._each_sample(key, sorted(samples_by_time.items()), shape, max_gap):
+                pass
 
     def run(self) -> None:
         """Sample at a fixed rate until stop(). Ticks missed because a sample overran are skipped,

@@ -364,3 +364,64 @@ def test_scrape_while_state_changes_constantly_never_fails(fake_nvml):
         stop.set()
         writer.join()
         exporter.stop()
+
+
+def _sample_list(start_us: int, values: list[int], spacing_us: int = 166_667) -> str:
+    """The fake's util_samples value: <CPU time in us>:<percent>, oldest first."""
+    return ",".join(f"{start_us + i * spacing_us}:{v}" for i, v in enumerate(values))
+
+
+def test_every_driver_sample_counts_once_at_the_drivers_own_rate(fake_nvml):
+    gpu = captures.h100_under_load()
+    start = 1_900_000_000_000_000  # CPU time in us; the driver's, not ours
+    gpu["util_samples"] = _sample_list(start, [0])
+    fake_nvml.write([gpu])
+    exporter, url = start_nvml_exporter(fake_nvml)
+    uuid = gpu["uuid"]
+
+    def activity():
+        parsed = samples(requests.get(url + "/metrics").text)
+        count = value(parsed, "gpulens_gpu_activity_ratio_count", uuid=uuid)
+        return parsed if count else None
+
+    try:
+        time.sleep(0.5)  # the first read only learns how far the buffer goes: nothing of it is counted
+        assert activity() is None
+        # A starving training step every second: 2 busy samples of 1/6 s, then 4 idle ones, four times.
+        steps = [100, 100, 0, 0, 0, 0] * 4
+        gpu["util_samples"] = _sample_list(start, [0] + steps)
+        fake_nvml.write([gpu])
+        parsed = wait_until(activity, 10, what="the new samples to be counted")
+        time.sleep(0.5)  # five more reads, each answered NVML_ERROR_NOT_FOUND: nothing new to count
+        parsed = samples(requests.get(url + "/metrics").text)
+        bucket = {
+            labels_le: v
+            for (name, labels), v in parsed.items()
+            if name == "gpulens_gpu_activity_ratio_bucket"
+            for labels_le in [dict(labels)["le"]]
+        }
+        assert bucket == {"0.01": 16, "0.1": 16, "0.3": 16, "0.5": 16, "0.7": 16, "0.9": 16, "+Inf": 24}
+        assert value(parsed, "gpulens_gpu_activity_ratio_sum", uuid=uuid) == 8.0
+        # 4 falls and 3 rises (the sample before the first burst was the buffer's, not ours); rises
+        # 1 s apart: the second has a period, the third repeats it.
+        assert value(parsed, "gpulens_gpu_activity_transitions_total", uuid=uuid) == 7
+        assert value(parsed, "gpulens_gpu_steady_bursts_total", uuid=uuid) == 1
+        # Busy time at the driver's rate: 8 busy samples of 1/6 s each (the first stands for no time,
+        # having no predecessor of ours), where a read of the gauge once a second sees 0.
+        assert value(parsed, "gpulens_gpu_busy_seconds_total", uuid=uuid) == pytest.approx(7 * 0.166667, abs=1e-6)
+        assert value(parsed, "gpulens_gpu_idle_seconds_total", uuid=uuid) == pytest.approx(16 * 0.166667, abs=1e-6)
+        assert value(parsed, "gpulens_gpu_utilization_ratio", uuid=uuid) == 0.0  # the newest sample
+        # The driver keeps its last 120 samples: 200 more while nobody read leave 120 to count.
+        gpu["util_samples"] = _sample_list(start, [0] + steps + [100] * 200)
+        fake_nvml.write([gpu])
+        wait_until(
+            lambda: (
+                value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_activity_ratio_count", uuid=uuid)
+                == 24 + 120
+            ),
+            10,
+            what="the ring's 120 samples to be counted",
+        )
+        assert "nvmlDeviceGetSamples failed" not in exporter.log
+    finally:
+        exporter.stop()

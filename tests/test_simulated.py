@@ -154,19 +154,26 @@ def test_sampler_integrates_busy_and_idle_seconds_exactly():
     source = SimulatedSource(node, clock=clock)
     sampler = Sampler(source, interval=0.5, clock=clock)
     expected_busy = expected_sm = expected_idle = 0.0
+    driver_samples: list[tuple[float, float]] = []
     sampler.tick()
     for _ in range(200):
         clock.now += 0.5
         snapshot = sampler.tick()
         starving = snapshot.node.devices[0]
-        expected_busy += starving.get(m.UTILIZATION) * 0.5
+        driver_samples += starving.activity_samples
         expected_sm += starving.get(m.SM_ACTIVE) * 0.5
-        expected_idle += 0.5 if starving.get(m.UTILIZATION) < 0.01 else 0.0
+    # Busy and idle time come from the driver's own samples, each standing for the time since the one
+    # before (the very first has none): 1/6 s resolution, not the sampler's 0.5 s.
+    for (before, _), (at, value) in zip(driver_samples, driver_samples[1:], strict=False):
+        expected_busy += value * (at - before)
+        expected_idle += (at - before) if value < 0.01 else 0.0
+    assert len(driver_samples) == 600
+    assert driver_samples[1][0] - driver_samples[0][0] == pytest.approx(1 / 6)
     counters = snapshot.device_counters
     assert counters[node.gpus[0].uuid].busy == pytest.approx(expected_busy)
     assert counters[node.gpus[0].uuid].sm_active == pytest.approx(expected_sm)
     assert counters[node.gpus[0].uuid].idle == pytest.approx(expected_idle)
-    assert counters[node.gpus[1].uuid].idle == pytest.approx(100.0)  # idle the whole 100 s
+    assert counters[node.gpus[1].uuid].idle == pytest.approx(100.0 - 1 / 6)  # idle the whole 100 s but the first sample
     assert counters[node.gpus[1].uuid].clock_events["gpu_idle"] == pytest.approx(100.0)
 
 
@@ -179,7 +186,10 @@ def test_sampler_does_not_invent_time_across_a_gap():
     sampler.tick()
     clock.now += 30.0  # the source hung for 30 s
     snapshot = sampler.tick()
-    assert snapshot.device_counters[node.gpus[0].uuid].idle == pytest.approx(1.0)
+    # The driver kept its last 120 samples (20 s) meanwhile: those count, each for 1/6 s, but the 10 s
+    # before the oldest of them are nobody's to invent. Before the hang: 1 s less the first sample.
+    assert len(snapshot.node.devices[0].activity_samples) == 120
+    assert snapshot.device_counters[node.gpus[0].uuid].idle == pytest.approx(5 / 6 + 119 / 6)
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,9 @@ class ProcessSample:
     utilization: float | None
     pod: PodRef | None = None
     container_id: str = ""
+    #: The driver's per-process samples since the last read: (unix seconds, SM share 0-1), oldest first;
+    #: None where the source has none (the sampler then takes `utilization` once per tick).
+    samples: list[tuple[float, float]] | None = None
 
 
 @dataclass
@@ -55,6 +58,10 @@ class DeviceSample:
     values: dict[m.MetricSpec, dict[Labels, float]] = field(default_factory=dict)
     processes: list[ProcessSample] = field(default_factory=list)
     clock_event_reasons: int | None = None
+    #: Every activity sample the driver kept since the last read: (unix seconds, activity 0-1), oldest
+    #: first, at the driver's own rate (nvmlDeviceGetSamples). None where the driver keeps none: the
+    #: sampler then takes activity() once per tick.
+    activity_samples: list[tuple[float, float]] | None = None
     # Which source fed a metric, where it is not the node's main source (DCGM filling NVML's gaps).
     sources: dict[m.MetricSpec, str] = field(default_factory=dict)
 

@@ -37,6 +37,8 @@ _GPM_METRICS = {
     12: m.FP32_ACTIVE,  # NVML_GPM_METRIC_FP32_UTIL
     13: m.FP16_ACTIVE,  # NVML_GPM_METRIC_FP16_UTIL
 }
+#: Which member of the nvmlValue_t union holds a sample, by nvmlValueType_t (utilization: unsigned int).
+_SAMPLE_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 #: GPM needs two samples at least this far apart (NVML documentation: more than 100 ms).
 _GPM_MIN_SPACING_SECONDS = 0.1
 
@@ -63,7 +65,19 @@ class _Device:
     gpm_previous: object = None  # the last GPM sample, kept for the next tick's delta
     gpm_previous_at: float = 0.0
     process_timestamp: int = 0  # nvmlDeviceGetProcessUtilization lastSeenTimeStamp (us)
+    #: nvmlDeviceGetSamples lastSeenTimeStamp (us) per sampling type; absent until the first read.
+    samples_seen: dict[int, int] = field(default_factory=dict)
+    samples_unsupported: set[int] = field(default_factory=set)  # sampling types the driver refused
+    utilization: float | None = None  # the newest utilization sample seen (ratio), for the gauge
+    memory_utilization: float | None = None
     static: dict = field(default_factory=dict)
+
+    def carry_over(self, previous: _Device) -> None:
+        """Keep what the driver's sample buffers were last read up to, across a rediscovery."""
+        self.process_timestamp = previous.process_timestamp
+        self.samples_seen = previous.samples_seen
+        self.samples_unsupported = previous.samples_unsupported
+        self.utilization, self.memory_utilization = previous.utilization, previous.memory_utilization
 
 
 class NvmlSource(Source):
@@ -160,6 +174,9 @@ class NvmlSource(Source):
                 gpu.pci_bus_id = gpu.pci_bus_id.decode()
             mig = self._optional(nvml.nvmlDeviceGetMigMode, handle)
             gpu.mig_mode = "enabled" if mig and mig[0] == nvml.NVML_DEVICE_MIG_ENABLE else "disabled"
+            previous = known.get(gpu.gpu)
+            if previous is not None and previous.uuid == uuid:
+                gpu.carry_over(previous)
             gpu.gpm_supported = self._gpm_supported(handle)
             devices.append(gpu)
             if gpu.mig_mode == "enabled":
@@ -261,7 +278,9 @@ class NvmlSource(Source):
     def _read(self, d: _Device, s: DeviceSample) -> None:
         nvml, h, call = self.nvml, d.handle, self.call
         instance = d.mig_mode == "instance"
-        if not instance:
+        if d.mig_mode == "disabled" and nvml.NVML_GPU_UTILIZATION_SAMPLES not in d.samples_unsupported:
+            self._read_utilization_samples(d, s)
+        if not instance and s.activity_samples is None:
             util = call(d, nvml.nvmlDeviceGetUtilizationRates, h)
             if util is not None and d.mig_mode != "enabled":
                 s.set(m.UTILIZATION, util.gpu / 100)
@@ -275,6 +294,59 @@ class NvmlSource(Source):
         if not instance:
             self._read_board(d, s)
         self._read_processes(d, s)
+
+    def _read_utilization_samples(self, d: _Device, s: DeviceSample) -> None:
+        """Every utilization sample the driver kept since the last read (it samples every 1/6 s to 1 s,
+        by product): exact busy time, and the shape of the activity, at the driver's own rate. The
+        gauges show the newest sample. Where the driver keeps none, activity_samples stays None and the
+        caller reads nvmlDeviceGetUtilizationRates once per tick instead."""
+        nvml = self.nvml
+        gpu = self._samples(d, nvml.NVML_GPU_UTILIZATION_SAMPLES)
+        if gpu is None:
+            return
+        s.activity_samples = gpu
+        if gpu:
+            d.utilization = gpu[-1][1]
+        memory = None
+        if nvml.NVML_MEMORY_UTILIZATION_SAMPLES not in d.samples_unsupported:
+            memory = self._samples(d, nvml.NVML_MEMORY_UTILIZATION_SAMPLES)
+        if memory:
+            d.memory_utilization = memory[-1][1]
+        elif memory is None:
+            rates = self.call(d, nvml.nvmlDeviceGetUtilizationRates, d.handle)
+            d.memory_utilization = None if rates is None else rates.memory / 100
+        s.set(m.UTILIZATION, d.utilization)
+        s.set(m.MEMORY_CONTROLLER_UTILIZATION, d.memory_utilization)
+
+    def _samples(self, d: _Device, kind: int) -> list[tuple[float, float]] | None:
+        """nvmlDeviceGetSamples: the samples newer than the last read, as (unix seconds, ratio), oldest
+        first; [] when there is nothing new (NVML_ERROR_NOT_FOUND) or on the first read (what the driver
+        kept before the exporter started is not ours to count); None when the driver cannot."""
+        nvml = self.nvml
+        seen = d.samples_seen.get(kind)
+        try:
+            value_type, samples = nvml.nvmlDeviceGetSamples(d.handle, kind, seen or 0)
+        except nvml.NVMLError as e:
+            if e.value == nvml.NVML_ERROR_NOT_FOUND:
+                d.samples_seen.setdefault(kind, 0)  # an empty buffer: whatever comes next is new
+                return []
+            if e.value == nvml.NVML_ERROR_GPU_IS_LOST:
+                raise DeviceLost() from e
+            if e.value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                d.samples_unsupported.add(kind)
+            else:
+                self._problems.problem(f"{d.uuid}:samples", f"GPU {d.gpu}: nvmlDeviceGetSamples failed: {e}")
+            return None
+        field = _SAMPLE_VALUE_FIELDS.get(value_type, "uiVal")
+        newest = max((sample.timeStamp for sample in samples), default=seen or 0)
+        d.samples_seen[kind] = max(newest, seen or 0)
+        if seen is None:
+            return []
+        return sorted(
+            (sample.timeStamp / 1e6, getattr(sample.sampleValue, field) / 100)
+            for sample in samples
+            if sample.timeStamp > seen
+        )
 
     def _read_board(self, d: _Device, s: DeviceSample) -> None:
         """What only a physical GPU has: links, clocks, power, temperature, errors."""
@@ -379,11 +451,17 @@ class NvmlSource(Source):
         if processes is None:
             return
         shares: dict[int, list[int]] | None = None
+        samples: dict[int, list[tuple[float, float]]] = {}
+        # The first read returns whatever the driver kept before the exporter started: averaged into
+        # the gauge, but not samples of ours.
+        seen = d.process_timestamp
         if processes and d.mig_mode != "instance":  # NVML has no per-process utilization on MIG
             shares = {}
             try:
-                for u in nvml.nvmlDeviceGetProcessUtilization(h, d.process_timestamp):
+                for u in nvml.nvmlDeviceGetProcessUtilization(h, seen):
                     shares.setdefault(u.pid, []).append(u.smUtil)
+                    if seen and u.timeStamp > seen:
+                        samples.setdefault(u.pid, []).append((u.timeStamp / 1e6, u.smUtil / 100))
                     d.process_timestamp = max(d.process_timestamp, u.timeStamp)
             except nvml.NVMLError as e:
                 if e.value == nvml.NVML_ERROR_GPU_IS_LOST:
@@ -400,7 +478,13 @@ class NvmlSource(Source):
                 pid_shares = shares.get(p.pid)
                 utilization = sum(pid_shares) / len(pid_shares) / 100 if pid_shares else 0.0
             s.processes.append(
-                ProcessSample(pid=p.pid, command=name, memory_used_bytes=p.usedGpuMemory, utilization=utilization)
+                ProcessSample(
+                    pid=p.pid,
+                    command=name,
+                    memory_used_bytes=p.usedGpuMemory,
+                    utilization=utilization,
+                    samples=sorted(samples.get(p.pid, [])) if shares is not None and seen else None,
+                )
             )
         if len(self._process_names) > 4096:  # PIDs are reused; forget names now and then
             self._process_names.clear()

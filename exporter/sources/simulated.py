@@ -21,9 +21,16 @@ from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSampl
 from gpulens.simulator.fleet import CPU_LIMIT_CORES, SimNode
 from gpulens.simulator.workloads import PROFILES, Activity, SimGpu
 
+#: Seconds between the simulated driver's utilization samples (NVML: 1/6 s to 1 s by product; data-centre
+#: GPUs sample at the fast end), in simulated time.
+DRIVER_SAMPLE_SECONDS = 1 / 6
+#: The driver keeps this many samples; older ones are gone if nobody reads them in time.
+DRIVER_SAMPLE_RING = 120
+
 
 class SimulatedSource(Source):
-    """Serves one simulated node as if it were NVML on that node."""
+    """Serves one simulated node as if it were NVML on that node, with the driver's utilization
+    samples (nvmlDeviceGetSamples) every DRIVER_SAMPLE_SECONDS of simulated time."""
 
     name = "simulated"
 
@@ -35,6 +42,7 @@ class SimulatedSource(Source):
         self._real_clock = clock
         self._started = clock()
         self._last: float | None = None
+        self._sampled_until: float | None = None  # simulated time of the last driver sample taken
         # Cumulative hardware counters the simulator integrates from rates, per GPU index.
         self._counters = {
             g.index: {"pcie_tx": 0.0, "pcie_rx": 0.0, "nvlink_tx": 0.0, "nvlink_rx": 0.0, "energy": 0.0, "xid": 0.0}
@@ -53,12 +61,21 @@ class SimulatedSource(Source):
         elapsed = 1.0 if self._last is None else max(now - self._last, 1e-3)
         self._last = now
         window = min(elapsed, 1.0)  # NVML averages over at most ~1 s
+        sample_times = self._driver_sample_times(now)
         devices = []
         for g in self.node.gpus:
             activity = PROFILES[g.profile](g, now, window)
             if g.pod is not None and g.role == 0:
                 self._cpu_seconds[g.pod] += activity.cpu_fraction * CPU_LIMIT_CORES * elapsed / self.speed
-            devices.append(self._device(g, activity, elapsed))
+            device = self._device(g, activity, elapsed)
+            if device.up:
+                device.activity_samples = [
+                    (self._real_time(t), round(PROFILES[g.profile](g, t, DRIVER_SAMPLE_SECONDS).busy, 2))
+                    for t in sample_times
+                ]
+                for process in device.processes:
+                    process.samples = device.activity_samples
+            devices.append(device)
         topology = []
         for a in self.node.gpus:
             for b in self.node.gpus:
@@ -66,6 +83,22 @@ class SimulatedSource(Source):
                     level = "host_bridge" if a.numa_node == b.numa_node else "system"
                     topology.append((a.uuid, b.uuid, level))
         return NodeSample(devices, driver_version="550.90.07", nvml_version="12.550.90.07", topology=topology)
+
+    def _driver_sample_times(self, now: float) -> list[float]:
+        """Simulated times of the driver samples taken since the last read (none on the first read, as
+        the exporter ignores what the driver kept before it started)."""
+        if self._sampled_until is None:
+            self._sampled_until = now
+            return []
+        count = int((now - self._sampled_until) / DRIVER_SAMPLE_SECONDS + 1e-9)
+        times = [self._sampled_until + (k + 1) * DRIVER_SAMPLE_SECONDS for k in range(count)]
+        if times:
+            self._sampled_until = times[-1]
+        return times[-DRIVER_SAMPLE_RING:]
+
+    def _real_time(self, simulated: float) -> float:
+        """The real clock's time at a simulated time: what the driver stamps its samples with."""
+        return self._started + (simulated - self._started) / self.speed
 
     def _device(self, g: SimGpu, a: Activity, elapsed: float) -> DeviceSample:
         model = g.model

@@ -11,10 +11,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from gpulens.core import metrics as m
+from gpulens.core.activity import BUCKETS, ShapeCounts
+
+#: The `le` label values of the activity histograms, as prometheus_client writes them.
+_LE = tuple(floatToGoString(b) for b in BUCKETS)
 
 
 class Families:
@@ -22,12 +26,26 @@ class Families:
 
     def __init__(self):
         self._rows: dict[m.MetricSpec, list[tuple[tuple[str, ...], float]]] = {}
+        self._histograms: dict[m.MetricSpec, list[tuple[tuple[str, ...], ShapeCounts]]] = {}
 
     def add(self, spec: m.MetricSpec, label_values: tuple[str, ...], value: float) -> None:
         self._rows.setdefault(spec, []).append((label_values, value))
 
+    def add_histogram(self, spec: m.MetricSpec, label_values: tuple[str, ...], counts: ShapeCounts) -> None:
+        """An activity histogram (buckets core.activity.BUCKETS) with the counts of one device or pod."""
+        self._histograms.setdefault(spec, []).append((label_values, counts))
+
     def metric_families(self) -> Iterator[Metric]:
         for spec in m.ALL:
+            if spec.type == "histogram":
+                histograms = self._histograms.get(spec)
+                if histograms:
+                    histogram = HistogramMetricFamily(spec.family_name, spec.help, labels=spec.labels)
+                    for label_values, counts in histograms:
+                        buckets = list(zip(_LE, counts.cumulative(), strict=True))
+                        histogram.add_metric(label_values, buckets, counts.sum)
+                    yield histogram
+                continue
             rows = self._rows.get(spec)
             if rows:
                 cls = CounterMetricFamily if spec.type == "counter" else GaugeMetricFamily
@@ -42,6 +60,12 @@ class Families:
         the cost: label names are validated once by the metric table's tests, not per sample."""
         out = []
         for spec in m.ALL:
+            if spec.type == "histogram":
+                if spec in self._histograms:
+                    out.append(_text_layout(spec)[0])
+                    for label_values, counts in self._histograms[spec]:
+                        _histogram_text(spec, label_values, counts, out)
+                continue
             rows = self._rows.get(spec)
             if not rows:
                 continue
@@ -53,6 +77,33 @@ class Families:
                 out.append(prefix + floatToGoString(value) + "\n")
         return "".join(out)
 
+
+def _histogram_text(spec: m.MetricSpec, label_values: tuple[str, ...], counts: ShapeCounts, out: list[str]) -> None:
+    """The _bucket, _count and _sum lines of one histogram series, as prometheus_client orders them."""
+    prefixes = _histogram_prefixes.get((spec, label_values))
+    if prefixes is None:
+        names = (*spec.labels, "le")
+        order = sorted(range(len(names)), key=lambda i: names[i])
+        buckets = []
+        for le in _LE:
+            values = (*label_values, le)
+            labels = ",".join(f'{names[i]}="{_escape(values[i])}"' for i in order)
+            buckets.append(f"{spec.name}_bucket{{{labels}}} ")
+        _, sorted_names, label_order = _text_layout(spec)
+        plain = ",".join(f'{sorted_names[i]}="{_escape(label_values[j])}"' for i, j in enumerate(label_order))
+        braces = f"{{{plain}}}" if plain else ""
+        prefixes = (tuple(buckets), f"{spec.name}_count{braces} ", f"{spec.name}_sum{braces} ")
+        if len(_histogram_prefixes) >= _SERIES_PREFIX_LIMIT:
+            _histogram_prefixes.clear()
+        _histogram_prefixes[(spec, label_values)] = prefixes
+    bucket_prefixes, count_prefix, sum_prefix = prefixes
+    for prefix, value in zip(bucket_prefixes, counts.cumulative(), strict=True):
+        out.append(prefix + floatToGoString(value) + "\n")
+    out.append(count_prefix + floatToGoString(counts.count) + "\n")
+    out.append(sum_prefix + floatToGoString(counts.sum) + "\n")
+
+
+_histogram_prefixes: dict[tuple[m.MetricSpec, tuple[str, ...]], tuple[tuple[str, ...], str, str]] = {}
 
 # Formatted `name{labels} ` per series. The same series come back scrape after scrape, so formatting
 # them once is most of the render cost saved; the cache is dropped when it grows past any real node.
@@ -77,7 +128,7 @@ def _series_prefix(spec: m.MetricSpec, label_values: tuple[str, ...]) -> str:
 def _text_layout(spec: m.MetricSpec) -> tuple[str, tuple[str, ...], tuple[int, ...]]:
     """HELP/TYPE lines and the label order (sorted by name, as prometheus_client writes them)."""
     help_text = spec.help.replace("\\", r"\\").replace("\n", r"\n")
-    kind = "counter" if spec.type == "counter" else "gauge"
+    kind = spec.type if spec.type in ("counter", "histogram") else "gauge"
     header = f"# HELP {spec.name} {help_text}\n# TYPE {spec.name} {kind}\n"
     order = tuple(sorted(range(len(spec.labels)), key=lambda i: spec.labels[i]))
     return header, tuple(spec.labels[i] for i in order), order

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpulens.core import activity
 from gpulens.core.bottlenecks import CLASSES
 from gpulens.core.thresholds import IDLE_ACTIVITY
 
@@ -39,7 +40,7 @@ class MetricSpec:
     """
 
     name: str
-    type: str  # "gauge" | "counter" | "info"
+    type: str  # "gauge" | "counter" | "histogram" (labels without `le`, which the exposition adds)
     unit: str
     help: str
     labels: tuple[str, ...]
@@ -203,6 +204,38 @@ IDLE_SECONDS = _spec(
     "seconds",
     f"Seconds in which the device did no work (activity under {IDLE_ACTIVITY}).",
     f"sampler: sum of sample intervals with activity < {IDLE_ACTIVITY}",
+)
+
+# The shape of activity between scrapes (see core/activity.py): what a scrape's average hides.
+_BUCKETS = ", ".join(f"{b:g}" for b in activity.BUCKETS[:-1])
+ACTIVITY = _spec(
+    "gpu_activity_ratio",
+    "histogram",
+    "ratio",
+    "Distribution of the device's activity over every sample the driver kept (utilization every 1/6 s "
+    "to 1 s; one sample per sampler tick where the driver keeps none, and on MIG instances the graphics-"
+    'engine activity). rate(_bucket{le="0.1"}) / rate(_count) is the share of time at or below 10% '
+    "over any window, however rarely Prometheus scrapes: bursts and gaps survive the scrape's average. "
+    f"Buckets: {_BUCKETS}, +Inf.",
+    "nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES) / 100, each sample once; else the tick's activity",
+)
+ACTIVITY_TRANSITIONS = _spec(
+    "gpu_activity_transitions_total",
+    "counter",
+    "",
+    f"Times the device's activity crossed {activity.BUSY_LEVEL:g} between consecutive samples (busy to "
+    "idle or back). Several a minute: work in bursts (training steps waiting for input, or requests).",
+    "sampler: consecutive samples of gpulens_gpu_activity_ratio on either side of 0.5",
+)
+STEADY_BURSTS = _spec(
+    "gpu_steady_bursts_total",
+    "counter",
+    "",
+    f"Bursts of activity (rises through {activity.BUSY_LEVEL:g}) that started within a factor "
+    f"{activity.STEADY_FACTOR:g} of the previous burst's period. Training steps repeat at a steady period, "
+    "requests arrive at random: 2 x rate(this) / rate(gpulens_gpu_activity_transitions_total) is near 1 "
+    "for steps and about 0.2 for Poisson arrivals.",
+    "sampler: period between burst starts vs the one before",
 )
 
 # --- memory ----------------------------------------------------------------------------------
@@ -495,6 +528,18 @@ POD_BUSY_SECONDS = _spec(
     "seconds",
     "Integral of the pod's SM share on this device; rate() gives its true average share.",
     "sampler: sum of gpulens_pod_gpu_utilization_ratio x sample interval",
+    labels=POD_LABELS,
+    group="pod",
+)
+
+POD_ACTIVITY = _spec(
+    "pod_gpu_activity_ratio",
+    "histogram",
+    "ratio",
+    "Distribution of the pod's share of the device over every per-process sample the driver kept "
+    "(the sum of its processes' SM shares at each sample): gpulens_gpu_activity_ratio for one pod on a "
+    "GPU it may share (time-slicing, MPS). Absent where the driver has no per-process utilization (MIG).",
+    "nvmlDeviceGetProcessUtilization().smUtil / 100, summed by pod per sample timestamp",
     labels=POD_LABELS,
     group="pod",
 )

@@ -6,14 +6,21 @@
  * no Python mock in between. Only the entry points gpulens uses are implemented; pynvml reports any
  * other as NVML_ERROR_FUNCTION_NOT_FOUND, which is what an older driver does too.
  *
- * GPU state comes from the file named by $FAKE_NVML_STATE, one `key=value` per line (format in
- * tests/fake_nvml/state.py, which writes it). The file is re-read whenever it is replaced, so tests
+ * GPU state comes from the file named by $FAKE_NVML_STATE, one `key=value` per line (written by
+ * FakeNvml.write in tests/helpers.py). The file is re-read whenever it is replaced, so tests
  * rewrite it atomically (write a temporary file, rename it over) while the exporter runs.
+ *
+ * Utilization samples (nvmlDeviceGetSamples) as the driver keeps them: a ring of the last RING samples
+ * per type, stamped with the CPU time in microseconds. util_samples=<us>:<percent>,... (and mem_samples)
+ * put samples in the ring as given; sample_period_ms=<ms> makes the fake sample util_gpu and util_memory
+ * itself every <ms>, from the moment the state file is loaded. A GPU with neither keeps no samples and
+ * answers NVML_ERROR_NOT_SUPPORTED, like a driver that does not offer them.
  *
  * Faults, per GPU: lost=1 (every call answers NVML_ERROR_GPU_IS_LOST), not_supported=<fn>,<fn>
  * (NVML_ERROR_NOT_SUPPORTED), flaky=<fn> (every other call fails with NVML_ERROR_UNKNOWN),
  * hang=<fn> with hang_ms=<ms> (the call blocks that long). Globally: init_error=<nvmlReturn_t>.
  */
+#define _GNU_SOURCE
 #include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -44,6 +51,27 @@ enum {
 #define MAX_GPM 16
 #define TEXT 96
 #define LIST 512
+#define RING 120
+
+typedef struct {
+    unsigned long long ts; /* CPU time, microseconds */
+    unsigned value;        /* percent */
+} sample_t;
+typedef struct {
+    sample_t s[RING];
+    int start, n;
+} ring_t;
+
+static void ring_push(ring_t *r, unsigned long long ts, unsigned value) {
+    if (r->n == RING) { /* full: the oldest sample is overwritten, as in the driver's buffer */
+        r->start = (r->start + 1) % RING;
+        r->n--;
+    }
+    sample_t *slot = &r->s[(r->start + r->n) % RING];
+    slot->ts = ts;
+    slot->value = value;
+    r->n++;
+}
 
 typedef struct {
     unsigned pid;
@@ -80,6 +108,10 @@ typedef struct device {
     unsigned xids[MAX_XIDS];
     char not_supported[LIST], flaky[LIST], hang[LIST];
     unsigned hang_ms;
+    ring_t util_ring, mem_ring;
+    int keeps_samples;
+    unsigned sample_period_ms;
+    unsigned long long next_sample_us;
 } device_t;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -116,7 +148,7 @@ static const field_t FIELDS[] = {
     F(remapped_uncorrectable, U32), F(remap_pending, U32), F(remap_failure, U32), F(pcie_gen, U32),
     F(pcie_gen_max, U32), F(pcie_width, U32), F(pcie_width_max, U32), F(mig_mode, U32), F(mig_count, U32),
     F(gi, U32), F(ci, U32), F(gpm, U32), F(not_supported, LISTSTR), F(flaky, LISTSTR), F(hang, LISTSTR),
-    F(hang_ms, U32),
+    F(hang_ms, U32), F(sample_period_ms, U32),
 };
 
 static void set_field(device_t *d, const char *key, const char *value) {
@@ -125,6 +157,18 @@ static void set_field(device_t *d, const char *key, const char *value) {
         if (id > 0 && id < MAX_GPM) {
             d->gpm_values[id] = strtod(value, NULL);
             d->gpm_set[id] = 1;
+        }
+        return;
+    }
+    if (strcmp(key, "util_samples") == 0 || strcmp(key, "mem_samples") == 0) { /* <us>:<percent>,... */
+        ring_t *r = key[0] == 'u' ? &d->util_ring : &d->mem_ring;
+        d->keeps_samples = 1;
+        for (const char *p = value; *p;) {
+            unsigned long long ts = strtoull(p, (char **)&p, 10);
+            if (*p != ':') break;
+            unsigned percent = (unsigned)strtoul(p + 1, (char **)&p, 10);
+            ring_push(r, ts, percent);
+            while (*p == ',' || *p == ' ') p++;
         }
         return;
     }
@@ -214,8 +258,10 @@ static void refresh(void) {
     memset(topology, -1, sizeof topology); /* -1: not set, answered as NOT_SUPPORTED */
     device_count = 0;
     init_error = 0;
-    char line[1024];
-    while (fgets(line, sizeof line, f)) parse_line(line);
+    char *line = NULL; /* lines of samples are long: getline grows the buffer */
+    size_t size = 0;
+    while (getline(&line, &size, f) > 0) parse_line(line);
+    free(line);
     fclose(f);
     state_ino = st.st_ino;
     state_mtime = st.st_mtim;
@@ -494,6 +540,56 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int count, nvmlFieldValue_t *valu
         default: v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         }
     }
+    END(NVML_SUCCESS);
+}
+
+/* ---- the driver's sample buffers ----------------------------------------------------------- */
+
+typedef struct {
+    unsigned long long timeStamp;
+    nvmlValue_t sampleValue;
+} nvmlSample_t;
+
+/* The samples a driver sampling every sample_period_ms would have taken up to now. */
+static void take_samples(device_t *d) {
+    if (!d->sample_period_ms) return;
+    unsigned long long period = (unsigned long long)d->sample_period_ms * 1000ULL, now = now_us();
+    if (!d->next_sample_us) d->next_sample_us = now + period;
+    if (d->next_sample_us + RING * period < now) d->next_sample_us = now - (RING - 1) * period;
+    for (; d->next_sample_us <= now; d->next_sample_us += period) {
+        ring_push(&d->util_ring, d->next_sample_us, d->util_gpu);
+        ring_push(&d->mem_ring, d->next_sample_us, d->util_memory);
+    }
+}
+
+/* As the driver: samples newer than last_seen, oldest first; with samples NULL, how many there are;
+ * NVML_ERROR_NOT_FOUND when there is none. */
+nvmlReturn_t nvmlDeviceGetSamples(void *h, int type, unsigned long long last_seen, int *value_type, unsigned *count,
+                                  nvmlSample_t *samples) {
+    BEGIN("nvmlDeviceGetSamples", h);
+    if (d->is_mig || d->mig_mode) END(NVML_ERROR_NOT_SUPPORTED); /* no utilization on MIG */
+    if (type != 1 && type != 2) END(NVML_ERROR_NOT_SUPPORTED); /* GPU and memory utilization only */
+    if (!d->keeps_samples && !d->sample_period_ms) END(NVML_ERROR_NOT_SUPPORTED);
+    if (!count) END(NVML_ERROR_INVALID_ARGUMENT);
+    take_samples(d);
+    ring_t *r = type == 1 ? &d->util_ring : &d->mem_ring;
+    int first = 0;
+    while (first < r->n && r->s[(r->start + first) % RING].ts <= last_seen) first++;
+    unsigned newer = (unsigned)(r->n - first);
+    if (newer == 0) END(NVML_ERROR_NOT_FOUND);
+    *value_type = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
+    if (!samples) {
+        *count = newer;
+        END(NVML_SUCCESS);
+    }
+    unsigned n = newer < *count ? newer : *count;
+    for (unsigned i = 0; i < n; i++) {
+        sample_t *from = &r->s[(r->start + first + (int)i) % RING];
+        memset(&samples[i], 0, sizeof samples[i]);
+        samples[i].timeStamp = from->ts;
+        samples[i].sampleValue.uiVal = from->value;
+    }
+    *count = n;
     END(NVML_SUCCESS);
 }
 
