@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from gpulens.analyzer.features import RECENT_SAMPLES, pod_features
+from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.catalog import GpuModel, model_info
 from gpulens.core.thresholds import Thresholds
@@ -279,12 +280,12 @@ def _data_starvation(f: Features, t: Thresholds, info: GpuModel, evidence: dict[
     period (training steps, not requests), from samples fine enough to show them; from coarser
     samples, only a pod whose CPU sits at its limit while the GPU waits."""
     cpu_saturated = not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction
-    if f.sample_seconds > t.starvation_max_sample_seconds:
+    if f.resolution_seconds > t.starvation_max_sample_seconds:
         if not (cpu_saturated and f.cpu_sat_activity < t.ineffective_sm):
             return None
         evidence["sample_interval_seconds"] = (
-            f"{f.sample_seconds:.0f} > {t.starvation_max_sample_seconds:g}: too coarse to see the bursts and gaps of "
-            "training steps; judged on the CPU alone"
+            f"{f.resolution_seconds:.0f} > {t.starvation_max_sample_seconds:g}: too coarse to see the bursts and "
+            "gaps of training steps; judged on the CPU alone"
         )
         evidence["cpu_at_limit_fraction"] = f"{_fmt(f.cpu_sat)} >= {t.signature_fraction}"
         evidence["activity_while_cpu_at_limit"] = f"{_fmt(f.cpu_sat_activity)} < {t.ineffective_sm}"
@@ -293,43 +294,81 @@ def _data_starvation(f: Features, t: Thresholds, info: GpuModel, evidence: dict[
     if not (f.high > t.starvation_tail and f.low > t.starvation_tail and switches >= t.starvation_switches_per_minute):
         return None
     measured = f.bursts >= MIN_BURSTS
-    regular = measured and f.burst_spread <= t.starvation_regularity
+    regular = measured and _steady(f, t)
     if measured and not (regular or cpu_saturated):
         return None  # bursts at random, like requests arriving, and the CPU does not say otherwise
     evidence["activity_p95_above"] = f"{t.starvation_high} ({_fmt(f.high)} of samples)"
     evidence["activity_p5_below"] = f"{t.starvation_low} ({_fmt(f.low)} of samples)"
     evidence["busy_idle_switches_per_minute"] = f"{switches:.1f} >= {t.starvation_switches_per_minute}"
     if measured:
-        evidence["burst_period_seconds"] = f"{f.burst_period:.3g}, spread {_fmt(f.burst_spread)}" + (
-            f" <= {t.starvation_regularity}: steady, like training steps" if regular else ""
-        )
+        _burst_evidence(f, t, evidence)
     else:
         evidence["bursts"] = f"{f.bursts:.0f} < {MIN_BURSTS}: too few to tell training steps from requests"
-    evidence["sample_interval_seconds"] = f"{f.sample_seconds:.3g} <= {t.starvation_max_sample_seconds:g}"
+    _resolution_evidence(f, t, evidence)
     if not math.isnan(f.cpu_sat):
         evidence["cpu_at_limit_fraction"] = _fmt(f.cpu_sat)
     return "data_starvation", (0.75 if measured or cpu_saturated else 0.5) + (0.2 if cpu_saturated else 0.0)
 
 
+def _steady(f: Features, t: Thresholds) -> bool:
+    """Bursts at a steady period, like training steps: from the exporter's steady-burst counters where
+    the trace has them, else from the spread of the time between burst starts in the rows."""
+    if f.shape:
+        return bool(f.steady_share >= t.starvation_steady_share)
+    return bool(f.burst_spread <= t.starvation_regularity)
+
+
+def _burst_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -> None:
+    steady = _steady(f, t)
+    if f.shape:
+        evidence["steady_burst_fraction"] = (
+            f"{_fmt(f.steady_share)} of {f.bursts:.0f} bursts started within 1.5x of the previous period"
+            + (
+                f" (>= {t.starvation_steady_share}: steady, like training steps)"
+                if steady
+                else f" (< {t.starvation_steady_share}: at random, like requests)"
+            )
+        )
+    else:
+        evidence["burst_period_seconds"] = f"{f.burst_period:.3g}, spread {_fmt(f.burst_spread)}" + (
+            f" <= {t.starvation_regularity}: steady, like training steps"
+            if steady
+            else f" > {t.starvation_regularity}: at random, like requests"
+        )
+
+
+def _resolution_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -> None:
+    if f.shape:
+        evidence["driver_samples"] = (
+            f"{f.shape_samples:.0f}, one every {f.resolution_seconds:.3g} s, counted by the exporter between "
+            f"rows {f.sample_seconds:.3g} s apart"
+        )
+    else:
+        evidence["sample_interval_seconds"] = f"{f.sample_seconds:.3g} <= {t.starvation_max_sample_seconds:g}"
+
+
 def _overprovisioned_serving(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
     """A model held in memory, work in bursts with quiet spells between them, low activity overall: a
     serving replica with more GPU than requests. Not idle: it works whenever requests come."""
-    if f.activity >= t.ineffective_sm or f.held < HELD_SHARE or f.idle < t.serving_quiet_share:
+    if f.activity >= t.ineffective_sm or f.held < HELD_SHARE or f.quiet < t.serving_quiet_share:
         return None
     if not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction:
         return None  # a replica waits for requests; a pod at its CPU limit is busy feeding its GPU
+    if _oversized(f, t, info, f.activity):
+        return None  # a sliver of a high-end GPU: a smaller GPU or a MIG slice is the sharper fix
     _serving_evidence(f, t, evidence)
-    evidence["quiet_fraction"] = f"{_fmt(f.idle)} of samples >= {t.serving_quiet_share} (work comes in bursts)"
-    measured = f.sample_seconds <= t.starvation_max_sample_seconds and f.bursts >= MIN_BURSTS
+    evidence["quiet_fraction"] = f"{_fmt(f.quiet)} of samples >= {t.serving_quiet_share} (work comes in bursts)"
+    measured = f.resolution_seconds <= t.starvation_max_sample_seconds and f.bursts >= MIN_BURSTS
+    at_random = measured and not _steady(f, t)
     if measured:
-        evidence["burst_period_seconds"] = f"{f.burst_period:.3g}, spread {_fmt(f.burst_spread)}" + (
-            f" > {t.starvation_regularity}: at random, like requests"
-            if f.burst_spread > t.starvation_regularity
-            else ""
-        )
+        _burst_evidence(f, t, evidence)
+        if f.shape:
+            _resolution_evidence(f, t, evidence)
+    elif f.resolution_seconds <= t.starvation_max_sample_seconds:
+        evidence["bursts"] = f"{f.bursts:.0f} < {MIN_BURSTS} above {BUSY_LEVEL:g}: too few to time"
     else:
-        evidence["sample_interval_seconds"] = f"{f.sample_seconds:.3g}: too coarse to time single bursts"
-    return "overprovisioned_serving", 0.75 if measured and f.burst_spread > t.starvation_regularity else 0.6
+        evidence["sample_interval_seconds"] = f"{f.resolution_seconds:.3g}: too coarse to time single bursts"
+    return "overprovisioned_serving", 0.75 if at_random else 0.6
 
 
 def _serving_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -> None:
@@ -370,20 +409,20 @@ def _without_signature(
         evidence["peak_memory_bytes"] = f"{f.mem_used_max:.0f} <= {t.oversized_memory_bytes:.0f} on a {f.gpu_model}"
         return "wrong_gpu_type", 0.8 if f.window_seconds >= 3600 else 0.65
     if activity is not None and activity < t.ineffective_sm:
-        coarse = f.sample_seconds > t.starvation_max_sample_seconds
+        coarse = f.resolution_seconds > t.starvation_max_sample_seconds
         cpu_bound = not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction
         if coarse and f.held >= HELD_SHARE and not cpu_bound:
             # Samples too coarse to see training steps, and a model held: most GPUs in production serve
             # models, and a replica under steady light load has more GPU than requests.
             _serving_evidence(f, t, evidence)
             evidence["sample_interval_seconds"] = (
-                f"{f.sample_seconds:.3g} > {t.starvation_max_sample_seconds:g}: cannot tell a training job starved "
+                f"{f.resolution_seconds:.3g} > {t.starvation_max_sample_seconds:g}: cannot tell a training job starved "
                 "for input from a serving replica with few requests; if this is training, see data_starvation"
             )
             return "overprovisioned_serving", 0.35
         if coarse:
             evidence["sample_interval_seconds"] = (
-                f"{f.sample_seconds:.3g} > {t.starvation_max_sample_seconds:g}: too coarse to see training steps; "
+                f"{f.resolution_seconds:.3g} > {t.starvation_max_sample_seconds:g}: too coarse to see training steps; "
                 "the most common cause, not a finding"
             )
         # Low activity without a clearer signature: the input pipeline is the most common cause

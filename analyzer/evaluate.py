@@ -25,6 +25,7 @@ import pandas as pd
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.history import analyze
 from gpulens.core import trace as tr
+from gpulens.core.activity import ActivityShape
 from gpulens.core.bottlenecks import CLASSES
 from gpulens.core.thresholds import Thresholds
 from gpulens.simulator import workloads
@@ -48,6 +49,13 @@ SCENARIOS = {
 WITHOUT_PROFILING = {"idle", "data_starvation", "memory_fragmentation", "interconnect", "throttling", "poor_placement"}
 
 
+#: Where a trace comes from: "dcgm", a tool whose rows hold only what was sampled at each row (a dcgm-exporter
+#: through Prometheus, a DCGM log); "gpulens", a gpulens exporter sampling every second, whose histogram and
+#: counters carry the shape of every second between rows (trace.SHAPE); "nvidia-smi", an nvidia-smi log
+#: (utilization and memory only; day-scale scenarios).
+SOURCES = ("dcgm", "gpulens")
+
+
 @dataclass
 class Scenario:
     label: str
@@ -57,6 +65,10 @@ class Scenario:
     profiling: bool
     mig: bool
     seed: int
+    source: str = "dcgm"
+    #: A data-starved job waiting on storage or the network, its CPU not at its limit: only the shape of
+    #: its activity shows it (made with source "gpulens" only; from rows alone it looks like serving).
+    io_bound: bool = False
 
 
 def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
@@ -70,11 +82,24 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
             # its nature (a light inference service) do not change mid-run, so those start at 0.
             phase = label not in ("healthy", "insufficient_data", "wrong_gpu_type", "poor_placement")
             onset = rng.uniform(60, 240) if phase and rng.random() < 0.5 else 0.0
-            out.append(
-                Scenario(
-                    label, rng.choice(models), rng.choice(gpu_counts), onset, profiling, mig, seed * 1000 + len(out)
+            # Starved jobs twice over: as the others, and waiting on storage with their CPU not at its
+            # limit, seen by a gpulens exporter (from rows alone nothing tells those from serving).
+            for source, io_bound in [(rng.choice(SOURCES), False)] + (
+                [("gpulens", True)] if label == "data_starvation" else []
+            ):
+                out.append(
+                    Scenario(
+                        label,
+                        rng.choice(models),
+                        rng.choice(gpu_counts),
+                        onset,
+                        profiling,
+                        mig,
+                        seed * 1000 + len(out),
+                        source,
+                        io_bound,
+                    )
                 )
-            )
     return out
 
 
@@ -127,22 +152,26 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
     rng = np.random.default_rng(s.seed)
     start = 1_800_000_000.0 + rng.uniform(0, 1e5)
     sample = min(step, 1.0)  # point samples: each the last second's average, whatever the interval
-    samples_of = []
+
+    def at(gpu: workloads.SimGpu, before: workloads.SimGpu, offset: float, window: float) -> workloads.Activity:
+        started = offset >= s.onset
+        a = (
+            workloads.PROFILES[profile](gpu, start + offset, window)
+            if started
+            else workloads.PROFILES["healthy_training"](before, start + offset, window)
+        )
+        a.cpu_fraction = 0.97 if profile == "data_starvation" and started and not s.io_bound else 0.4
+        return a
+
+    samples_of, seconds_of = [], []
     for index in indices:
         gpu, before = node.gpus[index], warmup.gpus[index]
-        activities = []
-        for k in range(samples):
-            t = start + k * step
-            started = k * step >= s.onset
-            a = (
-                workloads.PROFILES[profile](gpu, t, sample)
-                if started
-                else workloads.PROFILES["healthy_training"](before, t, sample)
-            )
-            a.cpu_fraction = 0.97 if profile == "data_starvation" and started else 0.4
-            activities.append((t, a))
-        samples_of.append((gpu, activities))
+        samples_of.append((gpu, [(start + k * step, at(gpu, before, k * step, sample)) for k in range(samples)]))
+        if s.source == "gpulens":
+            seconds_of.append([(start + j, at(gpu, before, j, 1.0).busy) for j in range(int(samples * step))])
     frame = _frame(samples_of, rng, noise)
+    if seconds_of:
+        frame = _with_shape(frame, seconds_of, rng, noise)
     if not s.profiling:
         frame[tr.PROFILING] = np.nan
     if s.mig:
@@ -200,6 +229,39 @@ def _frame(samples_of: list, rng: np.random.Generator, noise: float) -> pd.DataF
     return frame
 
 
+def _with_shape(frame: pd.DataFrame, seconds_of: list, rng: np.random.Generator, noise: float) -> pd.DataFrame:
+    """The trace.SHAPE columns a gpulens exporter sampling each GPU every second would give each row:
+    `seconds_of` holds each GPU's [(time, activity), ...] at 1 s, in the order of the frame's GPUs."""
+    shapes = []
+    offset = 0
+    for seconds in seconds_of:
+        times = np.array([t for t, _ in seconds])
+        values = np.array([v for _, v in seconds])
+        values = np.round(np.clip(values + rng.normal(0, noise, len(values)) * (values > 0), 0, 1), 2)
+        rows = frame["timestamp"].to_numpy()[offset : offset + len(frame) // len(seconds_of)]
+        offset += len(rows)
+        shapes.append(pd.DataFrame(shape_rows(times, values, rows), columns=tr.SHAPE))
+    shape = pd.concat(shapes, ignore_index=True)
+    return pd.concat([frame.reset_index(drop=True), shape], axis=1)
+
+
+def shape_rows(times: np.ndarray, values: np.ndarray, row_times: np.ndarray) -> list[dict[str, float]]:
+    """What an exporter that saw `values` at `times` would give rows at `row_times`: the trace.SHAPE
+    columns, counted by core/activity.py as the exporter's sampler counts them."""
+    shape = ActivityShape()
+    out = []
+    previous = None
+    j = 0
+    for row_time in row_times:
+        while j < len(times) and times[j] <= row_time:
+            shape.observe(float(times[j]), float(values[j]))
+            j += 1
+        totals = shape.counts().totals()
+        out.append(tr.shape_row(previous, totals))
+        previous = totals
+    return out
+
+
 #: Day-scale scenarios: the simulator's profile and the class it should get over its span.
 DAY_SCENARIOS = {
     "serving": "overprovisioned_serving",
@@ -216,38 +278,38 @@ SPANS = (600.0, 3600.0, 6 * 3600.0, DAY)
 class DayScenario:
     profile: str
     model: str
-    step: float
     span: float
     #: Seconds of the (UTC) day the span starts at: the whole span lies within one day.
     offset: float
-    #: Only utilization and memory, like an nvidia-smi log (else every field, like DCGM).
-    duty_only: bool
+    #: "nvidia-smi" (utilization and memory only), "dcgm" (every field) or "gpulens" (every field, and the
+    #: shape of every second between rows): see SOURCES.
+    source: str
     seed: int
 
 
-def make_day_scenarios(
-    seed: int, per_profile: int, intervals: tuple[float, ...], spans: tuple[float, ...]
-) -> list[DayScenario]:
+def make_day_scenarios(seed: int, per_profile: int, spans: tuple[float, ...]) -> list[DayScenario]:
+    """Day-scale scenarios, each seen at every sampling interval: the same pods, sampled more or less often."""
     rng = random.Random(seed + 13)
     out: list[DayScenario] = []
-    for step in intervals:
-        for span in spans:
-            for profile in DAY_SCENARIOS:
-                for _ in range(per_profile):
-                    if profile == "serving" and span < DAY:
-                        offset = rng.uniform(9 * 3600, max(9 * 3600, 18 * 3600 - span))  # in working hours
-                    else:
-                        offset = rng.uniform(0, DAY - span)
-                    model = rng.choice(["H100-SXM5-80GB", "A100-SXM4-80GB", "L40S"])
-                    out.append(
-                        DayScenario(profile, model, step, span, offset, rng.random() < 0.5, seed * 1000 + len(out))
-                    )
+    for span in spans:
+        for profile in DAY_SCENARIOS:
+            for _ in range(per_profile):
+                if profile == "serving" and span < DAY:
+                    offset = rng.uniform(9 * 3600, max(9 * 3600, 18 * 3600 - span))  # in working hours
+                else:
+                    offset = rng.uniform(0, DAY - span)
+                model = rng.choice(["H100-SXM5-80GB", "A100-SXM4-80GB", "L40S"])
+                source = rng.choice(("nvidia-smi", *SOURCES))
+                out.append(DayScenario(profile, model, span, offset, source, seed * 1000 + len(out)))
     return out
 
 
-def day_trace(s: DayScenario, noise: float = 0.03) -> tuple[pd.DataFrame, str]:
-    """A day-scale scenario's trace, and the class it should get: insufficient_data with fewer samples
-    than a verdict needs, idle for a serving replica that served nothing in the span."""
+def day_traces(
+    s: DayScenario, intervals: tuple[float, ...], noise: float = 0.03
+) -> dict[float, tuple[pd.DataFrame, str]]:
+    """A day-scale scenario's trace at each sampling interval, and the class it should get there:
+    insufficient_data with fewer samples than a verdict needs, idle for a serving replica that served
+    nothing in the span. Every interval samples the same second-by-second activity."""
     node = load_fleet(
         {
             "seed": s.seed,
@@ -270,29 +332,37 @@ def day_trace(s: DayScenario, noise: float = 0.03) -> tuple[pd.DataFrame, str]:
     gpu.params.update(
         finish=end_of_work, work_until=end_of_work, work_from=max(0.0, end_of_work - rng.uniform(1, 3) * 3600)
     )
-    samples = int(s.span / s.step)
     profile = workloads.PROFILES[s.profile]
-    activities = [(start + k * s.step, profile(gpu, start + k * s.step, min(s.step, 1.0))) for k in range(samples)]
-    frame = _frame([(gpu, activities)], rng, noise)
-    if s.duty_only:
-        keep = {"gpu_util", "memory_used_bytes", "memory_total_bytes"}
-        frame[[c for c in tr.SIGNALS if c not in keep]] = np.nan
-    frame["gpu_model"] = gpu.model.name
-    frame["namespace"], frame["pod"] = "eval", f"{s.profile}-{s.seed}"
-    if samples < Thresholds().min_samples:
-        label = "insufficient_data"
-    elif s.profile == "serving" and profile(gpu, start + s.span, s.span).busy == 0:
-        label = "idle"  # no request in the span: nothing served
-    else:
-        label = DAY_SCENARIOS[s.profile]
-    return fr.normalize(frame), label
+    # Each second's activity (the last second's average, as NVML's utilization and nvidia-smi logs are):
+    # a row every `step` seconds samples it, and a gpulens exporter counts all of it between rows.
+    seconds = [(start + k, profile(gpu, start + k, 1.0)) for k in range(int(s.span))]
+    served = profile(gpu, start + s.span, s.span).busy > 0
+    out = {}
+    for step in intervals:
+        samples = int(s.span / step)
+        frame = _frame([(gpu, seconds[:: int(step)][:samples])], rng, noise)
+        if s.source == "nvidia-smi":
+            keep = {"gpu_util", "memory_used_bytes", "memory_total_bytes"}
+            frame[[c for c in tr.SIGNALS if c not in keep]] = np.nan
+        if s.source == "gpulens":
+            frame = _with_shape(frame, [[(t, a.busy) for t, a in seconds]], rng, noise)
+        frame["gpu_model"] = gpu.model.name
+        frame["namespace"], frame["pod"] = "eval", f"{s.profile}-{s.seed}"
+        if samples < Thresholds().min_samples:
+            label = "insufficient_data"
+        elif s.profile == "serving" and not served:
+            label = "idle"  # no request in the span: nothing served
+        else:
+            label = DAY_SCENARIOS[s.profile]
+        out[step] = (fr.normalize(frame), label)
+    return out
 
 
 @dataclass
 class Report:
     """What every scenario should have been called and was, with the sampling interval and span."""
 
-    results: pd.DataFrame  # columns: interval, span, kind ("window" or "day"), profile, label, predicted
+    results: pd.DataFrame  # columns: interval, span, kind ("window" or "day"), profile, source, label, predicted
     #: What the no-profiling DRAM-bound probes were called (kept out of the confusion matrix).
     probe_predictions: list[str] = field(default_factory=list)
 
@@ -307,8 +377,9 @@ class Report:
     def intervals(self) -> list[float]:
         return sorted(self.results["interval"].unique())
 
-    def _at(self, interval: float | None) -> pd.DataFrame:
-        return self.results if interval is None else self.results[self.results["interval"] == interval]
+    def _at(self, interval: float | None, source: str | None = None) -> pd.DataFrame:
+        r = self.results if interval is None else self.results[self.results["interval"] == interval]
+        return r if source is None else r[r["source"] == source]
 
     def confusion(self, interval: float | None = None) -> pd.DataFrame:
         r = self._at(interval)
@@ -332,9 +403,15 @@ class Report:
         scores = self.scores(interval)
         return float(scores[scores["support"] > 0]["f1"].mean())
 
-    def accuracy(self, interval: float | None = None) -> float:
-        r = self._at(interval)
+    def accuracy(self, interval: float | None = None, source: str | None = None) -> float:
+        r = self._at(interval, source)
         return float((r["label"] == r["predicted"]).mean())
+
+    def recall(self, label: str, interval: float | None = None, source: str | None = None) -> float:
+        """Share of the pods of class `label` that were called so (NaN with none)."""
+        r = self._at(interval, source)
+        r = r[r["label"] == label]
+        return float((r["predicted"] == label).mean()) if len(r) else math.nan
 
     def healthy_called_idle(self) -> int:
         r = self.results
@@ -369,18 +446,20 @@ def evaluate(
         frames = [scenario_trace(x, window=span, step=step, noise=noise) for x in scenarios + checks]
         verdicts = {v.pod: v.bottleneck for v in analyze(pd.concat(frames, ignore_index=True), thresholds)}
         for x in scenarios:
-            records.append((step, span, "window", SCENARIOS[x.label][0], x.label, verdicts[f"{x.label}-{x.seed}"]))
+            predicted = verdicts[f"{x.label}-{x.seed}"]
+            records.append((step, span, "window", SCENARIOS[x.label][0], x.source, x.label, predicted))
         probe_predictions += [verdicts[f"{x.label}-{x.seed}"] for x in checks]
     by_cell: dict[tuple[float, float], list[tuple[DayScenario, pd.DataFrame, str]]] = {}
-    for d in make_day_scenarios(seed, per_day_profile, intervals, spans):
-        by_cell.setdefault((d.step, d.span), []).append((d, *day_trace(d, noise)))
+    for d in make_day_scenarios(seed, per_day_profile, spans):
+        for step, (frame, label) in day_traces(d, intervals, noise).items():
+            by_cell.setdefault((step, d.span), []).append((d, frame, label))
     for (step, span), cell in by_cell.items():
         verdicts = {
             v.pod: v.bottleneck for v in analyze(pd.concat([f for _, f, _ in cell], ignore_index=True), thresholds)
         }
         for d, _, label in cell:
-            records.append((step, span, "day", d.profile, label, verdicts[f"{d.profile}-{d.seed}"]))
-    results = pd.DataFrame(records, columns=["interval", "span", "kind", "profile", "label", "predicted"])
+            records.append((step, span, "day", d.profile, d.source, label, verdicts[f"{d.profile}-{d.seed}"]))
+    results = pd.DataFrame(records, columns=["interval", "span", "kind", "profile", "source", "label", "predicted"])
     return Report(results, probe_predictions)
 
 
@@ -396,6 +475,13 @@ def render(report: Report) -> str:
             f"sampled every {interval:g} s: {pods} pods, accuracy {report.accuracy(interval):.3f}, "
             f"macro-F1 {report.macro_f1(interval):.3f} (rows: true class, columns: predicted)",
             matrix.to_string(),
+            "  by source: "
+            + "; ".join(
+                f"{source} {report.accuracy(interval, source):.3f} (data_starvation recall "
+                f"{report.recall('data_starvation', interval, source):.2f})"
+                for source in ("nvidia-smi", *SOURCES)
+                if len(report._at(interval, source))
+            ),
             "",
         ]
     scores = report.scores()

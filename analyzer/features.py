@@ -195,6 +195,19 @@ class _Signals:
         self.has_activity = ~np.isnan(self.act)
         self.act0 = np.nan_to_num(self.act)
         self.busy = self.act0 >= t.idle_activity
+        # The exporter's activity shape (trace.SHAPE), where the trace has it: counts of driver samples.
+        self.shape = fr.has_shape(rows.trace)
+        if self.shape:
+            self.shape_n = np.nan_to_num(column("activity_samples"))
+            self.shape_idle, self.shape_low, self.shape_high = (
+                np.nan_to_num(column(name)) * self.shape_n
+                for name in ("activity_idle_ratio", "activity_low_ratio", "activity_high_ratio")
+            )
+            self.shape_transitions = np.nan_to_num(column("activity_transitions"))
+            self.shape_steady = np.nan_to_num(column("steady_bursts"))
+            # A row stands for the time since the one before: it is busy if the GPU worked at any moment
+            # of it, even when the sample the row shows fell in a gap.
+            self.busy |= (self.shape_n > 0) & (self.shape_idle < self.shape_n - 0.5)
         self.mem_used = column("memory_used_bytes")
         self.mem_frac = self.mem_used / column("memory_total_bytes")
         self.pipes = np.fmax(
@@ -268,6 +281,37 @@ class _PerUnit:
 
 def _reduce(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     """Each signal reduced over each unit's samples (and, for placement, over its GPUs)."""
+    features = _reduce_rows(rows, s, t)
+    _add_shape(rows, s, features)
+    return features
+
+
+def _add_shape(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
+    """Where the trace carries the exporter's activity shape on most of a unit's rows, the shape features
+    come from every driver sample rather than from the rows: the share of samples above high and below
+    low, the quiet share, busy/idle switches and bursts, and the share of bursts that repeated the
+    previous period (`steady_share`; NaN from rows, which give `burst_spread` instead)."""
+    features["quiet"] = features["idle"]
+    features["steady_share"] = np.nan
+    features["shape_samples"] = 0.0
+    features["shape"] = False
+    if not s.shape:
+        return
+    U = rows.units
+    n = U.sum(s.shape_n)
+    shape = (n > 0) & (U.count(s.shape_n > 0) >= 0.5 * features["samples"].to_numpy())
+    transitions = U.sum(s.shape_transitions)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        for column, counts in (("high", s.shape_high), ("low", s.shape_low), ("quiet", s.shape_idle)):
+            features[column] = np.where(shape, U.sum(counts) / n, features[column])
+        features["steady_share"] = np.where(shape & (transitions > 0), 2 * U.sum(s.shape_steady) / transitions, np.nan)
+    features["switches"] = np.where(shape, transitions, features["switches"])
+    features["bursts"] = np.where(shape, np.floor(transitions / 2), features["bursts"])
+    features["shape_samples"] = np.where(shape, n, 0.0)
+    features["shape"] = shape
+
+
+def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     U, ts = rows.units, rows.ts
     last_busy = U.max(np.where(s.busy & s.has_activity, ts, np.nan))
     lb = last_busy[rows.row_unit]
@@ -366,6 +410,11 @@ def _add_timing(features: pd.DataFrame) -> None:
     features["sample_seconds"] = features["interval"].fillna(1.0)
     features["window_seconds"] = features["ts_max"] - features["ts_min"] + features["sample_seconds"]
     features["gpu_seconds"] = features["samples"] * features["sample_seconds"]
+    # What the shape features resolve: the driver's samples where the trace carries them, else the rows.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        features["resolution_seconds"] = np.where(
+            features["shape"], features["gpu_seconds"] / features["shape_samples"], features["sample_seconds"]
+        )
     features["coverage"] = np.minimum(features["gpu_seconds"] / (features["gpus"] * features["window_seconds"]), 1.0)
     features["trailing_idle_seconds"] = np.where(
         features["last_busy"].isna(), features["window_seconds"], features["ts_max"] - features["last_busy"]

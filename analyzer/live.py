@@ -15,6 +15,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
 from urllib.parse import urlparse
 
@@ -26,10 +27,24 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpulens.analyzer import frame as fr
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
+from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND, Totals
 
 log = logging.getLogger(__name__)
 
 GAUGES, RATES = tr.FROM_GAUGES, tr.FROM_RATES
+#: The exporter samples that carry the activity shape, and the totals read from them, in Totals order.
+_SHAPE_SAMPLES = {
+    m.ACTIVITY.name + "_count",
+    m.ACTIVITY.name + "_bucket",
+    m.ACTIVITY_TRANSITIONS.name,
+    m.STEADY_BURSTS.name,
+}
+_SHAPE_TOTALS = (
+    m.ACTIVITY.name + "_count",
+    *(f"{m.ACTIVITY.name}_bucket{bound:g}" for bound in (IDLE_BOUND, LOW_BOUND, HIGH_BOUND)),
+    m.ACTIVITY_TRANSITIONS.name,
+    m.STEADY_BURSTS.name,
+)
 
 
 class AnalyzerInput(Protocol):
@@ -85,6 +100,7 @@ class ExporterInput:
         self.session = requests.Session()
         self._rows: collections.deque = collections.deque()
         self._previous: dict[tuple[str, str, str], tuple[float, float]] = {}
+        self._shape_totals: dict[tuple[str, str], Totals] = {}
         self._lock = threading.Lock()
         self.errors = 0
         self.last_error = ""
@@ -126,13 +142,18 @@ class ExporterInput:
         pods: dict[str, dict] = {}
         topology = []
         reports_clock_events: set[str] = set()  # devices with clock-event series: no bit set means 0
+        shape: dict[str, dict[str, float]] = {}  # the activity histogram's totals, by uuid
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 uuid = s.labels.get("uuid")
                 if uuid is None:
                     continue
                 row = devices.setdefault(uuid, {"timestamp": now, "gpu": uuid, "node": node})
-                if s.name in gauges:
+                if s.name in _SHAPE_SAMPLES:
+                    total = s.name + s.labels.get("le", "")
+                    if total in _SHAPE_TOTALS:
+                        shape.setdefault(uuid, {})[total] = s.value
+                elif s.name in gauges:
                     row[gauges[s.name]] = s.value
                 elif s.name in rates:
                     key = (node, uuid, s.name)
@@ -157,6 +178,12 @@ class ExporterInput:
                 elif s.name == m.TOPOLOGY.name:
                     topology.append((uuid, s.labels["peer_uuid"], s.labels["level"]))
         sockets = socket_groups(topology)
+        for uuid, values in shape.items():
+            if len(values) == len(_SHAPE_TOTALS):
+                count, idle, low, high, transitions, steady = (values[name] for name in _SHAPE_TOTALS)
+                totals = (count, idle, low, high, transitions, steady)
+                devices[uuid].update(tr.shape_row(self._shape_totals.get((node, uuid)), totals))
+                self._shape_totals[(node, uuid)] = totals
         for uuid, row in devices.items():
             row.update(pods.get(uuid, {}))
             if uuid in reports_clock_events:
@@ -190,8 +217,17 @@ class PrometheusInput:
 
     name = "prometheus"
 
-    def __init__(self, url: str, window: float = 600.0, step: float = 15.0, timeout: float = 30.0, selector: str = ""):
+    def __init__(
+        self,
+        url: str,
+        window: float = 600.0,
+        step: float = 15.0,
+        timeout: float = 30.0,
+        selector: str = "",
+        clock: Callable[[], float] = time.time,
+    ):
         self.url = url.rstrip("/")
+        self.clock = clock  # the window ends now: unix seconds
         self.window = window
         self.step = step
         self.timeout = timeout
@@ -222,7 +258,7 @@ class PrometheusInput:
         return body["data"]["result"]
 
     def window_frame(self) -> pd.DataFrame:
-        end = time.time()
+        end = self.clock()
         start = end - self.window
         columns: dict[tuple[str, str, float], dict] = {}
 
@@ -244,6 +280,8 @@ class PrometheusInput:
             "clock_event_reasons",
             lambda old, v, labels: (old or 0) + m.CLOCK_EVENT_REASONS.get(labels.get("reason", ""), 0),
         )
+        for column, expr in self._shape_queries().items():
+            add(self._query(expr, start, end), column)
         if not columns:
             return fr.empty()
         keys = np.array(list(columns.keys()), dtype=object)
@@ -252,6 +290,32 @@ class PrometheusInput:
         frame = frame[frame["gpu"] != ""]
         frame = self._identity(frame, end)
         return fr.normalize(frame)
+
+    def _shape_queries(self) -> dict[str, str]:
+        """The SHAPE columns (core/trace.py) as PromQL: counts per row are rates times the step, so that
+        their sum over a window is the number of samples, transitions and bursts in it."""
+        window = f"{max(4 * self.step, 60):.0f}s"
+        count = f"increase({self._sel(m.ACTIVITY.name + '_count')}[{window}])"
+
+        def below(bound: float) -> str:
+            selector = self._bucket_selector(bound)
+            return f"increase({selector}[{window}]) / ignoring(le) {count}"
+
+        def per_row(name: str) -> str:
+            return f"rate({self._sel(name)}[{window}]) * {self.step:g}"
+
+        return {
+            "activity_samples": per_row(m.ACTIVITY.name + "_count"),
+            "activity_idle_ratio": below(IDLE_BOUND),
+            "activity_low_ratio": below(LOW_BOUND),
+            "activity_high_ratio": f"1 - ({below(HIGH_BOUND)})",
+            "activity_transitions": per_row(m.ACTIVITY_TRANSITIONS.name),
+            "steady_bursts": per_row(m.STEADY_BURSTS.name),
+        }
+
+    def _bucket_selector(self, bound: float) -> str:
+        le = f'le="{bound:g}"'
+        return f"{m.ACTIVITY.name}_bucket{{{self.selector + ',' if self.selector else ''}{le}}}"
 
     def _latest(self, expr: str, end: float) -> list[dict]:
         try:

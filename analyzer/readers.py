@@ -24,7 +24,7 @@ import pandas as pd
 from gpulens.analyzer import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
-from gpulens.core.trace import COLUMNS, RATIOS, SIGNALS
+from gpulens.core.trace import COLUMNS, RATIOS, SHAPE, SIGNALS
 
 MIB = 1024**2
 
@@ -101,13 +101,13 @@ def read_trace(path: str | Path) -> pd.DataFrame:
                 raise TraceError(
                     f"{path}, line 1: required column '{required}' missing from the header ({', '.join(header)})"
                 )
-        unknown = [h for h in header if h not in COLUMNS]
+        unknown = [h for h in header if h not in COLUMNS and h not in SHAPE]
         if unknown:
             raise TraceError(
                 f"{path}, line 1: unknown column(s) {', '.join(unknown)}; "
                 "the trace columns are listed in docs/trace-format.md"
             )
-        numeric = [i for i, h in enumerate(header) if h in SIGNALS]
+        numeric = [i for i, h in enumerate(header) if h in SIGNALS or h in SHAPE]
         ts_index = header.index("timestamp")
         rows = []
         try:
@@ -137,7 +137,7 @@ def read_trace(path: str | Path) -> pd.DataFrame:
                             f"{path}, line {line}, column {i + 1} ({header[i]}): {text!r} is not a number"
                         ) from None
                     name = header[i]
-                    if name in RATIOS and not 0.0 <= row[i] <= 1.0:
+                    if (name in RATIOS or name.endswith("_ratio")) and not 0.0 <= row[i] <= 1.0:
                         raise TraceError(
                             f"{path}, line {line}, column {i + 1} ({name}): {text} is not a ratio "
                             "from 0 to 1 (percentages must be divided by 100)"

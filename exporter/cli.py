@@ -272,12 +272,15 @@ def run(args: argparse.Namespace) -> int:
         return 2
     recorder = None
     if args.record:
-        from gpulens.exporter.recorder import Recorder
+        from gpulens.exporter.recorder import Recorder, RecordError
 
         try:
             recorder = Recorder(args.record, node=getattr(getattr(source, "node", None), "name", ""))
         except OSError as e:
             print(f"gpulens exporter: cannot open --record file {args.record}: {e.strerror}", file=sys.stderr)
+            return 2
+        except RecordError as e:
+            print(f"gpulens exporter: {e}", file=sys.stderr)
             return 2
     attribution.start()
     sampler = Sampler(source, args.interval, attribution=attribution, on_sample=recorder.write if recorder else None)

@@ -9,25 +9,41 @@ import os
 import time
 
 from gpulens.core import trace as tr
+from gpulens.core.activity import Totals
 from gpulens.core.status import ProblemLog
 from gpulens.exporter.sampler import Snapshot
 
 log = logging.getLogger(__name__)
 
 
+class RecordError(Exception):
+    """The --record file cannot be appended to; the message names it and the fix."""
+
+
 class Recorder:
     """Appends one row per device per sample. A write error is logged once and recording stops
     trying until the next sample; it never stops the exporter."""
+
+    COLUMNS = tr.COLUMNS + tr.SHAPE
 
     def __init__(self, path: str, node: str = ""):
         self.path = path
         self.node = node
         new = not os.path.exists(path) or os.path.getsize(path) == 0
+        if not new:
+            with open(path, newline="") as existing:
+                header = next(csv.reader(existing), [])
+            if header != self.COLUMNS:
+                raise RecordError(
+                    f"--record {path} holds a trace with other columns (written by another gpulens version, "
+                    "or not a trace): appending would mix two layouts; record to a new file"
+                )
         self._file = open(path, "a", newline="", buffering=1)
         self._writer = csv.writer(self._file)
         if new:
-            self._writer.writerow(tr.COLUMNS)
+            self._writer.writerow(self.COLUMNS)
         self._previous: dict[tuple[str, str], tuple[float, float]] = {}
+        self._shape_totals: dict[str, Totals] = {}
         self._problems = ProblemLog(log)
 
     def write(self, snapshot: Snapshot) -> None:
@@ -40,7 +56,7 @@ class Recorder:
         for d in node.devices:
             if not d.up:
                 continue
-            row = dict.fromkeys(tr.COLUMNS, "")
+            row: dict[str, object] = dict.fromkeys(self.COLUMNS, "")
             row.update(timestamp=f"{now:.3f}", gpu=d.uuid, node=self.node, gpu_model=d.model)
             holders = (pods or {}).get(d.uuid) or [p.pod for p in d.processes if p.pod]
             if holders:
@@ -57,7 +73,12 @@ class Recorder:
                         row[column] = repr((value - previous[1]) / (now - previous[0]))
             if d.clock_event_reasons is not None:
                 row["clock_event_reasons"] = str(d.clock_event_reasons)
-            rows.append([row[c] for c in tr.COLUMNS])
+            shape = snapshot.shapes.get(d.uuid)
+            if shape is not None:
+                totals = shape.totals()
+                row.update(tr.shape_row(self._shape_totals.get(d.uuid), totals))
+                self._shape_totals[d.uuid] = totals
+            rows.append([row[c] for c in self.COLUMNS])
         try:
             self._writer.writerows(rows)
             self._problems.resolved("write", f"recording to {self.path} works again")

@@ -322,7 +322,7 @@ def test_the_exporter_records_a_trace_that_analyze_reads(tmp_path):
             str(record),
         ]
     )
-    _time.sleep(12)
+    _time.sleep(16)  # 80 simulated seconds: 13 or more training steps of the starving pod
     exporter.stop()
     frame = read_trace(record)
     assert set(frame.node) == {"sim-h100-a"} and frame.gpu.nunique() == 8
@@ -331,3 +331,22 @@ def test_the_exporter_records_a_trace_that_analyze_reads(tmp_path):
     assert verdicts["science/stencil-solver-0"] == "memory_bandwidth"
     assert verdicts["vision/resnet-ddp-0"] == "healthy"
     assert frame.pcie_rx_bytes_per_second.notna().sum() > 0
+    # Every driver sample between rows is in the trace: the simulated driver samples every 1/6 s of
+    # simulated time, 5x faster than real time, so about 30 per second and GPU.
+    starving = frame[frame.pod == "bert-finetune-0"]
+    seconds = starving.timestamp.max() - starving.timestamp.min()
+    assert 29 * seconds <= starving.activity_samples.sum() <= 31 * seconds
+    steady = 2 * starving.steady_bursts.sum() / starving.activity_transitions.sum()
+    assert steady >= 0.7  # its steps repeat at a steady period (the first two bursts have none to repeat)
+    [v] = [v for v in classify(frame) if v.pod == "bert-finetune-0"]
+    assert v.bottleneck == "data_starvation" and "steady_burst_fraction" in v.evidence
+
+
+def test_the_recorder_refuses_to_append_to_a_file_of_another_layout(tmp_path):
+    from gpulens.exporter.recorder import Recorder, RecordError
+
+    old = tmp_path / "old.csv"
+    old.write_text("timestamp,gpu,gpu_util\n1,GPU-1,0.5\n")
+    with pytest.raises(RecordError, match="holds a trace with other columns .*record to a new file"):
+        Recorder(str(old))
+    assert old.read_text() == "timestamp,gpu,gpu_util\n1,GPU-1,0.5\n"  # untouched

@@ -114,6 +114,8 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert body["stale"] is False and body["input"] == "exporter"
         starving = pods["nlp/bert-finetune-0"]
         assert starving["node"] == "sim-h100-a" and starving["gpu_model"] == "NVIDIA H100 80GB HBM3"
+        # Judged from every driver sample between scrapes: its bursts repeat at the steps' period.
+        assert float(starving["evidence"]["steady_burst_fraction"].split()[0]) >= 0.9
         assert "num_workers" in starving["recommendation"]
         assert pods["vision/segmenter-ddp-0"]["evidence"]["cpu_sockets"].startswith("2, and NVIDIA L40S has no NVLink")
         assert pods["vision/detector-train-0"]["bottleneck"] == "throttling"

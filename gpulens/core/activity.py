@@ -37,6 +37,11 @@ STEADY_FACTOR = 1.5
 IDLE_BOUND, LOW_BOUND, HIGH_BOUND = 0.01, 0.1, 0.7
 
 
+#: Running totals the analyzer differences between two rows: samples, samples at or below IDLE_BOUND,
+#: LOW_BOUND and HIGH_BOUND, transitions, steady bursts.
+Totals = tuple[float, float, float, float, float, float]
+
+
 @dataclass(frozen=True)
 class ShapeCounts:
     """Cumulative counts since the exporter started, as published in a snapshot: `buckets` are
@@ -59,6 +64,16 @@ class ShapeCounts:
     def at_most(self, bound: float) -> int:
         """Observations at or below `bound`, one of BUCKETS."""
         return sum(self.buckets[: BUCKETS.index(bound) + 1])
+
+    def totals(self) -> Totals:
+        return (
+            self.count,
+            self.at_most(IDLE_BOUND),
+            self.at_most(LOW_BOUND),
+            self.at_most(HIGH_BOUND),
+            self.transitions,
+            self.steady_bursts,
+        )
 
 
 class ActivityShape:

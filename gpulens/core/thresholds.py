@@ -53,6 +53,10 @@ class Thresholds:
     #: between burst starts, (p75 - p25) / median, is at most this for iterations; Poisson arrivals
     #: give 1.58. (proposal)
     starvation_regularity: float = 0.5
+    #: The same from the exporter's counters (core/activity.py), which survive any scrape interval: the
+    #: share of bursts starting within 1.5x of the previous burst's period is at least this for
+    #: iterations; Poisson arrivals give 0.2. (proposal)
+    starvation_steady_share: float = 0.5
     # --- memory bandwidth (tool: KempnerPulse DRAM >= 0.5 with SM < 0.5; proposal: max pipe < 0.3) -
     dram_active: float = 0.5
     pipes_idle: float = 0.3

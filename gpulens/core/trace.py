@@ -15,6 +15,8 @@ signals   gpu_util, sm_active, sm_occupancy, tensor_active, dram_active, gr_engi
           cpu_usage_cores, cpu_limit_cores          of the pod
           restarts_total                            of the pod's container
           numa_node                                 CPU socket the GPU hangs off (poor placement)
+shape     activity_samples, activity_idle_ratio, activity_low_ratio, activity_high_ratio,
+          activity_transitions, steady_bursts       since the GPU's previous row (SHAPE below)
 
 Any signal column may be absent or empty: the analyzer says what it could not judge without it.
 
@@ -26,6 +28,7 @@ docs/trace-format.md.
 from __future__ import annotations
 
 from gpulens.core import metrics as m
+from gpulens.core.activity import Totals
 
 IDENTITY = ["node", "gpu_model", "namespace", "pod", "container"]
 RATIOS = [
@@ -60,6 +63,30 @@ NUMBERS = [
 ]
 SIGNALS = RATIOS + NUMBERS
 COLUMNS = ["timestamp", "gpu"] + IDENTITY + SIGNALS
+#: The shape of the activity since the GPU's previous row (core/activity.py), from the exporter's
+#: histogram and counters: every driver sample the row stands for, not just its average. A group: all
+#: present (traces from gpulens exporters, directly or through Prometheus) or none (other tools' files).
+SHAPE = [
+    "activity_samples",  # driver samples since the previous row
+    "activity_idle_ratio",  # share of them at or below IDLE_BOUND
+    "activity_low_ratio",  # ... at or below LOW_BOUND
+    "activity_high_ratio",  # ... above HIGH_BOUND
+    "activity_transitions",  # crossings of BUSY_LEVEL among them
+    "steady_bursts",  # bursts among them that repeated the previous period
+]
+
+
+def shape_row(before: Totals | None, after: Totals) -> dict[str, float]:
+    """The SHAPE columns of a row, from the exporter's running totals at the previous row and at this one.
+    Empty after a counter reset (an exporter restart) or without a previous row; ratios are absent when
+    no sample came (the driver had nothing new)."""
+    if before is None or any(a < b for a, b in zip(after, before, strict=True)):
+        return {}
+    n, idle, low, high, transitions, steady = (a - b for a, b in zip(after, before, strict=True))
+    row = {"activity_samples": n, "activity_transitions": transitions, "steady_bursts": steady}
+    if n > 0:
+        row.update(activity_idle_ratio=idle / n, activity_low_ratio=low / n, activity_high_ratio=1 - high / n)
+    return row
 
 
 #: Trace column <- the exporter gauge it is read from (by the recorder and the live inputs).
