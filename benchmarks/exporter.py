@@ -62,6 +62,9 @@ def gpu_state(index: int, processes: int) -> dict:
         "gpm.11": 0,
         "gpm.12": 12,
         "gpm.13": 30,
+        # The driver keeps a utilization sample every millisecond here: the benchmark reads far more often
+        # than once a second, and each read should find a handful of new samples, as a 1 s read finds six.
+        "sample_period_ms": 1,
     }
     for p in range(processes):
         state.update(
@@ -85,7 +88,12 @@ def floor_sample(nvml, handles) -> None:
         nvml.NVML_FI_DEV_NVLINK_LINK_COUNT,
     ]
     for h, state in handles:
-        nvml.nvmlDeviceGetUtilizationRates(h)
+        for kind in (nvml.NVML_GPU_UTILIZATION_SAMPLES, nvml.NVML_MEMORY_UTILIZATION_SAMPLES):
+            try:
+                _, samples = nvml.nvmlDeviceGetSamples(h, kind, state[kind])
+                state[kind] = max(sample.timeStamp for sample in samples)
+            except nvml.NVMLError_NotFound:
+                pass  # nothing new since the last read
         nvml.nvmlDeviceGetMemoryInfo(h, nvml.nvmlMemory_v2)
         sample = nvml.nvmlGpmSampleAlloc()
         nvml.nvmlGpmSampleGet(h, sample)
@@ -162,7 +170,9 @@ def measure(gpus: int, rounds: int) -> dict:
         h = pynvml.nvmlDeviceGetHandleByIndex(i)
         first = pynvml.nvmlGpmSampleAlloc()
         pynvml.nvmlGpmSampleGet(h, first)
-        handles.append((h, {"gpm": first, "ts": 0}))
+        state = {"gpm": first, "ts": 0}
+        state |= dict.fromkeys((pynvml.NVML_GPU_UTILIZATION_SAMPLES, pynvml.NVML_MEMORY_UTILIZATION_SAMPLES), 0)
+        handles.append((h, state))
 
     # Interleave the three measurements so machine noise hits them alike.
     floor = sample = render = generic = 0.0
@@ -179,13 +189,18 @@ def measure(gpus: int, rounds: int) -> dict:
         "render": render / 5,
         "generic": generic / 5,
         "series": sum(1 for line in body.decode().splitlines() if not line.startswith("#")),
+        "shape_series": sum(
+            1
+            for line in body.decode().splitlines()
+            if line.startswith(("gpulens_gpu_activity_", "gpulens_gpu_steady_bursts"))
+        ),
         "rss_mib": rss_mib(),
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=40, help="calls per measurement (5 measurements each)")
+    parser.add_argument("--rounds", type=int, default=200, help="calls per measurement (5 measurements each)")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -220,6 +235,7 @@ def main() -> int:
         f"{'GPUs':>4} {'series':>7} {'floor ms':>9} {'sample ms':>10} {'render ms':>10} {'generic ms':>11} "
         f"{'sample/floor':>13} {'render/floor':>13} {'RSS MiB':>8}"
     )
+    per_gpu = (rows[1]["series"] - rows[0]["series"]) / (rows[1]["gpus"] - rows[0]["gpus"])
     for r in rows:
         ms = {k: r[k] * 1000 for k in ("floor", "sample", "render", "generic")}
         print(
@@ -227,6 +243,10 @@ def main() -> int:
             f"{ms['generic']:>11.3f} {r['sample'] / r['floor']:>13.2f} {r['render'] / r['floor']:>13.2f} "
             f"{r['rss_mib']:>8.1f}"
         )
+    print(
+        f"\nseries per GPU (an H100 with 18 NVLinks, processes aside): {per_gpu:.0f}, of which "
+        f"{rows[1]['shape_series'] // rows[1]['gpus']} are the activity shape (histogram, transitions, steady bursts)"
+    )
     return 0
 
 

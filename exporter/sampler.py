@@ -233,6 +233,8 @@ class Sampler:
 
     def _observe_pods(self, uuid: str, processes: list[ProcessSample], now: float, dt: float, max_gap: float) -> None:
         """Each pod's share of the device, per driver sample (summed over its processes), in its shape."""
+        if not any(process.pod for process in processes):
+            return
         by_pod: dict[PodRef, dict[float, float]] = {}
         for process in processes:
             if process.pod is None:

@@ -13,6 +13,7 @@ GPU and XID code, so repeated errors are counted, not overwritten.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections import Counter
@@ -37,8 +38,12 @@ _GPM_METRICS = {
     12: m.FP32_ACTIVE,  # NVML_GPM_METRIC_FP32_UTIL
     13: m.FP16_ACTIVE,  # NVML_GPM_METRIC_FP16_UTIL
 }
-#: Which member of the nvmlValue_t union holds a sample, by nvmlValueType_t (utilization: unsigned int).
-_SAMPLE_VALUE_FIELDS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+#: The layout of an nvmlSample_t (timestamp, then the nvmlValue_t union of 8 bytes), by the nvmlValueType_t
+#: the driver says its values have (utilization: 1, unsigned int).
+_SAMPLE_LAYOUTS = {
+    kind: struct.Struct("=Q" + member)
+    for kind, member in {0: "d", 1: "I4x", 2: "Q", 3: "Q", 4: "q", 5: "i4x", 6: "H6x"}.items()
+}
 #: GPM needs two samples at least this far apart (NVML documentation: more than 100 ms).
 _GPM_MIN_SPACING_SECONDS = 0.1
 
@@ -337,16 +342,14 @@ class NvmlSource(Source):
             else:
                 self._problems.problem(f"{d.uuid}:samples", f"GPU {d.gpu}: nvmlDeviceGetSamples failed: {e}")
             return None
-        field = _SAMPLE_VALUE_FIELDS.get(value_type, "uiVal")
-        newest = max((sample.timeStamp for sample in samples), default=seen or 0)
-        d.samples_seen[kind] = max(newest, seen or 0)
+        # nvmlSample_t is {unsigned long long timeStamp; nvmlValue_t sampleValue}: unpacked from the raw
+        # bytes, because pynvml's structures convert every attribute read in Python.
+        layout = _SAMPLE_LAYOUTS.get(value_type, _SAMPLE_LAYOUTS[1])
+        unpacked = sorted(layout.iter_unpack(b"".join(map(bytes, samples))))
+        d.samples_seen[kind] = max(unpacked[-1][0] if unpacked else 0, seen or 0)
         if seen is None:
             return []
-        return sorted(
-            (sample.timeStamp / 1e6, getattr(sample.sampleValue, field) / 100)
-            for sample in samples
-            if sample.timeStamp > seen
-        )
+        return [(timestamp / 1e6, value / 100) for timestamp, value in unpacked if timestamp > seen]
 
     def _read_board(self, d: _Device, s: DeviceSample) -> None:
         """What only a physical GPU has: links, clocks, power, temperature, errors."""
@@ -450,42 +453,36 @@ class NvmlSource(Source):
         processes = self.call(d, nvml.nvmlDeviceGetComputeRunningProcesses, h)
         if processes is None:
             return
-        shares: dict[int, list[int]] | None = None
-        samples: dict[int, list[tuple[float, float]]] = {}
-        # The first read returns whatever the driver kept before the exporter started: averaged into
-        # the gauge, but not samples of ours.
+        # Per PID, the driver's samples since the last read: (CPU time in us, SM share in percent). The
+        # first read returns whatever the driver kept before the exporter started: averaged into the
+        # gauge, but not samples of ours.
+        by_pid: dict[int, list[tuple[int, int]]] | None = None
         seen = d.process_timestamp
         if processes and d.mig_mode != "instance":  # NVML has no per-process utilization on MIG
-            shares = {}
+            by_pid = {}
             try:
                 for u in nvml.nvmlDeviceGetProcessUtilization(h, seen):
-                    shares.setdefault(u.pid, []).append(u.smUtil)
-                    if seen and u.timeStamp > seen:
-                        samples.setdefault(u.pid, []).append((u.timeStamp / 1e6, u.smUtil / 100))
-                    d.process_timestamp = max(d.process_timestamp, u.timeStamp)
+                    timestamp = u.timeStamp
+                    by_pid.setdefault(u.pid, []).append((timestamp, u.smUtil))
+                    d.process_timestamp = max(d.process_timestamp, timestamp)
             except nvml.NVMLError as e:
                 if e.value == nvml.NVML_ERROR_GPU_IS_LOST:
                     raise DeviceLost() from e
                 if e.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no samples since last time = no activity
-                    shares = None
+                    by_pid = None
         for p in processes:
-            name = self._process_names.get(p.pid)
+            pid = p.pid
+            name = self._process_names.get(pid)
             if name is None:
-                name = self._optional(nvml.nvmlSystemGetProcessName, p.pid) or ""
-                self._process_names[p.pid] = name = name.rsplit("/", 1)[-1]
-            utilization = None
-            if shares is not None:
-                pid_shares = shares.get(p.pid)
-                utilization = sum(pid_shares) / len(pid_shares) / 100 if pid_shares else 0.0
-            s.processes.append(
-                ProcessSample(
-                    pid=p.pid,
-                    command=name,
-                    memory_used_bytes=p.usedGpuMemory,
-                    utilization=utilization,
-                    samples=sorted(samples.get(p.pid, [])) if shares is not None and seen else None,
-                )
-            )
+                name = self._optional(nvml.nvmlSystemGetProcessName, pid) or ""
+                self._process_names[pid] = name = name.rsplit("/", 1)[-1]
+            utilization = samples = None
+            if by_pid is not None:
+                pid_samples = by_pid.get(pid, ())
+                utilization = sum(v for _, v in pid_samples) / len(pid_samples) / 100 if pid_samples else 0.0
+                if seen:
+                    samples = [(t / 1e6, v / 100) for t, v in pid_samples if t > seen]
+            s.processes.append(ProcessSample(pid, name, p.usedGpuMemory, utilization, samples=samples))
         if len(self._process_names) > 4096:  # PIDs are reused; forget names now and then
             self._process_names.clear()
 
