@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpulens.core import metrics as m
@@ -166,7 +166,7 @@ class Sampler:
             activity = device.activity()
             if device.activity_samples is not None:
                 # The driver's own samples: busy time exact at its rate, each sample in the shape once.
-                for value, seconds in self._each_sample(device.uuid, device.activity_samples, shape, max_gap):
+                for value, seconds in self._observe_samples(device.uuid, device.activity_samples, shape, max_gap):
                     counters.busy += value * seconds
                     if value < IDLE_ACTIVITY:
                         counters.idle += seconds
@@ -212,12 +212,13 @@ class Sampler:
                 del self._pod_shapes[pod_key]
                 self._last_sample.pop(pod_key, None)
 
-    def _each_sample(
+    def _observe_samples(
         self, key: object, samples: list[tuple[float, float]], shape: ActivityShape, max_gap: float
-    ) -> Iterator[tuple[float, float]]:
-        """Put driver samples in `shape`, yielding (value, seconds it stands for) for each one whose
+    ) -> list[tuple[float, float]]:
+        """Put new driver samples in `shape`; return (value, seconds it stands for) for each one whose
         predecessor is known and near: the first sample, and one after a gap, stand for no time."""
         previous = self._last_sample.get(key)
+        spans = []
         for timestamp, value in samples:
             if previous is not None and timestamp <= previous:
                 continue  # already seen (a source that cannot filter by timestamp)
@@ -226,10 +227,11 @@ class Sampler:
                 previous = None
             shape.observe(timestamp, value)
             if previous is not None:
-                yield value, timestamp - previous
+                spans.append((value, timestamp - previous))
             previous = timestamp
         if previous is not None:
             self._last_sample[key] = previous
+        return spans
 
     def _observe_pods(self, uuid: str, processes: list[ProcessSample], now: float, dt: float, max_gap: float) -> None:
         """Each pod's share of the device, per driver sample (summed over its processes), in its shape."""
@@ -250,8 +252,7 @@ class Sampler:
             shape = self._pod_shapes.setdefault(key, ActivityShape())
             if dt == 0.0:
                 shape.gap()
-            for _ in self._each_sample(key, sorted(samples_by_time.items()), shape, max_gap):
-                pass
+            self._observe_samples(key, sorted(samples_by_time.items()), shape, max_gap)
 
     def run(self) -> None:
         """Sample at a fixed rate until stop(). Ticks missed because a sample overran are skipped,
