@@ -180,10 +180,11 @@ hold memory flat and are exempt.
 
 
 def _gpu_alerts(c: MixinConfig) -> list[Alert]:
-    """GPUs in trouble whatever runs on them: memory held by no pod, throttling, XIDs, lost."""
+    """GPUs in trouble whatever runs on them: memory held by no pod, throttling, XIDs, NVLinks, lost."""
     t = c.thresholds
     w = t.alert_rate_window
     node_link = mixin.dashboard_link(c, mixin.NODE_DASHBOARD, node="{{ $labels.node }}")
+    nvlink_errors = metric("gpu_nvlink_errors_total")
     return [
         Alert(
             "GpulensGpuMemoryHeldWithoutPod",
@@ -242,6 +243,31 @@ nvidia_gpu_exporter). The software power cap (`sw_power_cap`) is normal boost be
 (NVIDIA's XID catalogue): 13, 31, 43 are usually the application's fault (illegal memory access, a kernel
 exception): tell the pod's owner. 48 (double-bit ECC), 63/64 (row remapping), 74 (NVLink), 79 (fallen off the
 bus), 92, 94, 95 (ECC) are hardware: drain the node, reset the GPU, and file a hardware ticket if they recur.""",
+            node_link,
+        ),
+        Alert(
+            "GpulensGpuNvlinkDegraded",
+            f"{metric('gpu_nvlink_links_down')}{{{c.exporter}}} > 0"
+            f' or sum without (type) (rate({nvlink_errors}{{{c.exporter},type=~"crc_flit|crc_data"}}[{w}]))'
+            f" >= {t.nvlink_crc_errors_per_second:g}"
+            f' or sum without (type) (increase({nvlink_errors}{{{c.exporter},type=~"replay|recovery"}}[{w}]))'
+            f" > {t.nvlink_errors:g}",
+            t.alert_nvlink_for,
+            "warning",
+            "gpu",
+            f"{GPU} has NVLinks down or failing",
+            f"{GPU} has had NVLinks down, or NVLink errors above DCGM's limits, for {t.alert_nvlink_for}: the peer "
+            f"traffic of multi-GPU pods on it is slow or falls back to PCIe.",
+            f"""An NVLink of the GPU is down (`gpulens_gpu_nvlink_links_down`; the exporter's log names the links), or
+its CRC errors reach {t.nvlink_crc_errors_per_second:g}/s, or it counts more than {t.nvlink_errors:g} replay or
+recovery errors in {w} (DCGM's limits, dcgm_gpu_hardware_limits.h). The analyzer calls multi-GPU pods on it
+`poor_placement` with the GPU named in the evidence.
+
+1. On the node: `nvidia-smi nvlink -s` (a down link shows `<inactive>`) and `nvidia-smi nvlink -e` (error counters);
+   `dmesg | grep -i xid` (XID 74: NVLink error).
+2. On NVSwitch systems, check that the Fabric Manager runs (`systemctl status nvidia-fabricmanager`).
+3. Cordon the node for multi-GPU jobs, drain it, reset the GPUs; if links stay down or errors recur, it is
+   hardware (the GPU, the baseboard or the NVSwitch): open a ticket with the vendor.""",
             node_link,
         ),
         Alert(

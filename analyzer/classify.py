@@ -247,22 +247,83 @@ def _memory_fragmentation(f: Features, t: Thresholds, info: GpuModel, evidence: 
 
 
 def _poor_placement(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
-    """GPUs across CPU sockets with no NVLink between them, or one GPU far busier than the others."""
+    """A multi-GPU pod whose GPUs cannot exchange at NVLink speed, or do not: on different CPU sockets or
+    PCIe root complexes with no NVLink between them; joined by NVLink that sits idle while they exchange
+    over PCIe (NCCL peer-to-peer turned off, a container that does not see its peers); NVLinks down or
+    failing on its GPUs; or one GPU far busier than the others."""
     busiest, least = f.gpu_activity_max, f.gpu_activity_min
     if f.gpus < 2 or math.isnan(busiest) or busiest < 0.3:
         return None  # an idle or barely used pod has a bigger problem than placement
-    across = f.numa_nodes >= 2 and info.nvlink_bytes_per_second == 0
-    unbalanced = least / busiest <= t.placement_imbalance
-    if not (across or unbalanced):
-        return None
-    evidence["gpu_activity_spread"] = f"least busy {_fmt(least)} / busiest {_fmt(busiest)}" + (
-        f" <= {t.placement_imbalance}" if unbalanced else ""
-    )
-    if across:
-        evidence["cpu_sockets"] = (
-            f"{f.numa_nodes:.0f}, and {f.gpu_model} has no NVLink: the GPUs talk over PCIe across sockets"
+    # One NVLink island, from the exporter's topology; without it, what the model's SXM boards have.
+    nvlinked = f.nvlink_groups == 1 if f.nvlink_groups else info.nvlink_bytes_per_second > 0
+    confidence = 0.0
+    where = "; ".join(_where(g) for g in f.gpu_links)
+    if not nvlinked and (f.numa_nodes >= 2 or f.pcie_roots >= 2):
+        across = "CPU sockets" if f.numa_nodes >= 2 else "PCIe root complexes of one socket"
+        evidence["split_placement"] = f"{where}: no NVLink between them, so they exchange over PCIe across {across}"
+        confidence = 0.9
+    if (
+        nvlinked
+        and info.nvlink_bytes_per_second > 0
+        and f.nvlink_use < t.nvlink_idle
+        and f.pcie_peer >= t.placement_pcie_peer
+    ):
+        evidence["nvlink_unused"] = (
+            f"{', '.join(g.gpu for g in f.gpu_links) or 'the GPUs'} share NVLink, which carried {_fmt(f.nvlink_use)} "
+            f"< {t.nvlink_idle} of its capacity while PCIe carried {_fmt(f.pcie_peer)} >= {t.placement_pcie_peer} "
+            "both ways: peer traffic goes over PCIe (NCCL_P2P_DISABLE or NCCL_P2P_LEVEL set, or a container "
+            "that sees only its own GPU)"
         )
-    return "poor_placement", 0.75 + (0.15 if f.numa_nodes >= 2 else 0.0)
+        confidence = 0.9
+    failing = [
+        g
+        for g in f.gpu_links
+        if g.links_down > 0
+        or g.crc_per_second >= t.nvlink_crc_errors_per_second
+        or _retries(g) * f.window_seconds > t.nvlink_errors
+    ]
+    if failing:
+        evidence["nvlink_faults"] = "; ".join(_link_faults(g, f.window_seconds) for g in failing) + (
+            f" (CRC matters at >= {t.nvlink_crc_errors_per_second:g}/s, replay and recovery above "
+            f"{t.nvlink_errors:g} per window: DCGM's limits)"
+        )
+        confidence = max(confidence, 0.85)
+    if least / busiest <= t.placement_imbalance:
+        evidence["gpu_activity_spread"] = (
+            f"least busy {_fmt(least)} / busiest {_fmt(busiest)} <= {t.placement_imbalance}"
+        )
+        confidence = max(confidence, 0.75)
+    elif confidence:
+        evidence["gpu_activity_spread"] = f"least busy {_fmt(least)} / busiest {_fmt(busiest)}"
+    return ("poor_placement", confidence) if confidence else None
+
+
+def _where(g: Any) -> str:
+    """'GPU-… (socket 0, PCIe root 1, NVLink island 0)', with what the trace says."""
+    parts = [
+        f"{name} {value:.0f}"
+        for name, value in (("socket", g.socket), ("PCIe root", g.root), ("NVLink island", g.nvlink_group))
+        if not math.isnan(value)
+    ]
+    return g.gpu + (f" ({', '.join(parts)})" if parts else "")
+
+
+def _retries(g: Any) -> float:
+    """Replay and recovery errors per second on a GPU's NVLinks (0 where the trace does not say)."""
+    return sum(r for r in (g.replay_per_second, g.recovery_per_second) if not math.isnan(r))
+
+
+def _link_faults(g: Any, window_seconds: float) -> str:
+    """'GPU-…: 4 NVLinks down, CRC 150/s, 300 replay errors, 12 recovery errors'."""
+    parts = []
+    if g.links_down > 0:
+        parts.append(f"{g.links_down:.0f} NVLink{'s' if g.links_down > 1 else ''} down")
+    if g.crc_per_second > 0:
+        parts.append(f"CRC {g.crc_per_second:.3g}/s")
+    for kind, rate in (("replay", g.replay_per_second), ("recovery", g.recovery_per_second)):
+        if rate > 0:
+            parts.append(f"{rate * window_seconds:.0f} {kind} errors")
+    return f"{g.gpu}: {', '.join(parts)}"
 
 
 def _interconnect(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:

@@ -28,6 +28,7 @@ from gpulens.core import trace as tr
 from gpulens.core.activity import ActivityShape
 from gpulens.core.bottlenecks import CLASSES
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.topology import GROUPS
 from gpulens.simulator import workloads
 from gpulens.simulator.fleet import load_fleet
 from gpulens.simulator.workloads import DAY
@@ -42,9 +43,23 @@ SCENARIOS = {
     "interconnect": ("interconnect", ["H100-SXM5-80GB", "A100-SXM4-40GB", "L40S"], (1,)),
     "throttling": ("thermal_throttling", ["H100-SXM5-80GB", "A100-SXM4-40GB", "L40S"], (1,)),
     "wrong_gpu_type": ("light_inference", ["H100-SXM5-80GB", "A100-SXM4-80GB"], (1,)),
-    "poor_placement": ("poor_placement", ["L40S", "A100-PCIE-40GB"], (2,)),
+    "poor_placement": ("poor_placement", [], (2,)),  # one scenario per fault in PLACEMENTS
     "insufficient_data": ("healthy_training", ["H100-SXM5-80GB", "T4"], (1,)),
 }
+#: Placement faults (class poor_placement) -> (profile, models, the pod's GPUs on an 8-GPU node whose CPU
+#: sockets are GPUs 0-3 and 4-7 and whose PCIe root complexes are pairs 0-1, 2-3, ..., sources that show it).
+PLACEMENTS = {
+    # Across sockets with no NVLink, one GPU far busier: seen from any source.
+    "sockets": ("poor_placement", ["L40S", "A100-PCIE-40GB"], [1, 4], ("dcgm", "gpulens")),
+    # Across root complexes of one socket with no NVLink, evenly half used: only the topology shows it.
+    "roots": ("exchange_over_pcie", ["L40S", "A100-PCIE-40GB"], [1, 2], ("gpulens",)),
+    # Joined by NVLink that sits idle while PCIe carries the exchange (NCCL_P2P_DISABLE).
+    "nvlink_unused": ("exchange_over_pcie", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1], ("dcgm", "gpulens")),
+    # NVLinks down and failing on the first GPU: the exporter's link states and error counters show it.
+    "nvlink_faults": ("nvlink_faults", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1], ("gpulens",)),
+}
+#: Trace columns only a gpulens exporter gives (topology, NVLink states and errors): other sources leave them out.
+TOPOLOGY_COLUMNS = ["numa_node", "pcie_root", "nvlink_group", "nvlink_links_down", *tr.NVLINK_ERROR_RATES]
 #: Classes that can be judged without profiling fields (utilization, memory, links, clocks only).
 WITHOUT_PROFILING = {"idle", "data_starvation", "memory_fragmentation", "interconnect", "throttling", "poor_placement"}
 
@@ -69,12 +84,24 @@ class Scenario:
     #: A data-starved job waiting on storage or the network, its CPU not at its limit: only the shape of
     #: its activity shows it (made with source "gpulens" only; from rows alone it looks like serving).
     io_bound: bool = False
+    #: Which placement fault (PLACEMENTS) a poor_placement scenario plays.
+    placement: str = ""
+
+    def workload(self) -> tuple[str, list[int]]:
+        """The simulator's profile, and the pod's GPUs on the scenario's 8-GPU node."""
+        if self.label == "poor_placement":
+            profile, _, indices, _ = PLACEMENTS[self.placement]
+            return profile, indices
+        return SCENARIOS[self.label][0], list(range(self.gpus))
 
 
 def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
     rng = random.Random(seed)
     out: list[Scenario] = []
     for label, (_, models, gpu_counts) in SCENARIOS.items():
+        if label == "poor_placement":
+            out += _placement_scenarios(rng, seed, per_class // 2, len(out))
+            continue
         for _ in range(per_class):
             profiling = not (label in WITHOUT_PROFILING and rng.random() < 0.25)
             mig = label in ("idle", "data_starvation", "healthy") and profiling and rng.random() < 0.2
@@ -103,6 +130,27 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
     return out
 
 
+def _placement_scenarios(rng: random.Random, seed: int, per_fault: int, first: int) -> list[Scenario]:
+    out: list[Scenario] = []
+    for placement, (_, models, indices, sources) in PLACEMENTS.items():
+        for _ in range(per_fault):
+            profiling = rng.random() >= 0.25
+            out.append(
+                Scenario(
+                    "poor_placement",
+                    rng.choice(models),
+                    len(indices),
+                    0.0,  # placement does not change mid-run
+                    profiling,
+                    False,
+                    seed * 1000 + first + len(out),
+                    rng.choice(sources),
+                    placement=placement,
+                )
+            )
+    return out
+
+
 def probes(seed: int, count: int = 4) -> list[Scenario]:
     """DRAM-bound pods on GPUs without profiling fields: whatever they are called, it must not be
     memory_bandwidth, which nothing but DRAM activity can show. Kept out of the confusion matrix."""
@@ -123,16 +171,15 @@ def probes(seed: int, count: int = 4) -> list[Scenario]:
 
 def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise: float = 0.03) -> pd.DataFrame:
     """The trace one scenario's pod would leave: `window` seconds at `step` resolution."""
-    profile = SCENARIOS[s.label][0]
+    profile, indices = s.workload()
     samples = 20 if s.label == "insufficient_data" else int(window / step)
-    indices = list(range(s.gpus)) if s.label != "poor_placement" else [1, 2]  # across sockets
     fleet: dict[str, Any] = {
         "seed": s.seed,
         "nodes": [
             {
                 "name": "eval-node",
                 "model": s.model,
-                "gpus": 4,
+                "gpus": 8,
                 "workloads": [{"profile": profile, "gpus": indices, "pod": "eval/pod"}],
             }
         ],
@@ -172,6 +219,8 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
     frame = _frame(samples_of, rng, noise)
     if seconds_of:
         frame = _with_shape(frame, seconds_of, rng, noise)
+    else:
+        frame[TOPOLOGY_COLUMNS] = np.nan
     if not s.profiling:
         frame[tr.PROFILING] = np.nan
     if s.mig:
@@ -186,8 +235,12 @@ def _frame(samples_of: list, rng: np.random.Generator, noise: float) -> pd.DataF
     """The trace rows of simulated GPUs: [(SimGpu, [(time, Activity), ...]), ...], noise on every ratio."""
     cpu_limit = 8.0
     rows = []
+    gpus = [gpu for gpu, _ in samples_of]
+    pairs = [(a.uuid, b.uuid, *a.connection(b)) for a in gpus for b in gpus if a is not b]
+    socket, root, island = (of(pairs) for of in GROUPS.values())
     for gpu, activities in samples_of:
         model = gpu.model
+        nvlink = 1.0 if model.nvlink_links else math.nan  # NVLink states and errors only where there are links
         usable = model.memory_total_bytes - model.memory_reserved_bytes
         for t, a in activities:
             rows.append(
@@ -217,7 +270,13 @@ def _frame(samples_of: list, rng: np.random.Generator, noise: float) -> pd.DataF
                     cpu_limit * a.cpu_fraction,
                     cpu_limit,
                     a.restarts,
-                    gpu.numa_node,
+                    socket.get(gpu.uuid, math.nan),
+                    root.get(gpu.uuid, math.nan),
+                    island.get(gpu.uuid, math.nan),
+                    nvlink * a.nvlink_links_down,
+                    nvlink * a.nvlink_crc_rate,
+                    nvlink * a.nvlink_replay_rate,
+                    nvlink * a.nvlink_recovery_rate,
                 )
             )
     # The row tuples above are in the trace schema's order.
@@ -362,7 +421,9 @@ def day_traces(
 class Report:
     """What every scenario should have been called and was, with the sampling interval and span."""
 
-    results: pd.DataFrame  # columns: interval, span, kind ("window" or "day"), profile, source, label, predicted
+    #: columns: interval, span, kind ("window" or "day"), profile, placement (PLACEMENTS, for poor_placement
+    #: scenarios), source, label, predicted
+    results: pd.DataFrame
     #: What the no-profiling DRAM-bound probes were called (kept out of the confusion matrix).
     probe_predictions: list[str] = field(default_factory=list)
 
@@ -413,6 +474,15 @@ class Report:
         r = r[r["label"] == label]
         return float((r["predicted"] == label).mean()) if len(r) else math.nan
 
+    def placements(self, interval: float) -> list[tuple[str, str]]:
+        """Per placement fault (PLACEMENTS): how many of its pods were called poor_placement, as "found/all"."""
+        r = self._at(interval)
+        out = []
+        for name in PLACEMENTS:
+            pods = r[r["placement"] == name]
+            out.append((name, f"{int((pods['predicted'] == 'poor_placement').sum())}/{len(pods)}"))
+        return out
+
     def healthy_called_idle(self) -> int:
         r = self.results
         return int(((r["label"] == "healthy") & (r["predicted"] == "idle")).sum())
@@ -447,7 +517,7 @@ def evaluate(
         verdicts = {v.pod: v.bottleneck for v in analyze(pd.concat(frames, ignore_index=True), thresholds)}
         for x in scenarios:
             predicted = verdicts[f"{x.label}-{x.seed}"]
-            records.append((step, span, "window", SCENARIOS[x.label][0], x.source, x.label, predicted))
+            records.append((step, span, "window", x.workload()[0], x.placement, x.source, x.label, predicted))
         probe_predictions += [verdicts[f"{x.label}-{x.seed}"] for x in checks]
     by_cell: dict[tuple[float, float], list[tuple[DayScenario, pd.DataFrame, str]]] = {}
     for d in make_day_scenarios(seed, per_day_profile, spans):
@@ -458,8 +528,10 @@ def evaluate(
             v.pod: v.bottleneck for v in analyze(pd.concat([f for _, f, _ in cell], ignore_index=True), thresholds)
         }
         for d, _, label in cell:
-            records.append((step, span, "day", d.profile, d.source, label, verdicts[f"{d.profile}-{d.seed}"]))
-    results = pd.DataFrame(records, columns=["interval", "span", "kind", "profile", "source", "label", "predicted"])
+            records.append((step, span, "day", d.profile, "", d.source, label, verdicts[f"{d.profile}-{d.seed}"]))
+    results = pd.DataFrame(
+        records, columns=["interval", "span", "kind", "profile", "placement", "source", "label", "predicted"]
+    )
     return Report(results, probe_predictions)
 
 
@@ -482,6 +554,7 @@ def render(report: Report) -> str:
                 for source in ("nvidia-smi", *SOURCES)
                 if len(report._at(interval, source))
             ),
+            "  placement faults found: " + ", ".join(f"{name} {found}" for name, found in report.placements(interval)),
             "",
         ]
     scores = report.scores()

@@ -14,11 +14,13 @@ A "unit" is a pod (namespace/pod), or a GPU that no pod holds (gpu:<node>/<gpu>)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from gpulens.analyzer import frame as fr
+from gpulens.core import trace as tr
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -91,8 +93,10 @@ def pod_features(
     if trace.empty:
         return pd.DataFrame()
     rows = _Rows(trace, window, keys)
-    features = _reduce(rows, _Signals(rows, t), t)
+    signals = _Signals(rows, t)
+    features = _reduce(rows, signals, t)
     _add_identity(rows, features)
+    _add_links(rows, signals, features)
     _add_timing(features)
     if window is not None:
         features["window"] = rows.unit_window
@@ -230,6 +234,10 @@ class _Signals:
             self.cpu = column("cpu_usage_cores") / column("cpu_limit_cores")
             self.clock = column("sm_clock_hertz") / column("sm_clock_max_hertz")
         self.link = np.fmax(pcie_use, nvlink_use)
+        self.nvlink_use = nvlink_use
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # Collectives send as much as they receive; an input pipeline mostly receives.
+            self.pcie_peer = np.fmin(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
         self.reasons_raw = column("clock_event_reasons")
         self.throttled = (np.nan_to_num(self.reasons_raw).astype(np.int64) & t.throttle_reasons_mask) != 0
         # Busy/idle switches and memory drops between neighbouring samples of the same GPU.
@@ -237,7 +245,10 @@ class _Signals:
         self.switch = np.r_[False, state[1:] != state[:-1]] & ~rows.gpu_changes
         with np.errstate(invalid="ignore"):
             self.drop = np.r_[False, (self.mem_frac[1:] - self.mem_frac[:-1]) < -0.2] & ~rows.gpu_changes
-        self.restarts, self.numa = column("restarts_total"), column("numa_node")
+        self.restarts = column("restarts_total")
+        self.numa, self.pcie_root, self.nvlink_group = (column(c) for c in ("numa_node", "pcie_root", "nvlink_group"))
+        self.links_down = column("nvlink_links_down")
+        self.crc, self.replay, self.recovery = (column(c) for c in tr.NVLINK_ERROR_RATES)
         # Before each busy sample, how long the GPU had been without work since its previous busy
         # sample (or its first sample): the pauses while it worked.
         marker = self.busy | rows.gpu_changes
@@ -319,7 +330,6 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     spacing = _PerUnit(s.burst_spacing, s.burst_spacing_unit, len(rows.unit_starts))
     q25, period, q75 = spacing.quantile(0.25), spacing.quantile(0.5), spacing.quantile(0.75)
     gpu_activity = rows.gpus.mean(np.where(s.has_activity, s.act, np.nan))
-    numa_max, numa_min = U.max(s.numa), U.min(s.numa)
     reasons_known = ~np.isnan(s.reasons_raw)
     return pd.DataFrame(
         {
@@ -374,12 +384,61 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             # GPU's last work (a pod busy on its CPU is not idle).
             "cpu_sat_activity": U.mean(np.where(s.cpu >= t.cpu_saturated, s.act, np.nan)),
             "tail_cpu_sat": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu) & ~(ts <= lb)),
-            "numa_nodes": np.where(np.isnan(numa_max), 0, np.where(numa_max > numa_min, 2, 1)),
+            "numa_nodes": _spread(U, s.numa),
+            "pcie_roots": _spread(U, s.pcie_root),
+            "nvlink_groups": _spread(U, s.nvlink_group),
+            "nvlink_use": U.mean(s.nvlink_use),
+            "pcie_peer": U.mean(s.pcie_peer),
             "gpus": rows.unit_gpus.sizes,
             "gpu_activity_min": rows.unit_gpus.min(gpu_activity),
             "gpu_activity_max": rows.unit_gpus.max(gpu_activity),
         }
     )
+
+
+def _spread(U: _Segments, group: np.ndarray) -> np.ndarray:
+    """How many of a topology group (socket, root complex, NVLink island) a unit's GPUs are in: 0 when the
+    trace does not say, 1, or 2 for two or more."""
+    high, low = U.max(group), U.min(group)
+    return np.where(np.isnan(high), 0, np.where(high > low, 2, 1))
+
+
+class GpuLinks(NamedTuple):
+    """Where one GPU of a multi-GPU unit sits and how its NVLinks fared over the window, for evidence that
+    names GPUs. NaN where the trace does not say."""
+
+    gpu: str
+    socket: float
+    root: float
+    nvlink_group: float
+    links_down: float  # the most at once
+    crc_per_second: float
+    replay_per_second: float
+    recovery_per_second: float
+
+
+def _add_links(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
+    """NVLink health of each unit (the worst of its GPUs), and where each GPU of a multi-GPU unit sits."""
+    G, per_unit = rows.gpus, rows.unit_gpus
+    per_gpu = (
+        G.max(s.numa),
+        G.max(s.pcie_root),
+        G.max(s.nvlink_group),
+        G.max(s.links_down),
+        G.mean(s.crc),
+        G.mean(s.replay),
+        G.mean(s.recovery),
+    )
+    features["links_down"] = per_unit.max(per_gpu[3])
+    features["nvlink_crc"] = per_unit.max(per_gpu[4])
+    features["nvlink_retries"] = per_unit.max(np.fmax(per_gpu[5], 0) + np.fmax(per_gpu[6], 0))
+    names = rows.rows_of("gpu", rows.gpu_starts)
+    ends = np.append(rows.first_gpu_of_unit[1:], len(rows.gpu_starts))
+    links = [
+        tuple(sorted(GpuLinks(names[g], *(float(v[g]) for v in per_gpu)) for g in range(a, b))) if b - a > 1 else ()
+        for a, b in zip(rows.first_gpu_of_unit, ends, strict=True)
+    ]
+    features["gpu_links"] = pd.Series(links, index=features.index, dtype=object)
 
 
 def _add_identity(rows: _Rows, features: pd.DataFrame) -> None:

@@ -28,10 +28,13 @@ from gpulens.analyzer import frame as fr
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND, Totals
+from gpulens.core.topology import GROUPS, Pair
 
 log = logging.getLogger(__name__)
 
 GAUGES, RATES = tr.FROM_GAUGES, tr.FROM_RATES
+#: gpulens_gpu_nvlink_errors_total's type label -> the trace column whose rate it adds to.
+_ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items() for kind in kinds}
 #: The exporter samples that carry the activity shape, and the totals read from them, in Totals order.
 _SHAPE_SAMPLES = {
     m.ACTIVITY.name + "_count",
@@ -63,26 +66,6 @@ class AnalyzerInput(Protocol):
 
 class InputError(Exception):
     """The input could not be read this cycle; the message names it and why."""
-
-
-def socket_groups(pairs: list[tuple[str, str, str]]) -> dict[str, int]:
-    """A number per GPU, equal for GPUs whose path does not cross CPU sockets (topology level
-    other than `system`): the trace's numa_node, from gpulens_gpu_topology_info."""
-    parent: dict[str, str] = {}
-
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b, level in pairs:
-        find(a), find(b)
-        if level != "system":
-            parent[find(a)] = find(b)
-    roots = sorted({find(x) for x in parent})
-    return {x: roots.index(find(x)) for x in parent}
 
 
 class ExporterInput:
@@ -140,7 +123,8 @@ class ExporterInput:
         rates = {spec.name: column for column, spec in RATES.items()}
         devices: dict[str, dict] = {}
         pods: dict[str, dict] = {}
-        topology = []
+        topology: list[Pair] = []
+        errors: dict[tuple[str, str], float] = {}  # NVLink error totals by (uuid, trace column)
         reports_clock_events: set[str] = set()  # devices with clock-event series: no bit set means 0
         shape: dict[str, dict[str, float]] = {}  # the activity histogram's totals, by uuid
         for family in text_string_to_metric_families(text):
@@ -156,11 +140,10 @@ class ExporterInput:
                 elif s.name in gauges:
                     row[gauges[s.name]] = s.value
                 elif s.name in rates:
-                    key = (node, uuid, s.name)
-                    previous = self._previous.get(key)
-                    self._previous[key] = (now, s.value)
-                    if previous and now > previous[0] and s.value >= previous[1]:
-                        row[rates[s.name]] = (s.value - previous[1]) / (now - previous[0])
+                    self._rate(row, rates[s.name], (node, uuid, s.name), s.value, now)
+                elif s.name == m.NVLINK_ERRORS.name and s.labels.get("type") in _ERROR_COLUMN:
+                    key = (uuid, _ERROR_COLUMN[s.labels["type"]])
+                    errors[key] = errors.get(key, 0.0) + s.value
                 elif s.name == m.CLOCK_EVENT_ACTIVE.name:
                     reports_clock_events.add(uuid)
                     if s.value == 1:
@@ -176,8 +159,10 @@ class ExporterInput:
                         "container": s.labels["container"],
                     }
                 elif s.name == m.TOPOLOGY.name:
-                    topology.append((uuid, s.labels["peer_uuid"], s.labels["level"]))
-        sockets = socket_groups(topology)
+                    topology.append((uuid, s.labels["peer_uuid"], s.labels["level"], s.labels.get("p2p", "unknown")))
+        for (uuid, column), errors_total in errors.items():
+            self._rate(devices[uuid], column, (node, uuid, column), errors_total, now)
+        groups = {column: of(topology) for column, of in GROUPS.items()}
         for uuid, values in shape.items():
             if len(values) == len(_SHAPE_TOTALS):
                 count, idle, low, high, transitions, steady = (values[name] for name in _SHAPE_TOTALS)
@@ -188,9 +173,17 @@ class ExporterInput:
             row.update(pods.get(uuid, {}))
             if uuid in reports_clock_events:
                 row.setdefault("clock_event_reasons", 0)
-            if uuid in sockets:
-                row["numa_node"] = sockets[uuid]
+            for column, group in groups.items():
+                if uuid in group:
+                    row[column] = group[uuid]
         return [row for row in devices.values() if len(row) > 3]
+
+    def _rate(self, row: dict, column: str, key: tuple, value: float, now: float) -> None:
+        """The per-second rate of a counter since its previous scrape; nothing on the first, or after a reset."""
+        previous = self._previous.get(key)
+        self._previous[key] = (now, value)
+        if previous and now > previous[0] and value >= previous[1]:
+            row[column] = (value - previous[1]) / (now - previous[0])
 
     def window_frame(self) -> pd.DataFrame:
         with self._lock:
@@ -263,18 +256,28 @@ class PrometheusInput:
         columns: dict[tuple[str, str, float], dict] = {}
 
         def add(result, column, combine=None):
+            """Each series' values into `column` (or the column its labels name, if a callable)."""
             for series in result:
                 labels = series["metric"]
                 key = (labels.get("instance", ""), labels.get("uuid", ""))
+                name = column(labels) if callable(column) else column
+                if name is None:
+                    continue
                 for ts, raw in series["values"]:
                     row = columns.setdefault((*key, float(ts)), {})
                     value = float(raw)
-                    row[column] = combine(row.get(column), value, labels) if combine else value
+                    row[name] = combine(row.get(name), value, labels) if combine else value
 
+        rate_window = f"{max(4 * self.step, 60):.0f}s"
         for column, spec in GAUGES.items():
             add(self._query(self._sel(spec.name), start, end), column)
         for column, spec in RATES.items():
-            add(self._query(f"rate({self._sel(spec.name)}[{max(4 * self.step, 60):.0f}s])", start, end), column)
+            add(self._query(f"rate({self._sel(spec.name)}[{rate_window}])", start, end), column)
+        add(
+            self._query(f"rate({self._sel(m.NVLINK_ERRORS.name)}[{rate_window}])", start, end),
+            lambda labels: _ERROR_COLUMN.get(labels.get("type", "")),
+            lambda old, v, labels: (old or 0.0) + v,
+        )
         add(
             self._query(f"{self._sel(m.CLOCK_EVENT_ACTIVE.name)} == 1", start, end),
             "clock_event_reasons",
@@ -342,16 +345,17 @@ class PrometheusInput:
             for r in self._latest(f"last_over_time({self._sel(m.GPU_POD_INFO.name)}[{window}])", end)
         }
         pairs = [
-            (r["metric"]["uuid"], r["metric"]["peer_uuid"], r["metric"]["level"])
+            (r["metric"]["uuid"], r["metric"]["peer_uuid"], r["metric"]["level"], r["metric"].get("p2p", "unknown"))
             for r in self._latest(f"last_over_time({self._sel(m.TOPOLOGY.name)}[{window}])", end)
         ]
-        sockets = socket_groups(pairs)
         keys = list(zip(frame["instance"], frame["gpu"], strict=True))
         frame["gpu_model"] = [info.get(k, {}).get("model", "") for k in keys]
         frame["node"] = [pods.get(k, {}).get("node") or info.get(k, {}).get("node") or k[0] for k in keys]
         for column in ("namespace", "pod", "container"):
             frame[column] = [pods.get(k, {}).get(column, "") for k in keys]
-        frame["numa_node"] = [sockets.get(k[1], np.nan) for k in keys]
+        for column, of in GROUPS.items():
+            group = of(pairs)
+            frame[column] = [group.get(k[1], np.nan) for k in keys]
         cpu = {
             (r["metric"].get("namespace"), r["metric"].get("pod")): float(r["value"][1])
             for r in self._latest(

@@ -85,7 +85,11 @@ def floor_sample(nvml, handles) -> None:
         nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
         nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
         nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-        nvml.NVML_FI_DEV_NVLINK_LINK_COUNT,
+        nvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+        nvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL,
+        nvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL,
+        nvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL,
+        *((nvml.NVML_FI_DEV_NVLINK_GET_STATE, link) for link in range(18)),  # each link's state
     ]
     for h, state in handles:
         for kind in (nvml.NVML_GPU_UTILIZATION_SAMPLES, nvml.NVML_MEMORY_UTILIZATION_SAMPLES):
@@ -194,6 +198,9 @@ def measure(gpus: int, rounds: int) -> dict:
             for line in body.decode().splitlines()
             if line.startswith(("gpulens_gpu_activity_", "gpulens_gpu_steady_bursts"))
         ),
+        "topology_series": sum(
+            1 for line in body.decode().splitlines() if line.startswith("gpulens_gpu_topology_info")
+        ),
         "rss_mib": rss_mib(),
     }
 
@@ -215,7 +222,13 @@ def main() -> int:
         library = build_fake_nvml(workdir / "lib").parent
         for gpus in (1, 8):
             fake = FakeNvml(library, workdir / f"state-{gpus}")
-            fake.write([gpu_state(i, PROCESSES // gpus) for i in range(gpus)])
+            # An HGX board: every pair joined by NVLink (through NVSwitch), sockets of four GPUs each.
+            pairs = [(a, b) for a in range(gpus) for b in range(gpus) if a != b]
+            fake.write(
+                [gpu_state(i, PROCESSES // gpus) for i in range(gpus)],
+                topology={(a, b): 40 if a // 4 == b // 4 else 50 for a, b in pairs},
+                p2p=dict.fromkeys(pairs, "nvlink"),
+            )
             env = fake.env() | {"PYTHONPATH": str(REPO)}
             out = subprocess.run(
                 [sys.executable, __file__, "--child", str(gpus), "--rounds", str(args.rounds)],
@@ -244,8 +257,9 @@ def main() -> int:
             f"{r['rss_mib']:>8.1f}"
         )
     print(
-        f"\nseries per GPU (an H100 with 18 NVLinks, processes aside): {per_gpu:.0f}, of which "
-        f"{rows[1]['shape_series'] // rows[1]['gpus']} are the activity shape (histogram, transitions, steady bursts)"
+        f"\nseries per GPU (an H100 with 18 NVLinks on an 8-GPU board, processes aside): {per_gpu:.0f}, of which "
+        f"{rows[1]['shape_series'] // rows[1]['gpus']} are the activity shape (histogram, transitions, steady bursts) "
+        f"and {rows[1]['topology_series'] // rows[1]['gpus']} the topology (one per peer)"
     )
     return 0
 

@@ -100,9 +100,9 @@ class ExporterCollector:
         for (metric, source), count in sorted(fed_by.items()):
             out.add(m.METRIC_SOURCE, (metric, source), count)
         gpu_of = {d.uuid: d.gpu for d in node.devices if d.up}
-        for uuid, peer, level in node.topology:
+        for uuid, peer, level, p2p in node.topology:
             if uuid in gpu_of and peer in gpu_of:
-                out.add(m.TOPOLOGY, (gpu_of[uuid], uuid, peer, level), 1)
+                out.add(m.TOPOLOGY, (gpu_of[uuid], uuid, peer, level, p2p), 1)
 
     def _processes(self, snapshot: Snapshot, out: Families) -> None:
         if snapshot.node is None:

@@ -8,9 +8,11 @@ import logging
 import os
 import time
 
+from gpulens.core import metrics as m
 from gpulens.core import trace as tr
 from gpulens.core.activity import Totals
 from gpulens.core.status import ProblemLog
+from gpulens.core.topology import GROUPS
 from gpulens.exporter.sampler import Snapshot
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ class Recorder:
             return
         now = time.time()
         pods = snapshot.attribution.pods_by_uuid if snapshot.attribution else None
+        groups = {column: of(node.topology) for column, of in GROUPS.items()}
         rows = []
         for d in node.devices:
             if not d.up:
@@ -65,12 +68,13 @@ class Recorder:
                 value = d.get(spec)
                 row[column] = "" if value is None else repr(value)
             for column, spec in tr.FROM_RATES.items():
-                value, key = d.get(spec), (d.uuid, spec.name)
-                previous = self._previous.get(key)
-                if value is not None:
-                    self._previous[key] = (now, value)
-                    if previous and now > previous[0] and value >= previous[1]:
-                        row[column] = repr((value - previous[1]) / (now - previous[0]))
+                self._rate(row, column, d.uuid, d.get(spec), now)
+            for column, kinds in tr.NVLINK_ERROR_RATES.items():
+                counts = [d.get(m.NVLINK_ERRORS, kind) for kind in kinds]
+                total = sum(c for c in counts if c is not None) if None not in counts else None
+                self._rate(row, column, d.uuid, total, now)
+            for column, group in groups.items():
+                row[column] = group.get(d.uuid, "")
             if d.clock_event_reasons is not None:
                 row["clock_event_reasons"] = str(d.clock_event_reasons)
             shape = snapshot.shapes.get(d.uuid)
@@ -84,6 +88,16 @@ class Recorder:
             self._problems.resolved("write", f"recording to {self.path} works again")
         except OSError as e:
             self._problems.problem("write", f"cannot append to --record file {self.path}: {e.strerror}")
+
+    def _rate(self, row: dict[str, object], column: str, uuid: str, value: float | None, now: float) -> None:
+        """A counter's per-second rate since the previous sample into row[column]; nothing on the first, after
+        a reset, or without a value."""
+        if value is None:
+            return
+        previous = self._previous.get((uuid, column))
+        self._previous[(uuid, column)] = (now, value)
+        if previous and now > previous[0] and value >= previous[1]:
+            row[column] = repr((value - previous[1]) / (now - previous[0]))
 
     def close(self) -> None:
         self._file.close()

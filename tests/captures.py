@@ -94,7 +94,7 @@ def h100_under_load() -> dict[str, str]:
         "pcie_gen_max": int(number(gpu["pcie.link.gen.max"])),
         "pcie_width": int(number(gpu["pcie.link.width.current"])),
         "pcie_width_max": int(number(gpu["pcie.link.width.max"])),
-        "nvlink_links": 0,
+        **nvlink_links(sections["capabilities :: nvlink -s"]),
         "gpm": 1,
     }
     for i, app in enumerate(apps):
@@ -108,6 +108,15 @@ def h100_under_load() -> dict[str, str]:
             }
         )
     return state
+
+
+def nvlink_links(lines: list[str]) -> dict[str, object]:
+    """The links `nvidia-smi nvlink -s` lists ("Link 3: 26.562 GB/s", or "Link 3: <inactive>" for a link
+    that is down) as state-file keys."""
+    links = [re.match(r"\s*Link (\d+): (.*)", line) for line in lines]
+    listed = [(int(m.group(1)), m.group(2).strip()) for m in links if m]
+    down = [str(link) for link, speed in listed if "inactive" in speed]
+    return {"nvlink_links": len(listed), "nvlink_down": ",".join(down)}
 
 
 def _xml_gpu(path: Path) -> tuple[ET.Element, str]:

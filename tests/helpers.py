@@ -52,6 +52,7 @@ class FakeNvml:
         nvml_version: str = "12.535.54.03",
         init_error: int = 0,
         topology: dict[tuple[int, int], int] | None = None,
+        p2p: dict[tuple[int, int], str] | None = None,
     ) -> None:
         lines = [
             f"driver_version={driver_version}",
@@ -63,6 +64,8 @@ class FakeNvml:
             lines += [f"gpu{index}.{key}={value}" for key, value in gpu.items()]
         for (a, b), level in (topology or {}).items():
             lines.append(f"topo.{a}.{b}={level}")
+        for (a, b), path in (p2p or {}).items():
+            lines.append(f"p2p.{a}.{b}={path}")
         fd, tmp = tempfile.mkstemp(dir=self.state_path.parent, prefix=".state-")
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")

@@ -260,6 +260,13 @@ GPU_TESTS = {
         {"series": f"gpulens_gpu_xid_errors_total{{{gpu(2, xid='31')}}}", "values": "_x10 1x30"},
         {"series": f"gpulens_gpu_xid_errors_total{{{gpu(4, xid='13')}}}", "values": "0x5 1x35"},
         {"series": f"gpulens_gpu_xid_errors_total{{{gpu(3, xid='79')}}}", "values": "1x40"},
+        # NVLink: GPU 6 has two links down from minute 2; GPU 7 counts 2 replay errors a minute from minute 10;
+        # GPU 5 counts 10 CRC errors a second (under DCGM's 100/s) with every link up.
+        {"series": f"gpulens_gpu_nvlink_links_down{{{gpu(6)}}}", "values": "0 0 2x38"},
+        {"series": f"gpulens_gpu_nvlink_links_down{{{gpu(7)}}}", "values": "0x40"},
+        {"series": f"gpulens_gpu_nvlink_errors_total{{{gpu(7, type='replay')}}}", "values": "0x10 2+2x30"},
+        {"series": f"gpulens_gpu_nvlink_links_down{{{gpu(5)}}}", "values": "0x40"},
+        {"series": f"gpulens_gpu_nvlink_errors_total{{{gpu(5, type='crc_flit')}}}", "values": "0+600x40"},
         # GPU 0 lost from minute 6; GPU 1 one failed sample at minute 6.
         {"series": f"gpulens_gpu_up{{{gpu(0)}}}", "values": "1x5 0x30"},
         {"series": f"gpulens_gpu_up{{{gpu(1)}}}", "values": "1x5 0 1x30"},
@@ -322,6 +329,21 @@ GPU_TESTS = {
             ],
         },
         {"eval_time": "25m", "alertname": "GpulensGpuXidErrors", "exp_alerts": []},
+        {"eval_time": "5m", "alertname": "GpulensGpuNvlinkDegraded", "exp_alerts": []},
+        {
+            "eval_time": "20m",
+            "alertname": "GpulensGpuNvlinkDegraded",
+            "exp_alerts": [
+                gpu_alert(
+                    "GpulensGpuNvlinkDegraded",
+                    n,
+                    f"GPU {n} (GPU-{n}) on n1 has NVLinks down or failing",
+                    f"GPU {n} (GPU-{n}) on n1 has had NVLinks down, or NVLink errors above DCGM's limits, for 5m: "
+                    "the peer traffic of multi-GPU pods on it is slow or falls back to PCIe.",
+                )
+                for n in (6, 7)
+            ],
+        },
         {
             "eval_time": "8m",
             "alertname": "GpulensGpuLost",
@@ -528,7 +550,7 @@ def test_promtool_checks_the_rules(generated):
         [promtool, "check", "rules", str(generated / cli.RULES_FILE)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 21 rules found" in result.stdout
+    assert "SUCCESS: 22 rules found" in result.stdout
 
 
 def test_amtool_checks_the_alertmanager_config(generated):

@@ -1,5 +1,6 @@
 """`gpulens analyzer` live: reading simulated exporters directly and through a real Prometheus."""
 
+import re
 import subprocess
 import sys
 import time
@@ -8,12 +9,13 @@ import pytest
 import requests
 
 from gpulens.core.bottlenecks import CLASSES
+from gpulens.simulator.fleet import DEFAULT_FLEET, fleet_from_file
 from tests.helpers import REPO, GpulensProcess, Prometheus, free_port, samples, value, wait_until
 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
 pytestmark = pytest.mark.slow
 
-NODES = ["sim-h100-a", "sim-a100-b", "sim-l40s-c"]
+NODES = ["sim-h100-a", "sim-a100-b", "sim-l40s-c", "sim-h100-d"]
 #: The demo fleet's pods and the class each one's profile must be given.
 EXPECTED = {
     "vision/resnet-ddp-0": "healthy",
@@ -28,6 +30,8 @@ EXPECTED = {
     "vision/segmenter-ddp-0": "poor_placement",
     "vision/classifier-0": "healthy",
     "science/md-sim-0": "healthy",  # XID 63 events under a healthy job: an alert, not a bottleneck
+    "nlp/llama-ddp-0": "poor_placement",  # NCCL_P2P_DISABLE: its exchange over PCIe, NVLink idle
+    "vision/vit-ddp-0": "poor_placement",  # NVLinks down and failing on its first GPU
 }
 ANALYSIS = ["--analysis.window", "60", "--analysis.interval", "2"]
 
@@ -117,7 +121,27 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         # Judged from every driver sample between scrapes: its bursts repeat at the steps' period.
         assert float(starving["evidence"]["steady_burst_fraction"].split()[0]) >= 0.9
         assert "num_workers" in starving["recommendation"]
-        assert pods["vision/segmenter-ddp-0"]["evidence"]["cpu_sockets"].startswith("2, and NVIDIA L40S has no NVLink")
+        # Placement evidence names the GPUs, from the exporters' topology, link states and error counters.
+        gpus = {(n.name, g.index): g.uuid for n in fleet_from_file(DEFAULT_FLEET) for g in n.gpus}
+        split = pods["vision/segmenter-ddp-0"]["evidence"]["split_placement"]
+        # (group numbers are the node's own, in the order of its GPUs' UUIDs)
+        where = dict(re.findall(r"(GPU-[0-9a-f-]+) \((socket \d, PCIe root \d), NVLink island \d\)", split))
+        assert sorted(where.values()) == ["socket 0, PCIe root 0", "socket 1, PCIe root 1"]
+        assert set(where) == {gpus["sim-l40s-c", 1], gpus["sim-l40s-c", 2]}
+        assert split.endswith("no NVLink between them, so they exchange over PCIe across CPU sockets")
+        unused = pods["nlp/llama-ddp-0"]["evidence"]["nvlink_unused"]
+        pair = ", ".join(sorted([gpus["sim-h100-d", 0], gpus["sim-h100-d", 1]]))
+        # (rates are per real second: five times the simulated ones)
+        assert re.fullmatch(
+            re.escape(f"{pair} share NVLink, which carried 0 < 0.01 of its capacity while PCIe carried ")
+            + r"1\.[5-9]\d* >= 0\.1 both ways: peer traffic goes over PCIe .*",
+            unused,
+        ), unused
+        faults = pods["vision/vit-ddp-0"]["evidence"]["nvlink_faults"]
+        assert faults.startswith(f"{gpus['sim-h100-d', 2]}: 4 NVLinks down, CRC ")
+        crc = float(faults.split("CRC ")[1].split("/s")[0])
+        assert abs(crc - 5 * 150) < 40, faults  # 150 errors per simulated second, five times faster than real time
+        assert gpus["sim-h100-d", 3] not in faults
         assert pods["vision/detector-train-0"]["bottleneck"] == "throttling"
         # GPUs no pod holds are reported too, as idle.
         assert sorted(v["bottleneck"] for v in body["verdicts"] if not v["pod"]) == ["idle"] * 3

@@ -62,6 +62,7 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
             "exporter sim-h100-a",
             "exporter sim-a100-b",
             "exporter sim-l40s-c",
+            "exporter sim-h100-d",
             "analyzer",
             "prometheus",
             "alertmanager",
@@ -69,7 +70,7 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
         ):
             assert f"  {part} " in text, f"the demo does not say where {part} is:\n{text}"
         children = descendants(demo.pid)
-        assert len(children) == 6, children  # three exporters, the analyzer, Prometheus, Alertmanager
+        assert len(children) == 7, children  # four exporters, the analyzer, Prometheus, Alertmanager
     finally:
         demo.send_signal(signal.SIGINT)
         code = demo.wait(timeout=30)

@@ -425,3 +425,80 @@ def test_every_driver_sample_counts_once_at_the_drivers_own_rate(fake_nvml):
         assert "nvmlDeviceGetSamples failed" not in exporter.log
     finally:
         exporter.stop()
+
+
+def test_topology_peer_paths_and_nvlink_health_from_the_driver(fake_nvml, tmp_path):
+    """Three H100s of the capture (18 NVLinks each, as `nvidia-smi nvlink -s` listed them): 0 and 1 under one
+    host bridge and joined by NVLink, 2 on the other socket with no peer path. GPU 0 has two links down and
+    counts errors; GPU 2's driver reports link states only through nvmlDeviceGetNvLinkState (before Hopper)."""
+    base = captures.h100_under_load()
+    gpus = [
+        {**base, "uuid": f"GPU-0000000{i}-0000-0000-0000-000000000000", "pci_bus_id": f"00000000:0{i}:00.0"}
+        for i in range(3)
+    ]
+    gpus[0].update(nvlink_down="3,7", nvlink_crc_flit=5, nvlink_crc_data=2, nvlink_replay=12, nvlink_recovery=1)
+    gpus[2].update(nvlink_down="0", not_supported="field165")
+    topology, p2p = {}, {}
+    for a in range(3):
+        for b in range(3):
+            if a != b:
+                near = {a, b} == {0, 1}
+                topology[a, b] = 30 if near else 50  # NVML_TOPOLOGY_HOSTBRIDGE, NVML_TOPOLOGY_SYSTEM
+                p2p[a, b] = "nvlink" if near else "none"
+    fake_nvml.write(gpus, topology=topology, p2p=p2p)
+    record = tmp_path / "node.csv"
+    exporter, url = start_nvml_exporter(fake_nvml, "--record", str(record))
+    uuid = [g["uuid"] for g in gpus]
+    try:
+        parsed = wait_until(
+            lambda: (
+                (p := samples(requests.get(url + "/metrics").text))
+                and value(p, "gpulens_gpu_nvlink_links_down", uuid=uuid[2]) is not None
+                and p
+            ),
+            10,
+            what="the link states",
+        )
+        for a, b, level, path in [
+            (0, 1, "host_bridge", "nvlink"),
+            (1, 0, "host_bridge", "nvlink"),
+            (0, 2, "system", "none"),
+        ]:
+            assert (
+                value(parsed, "gpulens_gpu_topology_info", uuid=uuid[a], peer_uuid=uuid[b], level=level, p2p=path) == 1
+            )
+        assert [value(parsed, "gpulens_gpu_nvlink_links", uuid=u) for u in uuid] == [18, 18, 18]
+        assert [value(parsed, "gpulens_gpu_nvlink_links_down", uuid=u) for u in uuid] == [2, 0, 1]
+        errors = {
+            t: value(parsed, "gpulens_gpu_nvlink_errors_total", uuid=uuid[0], type=t)
+            for t in ("crc_flit", "crc_data", "replay", "recovery")
+        }
+        assert errors == {"crc_flit": 5, "crc_data": 2, "replay": 12, "recovery": 1}
+        assert f"GPU 0 ({uuid[0]}): NVLink links down: [3, 7] of 18" in exporter.log
+        assert f"GPU 2 ({uuid[2]}): NVLink links down: [0] of 18" in exporter.log
+        # The links come back and replays go on: the gauge drops to 0, the log says so once.
+        gpus[0].update(nvlink_down="", nvlink_replay=112)
+        fake_nvml.write(gpus, topology=topology, p2p=p2p)
+        wait_until(
+            lambda: (
+                value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_nvlink_links_down", uuid=uuid[0]) == 0
+            ),
+            10,
+            what="the links to come back",
+        )
+        time.sleep(0.5)
+    finally:
+        exporter.stop()
+    assert exporter.log.count(f"GPU 0 ({uuid[0]}): every NVLink link is up again") == 1
+    assert exporter.log.count("NVLink links down: [3, 7]") == 1
+    # The recorder writes where each GPU sits and how its links fare.
+    from gpulens.analyzer.readers import read_trace
+
+    frame = read_trace(record)
+    last = frame.groupby("gpu").last()
+    assert list(last.loc[uuid, "numa_node"]) == [0, 0, 1]
+    assert list(last.loc[uuid, "pcie_root"]) == [0, 0, 1]
+    assert list(last.loc[uuid, "nvlink_group"]) == [0, 0, 1]
+    assert list(last.loc[uuid, "nvlink_links_down"]) == [0, 0, 1]
+    assert frame[frame.gpu == uuid[0]].nvlink_links_down.max() == 2
+    assert frame[frame.gpu == uuid[0]].nvlink_replay_errors_per_second.max() > 0

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from gpulens.core import metrics as m
 from gpulens.core.pods import PodRef
 from gpulens.core.status import CollectorStatus
+from gpulens.core.topology import Pair
 
 Labels = tuple[str, ...]
 
@@ -91,8 +92,8 @@ class NodeSample:
     devices: list[DeviceSample]
     driver_version: str = ""
     nvml_version: str = ""
-    # (uuid, peer_uuid, level label) for each ordered pair of full GPUs.
-    topology: list[tuple[str, str, str]] = field(default_factory=list)
+    #: How each ordered pair of full GPUs connects (core/topology.py).
+    topology: list[Pair] = field(default_factory=list)
 
 
 class Source(abc.ABC):

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpulens.core import metrics as m
 from gpulens.core.status import ProblemLog
+from gpulens.core.topology import Pair
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source, SourceUnavailable
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,15 @@ _SAMPLE_LAYOUTS = {
     kind: struct.Struct("=Q" + member)
     for kind, member in {0: "d", 1: "I4x", 2: "Q", 3: "Q", 4: "q", 5: "i4x", 6: "H6x"}.items()
 }
+#: nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, then the 8-byte nvmlValue_t
+#: union (read as unsigned long long; an unsigned int value is its low half, little-endian as on every NVIDIA host).
+_FIELD_VALUE = struct.Struct("=IIqqIIQ")
+#: NVLink error counters over all links (NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL), by gpulens' type label.
+_NVLINK_ERROR_FIELDS = {"crc_flit": 38, "crc_data": 45, "replay": 52, "recovery": 59}
+_NVLINK_GET_STATE = 165  # NVML_FI_DEV_NVLINK_GET_STATE, one link per scopeId (Hopper and newer)
+#: Link states that carry traffic: NVML_NVLINK_STATE_ACTIVE (= NVML_FEATURE_ENABLED of
+#: nvmlDeviceGetNvLinkState) and NVML_NVLINK_STATE_SLEEP (low power between transfers).
+_NVLINK_UP_STATES = (1, 2)
 #: GPM needs two samples at least this far apart (NVML documentation: more than 100 ms).
 _GPM_MIN_SPACING_SECONDS = 0.1
 
@@ -75,6 +85,12 @@ class _Device:
     samples_unsupported: set[int] = field(default_factory=set)  # sampling types the driver refused
     utilization: float | None = None  # the newest utilization sample seen (ratio), for the gauge
     memory_utilization: float | None = None
+    #: NVLinks of a full GPU (NVML_FI_DEV_NVLINK_LINK_COUNT at discovery; None where not reported).
+    nvlink_links: int | None = None
+    #: The field ids read every tick: PCIe and NVLink counters, and each link's state where the
+    #: driver reports it as a field (cleared on the first refusal: nvmlDeviceGetNvLinkState then).
+    board_fields: list = field(default_factory=list)
+    links_down: tuple[int, ...] = ()
     static: dict = field(default_factory=dict)
 
     def carry_over(self, previous: _Device) -> None:
@@ -83,6 +99,7 @@ class _Device:
         self.samples_seen = previous.samples_seen
         self.samples_unsupported = previous.samples_unsupported
         self.utilization, self.memory_utilization = previous.utilization, previous.memory_utilization
+        self.links_down = previous.links_down  # logged when they changed, not again at each rediscovery
 
 
 class NvmlSource(Source):
@@ -101,7 +118,7 @@ class NvmlSource(Source):
         self._process_names: dict[int, str] = {}
         self.driver_version = ""
         self.nvml_version = ""
-        self._topology: list[tuple[str, str, str]] = []
+        self._topology: list[Pair] = []
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -183,6 +200,7 @@ class NvmlSource(Source):
             if previous is not None and previous.uuid == uuid:
                 gpu.carry_over(previous)
             gpu.gpm_supported = self._gpm_supported(handle)
+            self._discover_links(gpu)
             devices.append(gpu)
             if gpu.mig_mode == "enabled":
                 devices.extend(self._discover_mig(gpu))
@@ -219,13 +237,31 @@ class NvmlSource(Source):
             )
         return found
 
+    def _discover_links(self, gpu: _Device) -> None:
+        """How many NVLinks the GPU has, and the fields to read each tick."""
+        nvml = self.nvml
+        count = self._optional(nvml.nvmlDeviceGetFieldValues, gpu.handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
+        if count is not None and count[0].nvmlReturn == nvml.NVML_SUCCESS:
+            gpu.nvlink_links = count[0].value.uiVal
+        gpu.board_fields = [
+            nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
+            nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
+        ]
+        if gpu.nvlink_links:
+            gpu.board_fields += [
+                nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+                nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+                *_NVLINK_ERROR_FIELDS.values(),
+                *((_NVLINK_GET_STATE, link) for link in range(gpu.nvlink_links)),
+            ]
+
     def _gpm_supported(self, handle: Any) -> bool:
         try:
             return bool(self.nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
         except (self.nvml.NVMLError, AttributeError):
             return False
 
-    def _read_topology(self, gpus: list[_Device]) -> list[tuple[str, str, str]]:
+    def _read_topology(self, gpus: list[_Device]) -> list[Pair]:
         pairs = []
         for a in gpus:
             for b in gpus:
@@ -233,8 +269,21 @@ class NvmlSource(Source):
                     continue
                 level = self._optional(self.nvml.nvmlDeviceGetTopologyCommonAncestor, a.handle, b.handle)
                 if level is not None and level in m.TOPOLOGY_LEVELS:
-                    pairs.append((a.uuid, b.uuid, m.TOPOLOGY_LEVELS[level]))
+                    pairs.append((a.uuid, b.uuid, m.TOPOLOGY_LEVELS[level], self._p2p(a, b)))
         return pairs
+
+    def _p2p(self, a: _Device, b: _Device) -> str:
+        """How peer-to-peer reads from a to b travel: NVLink where the driver offers P2P over it, else
+        PCIe where it offers P2P reads at all, else none (copies bounce through host memory)."""
+        nvml = self.nvml
+        # pynvml spells NVML_P2P_CAPS_INDEX_READ (0) with a trailing comma, as a tuple: the values are nvml.h's.
+        nvlink = self._optional(nvml.nvmlDeviceGetP2PStatus, a.handle, b.handle, 2)  # NVML_P2P_CAPS_INDEX_NVLINK
+        read = self._optional(nvml.nvmlDeviceGetP2PStatus, a.handle, b.handle, 0)  # NVML_P2P_CAPS_INDEX_READ
+        if nvlink is None and read is None:
+            return "unknown"
+        if nvlink == nvml.NVML_P2P_STATUS_OK:
+            return "nvlink"
+        return "pcie" if read == nvml.NVML_P2P_STATUS_OK else "none"
 
     # --- sampling ------------------------------------------------------------------------------
     def sample(self) -> NodeSample:
@@ -354,29 +403,9 @@ class NvmlSource(Source):
     def _read_board(self, d: _Device, s: DeviceSample) -> None:
         """What only a physical GPU has: links, clocks, power, temperature, errors."""
         nvml, h, call = self.nvml, d.handle, self.call
-        fields = call(
-            d,
-            nvml.nvmlDeviceGetFieldValues,
-            h,
-            [
-                nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
-                nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
-                nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
-                nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-                nvml.NVML_FI_DEV_NVLINK_LINK_COUNT,
-            ],
-        )
+        fields = call(d, nvml.nvmlDeviceGetFieldValues, h, d.board_fields)
         if fields is not None:
-            links = fields[4].value.uiVal if fields[4].nvmlReturn == nvml.NVML_SUCCESS else None
-            for f, spec, scale in (
-                (fields[0], m.PCIE_TRANSMIT, 1),
-                (fields[1], m.PCIE_RECEIVE, 1),
-                (fields[2], m.NVLINK_TRANSMIT, 1024),
-                (fields[3], m.NVLINK_RECEIVE, 1024),
-            ):
-                if f.nvmlReturn == nvml.NVML_SUCCESS and (scale == 1 or links):
-                    s.set(spec, f.value.ullVal * scale)
-            s.set(m.NVLINK_LINKS, links)
+            self._read_links(d, s, fields)
         s.set(m.PCIE_LINK_GENERATION, call(d, nvml.nvmlDeviceGetCurrPcieLinkGeneration, h))
         s.set(m.PCIE_LINK_MAX_GENERATION, call(d, nvml.nvmlDeviceGetMaxPcieLinkGeneration, h))
         s.set(m.PCIE_LINK_WIDTH, call(d, nvml.nvmlDeviceGetCurrPcieLinkWidth, h))
@@ -405,6 +434,44 @@ class NvmlSource(Source):
             for (uuid, xid), count in self._xids.items():
                 if uuid == d.uuid:
                     s.set(m.XID_ERRORS, count, xid)
+
+    def _read_links(self, d: _Device, s: DeviceSample, fields: Any) -> None:
+        """PCIe and NVLink traffic, NVLink errors and the state of every link, from one field-values read
+        (unpacked from the raw array: pynvml's structures convert every attribute read in Python)."""
+        ok = self.nvml.NVML_SUCCESS
+        values = [(ret == ok, value) for *_, ret, value in _FIELD_VALUE.iter_unpack(bytes(fields))]
+        for (good, value), spec in zip(values, (m.PCIE_TRANSMIT, m.PCIE_RECEIVE), strict=False):
+            if good:
+                s.set(spec, value)
+        s.set(m.NVLINK_LINKS, d.nvlink_links)
+        if not d.nvlink_links:
+            return
+        for (good, value), spec in zip(values[2:4], (m.NVLINK_TRANSMIT, m.NVLINK_RECEIVE), strict=True):
+            if good:
+                s.set(spec, value * 1024)  # KiB
+        for (good, value), kind in zip(values[4:8], _NVLINK_ERROR_FIELDS, strict=True):
+            if good:
+                s.set(m.NVLINK_ERRORS, value, kind)
+        states = values[8:]
+        if states and all(good for good, _ in states):
+            up = [value & 0xFFFFFFFF in _NVLINK_UP_STATES for _, value in states]
+        else:
+            if states:  # before Hopper the state is no field: one call per link from now on
+                d.board_fields = d.board_fields[:8]
+            up = []
+            for link in range(d.nvlink_links):
+                state = self.call(d, self.nvml.nvmlDeviceGetNvLinkState, d.handle, link)
+                if state is None:
+                    return
+                up.append(state in _NVLINK_UP_STATES)
+        down = tuple(link for link, is_up in enumerate(up) if not is_up)
+        s.set(m.NVLINK_LINKS_DOWN, len(down))
+        if down != d.links_down:  # logged on each change only: the gauge counts, the log names the links
+            d.links_down = down
+            if down:
+                log.warning("GPU %s (%s): NVLink links down: %s of %s", d.gpu, d.uuid, list(down), d.nvlink_links)
+            else:
+                log.warning("GPU %s (%s): every NVLink link is up again", d.gpu, d.uuid)
 
     def _read_gpm(self, d: _Device, s: DeviceSample) -> None:
         """SM/tensor/DRAM activity over the interval since the previous tick, via GPM (Hopper+)."""

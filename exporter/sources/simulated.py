@@ -26,6 +26,9 @@ from gpulens.simulator.workloads import PROFILES, Activity, SimGpu
 DRIVER_SAMPLE_SECONDS = 1 / 6
 #: The driver keeps this many samples; older ones are gone if nobody reads them in time.
 DRIVER_SAMPLE_RING = 120
+#: gpulens_gpu_nvlink_errors_total's types <- the simulated error counters (the simulator counts CRC errors
+#: as flit errors, as links mostly report them).
+_NVLINK_ERRORS = {"crc_flit": "crc", "crc_data": "", "replay": "replay", "recovery": "recovery"}
 
 
 class SimulatedSource(Source):
@@ -45,7 +48,9 @@ class SimulatedSource(Source):
         self._sampled_until: float | None = None  # simulated time of the last driver sample taken
         # Cumulative hardware counters the simulator integrates from rates, per GPU index.
         self._counters = {
-            g.index: {"pcie_tx": 0.0, "pcie_rx": 0.0, "nvlink_tx": 0.0, "nvlink_rx": 0.0, "energy": 0.0, "xid": 0.0}
+            g.index: dict.fromkeys(
+                ("pcie_tx", "pcie_rx", "nvlink_tx", "nvlink_rx", "energy", "xid", "crc", "replay", "recovery"), 0.0
+            )
             for g in node.gpus
         }
         # CPU seconds used by each pod's container, integrated from its first GPU's workload.
@@ -76,12 +81,7 @@ class SimulatedSource(Source):
                 for process in device.processes:
                     process.samples = device.activity_samples
             devices.append(device)
-        topology = []
-        for a in self.node.gpus:
-            for b in self.node.gpus:
-                if a is not b:
-                    level = "host_bridge" if a.numa_node == b.numa_node else "system"
-                    topology.append((a.uuid, b.uuid, level))
+        topology = [(a.uuid, b.uuid, *a.connection(b)) for a in self.node.gpus for b in self.node.gpus if a is not b]
         return NodeSample(devices, driver_version="550.90.07", nvml_version="12.550.90.07", topology=topology)
 
     def _driver_sample_times(self, now: float) -> list[float]:
@@ -120,6 +120,9 @@ class SimulatedSource(Source):
             ("nvlink_rx", a.nvlink_rx),
             ("energy", power),
             ("xid", a.xid_rate),
+            ("crc", a.nvlink_crc_rate),
+            ("replay", a.nvlink_replay_rate),
+            ("recovery", a.nvlink_recovery_rate),
         ):
             c[key] += rate * elapsed
         usable = model.memory_total_bytes - model.memory_reserved_bytes
@@ -147,6 +150,10 @@ class SimulatedSource(Source):
             d.set(m.NVLINK_TRANSMIT, int(c["nvlink_tx"]) // 1024 * 1024)  # NVML counts KiB
             d.set(m.NVLINK_RECEIVE, int(c["nvlink_rx"]) // 1024 * 1024)
         d.set(m.NVLINK_LINKS, model.nvlink_links)
+        if model.nvlink_links:
+            d.set(m.NVLINK_LINKS_DOWN, a.nvlink_links_down)
+            for kind, counter in _NVLINK_ERRORS.items():
+                d.set(m.NVLINK_ERRORS, int(c[counter]) if counter else 0, kind)
         d.set(m.PCIE_LINK_GENERATION, model.pcie_generation)
         d.set(m.PCIE_LINK_MAX_GENERATION, model.pcie_generation)
         d.set(m.PCIE_LINK_WIDTH, model.pcie_width)

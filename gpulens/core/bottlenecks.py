@@ -46,9 +46,11 @@ RECOMMENDATIONS = {
     "power brake (HW slowdown), and move the pod off the hot node until it is fixed.",
     "wrong_gpu_type": "This workload uses a fraction of a high-end GPU: move it to a smaller GPU (L4, T4) or "
     "a MIG slice (1g.10gb), or pack several such pods onto one GPU with time-slicing.",
-    "poor_placement": "The pod's GPUs work unevenly or talk across CPU sockets without NVLink: fix the "
-    "pod's node affinity and topology (GPUs on one socket or NVLink island, "
-    "topology-aware scheduling) and check that every rank gets work.",
+    "poor_placement": "The pod's GPUs cannot exchange at NVLink speed, or work unevenly. Across sockets or "
+    "root complexes without NVLink: fix the pod's placement (GPUs on one NVLink island or one socket, "
+    "topology-aware scheduling). NVLink idle while PCIe carries the exchange: unset NCCL_P2P_DISABLE and "
+    "NCCL_P2P_LEVEL, and let every rank's container see its peers. NVLinks down or failing: cordon the node "
+    "and have the GPUs or NVSwitch serviced. Uneven: check that every rank gets work.",
     "insufficient_data": "Not enough samples to judge yet: wait for a longer window, or check that the "
     "exporter and Prometheus scrape this GPU.",
 }

@@ -293,6 +293,25 @@ NVLINK_LINKS = _spec(
     "Number of NVLinks of the GPU; 0 on PCIe-only GPUs.",
     "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_LINK_COUNT)",
 )
+NVLINK_LINKS_DOWN = _spec(
+    "gpu_nvlink_links_down",
+    "gauge",
+    "",
+    "NVLinks of the GPU that are down: inactive, or active with traffic disabled (a link asleep in low "
+    "power is up). Any above 0 slows or breaks the GPU's peer traffic; the exporter's log names the links.",
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_GET_STATE, scopeId=link) on Hopper and newer, "
+    "nvmlDeviceGetNvLinkState(link) before",
+)
+NVLINK_ERRORS = _spec(
+    "gpu_nvlink_errors_total",
+    "counter",
+    "",
+    "NVLink errors over all links of the GPU since the driver loaded, by type: crc_flit and crc_data "
+    "(matter at 100/s and more, DCGM), replay (a retransmission) and recovery (the link retrained).",
+    "nvmlDeviceGetFieldValues(NVML_FI_DEV_NVLINK_{CRC_FLIT,CRC_DATA,REPLAY,RECOVERY}_ERROR_COUNT_TOTAL)",
+    labels=DEVICE_LABELS + ("type",),
+    group="errors",
+)
 PCIE_LINK_GENERATION = _spec(
     "gpu_pcie_link_generation",
     "gauge",
@@ -317,10 +336,12 @@ TOPOLOGY = _spec(
     "gpu_topology_info",
     "gauge",
     "",
-    "Closest common ancestor of two GPUs on this node; value is always 1. level is one of "
-    "internal, single_switch, multiple_switches, host_bridge, numa_node, system (crosses CPU sockets).",
-    "nvmlDeviceGetTopologyCommonAncestor",
-    labels=("gpu", "uuid", "peer_uuid", "level"),
+    "How two GPUs of this node connect; value is always 1. level is their closest common ancestor on "
+    "PCIe: internal, single_switch, multiple_switches, host_bridge (one root complex), numa_node (across "
+    "root complexes of one CPU socket), system (across sockets). p2p is how peer-to-peer reads travel: "
+    "nvlink, pcie, none (through host memory) or unknown. Read at discovery.",
+    "nvmlDeviceGetTopologyCommonAncestor; nvmlDeviceGetP2PStatus(NVML_P2P_CAPS_INDEX_NVLINK, then _READ)",
+    labels=("gpu", "uuid", "peer_uuid", "level", "p2p"),
 )
 
 # --- clocks, power, thermal --------------------------------------------------------------------

@@ -83,6 +83,15 @@ class Thresholds:
     oversized_memory_bytes: float = 10e9
     # --- poor placement (tool: jobstats "unused GPUs in a multi-GPU job"; proposal for the ratio) --
     placement_imbalance: float = 0.5  # least busy GPU's activity / busiest's
+    #: Peer traffic over PCIe: the mean of the smaller of a GPU's PCIe send and receive rates, of the link's
+    #: capacity (collectives send as much as they receive; input pipelines mostly receive). (proposal)
+    placement_pcie_peer: float = 0.1
+    #: NVLink carrying under this share of its capacity is idle. (proposal)
+    nvlink_idle: float = 0.01
+    #: NVLink errors that mean failing links (DCGM dcgm_gpu_hardware_limits.h: CRC errors "only matter at
+    #: rates of 100+ per second"; at most 1 replay or recovery error).
+    nvlink_crc_errors_per_second: float = 100.0
+    nvlink_errors: float = 1.0
     # --- over-provisioned serving ----------------------------------------------------------------
     #: Memory held on most samples: a model kept resident between requests. (proposal: well above the
     #: ~0.5 GiB a bare CUDA context takes)
@@ -112,6 +121,9 @@ class Thresholds:
     #: leftover memory (SIGNALS.md: DataLoader workers of a killed job, gpu-operator #2880). (proposal)
     alert_memory_held_bytes: float = 1024**3
     alert_memory_held_for: str = "15m"
+    #: NVLinks down or failing (nvlink_crc_errors_per_second, nvlink_errors) this long. (proposal: long enough
+    #: for a link retraining after a GPU reset, short enough to cordon the node before the next job lands)
+    alert_nvlink_for: str = "5m"
     #: Throttled share of time, over alert_rate_window, above which a GPU counts as throttled.
     #: Held for throttle_seconds. (tools: canonical hardware-observer, nvidia_gpu_exporter: 5 min)
     alert_throttled_fraction: float = 0.5

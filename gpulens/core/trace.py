@@ -14,7 +14,10 @@ signals   gpu_util, sm_active, sm_occupancy, tensor_active, dram_active, gr_engi
           clock_event_reasons                       NVML bitmask (integer)
           cpu_usage_cores, cpu_limit_cores          of the pod
           restarts_total                            of the pod's container
-          numa_node                                 CPU socket the GPU hangs off (poor placement)
+          numa_node, pcie_root, nvlink_group        the GPU's CPU socket, PCIe root complex and NVLink
+                                                    island on its node (core/topology.py)
+          nvlink_links_down                         NVLinks down on the GPU
+          nvlink_crc_errors_per_second, nvlink_replay_errors_per_second, nvlink_recovery_errors_per_second
 shape     activity_samples, activity_idle_ratio, activity_low_ratio, activity_high_ratio,
           activity_transitions, steady_bursts       since the GPU's previous row (SHAPE below)
 
@@ -60,6 +63,12 @@ NUMBERS = [
     "cpu_limit_cores",
     "restarts_total",
     "numa_node",
+    "pcie_root",
+    "nvlink_group",
+    "nvlink_links_down",
+    "nvlink_crc_errors_per_second",
+    "nvlink_replay_errors_per_second",
+    "nvlink_recovery_errors_per_second",
 ]
 SIGNALS = RATIOS + NUMBERS
 COLUMNS = ["timestamp", "gpu"] + IDENTITY + SIGNALS
@@ -106,6 +115,7 @@ FROM_GAUGES: dict[str, m.MetricSpec] = {
     "temperature_celsius": m.TEMPERATURE,
     "sm_clock_hertz": m.SM_CLOCK,
     "sm_clock_max_hertz": m.SM_CLOCK_MAX,
+    "nvlink_links_down": m.NVLINK_LINKS_DOWN,
 }
 #: Trace column <- the exporter counter whose per-second rate it is.
 FROM_RATES: dict[str, m.MetricSpec] = {
@@ -113,4 +123,10 @@ FROM_RATES: dict[str, m.MetricSpec] = {
     "pcie_rx_bytes_per_second": m.PCIE_RECEIVE,
     "nvlink_tx_bytes_per_second": m.NVLINK_TRANSMIT,
     "nvlink_rx_bytes_per_second": m.NVLINK_RECEIVE,
+}
+#: Trace column <- the values of gpulens_gpu_nvlink_errors_total's `type` label whose summed rate it is.
+NVLINK_ERROR_RATES: dict[str, tuple[str, ...]] = {
+    "nvlink_crc_errors_per_second": ("crc_flit", "crc_data"),
+    "nvlink_replay_errors_per_second": ("replay",),
+    "nvlink_recovery_errors_per_second": ("recovery",),
 }

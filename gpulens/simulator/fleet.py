@@ -83,6 +83,10 @@ def load_fleet(config: dict, default_seed: int = 0) -> list[SimNode]:
                     profiling=profiling,
                     numa_node=0 if index < count / 2 else 1,
                     seed=seed + n * 1000,
+                    # Two GPUs per PCIe switch, each switch under its own root complex; SXM models all
+                    # on one NVSwitch fabric.
+                    pcie_root=index // 2,
+                    nvlink_group=0 if model.nvlink_links else None,
                     pod=pod,
                     role=role,
                     base_pid=10000 + 1000 * index + rng.randrange(500),

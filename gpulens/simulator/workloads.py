@@ -21,6 +21,12 @@ thermal_throttling   busy, hot, hw/sw thermal clock-event bits set, SM clock ~60
 light_inference      sparse small requests on a big GPU: activity ~0.1, a few GB of memory.
 poor_placement       one job on GPUs that share no NVLink and sit across CPU sockets; one GPU much
                      busier than the other, heavy PCIe traffic for the exchange.
+exchange_over_pcie   a multi-GPU job whose ranks exchange over PCIe through host memory, its GPUs evenly
+                     half used: NCCL peer-to-peer turned off (NCCL_P2P_DISABLE) on GPUs joined by NVLink,
+                     or GPUs under different PCIe root complexes with no NVLink between them.
+nvlink_faults        training on GPUs whose NVLinks fail: on the job's first GPU four links are down and
+                     the rest retransmit (replay), retrain (recovery) and see CRC errors; peer traffic
+                     crawls over what is left.
 unallocated          no workload at all.
 
 Day-scale profiles (time of day is unix time modulo 24 h, UTC):
@@ -77,6 +83,11 @@ class Activity:
     lost: bool = False
     #: CPU use of the pod's containers as a fraction of its CPU limit (the simulated kubelet's cAdvisor).
     cpu_fraction: float = 0.3
+    #: NVLinks down, and NVLink errors per second (CRC flit + data, replay, recovery), on GPUs with NVLink.
+    nvlink_links_down: int = 0
+    nvlink_crc_rate: float = 0.0
+    nvlink_replay_rate: float = 0.0
+    nvlink_recovery_rate: float = 0.0
 
 
 def duty(t: float, window: float, period: float, on: float, phase: float = 0.0) -> float:
@@ -101,12 +112,24 @@ class SimGpu:
     profiling: bool  # SM/tensor/DRAM activity available (GPM on Hopper, or DCGM beside it)
     numa_node: int
     seed: int
+    #: The PCIe root complex it hangs off, and its NVLink island (None: a PCIe-only model), on its node.
+    pcie_root: int = 0
+    nvlink_group: int | None = None
     pod: PodRef | None = None  # the pod the workload runs in
     role: int = 0  # position within a multi-GPU job (0 = first GPU)
     base_pid: int = 0
     params: dict[str, float] = field(default_factory=dict)
     #: Busy intervals of day-scale profiles, by day number, generated on first use.
     schedules: dict[int, Schedule] = field(default_factory=dict)
+
+    def connection(self, other: SimGpu) -> tuple[str, str]:
+        """How this GPU reaches `other` on their node: (PCIe common ancestor, P2P path), as NVML names them
+        (core/topology.py). Root complexes sit behind one PCIe switch each; P2P without NVLink stays
+        within a root complex."""
+        same_root = self.pcie_root == other.pcie_root
+        level = "single_switch" if same_root else "numa_node" if self.numa_node == other.numa_node else "system"
+        nvlink = self.nvlink_group is not None and self.nvlink_group == other.nvlink_group
+        return level, "nvlink" if nvlink else "pcie" if same_root else "none"
 
     def noise(self, t: float, scale: float, salt: int = 0) -> float:
         """Deterministic noise in [-scale, scale], the same for the same GPU, time and salt."""
@@ -455,6 +478,38 @@ def _poor_placement(g: SimGpu, t: float, w: float) -> Activity:
     return a
 
 
+def _exchange_over_pcie(g: SimGpu, t: float, w: float) -> Activity:
+    # Kernels run all the time (compute, then NCCL's copy kernels waiting on the host), so utilization is
+    # high; the SMs work about half of it. Every rank sends and receives the same over PCIe, NVLink idle.
+    pcie = g.model.pcie_bytes_per_second
+    level = 0.5 + g.noise(t, 0.04)
+    return Activity(
+        busy=0.97,
+        sm_active=level,
+        sm_occupancy=0.4 * level,
+        tensor=0.6 * level,
+        dram=0.4 * level,
+        fp16=0.3 * level,
+        memory_fraction=g.params["memory"],
+        pcie_tx=(0.35 + g.noise(t, 0.05, 1)) * pcie,
+        pcie_rx=(0.37 + g.noise(t, 0.05, 2)) * pcie,
+        power_fraction=0.5,
+        temperature_celsius=58,
+        process=True,
+    )
+
+
+def _nvlink_faults(g: SimGpu, t: float, w: float) -> Activity:
+    a = _healthy(g, t, w)
+    a.sm_active *= 0.6  # every rank waits on the exchange over the failing links
+    a.tensor *= 0.6
+    a.nvlink_tx = a.nvlink_rx = 0.04 * g.model.nvlink_link_bytes_per_second * g.model.nvlink_links
+    if g.role == 0:
+        a.nvlink_links_down = 4
+        a.nvlink_crc_rate, a.nvlink_replay_rate, a.nvlink_recovery_rate = 150.0, 0.5, 0.02
+    return a
+
+
 def _unallocated(g: SimGpu, t: float, w: float) -> Activity:
     return Activity(memory_fraction=0.0, temperature_celsius=31, clock_fraction=0.12, reasons=0x1)
 
@@ -470,6 +525,8 @@ PROFILES = {
     "thermal_throttling": _thermal_throttling,
     "light_inference": _light_inference,
     "poor_placement": _poor_placement,
+    "exchange_over_pcie": _exchange_over_pcie,
+    "nvlink_faults": _nvlink_faults,
     "unallocated": _unallocated,
     "xid_errors": _xid_errors,
     "fallen_off_bus": _fallen_off_bus,

@@ -90,6 +90,8 @@ typedef struct device {
     unsigned long long memory_total, memory_reserved, memory_used;
     unsigned long long pcie_tx_bytes, pcie_rx_bytes, nvlink_tx_kib, nvlink_rx_kib;
     unsigned nvlink_links;
+    char nvlink_down[LIST]; /* link indices, ",2,7," */
+    unsigned long long nvlink_crc_flit, nvlink_crc_data, nvlink_replay, nvlink_recovery;
     unsigned sm_clock_mhz, sm_clock_max_mhz, memory_clock_mhz;
     unsigned power_mw, power_limit_mw;
     unsigned long long energy_mj;
@@ -119,6 +121,7 @@ static device_t gpus[MAX_GPUS];
 static device_t migs[MAX_GPUS][MAX_MIG];
 static unsigned flaky_calls[MAX_GPUS][MAX_MIG + 1];
 static int topology[MAX_GPUS][MAX_GPUS]; /* nvmlGpuTopologyLevel_t, or -1 */
+static char p2p[MAX_GPUS][MAX_GPUS][8];  /* "nvlink", "pcie", "none", or "" (not set: NOT_SUPPORTED) */
 static unsigned device_count;
 static int init_error;
 static int initialized;
@@ -142,6 +145,8 @@ static const field_t FIELDS[] = {
     F(uuid, STR), F(name, STR), F(pci_bus_id, STR_PCI), F(lost, U32), F(util_gpu, U32), F(util_memory, U32),
     F(memory_total, U64), F(memory_reserved, U64), F(memory_used, U64), F(pcie_tx_bytes, U64),
     F(pcie_rx_bytes, U64), F(nvlink_tx_kib, U64), F(nvlink_rx_kib, U64), F(nvlink_links, U32),
+    F(nvlink_down, LISTSTR), F(nvlink_crc_flit, U64), F(nvlink_crc_data, U64), F(nvlink_replay, U64),
+    F(nvlink_recovery, U64),
     F(sm_clock_mhz, U32), F(sm_clock_max_mhz, U32), F(memory_clock_mhz, U32), F(power_mw, U32),
     F(power_limit_mw, U32), F(energy_mj, U64), F(temperature_c, U32), F(clock_event_reasons, U64),
     F(ecc_corrected, U64), F(ecc_uncorrected, U64), F(remapped_correctable, U32),
@@ -211,6 +216,10 @@ static void parse_line(char *line) {
         if (a >= 0 && a < MAX_GPUS && b >= 0 && b < MAX_GPUS) topology[a][b] = atoi(value);
         return;
     }
+    if (sscanf(key, "p2p.%d.%d%n", &a, &b, &n) == 2 && key[n] == 0) { /* p2p.A.B=nvlink|pcie|none */
+        if (a >= 0 && a < MAX_GPUS && b >= 0 && b < MAX_GPUS) snprintf(p2p[a][b], sizeof p2p[a][b], "%s", value);
+        return;
+    }
     if (sscanf(key, "gpu%d.%n", &a, &n) != 1 || a < 0 || a >= MAX_GPUS) {
         fprintf(stderr, "fake NVML: unknown key '%s' in state file\n", key);
         return;
@@ -256,6 +265,7 @@ static void refresh(void) {
     memset(gpus, 0, sizeof gpus);
     memset(migs, 0, sizeof migs);
     memset(topology, -1, sizeof topology); /* -1: not set, answered as NOT_SUPPORTED */
+    memset(p2p, 0, sizeof p2p);
     device_count = 0;
     init_error = 0;
     char *line = NULL; /* lines of samples are long: getline grows the buffer */
@@ -537,6 +547,18 @@ nvmlReturn_t nvmlDeviceGetFieldValues(void *h, int count, nvmlFieldValue_t *valu
             v->valueType = 1; /* NVML_VALUE_TYPE_UNSIGNED_INT */
             v->value.uiVal = d->nvlink_links;
             break;
+        case 38: v->value.ullVal = d->nvlink_crc_flit; break;  /* NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL */
+        case 45: v->value.ullVal = d->nvlink_crc_data; break;  /* ..._CRC_DATA_ERROR_COUNT_TOTAL */
+        case 52: v->value.ullVal = d->nvlink_replay; break;    /* ..._REPLAY_ERROR_COUNT_TOTAL */
+        case 59: v->value.ullVal = d->nvlink_recovery; break;  /* ..._RECOVERY_ERROR_COUNT_TOTAL */
+        case 165: { /* NVML_FI_DEV_NVLINK_GET_STATE, scopeId = link: NVML_NVLINK_STATE_ACTIVE or _INACTIVE */
+            char link[16];
+            snprintf(link, sizeof link, "%u", v->scopeId);
+            v->valueType = 1;
+            if (v->scopeId >= d->nvlink_links) v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+            else if (v->nvmlReturn == NVML_SUCCESS) v->value.uiVal = listed(d->nvlink_down, link) ? 0 : 1;
+            break;
+        }
         default: v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
         }
     }
@@ -712,6 +734,29 @@ nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(void *h1, void *h2, int *level)
     if (!other || d->is_mig || other->is_mig) END(NVML_ERROR_INVALID_ARGUMENT);
     if (topology[d->index][other->index] < 0) END(NVML_ERROR_NOT_SUPPORTED);
     *level = topology[d->index][other->index];
+    END(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetP2PStatus(void *h1, void *h2, unsigned index, unsigned *status) {
+    BEGIN("nvmlDeviceGetP2PStatus", h1);
+    device_t *other = (device_t *)h2;
+    if (!other || !status || d->is_mig || other->is_mig) END(NVML_ERROR_INVALID_ARGUMENT);
+    const char *path = p2p[d->index][other->index];
+    if (!path[0]) END(NVML_ERROR_NOT_SUPPORTED);
+    /* NVML_P2P_CAPS_INDEX_NVLINK (2): OK over NVLink only; READ (0) and the rest: OK over NVLink or PCIe.
+       Otherwise NVML_P2P_STATUS_NOT_SUPPORTED (5) or CHIPSET_NOT_SUPPORTED (1), as drivers answer. */
+    if (index == 2) *status = strcmp(path, "nvlink") == 0 ? 0 : 5;
+    else *status = strcmp(path, "none") == 0 ? 1 : 0;
+    END(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(void *h, unsigned link, unsigned *active) {
+    BEGIN("nvmlDeviceGetNvLinkState", h);
+    char name[16];
+    if (d->is_mig || !active) END(NVML_ERROR_INVALID_ARGUMENT);
+    if (link >= d->nvlink_links) END(NVML_ERROR_INVALID_ARGUMENT);
+    snprintf(name, sizeof name, "%u", link);
+    *active = listed(d->nvlink_down, name) ? 0 : 1; /* NVML_FEATURE_ENABLED / _DISABLED */
     END(NVML_SUCCESS);
 }
 
