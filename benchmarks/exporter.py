@@ -178,20 +178,18 @@ def measure(gpus: int, rounds: int) -> dict:
         state |= dict.fromkeys((pynvml.NVML_GPU_UTILIZATION_SAMPLES, pynvml.NVML_MEMORY_UTILIZATION_SAMPLES), 0)
         handles.append((h, state))
 
-    # Interleave the three measurements so machine noise hits them alike.
-    floor = sample = render = generic = 0.0
+    # Interleave the measurements so machine noise hits them alike, and keep each one's fastest repeat:
+    # on a shared machine noise only ever adds time.
+    runs: dict[str, list[float]] = {"floor": [], "sample": [], "render": [], "generic": []}
     for _ in range(5):
-        floor += cpu_per_call(lambda: floor_sample(pynvml, handles), rounds)
-        sample += cpu_per_call(sampler.tick, rounds)
-        render += cpu_per_call(collector.render_text, rounds)
-        generic += cpu_per_call(lambda: generate_latest(registry), rounds)
+        runs["floor"].append(cpu_per_call(lambda: floor_sample(pynvml, handles), rounds))
+        runs["sample"].append(cpu_per_call(sampler.tick, rounds))
+        runs["render"].append(cpu_per_call(collector.render_text, rounds))
+        runs["generic"].append(cpu_per_call(lambda: generate_latest(registry), rounds))
     body = collector.render_text()
     return {
         "gpus": gpus,
-        "floor": floor / 5,
-        "sample": sample / 5,
-        "render": render / 5,
-        "generic": generic / 5,
+        **{name: min(times) for name, times in runs.items()},
         "series": sum(1 for line in body.decode().splitlines() if not line.startswith("#")),
         "shape_series": sum(
             1

@@ -45,9 +45,12 @@ _SAMPLE_LAYOUTS = {
     kind: struct.Struct("=Q" + member)
     for kind, member in {0: "d", 1: "I4x", 2: "Q", 3: "Q", 4: "q", 5: "i4x", 6: "H6x"}.items()
 }
-#: nvmlFieldValue_t: fieldId, scopeId, timestamp, latencyUsec, valueType, nvmlReturn, then the 8-byte nvmlValue_t
-#: union (read as unsigned long long; an unsigned int value is its low half, little-endian as on every NVIDIA host).
-_FIELD_VALUE = struct.Struct("=IIqqIIQ")
+#: Of an nvmlFieldValue_t (fieldId, scopeId, timestamp, latencyUsec, valueType: 28 bytes), its nvmlReturn and
+#: the 8-byte nvmlValue_t union, read as unsigned long long (an unsigned int value is its low half: NVIDIA hosts
+#: are little-endian).
+_FIELD_VALUE = struct.Struct("=28xIQ")
+#: nvmlProcessUtilizationSample_t: pid, (padding), timeStamp, smUtil, memUtil, encUtil, decUtil.
+_PROCESS_SAMPLE = struct.Struct("=I4xQIIII")
 #: NVLink error counters over all links (NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL), by gpulens' type label.
 _NVLINK_ERROR_FIELDS = {"crc_flit": 38, "crc_data": 45, "replay": 52, "recovery": 59}
 _NVLINK_GET_STATE = 165  # NVML_FI_DEV_NVLINK_GET_STATE, one link per scopeId (Hopper and newer)
@@ -439,21 +442,21 @@ class NvmlSource(Source):
         """PCIe and NVLink traffic, NVLink errors and the state of every link, from one field-values read
         (unpacked from the raw array: pynvml's structures convert every attribute read in Python)."""
         ok = self.nvml.NVML_SUCCESS
-        values = [(ret == ok, value) for *_, ret, value in _FIELD_VALUE.iter_unpack(bytes(fields))]
-        for (good, value), spec in zip(values, (m.PCIE_TRANSMIT, m.PCIE_RECEIVE), strict=False):
-            if good:
+        values = list(_FIELD_VALUE.iter_unpack(bytes(fields)))  # (nvmlReturn, value)
+        for (ret, value), spec in zip(values, (m.PCIE_TRANSMIT, m.PCIE_RECEIVE), strict=False):
+            if ret == ok:
                 s.set(spec, value)
         s.set(m.NVLINK_LINKS, d.nvlink_links)
         if not d.nvlink_links:
             return
-        for (good, value), spec in zip(values[2:4], (m.NVLINK_TRANSMIT, m.NVLINK_RECEIVE), strict=True):
-            if good:
+        for (ret, value), spec in zip(values[2:4], (m.NVLINK_TRANSMIT, m.NVLINK_RECEIVE), strict=True):
+            if ret == ok:
                 s.set(spec, value * 1024)  # KiB
-        for (good, value), kind in zip(values[4:8], _NVLINK_ERROR_FIELDS, strict=True):
-            if good:
+        for (ret, value), kind in zip(values[4:8], _NVLINK_ERROR_FIELDS, strict=True):
+            if ret == ok:
                 s.set(m.NVLINK_ERRORS, value, kind)
         states = values[8:]
-        if states and all(good for good, _ in states):
+        if states and all(ret == ok for ret, _ in states):
             up = [value & 0xFFFFFFFF in _NVLINK_UP_STATES for _, value in states]
         else:
             if states:  # before Hopper the state is no field: one call per link from now on
@@ -528,9 +531,9 @@ class NvmlSource(Source):
         if processes and d.mig_mode != "instance":  # NVML has no per-process utilization on MIG
             by_pid = {}
             try:
-                for u in nvml.nvmlDeviceGetProcessUtilization(h, seen):
-                    timestamp = u.timeStamp
-                    by_pid.setdefault(u.pid, []).append((timestamp, u.smUtil))
+                raw = b"".join(map(bytes, nvml.nvmlDeviceGetProcessUtilization(h, seen)))
+                for pid, timestamp, sm, *_ in _PROCESS_SAMPLE.iter_unpack(raw):
+                    by_pid.setdefault(pid, []).append((timestamp, sm))
                     d.process_timestamp = max(d.process_timestamp, timestamp)
             except nvml.NVMLError as e:
                 if e.value == nvml.NVML_ERROR_GPU_IS_LOST:
