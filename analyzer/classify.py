@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpulens.analyzer.features import RECENT_SAMPLES, pod_features
+from gpulens.analyzer.features import RECENT_SAMPLES, GpuLinks, pod_features
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.catalog import GpuModel, model_info
@@ -298,7 +298,7 @@ def _poor_placement(f: Features, t: Thresholds, info: GpuModel, evidence: dict[s
     return ("poor_placement", confidence) if confidence else None
 
 
-def _where(g: Any) -> str:
+def _where(g: GpuLinks) -> str:
     """'GPU-… (socket 0, PCIe root 1, NVLink island 0)', with what the trace says."""
     parts = [
         f"{name} {value:.0f}"
@@ -308,12 +308,12 @@ def _where(g: Any) -> str:
     return g.gpu + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _retries(g: Any) -> float:
+def _retries(g: GpuLinks) -> float:
     """Replay and recovery errors per second on a GPU's NVLinks (0 where the trace does not say)."""
     return sum(r for r in (g.replay_per_second, g.recovery_per_second) if not math.isnan(r))
 
 
-def _link_faults(g: Any, window_seconds: float) -> str:
+def _link_faults(g: GpuLinks, window_seconds: float) -> str:
     """'GPU-…: 4 NVLinks down, CRC 150/s, 300 replay errors, 12 recovery errors'."""
     parts = []
     if g.links_down > 0:
