@@ -82,7 +82,7 @@ class ExporterInput:
         self.timeout = timeout
         self.session = requests.Session()
         self._rows: collections.deque = collections.deque()
-        self._previous: dict[tuple[str, str, str], tuple[float, float]] = {}
+        self._rates = tr.CounterRates()
         self._shape_totals: dict[tuple[str, str], Totals] = {}
         self._lock = threading.Lock()
         self.errors = 0
@@ -180,10 +180,9 @@ class ExporterInput:
 
     def _rate(self, row: dict, column: str, key: tuple, value: float, now: float) -> None:
         """The per-second rate of a counter since its previous scrape; nothing on the first, or after a reset."""
-        previous = self._previous.get(key)
-        self._previous[key] = (now, value)
-        if previous and now > previous[0] and value >= previous[1]:
-            row[column] = (value - previous[1]) / (now - previous[0])
+        rate = self._rates.rate(key, value, now)
+        if rate is not None:
+            row[column] = rate
 
     def window_frame(self) -> pd.DataFrame:
         with self._lock:
@@ -268,7 +267,7 @@ class PrometheusInput:
                     value = float(raw)
                     row[name] = combine(row.get(name), value, labels) if combine else value
 
-        rate_window = f"{max(4 * self.step, 60):.0f}s"
+        rate_window = self._rate_window()
         for column, spec in GAUGES.items():
             add(self._query(self._sel(spec.name), start, end), column)
         for column, spec in RATES.items():
@@ -297,7 +296,7 @@ class PrometheusInput:
     def _shape_queries(self) -> dict[str, str]:
         """The SHAPE columns (core/trace.py) as PromQL: counts per row are rates times the step, so that
         their sum over a window is the number of samples, transitions and bursts in it."""
-        window = f"{max(4 * self.step, 60):.0f}s"
+        window = self._rate_window()
         count = f"increase({self._sel(m.ACTIVITY.name + '_count')}[{window}])"
 
         def below(bound: float) -> str:
@@ -315,6 +314,10 @@ class PrometheusInput:
             "activity_transitions": per_row(m.ACTIVITY_TRANSITIONS.name),
             "steady_bursts": per_row(m.STEADY_BURSTS.name),
         }
+
+    def _rate_window(self) -> str:
+        """The range of rate() and increase(): four steps, and never under a minute (four 15 s scrapes)."""
+        return f"{max(4 * self.step, 60):.0f}s"
 
     def _bucket_selector(self, bound: float) -> str:
         le = f'le="{bound:g}"'

@@ -44,7 +44,7 @@ class Recorder:
         self._writer = csv.writer(self._file)
         if new:
             self._writer.writerow(self.COLUMNS)
-        self._previous: dict[tuple[str, str], tuple[float, float]] = {}
+        self._rates = tr.CounterRates()
         self._shape_totals: dict[str, Totals] = {}
         self._problems = ProblemLog(log)
 
@@ -92,12 +92,9 @@ class Recorder:
     def _rate(self, row: dict[str, object], column: str, uuid: str, value: float | None, now: float) -> None:
         """A counter's per-second rate since the previous sample into row[column]; nothing on the first, after
         a reset, or without a value."""
-        if value is None:
-            return
-        previous = self._previous.get((uuid, column))
-        self._previous[(uuid, column)] = (now, value)
-        if previous and now > previous[0] and value >= previous[1]:
-            row[column] = repr((value - previous[1]) / (now - previous[0]))
+        rate = None if value is None else self._rates.rate((uuid, column), value, now)
+        if rate is not None:
+            row[column] = repr(rate)
 
     def close(self) -> None:
         self._file.close()

@@ -98,6 +98,22 @@ def shape_row(before: Totals | None, after: Totals) -> dict[str, float]:
     return row
 
 
+class CounterRates:
+    """The per-second rate of each counter between its consecutive readings, by any key: None on the first
+    reading and after a reset (an exporter restart). The recorder and the analyzer's exporter input read
+    counters this way between rows."""
+
+    def __init__(self) -> None:
+        self._previous: dict[object, tuple[float, float]] = {}
+
+    def rate(self, key: object, value: float, now: float) -> float | None:
+        previous = self._previous.get(key)
+        self._previous[key] = (now, value)
+        if previous and now > previous[0] and value >= previous[1]:
+            return (value - previous[1]) / (now - previous[0])
+        return None
+
+
 #: Trace column <- the exporter gauge it is read from (by the recorder and the live inputs).
 FROM_GAUGES: dict[str, m.MetricSpec] = {
     "gpu_util": m.UTILIZATION,
