@@ -178,15 +178,21 @@ class Sampler:
             sm_active = device.get(m.SM_ACTIVE)
             if sm_active is not None:
                 counters.sm_active = (counters.sm_active or 0.0) + sm_active * dt
-            if device.clock_event_reasons is not None:
-                for reason, bit in m.CLOCK_EVENT_REASONS.items():
-                    seconds = counters.clock_events.get(reason, 0.0)
-                    counters.clock_events[reason] = seconds + (dt if device.clock_event_reasons & bit else 0.0)
+            reasons = device.clock_event_reasons
+            if reasons is not None:
+                events = counters.clock_events
+                if not events:  # every reason has its series from the start, at 0 s
+                    events.update(dict.fromkeys(m.CLOCK_EVENT_REASONS, 0.0))
+                if reasons and dt:
+                    for reason, bit in m.CLOCK_EVENT_REASONS.items():
+                        if reasons & bit:
+                            events[reason] += dt
             self._observe_pods(device.uuid, device.processes, now, dt, max_gap)
             for process in device.processes:
                 key = (device.uuid, process.pid)
                 live_processes.add(key)
-                pc = self._process_counters.setdefault(key, ProcessCounters())
+                # get first: setdefault would build a ProcessCounters for every process every second
+                pc = self._process_counters.get(key) or self._process_counters.setdefault(key, ProcessCounters())
                 if process.utilization is not None:
                     pc.busy += process.utilization * dt
                     if process.utilization < IDLE_ACTIVITY:

@@ -502,3 +502,24 @@ def test_topology_peer_paths_and_nvlink_health_from_the_driver(fake_nvml, tmp_pa
     assert list(last.loc[uuid, "nvlink_links_down"]) == [0, 0, 1]
     assert frame[frame.gpu == uuid[0]].nvlink_links_down.max() == 2
     assert frame[frame.gpu == uuid[0]].nvlink_replay_errors_per_second.max() > 0
+
+
+def test_a_gpu_with_more_processes_than_the_kept_buffer_reports_every_one(fake_nvml):
+    # The exporter keeps room for 64 processes per GPU and grows it when the driver answers
+    # NVML_ERROR_INSUFFICIENT_SIZE (MPS can put a hundred clients on one GPU).
+    gpus, driver = capture_state("t4")
+    gpu = {k: v for k, v in gpus[0].items() if not k.startswith("proc")}
+    for i in range(100):
+        gpu |= {f"proc{i}.pid": 5000 + i, f"proc{i}.name": "triton", f"proc{i}.memory": (i + 1) * MIB}
+        gpu[f"proc{i}.sm_util"] = i % 50
+    gpu["proc99.memory"] = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE: no memory series, not 16 EiB
+    fake_nvml.write([gpu], driver_version=driver)
+    parsed = samples(run_once(fake_nvml).stdout)
+    memory = {
+        dict(labels)["pid"]: v for (name, labels), v in parsed.items() if name == "gpulens_process_memory_used_bytes"
+    }
+    assert len(memory) == 99
+    assert memory["5000"] == MIB and memory["5098"] == 99 * MIB
+    assert "5099" not in memory
+    busy = [labels for name, labels in parsed if name == "gpulens_process_busy_seconds_total"]
+    assert len(busy) == 100

@@ -22,7 +22,7 @@ class SourceUnavailable(Exception):
     as is, so it names the problem and the fix."""
 
 
-@dataclass
+@dataclass(slots=True)
 class ProcessSample:
     """A compute process on a device. `utilization` is its SM share (ratio) or None where the
     driver does not report per-process utilization (MIG, old drivers). `pod` and `container_id`
@@ -39,7 +39,7 @@ class ProcessSample:
     samples: list[tuple[float, float]] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class DeviceSample:
     """One full GPU or MIG instance at one instant.
 
@@ -69,7 +69,11 @@ class DeviceSample:
     def set(self, spec: m.MetricSpec, value: float | None, *extra_labels: str) -> None:
         """Record a value; None (not supported, not available) records nothing."""
         if value is not None:
-            self.values.setdefault(spec, {})[extra_labels] = float(value)
+            by_labels = self.values.get(spec)
+            if by_labels is None:
+                self.values[spec] = {extra_labels: float(value)}
+            else:
+                by_labels[extra_labels] = float(value)
 
     def get(self, spec: m.MetricSpec, *extra_labels: str) -> float | None:
         return self.values.get(spec, {}).get(extra_labels)

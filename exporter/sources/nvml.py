@@ -12,6 +12,7 @@ GPU and XID code, so repeated errors are counted, not overwritten.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import struct
 import threading
@@ -25,6 +26,7 @@ from gpulens.core import metrics as m
 from gpulens.core.status import ProblemLog
 from gpulens.core.topology import Pair
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source, SourceUnavailable
+from gpulens.exporter.sources.nvml_buffers import DeviceBuffers
 
 log = logging.getLogger(__name__)
 
@@ -45,20 +47,33 @@ _SAMPLE_LAYOUTS = {
     kind: struct.Struct("=Q" + member)
     for kind, member in {0: "d", 1: "I4x", 2: "Q", 3: "Q", 4: "q", 5: "i4x", 6: "H6x"}.items()
 }
+#: Of each nvmlGpmMetric_t answer (metricId, nvmlReturn, value, metricInfo's three pointers: 40 bytes), its
+#: nvmlReturn and value, for the metrics asked, in _GPM_METRICS order.
+_GPM_ANSWERS = struct.Struct("=" + "4xId24x" * len(_GPM_METRICS))
 #: Of an nvmlFieldValue_t (fieldId, scopeId, timestamp, latencyUsec, valueType: 28 bytes), its nvmlReturn and
 #: the 8-byte nvmlValue_t union, read as unsigned long long (an unsigned int value is its low half: NVIDIA hosts
 #: are little-endian).
 _FIELD_VALUE = struct.Struct("=28xIQ")
-#: nvmlProcessUtilizationSample_t: pid, (padding), timeStamp, smUtil, memUtil, encUtil, decUtil.
-_PROCESS_SAMPLE = struct.Struct("=I4xQIIII")
+#: Of an nvmlProcessInfo_t (pid, padding, usedGpuMemory, gpuInstanceId, computeInstanceId): pid and usedGpuMemory.
+_PROCESS_INFO = struct.Struct("=I4xQ8x")
+_NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE as an unsigned long long
+#: Of an nvmlProcessUtilizationSample_t (pid, padding, timeStamp, smUtil, memUtil, encUtil, decUtil): pid,
+#: timeStamp and smUtil.
+_PROCESS_SAMPLE = struct.Struct("=I4xQI12x")
 #: NVLink error counters over all links (NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL), by gpulens' type label.
 _NVLINK_ERROR_FIELDS = {"crc_flit": 38, "crc_data": 45, "replay": 52, "recovery": 59}
 _NVLINK_GET_STATE = 165  # NVML_FI_DEV_NVLINK_GET_STATE, one link per scopeId (Hopper and newer)
 #: Link states that carry traffic: NVML_NVLINK_STATE_ACTIVE (= NVML_FEATURE_ENABLED of
 #: nvmlDeviceGetNvLinkState) and NVML_NVLINK_STATE_SLEEP (low power between transfers).
 _NVLINK_UP_STATES = (1, 2)
+_NVLINK_UP_FIELDS = {(0, state) for state in _NVLINK_UP_STATES}  # (NVML_SUCCESS, state) as unpacked
 #: GPM needs two samples at least this far apart (NVML documentation: more than 100 ms).
 _GPM_MIN_SPACING_SECONDS = 0.1
+
+
+#: One plain board read: the spec it feeds, the pynvml function, its arguments after the device handle, the
+#: factor to base units, and the spec's extra label values.
+_BoardRead = tuple[m.MetricSpec, Callable[..., Any], tuple[Any, ...], float, tuple[str, ...]]
 
 
 class DeviceLost(Exception):
@@ -73,6 +88,8 @@ class _Device:
     gpu: str
     uuid: str
     model: str
+    #: Where the array answers of this device's per-tick reads land (nvml_buffers.py).
+    buffers: DeviceBuffers
     pci_bus_id: str = ""
     mig_mode: str = "disabled"
     mig_profile: str = ""
@@ -93,8 +110,16 @@ class _Device:
     #: The field ids read every tick: PCIe and NVLink counters, and each link's state where the
     #: driver reports it as a field (cleared on the first refusal: nvmlDeviceGetNvLinkState then).
     board_fields: list = field(default_factory=list)
+    #: What the counter fields (the first of board_fields) feed: spec, factor to base units, extra labels.
+    counter_fields: list[tuple[m.MetricSpec, float, tuple[str, ...]]] = field(default_factory=list)
+    #: The plain board reads (NvmlSource._board_reads), less those the GPU refused since discovery.
+    board_reads: list[_BoardRead] = field(default_factory=list)
+    #: The GPM request, its metric ids set once: each tick sets only the two samples.
+    gpm_request: Any = None
+    gpm_answers_at: int = 0  # the address of its metrics array
     links_down: tuple[int, ...] = ()
-    static: dict = field(default_factory=dict)
+    #: The board's maxima (PCIe generation and width, SM clock), read at discovery, in base units.
+    limits: dict[m.MetricSpec, float] = field(default_factory=dict)
 
     def carry_over(self, previous: _Device) -> None:
         """Keep what the driver's sample buffers were last read up to, across a rediscovery."""
@@ -187,12 +212,12 @@ class NvmlSource(Source):
                     devices.append(previous)
                     devices.extend(d for d in self._devices if d.parent_uuid == previous.uuid)
                 else:
-                    devices.append(_Device(handle=None, gpu=str(index), uuid=f"unknown-gpu-{index}", model=""))
+                    unknown = _Device(None, str(index), f"unknown-gpu-{index}", "", DeviceBuffers(nvml, None))
+                    devices.append(unknown)
                     self._problems.problem(f"discover{index}", f"GPU {index} cannot be opened: {e}")
                 continue
-            gpu = _Device(
-                handle=handle, gpu=str(index), uuid=uuid, model=self._optional(nvml.nvmlDeviceGetName, handle) or ""
-            )
+            name = self._optional(nvml.nvmlDeviceGetName, handle) or ""
+            gpu = _Device(handle, str(index), uuid, name, DeviceBuffers(nvml, handle))
             pci = self._optional(nvml.nvmlDeviceGetPciInfo, handle)
             gpu.pci_bus_id = pci.busId if pci is not None else ""
             if isinstance(gpu.pci_bus_id, bytes):
@@ -204,6 +229,8 @@ class NvmlSource(Source):
                 gpu.carry_over(previous)
             gpu.gpm_supported = self._gpm_supported(handle)
             self._discover_links(gpu)
+            gpu.board_reads = self._board_reads()
+            self._read_limits(gpu)
             devices.append(gpu)
             if gpu.mig_mode == "enabled":
                 devices.extend(self._discover_mig(gpu))
@@ -228,6 +255,7 @@ class NvmlSource(Source):
                     gpu=f"{parent.gpu}/gi{gi}",
                     uuid=self._optional(nvml.nvmlDeviceGetUUID, handle) or "",
                     model=parent.model,
+                    buffers=DeviceBuffers(nvml, handle),
                     pci_bus_id=parent.pci_bus_id,
                     mig_mode="instance",
                     # NVML names a MIG device "<GPU name> MIG 1g.5gb".
@@ -246,11 +274,14 @@ class NvmlSource(Source):
         count = self._optional(nvml.nvmlDeviceGetFieldValues, gpu.handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
         if count is not None and count[0].nvmlReturn == nvml.NVML_SUCCESS:
             gpu.nvlink_links = count[0].value.uiVal
-        gpu.board_fields = [
-            nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES,
-            nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
-        ]
+        gpu.counter_fields = [(m.PCIE_TRANSMIT, 1.0, ()), (m.PCIE_RECEIVE, 1.0, ())]
+        gpu.board_fields = [nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES, nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES]
         if gpu.nvlink_links:
+            gpu.counter_fields += [
+                (m.NVLINK_TRANSMIT, 1024.0, ()),  # KiB
+                (m.NVLINK_RECEIVE, 1024.0, ()),
+                *((m.NVLINK_ERRORS, 1.0, (kind,)) for kind in _NVLINK_ERROR_FIELDS),
+            ]
             gpu.board_fields += [
                 nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
                 nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
@@ -324,13 +355,20 @@ class NvmlSource(Source):
         try:
             return fn(*args)
         except self.nvml.NVMLError as e:
-            code = e.value
-            if code in (self.nvml.NVML_ERROR_NOT_SUPPORTED, self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-                return None
-            if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
-                raise DeviceLost() from e
-            self._problems.problem(f"{d.uuid}:{fn.__name__}", f"GPU {d.gpu}: {fn.__name__} failed: {e}")
+            self._failed(d, fn, e)
             return None
+
+    def _failed(self, d: _Device, fn: Callable[..., Any], e: Any) -> bool:
+        """What an NVML error means: True where the GPU does not have the call (NOT_SUPPORTED, or
+        FUNCTION_NOT_FOUND on an older driver); DeviceLost raised where it fell off the bus; any other
+        error logged once (not every second) and False."""
+        code = e.value
+        if code in (self.nvml.NVML_ERROR_NOT_SUPPORTED, self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+            return True
+        if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
+            raise DeviceLost() from e
+        self._problems.problem(f"{d.uuid}:{fn.__name__}", f"GPU {d.gpu}: {fn.__name__} failed: {e}")
+        return False
 
     def _read(self, d: _Device, s: DeviceSample) -> None:
         nvml, h, call = self.nvml, d.handle, self.call
@@ -382,7 +420,7 @@ class NvmlSource(Source):
         nvml = self.nvml
         seen = d.samples_seen.get(kind)
         try:
-            value_type, samples = nvml.nvmlDeviceGetSamples(d.handle, kind, seen or 0)
+            value_type, raw = d.buffers.samples(kind, seen or 0)
         except nvml.NVMLError as e:
             if e.value == nvml.NVML_ERROR_NOT_FOUND:
                 d.samples_seen.setdefault(kind, 0)  # an empty buffer: whatever comes next is new
@@ -394,38 +432,70 @@ class NvmlSource(Source):
             else:
                 self._problems.problem(f"{d.uuid}:samples", f"GPU {d.gpu}: nvmlDeviceGetSamples failed: {e}")
             return None
-        # nvmlSample_t is {unsigned long long timeStamp; nvmlValue_t sampleValue}: unpacked from the raw
-        # bytes, because pynvml's structures convert every attribute read in Python.
         layout = _SAMPLE_LAYOUTS.get(value_type, _SAMPLE_LAYOUTS[1])
-        unpacked = sorted(layout.iter_unpack(b"".join(map(bytes, samples))))
+        unpacked = sorted(layout.iter_unpack(raw))
         d.samples_seen[kind] = max(unpacked[-1][0] if unpacked else 0, seen or 0)
         if seen is None:
             return []
         return [(timestamp / 1e6, value / 100) for timestamp, value in unpacked if timestamp > seen]
 
+    def _board_reads(self) -> list[_BoardRead]:
+        """The board's plain gauges and counters, one NVML call each (device handle first)."""
+        nvml = self.nvml
+        ecc = nvml.nvmlDeviceGetTotalEccErrors
+        return [
+            (m.PCIE_LINK_GENERATION, nvml.nvmlDeviceGetCurrPcieLinkGeneration, (), 1.0, ()),
+            (m.PCIE_LINK_WIDTH, nvml.nvmlDeviceGetCurrPcieLinkWidth, (), 1.0, ()),
+            (m.SM_CLOCK, nvml.nvmlDeviceGetClockInfo, (nvml.NVML_CLOCK_SM,), 1e6, ()),  # MHz
+            (m.MEMORY_CLOCK, nvml.nvmlDeviceGetClockInfo, (nvml.NVML_CLOCK_MEM,), 1e6, ()),
+            (m.POWER, nvml.nvmlDeviceGetPowerUsage, (), 1e-3, ()),  # mW
+            (m.POWER_LIMIT, nvml.nvmlDeviceGetEnforcedPowerLimit, (), 1e-3, ()),
+            (m.ENERGY, nvml.nvmlDeviceGetTotalEnergyConsumption, (), 1e-3, ()),  # mJ
+            (m.TEMPERATURE, nvml.nvmlDeviceGetTemperature, (nvml.NVML_TEMPERATURE_GPU,), 1.0, ()),
+            (m.ECC_ERRORS, ecc, (nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, nvml.NVML_AGGREGATE_ECC), 1.0, ("corrected",)),
+            (
+                m.ECC_ERRORS,
+                ecc,
+                (nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nvml.NVML_AGGREGATE_ECC),
+                1.0,
+                ("uncorrected",),
+            ),
+        ]
+
+    def _read_limits(self, gpu: _Device) -> None:
+        """What the board can do at most, read at discovery: it does not change while the GPU is there."""
+        nvml, h = self.nvml, gpu.handle
+        for spec, value in (
+            (m.PCIE_LINK_MAX_GENERATION, self._optional(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h)),
+            (m.PCIE_LINK_MAX_WIDTH, self._optional(nvml.nvmlDeviceGetMaxPcieLinkWidth, h)),
+            (m.SM_CLOCK_MAX, _scaled(self._optional(nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM), 1e6)),
+        ):
+            if value is not None:
+                gpu.limits[spec] = float(value)
+
     def _read_board(self, d: _Device, s: DeviceSample) -> None:
         """What only a physical GPU has: links, clocks, power, temperature, errors."""
         nvml, h, call = self.nvml, d.handle, self.call
-        fields = call(d, nvml.nvmlDeviceGetFieldValues, h, d.board_fields)
+        fields = call(d, d.buffers.field_values, d.board_fields)
         if fields is not None:
             self._read_links(d, s, fields)
-        s.set(m.PCIE_LINK_GENERATION, call(d, nvml.nvmlDeviceGetCurrPcieLinkGeneration, h))
-        s.set(m.PCIE_LINK_MAX_GENERATION, call(d, nvml.nvmlDeviceGetMaxPcieLinkGeneration, h))
-        s.set(m.PCIE_LINK_WIDTH, call(d, nvml.nvmlDeviceGetCurrPcieLinkWidth, h))
-        s.set(m.PCIE_LINK_MAX_WIDTH, call(d, nvml.nvmlDeviceGetMaxPcieLinkWidth, h))
-        s.set(m.SM_CLOCK, _scaled(call(d, nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM), 1e6))
-        s.set(m.SM_CLOCK_MAX, _scaled(call(d, nvml.nvmlDeviceGetMaxClockInfo, h, nvml.NVML_CLOCK_SM), 1e6))
-        s.set(m.MEMORY_CLOCK, _scaled(call(d, nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_MEM), 1e6))
-        s.set(m.POWER, _scaled(call(d, nvml.nvmlDeviceGetPowerUsage, h), 1e-3))
-        s.set(m.POWER_LIMIT, _scaled(call(d, nvml.nvmlDeviceGetEnforcedPowerLimit, h), 1e-3))
-        s.set(m.ENERGY, _scaled(call(d, nvml.nvmlDeviceGetTotalEnergyConsumption, h), 1e-3))
-        s.set(m.TEMPERATURE, call(d, nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU))
+        # The plain reads without the choke point's frame per call (this runs for every GPU every second);
+        # failures take the same path, and a read the GPU refuses is not tried again until rediscovery.
+        values, refused = s.values, []
+        for spec, value in d.limits.items():
+            values[spec] = {(): value}
+        for read in d.board_reads:
+            spec, fn, args, factor, labels = read
+            try:
+                value = fn(h, *args)
+            except nvml.NVMLError as e:
+                if self._failed(d, fn, e):
+                    refused.append(read)
+                continue
+            values.setdefault(spec, {})[labels] = value * factor
+        for read in refused:
+            d.board_reads.remove(read)
         s.clock_event_reasons = call(d, nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
-        for kind, error_type in (
-            ("corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
-            ("uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),
-        ):
-            s.set(m.ECC_ERRORS, call(d, nvml.nvmlDeviceGetTotalEccErrors, h, error_type, nvml.NVML_AGGREGATE_ECC), kind)
         rows = call(d, nvml.nvmlDeviceGetRemappedRows, h)
         if rows is not None:
             correctable, uncorrectable, pending, failed = rows
@@ -441,33 +511,30 @@ class NvmlSource(Source):
     def _read_links(self, d: _Device, s: DeviceSample, fields: Any) -> None:
         """PCIe and NVLink traffic, NVLink errors and the state of every link, from one field-values read
         (unpacked from the raw array: pynvml's structures convert every attribute read in Python)."""
-        ok = self.nvml.NVML_SUCCESS
-        values = list(_FIELD_VALUE.iter_unpack(bytes(fields)))  # (nvmlReturn, value)
-        for (ret, value), spec in zip(values, (m.PCIE_TRANSMIT, m.PCIE_RECEIVE), strict=False):
+        ok, out = self.nvml.NVML_SUCCESS, s.values
+        values = list(_FIELD_VALUE.iter_unpack(bytes(fields)))  # (nvmlReturn, value): the counters, then the states
+        for (ret, value), (spec, factor, labels) in zip(values, d.counter_fields, strict=False):
             if ret == ok:
-                s.set(spec, value)
+                out.setdefault(spec, {})[labels] = value * factor
         s.set(m.NVLINK_LINKS, d.nvlink_links)
         if not d.nvlink_links:
             return
-        for (ret, value), spec in zip(values[2:4], (m.NVLINK_TRANSMIT, m.NVLINK_RECEIVE), strict=True):
-            if ret == ok:
-                s.set(spec, value * 1024)  # KiB
-        for (ret, value), kind in zip(values[4:8], _NVLINK_ERROR_FIELDS, strict=True):
-            if ret == ok:
-                s.set(m.NVLINK_ERRORS, value, kind)
-        states = values[8:]
-        if states and all(ret == ok for ret, _ in states):
-            up = [value & 0xFFFFFFFF in _NVLINK_UP_STATES for _, value in states]
+        states = values[len(d.counter_fields) :]
+        if states and set(states) <= _NVLINK_UP_FIELDS:  # the common case, in one step: every link up
+            down: tuple[int, ...] = ()
+        elif states and all(ret == ok for ret, _ in states):
+            down = tuple(link for link, (_, state) in enumerate(states) if state & 0xFFFFFFFF not in _NVLINK_UP_STATES)
         else:
             if states:  # before Hopper the state is no field: one call per link from now on
-                d.board_fields = d.board_fields[:8]
-            up = []
+                d.board_fields = d.board_fields[: len(d.counter_fields)]
+            down_links = []
             for link in range(d.nvlink_links):
                 state = self.call(d, self.nvml.nvmlDeviceGetNvLinkState, d.handle, link)
                 if state is None:
                     return
-                up.append(state in _NVLINK_UP_STATES)
-        down = tuple(link for link, is_up in enumerate(up) if not is_up)
+                if state not in _NVLINK_UP_STATES:
+                    down_links.append(link)
+            down = tuple(down_links)
         s.set(m.NVLINK_LINKS_DOWN, len(down))
         if down != d.links_down:  # logged on each change only: the gauge counts, the log names the links
             d.links_down = down
@@ -494,16 +561,24 @@ class NvmlSource(Source):
             return
         previous, spacing = d.gpm_previous, now - d.gpm_previous_at
         if previous is not None and spacing >= _GPM_MIN_SPACING_SECONDS:
-            request = nvml.c_nvmlGpmMetricsGet_t()
-            request.version = nvml.NVML_GPM_METRICS_GET_VERSION
-            request.numMetrics = len(_GPM_METRICS)
+            request = d.gpm_request
+            if request is None:
+                d.gpm_request = request = nvml.c_nvmlGpmMetricsGet_t()
+                request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+                request.numMetrics = len(_GPM_METRICS)
+                for i, metric_id in enumerate(_GPM_METRICS):
+                    request.metrics[i].metricId = metric_id
+                d.gpm_answers_at = ctypes.addressof(request) + type(request).metrics.offset
             request.sample1, request.sample2 = previous, sample
-            for i, metric_id in enumerate(_GPM_METRICS):
-                request.metrics[i].metricId = metric_id
             if self.call(d, nvml.nvmlGpmMetricsGet, request) is not None:
-                for i, spec in enumerate(_GPM_METRICS.values()):
-                    if request.metrics[i].nvmlReturn == nvml.NVML_SUCCESS:
-                        s.set(spec, round(min(max(request.metrics[i].value / 100, 0.0), 1.0), 6))
+                # The answers unpacked from the raw array: pynvml's structures convert every attribute read.
+                ok, answers = (
+                    nvml.NVML_SUCCESS,
+                    _GPM_ANSWERS.unpack(ctypes.string_at(d.gpm_answers_at, _GPM_ANSWERS.size)),
+                )
+                for spec, ret, percent in zip(_GPM_METRICS.values(), answers[::2], answers[1::2], strict=True):
+                    if ret == ok:
+                        s.values[spec] = {(): round(min(max(percent / 100, 0.0), 1.0), 6)}
         elif previous is not None:
             nvml.nvmlGpmSampleFree(sample)  # too close to the previous one: keep the older sample
             return
@@ -517,42 +592,54 @@ class NvmlSource(Source):
             d.gpm_previous = None
 
     def _read_processes(self, d: _Device, s: DeviceSample) -> None:
-        nvml, h = self.nvml, d.handle
+        nvml = self.nvml
         if d.mig_mode == "enabled":
             return  # processes are reported on the MIG instances they run in
-        processes = self.call(d, nvml.nvmlDeviceGetComputeRunningProcesses, h)
-        if processes is None:
+        raw = self.call(d, d.buffers.running_processes)
+        if raw is None:
             return
-        # Per PID, the driver's samples since the last read: (CPU time in us, SM share in percent). The
-        # first read returns whatever the driver kept before the exporter started: averaged into the
-        # gauge, but not samples of ours.
-        by_pid: dict[int, list[tuple[int, int]]] | None = None
+        processes = list(_PROCESS_INFO.iter_unpack(raw))  # (pid, GPU memory in bytes)
+        # Per PID, the driver's samples newer than the last read (the driver filters by lastSeenTimeStamp):
+        # (unix seconds, SM share 0-1). The first read returns whatever the driver kept before the exporter
+        # started: averaged into the gauge, but not samples of ours.
+        by_pid: dict[int, list[tuple[float, float]]] | None = None
         seen = d.process_timestamp
         if processes and d.mig_mode != "instance":  # NVML has no per-process utilization on MIG
             by_pid = {}
             try:
-                raw = b"".join(map(bytes, nvml.nvmlDeviceGetProcessUtilization(h, seen)))
-                for pid, timestamp, sm, *_ in _PROCESS_SAMPLE.iter_unpack(raw):
-                    by_pid.setdefault(pid, []).append((timestamp, sm))
-                    d.process_timestamp = max(d.process_timestamp, timestamp)
+                raw = d.buffers.process_utilization(seen)
             except nvml.NVMLError as e:
                 if e.value == nvml.NVML_ERROR_GPU_IS_LOST:
                     raise DeviceLost() from e
                 if e.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no samples since last time = no activity
                     by_pid = None
-        for p in processes:
-            pid = p.pid
-            name = self._process_names.get(pid)
+            else:
+                newest = seen
+                for pid, timestamp, sm in _PROCESS_SAMPLE.iter_unpack(raw):  # (pid, us, percent)
+                    sample = (timestamp / 1e6, sm / 100)
+                    pid_samples = by_pid.get(pid)
+                    if pid_samples is None:
+                        by_pid[pid] = [sample]
+                    else:
+                        pid_samples.append(sample)
+                    if timestamp > newest:
+                        newest = timestamp
+                d.process_timestamp = newest
+        names = self._process_names
+        for pid, memory in processes:
+            name = names.get(pid)
             if name is None:
                 name = self._optional(nvml.nvmlSystemGetProcessName, pid) or ""
-                self._process_names[pid] = name = name.rsplit("/", 1)[-1]
+                names[pid] = name = name.rsplit("/", 1)[-1]
             utilization = samples = None
             if by_pid is not None:
-                pid_samples = by_pid.get(pid, ())
-                utilization = sum(v for _, v in pid_samples) / len(pid_samples) / 100 if pid_samples else 0.0
-                if seen:
-                    samples = [(t / 1e6, v / 100) for t, v in pid_samples if t > seen]
-            s.processes.append(ProcessSample(pid, name, p.usedGpuMemory, utilization, samples=samples))
+                samples = by_pid.get(pid, [])
+                utilization = sum([v for _, v in samples]) / len(samples) if samples else 0.0
+                if not seen:
+                    samples = None
+            if memory == _NOT_AVAILABLE:  # NVML_VALUE_NOT_AVAILABLE: Windows WDDM, some vGPU profiles
+                memory = None
+            s.processes.append(ProcessSample(pid, name, memory, utilization, samples=samples))
         if len(self._process_names) > 4096:  # PIDs are reused; forget names now and then
             self._process_names.clear()
 
@@ -589,8 +676,6 @@ class NvmlSource(Source):
 
 def _handle_key(handle: Any) -> int:
     """nvmlDevice_t handles are pointers; compare them by address."""
-    import ctypes
-
     return ctypes.cast(handle, ctypes.c_void_p).value or 0
 
 
