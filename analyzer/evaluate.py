@@ -58,8 +58,6 @@ PLACEMENTS = {
     # NVLinks down and failing on the first GPU: the exporter's link states and error counters show it.
     "nvlink_faults": ("nvlink_faults", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1], ("gpulens",)),
 }
-#: Trace columns only a gpulens exporter gives (topology, NVLink states and errors): other sources leave them out.
-TOPOLOGY_COLUMNS = ["numa_node", "pcie_root", "nvlink_group", "nvlink_links_down", *tr.NVLINK_ERROR_RATES]
 #: Classes that can be judged without profiling fields (utilization, memory, links, clocks only).
 WITHOUT_PROFILING = {"idle", "data_starvation", "memory_fragmentation", "interconnect", "throttling", "poor_placement"}
 
@@ -219,8 +217,9 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
     frame = _frame(samples_of, rng, noise)
     if seconds_of:
         frame = _with_shape(frame, seconds_of, rng, noise)
-    else:
-        frame[TOPOLOGY_COLUMNS] = np.nan
+    else:  # other tools' rows say nothing of the topology
+        frame = frame.drop(columns=tr.LINKS)
+        frame["numa_node"] = np.nan
     if not s.profiling:
         frame[tr.PROFILING] = np.nan
     if s.mig:
@@ -280,7 +279,7 @@ def _frame(samples_of: list, rng: np.random.Generator, noise: float) -> pd.DataF
                 )
             )
     # The row tuples above are in the trace schema's order.
-    frame = pd.DataFrame(rows, columns=["timestamp", "gpu", *tr.SIGNALS])
+    frame = pd.DataFrame(rows, columns=["timestamp", "gpu", *tr.SIGNALS, *tr.LINKS])
     for column in tr.RATIOS:
         frame[column] = np.clip(frame[column] + rng.normal(0, noise, len(frame)) * (frame[column] > 0), 0, 1)
     frame["gpu_util"] = frame["gpu_util"].round(2)
@@ -403,6 +402,7 @@ def day_traces(
         if s.source == "nvidia-smi":
             keep = {"gpu_util", "memory_used_bytes", "memory_total_bytes"}
             frame[[c for c in tr.SIGNALS if c not in keep]] = np.nan
+            frame = frame.drop(columns=tr.LINKS)
         if s.source == "gpulens":
             frame = _with_shape(frame, [[(t, a.busy) for t, a in seconds]], rng, noise)
         frame["gpu_model"] = gpu.model.name

@@ -174,6 +174,8 @@ class _Rows:
         return _PerUnit(np.diff(self.ts)[same_gpu], self.row_unit[1:][same_gpu], len(self.unit_starts)).median()
 
     def column(self, name: str) -> np.ndarray:
+        if name not in self.trace:  # a group the input does not have (trace.LINKS): NaN, without the memory
+            return np.broadcast_to(np.nan, len(self.ts))
         return self.gather(self.trace[name].to_numpy())
 
     def gather(self, values: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from gpulens.core.config import atomic_output
-from gpulens.core.trace import COLUMNS, IDENTITY, SHAPE, SIGNALS
+from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, SHAPE, SIGNALS
 
 
 def empty() -> pd.DataFrame:
@@ -32,17 +32,17 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
             frame[column] = frame[column].fillna("").astype(str)
     if not pd.api.types.is_string_dtype(frame["gpu"]):
         frame["gpu"] = frame["gpu"].astype(str)
-    # The SHAPE group is kept only where the input has it: a day of a fleet from other tools does not
-    # pay six empty columns for it.
-    shape = SHAPE if any(column in frame for column in SHAPE) else []
-    for column in SIGNALS + shape:
+    # The LINKS and SHAPE groups are kept only where the input has them: a day of a fleet from other
+    # tools does not pay six empty columns for each.
+    groups = [column for group in (LINKS, SHAPE) if any(c in frame for c in group) for column in group]
+    for column in SIGNALS + groups:
         if column not in frame:
             frame[column] = np.nan
         elif frame[column].dtype != np.float64:
             frame[column] = pd.to_numeric(frame[column], errors="coerce").astype("float64")
     if frame["timestamp"].dtype != np.float64:
         frame["timestamp"] = frame["timestamp"].astype("float64")
-    return frame[COLUMNS + shape]
+    return frame[COLUMNS + groups]
 
 
 def has_shape(trace: pd.DataFrame) -> bool:

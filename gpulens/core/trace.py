@@ -14,10 +14,12 @@ signals   gpu_util, sm_active, sm_occupancy, tensor_active, dram_active, gr_engi
           clock_event_reasons                       NVML bitmask (integer)
           cpu_usage_cores, cpu_limit_cores          of the pod
           restarts_total                            of the pod's container
-          numa_node, pcie_root, nvlink_group        the GPU's CPU socket, PCIe root complex and NVLink
-                                                    island on its node (core/topology.py)
+          numa_node                                 the GPU's CPU socket
+links     pcie_root, nvlink_group                   the GPU's PCIe root complex and NVLink island on its
+                                                    node (core/topology.py)
           nvlink_links_down                         NVLinks down on the GPU
           nvlink_crc_errors_per_second, nvlink_replay_errors_per_second, nvlink_recovery_errors_per_second
+                                                    (LINKS below)
 shape     activity_samples, activity_idle_ratio, activity_low_ratio, activity_high_ratio,
           activity_transitions, steady_bursts       since the GPU's previous row (SHAPE below)
 
@@ -63,6 +65,13 @@ NUMBERS = [
     "cpu_limit_cores",
     "restarts_total",
     "numa_node",
+]
+SIGNALS = RATIOS + NUMBERS
+COLUMNS = ["timestamp", "gpu"] + IDENTITY + SIGNALS
+#: Where the GPU sits beyond its socket, and how its NVLinks fare: a group, kept only where the input has
+#: any of it (traces from gpulens exporters), so that a day of a fleet from other tools does not pay six
+#: empty columns for it.
+LINKS = [
     "pcie_root",
     "nvlink_group",
     "nvlink_links_down",
@@ -70,8 +79,6 @@ NUMBERS = [
     "nvlink_replay_errors_per_second",
     "nvlink_recovery_errors_per_second",
 ]
-SIGNALS = RATIOS + NUMBERS
-COLUMNS = ["timestamp", "gpu"] + IDENTITY + SIGNALS
 #: The shape of the activity since the GPU's previous row (core/activity.py), from the exporter's
 #: histogram and counters: every driver sample the row stands for, not just its average. A group: all
 #: present (traces from gpulens exporters, directly or through Prometheus) or none (other tools' files).
