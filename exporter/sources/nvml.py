@@ -1,10 +1,14 @@
 """The NVML source: reads every GPU and MIG instance through nvidia-ml-py (pynvml).
 
-Every NVML call goes through one choke point, `_DeviceReader.call`:
+Every NVML failure is judged in one place, `NvmlSource._failed` (through `call`, or directly in the
+per-tick loops):
 - NOT_SUPPORTED / FUNCTION_NOT_FOUND (older driver) mean "this GPU does not have it": the metric is
-  omitted, never exported as 0 or NaN;
+  omitted, never exported as 0 or NaN, and a plain board read is not retried until rediscovery;
 - GPU_IS_LOST means the GPU fell off the bus: the device is reported down and keeps only its up series;
 - any other error drops that one value for this tick and is logged once, not every second.
+
+The array answers (field values, utilization samples, processes, per-process samples) are read with one
+driver call each into buffers each GPU keeps (nvml_buffers.py) and unpacked from the raw bytes.
 
 XID errors arrive as NVML events. A watcher thread waits on an event set and counts every event per
 GPU and XID code, so repeated errors are counted, not overwritten.
@@ -508,11 +512,11 @@ class NvmlSource(Source):
                 if uuid == d.uuid:
                     s.set(m.XID_ERRORS, count, xid)
 
-    def _read_links(self, d: _Device, s: DeviceSample, fields: Any) -> None:
+    def _read_links(self, d: _Device, s: DeviceSample, fields: bytes) -> None:
         """PCIe and NVLink traffic, NVLink errors and the state of every link, from one field-values read
         (unpacked from the raw array: pynvml's structures convert every attribute read in Python)."""
         ok, out = self.nvml.NVML_SUCCESS, s.values
-        values = list(_FIELD_VALUE.iter_unpack(bytes(fields)))  # (nvmlReturn, value): the counters, then the states
+        values = list(_FIELD_VALUE.iter_unpack(fields))  # (nvmlReturn, value): the counters, then the states
         for (ret, value), (spec, factor, labels) in zip(values, d.counter_fields, strict=False):
             if ret == ok:
                 out.setdefault(spec, {})[labels] = value * factor
@@ -572,12 +576,9 @@ class NvmlSource(Source):
             request.sample1, request.sample2 = previous, sample
             if self.call(d, nvml.nvmlGpmMetricsGet, request) is not None:
                 # The answers unpacked from the raw array: pynvml's structures convert every attribute read.
-                ok, answers = (
-                    nvml.NVML_SUCCESS,
-                    _GPM_ANSWERS.unpack(ctypes.string_at(d.gpm_answers_at, _GPM_ANSWERS.size)),
-                )
+                answers = _GPM_ANSWERS.unpack(ctypes.string_at(d.gpm_answers_at, _GPM_ANSWERS.size))
                 for spec, ret, percent in zip(_GPM_METRICS.values(), answers[::2], answers[1::2], strict=True):
-                    if ret == ok:
+                    if ret == nvml.NVML_SUCCESS:
                         s.values[spec] = {(): round(min(max(percent / 100, 0.0), 1.0), 6)}
         elif previous is not None:
             nvml.nvmlGpmSampleFree(sample)  # too close to the previous one: keep the older sample
