@@ -49,7 +49,7 @@ def register(commands: Subcommands) -> None:
     )
     p.add_argument(
         "--scrape-interval",
-        type=float,
+        type=flags.duration,
         default=30.0,
         help="seconds between saved dcgm-exporter scrapes (their files carry no time)",
     )
@@ -83,12 +83,14 @@ def register(commands: Subcommands) -> None:
         default="",
         help='label matchers added to every gpulens series, e.g. job="gpulens"',
     )
-    flags.add(a, "--prometheus.step", dest="step", type=float, default=15.0, help="range-query step in seconds")
+    flags.add(
+        a, "--prometheus.step", dest="step", type=flags.duration, default=15.0, help="range-query step in seconds"
+    )
     flags.add(
         a,
         "--exporter.scrape-interval",
         dest="scrape_interval",
-        type=float,
+        type=flags.duration,
         default=2.0,
         help="seconds between direct scrapes of the exporters",
     )
@@ -96,11 +98,13 @@ def register(commands: Subcommands) -> None:
         a,
         "--analysis.window",
         dest="window",
-        type=float,
+        type=flags.duration,
         default=600.0,
         help="seconds of history each verdict looks at",
     )
-    flags.add(a, "--analysis.interval", dest="interval", type=float, default=15.0, help="seconds between verdicts")
+    flags.add(
+        a, "--analysis.interval", dest="interval", type=flags.duration, default=15.0, help="seconds between verdicts"
+    )
     flags.add(
         a,
         "--analysis.history",
@@ -299,7 +303,7 @@ def run_service(args: argparse.Namespace) -> int:
 
     from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput
     from gpulens.analyzer.service import AnalyzerService
-    from gpulens.core.config import ConfigError, require_positive
+    from gpulens.core.config import ConfigError
     from gpulens.core.thresholds import parse_duration
     from gpulens.core.web import WebConfig, parse_listen_address, serve
 
@@ -307,12 +311,6 @@ def run_service(args: argparse.Namespace) -> int:
         thresholds, prices = _config(args)
         if bool(args.prometheus) == bool(args.exporters):
             raise ValueError("give exactly one input: --input.prometheus URL, or one or more --input.exporter URL")
-        require_positive(
-            ("--analysis.window", args.window),
-            ("--analysis.interval", args.interval),
-            ("--prometheus.step", args.step),
-            ("--exporter.scrape-interval", args.scrape_interval),
-        )
         source: AnalyzerInput
         if args.prometheus:
             if not args.prometheus.startswith(("http://", "https://")):

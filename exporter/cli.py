@@ -61,7 +61,7 @@ def register(commands: Subcommands) -> None:
         p,
         "--sampler.interval",
         dest="interval",
-        type=float,
+        type=flags.duration,
         default=1.0,
         help="seconds between samples; busy and idle seconds are integrated at this rate",
     )
@@ -69,7 +69,7 @@ def register(commands: Subcommands) -> None:
         p,
         "--nvml.rediscover-interval",
         dest="rediscover_interval",
-        type=float,
+        type=flags.duration,
         default=60.0,
         help="seconds between re-enumerations of GPUs and MIG instances (MIG reconfiguration, GPUs back from reset)",
     )
@@ -85,18 +85,23 @@ def register(commands: Subcommands) -> None:
         p,
         "--dcgm.interval",
         dest="dcgm_interval",
-        type=float,
+        type=flags.duration,
         default=5.0,
         help="seconds between reads of dcgm-exporter",
     )
     flags.add(
-        p, "--dcgm.timeout", dest="dcgm_timeout", type=float, default=2.0, help="seconds to wait for dcgm-exporter"
+        p,
+        "--dcgm.timeout",
+        dest="dcgm_timeout",
+        type=flags.duration,
+        default=2.0,
+        help="seconds to wait for dcgm-exporter",
     )
     flags.add(
         p,
         "--dcgm.max-age",
         dest="dcgm_max_age",
-        type=float,
+        type=flags.duration,
         default=0.0,
         help="seconds after which DCGM values stop being served when dcgm-exporter stops answering "
         "(default 3 x --dcgm.interval)",
@@ -119,7 +124,7 @@ def register(commands: Subcommands) -> None:
         p,
         "--kubelet.refresh-interval",
         dest="kubelet_refresh_interval",
-        type=float,
+        type=flags.duration,
         default=10.0,
         help="seconds between readings of the kubelet; a pod's series go within one interval of its end",
     )
@@ -127,7 +132,7 @@ def register(commands: Subcommands) -> None:
         p,
         "--kubelet.timeout",
         dest="kubelet_timeout",
-        type=float,
+        type=flags.duration,
         default=2.0,
         help="deadline in seconds of each call to the kubelet",
     )
@@ -216,7 +221,6 @@ def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
                 f"--dcgm.url {args.dcgm_url!r} is not an http(s) URL; give dcgm-exporter's "
                 "/metrics, for example http://localhost:9400/metrics"
             )
-        require_positive(("--dcgm.interval", args.dcgm_interval), ("--dcgm.timeout", args.dcgm_timeout))
         fetcher = DcgmFetcher(args.dcgm_url, args.dcgm_interval, args.dcgm_timeout, args.dcgm_max_age or None)
     if args.source == "dcgm":
         assert fetcher is not None  # built above for --source dcgm, or ConfigError
@@ -224,9 +228,6 @@ def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
     if args.source == "nvml":
         from gpulens.exporter.sources.nvml import NvmlSource
 
-        require_positive(
-            ("--kubelet.refresh-interval", args.kubelet_refresh_interval), ("--kubelet.timeout", args.kubelet_timeout)
-        )
         resources = tuple(r.strip() for r in args.kubelet_resource_names.split(",") if r.strip())
         attribution = KubeletAttribution(
             args.kubelet_socket,
@@ -262,7 +263,6 @@ def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        require_positive(("--sampler.interval", args.interval))
         address = parse_listen_address(args.listen_address)
         web_config = WebConfig.load(args.web_config_file)
         source, attribution = build_source(args)

@@ -7,6 +7,7 @@ import logging
 import sys
 
 from gpulens import __version__
+from gpulens.core import flags
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    flags.check(parser, args)
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )

@@ -346,7 +346,7 @@ def register(commands: Subcommands) -> None:
         p,
         "--demo.duration",
         dest="duration",
-        type=float,
+        type=flags.duration,
         default=0.0,
         help="stop after this many seconds (default: run until Ctrl-C)",
     )

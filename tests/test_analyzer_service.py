@@ -231,10 +231,13 @@ def test_prometheus_down_from_the_start():
         (["--input.prometheus=http://p:9090", "--input.exporter=http://e:9848/metrics"], "give exactly one input"),
         (["--input.exporter=e:9848/metrics"], "--input.exporter 'e:9848/metrics' is not an http(s) URL"),
         (["--input.prometheus=prom:9090"], "--input.prometheus 'prom:9090' is not an http(s) URL"),
-        (["--input.prometheus=http://p:9090", "--analysis.window=0"], "--analysis.window must be a positive number"),
+        (
+            ["--input.prometheus=http://p:9090", "--analysis.window=0"],
+            "argument --analysis.window: must be a positive, finite duration, got '0'",
+        ),
         (
             ["--input.prometheus=http://p:9090", "--analysis.history=a day"],
-            "--analysis.history 'a day' is not a duration: give seconds (900) or 15m, 1h, 1d",
+            "--analysis.history 'a day' is not a duration: give seconds (900) or 30s, 10m, 1h30m, 1d",
         ),
     ],
 )

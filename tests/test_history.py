@@ -167,7 +167,10 @@ def test_analyze_writes_episodes_to_json_and_csv_and_checks_its_flags(tmp_path, 
     assert bad.returncode == 2
     assert bad.stderr == "gpulens analyze: --step 2h is longer than --window 1h: windows would skip data\n"
     bad = gpulens("analyze", str(path), "--window", "an hour")
-    assert bad.stderr == "gpulens analyze: --window 'an hour' is not a duration: give seconds (900) or 15m, 1h, 1d\n"
+    assert (
+        bad.stderr
+        == "gpulens analyze: --window 'an hour' is not a duration: give seconds (900) or 30s, 10m, 1h30m, 1d\n"
+    )
 
 
 def _png_pixels(data: bytes) -> np.ndarray:

@@ -146,7 +146,6 @@ def run_exporter(*args, timeout=30):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--sampler.interval", "0"], "--sampler.interval must be a positive number of seconds, got 0.0"),
         (["--web.listen-address", "localhost"], "--web.listen-address 'localhost' is not HOST:PORT"),
         (["--simulate.gpus", "2", "--simulate.profiles", "busy"], "unknown workload profile 'busy'; choose one of"),
         (["--simulate.gpus", "2", "--simulate.model", "V100"], "--simulate.model 'V100' is unknown"),
@@ -195,9 +194,13 @@ def test_environment_mirrors_flags():
         cwd=REPO,
         timeout=30,
     )
-    assert (
-        result.returncode == 2 and "--sampler.interval must be a positive number of seconds, got -1.0" in result.stderr
+    assert result.returncode == 2
+    assert "environment variable GPULENS_SAMPLER_INTERVAL='-1': must be a positive, finite duration, got '-1'" in (
+        result.stderr
     )
+    result = run_exporter("--source", "simulated", "--sampler.interval", "0")
+    assert result.returncode == 2
+    assert "argument --sampler.interval: must be a positive, finite duration, got '0'" in result.stderr
 
 
 def test_a_stalled_tls_client_does_not_block_other_scrapes(tmp_path):

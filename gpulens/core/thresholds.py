@@ -7,6 +7,7 @@ Override any of them with `--thresholds FILE` (YAML with the same field names).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, fields
 
@@ -171,10 +172,10 @@ def parse_duration(text: str, flag: str) -> float:
         seconds = float(text)
     except ValueError:
         if not PROMQL_DURATION.fullmatch(text):
-            raise ConfigError(f"{flag} {text!r} is not a duration: give seconds (900) or 15m, 1h, 1d") from None
+            raise ConfigError(f"{flag} {text!r} is not a duration: give seconds (900) or 30s, 10m, 1h30m, 1d") from None
         seconds = duration_seconds(text)
-    if not seconds > 0:
-        raise ConfigError(f"{flag} must be positive, got {text!r}")
+    if not 0 < seconds < math.inf:
+        raise ConfigError(f"{flag} must be a positive, finite duration, got {text!r}")
     return seconds
 
 

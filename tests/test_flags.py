@@ -1,0 +1,69 @@
+"""Flags and their environment mirror: a bad value is an error naming where it came from, for the command
+that takes it only; durations as every Prometheus tool writes them."""
+
+import argparse
+
+import pytest
+
+from gpulens import cli
+from gpulens.core import flags
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("900", 900.0), ("2.5", 2.5), ("30s", 30.0), ("10m", 600.0), ("1h30m", 5400.0), ("100ms", 0.1), ("1d", 86400.0)],
+)
+def test_durations_in_prometheus_style_or_plain_seconds(text, seconds):
+    assert flags.duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["10x", "1m30", "", "0", "-5", "nan", "inf"])
+def test_a_bad_duration_names_the_accepted_forms(text):
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a duration: give seconds|must be a positive, finite"):
+        flags.duration(text)
+
+
+def test_a_mistyped_source_in_the_environment_is_refused_not_simulated(monkeypatch, capsys):
+    monkeypatch.setenv("GPULENS_SOURCE", "nvlm")
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["exporter", "--once"])
+    assert exit.value.code == 2
+    assert (
+        "gpulens: error: environment variable GPULENS_SOURCE='nvlm': not one of nvml, dcgm, simulated"
+        in capsys.readouterr().err
+    )
+
+
+def test_a_bad_environment_value_spares_other_commands_and_the_flag_wins(monkeypatch, capsys):
+    monkeypatch.setenv("GPULENS_SOURCE", "nvlm")
+    monkeypatch.setenv("GPULENS_ANALYSIS_WINDOW", "10 minutes")
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["--version"])
+    assert exit.value.code == 0 and capsys.readouterr().out == "gpulens 0.1.0\n"
+    args = cli.build_parser().parse_args(["exporter", "--source", "simulated"])
+    flags.check(cli.build_parser(), args)  # given on the command line: the environment is not used
+    assert args.source == "simulated"
+    with pytest.raises(SystemExit):
+        cli.main(["analyzer"])
+    assert "GPULENS_ANALYSIS_WINDOW='10 minutes': '10 minutes' is not a duration" in capsys.readouterr().err
+
+
+def test_environment_durations_and_switches_are_read_as_the_flags_are(monkeypatch, capsys):
+    monkeypatch.setenv("GPULENS_ANALYSIS_WINDOW", "10m")
+    monkeypatch.setenv("GPULENS_SAMPLER_INTERVAL", "500ms")
+    assert cli.build_parser().parse_args(["analyzer"]).window == 600.0
+    assert cli.build_parser().parse_args(["exporter"]).interval == 0.5
+    monkeypatch.setenv("GPULENS_ONCE", "maybe")
+    with pytest.raises(SystemExit):
+        cli.main(["exporter"])
+    assert "GPULENS_ONCE='maybe': expected true or false" in capsys.readouterr().err
+
+
+def test_help_shows_each_default_and_its_environment_variable(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["exporter", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert (
+        "seconds between samples; busy and idle seconds are integrated at this rate "
+        "(default 1.0) [env GPULENS_SAMPLER_INTERVAL]" in help_text
+    )
