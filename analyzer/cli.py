@@ -334,6 +334,7 @@ def run_service(args: argparse.Namespace) -> int:
             web_config,
             title="gpulens analyzer",
             health=service.health,
+            ready=service.ready,
             routes={"/api/v1/verdicts": service.verdicts_json},
             render_text=service.render_text,
         )

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlparse
 
@@ -28,6 +29,7 @@ from gpulens.analyzer import frame as fr
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND, Totals
+from gpulens.core.config import redact
 from gpulens.core.topology import GROUPS, Pair
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,22 @@ _SHAPE_TOTALS = (
 )
 
 
+@dataclass
+class TargetStatus:
+    """How one target of an input (a Prometheus, an exporter) answered: `up` at the last attempt, the
+    unix time of the last answer read, and the failed attempts since the start."""
+
+    up: bool = False
+    last_success: float | None = None
+    failures: int = 0
+
+    def succeeded(self, now: float) -> None:
+        self.up, self.last_success = True, now
+
+    def failed(self) -> None:
+        self.up, self.failures = False, self.failures + 1
+
+
 class AnalyzerInput(Protocol):
     """Where the analyzer service reads its window from: Prometheus, or exporters directly."""
 
@@ -61,6 +79,10 @@ class AnalyzerInput(Protocol):
 
     def window_frame(self) -> pd.DataFrame:
         """The last window of samples as a trace frame; InputError when the input cannot be read."""
+        ...
+
+    def target_status(self) -> dict[str, TargetStatus]:
+        """Each target by its URL (credentials removed)."""
         ...
 
 
@@ -85,8 +107,8 @@ class ExporterInput:
         self._rates = tr.CounterRates()
         self._shape_totals: dict[tuple[str, str], Totals] = {}
         self._lock = threading.Lock()
-        self.errors = 0
         self.last_error = ""
+        self._status = {url: TargetStatus() for _, url in targets}
         self._stop = threading.Event()
 
     @staticmethod
@@ -106,13 +128,20 @@ class ExporterInput:
         now = time.time()
         rows = []
         for node, url in self.targets:
+            status = self._status[url]
             try:
                 response = self.session.get(url, timeout=self.timeout)
                 response.raise_for_status()
                 rows.extend(self._rows_from(node, response.text, now))
-            except (requests.RequestException, ValueError) as e:
-                self.errors += 1
-                self.last_error = f"cannot scrape exporter {url}: {e}"
+            except requests.RequestException as e:
+                status.failed()
+                self.last_error = redact(f"cannot scrape exporter {url}: {e}")
+            except Exception as e:  # an answer the reader did not foresee: this target fails, the loop goes on
+                status.failed()
+                self.last_error = redact(f"exporter {url} answered what gpulens cannot read: {e!r}")
+                log.warning("%s", self.last_error, exc_info=True)
+            else:
+                status.succeeded(now)
         with self._lock:
             self._rows.extend(rows)
             while self._rows and self._rows[0]["timestamp"] < now - self.window:
@@ -153,13 +182,12 @@ class ExporterInput:
                 elif s.name == m.GPU_INFO.name:
                     row["gpu_model"] = s.labels.get("model", "")
                 elif s.name == m.GPU_POD_INFO.name:
-                    pods[uuid] = {
-                        "namespace": s.labels["namespace"],
-                        "pod": s.labels["pod"],
-                        "container": s.labels["container"],
-                    }
+                    pods[uuid] = {column: s.labels.get(column, "") for column in ("namespace", "pod", "container")}
                 elif s.name == m.TOPOLOGY.name:
-                    topology.append((uuid, s.labels["peer_uuid"], s.labels["level"], s.labels.get("p2p", "unknown")))
+                    if "peer_uuid" in s.labels and "level" in s.labels:
+                        topology.append(
+                            (uuid, s.labels["peer_uuid"], s.labels["level"], s.labels.get("p2p", "unknown"))
+                        )
         for (uuid, column), errors_total in errors.items():
             self._rate(devices[uuid], column, (node, uuid, column), errors_total, now)
         groups = {column: of(topology) for column, of in GROUPS.items()}
@@ -187,7 +215,7 @@ class ExporterInput:
     def window_frame(self) -> pd.DataFrame:
         with self._lock:
             rows = list(self._rows)
-        if not rows and self.errors:
+        if not rows and any(status.failures for status in self._status.values()):
             raise InputError(self.last_error)
         return fr.normalize(pd.DataFrame(rows)) if rows else fr.empty()
 
@@ -197,11 +225,17 @@ class ExporterInput:
     def _run(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            self.poll()
+            try:
+                self.poll()
+            except Exception:  # never the end of the loop: the targets' failures are counted in poll
+                log.exception("unexpected error polling the exporters; retrying")
             self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
 
     def close(self) -> None:
         self._stop.set()
+
+    def target_status(self) -> dict[str, TargetStatus]:
+        return {redact(url): status for url, status in self._status.items()}
 
 
 class PrometheusInput:
@@ -225,6 +259,7 @@ class PrometheusInput:
         self.timeout = timeout
         self.selector = selector  # e.g. job="gpulens", added to every gpulens series selector
         self.session = requests.Session()
+        self._status = TargetStatus()
 
     def _sel(self, name: str) -> str:
         return f"{name}{{{self.selector}}}" if self.selector else name
@@ -237,19 +272,49 @@ class PrometheusInput:
                 params={"query": expr, "start": str(start), "end": str(end), "step": str(self.step)},
             )
         except requests.RequestException as e:
-            raise InputError(f"cannot reach Prometheus at {self.url}: {e}") from e
+            raise InputError(redact(f"cannot reach Prometheus at {self.url}: {e}")) from e
+        return self._result(response, expr)
+
+    def _result(self, response: requests.Response, expr: str) -> list[dict]:
+        """The series of a query's answer; InputError naming what is wrong with any other answer."""
         try:
             body = response.json()
         except ValueError:
             raise InputError(
-                f"Prometheus at {self.url} answered HTTP {response.status_code} with no JSON: "
-                "is this the Prometheus HTTP API?"
+                redact(
+                    f"Prometheus at {self.url} answered HTTP {response.status_code} with no JSON: "
+                    "is this the Prometheus HTTP API?"
+                )
             ) from None
-        if body.get("status") != "success":
-            raise InputError(f"Prometheus at {self.url} refused {expr!r}: {body.get('error', response.status_code)}")
-        return body["data"]["result"]
+        if not isinstance(body, dict) or body.get("status") != "success":
+            error = body.get("error", response.status_code) if isinstance(body, dict) else response.status_code
+            raise InputError(redact(f"Prometheus at {self.url} refused {expr!r}: {error}"))
+        data = body.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("metric"), dict) for s in result
+        ):
+            raise InputError(
+                redact(f"Prometheus at {self.url} answered {expr!r} without a list of series in data.result")
+            )
+        return result
 
     def window_frame(self) -> pd.DataFrame:
+        try:
+            frame = self._window_frame()
+        except InputError:
+            self._status.failed()
+            raise
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            self._status.failed()
+            raise InputError(redact(f"Prometheus at {self.url} answered with a malformed sample: {e!r}")) from e
+        self._status.succeeded(time.time())
+        return frame
+
+    def target_status(self) -> dict[str, TargetStatus]:
+        return {redact(self.url): self._status}
+
+    def _window_frame(self) -> pd.DataFrame:
         end = self.clock()
         start = end - self.window
         columns: dict[tuple[str, str, float], dict] = {}
@@ -328,28 +393,29 @@ class PrometheusInput:
             response = self.session.get(
                 f"{self.url}/api/v1/query", params={"query": expr, "time": str(end)}, timeout=self.timeout
             )
-            body = response.json()
-        except (requests.RequestException, ValueError) as e:
-            raise InputError(f"cannot query Prometheus at {self.url}: {e}") from e
-        if body.get("status") != "success":
-            raise InputError(f"Prometheus at {self.url} refused {expr!r}: {body.get('error')}")
-        return body["data"]["result"]
+        except requests.RequestException as e:
+            raise InputError(redact(f"cannot query Prometheus at {self.url}: {e}")) from e
+        return self._result(response, expr)
 
     def _identity(self, frame: pd.DataFrame, end: float) -> pd.DataFrame:
         """Model, pod and socket of each GPU as of the window's end (pods rarely move mid-window),
         and the pods' CPU and restarts where cAdvisor and kube-state-metrics are scraped."""
         window = f"{self.window:.0f}s"
+        # Series without the labels that identify them (a relabelling that dropped one) are skipped.
         info = {
             (r["metric"].get("instance", ""), r["metric"]["uuid"]): r["metric"]
             for r in self._latest(f"last_over_time({self._sel(m.GPU_INFO.name)}[{window}])", end)
+            if "uuid" in r["metric"]
         }
         pods = {
             (r["metric"].get("instance", ""), r["metric"]["uuid"]): r["metric"]
             for r in self._latest(f"last_over_time({self._sel(m.GPU_POD_INFO.name)}[{window}])", end)
+            if "uuid" in r["metric"]
         }
         pairs = [
             (r["metric"]["uuid"], r["metric"]["peer_uuid"], r["metric"]["level"], r["metric"].get("p2p", "unknown"))
             for r in self._latest(f"last_over_time({self._sel(m.TOPOLOGY.name)}[{window}])", end)
+            if {"uuid", "peer_uuid", "level"} <= r["metric"].keys()
         ]
         keys = list(zip(frame["instance"], frame["gpu"], strict=True))
         frame["gpu_model"] = [info.get(k, {}).get("model", "") for k in keys]

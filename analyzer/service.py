@@ -2,7 +2,9 @@
 
 Each cycle reads the window from its input, classifies, and replaces the verdicts as a whole. When
 the input fails (Prometheus down or slow, exporters unreachable) the last verdicts stay, marked
-stale with their age, and the next attempt backs off; the service never crashes on its input.
+stale with their age, and the input is asked again at the next interval. Nothing ends the loop: an
+unexpected error is logged once with its traceback, counted by stage, and retried with a capped
+backoff. /healthz (liveness) fails only when the loop stops cycling; /readyz when verdicts go stale.
 
 It also keeps what each pod was over the last `history` seconds (a day by default), as `gpulens
 analyze` reports it for files: episodes, the share of time and the waste per class, and a headline.
@@ -19,6 +21,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+
+import pandas as pd
 
 from gpulens.analyzer.classify import ClassShare, Episode, Verdict, classify
 from gpulens.analyzer.history import class_shares
@@ -39,8 +43,17 @@ class State:
     produced_at: float | None = None  # unix time of the last successful cycle
     cycle_seconds: float = 0.0
     input_errors: int = 0
+    #: Unexpected failures by stage ("input", "analysis"): logged once, counted, retried.
+    errors: dict[str, int] = field(default_factory=dict)
     wasted_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
     wasted_cost: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+class _StageFailed(Exception):
+    """An unexpected error in one stage of a cycle, already logged."""
+
+    def __init__(self, stage: str):
+        self.stage = stage
 
 
 #: A pod (namespace, pod, node), or a GPU no pod holds ("", "", node) with its GPU in the pod slot.
@@ -97,6 +110,8 @@ class PodHistory:
 
 class AnalyzerService:
     MAX_BACKOFF_SECONDS = 120.0
+    #: Liveness fails after this many intervals without a cycle ending.
+    LIVENESS_INTERVALS = 5
     #: Episodes kept per pod: a pod whose class flips every cycle keeps its last MAX_EPISODES cycles.
     MAX_EPISODES = 256
 
@@ -120,9 +135,20 @@ class AnalyzerService:
         self.history: dict[Unit, PodHistory] = {}
         self._problems = ProblemLog(log)
         self._stop = threading.Event()
+        #: time.monotonic() when the loop last ended a cycle (or started): liveness.
+        self.last_attempt = time.monotonic()
 
     def cycle(self) -> bool:
-        """One analysis; False if the input failed (the previous verdicts are kept)."""
+        """One analysis; False if it failed (the previous verdicts are kept, and go stale). Never raises:
+        an unexpected error is logged once with its traceback and counted by stage."""
+        try:
+            return self._cycle()
+        except _StageFailed as e:
+            stage = e.stage
+        self.state.errors[stage] = self.state.errors.get(stage, 0) + 1
+        return False
+
+    def _cycle(self) -> bool:
         started = self.clock()
         try:
             frame = self.source.window_frame()
@@ -130,7 +156,29 @@ class AnalyzerService:
             self.state.input_errors += 1
             self._problems.problem("input", f"{e}; serving the last verdicts, marked stale")
             return False
+        except Exception as e:
+            self._unexpected("input", f"reading the {self.source.name} input")
+            raise _StageFailed("input") from e
         self._problems.resolved("input", f"the {self.source.name} input answers again")
+        self._problems.resolved("unexpected:input", f"the {self.source.name} input reads cleanly again")
+        try:
+            self._judge(frame, started)
+        except Exception as e:
+            self._unexpected("analysis", "analysing the window")
+            raise _StageFailed("analysis") from e
+        self._problems.resolved("unexpected:analysis", "analysis cycles succeed again")
+        return True
+
+    def _unexpected(self, stage: str, doing: str) -> None:
+        self._problems.problem(
+            f"unexpected:{stage}",
+            f"unexpected error {doing} (a bug: please report it with this traceback); serving the last "
+            f"verdicts, marked stale, and retrying",
+            exc_info=True,
+        )
+
+    def _judge(self, frame: pd.DataFrame, started: float) -> None:
+        """Verdicts for the window's frame; the history and waste counters move on with them."""
         verdicts = classify(frame, self.thresholds, self.prices)
         now = self.clock()
         # Waste counters grow by each pod's waste rate over its window times the time since the last
@@ -148,8 +196,7 @@ class AnalyzerService:
             seconds[key] = seconds.get(key, 0.0) + v.wasted_gpu_seconds * share
             cost[key] = cost.get(key, 0.0) + v.wasted_cost * share
         self._forget(now)
-        self.state = State(verdicts, now, now - started, self.state.input_errors, seconds, cost)
-        return True
+        self.state = State(verdicts, now, now - started, self.state.input_errors, self.state.errors, seconds, cost)
 
     def _remember(self, v: Verdict, start: float, end: float, share: float) -> None:
         """The cycle's time, from the end of the pod's last episode if it was recent, goes to its class."""
@@ -168,11 +215,16 @@ class AnalyzerService:
                 del self.history[unit]
 
     def run(self) -> None:
-        failures = 0
+        """Cycle every interval until stop(). A failed input is asked again at the next interval (so
+        verdicts resume within one interval of its return); an unexpected error backs off, doubling up
+        to MAX_BACKOFF_SECONDS, so a bug that repeats does not spin."""
+        unexpected = 0
         while not self._stop.is_set():
-            failures = 0 if self.cycle() else failures + 1
-            delay = self.interval if not failures else min(self.interval * 2**failures, self.MAX_BACKOFF_SECONDS)
-            self._stop.wait(delay)
+            errors = sum(self.state.errors.values())
+            self.cycle()
+            self.last_attempt = time.monotonic()
+            unexpected = unexpected + 1 if sum(self.state.errors.values()) > errors else 0
+            self._stop.wait(min(self.interval * 2**unexpected, max(self.interval, self.MAX_BACKOFF_SECONDS)))
 
     def start(self) -> None:
         self.source.start()
@@ -213,6 +265,16 @@ class AnalyzerService:
         return 200, "application/json", json.dumps(body).encode()
 
     def health(self) -> tuple[bool, str]:
+        """Liveness: the loop keeps cycling (whatever the cycles find). Fails when no cycle has ended
+        for LIVENESS_INTERVALS intervals (at least the longest backoff): the loop is dead or hung."""
+        limit = max(self.LIVENESS_INTERVALS * self.interval, 2 * self.MAX_BACKOFF_SECONDS)
+        since = time.monotonic() - self.last_attempt
+        if since > limit:
+            return False, f"no analysis cycle has ended for {since:.0f} s: the analyzer loop is stuck"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """Readiness: fresh verdicts, from an input that answers."""
         if self.state.produced_at is None:
             return False, "no analysis cycle has succeeded yet"
         if self.stale():
@@ -259,4 +321,10 @@ class AnalyzerService:
             out.add(m.ANALYZER_VERDICT_AGE, (), age)
             out.add(m.ANALYZER_CYCLE_DURATION, (), state.cycle_seconds)
         out.add(m.ANALYZER_INPUT_ERRORS, (self.source.name,), state.input_errors)
+        for target, status in sorted(self.source.target_status().items()):
+            out.add(m.ANALYZER_INPUT_UP, (self.source.name, target), 1 if status.up else 0)
+            if status.last_success is not None:
+                out.add(m.ANALYZER_INPUT_LAST_SUCCESS, (self.source.name, target), status.last_success)
+        for stage in ("input", "analysis"):
+            out.add(m.ANALYZER_ERRORS, (stage,), state.errors.get(stage, 0))
         return out

@@ -167,6 +167,9 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert value(parsed, "gpulens_wasted_gpu_seconds_total", namespace="research", bottleneck="idle") > 0
         assert value(parsed, "gpulens_wasted_cost_dollars_total", namespace="research", bottleneck="idle") > 0
         assert requests.get(through_url + "/healthz").status_code == 200
+        assert requests.get(through_url + "/readyz").status_code == 200
+        prometheus_target = prometheus.url
+        assert value(parsed, "gpulens_analyzer_input_up", input="prometheus", target=prometheus_target) == 1
         subprocess.run(
             [require_promtool(), "check", "metrics"],
             input=requests.get(through_url + "/metrics").text,
@@ -183,7 +186,19 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         parsed = samples(requests.get(through_url + "/metrics").text)
         assert value(parsed, "gpulens_analyzer_input_errors_total", input="prometheus") >= 1
         assert value(parsed, "gpulens_analyzer_verdict_age_seconds") > 6
-        assert requests.get(through_url + "/healthz").status_code == 503
+        assert value(parsed, "gpulens_analyzer_input_up", input="prometheus", target=prometheus_target) == 0
+        assert (
+            value(
+                parsed,
+                "gpulens_analyzer_input_last_success_timestamp_seconds",
+                input="prometheus",
+                target=prometheus_target,
+            )
+            < time.time() - 6
+        )
+        # Not ready (stale verdicts), but alive: a restart would not bring Prometheus back.
+        assert requests.get(through_url + "/readyz").status_code == 503
+        assert requests.get(through_url + "/healthz").status_code == 200
         assert through.log.count("cannot reach Prometheus") == 1
         assert through.process.poll() is None
     finally:
@@ -208,8 +223,9 @@ def test_prometheus_down_from_the_start():
             10,
             what="an input error to be counted",
         )
-        response = requests.get(url + "/healthz")
+        response = requests.get(url + "/readyz")
         assert (response.status_code, response.text) == (503, "no analysis cycle has succeeded yet\n")
+        assert (requests.get(url + "/healthz").status_code, requests.get(url + "/healthz").text) == (200, "ok\n")
         assert verdicts(url)[0] == {
             "stale": True,
             "age_seconds": None,

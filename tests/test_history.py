@@ -267,6 +267,9 @@ class Replay:
         now, ts = self.clock(), self.trace["timestamp"]
         return self.trace[(ts > now - self.window) & (ts <= now)]
 
+    def target_status(self) -> dict:
+        return {}
+
 
 def run_service(trace: pd.DataFrame, until_hour: float, history: float):
     from gpulens.analyzer.service import AnalyzerService

@@ -66,9 +66,11 @@ def test_basic_auth_with_bcrypt_hashes(tmp_path):
         ["exporter", *SIMULATED, "--web.listen-address", f"127.0.0.1:{port}", "--web.config.file", config]
     )
     try:
-        # /healthz is behind auth too, so wait with credentials.
         wait_until(lambda: _status(url, ("prometheus", "s3cret")) == 200, 20, what="exporter with auth")
         assert _status(url, None) == 401
+        # The probes answer without credentials, as Kubernetes sends none; the reasons only with them.
+        for probe in ("/healthz", "/readyz"):
+            assert (requests.get(url + probe).status_code, requests.get(url + probe).text) == (200, "ok\n")
         assert _status(url, ("prometheus", "wrong")) == 401
         assert _status(url, ("someone", "s3cret")) == 401
         response = requests.get(url + "/metrics", auth=("prometheus", "s3cret"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -70,3 +71,12 @@ def write_generated(command: str, out: str | Path, generate: Callable[[], dict[s
         return 2
     print(f"wrote {', '.join(files)} to {out}", file=sys.stderr)
     return 0
+
+
+#: The user:password@ of a URL (http://user:pass@prometheus:9090).
+_URL_CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+
+
+def redact(text: str) -> str:
+    """`text` with the credentials of every URL in it replaced, for logs, errors and API answers."""
+    return _URL_CREDENTIALS.sub(r"\1<redacted>@", text)

@@ -772,6 +772,37 @@ ANALYZER_INPUT_ERRORS = _spec(
     group="analyzer",
 )
 
+ANALYZER_INPUT_UP = _spec(
+    "analyzer_input_up",
+    "gauge",
+    "",
+    "1 if the analyzer's last read of this target of its input (a Prometheus, an exporter) succeeded, else "
+    "0. Target is the URL without credentials.",
+    "analyzer",
+    labels=("input", "target"),
+    group="analyzer",
+)
+ANALYZER_INPUT_LAST_SUCCESS = _spec(
+    "analyzer_input_last_success_timestamp_seconds",
+    "gauge",
+    "seconds",
+    "Unix time of the analyzer's last successful read of this target of its input; absent until one.",
+    "analyzer",
+    labels=("input", "target"),
+    group="analyzer",
+)
+ANALYZER_ERRORS = _spec(
+    "analyzer_errors_total",
+    "counter",
+    "",
+    "Unexpected failures of the analyzer's loop, by stage (input: an answer the input reader did not "
+    "foresee; analysis: classifying or keeping history). Each is logged once with its traceback and "
+    "retried: the loop never ends. Failures to reach the input are gpulens_analyzer_input_errors_total.",
+    "analyzer",
+    labels=("stage",),
+    group="analyzer",
+)
+
 BY_NAME: dict[str, MetricSpec] = {spec.name: spec for spec in ALL}
 
 #: NVML clock event reason bits (nvml.h nvmlClocksEventReason*), in bit order.

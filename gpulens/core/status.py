@@ -22,10 +22,11 @@ class ProblemLog:
         self._logger = logger
         self._active: set[str] = set()
 
-    def problem(self, key: str, message: str) -> None:
+    def problem(self, key: str, message: str, exc_info: bool = False) -> None:
+        """Log `message` (with the exception being handled, if `exc_info`) unless `key` is already active."""
         if key not in self._active:
             self._active.add(key)
-            self._logger.warning(message)
+            self._logger.warning(message, exc_info=exc_info)
 
     def resolved(self, key: str, message: str) -> None:
         if key in self._active:

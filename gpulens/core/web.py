@@ -186,13 +186,17 @@ def serve(
     *,
     title: str,
     health: Callable[[], tuple[bool, str]],
+    ready: Callable[[], tuple[bool, str]] | None = None,
     routes: dict[str, Route] | None = None,
     post: PostHandler | None = None,
     render_text: Callable[[], bytes] | None = None,
 ) -> ThreadingHTTPServer:
     """Start serving in a background thread and return the server (call shutdown() to stop).
 
-    `health` returns (healthy, reason) for /healthz; `routes` adds GET paths such as a JSON API
+    `health` returns (alive, reason) for /healthz (liveness: a failure means restart me) and `ready`
+    (ready, reason) for /readyz (readiness: my inputs answer; `health` where not given). The probes
+    answer without credentials, as Kubernetes probes send none; their reasons only to an authorized
+    client, since a reason may name an input. `routes` adds GET paths such as a JSON API
     (or replaces the index page at "/"); `post` answers every POST (the alert receiver's webhooks);
     `render_text` is a faster renderer of the registry in the Prometheus text format, used when the
     scraper asks for that format. Raises ConfigError if the address cannot be bound."""
@@ -225,9 +229,15 @@ def serve(
             return False
 
         def do_GET(self):
+            path = self.path.split("?", 1)[0]
+            if path in ("/healthz", "/readyz"):
+                ok, reason = (health if path == "/healthz" else ready or health)()
+                if not auth.allowed(self.headers.get("Authorization")):
+                    reason = "ok" if ok else "failing (authenticate to see why)"
+                self._send(200 if ok else 503, "text/plain; charset=utf-8", (reason + "\n").encode())
+                return
             if not self._authorized():
                 return
-            path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
                 if render_text is not None and content_type.startswith("text/plain"):
@@ -239,14 +249,13 @@ def serve(
                     body = gzip.compress(body, compresslevel=1)
                     extra["Content-Encoding"] = "gzip"
                 self._send(200, content_type, body, extra)
-            elif path == "/healthz":
-                ok, reason = health()
-                self._send(200 if ok else 503, "text/plain; charset=utf-8", (reason + "\n").encode())
             elif path in get_routes:
                 code, content_type, body = get_routes[path]()
                 self._send(code, content_type, body)
             elif path == "/":
-                links = "".join(f'<li><a href="{p}">{p}</a></li>' for p in ["/metrics", "/healthz", *get_routes])
+                links = "".join(
+                    f'<li><a href="{p}">{p}</a></li>' for p in ["/metrics", "/healthz", "/readyz", *get_routes]
+                )
                 body = (
                     f"<!doctype html><html><head><title>{html.escape(title)}</title></head><body>"
                     f"<h1>{html.escape(title)}</h1><ul>{links}</ul></body></html>"
