@@ -255,6 +255,11 @@ def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
         nodes = fleet.fleet_from_file(args.simulate_config or fleet.DEFAULT_FLEET, args.simulate_seed)
     for node in nodes:
         if node.name == args.simulate_node or not args.simulate_node:
+            log.warning(
+                "serving SIMULATED data (--source simulated): node %s, not this machine's GPUs; "
+                'gpulens_exporter_build_info{source="simulated"} says so to every scraper',
+                node.name,
+            )
             return simulated.SimulatedSource(node, speed=args.simulate_speed), simulated.SimulatedAttribution(node)
     raise ConfigError(
         f"--simulate.node {args.simulate_node!r} is not in the fleet; its nodes are {', '.join(n.name for n in nodes)}"

@@ -19,10 +19,22 @@ SIMULATED = ["--source", "simulated", "--simulate.gpus", "2", "--sampler.interva
 
 
 @pytest.fixture(scope="module")
-def exporter():
+def exporter_process():
     process, url = start_exporter(SIMULATED)
-    yield url
+    yield process, url
     process.stop()
+
+
+@pytest.fixture
+def exporter(exporter_process):
+    return exporter_process[1]
+
+
+def test_simulated_data_is_said_at_start_and_in_every_scrape(exporter_process):
+    process, url = exporter_process
+    assert "WARNING gpulens.exporter: serving SIMULATED data (--source simulated): node " in process.log
+    parsed = samples(requests.get(url + "/metrics").text)
+    assert value(parsed, "gpulens_exporter_build_info", source="simulated", version="0.1.0") == 1
 
 
 def test_metrics_in_prometheus_text_by_default(exporter):
@@ -46,6 +58,7 @@ def test_gzip_when_accepted(exporter):
 
 def test_health_and_index(exporter):
     assert requests.get(exporter + "/healthz").text == "ok\n"
+    assert requests.get(exporter + "/readyz").text == "ok\n"
     index = requests.get(exporter + "/")
     assert 'href="/metrics"' in index.text and index.headers["Content-Type"].startswith("text/html")
     assert requests.get(exporter + "/nope").status_code == 404
