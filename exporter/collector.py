@@ -67,6 +67,9 @@ class ExporterCollector:
             return
         if node.driver_version:
             out.add(m.DRIVER_INFO, (node.driver_version, node.nvml_version), 1)
+        gpus = [d for d in node.devices if d.mig_mode != "instance"]
+        out.add(m.GPUS_EXPECTED, (), len(gpus))
+        out.add(m.GPUS_VISIBLE, (), sum(1 for d in gpus if d.up))
         fed_by: dict[tuple[str, str], int] = {}
         for d in node.devices:
             ids = (d.gpu, d.uuid)

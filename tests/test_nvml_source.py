@@ -252,6 +252,31 @@ def test_lost_gpu_keeps_its_identity_across_rediscovery(fake_nvml):
         exporter.stop()
 
 
+def test_a_gpu_that_leaves_the_enumeration_stays_expected_and_reported_down(fake_nvml):
+    # The driver stops listing the T4 (fallen off the bus and unbound): it must not vanish without a word.
+    gpus = _two_gpus()
+    fake_nvml.write(gpus)
+    exporter, url = start_nvml_exporter(fake_nvml, "--nvml.rediscover-interval", "0.2")
+    h100, t4 = gpus[0]["uuid"], gpus[1]["uuid"]
+
+    def state():
+        parsed = samples(requests.get(url + "/metrics").text)
+        ups = {dict(labels)["uuid"]: v for (name, labels), v in parsed.items() if name == "gpulens_gpu_up"}
+        return ups, value(parsed, "gpulens_gpus_expected"), value(parsed, "gpulens_gpus_visible")
+
+    try:
+        assert state() == ({h100: 1.0, t4: 1.0}, 2.0, 2.0)
+        fake_nvml.write(gpus[:1])
+        wait_until(lambda: state() == ({h100: 1.0, t4: 0.0}, 2.0, 1.0), 10, what="the T4 reported down, expected")
+        time.sleep(1.0)  # several re-enumerations: logged once
+        assert exporter.log.count(f"GPU 1 ({t4}, PCI {gpus[1]['pci_bus_id']}) is no longer enumerated") == 1
+        fake_nvml.write(gpus)
+        wait_until(lambda: state() == ({h100: 1.0, t4: 1.0}, 2.0, 2.0), 10, what="the T4 back")
+        assert exporter.log.count(f"GPU {t4} ({gpus[1]['pci_bus_id']}) is enumerated again, as GPU 1") == 1
+    finally:
+        exporter.stop()
+
+
 def test_hanging_nvml_call_never_hangs_the_scrape(fake_nvml):
     gpus = _two_gpus()
     fake_nvml.write(gpus)

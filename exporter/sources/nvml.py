@@ -151,6 +151,8 @@ class NvmlSource(Source):
         self.driver_version = ""
         self.nvml_version = ""
         self._topology: list[Pair] = []
+        #: Every full GPU enumerated since the start, by UUID: one that leaves the enumeration stays expected.
+        self._expected: dict[str, _Device] = {}
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -238,9 +240,32 @@ class NvmlSource(Source):
             devices.append(gpu)
             if gpu.mig_mode == "enabled":
                 devices.extend(self._discover_mig(gpu))
+        self._keep_missing(devices)
         self._devices = devices
         self._discovered_at = time.monotonic()
         self._topology = self._read_topology([d for d in devices if d.handle is not None and d.mig_mode != "instance"])
+
+    def _keep_missing(self, devices: list[_Device]) -> None:
+        """GPUs enumerated before but not now (fallen off the bus, unbound) stay in `devices`, without a
+        handle, so they are reported down under their own UUID; their departure and return are logged."""
+        enumerated = {d.uuid for d in devices}
+        for d in devices:
+            if d.handle is not None and d.mig_mode != "instance":
+                self._expected[d.uuid] = d
+                self._problems.resolved(
+                    f"gone{d.uuid}", f"GPU {d.uuid} ({d.pci_bus_id}) is enumerated again, as GPU {d.gpu}"
+                )
+        for uuid, gone in self._expected.items():
+            if uuid in enumerated:
+                continue
+            self._problems.problem(
+                f"gone{uuid}",
+                f"GPU {gone.gpu} ({uuid}, PCI {gone.pci_bus_id}) is no longer enumerated by the driver: it fell off "
+                "the bus or was unbound (dmesg: XID 79?); it stays expected, reported as gpulens_gpu_up 0",
+            )
+            devices.append(
+                _Device(None, gone.gpu, uuid, gone.model, DeviceBuffers(self.nvml, None), pci_bus_id=gone.pci_bus_id)
+            )
 
     def _discover_mig(self, parent: _Device) -> list[_Device]:
         nvml = self.nvml

@@ -83,6 +83,26 @@ DRIVER_INFO = _spec(
     labels=("driver_version", "nvml_version"),
     group="identity",
 )
+GPUS_EXPECTED = _spec(
+    "gpus_expected",
+    "gauge",
+    "",
+    "Full GPUs the exporter expects on this node: every GPU the driver has enumerated since the exporter "
+    "started. A GPU that leaves the enumeration (fell off the bus, unbound) stays expected and is reported "
+    "as gpulens_gpu_up 0 under its own UUID.",
+    "nvmlDeviceGetCount, nvmlDeviceGetUUID",
+    labels=(),
+    group="identity",
+)
+GPUS_VISIBLE = _spec(
+    "gpus_visible",
+    "gauge",
+    "",
+    "Expected GPUs that answer: enumerated, and readable in the last sample.",
+    "nvmlDeviceGetCount, nvmlDeviceGetUUID",
+    labels=(),
+    group="identity",
+)
 GPU_INFO = _spec(
     "gpu_info",
     "gauge",
