@@ -64,6 +64,26 @@ def test_health_and_index(exporter):
     assert requests.get(exporter + "/nope").status_code == 404
 
 
+def test_a_hundred_scrapers_at_once_are_all_let_in():
+    # socketserver's backlog of 5 refused a tenth to a third of them within a 1 s connect timeout.
+    import concurrent.futures
+
+    process, url = start_exporter(["--source", "simulated", "--simulate.gpus", "8"])
+
+    def scrape(_):
+        try:
+            return requests.get(url + "/metrics", timeout=(1.0, 60.0)).status_code
+        except requests.ConnectTimeout:
+            return "connect timeout"
+
+    try:
+        for _ in range(3):
+            with concurrent.futures.ThreadPoolExecutor(100) as pool:
+                assert list(pool.map(scrape, range(100))) == [200] * 100
+    finally:
+        process.stop()
+
+
 def _web_config(tmp_path, text: str) -> str:
     path = tmp_path / "web.yml"
     path.write_text(text)
