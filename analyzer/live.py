@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 from urllib.parse import urlparse
 
 import numpy as np
@@ -193,8 +193,7 @@ class ExporterInput:
         groups = {column: of(topology) for column, of in GROUPS.items()}
         for uuid, values in shape.items():
             if len(values) == len(_SHAPE_TOTALS):
-                count, idle, low, high, transitions, steady = (values[name] for name in _SHAPE_TOTALS)
-                totals = (count, idle, low, high, transitions, steady)
+                totals = cast(Totals, tuple(values[name] for name in _SHAPE_TOTALS))
                 devices[uuid].update(tr.shape_row(self._shape_totals.get((node, uuid)), totals))
                 self._shape_totals[(node, uuid)] = totals
         for uuid, row in devices.items():
@@ -265,15 +264,17 @@ class PrometheusInput:
         return f"{name}{{{self.selector}}}" if self.selector else name
 
     def _query(self, expr: str, start: float, end: float) -> list[dict]:
+        """A range query over the window, at the step."""
+        params = {"query": expr, "start": str(start), "end": str(end), "step": str(self.step)}
+        return self._api("query_range", params)
+
+    def _api(self, endpoint: str, params: dict[str, str]) -> list[dict]:
+        """The series Prometheus' /api/v1/<endpoint> answers; InputError when it cannot be reached."""
         try:
-            response = self.session.get(
-                f"{self.url}/api/v1/query_range",
-                timeout=self.timeout,
-                params={"query": expr, "start": str(start), "end": str(end), "step": str(self.step)},
-            )
+            response = self.session.get(f"{self.url}/api/v1/{endpoint}", params=params, timeout=self.timeout)
         except requests.RequestException as e:
             raise InputError(redact(f"cannot reach Prometheus at {self.url}: {e}")) from e
-        return self._result(response, expr)
+        return self._result(response, params["query"])
 
     def _result(self, response: requests.Response, expr: str) -> list[dict]:
         """The series of a query's answer; InputError naming what is wrong with any other answer."""
@@ -389,13 +390,8 @@ class PrometheusInput:
         return f"{m.ACTIVITY.name}_bucket{{{self.selector + ',' if self.selector else ''}{le}}}"
 
     def _latest(self, expr: str, end: float) -> list[dict]:
-        try:
-            response = self.session.get(
-                f"{self.url}/api/v1/query", params={"query": expr, "time": str(end)}, timeout=self.timeout
-            )
-        except requests.RequestException as e:
-            raise InputError(redact(f"cannot query Prometheus at {self.url}: {e}")) from e
-        return self._result(response, expr)
+        """An instant query at the window's end."""
+        return self._api("query", {"query": expr, "time": str(end)})
 
     def _identity(self, frame: pd.DataFrame, end: float) -> pd.DataFrame:
         """Model, pod and socket of each GPU as of the window's end (pods rarely move mid-window),

@@ -24,7 +24,7 @@ import pandas as pd
 from gpulens.analyzer import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
-from gpulens.core.trace import COLUMNS, LINKS, RATIOS, SHAPE, SIGNALS
+from gpulens.core.trace import ALL_COLUMNS, IDENTITY, RATIOS
 
 MIB = 1024**2
 
@@ -101,13 +101,13 @@ def read_trace(path: str | Path) -> pd.DataFrame:
                 raise TraceError(
                     f"{path}, line 1: required column '{required}' missing from the header ({', '.join(header)})"
                 )
-        unknown = [h for h in header if h not in COLUMNS and h not in LINKS and h not in SHAPE]
+        unknown = [h for h in header if h not in ALL_COLUMNS]
         if unknown:
             raise TraceError(
                 f"{path}, line 1: unknown column(s) {', '.join(unknown)}; "
                 "the trace columns are listed in docs/trace-format.md"
             )
-        numeric = [i for i, h in enumerate(header) if h in SIGNALS or h in LINKS or h in SHAPE]
+        numeric = [i for i, h in enumerate(header) if h not in IDENTITY and h not in ("timestamp", "gpu")]
         ts_index = header.index("timestamp")
         rows = []
         try:

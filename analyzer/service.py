@@ -49,13 +49,6 @@ class State:
     wasted_cost: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
-class _StageFailed(Exception):
-    """An unexpected error in one stage of a cycle, already logged."""
-
-    def __init__(self, stage: str):
-        self.stage = stage
-
-
 #: A pod (namespace, pod, node), or a GPU no pod holds ("", "", node) with its GPU in the pod slot.
 Unit = tuple[str, str, str]
 
@@ -141,41 +134,30 @@ class AnalyzerService:
     def cycle(self) -> bool:
         """One analysis; False if it failed (the previous verdicts are kept, and go stale). Never raises:
         an unexpected error is logged once with its traceback and counted by stage."""
+        stage, doing = "input", f"reading the {self.source.name} input"
         try:
-            return self._cycle()
-        except _StageFailed as e:
-            stage = e.stage
-        self.state.errors[stage] = self.state.errors.get(stage, 0) + 1
-        return False
-
-    def _cycle(self) -> bool:
-        started = self.clock()
-        try:
-            frame = self.source.window_frame()
-        except InputError as e:
-            self.state.input_errors += 1
-            self._problems.problem("input", f"{e}; serving the last verdicts, marked stale")
-            return False
-        except Exception as e:
-            self._unexpected("input", f"reading the {self.source.name} input")
-            raise _StageFailed("input") from e
-        self._problems.resolved("input", f"the {self.source.name} input answers again")
-        self._problems.resolved("unexpected:input", f"the {self.source.name} input reads cleanly again")
-        try:
+            started = self.clock()
+            try:
+                frame = self.source.window_frame()
+            except InputError as e:
+                self.state.input_errors += 1
+                self._problems.problem("input", f"{e}; serving the last verdicts, marked stale")
+                return False
+            self._problems.resolved("input", f"the {self.source.name} input answers again")
+            stage, doing = "analysis", "analysing the window"
             self._judge(frame, started)
-        except Exception as e:
-            self._unexpected("analysis", "analysing the window")
-            raise _StageFailed("analysis") from e
+        except Exception:
+            self.state.errors[stage] = self.state.errors.get(stage, 0) + 1
+            self._problems.problem(
+                f"unexpected:{stage}",
+                f"unexpected error {doing} (a bug: please report it with this traceback); serving the last "
+                "verdicts, marked stale, and retrying",
+                exc_info=True,
+            )
+            return False
+        self._problems.resolved("unexpected:input", f"the {self.source.name} input reads cleanly again")
         self._problems.resolved("unexpected:analysis", "analysis cycles succeed again")
         return True
-
-    def _unexpected(self, stage: str, doing: str) -> None:
-        self._problems.problem(
-            f"unexpected:{stage}",
-            f"unexpected error {doing} (a bug: please report it with this traceback); serving the last "
-            f"verdicts, marked stale, and retrying",
-            exc_info=True,
-        )
 
     def _judge(self, frame: pd.DataFrame, started: float) -> None:
         """Verdicts for the window's frame; the history and waste counters move on with them."""

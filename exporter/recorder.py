@@ -26,7 +26,7 @@ class Recorder:
     """Appends one row per device per sample. A write error is logged once and recording stops
     trying until the next sample; it never stops the exporter."""
 
-    COLUMNS = tr.COLUMNS + tr.LINKS + tr.SHAPE
+    COLUMNS = tr.ALL_COLUMNS
 
     def __init__(self, path: str, node: str = ""):
         self.path = path

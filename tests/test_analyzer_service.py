@@ -181,6 +181,22 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         # Prometheus goes away: the last verdicts stay, marked stale with their age; nothing crashes.
         prometheus.stop()
         wait_until(lambda: verdicts(through_url)[0]["stale"], 60, interval=1, what="the verdicts to turn stale")
+        # Stale comes from the verdicts' age; the target is marked down when a query fails, which can come
+        # later if a query was in flight when Prometheus stopped.
+        wait_until(
+            lambda: (
+                value(
+                    samples(requests.get(through_url + "/metrics").text),
+                    "gpulens_analyzer_input_up",
+                    input="prometheus",
+                    target=prometheus_target,
+                )
+                == 0
+            ),
+            60,
+            interval=1,
+            what="the Prometheus target to be marked down",
+        )
         body, pods = verdicts(through_url)
         assert {k: v["bottleneck"] for k, v in pods.items()} == EXPECTED and body["age_seconds"] > 6
         parsed = samples(requests.get(through_url + "/metrics").text)

@@ -90,6 +90,8 @@ SHAPE = [
     "activity_transitions",  # crossings of BUSY_LEVEL among them
     "steady_bursts",  # bursts among them that repeated the previous period
 ]
+#: Every column a trace file may hold, in the order gpulens writes them.
+ALL_COLUMNS = COLUMNS + LINKS + SHAPE
 
 
 def shape_row(before: Totals | None, after: Totals) -> dict[str, float]:
