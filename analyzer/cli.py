@@ -181,7 +181,11 @@ def run_analyze(args: argparse.Namespace) -> int:
 def _read_with_progress(args, readers):
     """Read the files with a progress bar on an interactive terminal (files of millions of rows
     take a while); silently otherwise."""
-    if not sys.stderr.isatty() or len(args.files) == 1 and os.path.getsize(args.files[0]) < 50_000_000:
+    try:
+        small = len(args.files) == 1 and os.path.getsize(args.files[0]) < 50_000_000
+    except OSError:  # the reader says what is wrong with the file, in its own words
+        small = True
+    if small or not sys.stderr.isatty():
         return readers.read_files(args.files, args.scrape_interval, args.gpu_model)
     import pandas as pd
     from rich.progress import Progress

@@ -7,6 +7,14 @@ Formats are recognised by their first line:
   local time without a zone, read as UTC;
 - `dcgmi dmon -e 1001,252 ...` CSV logs (EntityId, GRACT, FBUSD, TimeStamp);
 - saved dcgm-exporter scrapes (one file per scrape, in the order given, --scrape-interval apart).
+
+Every reader refuses a file it cannot read truthfully with one TraceError naming the file, the line (or
+Parquet row) and the column: a value of the wrong type, or one no GPU can report (a negative or infinite
+number, a ratio outside 0-1, more memory used than the GPU has, a time outside 1970-9999). A file is
+refused whole rather than read with rows skipped: its bad values come from a tool or a pipeline that is
+broken, and a verdict on the rest would look sound while resting on data that is not. Text is UTF-8
+(a byte-order mark is allowed), and no line may pass MAX_LINE_CHARS, so a file of another kind cannot
+take gigabytes of memory for one line.
 """
 
 from __future__ import annotations
@@ -14,6 +22,8 @@ from __future__ import annotations
 import csv
 import math
 import re
+from array import array
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,9 +34,19 @@ import pandas as pd
 from gpulens.analyzer import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
-from gpulens.core.trace import ALL_COLUMNS, IDENTITY, RATIOS
+from gpulens.core.trace import ALL_COLUMNS, IDENTITY, RATIOS, SHAPE
 
 MIB = 1024**2
+#: The longest line read from a text file. Trace lines are well under 1 KiB; a longer line is a file of
+#: another kind, and reading it whole could take gigabytes (a 2 GB line took 4.3 GB before this bound).
+MAX_LINE_CHARS = 1 << 20
+#: The largest saved scrape read: dcgm-exporter answers about 100 KiB for eight GPUs.
+MAX_SCRAPE_BYTES = 64 << 20
+#: Times a trace may hold: unix seconds from 1970 to the end of year 9999 (the last RFC 3339 can write).
+LATEST_TIMESTAMP = 253402300800.0
+#: Columns holding identifiers, which may be negative (NVML's -1 for an unknown CPU socket).
+_IDS = {"numa_node", "pcie_root", "nvlink_group"}
+_SHAPE_RATIOS = [c for c in SHAPE if c.endswith("_ratio")]
 
 # nvidia-smi query-gpu column (without unit) -> (trace column, factor)
 _SMI = {
@@ -40,15 +60,45 @@ _SMI = {
     "clocks.max.sm": ("sm_clock_max_hertz", 1e6),
     "clocks.max.sm_clock": ("sm_clock_max_hertz", 1e6),
 }
+# dcgmi dmon field short name -> (trace column, factor)
+_DMON = {
+    "GRACT": ("gr_engine_active", 1.0),
+    "SMACT": ("sm_active", 1.0),
+    "SMOCC": ("sm_occupancy", 1.0),
+    "TENSO": ("tensor_active", 1.0),
+    "DRAMA": ("dram_active", 1.0),
+    "GPUTL": ("gpu_util", 0.01),
+    "FBUSD": ("memory_used_bytes", MIB),
+    "FBTTL": ("memory_total_bytes", MIB),
+    "POWER": ("power_watts", 1.0),
+    "TMPTR": ("temperature_celsius", 1.0),
+    "SMCLK": ("sm_clock_hertz", 1e6),
+    "PCITX": ("pcie_tx_bytes_per_second", 1.0),
+    "PCIRX": ("pcie_rx_bytes_per_second", 1.0),
+}
 _NUMBER = re.compile(r"^\s*(-?[0-9.]+(?:[eE][-+]?\d+)?)")
 
 
 class TraceError(ValueError):
-    """A trace file is malformed. The message names the file, line and column, and what was expected."""
+    """A data file gpulens cannot read truthfully: where (file; line, or row of a Parquet file; column)
+    and what is wrong, as one line: "gpu.csv, line 3, column 3 (sm_active): 'high' is not a number"."""
+
+    def __init__(
+        self, path: str | Path, problem: str, *, line: int | None = None, row: int | None = None, column: str = ""
+    ) -> None:
+        self.path, self.problem, self.line, self.row, self.column = str(path), problem, line, row, column
+        where = [self.path]
+        if line is not None:
+            where.append(f"line {line}")
+        if row is not None:
+            where.append(f"row {row}")
+        if column:
+            where.append(f"column {column}")
+        super().__init__(f"{', '.join(where)}: {problem}")
 
 
 def parse_timestamp(text: str) -> float:
-    """Unix seconds, or RFC 3339 (with Z or an offset) as unix seconds."""
+    """Unix seconds, or RFC 3339 (with Z or an offset) as unix seconds; ValueError for anything else."""
     try:
         return float(text)
     except ValueError:
@@ -64,110 +114,242 @@ def format_timestamp(unix: float) -> str:
     return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def read_trace(path: str | Path) -> pd.DataFrame:
-    """Read a trace CSV or Parquet file, checking every value; raises TraceError on the first bad one."""
-    path = Path(path)
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+# --- text, bounded ----------------------------------------------------------------------------------
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (a byte-order mark dropped), none longer than MAX_LINE_CHARS."""
+    try:
+        handle = open(path, encoding="utf-8-sig", newline="")
+    except OSError as e:
+        raise TraceError(path, f"cannot read it ({e.strerror})") from e
+    with handle:
+        number = 0
+        while True:
+            number += 1
+            try:
+                line = handle.readline(MAX_LINE_CHARS + 1)
+            except UnicodeDecodeError:
+                # Text is decoded a block at a time: the bad byte is on this line or shortly after it.
+                raise TraceError(path, "not UTF-8 text (at this line or shortly after)", line=number) from None
+            except OSError as e:
+                raise TraceError(path, f"cannot read it ({e.strerror})", line=number) from e
+            if not line:
+                return
+            if len(line) > MAX_LINE_CHARS and not line.endswith(("\n", "\r")):
+                raise TraceError(path, f"a line longer than {MAX_LINE_CHARS // 1024} KiB: not a trace", line=number)
+            yield line
 
+
+def _csv_rows(path: Path, skip_initial_space: bool = False) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of each record of a CSV file, blank lines skipped; TraceError naming the line
+    for broken quoting or a field longer than csv's limit (128 KiB)."""
+    reader = csv.reader(_lines(path), skipinitialspace=skip_initial_space)
+    try:
+        for fields in reader:
+            if fields:
+                yield reader.line_num, fields
+    except csv.Error as e:
+        problem = f"a field longer than {csv.field_size_limit() // 1024} KiB" if "field limit" in str(e) else str(e)
+        raise TraceError(path, f"not CSV: {problem}", line=reader.line_num or 1) from None
+
+
+def _header(path: Path, rows: Iterator[tuple[int, list[str]]], what: str) -> list[str]:
+    """The first record, stripped, each name once; TraceError for an empty file or a repeated name."""
+    first = next(rows, None)
+    if first is None:
+        raise TraceError(path, f"empty file; {what} starts with a header line")
+    header = [h.strip() for h in first[1]]
+    repeated = sorted({h for h in header if header.count(h) > 1})
+    if repeated:
+        raise TraceError(path, f"column(s) {', '.join(repeated)} appear more than once in the header", line=first[0])
+    return header
+
+
+def _column(header: list[str], name: str) -> str:
+    """How an error names a column of a CSV file: its position from 1 and its name."""
+    return f"{header.index(name) + 1} ({name})"
+
+
+# --- values no GPU can report -----------------------------------------------------------------------
+def check_values(
+    frame: pd.DataFrame,
+    path: str | Path,
+    lines: np.ndarray | None = None,
+    source: Mapping[str, tuple[str, float]] | None = None,
+) -> pd.DataFrame:
+    """`frame` (normalized) when every value in it is one a GPU can report; otherwise TraceError naming the
+    first impossible one. `lines` holds each row's line in the file (None: Parquet rows, numbered from 1);
+    `source` maps a trace column to the column of the file it came from, as (the name an error shows, the
+    factor from the file's unit to the trace's), for the files of other tools."""
+    source = source or {}
+
+    def check(bad: np.ndarray, column: str, problem: str) -> None:
+        if not bad.any():
+            return
+        i = int(np.argmax(bad))
+        label, factor = source.get(column, (column, 1.0))
+        value = frame[column].iat[i]
+        shown = f"{value / factor:g}" if isinstance(value, float) else repr(value)
+        place = {"row": i + 1} if lines is None else {"line": int(lines[i])}
+        raise TraceError(path, problem.format(value=shown, factor=factor, row=i), column=label, **place)
+
+    check(frame["gpu"].to_numpy() == "", "gpu", "empty; every row needs its GPU's UUID or index")
+    stamps = frame["timestamp"].to_numpy()
+    check(~((stamps >= 0) & (stamps < LATEST_TIMESTAMP)), "timestamp", "{value} is not a time from 1970 to 9999")
+    for column in frame.columns.intersection(RATIOS + _SHAPE_RATIOS):
+        values = frame[column].to_numpy()
+        percent = source.get(column, ("", 1.0))[1] == 0.01
+        check(
+            (values < 0) | (values > 1),
+            column,
+            "{value} is not a percentage from 0 to 100"
+            if percent
+            else "{value} is not a ratio from 0 to 1 (percentages must be divided by 100)",
+        )
+    for column in frame.columns.difference(["timestamp", "gpu"] + IDENTITY + RATIOS + _SHAPE_RATIOS):
+        values = frame[column].to_numpy()
+        check(np.isinf(values) | ((values < 0) & (column not in _IDS)), column, "{value} is not a value a GPU reports")
+    used, total = frame["memory_used_bytes"].to_numpy(), frame["memory_total_bytes"].to_numpy()
+    over = used > total
+    if over.any():
+        factor = source.get("memory_total_bytes", ("", 1.0))[1]
+        check(
+            over,
+            "memory_used_bytes",
+            f"{{value}} is more memory than the GPU has ({total[over][0] / factor:g})",
+        )
+    return frame
+
+
+# --- the formats ------------------------------------------------------------------------------------
+def read_trace(path: str | Path) -> pd.DataFrame:
+    """Read a trace CSV or Parquet file, checking every value; TraceError on the first bad one."""
+    path = Path(path)
+    return _read_parquet(path) if path.suffix == ".parquet" else _read_trace_csv(path)
+
+
+def _read_trace_csv(path: Path) -> pd.DataFrame:
+    rows = _csv_rows(path)
+    header = _header(path, rows, "a trace")
+    for required in ("timestamp", "gpu"):
+        if required not in header:
+            raise TraceError(
+                path, f"required column '{required}' missing from the header ({', '.join(header)})", line=1
+            )
+    unknown = [h for h in header if h not in ALL_COLUMNS]
+    if unknown:
+        raise TraceError(
+            path,
+            f"unknown column(s) {', '.join(unknown)}; the trace columns are listed in docs/trace-format.md",
+            line=1,
+        )
+    numeric = [i for i, h in enumerate(header) if h not in IDENTITY and h not in ("timestamp", "gpu")]
+    ts_index = header.index("timestamp")
+    records: list[list[Any]] = []
+    lines = array("q")
+    for line, fields in rows:
+        if len(fields) != len(header):
+            raise TraceError(path, f"{len(fields)} fields, the header has {len(header)}", line=line)
+        record: list[Any] = fields
         try:
-            table = pq.read_table(path)
-        except Exception as e:  # pyarrow raises several types; all mean "not a readable Parquet trace"
-            raise TraceError(f"{path}: not a readable Parquet file ({e})") from e
+            record[ts_index] = parse_timestamp(record[ts_index])
+        except ValueError:
+            raise TraceError(
+                path,
+                f"{fields[ts_index]!r} is neither unix seconds nor an RFC 3339 time",
+                line=line,
+                column=_column(header, "timestamp"),
+            ) from None
+        for i in numeric:
+            text = record[i].strip()
+            try:
+                record[i] = float(text) if text else math.nan
+            except ValueError:
+                raise TraceError(
+                    path, f"{text!r} is not a number", line=line, column=f"{i + 1} ({header[i]})"
+                ) from None
+        records.append(record)
+        lines.append(line)
+    frame = fr.normalize(pd.DataFrame(records, columns=header))
+    source = {name: (f"{i + 1} ({name})", 1.0) for i, name in enumerate(header)}
+    return check_values(frame, path, np.frombuffer(lines, dtype=np.int64), source)
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+        names = table.column_names
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise TraceError(path, f"column(s) {', '.join(repeated)} appear more than once")
         # Arrow's buffers are freed column by column as pandas takes them: a day of a fleet is gigabytes,
         # and holding both copies at once would double the peak.
         frame = table.to_pandas(self_destruct=True, split_blocks=True)
         del table
-        missing = {"timestamp", "gpu"} - set(frame.columns)
-        if missing:
-            raise TraceError(f"{path}: required column(s) {', '.join(sorted(missing))} missing")
-        if frame["timestamp"].dtype == object:
-            frame["timestamp"] = [parse_timestamp(str(v)) for v in frame["timestamp"]]
-        return fr.normalize(frame)
-    try:
-        handle = open(path, newline="")
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read it ({e.strerror})") from e
-    with handle:
-        reader = csv.reader(handle)
+    except TraceError:
+        raise
+    except Exception as e:  # pyarrow raises several types; all mean "not a readable Parquet trace"
+        raise TraceError(path, f"not a readable Parquet file ({e})") from e
+    missing = {"timestamp", "gpu"} - set(frame.columns)
+    if missing:
+        raise TraceError(path, f"required column(s) {', '.join(sorted(missing))} missing")
+    unknown = [str(c) for c in frame.columns if c not in ALL_COLUMNS]
+    if unknown:
+        raise TraceError(
+            path, f"unknown column(s) {', '.join(unknown)}; the trace columns are listed in docs/trace-format.md"
+        )
+    for column in frame.columns.difference(["timestamp", "gpu"] + IDENTITY):
+        dtype = frame[column].dtype
+        if not (pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)):
+            raise TraceError(path, f"holds {dtype} values; numbers are expected", column=column)
+    frame["timestamp"] = _parquet_times(path, frame["timestamp"])
+    if frame["gpu"].isna().any():
+        row = int(np.argmax(frame["gpu"].isna().to_numpy())) + 1
+        raise TraceError(path, "empty; every row needs its GPU's UUID or index", row=row, column="gpu")
+    return check_values(fr.normalize(frame), path)
+
+
+def _parquet_times(path: Path, stamps: pd.Series) -> pd.Series:
+    """Unix seconds from a Parquet timestamp column: numbers, Arrow timestamps (without a zone: UTC),
+    or RFC 3339 text."""
+    if pd.api.types.is_datetime64_any_dtype(stamps.dtype):
+        if getattr(stamps.dt, "tz", None) is None:
+            stamps = stamps.dt.tz_localize("UTC")
+        epoch = pd.Timestamp(0, tz="UTC")
+        return (stamps - epoch) / pd.Timedelta(seconds=1)
+    if pd.api.types.is_numeric_dtype(stamps.dtype) and not pd.api.types.is_bool_dtype(stamps.dtype):
+        return stamps.astype("float64")
+    values = []
+    for row, value in enumerate(stamps, start=1):
         try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise TraceError(f"{path}: empty file; a trace needs a header line with timestamp and gpu") from None
-        except csv.Error as e:
-            raise TraceError(f"{path}, line 1: {e}") from e
-        for required in ("timestamp", "gpu"):
-            if required not in header:
-                raise TraceError(
-                    f"{path}, line 1: required column '{required}' missing from the header ({', '.join(header)})"
-                )
-        unknown = [h for h in header if h not in ALL_COLUMNS]
-        if unknown:
+            values.append(parse_timestamp(str(value)))
+        except ValueError:
             raise TraceError(
-                f"{path}, line 1: unknown column(s) {', '.join(unknown)}; "
-                "the trace columns are listed in docs/trace-format.md"
-            )
-        numeric = [i for i, h in enumerate(header) if h not in IDENTITY and h not in ("timestamp", "gpu")]
-        ts_index = header.index("timestamp")
-        rows = []
-        try:
-            for text_row in reader:
-                line = reader.line_num
-                if not text_row:
-                    continue
-                if len(text_row) != len(header):
-                    raise TraceError(f"{path}, line {line}: {len(text_row)} fields, the header has {len(header)}")
-                row: list[Any] = list(text_row)
-                try:
-                    row[ts_index] = parse_timestamp(row[ts_index])
-                except ValueError:
-                    raise TraceError(
-                        f"{path}, line {line}, column {ts_index + 1} (timestamp): {row[ts_index]!r} is "
-                        "neither unix seconds nor an RFC 3339 time"
-                    ) from None
-                for i in numeric:
-                    text = row[i].strip()
-                    if text == "":
-                        row[i] = math.nan
-                        continue
-                    try:
-                        row[i] = float(text)
-                    except ValueError:
-                        raise TraceError(
-                            f"{path}, line {line}, column {i + 1} ({header[i]}): {text!r} is not a number"
-                        ) from None
-                    name = header[i]
-                    if (name in RATIOS or name.endswith("_ratio")) and not 0.0 <= row[i] <= 1.0:
-                        raise TraceError(
-                            f"{path}, line {line}, column {i + 1} ({name}): {text} is not a ratio "
-                            "from 0 to 1 (percentages must be divided by 100)"
-                        )
-                rows.append(row)
-        except csv.Error as e:
-            raise TraceError(f"{path}, line {reader.line_num}: {e}") from e
-    return fr.normalize(pd.DataFrame(rows, columns=header))
+                path, f"{value!r} is neither unix seconds nor an RFC 3339 time", row=row, column="timestamp"
+            ) from None
+    return pd.Series(values, index=stamps.index, dtype="float64")
 
 
 def detect(path: Path) -> str:
+    """The format of a file, from its first line (see the module's docstring)."""
     if path.suffix == ".parquet":
         return "trace"
-    try:
-        with open(path, errors="replace") as f:
-            first = f.readline()
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read it ({e.strerror})") from e
+    first = next(_lines(path), "")
     header = [h.strip() for h in first.split(",")]
     if "timestamp" in header and "gpu" in header:
         return "trace"
-    if first.startswith("timestamp,") or first.startswith("timestamp ,"):
+    if header[0] == "timestamp":
         return "nvidia-smi"
     if header[:1] == ["EntityId"] or first.lstrip("#").split()[:1] == ["Entity"]:
         return "dcgmi-dmon"
     if first.startswith("# HELP DCGM_") or first.startswith("DCGM_FI_"):
         return "dcgm-exporter"
     raise TraceError(
-        f"{path}, line 1: not a format gpulens reads (a gpulens trace CSV, an nvidia-smi "
-        "--query-gpu CSV log, a dcgmi dmon CSV, or a dcgm-exporter scrape)"
+        path,
+        "not a format gpulens reads (a gpulens trace CSV, an nvidia-smi --query-gpu CSV log, a dcgmi dmon "
+        "CSV, or a dcgm-exporter scrape)",
+        line=1,
     )
 
 
@@ -195,38 +377,40 @@ def read_files(paths: list[str | Path], scrape_interval: float = 30.0, gpu_model
 def _number(text: str) -> float:
     """'116.51 W' -> 116.51; '[N/A]', '[Requested functionality has been deprecated]' -> NaN."""
     match = _NUMBER.match(text)
-    return float(match.group(1)) if match else math.nan
+    try:
+        return float(match.group(1)) if match else math.nan
+    except ValueError:  # "1.2.3": digits and dots that are no number
+        return math.nan
 
 
 def read_nvidia_smi(path: Path) -> pd.DataFrame:
-    with open(path, newline="") as f:
-        rows = list(csv.reader(f, skipinitialspace=True))
-    header = [h.strip() for h in rows[0]]
+    rows = _csv_rows(path, skip_initial_space=True)
+    header = _header(path, rows, "an nvidia-smi log")
     names = [re.sub(r"\s*\[.*\]$", "", h) for h in header]
     if "timestamp" not in names:
-        raise TraceError(f"{path}, line 1: an nvidia-smi log needs the timestamp column (--query-gpu=timestamp,...)")
+        raise TraceError(path, "an nvidia-smi log needs the timestamp column (--query-gpu=timestamp,...)", line=1)
     identity = next((c for c in ("uuid", "index", "pci.bus_id") if c in names), None)
     if identity is None:
-        raise TraceError(f"{path}, line 1: add uuid (or index) to --query-gpu so samples can be told apart by GPU")
-    out: dict[str, list[Any]] = {
-        c: []
-        for c in ["timestamp", "gpu", "gpu_model"] + sorted({v[0] for v in _SMI.values()} | {"clock_event_reasons"})
-    }
-    for line, row in enumerate(rows[1:], start=2):
-        if not row or len(row) != len(header):
-            if row:
-                raise TraceError(f"{path}, line {line}: {len(row)} fields, the header has {len(header)}")
-            continue
+        raise TraceError(path, "add uuid (or index) to --query-gpu so samples can be told apart by GPU", line=1)
+    signals = sorted({v[0] for v in _SMI.values()})
+    out: dict[str, list[Any]] = {c: [] for c in ["timestamp", "gpu", "gpu_model", *signals, "clock_event_reasons"]}
+    lines = array("q")
+    for line, row in rows:
+        if len(row) != len(header):
+            raise TraceError(path, f"{len(row)} fields, the header has {len(header)}", line=line)
         values = dict(zip(names, (v.strip() for v in row), strict=True))
+        stamp = values["timestamp"]
         try:
-            stamp = datetime.strptime(values["timestamp"].split(".")[0], "%Y/%m/%d %H:%M:%S")
+            day = datetime.strptime(stamp.split(".")[0], "%Y/%m/%d %H:%M:%S")
+            fraction = float("0." + stamp.partition(".")[2]) if "." in stamp else 0.0
         except ValueError:
             raise TraceError(
-                f"{path}, line {line}, column {names.index('timestamp') + 1} (timestamp): "
-                f"{values['timestamp']!r} is not nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm"
+                path,
+                f"{stamp!r} is not nvidia-smi's YYYY/MM/DD HH:MM:SS.mmm",
+                line=line,
+                column=_column(header, header[names.index("timestamp")]),
             ) from None
-        fraction = values["timestamp"].partition(".")[2]
-        out["timestamp"].append(stamp.replace(tzinfo=UTC).timestamp() + (float("0." + fraction) if fraction else 0))
+        out["timestamp"].append(day.replace(tzinfo=UTC).timestamp() + fraction)
         out["gpu"].append(values[identity])
         out["gpu_model"].append(values.get("name", ""))
         seen = set()
@@ -234,77 +418,96 @@ def read_nvidia_smi(path: Path) -> pd.DataFrame:
             if name in values and column not in seen:
                 out[column].append(_number(values[name]) * factor)
                 seen.add(column)
-        for column in {v[0] for v in _SMI.values()} - seen:
+        for column in set(signals) - seen:
             out[column].append(math.nan)
         reasons = values.get("clocks_event_reasons.active", values.get("clocks_throttle_reasons.active", ""))
-        out["clock_event_reasons"].append(int(reasons, 16) if reasons.startswith("0x") else math.nan)
-    return fr.normalize(pd.DataFrame(out))
+        try:
+            out["clock_event_reasons"].append(int(reasons, 16) if reasons.startswith("0x") else math.nan)
+        except ValueError:
+            raise TraceError(path, f"{reasons!r} is not a hexadecimal bitmask", line=line) from None
+        lines.append(line)
+    source = {
+        column: (_column(header, header[names.index(name)]), factor)
+        for name, (column, factor) in _SMI.items()
+        if name in names
+    }
+    return check_values(fr.normalize(pd.DataFrame(out)), path, np.frombuffer(lines, dtype=np.int64), source)
 
 
 def read_dcgmi_dmon(path: Path) -> pd.DataFrame:
     """dcgmi dmon in CSV form: EntityId plus field short names (GRACT, SMACT, DRAMA, FBUSD, ...)."""
-    frame = pd.read_csv(path, skipinitialspace=True)
-    frame.columns = [c.strip().lstrip("#") for c in frame.columns]
-    if "EntityId" not in frame or "TimeStamp" not in frame:
-        raise TraceError(f"{path}, line 1: a dcgmi dmon CSV needs EntityId and TimeStamp columns")
-    fields = {
-        "GRACT": ("gr_engine_active", 1.0),
-        "SMACT": ("sm_active", 1.0),
-        "SMOCC": ("sm_occupancy", 1.0),
-        "TENSO": ("tensor_active", 1.0),
-        "DRAMA": ("dram_active", 1.0),
-        "GPUTL": ("gpu_util", 0.01),
-        "FBUSD": ("memory_used_bytes", MIB),
-        "FBTTL": ("memory_total_bytes", MIB),
-        "POWER": ("power_watts", 1.0),
-        "TMPTR": ("temperature_celsius", 1.0),
-        "SMCLK": ("sm_clock_hertz", 1e6),
-        "PCITX": ("pcie_tx_bytes_per_second", 1.0),
-        "PCIRX": ("pcie_rx_bytes_per_second", 1.0),
-    }
-    out = pd.DataFrame(
-        {"timestamp": pd.to_numeric(frame["TimeStamp"], errors="coerce"), "gpu": frame["EntityId"].astype(str)}
-    )
-    for short, (column, factor) in fields.items():
-        if short in frame:
-            out[column] = pd.to_numeric(frame[short], errors="coerce") * factor
-    bad = out["timestamp"].isna()
-    if bad.any():
-        line = int(np.argmax(bad.to_numpy())) + 2
-        raise TraceError(f"{path}, line {line}, column TimeStamp: not unix seconds")
-    return fr.normalize(out)
+    rows = _csv_rows(path, skip_initial_space=True)
+    header = [h.lstrip("#").strip() for h in _header(path, rows, "a dcgmi dmon CSV")]
+    if "EntityId" not in header or "TimeStamp" not in header:
+        raise TraceError(path, "a dcgmi dmon CSV needs EntityId and TimeStamp columns", line=1)
+    known = {i: _DMON[h] for i, h in enumerate(header) if h in _DMON}
+    entity, stamp = header.index("EntityId"), header.index("TimeStamp")
+    out: dict[str, list[Any]] = {"timestamp": [], "gpu": [], **{column: [] for column, _ in known.values()}}
+    lines = array("q")
+    for line, row in rows:
+        if len(row) != len(header):
+            raise TraceError(path, f"{len(row)} fields, the header has {len(header)}", line=line)
+        try:
+            out["timestamp"].append(float(row[stamp]))
+        except ValueError:
+            raise TraceError(
+                path, f"{row[stamp]!r} is not unix seconds", line=line, column=_column(header, "TimeStamp")
+            ) from None
+        out["gpu"].append(row[entity].strip())
+        for i, (column, factor) in known.items():
+            # dcgmi prints N/A for a field the GPU does not report: missing, as in every other format.
+            out[column].append(_number(row[i]) * factor)
+        lines.append(line)
+    source = {column: (_column(header, header[i]), factor) for i, (column, factor) in known.items()}
+    return check_values(fr.normalize(pd.DataFrame(out)), path, np.frombuffer(lines, dtype=np.int64), source)
 
 
 def read_dcgm_scrapes(paths: list[Path], interval: float) -> pd.DataFrame:
+    """Saved dcgm-exporter scrapes, in the given order, `interval` seconds apart from time 0."""
+    return pd.concat([_read_scrape(path, k * interval) for k, path in enumerate(paths)], ignore_index=True)
+
+
+def _read_scrape(path: Path, timestamp: float) -> pd.DataFrame:
+    try:
+        if path.stat().st_size > MAX_SCRAPE_BYTES:
+            raise TraceError(path, f"larger than {MAX_SCRAPE_BYTES // MIB} MiB: not one dcgm-exporter scrape")
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as e:
+        raise TraceError(path, f"cannot read it ({e.strerror})") from e
+    except UnicodeDecodeError:
+        raise TraceError(path, "not UTF-8 text") from None
+    devices = dcgm.devices_from_rows(dcgm.parse_exposition(text).rows)
+    if not devices:
+        raise TraceError(
+            path, "no GPU in it: no DCGM_FI_ sample carries the UUID label dcgm-exporter gives each GPU's rows"
+        )
     rows = []
-    for k, path in enumerate(paths):
-        parsed = dcgm.parse_exposition(path.read_text())
-        if not parsed.rows:
-            raise TraceError(f"{path}: no DCGM metrics in it")
-        for (uuid, gi), d in dcgm.devices_from_rows(parsed.rows).items():
-            value = {spec: v for (spec, extra), v in d.values.items() if not extra}
-            rows.append(
-                {
-                    "timestamp": k * interval,
-                    "gpu": uuid if gi is None else f"{uuid}/gi{gi}",
-                    "gpu_model": d.model,
-                    "namespace": d.pod.namespace if d.pod else "",
-                    "pod": d.pod.pod if d.pod else "",
-                    "container": d.pod.container if d.pod else "",
-                    "gpu_util": value.get(m.UTILIZATION),
-                    "sm_active": value.get(m.SM_ACTIVE),
-                    "sm_occupancy": value.get(m.SM_OCCUPANCY),
-                    "tensor_active": value.get(m.TENSOR_ACTIVE),
-                    "dram_active": value.get(m.DRAM_ACTIVE),
-                    "gr_engine_active": value.get(m.GRAPHICS_ENGINE_ACTIVE),
-                    "memory_used_bytes": value.get(m.MEMORY_USED),
-                    "memory_total_bytes": value.get(m.MEMORY_TOTAL),
-                    "pcie_tx_bytes_per_second": d.rates.get(m.PCIE_TRANSMIT),
-                    "pcie_rx_bytes_per_second": d.rates.get(m.PCIE_RECEIVE),
-                    "power_watts": value.get(m.POWER),
-                    "temperature_celsius": value.get(m.TEMPERATURE),
-                    "sm_clock_hertz": value.get(m.SM_CLOCK),
-                    "clock_event_reasons": d.clock_event_reasons,
-                }
-            )
-    return fr.normalize(pd.DataFrame(rows))
+    for (uuid, gi), d in devices.items():
+        value = {spec: v for (spec, extra), v in d.values.items() if not extra}
+        rows.append(
+            {
+                "timestamp": timestamp,
+                "gpu": uuid if gi is None else f"{uuid}/gi{gi}",
+                "gpu_model": d.model,
+                "namespace": d.pod.namespace if d.pod else "",
+                "pod": d.pod.pod if d.pod else "",
+                "container": d.pod.container if d.pod else "",
+                "gpu_util": value.get(m.UTILIZATION),
+                "sm_active": value.get(m.SM_ACTIVE),
+                "sm_occupancy": value.get(m.SM_OCCUPANCY),
+                "tensor_active": value.get(m.TENSOR_ACTIVE),
+                "dram_active": value.get(m.DRAM_ACTIVE),
+                "gr_engine_active": value.get(m.GRAPHICS_ENGINE_ACTIVE),
+                "memory_used_bytes": value.get(m.MEMORY_USED),
+                "memory_total_bytes": value.get(m.MEMORY_TOTAL),
+                "pcie_tx_bytes_per_second": d.rates.get(m.PCIE_TRANSMIT),
+                "pcie_rx_bytes_per_second": d.rates.get(m.PCIE_RECEIVE),
+                "power_watts": value.get(m.POWER),
+                "temperature_celsius": value.get(m.TEMPERATURE),
+                "sm_clock_hertz": value.get(m.SM_CLOCK),
+                "clock_event_reasons": d.clock_event_reasons,
+            }
+        )
+    # A scrape's rows have no lines of their own: an impossible value is named by its row (the GPUs in
+    # the order of the scrape) and trace column.
+    return check_values(fr.normalize(pd.DataFrame(rows)), path)

@@ -1,0 +1,184 @@
+"""Every file gpulens reads: values no GPU can report refused with file, line and column; other tools'
+quirks (a byte-order mark, native Parquet times) read; memory bounded per line."""
+
+import os
+import pty
+import subprocess
+import sys
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpulens.analyzer import readers
+from gpulens.analyzer.readers import TraceError, read_trace
+from tests.captures import FIXTURES
+from tests.helpers import REPO
+
+HEADER = "timestamp,gpu,gpu_util,memory_used_bytes,memory_total_bytes,power_watts\n"
+
+
+def refused(path) -> TraceError:
+    with pytest.raises(TraceError) as error:
+        readers.read_files([path])
+    return error.value
+
+
+@pytest.mark.parametrize(
+    "rows, where, problem",
+    [
+        ("inf,0,0.5,1,2,100\n", "line 2, column 1 (timestamp)", "inf is not a time from 1970 to 9999"),
+        ("1e300,0,0.5,1,2,100\n", "line 2, column 1 (timestamp)", "1e+300 is not a time from 1970 to 9999"),
+        ("1,0,0.5,1,2,100\n-5,0,0.5,1,2,100\n", "line 3, column 1 (timestamp)", "-5 is not a time from 1970"),
+        ("1,0,-0.01,1,2,100\n", "line 2, column 3 (gpu_util)", "-0.01 is not a ratio from 0 to 1"),
+        ("1,0,0.5,-1,2,100\n", "line 2, column 4 (memory_used_bytes)", "-1 is not a value a GPU reports"),
+        ("1,0,0.5,3,2,100\n", "line 2, column 4 (memory_used_bytes)", "3 is more memory than the GPU has (2)"),
+        ("1,0,0.5,1,2,inf\n", "line 2, column 6 (power_watts)", "inf is not a value a GPU reports"),
+        ("1,,0.5,1,2,100\n", "line 2, column 2 (gpu)", "empty; every row needs its GPU's UUID or index"),
+    ],
+)
+def test_values_no_gpu_can_report_refuse_the_file_naming_line_and_column(tmp_path, rows, where, problem):
+    path = tmp_path / "trace.csv"
+    path.write_text(HEADER + rows)
+    error = refused(path)
+    assert str(error).startswith(f"{path}, {where}: {problem}")
+    assert (error.path, error.line, error.column) == (str(path), int(where.split()[1][:-1]), where.split("column ")[1])
+
+
+@pytest.mark.parametrize(
+    "content, where, problem",
+    [
+        (HEADER.replace("power_watts", "gpu_util").encode(), "line 1", "column(s) gpu_util appear more than once"),
+        (HEADER.encode() + b'1,0,"' + b"9" * 200_000 + b'",1,2,3\n', "line 2", "not CSV: a field longer than 128 KiB"),
+        (HEADER.encode() + b"1,0,0.5,1,2," + b"9" * (2 << 20) + b"\n", "line 2", "a line longer than 1024 KiB"),
+        (HEADER.encode() + b"1,\xff\xfe,0.5,1,2,3\n", "line 1", "not UTF-8 text"),
+    ],
+)
+def test_malformed_text_is_one_error_not_a_traceback(tmp_path, content, where, problem):
+    path = tmp_path / "trace.csv"
+    path.write_bytes(content)
+    assert str(refused(path)).startswith(f"{path}, {where}: {problem}")
+
+
+def test_a_line_of_gigabytes_is_refused_without_reading_it_whole(tmp_path):
+    path = tmp_path / "trace.csv"
+    with open(path, "wb") as f:
+        f.write(HEADER.encode())
+        f.write(b"9" * (64 << 20))  # one 64 MiB line, no newline: a binary file, or a broken writer
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceError, match="line 2: a line longer than 1024 KiB"):
+            read_trace(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20  # one bounded line (1 MiB of text, a few copies), not 64 MiB
+
+
+def test_a_byte_order_mark_is_read_like_any_csv(tmp_path):
+    # Excel and PowerShell write UTF-8 with a byte-order mark; it is not part of the first column's name.
+    path = tmp_path / "trace.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + HEADER.encode() + b"1,GPU-1,0.5,1,2,100\n")
+    frame = readers.read_files([path])
+    assert (list(frame.gpu), list(frame.gpu_util), list(frame.timestamp)) == (["GPU-1"], [0.5], [1.0])
+
+
+def test_nvidia_smi_values_are_checked_in_the_logs_own_units(tmp_path):
+    header = "timestamp, uuid, utilization.gpu [%], memory.used [MiB], memory.total [MiB]\n"
+    path = tmp_path / "smi.csv"
+    path.write_text(header + "2024/01/01 10:00:00.000, GPU-1, 150 %, 10 MiB, 100 MiB\n")
+    assert (
+        str(refused(path)) == f"{path}, line 2, column 3 (utilization.gpu [%]): 150 is not a percentage from 0 to 100"
+    )
+    path.write_text(header + "2024/01/01 10:00:00.000, GPU-1, 50 %, 1000 MiB, 100 MiB\n")
+    assert (
+        str(refused(path))
+        == f"{path}, line 2, column 4 (memory.used [MiB]): 1000 is more memory than the GPU has (100)"
+    )
+    path.write_text(
+        header
+        + "2024/01/01 10:00:00.000, GPU-1, 50 %, 10 MiB, 100 MiB\n2024/01/01 10:00:01, GPU-1, 50 %, -3 MiB, 100 MiB\n"
+    )
+    assert str(refused(path)) == f"{path}, line 3, column 4 (memory.used [MiB]): -3 is not a value a GPU reports"
+
+
+def test_dcgmi_dmon_values_are_checked_and_not_available_is_missing(tmp_path):
+    path = tmp_path / "dmon.csv"
+    path.write_text("EntityId,GRACT,FBUSD,TimeStamp\n0,0.5,N/A,1661698242\n0,-0.2,3,1661698243\n")
+    assert str(refused(path)) == (
+        f"{path}, line 3, column 2 (GRACT): -0.2 is not a ratio from 0 to 1 (percentages must be divided by 100)"
+    )
+    path.write_text("EntityId,GRACT,FBUSD,TimeStamp\n0,0.5,N/A,1661698242\n")
+    [row] = readers.read_files([path]).itertuples()
+    assert (row.gr_engine_active, np.isnan(row.memory_used_bytes), row.timestamp) == (0.5, True, 1661698242.0)
+
+
+def test_parquet_with_native_timestamps_reads_as_unix_seconds(tmp_path):
+    # pandas and Spark write times as Parquet timestamps (in ms, us or ns; with or without a zone).
+    times = pd.to_datetime(["2026-11-21T10:00:00", "2026-11-21T10:00:01.5"], format="ISO8601")
+    for stamps in (times, times.as_unit("ms"), times.tz_localize("UTC"), times.tz_localize("Europe/Paris")):
+        path = tmp_path / "trace.parquet"
+        pd.DataFrame({"timestamp": stamps, "gpu": ["a", "a"], "gpu_util": [0.5, 0.25]}).to_parquet(path)
+        offset = 3600.0 if str(getattr(stamps, "tz", "")) == "Europe/Paris" else 0.0
+        assert list(read_trace(path).timestamp) == [1795255200.0 - offset, 1795255201.5 - offset]
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ({"gpu_util": [0.5, -0.3]}, ", row 2, column gpu_util: -0.3 is not a ratio from 0 to 1"),
+        ({"gpu_util": ["0.5", "high"]}, ", column gpu_util: holds str values; numbers are expected"),
+        ({"sm_activ": [0.5, 0.5]}, ": unknown column(s) sm_activ"),
+        (
+            {"memory_used_bytes": [1e9, 2e9], "memory_total_bytes": [4e9, 1e9]},
+            ", row 2, column memory_used_bytes: 2e+09 is more memory than the GPU has (1e+09)",
+        ),
+    ],
+)
+def test_parquet_values_are_checked_like_csv(tmp_path, columns, message):
+    path = tmp_path / "trace.parquet"
+    pd.DataFrame({"timestamp": [1.0, 2.0], "gpu": ["a", "a"], **columns}).to_parquet(path)
+    assert str(refused(path)).startswith(f"{path}{message}")
+
+
+def test_a_dcgm_exporter_scrape_without_gpu_labels_is_named_not_a_traceback(tmp_path):
+    path = tmp_path / "scrape.prom"
+    path.write_text("# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization.\nDCGM_FI_DEV_GPU_UTIL 5\n")
+    assert str(refused(path)) == (
+        f"{path}: no GPU in it: no DCGM_FI_ sample carries the UUID label dcgm-exporter gives each GPU's rows"
+    )
+    scrape = (FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape1.prom").read_text()
+    path.write_text(
+        scrape.replace("DCGM_FI_DEV_FB_USED{", 'DCGM_FI_DEV_FB_USED{bogus="1",', 1).replace(
+            "DCGM_FI_DEV_GPU_UTIL{", "DCGM_FI_DEV_GPU_UTIL_X{", 1
+        )
+    )
+    assert len(readers.read_files([path])) == 1
+
+
+def test_a_missing_file_at_a_terminal_is_one_line_and_exit_2(tmp_path):
+    # At a terminal `analyze` shows a progress bar for large files, which once looked at the file first.
+    leader, follower = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpulens", "analyze", str(tmp_path / "missing.csv")],
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        cwd=REPO,
+    )
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        output += chunk
+    assert process.wait(timeout=60) == 2
+    assert (
+        output.decode().strip()
+        == f"gpulens analyze: {tmp_path / 'missing.csv'}: cannot read it (No such file or directory)"
+    )
