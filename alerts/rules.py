@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from gpulens.core import mixin
 from gpulens.core.bottlenecks import RECOMMENDATIONS
+from gpulens.core.config import duration_seconds
 from gpulens.core.mixin import MixinConfig, metric
-from gpulens.core.thresholds import duration_seconds
 
 
 @dataclass(frozen=True)

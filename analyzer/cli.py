@@ -144,7 +144,7 @@ def run_analyze(args: argparse.Namespace) -> int:
     from gpulens.analyzer import readers
     from gpulens.analyzer.history import analyze
     from gpulens.analyzer.readers import TraceError
-    from gpulens.core.thresholds import parse_duration
+    from gpulens.core.config import parse_duration
 
     try:
         thresholds, prices = _config(args)
@@ -284,7 +284,7 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
 
 def run_eval(args: argparse.Namespace) -> int:
     from gpulens.analyzer.evaluate import evaluate, render
-    from gpulens.core.thresholds import parse_duration
+    from gpulens.core.config import parse_duration
 
     try:
         thresholds, _ = _config(args)
@@ -307,8 +307,7 @@ def run_service(args: argparse.Namespace) -> int:
 
     from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput
     from gpulens.analyzer.service import AnalyzerService
-    from gpulens.core.config import ConfigError
-    from gpulens.core.thresholds import parse_duration
+    from gpulens.core.config import ConfigError, parse_duration
     from gpulens.core.web import WebConfig, parse_listen_address, serve
 
     try:

@@ -245,10 +245,16 @@ def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
             raise ConfigError(f"--simulate.gpus must be positive, got {args.simulate_gpus}")
         if args.simulate_model not in MODELS:
             raise ConfigError(f"--simulate.model {args.simulate_model!r} is unknown; choose one of {', '.join(MODELS)}")
+        profiles = [p.strip() for p in args.simulate_profiles.split(",") if p.strip()]
+        for profile in profiles:
+            if profile not in PROFILES:
+                raise ConfigError(
+                    f"--simulate.profiles: unknown workload profile {profile!r}; choose one of {', '.join(PROFILES)}"
+                )
         nodes = fleet.fleet_from_flags(
             args.simulate_gpus,
             args.simulate_model,
-            [p.strip() for p in args.simulate_profiles.split(",") if p.strip()],
+            profiles,
             args.simulate_seed,
         )
     else:

@@ -195,23 +195,31 @@ def test_sampler_does_not_invent_time_across_a_gap():
 @pytest.mark.parametrize(
     "fleet, message",
     [
-        ({}, "the fleet must have a non-empty 'nodes' list"),
-        ({"nodes": [{"model": "V100"}]}, "unknown GPU model 'V100'; choose one of"),
-        ({"nodes": [{"gpus": 0}]}, "'gpus' must be a whole number from 1 to 64, got 0"),
+        ({}, "required key(s) nodes missing"),
+        ({"nodes": []}, "nodes: expected a non-empty list of a mapping with keys name, model, gpus"),
+        ({"nodes": [{"model": "V100"}]}, "nodes[0].model: expected one of H200, H100-SXM5-80GB,"),
+        ({"nodes": [{"gpus": 0}]}, "nodes[0].gpus: expected a whole number from 1 to 64, got 0"),
+        ({"nodes": [{"gpu": 2}]}, "nodes[0]: unknown key(s) gpu; did you mean gpus?"),
+        ({"seed": "x", "nodes": [{}]}, "seed: expected a whole number, got 'x'"),
         (
             {"nodes": [{"gpus": 2, "workloads": [{"profile": "idle", "gpus": [2]}]}]},
-            "workload 'idle' names GPU 2, but the node has GPUs 0-1",
+            "nodes[0] (sim-node-1).workloads[0]: workload 'idle' names GPU 2, but the node has GPUs 0-1",
         ),
         (
             {"nodes": [{"gpus": 2, "workloads": [{"profile": "idle", "gpus": [0]}, {"profile": "idle", "gpus": [0]}]}]},
-            "GPU 0 is given two workloads",
+            "nodes[0] (sim-node-1).workloads[1]: GPU 0 is given two workloads",
         ),
-        ({"nodes": [{"workloads": [{"profile": "training"}]}]}, "unknown workload profile 'training'"),
+        ({"nodes": [{"workloads": [{"profile": "training"}]}]}, "nodes[0].workloads[0].profile: expected one of"),
+        (
+            {"nodes": [{"workloads": [{"profile": "idle", "gpus": 0, "pod": "notebook"}]}]},
+            "nodes[0].workloads[0].pod: expected 'namespace/name' or 'namespace/name/container', got 'notebook'",
+        ),
     ],
 )
 def test_bad_fleets_are_refused_with_the_reason(fleet, message):
-    with pytest.raises(FleetError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(FleetError) as error:
         load_fleet(fleet)
+    assert str(error.value).startswith(message)
 
 
 def test_the_demo_fleet_covers_every_profile_that_shows_within_minutes():

@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from gpulens.core.config import ConfigError, read_yaml
+from gpulens.core.config import read_yaml
+from gpulens.core.schema import MapOf, Number, Text, validate
 
 MIB = 1024**2
 GB = 1e9
@@ -179,11 +180,8 @@ def model_info(nvml_name: str, prices: dict[str, float] | None = None) -> GpuMod
 
 
 def load_prices(path: str | None) -> dict[str, float]:
-    """--prices FILE: YAML of model substring: USD per GPU-hour."""
+    """--prices FILE: YAML of model substring: USD per GPU-hour (finite, not negative)."""
     if not path:
         return {}
-    raw = read_yaml(path, "--prices") or {}
-    try:
-        return {str(k): float(v) for k, v in raw.items()}
-    except (AttributeError, TypeError, ValueError) as e:
-        raise ConfigError(f"--prices {path}: must map model names to USD per GPU-hour, e.g. 'H100: 4.0' ({e})") from e
+    schema = MapOf(Number(low=0, noun="a price in USD per GPU-hour"), key=Text(valid=bool, what="a GPU model name"))
+    return validate(read_yaml(path, "--prices"), schema, f"--prices {path}", empty={})

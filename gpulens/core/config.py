@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +25,31 @@ def read_yaml(path: str | Path, flag: str) -> Any:
         raise ConfigError(f"{flag} {path}: cannot read it ({e.strerror})") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{flag} {path}: not valid YAML: {e}") from e
+
+
+#: A Prometheus duration: one or more number-unit pairs, largest unit first (1h30m).
+PROMQL_DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?(?<=[a-z])")
+
+
+def parse_duration(text: str, flag: str) -> float:
+    """Seconds from a flag's value: a number of seconds ("900") or a Prometheus duration ("15m", "1h").
+    Raises ConfigError naming the flag and the accepted forms."""
+    text = text.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        if not PROMQL_DURATION.fullmatch(text):
+            raise ConfigError(f"{flag} {text!r} is not a duration: give seconds (900) or 30s, 10m, 1h30m, 1d") from None
+        seconds = duration_seconds(text)
+    if not 0 < seconds < math.inf:
+        raise ConfigError(f"{flag} must be a positive, finite duration, got {text!r}")
+    return seconds
+
+
+def duration_seconds(duration: str) -> float:
+    """Seconds in a Prometheus duration ("1h30m" -> 5400.0)."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+)(ms|[smhdwy])", duration))
 
 
 def require_positive(*flags: tuple[str, float], unit: str = "number of seconds") -> None:

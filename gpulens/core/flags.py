@@ -12,8 +12,7 @@ import argparse
 import os
 from typing import Any, TypeAlias
 
-from gpulens.core.config import ConfigError
-from gpulens.core.thresholds import parse_duration
+from gpulens.core.config import ConfigError, parse_duration
 
 #: What each part's register() receives: the `gpulens` command's subcommands.
 Subcommands: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

@@ -7,11 +7,10 @@ Override any of them with `--thresholds FILE` (YAML with the same field names).
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, fields
 
-from gpulens.core.config import ConfigError, read_yaml
+from gpulens.core.config import PROMQL_DURATION, read_yaml
+from gpulens.core.schema import Integer, Number, Record, Schema, Text, validate
 
 #: Activity under this ratio is "no work": SM / GR activity about 0 (SIGNALS.md; tool: Princeton JDS
 #: uses 0%). The exporter's idle-seconds counters use it as it is; the analyzer's default is it too.
@@ -134,52 +133,28 @@ class Thresholds:
 
     @classmethod
     def load(cls, path: str | None) -> Thresholds:
-        """Defaults, overridden by a YAML file of field: value. Raises ValueError naming the bad key."""
+        """Defaults, overridden by a YAML file of field: value; ConfigError naming the bad key."""
         if not path:
             return cls()
-        raw = read_yaml(path, "--thresholds") or {}
-        if not isinstance(raw, dict):
-            raise ConfigError(f"--thresholds {path}: expected a mapping of threshold: value")
-        known = {f.name: f for f in fields(cls)}
-        unknown = set(raw) - set(known)
-        if unknown:
-            raise ConfigError(
-                f"--thresholds {path}: unknown key(s) {', '.join(sorted(unknown))}; known keys are {', '.join(known)}"
-            )
-        values = {}
-        for key, value in raw.items():
-            kind = type(getattr(cls(), key))
-            try:
-                values[key] = kind(value)
-            except (TypeError, ValueError) as e:
-                raise ConfigError(f"--thresholds {path}: {key} must be a {kind.__name__}, got {value!r}") from e
-            if kind is str and not PROMQL_DURATION.fullmatch(values[key]):
-                raise ConfigError(
-                    f"--thresholds {path}: {key} must be a Prometheus duration such as 30s, 5m or 1h, got {value!r}"
-                )
-        return cls(**values)
+        return cls(**validate(read_yaml(path, "--thresholds"), _schema(), f"--thresholds {path}", empty={}))
 
 
-#: A Prometheus duration: one or more number-unit pairs, largest unit first (1h30m).
-PROMQL_DURATION = re.compile(r"(?:\d+y)?(?:\d+w)?(?:\d+d)?(?:\d+h)?(?:\d+m)?(?:\d+s)?(?:\d+ms)?(?<=[a-z])")
+#: Thresholds named with a unit (and these two counts) are numbers from 0 up; every other number is a
+#: ratio from 0 to 1.
+_UNIT_SUFFIXES = ("_seconds", "_bytes", "_per_second", "_per_minute", "_factor")
+_UNBOUNDED = {"starvation_regularity", "nvlink_errors"}
 
 
-def parse_duration(text: str, flag: str) -> float:
-    """Seconds from a flag's value: a number of seconds ("900") or a Prometheus duration ("15m", "1h").
-    Raises ConfigError naming the flag and the accepted forms."""
-    text = text.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        if not PROMQL_DURATION.fullmatch(text):
-            raise ConfigError(f"{flag} {text!r} is not a duration: give seconds (900) or 30s, 10m, 1h30m, 1d") from None
-        seconds = duration_seconds(text)
-    if not 0 < seconds < math.inf:
-        raise ConfigError(f"{flag} must be a positive, finite duration, got {text!r}")
-    return seconds
-
-
-def duration_seconds(duration: str) -> float:
-    """Seconds in a Prometheus duration ("1h30m" -> 5400.0)."""
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-    return sum(float(n) * units[u] for n, u in re.findall(r"(\d+)(ms|[smhdwy])", duration))
+def _schema() -> Record:
+    """The schema of a --thresholds file: every field by its type and range."""
+    keys: dict[str, Schema] = {}
+    for f in fields(Thresholds):
+        if f.type == "str":
+            keys[f.name] = Text(valid=PROMQL_DURATION.fullmatch, what="a Prometheus duration such as 30s, 5m or 1h")
+        elif f.type == "int":
+            keys[f.name] = Integer(low=1 if f.name == "min_samples" else 0)
+        elif f.name.endswith(_UNIT_SUFFIXES) or f.name in _UNBOUNDED:
+            keys[f.name] = Number(low=0)
+        else:
+            keys[f.name] = Number(low=0, high=1, noun="a ratio")
+    return Record(keys, what="a mapping of threshold: value")

@@ -14,6 +14,7 @@ from pathlib import Path
 from gpulens.core.catalog import MODELS
 from gpulens.core.config import ConfigError, read_yaml
 from gpulens.core.pods import PodRef
+from gpulens.core.schema import Flag, Integer, Invalid, ListOf, Record, Text
 from gpulens.simulator.workloads import PROFILES, SimGpu, profile_params
 
 #: CPU limit of every simulated pod, in cores.
@@ -30,43 +31,69 @@ class SimNode:
     gpus: list[SimGpu]
 
 
-def load_fleet(config: dict, default_seed: int = 0) -> list[SimNode]:
+def _is_pod_ref(value: str) -> bool:
+    parts = value.split("/")
+    return len(parts) in (2, 3) and all(parts)
+
+
+#: A fleet file (docs/simulator.md).
+FLEET_SCHEMA = Record(
+    {
+        "seed": Integer(),
+        "nodes": ListOf(
+            Record(
+                {
+                    "name": Text(valid=bool, what="a node name"),
+                    "model": Text(choices=tuple(MODELS)),
+                    "gpus": Integer(1, 64),
+                    "profiling": Flag(),
+                    "workloads": ListOf(
+                        Record(
+                            {
+                                "profile": Text(choices=tuple(PROFILES)),
+                                "gpus": ListOf(Integer(low=0), single=True),
+                                "pod": Text(valid=_is_pod_ref, what="'namespace/name' or 'namespace/name/container'"),
+                            },
+                            required=("profile",),
+                        )
+                    ),
+                }
+            ),
+            min_length=1,
+        ),
+    },
+    required=("nodes",),
+    what="a fleet",
+)
+
+
+def load_fleet(config: object, default_seed: int = 0) -> list[SimNode]:
     """Build simulated nodes from a fleet description (the YAML format in docs/simulator.md)."""
-    if not isinstance(config, dict) or not isinstance(config.get("nodes"), list) or not config["nodes"]:
-        raise FleetError("the fleet must have a non-empty 'nodes' list")
-    seed = int(config.get("seed", default_seed))
+    try:
+        fleet = FLEET_SCHEMA.check(config, "")
+    except Invalid as e:
+        raise FleetError(str(e)) from None
+    seed = fleet.get("seed", default_seed)
     rng = random.Random(seed)
     nodes = []
-    for n, node in enumerate(config["nodes"]):
-        where = f"node {n + 1}"
-        if not isinstance(node, dict):
-            raise FleetError(f"{where}: expected a mapping with name, model, gpus and workloads")
-        name = str(node.get("name", f"sim-node-{n + 1}"))
-        where = f"node '{name}'"
-        model_key = node.get("model", "H100-SXM5-80GB")
-        if model_key not in MODELS:
-            raise FleetError(f"{where}: unknown GPU model '{model_key}'; choose one of {', '.join(MODELS)}")
-        model = MODELS[model_key]
+    for n, node in enumerate(fleet["nodes"]):
+        name = node.get("name", f"sim-node-{n + 1}")
+        where = f"nodes[{n}] ({name})"
+        model = MODELS[node.get("model", "H100-SXM5-80GB")]
         count = node.get("gpus", 8)
-        if not isinstance(count, int) or not 1 <= count <= 64:
-            raise FleetError(f"{where}: 'gpus' must be a whole number from 1 to 64, got {count!r}")
-        profiling = bool(node.get("profiling", True))
+        profiling = node.get("profiling", True)
         assigned: dict[int, tuple[str, PodRef | None, int]] = {}
-        for workload in node.get("workloads", []) or []:
-            profile = workload.get("profile") if isinstance(workload, dict) else None
-            if profile not in PROFILES:
-                raise FleetError(f"{where}: unknown workload profile {profile!r}; choose one of {', '.join(PROFILES)}")
-            indices = workload.get("gpus", [])
-            if isinstance(indices, int):
-                indices = [indices]
-            for role, index in enumerate(indices):
-                if not isinstance(index, int) or not 0 <= index < count:
+        for w, workload in enumerate(node.get("workloads", [])):
+            profile = workload["profile"]
+            for role, index in enumerate(workload.get("gpus", [])):
+                if index >= count:
                     raise FleetError(
-                        f"{where}: workload '{profile}' names GPU {index!r}, but the node has GPUs 0-{count - 1}"
+                        f"{where}.workloads[{w}]: workload '{profile}' names GPU {index}, but the node has GPUs "
+                        f"0-{count - 1}"
                     )
                 if index in assigned:
-                    raise FleetError(f"{where}: GPU {index} is given two workloads")
-                assigned[index] = (profile, _pod_ref(workload.get("pod"), where), role)
+                    raise FleetError(f"{where}.workloads[{w}]: GPU {index} is given two workloads")
+                assigned[index] = (profile, _pod_ref(workload.get("pod")), role)
         gpus = []
         for index in range(count):
             profile, pod, role = assigned.get(index, ("unallocated", None, 0))
@@ -97,13 +124,11 @@ def load_fleet(config: dict, default_seed: int = 0) -> list[SimNode]:
     return nodes
 
 
-def _pod_ref(value: object, where: str) -> PodRef | None:
+def _pod_ref(value: str | None) -> PodRef | None:
     """'namespace/pod' or 'namespace/pod/container' (container defaults to 'main')."""
-    if value in (None, ""):
+    if not value:
         return None
-    parts = str(value).split("/")
-    if len(parts) not in (2, 3) or not all(parts):
-        raise FleetError(f"{where}: pod {value!r} must be 'namespace/name' or 'namespace/name/container'")
+    parts = value.split("/")
     return PodRef(parts[0], parts[1], parts[2] if len(parts) == 3 else "main")
 
 
