@@ -198,10 +198,11 @@ def test_bad_web_config_is_refused(tmp_path):
     config = _web_config(tmp_path, "basic_auth_users:\n  prometheus: plaintext\n")
     result = run_exporter("--source", "simulated", "--web.config.file", config)
     assert result.returncode == 2
-    assert "the password of user 'prometheus' is not a bcrypt hash" in result.stderr
+    assert "basic_auth_users.prometheus: expected a bcrypt hash (make one with: htpasswd" in result.stderr
+    assert "plaintext" not in result.stderr  # a password where its hash belongs is still a secret
     config = _web_config(tmp_path, "tls_server_config:\n  cert_file: a.crt\n  keyfile: a.key\n")
     result = run_exporter("--source", "simulated", "--web.config.file", config)
-    assert "unknown tls_server_config key(s) keyfile" in result.stderr
+    assert "tls_server_config: unknown key(s) keyfile; did you mean key_file?" in result.stderr
 
 
 def test_port_in_use_is_a_clear_error():

@@ -1,18 +1,30 @@
-"""HTTP serving for gpulens' exporter and analyzer: /metrics, /healthz, a small index page.
+"""HTTP serving for gpulens' exporter and analyzer: /metrics, /healthz, /readyz, a small index page.
 
 `--web.config.file` takes the Prometheus exporter-toolkit format, so an SRE can reuse the file they
-already have for node_exporter:
+already have for node_exporter. Every field is read with exporter-toolkit's meaning, or the file is
+refused naming the field and why:
 
     tls_server_config:
-      cert_file: server.crt
+      cert_file: server.crt          # or cert: PEM text (and key: for key_file)
       key_file: server.key
-      client_auth_type: RequireAndVerifyClientCert   # optional
-      client_ca_file: ca.crt                         # optional
-      min_version: TLS12                             # optional
+      client_auth_type: RequireAndVerifyClientCert   # NoClientCert (default), RequestClientCert,
+                                     # VerifyClientCertIfGiven; RequireAnyClientCert is refused: Python's
+                                     # TLS cannot admit a certificate without verifying it
+      client_ca_file: ca.crt         # or client_ca: PEM text
+      client_allowed_sans: [prometheus.monitoring.svc]   # DNS, IP, e-mail or URI, exact
+      min_version: TLS12             # TLS10-TLS13; max_version too (default TLS13)
+      cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]   # Go's names; TLS 1.2 and below
+      prefer_server_cipher_suites: true
+      curve_preferences: [X25519]    # one curve (Python sets one, not an order)
     http_server_config:
-      headers: {X-Frame-Options: deny}               # optional
+      http2: true                    # gpulens speaks HTTP/1.1; clients agree on it through ALPN
+      headers: {X-Frame-Options: deny}   # the five headers exporter-toolkit allows
     basic_auth_users:
-      prometheus: $2y$10$...                         # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\\n')
+      prometheus: $2y$10$...         # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\n')
+    rate_limit: {interval: 100ms, burst: 10}   # beyond it: 429 (never for /healthz, /readyz)
+
+Connections: a backlog of 1,024, at most MAX_CONNECTIONS served at once, each closed after
+IDLE_TIMEOUT_SECONDS without progress; a client hanging up is a debug line, never a traceback.
 """
 
 from __future__ import annotations
@@ -21,10 +33,15 @@ import base64
 import gzip
 import hashlib
 import html
+import ipaddress
 import logging
+import re
 import socket
 import ssl
+import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +51,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from gpulens.core.config import ConfigError, read_yaml
+from gpulens.core.schema import Duration, Flag, Integer, ListOf, MapOf, Record, Text, validate
+from gpulens.core.status import ProblemLog
 
 log = logging.getLogger(__name__)
 
@@ -46,22 +65,11 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-_TLS_KEYS = {
-    "cert_file",
-    "key_file",
-    "client_auth_type",
-    "client_ca_file",
-    "min_version",
-    "max_version",
-    "cipher_suites",
-    "prefer_server_cipher_suites",
-    "curve_preferences",
-    "client_allowed_sans",
-}
 _CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
-    "RequestClientCert": ssl.CERT_OPTIONAL,
-    "RequireAnyClientCert": ssl.CERT_REQUIRED,
+    # Go asks for a certificate and admits every client whatever it sends; nothing uses an unverified
+    # certificate here, so it is not asked for: every client is admitted, as there.
+    "RequestClientCert": ssl.CERT_NONE,
     "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
     "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
 }
@@ -71,83 +79,236 @@ _TLS_VERSIONS = {
     "TLS12": ssl.TLSVersion.TLSv1_2,
     "TLS13": ssl.TLSVersion.TLSv1_3,
 }
+#: Go's cipher suite names (crypto/tls.CipherSuites(), the ones exporter-toolkit accepts) as OpenSSL's.
+#: Like Go, they choose among TLS 1.2 suites only; TLS 1.3's are not configurable.
+_CIPHER_SUITES = {
+    "TLS_RSA_WITH_AES_128_CBC_SHA": "AES128-SHA",
+    "TLS_RSA_WITH_AES_256_CBC_SHA": "AES256-SHA",
+    "TLS_RSA_WITH_AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "TLS_RSA_WITH_AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA": "ECDHE-ECDSA-AES128-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA": "ECDHE-ECDSA-AES256-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA": "ECDHE-RSA-AES128-SHA",
+    "TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA": "ECDHE-RSA-AES256-SHA",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+}
+#: Go's curve names (crypto/tls.CurveID) as OpenSSL's.
+_CURVES = {"CurveP256": "prime256v1", "CurveP384": "secp384r1", "CurveP521": "secp521r1", "X25519": "X25519"}
+#: The response headers exporter-toolkit lets a web config set, with the values it accepts (None: any).
+_HEADERS: dict[str, tuple[str, ...] | None] = {
+    "Content-Security-Policy": None,
+    "X-Frame-Options": ("deny", "sameorigin"),
+    "X-Content-Type-Options": ("nosniff",),
+    "X-XSS-Protection": None,
+    "Strict-Transport-Security": None,
+}
+
+
+def _header(values: tuple[str, ...] | None) -> Text:
+    """A header's value: one of `values` in any case, or any one-line text."""
+    if values is None:
+        return Text(what="a header value")
+    return Text(valid=lambda v: v.lower() in values, what=f"one of {', '.join(values)}")
+
+
+_HTPASSWD = "htpasswd -nBC 10 \"\" | tr -d ':\\n'"
+#: A bcrypt hash as htpasswd and Go write it: version, cost 4-31, 22 characters of salt, 31 of hash.
+_BCRYPT = re.compile(r"\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}")
+#: exporter-toolkit's format, every field; validate() refuses a key outside it, naming it.
+WEB_CONFIG_SCHEMA = Record(
+    {
+        "tls_server_config": Record(
+            {
+                "cert": Text(what="a PEM certificate", one_line=False),
+                "key": Text(what="a PEM private key", one_line=False, secret=True),
+                "client_ca": Text(what="PEM CA certificates", one_line=False),
+                "cert_file": Text(valid=bool, what="a file name"),
+                "key_file": Text(valid=bool, what="a file name"),
+                "client_auth_type": Text(choices=(*_CLIENT_AUTH, "RequireAnyClientCert")),
+                "client_ca_file": Text(valid=bool, what="a file name"),
+                "client_allowed_sans": ListOf(Text(valid=bool, what="a DNS name, IP address, e-mail or URI")),
+                "min_version": Text(choices=tuple(_TLS_VERSIONS)),
+                "max_version": Text(choices=tuple(_TLS_VERSIONS)),
+                "cipher_suites": ListOf(Text(choices=tuple(_CIPHER_SUITES))),
+                "prefer_server_cipher_suites": Flag(),
+                "curve_preferences": ListOf(Text(choices=tuple(_CURVES))),
+            }
+        ),
+        "http_server_config": Record(
+            {
+                "http2": Flag(),
+                "headers": Record({name: _header(values) for name, values in _HEADERS.items()}),
+            }
+        ),
+        "basic_auth_users": MapOf(
+            Text(valid=_BCRYPT.fullmatch, what=f"a bcrypt hash (make one with: {_HTPASSWD})", secret=True),
+            key=Text(valid=lambda user: ":" not in user, what="a user name without ':'"),
+        ),
+        "rate_limit": Record({"interval": Duration(), "burst": Integer(low=0)}),
+    },
+    what="an exporter-toolkit web config",
+)
 
 
 @dataclass
 class WebConfig:
-    """A validated --web.config.file."""
+    """A validated --web.config.file (exporter-toolkit's format)."""
 
     ssl_context: ssl.SSLContext | None = None
+    #: Client certificates must name one of these (DNS, IP, e-mail or URI SAN); empty: any verified one.
+    allowed_sans: frozenset[str] = frozenset()
     users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
     headers: dict[str, str] = field(default_factory=dict)
+    #: Requests admitted per second and the burst above it (exporter-toolkit's rate_limit); None: no limit.
+    rate_limit: tuple[float, int] | None = None
 
     @classmethod
     def load(cls, path: str | None) -> WebConfig:
+        """The file at `path` (none: plain HTTP, no auth); ConfigError naming the file, the key and the
+        fix for anything outside exporter-toolkit's format or that gpulens cannot do as it does."""
         if not path:
             return cls()
         where = f"--web.config.file {path}"
-        raw = read_yaml(path, "--web.config.file") or {}
-        if not isinstance(raw, dict):
-            raise ConfigError(
-                f"{where}: expected a mapping with tls_server_config, http_server_config or basic_auth_users"
-            )
-        unknown = set(raw) - {"tls_server_config", "http_server_config", "basic_auth_users"}
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-        base = Path(path).resolve().parent
+        raw = validate(read_yaml(path, "--web.config.file"), WEB_CONFIG_SCHEMA, where, empty={})
         config = cls()
-        tls = raw.get("tls_server_config")
-        if tls:
-            config.ssl_context = _ssl_context(tls, base, where)
-        users = raw.get("basic_auth_users") or {}
-        if not isinstance(users, dict):
-            raise ConfigError(f"{where}: basic_auth_users must map user names to bcrypt hashes")
+        if "tls_server_config" in raw:
+            config.ssl_context, config.allowed_sans = _tls(raw["tls_server_config"], Path(path).resolve().parent, where)
+        users = raw.get("basic_auth_users", {})
+        if users:
+            import bcrypt  # only where basic auth is on: most nodes never load it
         for user, hashed in users.items():
-            if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
-                raise ConfigError(
-                    f"{where}: the password of user {user!r} is not a bcrypt hash "
-                    "(make one with: htpasswd -nBC 10 \"\" | tr -d ':\\n')"
-                )
-            config.users[str(user)] = hashed.encode()
-        http_config = raw.get("http_server_config") or {}
-        config.headers = {str(k): str(v) for k, v in (http_config.get("headers") or {}).items()}
+            try:
+                bcrypt.checkpw(b"", hashed.encode())  # a hash the library cannot read fails here, not at a scrape
+            except ValueError:
+                raise ConfigError(f"{where}: basic_auth_users.{user}: not a valid bcrypt hash") from None
+            config.users[user] = hashed.encode()
+        config.headers = raw.get("http_server_config", {}).get("headers", {})
+        limit = raw.get("rate_limit", {})
+        if limit.get("interval", 0) > 0:
+            config.rate_limit = (1 / limit["interval"], limit.get("burst", 0))
         return config
 
 
-def _ssl_context(tls: dict, base: Path, where: str) -> ssl.SSLContext:
-    unknown = set(tls) - _TLS_KEYS
-    if unknown:
-        raise ConfigError(f"{where}: unknown tls_server_config key(s) {', '.join(sorted(unknown))}")
-    if not tls.get("cert_file") or not tls.get("key_file"):
-        raise ConfigError(f"{where}: tls_server_config needs both cert_file and key_file")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = _TLS_VERSIONS.get(tls.get("min_version", "TLS12"), ssl.TLSVersion.TLSv1_2)
-    try:
-        context.load_cert_chain(base / tls["cert_file"], base / tls["key_file"])
-    except (OSError, ssl.SSLError) as e:
-        raise ConfigError(f"{where}: cannot load cert_file/key_file: {e}") from e
+def _tls(tls: dict, base: Path, where: str) -> tuple[ssl.SSLContext, frozenset[str]]:
+    """The server's TLS context and the client SANs allowed, from a checked tls_server_config."""
+
+    def refuse(problem: str) -> ConfigError:
+        return ConfigError(f"{where}: tls_server_config: {problem}")
+
+    for inline, file in (("cert", "cert_file"), ("key", "key_file"), ("client_ca", "client_ca_file")):
+        if inline in tls and file in tls:
+            raise refuse(f"give {inline} or {file}, not both")
+    if not ("cert" in tls or "cert_file" in tls) or not ("key" in tls or "key_file" in tls):
+        raise refuse("needs a certificate and its key (cert_file and key_file)")
     auth = tls.get("client_auth_type", "NoClientCert")
-    if auth not in _CLIENT_AUTH:
-        raise ConfigError(f"{where}: client_auth_type {auth!r} is not one of {', '.join(_CLIENT_AUTH)}")
+    if auth == "RequireAnyClientCert":
+        raise refuse(
+            "client_auth_type RequireAnyClientCert admits certificates nobody verified, which Python's TLS "
+            "cannot do; use RequireAndVerifyClientCert with client_ca_file"
+        )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = _TLS_VERSIONS[tls.get("min_version", "TLS12")]
+    context.maximum_version = _TLS_VERSIONS[tls.get("max_version", "TLS13")]
+    if context.minimum_version > context.maximum_version:
+        raise refuse(f"min_version {tls['min_version']} is above max_version {tls.get('max_version', 'TLS13')}")
+    # gpulens speaks HTTP/1.1; with http2 on, clients agree on it through ALPN as with any HTTP/1.1 server.
+    context.set_alpn_protocols(["http/1.1"])
+    try:
+        _load_chain(context, tls, base)
+    except (OSError, ssl.SSLError) as e:
+        raise refuse(f"cannot load the certificate and key: {e}") from e
     context.verify_mode = _CLIENT_AUTH[auth]
-    if tls.get("client_ca_file"):
-        try:
+    try:
+        if "client_ca_file" in tls:
             context.load_verify_locations(base / tls["client_ca_file"])
-        except (OSError, ssl.SSLError) as e:
-            raise ConfigError(f"{where}: cannot load client_ca_file: {e}") from e
-    elif auth in ("VerifyClientCertIfGiven", "RequireAndVerifyClientCert"):
-        raise ConfigError(f"{where}: client_auth_type {auth} needs client_ca_file")
-    return context
+        elif "client_ca" in tls:
+            context.load_verify_locations(cadata=tls["client_ca"])
+    except (OSError, ssl.SSLError) as e:
+        raise refuse(f"cannot load the client CA: {e}") from e
+    if context.verify_mode != ssl.CERT_NONE and not ("client_ca_file" in tls or "client_ca" in tls):
+        raise refuse(f"client_auth_type {auth} needs client_ca_file")
+    sans = frozenset(tls.get("client_allowed_sans", []))
+    if sans and auth != "RequireAndVerifyClientCert":
+        raise refuse("client_allowed_sans needs client_auth_type RequireAndVerifyClientCert")
+    suites = [_CIPHER_SUITES[s] for s in tls.get("cipher_suites", []) if _CIPHER_SUITES[s]]
+    try:
+        if suites:
+            context.set_ciphers(":".join(suites))
+    except ssl.SSLError as e:
+        raise refuse(f"cipher_suites: this OpenSSL offers none of them ({e})") from e
+    if tls.get("prefer_server_cipher_suites", True):
+        context.options |= ssl.OP_CIPHER_SERVER_PREFERENCE
+    curves = tls.get("curve_preferences", [])
+    if len(curves) > 1:
+        raise refuse("curve_preferences: Python's TLS sets one curve, not an order of several; name the one to use")
+    if curves:
+        context.set_ecdh_curve(_CURVES[curves[0]])
+    return context, sans
+
+
+def _load_chain(context: ssl.SSLContext, tls: dict, base: Path) -> None:
+    """Load the server's certificate and key, from their files or inline (PEM text in the web config:
+    Python's TLS reads files only, so inline ones pass through a directory only this process can read,
+    removed at once)."""
+    with tempfile.TemporaryDirectory() as directory:
+
+        def path(inline: str, file: str) -> Path:
+            if inline not in tls:
+                return base / tls[file]
+            written = Path(directory) / inline
+            written.write_text(tls[inline])
+            return written
+
+        context.load_cert_chain(path("cert", "cert_file"), path("key", "key_file"))
+
+
+def client_san_allowed(certificate: dict | None, allowed: frozenset[str]) -> bool:
+    """Whether a verified client certificate (ssl.getpeercert()) names one of `allowed` among its DNS,
+    IP, e-mail or URI subject alternative names, exactly (IP addresses compared as addresses)."""
+    if not allowed:
+        return True
+    addresses = {_ip(a) for a in allowed} - {None}
+    for kind, value in (certificate or {}).get("subjectAltName", ()):
+        if kind in ("DNS", "email", "URI") and value in allowed:
+            return True
+        if kind == "IP Address" and _ip(value.strip()) in addresses:
+            return True
+    return False
+
+
+def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
 
 
 class _Authenticator:
-    """Checks basic-auth credentials against bcrypt hashes. bcrypt is slow on purpose (tens of ms),
-    so, like exporter-toolkit, successful checks are cached by a hash of the credentials."""
+    """Checks basic-auth credentials against bcrypt hashes as exporter-toolkit does: every first check
+    of a user and password costs one bcrypt run, for a user that does not exist too (against a decoy
+    hash of the same cost), so the time an answer takes does not tell which users exist; answers are
+    then cached, good and bad, by a hash of user, password and stored hash (bcrypt is slow on purpose,
+    and a scraper sends the same credentials every time); bcrypt runs one at a time, so a flood of
+    wrong passwords costs one core, not all."""
+
+    CACHE_SIZE = 100
 
     def __init__(self, users: dict[str, bytes]):
         self.users = users
-        self._good: set[bytes] = set()
+        self._cache: dict[bytes, bool] = {}
         self._lock = threading.Lock()
+        self._bcrypt = threading.Lock()
+        self._decoy = b""
+        if users:
+            import bcrypt
+
+            cost = max(int(h.split(b"$")[2]) for h in users.values())
+            self._decoy = bcrypt.hashpw(b"decoy", bcrypt.gensalt(rounds=cost))
 
     def allowed(self, header: str | None) -> bool:
         if not self.users:
@@ -155,23 +316,54 @@ class _Authenticator:
         if not header or not header.startswith("Basic "):
             return False
         try:
-            user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+            user, _, password_text = base64.b64decode(header[6:], validate=True).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
             return False
+        password = password_text.encode()
         hashed = self.users.get(user)
-        if hashed is None:
-            return False
-        key = hashlib.sha256(hashed + b"\0" + password.encode()).digest()
+        key = hashlib.sha256(b"\0".join((user.encode(), password, hashed or b""))).digest()
         with self._lock:
-            if key in self._good:
-                return True
-        import bcrypt  # only needed when basic auth is configured
+            cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        import bcrypt
 
-        if bcrypt.checkpw(password.encode(), hashed):
-            with self._lock:
-                self._good.add(key)
+        with self._bcrypt:
+            # bcrypt reads 72 bytes at most; a longer password is refused (as Go's bcrypt does) after
+            # the same work as any other.
+            matches = bcrypt.checkpw(password[:72], hashed or self._decoy)
+        good = hashed is not None and matches and len(password) <= 72
+        with self._lock:
+            if len(self._cache) >= self.CACHE_SIZE:
+                del self._cache[next(iter(self._cache))]
+            self._cache[key] = good
+        return good
+
+
+class _RateLimit:
+    """A token bucket: `rate` requests a second on average, `burst` more at once (exporter-toolkit's
+    rate_limit, as golang.org/x/time/rate counts it)."""
+
+    def __init__(self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.rate, self.burst, self.clock = rate, max(burst, 1), clock
+        self._tokens, self._last = float(self.burst), clock()
+        self._lock = threading.Lock()
+
+    def allow(self) -> bool:
+        with self._lock:
+            now = self.clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            if self._tokens < 1:
+                return False
+            self._tokens -= 1
             return True
-        return False
+
+
+#: Seconds a connection may sit without sending (its request) or receiving (the answer) before it is closed.
+IDLE_TIMEOUT_SECONDS = 30.0
+#: Connections served at once; more are closed on arrival. Well above a fleet's scrapers of one node.
+MAX_CONNECTIONS = 512
 
 
 Route = Callable[[], tuple[int, str, bytes]]
@@ -202,9 +394,13 @@ def serve(
     scraper asks for that format. Raises ConfigError if the address cannot be bound."""
     get_routes = dict(routes or {})
     auth = _Authenticator(config.users)
+    limit = _RateLimit(*config.rate_limit) if config.rate_limit else None
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpulens"
+        # A client that sends nothing, or stops reading, for this long is let go: a stalled or malicious
+        # client holds a thread no longer than that.
+        timeout = IDLE_TIMEOUT_SECONDS
 
         def log_message(self, format, *args):  # access logs would drown the useful ones
             log.debug("%s %s", self.address_string(), format % args)
@@ -228,15 +424,22 @@ def serve(
             )
             return False
 
+        def _admitted(self) -> bool:
+            """True within the rate limit (if any); else answers 429."""
+            if limit is None or limit.allow():
+                return True
+            self._send(429, "text/plain; charset=utf-8", b"Too Many Requests\n", {"Retry-After": "1"})
+            return False
+
         def do_GET(self):
             path = self.path.split("?", 1)[0]
-            if path in ("/healthz", "/readyz"):
+            if path in ("/healthz", "/readyz"):  # never rate-limited: a refused probe restarts the pod
                 ok, reason = (health if path == "/healthz" else ready or health)()
                 if not auth.allowed(self.headers.get("Authorization")):
                     reason = "ok" if ok else "failing (authenticate to see why)"
                 self._send(200 if ok else 503, "text/plain; charset=utf-8", (reason + "\n").encode())
                 return
-            if not self._authorized():
+            if not self._admitted() or not self._authorized():
                 return
             if path == "/metrics":
                 encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
@@ -267,7 +470,7 @@ def serve(
         do_HEAD = do_GET
 
         def do_POST(self):
-            if not self._authorized():
+            if not self._admitted() or not self._authorized():
                 return
             if post is None:
                 self._send(405, "text/plain; charset=utf-8", b"Method Not Allowed\n", {"Allow": "GET, HEAD"})
@@ -282,18 +485,53 @@ def serve(
         # several Prometheus replicas, a dashboard refresh): the kernel queues this many instead.
         request_queue_size = 1024
         address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        _connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        _problems = ProblemLog(log)
+
+        def process_request(self, request, client_address):
+            # One thread a connection, at most MAX_CONNECTIONS at once: past that a connection is closed at
+            # once (and said once), so a flood cannot exhaust the process's threads and memory.
+            if not self._connections.acquire(blocking=False):
+                self._problems.problem("cap", f"more than {MAX_CONNECTIONS} connections at once: closing new ones")
+                self.shutdown_request(request)
+                return
+            self._problems.resolved("cap", f"fewer than {MAX_CONNECTIONS} connections again")
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                self._connections.release()
+                raise
+
+        def process_request_thread(self, request, client_address):
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self._connections.release()
 
         def finish_request(self, request, client_address):
             # The TLS handshake runs here, in the connection's own thread, so that one slow or
             # broken client cannot stall the accept loop and every other scrape with it.
             if config.ssl_context is not None:
-                request.settimeout(10)
+                request.settimeout(IDLE_TIMEOUT_SECONDS)
                 try:
                     request = config.ssl_context.wrap_socket(request, server_side=True)
                 except (ssl.SSLError, OSError) as e:
                     log.debug("TLS handshake with %s failed: %s", client_address, e)
                     return
+                if not client_san_allowed(request.getpeercert(), config.allowed_sans):
+                    log.debug("client certificate of %s names none of client_allowed_sans", client_address)
+                    request.close()
+                    return
             super().finish_request(request, client_address)
+
+        def handle_error(self, request, client_address):
+            # A client that hangs up or stalls is routine (a scrape timing out, a probe): a debug line, not
+            # socketserver's traceback on stderr. Anything else is a bug, logged with its traceback.
+            error = sys.exc_info()[1]
+            if isinstance(error, ConnectionError | TimeoutError | ssl.SSLError):
+                log.debug("connection from %s ended: %r", client_address, error)
+            else:
+                log.error("error serving %s", client_address, exc_info=True)
 
     try:
         server = Server(address, Handler)
