@@ -207,7 +207,7 @@ def devices_from_rows(rows: list[Row]) -> dict[tuple[str, int | None], DcgmDevic
         if not uuid:
             continue
         gi_text = _label(labels, "GPU_I_ID", "gpu_i_id")
-        gi = int(gi_text) if gi_text.isdigit() else None
+        gi = int(gi_text) if gi_text.isascii() and gi_text.isdigit() else None  # "²".isdigit() too
         gpu = _label(labels, "gpu", "GPU")
         f = BY_NAME.get(name)
         if name == _FB_FREE:

@@ -1,0 +1,330 @@
+"""Every parser and config loader, fuzzed with hypothesis: whatever the input, the answer is a result or
+the project's own error (TraceError for data files, ConfigError for configs), never another exception.
+
+Examples are derived from the test's name (derandomize), so CI runs the same ones every time and main
+cannot turn red by chance; run with --hypothesis-seed=random to look further.
+"""
+
+import io
+import math
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpulens.analyzer import readers
+from gpulens.analyzer.readers import TraceError
+from gpulens.core import catalog, dcgm
+from gpulens.core.config import ConfigError
+from gpulens.core.thresholds import Thresholds
+from gpulens.core.trace import ALL_COLUMNS
+from gpulens.core.web import WebConfig
+from gpulens.simulator.fleet import load_fleet
+
+FUZZ = settings(
+    max_examples=250,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# Text that looks like the formats: their own words and numbers, separators, quotes, units, junk.
+WORDS = st.sampled_from(
+    [
+        *ALL_COLUMNS,
+        "GPU-1",
+        "0",
+        "1",
+        "-1",
+        "0.5",
+        "85",
+        "1e300",
+        "inf",
+        "-inf",
+        "nan",
+        "NaN",
+        "",
+        " ",
+        '"',
+        '""',
+        "[N/A]",
+        "N/A",
+        "0x0000000000000004",
+        "0xzz",
+        "2024/01/01 10:00:00.000",
+        "2025-11-21T10:00:00Z",
+        "MiB",
+        "%",
+        "150 %",
+        "-3 MiB",
+        "\ufeff",
+        "\x00",
+        "é",
+        "1.2.3",
+        "9" * 40,
+    ]  # fmt: skip
+)
+FIELDS = st.one_of(WORDS, st.text(max_size=12))
+LINES = st.lists(st.lists(FIELDS, max_size=8).map(",".join), max_size=12)
+
+
+def _file(suffix: str, content: bytes) -> Path:
+    directory = Path(tempfile.mkdtemp(prefix="gpulens-fuzz-"))
+    path = directory / f"input{suffix}"
+    path.write_bytes(content)
+    return path
+
+
+def _read(path: Path) -> None:
+    try:
+        frame = readers.read_files([path])
+    except TraceError:
+        return
+    # What is read is what a GPU can report: nothing infinite, no ratio outside 0-1.
+    assert not frame.select_dtypes("number").isin([math.inf, -math.inf]).any().any()
+    assert ((frame["gpu_util"].dropna() >= 0) & (frame["gpu_util"].dropna() <= 1)).all()
+
+
+@FUZZ
+@given(header=st.lists(st.sampled_from(ALL_COLUMNS), max_size=8), lines=LINES)
+def test_trace_csv(header, lines):
+    _read(_file(".csv", (",".join(["timestamp", "gpu", *header]) + "\n" + "\n".join(lines)).encode()))
+
+
+@FUZZ
+@given(header=st.lists(st.sampled_from(ALL_COLUMNS[2:]), min_size=1, max_size=8, unique=True), data=st.data())
+def test_trace_csv_values(header, data):
+    # Rows of the header's shape, so that the fuzzing reaches the checks of every value.
+    plausible = st.floats(0, 1).map(repr)
+    numbers = st.one_of(plausible, plausible, st.floats().map(repr), st.integers().map(str), st.sampled_from(["", "inf", "nan"]))
+    stamps = st.one_of(st.integers(0, 2**31), st.floats()).map(repr)
+    row = st.tuples(stamps, st.sampled_from(["GPU-1", "GPU-2"]), *[numbers] * len(header)).map(",".join)
+    rows = data.draw(st.lists(row, min_size=1, max_size=6))
+    _read(_file(".csv", (",".join(["timestamp", "gpu", *header]) + "\n" + "\n".join(rows)).encode()))
+
+
+@FUZZ
+@given(content=st.binary(max_size=300))
+def test_any_bytes_as_any_format(content):
+    prefixes = [b"timestamp,gpu,gpu_util\n", b"timestamp, uuid, utilization.gpu [%]\n", b"EntityId,GRACT,TimeStamp\n"]
+    for prefix in [b"", *prefixes, b"# HELP DCGM_FI_DEV_GPU_UTIL x\n"]:
+        _read(_file(".csv", prefix + content))
+    _read(_file(".parquet", content))
+
+
+SMI_HEADER = (
+    "timestamp, name, uuid, utilization.gpu [%], memory.used [MiB], memory.total [MiB], power.draw [W], "
+    "clocks.sm [MHz], clocks_event_reasons.active"
+)
+
+
+@FUZZ
+@given(lines=LINES)
+def test_nvidia_smi(lines):
+    _read(_file(".csv", (SMI_HEADER + "\n" + "\n".join(lines)).encode()))
+
+
+@FUZZ
+@given(lines=LINES)
+def test_dcgmi_dmon(lines):
+    _read(_file(".csv", ("EntityId,GRACT,SMACT,FBUSD,FBTTL,GPUTL,TimeStamp\n" + "\n".join(lines)).encode()))
+
+
+LABEL_VALUES = st.one_of(st.sampled_from(["GPU-1", "0", "7", "²", "", 'a"b', "a\\nb", "}"]), st.text(max_size=6))
+SAMPLE = st.tuples(
+    st.sampled_from([name for f in dcgm.FIELDS for name in f.names] + ["DCGM_FI_DEV_FB_FREE", "other_metric"]),
+    st.dictionaries(st.sampled_from(["UUID", "gpu", "GPU_I_ID", "modelName", "pod", "namespace", "x"]), LABEL_VALUES),
+    st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(["ERROR", "", "1e", "9223372036854775794"])
+    ),
+)
+
+
+def _exposition(samples) -> str:
+    lines = ["# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization."]
+    for name, labels, value in samples:
+        text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        lines.append(f"{name}{{{text}}} {value}")
+    return "\n".join(lines) + "\n"
+
+
+@FUZZ
+@given(samples=st.lists(SAMPLE, max_size=10), junk=st.lists(st.text(max_size=30), max_size=3))
+def test_dcgm_exporter_scrape(samples, junk):
+    text = _exposition(samples) + "\n".join(junk)
+    parsed = dcgm.parse_exposition(text)  # the exporter's live path: never raises
+    dcgm.devices_from_rows(parsed.rows)
+    _read(_file(".prom", text.encode()))
+
+
+@FUZZ
+@given(
+    frame=st.fixed_dictionaries(
+        {"timestamp": st.sampled_from(["f", "i", "s", "dt", "dtz", "b"])},
+        optional={
+            c: st.sampled_from(["f", "i", "s", "b", "n"]) for c in ["gpu", "gpu_util", "memory_used_bytes", "pod", "x"]
+        },
+    ),
+    values=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=5),
+)
+def test_parquet(frame, values):
+    def column(kind):
+        n = len(values)
+        return {
+            "f": values,
+            "i": [int(v) if math.isfinite(v) and abs(v) < 2**62 else 0 for v in values],
+            "s": [str(v) for v in values],
+            "b": [v > 0 for v in values],
+            "n": [None] * n,
+            "dt": pd.to_datetime([abs(v) % 4e9 if math.isfinite(v) else 0 for v in values], unit="s"),
+            "dtz": pd.to_datetime([abs(v) % 4e9 if math.isfinite(v) else 0 for v in values], unit="s", utc=True),
+        }[kind]
+
+    buffer = io.BytesIO()
+    pd.DataFrame({name: column(kind) for name, kind in frame.items()}).to_parquet(buffer)
+    _read(_file(".parquet", buffer.getvalue()))
+
+
+# --- configs ---------------------------------------------------------------------------------------
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=10), st.sampled_from(["5m", "1h30m", "TLS12", "NoClientCert", "deny", "$2y$04$" + "a" * 53]),
+)  # fmt: skip
+DOCUMENTS = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.one_of(st.text(max_size=8), st.integers()), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def _keyed(keys: list[str]):
+    """Mappings with the format's own keys (and some others), so the fuzzing reaches past the first check."""
+    return st.dictionaries(st.sampled_from([*keys, "unknown"]), DOCUMENTS, max_size=6)
+
+
+def _load(loader, document) -> None:
+    path = _file(".yaml", yaml.safe_dump(document, allow_unicode=True).encode())
+    try:
+        loader(str(path))
+    except ConfigError:
+        pass
+
+
+THRESHOLD_KEYS = list(Thresholds.__dataclass_fields__)
+
+
+@FUZZ
+@given(document=st.one_of(DOCUMENTS, _keyed(THRESHOLD_KEYS)))
+def test_thresholds_file(document):
+    try:
+        thresholds = Thresholds.load(str(_file(".yaml", yaml.safe_dump(document).encode())))
+    except ConfigError:
+        return
+    for name, value in vars(thresholds).items():  # what loads is finite: no alert rule `< nan`
+        assert not isinstance(value, float) or math.isfinite(value), name
+
+
+@FUZZ
+@given(document=st.one_of(DOCUMENTS, st.dictionaries(st.text(max_size=8), SCALARS)))
+def test_prices_file(document):
+    _load(catalog.load_prices, document)
+
+
+@FUZZ
+@given(
+    document=st.one_of(
+        DOCUMENTS,
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "tls_server_config": _keyed(
+                    [
+                        "cert_file",
+                        "key_file",
+                        "client_auth_type",
+                        "min_version",
+                        "max_version",
+                        "cipher_suites",
+                        "client_allowed_sans",
+                        "curve_preferences",
+                    ]
+                ),  # fmt: skip
+                "http_server_config": _keyed(["http2", "headers"]),
+                "basic_auth_users": st.dictionaries(st.text(max_size=5), SCALARS, max_size=3),
+                "rate_limit": _keyed(["interval", "burst"]),
+            },
+        ),
+    )
+)
+def test_web_config_file(document):
+    _load(WebConfig.load, document)
+
+
+@FUZZ
+@given(
+    document=st.one_of(
+        DOCUMENTS,
+        st.fixed_dictionaries(
+            {"nodes": st.lists(_keyed(["name", "model", "gpus", "profiling", "workloads"]), max_size=3)},
+            optional={"seed": SCALARS},
+        ),
+    )
+)
+def test_fleet_file(document):
+    try:
+        load_fleet(document)
+    except ConfigError:
+        pass
+
+
+@FUZZ
+@given(text=st.text(max_size=200))
+def test_any_text_as_a_yaml_config(text):
+    path = _file(".yaml", text.encode())
+    for loader in (Thresholds.load, catalog.load_prices, WebConfig.load):
+        try:
+            loader(str(path))
+        except ConfigError:
+            pass
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("alert_low_sm: .nan\n", "alert_low_sm: expected a ratio from 0 to 1, got nan"),
+        ("idle_seconds: -5\n", "idle_seconds: expected a number of at least 0, got -5"),
+        ("healthy_sm: 80\n", "healthy_sm: expected a ratio from 0 to 1, got 80"),
+        ("min_samples: 2.5\n", "min_samples: expected a whole number of at least 1, got 2.5"),
+        ("alert_low_smm: 0.3\n", "unknown key(s) alert_low_smm; did you mean alert_low_sm?"),
+        ("- 0.3\n", "expected a mapping of threshold: value with keys min_samples"),
+    ],
+)
+def test_thresholds_must_be_finite_and_in_range(tmp_path, text, message):
+    (tmp_path / "t.yaml").write_text(text)
+    with pytest.raises(ConfigError) as error:
+        Thresholds.load(str(tmp_path / "t.yaml"))
+    assert str(error.value).startswith(f"--thresholds {tmp_path / 't.yaml'}: {message}")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("H100: .nan\n", "H100: expected a price in USD per GPU-hour of at least 0, got nan"),
+        ("H100: -2\n", "H100: expected a price in USD per GPU-hour of at least 0, got -2"),
+        ("H100: '4.0'\n", "H100: expected a price in USD per GPU-hour of at least 0, got '4.0'"),
+    ],
+)
+def test_prices_must_be_finite_and_not_negative(tmp_path, text, message):
+    (tmp_path / "p.yaml").write_text(text)
+    with pytest.raises(ConfigError) as error:
+        catalog.load_prices(str(tmp_path / "p.yaml"))
+    assert str(error.value) == f"--prices {tmp_path / 'p.yaml'}: {message}"
+    (tmp_path / "p.yaml").write_text("H100: 4\nL4: 0.8\n")
+    assert catalog.load_prices(str(tmp_path / "p.yaml")) == {"H100": 4.0, "L4": 0.8}
