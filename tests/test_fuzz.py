@@ -101,7 +101,9 @@ def test_trace_csv(header, lines):
 def test_trace_csv_values(header, data):
     # Rows of the header's shape, so that the fuzzing reaches the checks of every value.
     plausible = st.floats(0, 1).map(repr)
-    numbers = st.one_of(plausible, plausible, st.floats().map(repr), st.integers().map(str), st.sampled_from(["", "inf", "nan"]))
+    numbers = st.one_of(
+        plausible, plausible, st.floats().map(repr), st.integers().map(str), st.sampled_from(["", "inf", "nan"])
+    )
     stamps = st.one_of(st.integers(0, 2**31), st.floats()).map(repr)
     row = st.tuples(stamps, st.sampled_from(["GPU-1", "GPU-2"]), *[numbers] * len(header)).map(",".join)
     rows = data.draw(st.lists(row, min_size=1, max_size=6))
