@@ -5,6 +5,8 @@ the input fails (Prometheus down or slow, exporters unreachable) the last verdic
 stale with their age, and the input is asked again at the next interval. Nothing ends the loop: an
 unexpected error is logged once with its traceback, counted by stage, and retried with a capped
 backoff. /healthz (liveness) fails only when the loop stops cycling; /readyz when verdicts go stale.
+A pod whose samples stop while the others' go on (its node stopped reporting) is stale alone: its
+verdict stays in the API marked so, its verdict series end, and it accrues no waste or history.
 
 It also keeps what each pod was over the last `history` seconds (a day by default), as `gpulens
 analyze` reports it for files: episodes, the share of time and the waste per class, and a headline.
@@ -37,6 +39,19 @@ from gpulens.core.thresholds import Thresholds
 log = logging.getLogger(__name__)
 
 
+#: A pod (namespace, pod, node), or a GPU no pod holds ("", "", node) with its GPU in the pod slot.
+Unit = tuple[str, str, str]
+
+
+def unit_of(v: Verdict) -> Unit:
+    return (v.namespace, v.pod, v.node) if v.pod else ("", f"gpu:{v.gpus[0] if v.gpus else ''}", v.node)
+
+
+def last_sample(v: Verdict) -> float:
+    """Unix time the pod's newest sample ends."""
+    return v.episodes[-1].end if v.episodes else 0.0
+
+
 @dataclass
 class State:
     verdicts: list[Verdict] = field(default_factory=list)
@@ -47,14 +62,9 @@ class State:
     errors: dict[str, int] = field(default_factory=dict)
     wasted_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
     wasted_cost: dict[tuple[str, str], float] = field(default_factory=dict)
-
-
-#: A pod (namespace, pod, node), or a GPU no pod holds ("", "", node) with its GPU in the pod slot.
-Unit = tuple[str, str, str]
-
-
-def unit_of(v: Verdict) -> Unit:
-    return (v.namespace, v.pod, v.node) if v.pod else ("", f"gpu:{v.gpus[0] if v.gpus else ''}", v.node)
+    #: Pods whose samples stopped while others' went on (their node stopped reporting, or they ended):
+    #: their verdicts describe the past, so they are served as stale, not as current.
+    stale: frozenset[Unit] = frozenset()
 
 
 @dataclass
@@ -107,6 +117,9 @@ class AnalyzerService:
     LIVENESS_INTERVALS = 5
     #: Episodes kept per pod: a pod whose class flips every cycle keeps its last MAX_EPISODES cycles.
     MAX_EPISODES = 256
+    #: A pod whose samples stopped this many of its sampling (or analysis) intervals before the newest
+    #: sample of the window is stale.
+    STALE_INTERVALS = 3
 
     def __init__(
         self,
@@ -160,15 +173,16 @@ class AnalyzerService:
         return True
 
     def _judge(self, frame: pd.DataFrame, started: float) -> None:
-        """Verdicts for the window's frame; the history and waste counters move on with them."""
+        """Verdicts for the window's frame; the history and waste counters move on with the current ones."""
         verdicts = classify(frame, self.thresholds, self.prices)
+        stale = self._stale(verdicts)
         now = self.clock()
         # Waste counters grow by each pod's waste rate over its window times the time since the last
         # cycle, so their rate() is the waste per second however the cycle is timed.
         elapsed = self.interval if self.state.produced_at is None else now - self.state.produced_at
         seconds, cost = dict(self.state.wasted_seconds), dict(self.state.wasted_cost)
         for v in verdicts:
-            if v.window_seconds <= 0:
+            if v.window_seconds <= 0 or unit_of(v) in stale:
                 continue
             share = elapsed / v.window_seconds
             self._remember(v, now - elapsed, now, share)
@@ -178,7 +192,20 @@ class AnalyzerService:
             seconds[key] = seconds.get(key, 0.0) + v.wasted_gpu_seconds * share
             cost[key] = cost.get(key, 0.0) + v.wasted_cost * share
         self._forget(now)
-        self.state = State(verdicts, now, now - started, self.state.input_errors, self.state.errors, seconds, cost)
+        self.state = State(
+            verdicts, now, now - started, self.state.input_errors, self.state.errors, seconds, cost, stale
+        )
+
+    def _stale(self, verdicts: list[Verdict]) -> frozenset[Unit]:
+        """The pods whose newest sample is older than the window's newest by more than STALE_INTERVALS of
+        their own sampling interval and of the analysis interval: their node stopped reporting (an
+        exporter down: Prometheus ends its series) or they ended."""
+        newest = max((last_sample(v) for v in verdicts), default=0.0)
+        return frozenset(
+            unit_of(v)
+            for v in verdicts
+            if newest - last_sample(v) > self.STALE_INTERVALS * max(v.sample_seconds, self.interval)
+        )
 
     def _remember(self, v: Verdict, start: float, end: float, share: float) -> None:
         """The cycle's time, from the end of the pod's last episode if it was recent, goes to its class."""
@@ -229,7 +256,11 @@ class AnalyzerService:
             "stale": self.stale(),
             "age_seconds": self.age(),
             "input": self.source.name,
-            "verdicts": [v.to_dict() for v in self.state.verdicts],
+            # A stale verdict is the last one its pod had before its samples stopped.
+            "verdicts": [
+                {**v.to_dict(), "stale": unit_of(v) in self.state.stale, "last_sample_timestamp": last_sample(v)}
+                for v in self.state.verdicts
+            ],
             "history_seconds": self.history_seconds,
             # What each pod was over the history: headline, shares and waste by class, episodes.
             "history": [
@@ -278,6 +309,9 @@ class AnalyzerService:
         out = Families()
         for v in state.verdicts:
             ids = (v.namespace, v.pod, v.node)
+            out.add(m.POD_LAST_SAMPLE, ids, last_sample(v))
+            if unit_of(v) in state.stale:
+                continue  # its series end, so that alerts on them resolve rather than fire on the past
             for name in CLASSES:
                 out.add(m.POD_BOTTLENECK, ids + (name,), 1 if name == v.bottleneck else 0)
             out.add(m.POD_BOTTLENECK_CONFIDENCE, ids, v.confidence)

@@ -13,6 +13,7 @@ from gpulens.analyzer.live import ExporterInput, InputError, PrometheusInput
 from gpulens.analyzer.service import AnalyzerService
 from gpulens.core.config import redact
 from gpulens.core.thresholds import Thresholds
+from tests.helpers import samples, value
 from tests.test_history import Replay, fleet_trace
 
 
@@ -163,3 +164,28 @@ def test_liveness_fails_only_when_the_loop_stops_cycling_and_readiness_when_verd
 def test_credentials_in_urls_never_reach_logs_or_answers(text, redacted):
     out = redact(text)
     assert redacted in out and "s3cret" not in out and "u:p@" not in out
+
+
+def test_pods_of_a_node_that_stopped_reporting_are_stale_not_current():
+    trace = fleet_trace(["idle", "healthy_training"], 15.0, 1)
+    start = trace["timestamp"].min()
+    # The node of the idle pod stops reporting 20 minutes in (its exporter went down); the other goes on.
+    idle = trace["pod"] == "idle-0"
+    trace.loc[idle, "node"] = "node-b"
+    trace = trace[~idle | (trace["timestamp"] < start + 1200)]
+    now = [start + 1200.0]
+    service = AnalyzerService(Replay(trace, 600, lambda: now[0]), Thresholds(), {}, 60, lambda: now[0])
+    assert service.cycle() and service.state.stale == frozenset()
+    before = dict(service.state.wasted_seconds)
+    now[0] += 300  # five minutes on: the idle pod's newest sample is 300 s behind, beyond 3 x 60 s
+    assert service.cycle()
+    assert service.state.stale == {("sd", "idle-0", "node-b")}
+    verdicts = {v["pod"]: v for v in json.loads(service.verdicts_json()[2])["verdicts"]}
+    assert (verdicts["idle-0"]["stale"], verdicts["healthy_training-1"]["stale"]) == (True, False)
+    assert verdicts["idle-0"]["last_sample_timestamp"] == start + 1200  # its last sample, 1185 s, lasted 15 s
+    parsed = samples(service.render_text().decode())
+    assert value(parsed, "gpulens_pod_bottleneck_info", pod="idle-0") is None  # its verdict series end
+    assert value(parsed, "gpulens_pod_bottleneck_info", pod="healthy_training-1") == 1
+    assert value(parsed, "gpulens_pod_last_sample_timestamp_seconds", pod="idle-0", node="node-b") == start + 1200
+    # The stale pod accrues no waste: its last verdict is not what it does now.
+    assert service.state.wasted_seconds[("sd", "idle")] == before[("sd", "idle")]

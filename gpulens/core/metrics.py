@@ -735,6 +735,17 @@ POD_GPUS = _spec(
     labels=ANALYZER_POD_LABELS,
     group="analyzer",
 )
+POD_LAST_SAMPLE = _spec(
+    "pod_last_sample_timestamp_seconds",
+    "gauge",
+    "seconds",
+    "Unix time the pod's newest sample in the analyzer's window ends. A pod whose samples stopped while "
+    "others' went on (its node stopped reporting, or it ended) keeps only this series: its gpulens_pod_* "
+    "verdict series end, and the API marks its verdict stale.",
+    "analyzer window",
+    labels=ANALYZER_POD_LABELS,
+    group="analyzer",
+)
 WASTED_GPU_SECONDS = _spec(
     "wasted_gpu_seconds_total",
     "counter",
