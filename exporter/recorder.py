@@ -4,9 +4,11 @@ so `gpulens analyze FILE` can later say what happened on this node, with no Prom
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import os
 import time
+from collections.abc import Sequence
 
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
@@ -23,10 +25,16 @@ class RecordError(Exception):
 
 
 class Recorder:
-    """Appends one row per device per sample. A write error is logged once and recording stops
-    trying until the next sample; it never stops the exporter."""
+    """Appends one row per device per sample; never stops the exporter.
+
+    Each sample's rows are appended in one write. A write that fails (the disk full, a quota) is undone
+    to the last whole line, so the file never holds half a row, and the rows are kept in memory (up to
+    MAX_PENDING_BYTES, oldest dropped and counted past it) to be written, in order, once writes succeed
+    again. Logged once when it starts and once when it clears."""
 
     COLUMNS = tr.ALL_COLUMNS
+    #: Rows kept while the file cannot be written: about an hour of an 8-GPU node at 1 s.
+    MAX_PENDING_BYTES = 16 << 20
 
     def __init__(self, path: str, node: str = ""):
         self.path = path
@@ -40,10 +48,12 @@ class Recorder:
                     f"--record {path} holds a trace with other columns (written by another gpulens version, "
                     "or not a trace): appending would mix two layouts; record to a new file"
                 )
-        self._file = open(path, "a", newline="", buffering=1)
-        self._writer = csv.writer(self._file)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        #: Lines (CSV text) not yet in the file, oldest first, and how many were dropped past the bound.
+        self._pending: list[str] = []
         if new:
-            self._writer.writerow(self.COLUMNS)
+            os.write(self._fd, _csv_lines([self.COLUMNS]).encode())  # at start: a failure is the CLI's error
+        self.dropped_rows = 0
         self._rates = tr.CounterRates()
         self._shape_totals: dict[str, Totals] = {}
         self._problems = ProblemLog(log)
@@ -83,11 +93,35 @@ class Recorder:
                 row.update(tr.shape_row(self._shape_totals.get(d.uuid), totals))
                 self._shape_totals[d.uuid] = totals
             rows.append([row[c] for c in self.COLUMNS])
+        if rows:
+            self._pending.append(_csv_lines(rows))
+        self._flush()
+
+    def _flush(self) -> None:
+        """Append the pending lines; on failure, cut the file back to its last whole line and keep them."""
+        text = "".join(self._pending).encode()
+        if not text:
+            return
+        size = os.fstat(self._fd).st_size
         try:
-            self._writer.writerows(rows)
-            self._problems.resolved("write", f"recording to {self.path} works again")
+            written = 0
+            while written < len(text):
+                written += os.write(self._fd, text[written:])
         except OSError as e:
-            self._problems.problem("write", f"cannot append to --record file {self.path}: {e.strerror}")
+            os.ftruncate(self._fd, size)  # no half row: the file ends on a whole line
+            self._bound_pending()
+            self._problems.problem(
+                "write",
+                f"cannot append to --record file {self.path}: {e.strerror}; keeping the rows in memory "
+                f"(up to {self.MAX_PENDING_BYTES >> 20} MiB) until it can",
+            )
+            return
+        self._pending.clear()
+        self._problems.resolved("write", f"recording to {self.path} works again, the rows kept meanwhile written")
+
+    def _bound_pending(self) -> None:
+        while self._pending and sum(map(len, self._pending)) > self.MAX_PENDING_BYTES:
+            self.dropped_rows += self._pending.pop(0).count("\n")
 
     def _rate(self, row: dict[str, object], column: str, uuid: str, value: float | None, now: float) -> None:
         """A counter's per-second rate since the previous sample into row[column]; nothing on the first, after
@@ -97,4 +131,11 @@ class Recorder:
             row[column] = repr(rate)
 
     def close(self) -> None:
-        self._file.close()
+        self._flush()
+        os.close(self._fd)
+
+
+def _csv_lines(rows: Sequence[Sequence[object]]) -> str:
+    out = io.StringIO()
+    csv.writer(out).writerows(rows)
+    return out.getvalue()

@@ -182,3 +182,42 @@ def test_a_missing_file_at_a_terminal_is_one_line_and_exit_2(tmp_path):
         output.decode().strip()
         == f"gpulens analyze: {tmp_path / 'missing.csv'}: cannot read it (No such file or directory)"
     )
+
+
+DISK_FULL = """
+import resource, signal, sys, os
+from gpulens.exporter.recorder import Recorder
+from gpulens.exporter.sampler import Sampler
+from gpulens.exporter.sources.simulated import SimulatedSource
+from gpulens.simulator.fleet import fleet_from_flags
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+path = sys.argv[1]
+sampler = Sampler(SimulatedSource(fleet_from_flags(2, "H100-SXM5-80GB", ["healthy_training"], seed=1)[0]), 1.0)
+recorder = Recorder(path)
+for _ in range(3):
+    recorder.write(sampler.tick())
+whole = os.path.getsize(path)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (whole + 100, hard))  # room for part of a row, not a whole sample
+for _ in range(3):
+    recorder.write(sampler.tick())
+    assert os.path.getsize(path) == whole, "half a row left in the file"
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space again
+recorder.write(sampler.tick())
+recorder.close()
+"""
+
+
+def test_a_full_disk_while_recording_loses_no_row_and_leaves_no_half_row(tmp_path):
+    path = tmp_path / "node.csv"
+    result = subprocess.run(
+        [sys.executable, "-c", DISK_FULL, str(path)], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    frame = read_trace(path)  # whole lines only: the file reads
+    assert len(frame) == 7 * 2  # three samples before, three while full (kept), one after, of two GPUs
+    assert frame["timestamp"].is_monotonic_increasing
+    assert result.stderr.count("cannot append to --record file") == 1
+    assert "File too large; keeping the rows in memory" in result.stderr
+    assert result.stderr.count("works again, the rows kept meanwhile written") == 1
