@@ -29,7 +29,7 @@ class Recorder:
 
     Each sample's rows are appended in one write. A write that fails (the disk full, a quota) is undone
     to the last whole line, so the file never holds half a row, and the rows are kept in memory (up to
-    MAX_PENDING_BYTES, oldest dropped and counted past it) to be written, in order, once writes succeed
+    MAX_PENDING_BYTES, oldest dropped past it, said once) to be written, in order, once writes succeed
     again. Logged once when it starts and once when it clears."""
 
     COLUMNS = tr.ALL_COLUMNS
@@ -122,6 +122,7 @@ class Recorder:
     def _bound_pending(self) -> None:
         while self._pending and sum(map(len, self._pending)) > self.MAX_PENDING_BYTES:
             self.dropped_rows += self._pending.pop(0).count("\n")
+            self._problems.problem("dropped", f"--record {self.path}: dropping the oldest rows kept in memory")
 
     def _rate(self, row: dict[str, object], column: str, uuid: str, value: float | None, now: float) -> None:
         """A counter's per-second rate since the previous sample into row[column]; nothing on the first, after
