@@ -279,18 +279,16 @@ def _read_parquet(path: Path) -> pd.DataFrame:
 
     try:
         table = pq.read_table(path)
-        names = table.column_names
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise TraceError(path, f"column(s) {', '.join(repeated)} appear more than once")
-        # Arrow's buffers are freed column by column as pandas takes them: a day of a fleet is gigabytes,
-        # and holding both copies at once would double the peak.
-        frame = table.to_pandas(self_destruct=True, split_blocks=True)
-        del table
-    except TraceError:
-        raise
     except Exception as e:  # pyarrow raises several types; all mean "not a readable Parquet trace"
         raise TraceError(path, f"not a readable Parquet file ({e})") from e
+    names = table.column_names
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise TraceError(path, f"column(s) {', '.join(repeated)} appear more than once")
+    # Arrow's buffers are freed column by column as pandas takes them: a day of a fleet is gigabytes,
+    # and holding both copies at once would double the peak.
+    frame = table.to_pandas(self_destruct=True, split_blocks=True)
+    del table
     missing = {"timestamp", "gpu"} - set(frame.columns)
     if missing:
         raise TraceError(path, f"required column(s) {', '.join(sorted(missing))} missing")
