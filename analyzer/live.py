@@ -30,6 +30,7 @@ from gpulens.core import metrics as m
 from gpulens.core import trace as tr
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND, Totals
 from gpulens.core.config import redact
+from gpulens.core.status import LoopGuard
 from gpulens.core.topology import GROUPS, Pair
 
 log = logging.getLogger(__name__)
@@ -222,13 +223,11 @@ class ExporterInput:
         threading.Thread(target=self._run, name="gpulens-exporter-input", daemon=True).start()
 
     def _run(self) -> None:
+        guard = LoopGuard(log, "polling the exporters")  # the targets' own failures are counted in poll
         while not self._stop.is_set():
             started = time.monotonic()
-            try:
-                self.poll()
-            except Exception:  # never the end of the loop: the targets' failures are counted in poll
-                log.exception("unexpected error polling the exporters; retrying")
-            self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+            guard.call(self.poll)
+            self._stop.wait(max(0.0, guard.delay(self.interval) - (time.monotonic() - started)))
 
     def close(self) -> None:
         self._stop.set()

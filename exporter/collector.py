@@ -57,6 +57,7 @@ class ExporterCollector:
             out.add(m.COLLECTOR_SUCCESS, (name,), 1 if status.success else 0)
             out.add(m.COLLECTOR_DURATION, (name,), status.duration_seconds)
             out.add(m.COLLECTOR_FAILURES, (name,), status.failures)
+            out.add(m.COLLECTOR_ERRORS, (name,), status.errors)
         if snapshot.node is not None:
             out.add(m.SAMPLE_AGE, (), max(0.0, self.clock() - snapshot.taken_at))
         out.add(m.SAMPLE_INTERVAL, (), self.sampler.interval)

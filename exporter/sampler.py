@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from gpulens.core import metrics as m
 from gpulens.core.activity import ActivityShape, ShapeCounts
 from gpulens.core.pods import PodRef
-from gpulens.core.status import CollectorStatus, ProblemLog
+from gpulens.core.status import CollectorStatus, LoopGuard, ProblemLog
 from gpulens.core.thresholds import IDLE_ACTIVITY
 from gpulens.exporter.attribution.attributor import Attribution, Resolved, resolve
 from gpulens.exporter.sources.base import NodeSample, ProcessSample, Source
@@ -95,12 +95,14 @@ class Sampler:
         self._last_sample: dict[object, float] = {}
         self._status = CollectorStatus()
         self._problems = ProblemLog(log)
+        self._guard = LoopGuard(log, "sampling the GPUs")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.snapshot = Snapshot(None, clock(), {}, {}, self._collectors())
 
     def _collectors(self) -> dict[str, CollectorStatus]:
-        collectors = {self.source.name: self._status, **self.source.statuses()}
+        errors = self._guard.errors + self.source.loop_errors()
+        collectors = {self.source.name: replace(self._status, errors=errors), **self.source.statuses()}
         if self.attribution is not None and self.attribution.name:
             collectors[self.attribution.name] = self.attribution.state().status
         return collectors
@@ -111,7 +113,9 @@ class Sampler:
         try:
             node = self.source.sample()
         except Exception as e:  # the source as a whole failed this tick; keep the last good data
-            self._status = CollectorStatus(False, self.clock() - started, self._status.failures + 1)
+            self._status = replace(
+                self._status, success=False, duration_seconds=self.clock() - started, failures=self._status.failures + 1
+            )
             self._problems.problem("source", f"{self.source.name} source failed: {e}; serving the last good sample")
             self.snapshot = replace(self.snapshot, collectors=self._collectors())
             return self.snapshot
@@ -119,7 +123,7 @@ class Sampler:
         now = self.clock()
         self._problems.resolved("source", f"{self.source.name} source recovered")
         self._integrate(node, now, resolved)
-        self._status = CollectorStatus(True, now - started, self._status.failures)
+        self._status = replace(self._status, success=True, duration_seconds=now - started)
         self.snapshot = Snapshot(
             node,
             now,
@@ -262,11 +266,13 @@ class Sampler:
 
     def run(self) -> None:
         """Sample at a fixed rate until stop(). Ticks missed because a sample overran are skipped,
-        not bunched up."""
+        not bunched up. A tick that raises (a bug) is counted and retried after a backoff; the snapshot
+        then ages, so /healthz fails if it never recovers."""
         next_tick = self.clock()
         while not self._stop.is_set():
-            self.tick()
-            next_tick += self.interval
+            if not self._guard.call(self.tick):
+                self.snapshot = replace(self.snapshot, collectors=self._collectors())
+            next_tick += self._guard.delay(self.interval)
             now = self.clock()
             if next_tick < now:
                 next_tick = now + self.interval - (now - next_tick) % self.interval

@@ -1,5 +1,6 @@
-"""The analyzer never dead while "healthy", never silently wrong: answers nobody foresaw, bugs in a cycle,
-inputs that fail and return. Real HTTP servers answer what a broken Prometheus or exporter would."""
+"""Never dead while "healthy", never silently wrong: answers nobody foresaw, bugs in a cycle or in one
+of the exporter's loops, inputs that fail and return. Real HTTP servers answer what a broken Prometheus,
+exporter or dcgm-exporter would; a real gRPC server plays the kubelet."""
 
 import json
 import logging
@@ -11,9 +12,20 @@ import pytest
 
 from gpulens.analyzer.live import ExporterInput, InputError, PrometheusInput
 from gpulens.analyzer.service import AnalyzerService
+from gpulens.core import metrics as m
 from gpulens.core.config import redact
+from gpulens.core.status import LoopGuard
 from gpulens.core.thresholds import Thresholds
-from tests.helpers import samples, value
+from gpulens.exporter.attribution import attributor
+from gpulens.exporter.attribution.attributor import KubeletAttribution
+from gpulens.exporter.collector import ExporterCollector
+from gpulens.exporter.sampler import Sampler
+from gpulens.exporter.sources import dcgm
+from gpulens.exporter.sources.base import DeviceSample, NodeSample, Source
+from gpulens.exporter.sources.dcgm import DcgmFetcher
+from tests.fake_kubelet import FakeKubelet
+from tests.helpers import samples, value, wait_until
+from tests.test_dcgm import T4_0, T4_1, FakeDcgmExporter
 from tests.test_history import Replay, fleet_trace
 
 
@@ -189,3 +201,110 @@ def test_pods_of_a_node_that_stopped_reporting_are_stale_not_current():
     assert value(parsed, "gpulens_pod_last_sample_timestamp_seconds", pod="idle-0", node="node-b") == start + 1200
     # The stale pod accrues no waste: its last verdict is not what it does now.
     assert service.state.wasted_seconds[("sd", "idle")] == before[("sd", "idle")]
+
+
+# --- the exporter's loops -------------------------------------------------------------------------
+
+
+def test_a_loop_guard_backs_off_doubling_up_to_its_cap_and_counts_every_bug(caplog):
+    guard = LoopGuard(logging.getLogger("test"), "doing the thing")
+    with caplog.at_level(logging.WARNING):
+        assert guard.call(lambda: None) and guard.delay(10.0) == 10.0
+        for _ in range(3):
+            assert guard.call(lambda: {}["missing"]) is False
+        assert (guard.errors, guard.delay(10.0)) == (3, 80.0)
+        for _ in range(2000):  # a bug that never goes away: the wait stays at the cap, no overflow
+            guard.call(lambda: 1 / 0)
+        assert (guard.errors, guard.delay(10.0), guard.delay(300.0)) == (2003, 120.0, 300.0)
+        assert guard.call(lambda: None) and guard.delay(10.0) == 10.0
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and "unexpected error doing the thing (a bug" in tracebacks[0].getMessage()
+    assert caplog.text.count("doing the thing succeeds again") == 1
+
+
+class OneGpu(Source):
+    name = "one"
+
+    def sample(self) -> NodeSample:
+        d = DeviceSample(gpu="0", uuid="GPU-1")
+        d.set(m.UTILIZATION, 0.5)
+        return NodeSample([d])
+
+
+def test_a_bug_in_the_sampler_loop_is_counted_logged_once_and_the_loop_goes_on(caplog):
+    calls = []
+
+    def recorder_with_a_bug(snapshot):  # --record's writer, failing on the 2nd and 3rd samples
+        calls.append(snapshot)
+        if len(calls) in (2, 3):
+            raise KeyError("timestamp")
+
+    sampler = Sampler(OneGpu(), interval=0.01, on_sample=recorder_with_a_bug)
+    with caplog.at_level(logging.WARNING):
+        sampler.start()
+        try:
+            wait_until(lambda: len(calls) >= 6, 10, interval=0.01, what="the sampler to go on after the bug")
+        finally:
+            sampler.stop()
+    text = ExporterCollector(sampler, "v", "one").render_text().decode()
+    assert 'gpulens_exporter_collector_errors_total{collector="one"} 2.0' in text
+    assert 'gpulens_exporter_collector_failures_total{collector="one"} 0.0' in text
+    assert 'gpulens_exporter_collector_success{collector="one"} 1.0' in text
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and "unexpected error sampling the GPUs (a bug" in tracebacks[0].getMessage()
+    assert caplog.text.count("sampling the GPUs succeeds again") == 1
+
+
+def test_a_bug_in_the_kubelet_loop_is_counted_and_attribution_goes_on(tmp_path, monkeypatch, caplog):
+    socket_path = str(tmp_path / "kubelet.sock")
+    kubelet = FakeKubelet(socket_path, {("ml", "trainer-0"): {"main": [("nvidia.com/gpu", [T4_0])]}}).start()
+    real = attributor.parse_device_id
+    bugs = iter([True, True])  # the first two refreshes meet a bug in parsing device IDs
+
+    def parse_with_a_bug(device_id):
+        if next(bugs, False):
+            raise IndexError("list index out of range")
+        return real(device_id)
+
+    monkeypatch.setattr(attributor, "parse_device_id", parse_with_a_bug)
+    no_dir = str(tmp_path / "none")  # no /proc and no log links: the kubelet's answer alone is judged
+    attribution = KubeletAttribution(socket_path, refresh_interval=0.01, proc_root=no_dir, log_root=no_dir)
+    with caplog.at_level(logging.WARNING):
+        attribution.start()
+        try:
+            state = wait_until(lambda: attribution.state().allocations and attribution.state(), 10, interval=0.01)
+        finally:
+            attribution.close()
+            kubelet.stop()
+    assert [(ref.uuid, pod.pod) for ref, pod in state.allocations] == [(T4_0, "trainer-0")]
+    assert (state.status.success, state.status.errors, state.status.failures) == (True, 2, 0)
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and "unexpected error reading the kubelet's pod resources" in tracebacks[0].getMessage()
+
+
+def test_a_bug_in_the_dcgm_loop_is_counted_and_the_reader_goes_on(monkeypatch, caplog):
+    dcgm_exporter = FakeDcgmExporter()
+    dcgm_exporter.serve("t4x2-one-pod.prom")
+    real = dcgm.devices_from_rows
+    bugs = iter([True, True, True])
+
+    def devices_with_a_bug(rows):
+        if next(bugs, False):
+            raise AttributeError("'NoneType' object has no attribute 'labels'")
+        return real(rows)
+
+    monkeypatch.setattr(dcgm, "devices_from_rows", devices_with_a_bug)
+    fetcher = DcgmFetcher("http://user:hunter2@" + dcgm_exporter.url.removeprefix("http://"), interval=0.01)
+    with caplog.at_level(logging.WARNING):
+        fetcher.start()
+        assert fetcher.status.success is False and fetcher.status.errors == 1  # the first read, at start
+        try:
+            reading = wait_until(fetcher.reading, 10, interval=0.01, what="DCGM values after the bug")
+        finally:
+            fetcher.close()
+            dcgm_exporter.stop()
+    assert (fetcher.status.success, fetcher.status.errors, fetcher.status.failures) == (True, 3, 0)
+    assert sorted(reading.devices) == [(T4_1, None), (T4_0, None)]
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1 and "unexpected error reading dcgm-exporter at http://<redacted>@" in caplog.text
+    assert "hunter2" not in caplog.text

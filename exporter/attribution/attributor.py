@@ -11,10 +11,10 @@ import abc
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpulens.core.pods import PodRef
-from gpulens.core.status import CollectorStatus, ProblemLog
+from gpulens.core.status import CollectorStatus, LoopGuard, ProblemLog
 from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, read_cgroup
 from gpulens.exporter.attribution.kubelet import (
     DEFAULT_RESOURCE_NAMES,
@@ -114,13 +114,14 @@ class KubeletAttribution(Attribution):
         self._state = AttributionState()
         self._pids: dict[int, Cgroup] = {}
         self._problems = ProblemLog(log)
+        self._guard = LoopGuard(log, "reading the kubelet's pod resources")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         # One reading before the first sample (bounded by the call deadline), so that the first
         # scrape already has its pods; then the background thread takes over.
-        self.refresh()
+        self._guard.call(self.refresh)
         self._thread = threading.Thread(target=self._run, name="gpulens-kubelet", daemon=True)
         self._thread.start()
 
@@ -130,7 +131,8 @@ class KubeletAttribution(Attribution):
             self.client.close()
 
     def state(self) -> AttributionState:
-        return self._state
+        state = self._state
+        return replace(state, status=replace(state.status, errors=self._guard.errors))
 
     def refresh(self) -> None:
         """Read the kubelet and the log links once."""
@@ -165,8 +167,8 @@ class KubeletAttribution(Attribution):
         )
 
     def _run(self) -> None:
-        while not self._stop.wait(self.refresh_interval):
-            self.refresh()
+        while not self._stop.wait(self._guard.delay(self.refresh_interval)):
+            self._guard.call(self.refresh)
 
     def process_pod(self, pid: int) -> tuple[PodRef | None, str]:
         cgroup = self._pids.get(pid)

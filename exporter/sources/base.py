@@ -119,3 +119,8 @@ class Source(abc.ABC):
     def statuses(self) -> dict[str, CollectorStatus]:
         """Status of helper collectors the source runs itself (a DCGM fetcher beside NVML)."""
         return {}
+
+    def loop_errors(self) -> int:
+        """Unexpected errors (bugs) in the source's own background loops (the XID watcher), counted
+        with its collector's."""
+        return 0

@@ -11,14 +11,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import requests
 
 from gpulens.core import metrics as m
+from gpulens.core.config import redact
 from gpulens.core.dcgm import DcgmDevice, devices_from_rows, parse_exposition
 from gpulens.core.pods import PodRef
-from gpulens.core.status import CollectorStatus, ProblemLog
+from gpulens.core.status import CollectorStatus, LoopGuard, ProblemLog
 from gpulens.exporter.attribution.attributor import Attribution, AttributionState
 from gpulens.exporter.attribution.kubelet import DeviceRef
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, Source, SourceUnavailable
@@ -51,6 +52,7 @@ class DcgmFetcher:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.url = url
+        self.shown_url = redact(url)  # for logs: a URL may carry credentials
         self.interval = interval
         self.timeout = timeout
         self.max_age = max_age if max_age is not None else 3 * interval
@@ -60,6 +62,7 @@ class DcgmFetcher:
         self._reading: DcgmReading | None = None
         self._counters: dict[tuple[str, int | None, m.MetricSpec], float] = {}
         self._problems = ProblemLog(log)
+        self._guard = LoopGuard(log, f"reading dcgm-exporter at {self.shown_url}")
         self._stop = threading.Event()
 
     def fetch(self) -> None:
@@ -79,10 +82,13 @@ class DcgmFetcher:
             devices = devices_from_rows(parsed.rows)
         except (requests.RequestException, ValueError) as e:
             reason = "timed out" if isinstance(e, requests.Timeout) else str(e)
-            self.status = CollectorStatus(False, self.clock() - started, self.status.failures + 1)
+            self.status = replace(
+                self.status, success=False, duration_seconds=self.clock() - started, failures=self.status.failures + 1
+            )
             self._problems.problem(
                 "fetch",
-                f"cannot read dcgm-exporter at {self.url}: {reason}; DCGM fields age out, NVML fields are unaffected",
+                f"cannot read dcgm-exporter at {self.shown_url}: {redact(reason)}; DCGM fields age out, "
+                "NVML fields are unaffected",
             )
             return
         now = self.clock()
@@ -100,16 +106,16 @@ class DcgmFetcher:
             for spec in device.rates:
                 self._counters.setdefault((device.uuid, device.gpu_instance_id, spec), 0.0)
         self._reading = DcgmReading(devices, now, dict(self._counters))
-        self.status = CollectorStatus(True, now - started, self.status.failures)
+        self.status = replace(self.status, success=True, duration_seconds=now - started)
         if parsed.unusable or parsed.unparsable or parsed.duplicates:
             log.debug(
                 "dcgm-exporter %s: %d unusable values, %d unparsable lines, %d duplicates dropped",
-                self.url,
+                self.shown_url,
                 parsed.unusable,
                 parsed.unparsable,
                 parsed.duplicates,
             )
-        self._problems.resolved("fetch", f"dcgm-exporter at {self.url} answers again")
+        self._problems.resolved("fetch", f"dcgm-exporter at {self.shown_url} answers again")
 
     def reading(self) -> DcgmReading | None:
         """The latest reading, or None when there is none younger than max_age."""
@@ -119,12 +125,16 @@ class DcgmFetcher:
         return reading
 
     def start(self) -> None:
-        self.fetch()
+        self._step()
         threading.Thread(target=self._run, name="gpulens-dcgm", daemon=True).start()
 
+    def _step(self) -> None:
+        if not self._guard.call(self.fetch):
+            self.status = replace(self.status, success=False, errors=self._guard.errors)
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.fetch()
+        while not self._stop.wait(self._guard.delay(self.interval)):
+            self._step()
 
     def close(self) -> None:
         self._stop.set()
@@ -183,6 +193,9 @@ class MergedSource(Source):
 
     def statuses(self) -> dict[str, CollectorStatus]:
         return {self.fetcher.name: self.fetcher.status}
+
+    def loop_errors(self) -> int:
+        return self.nvml.loop_errors()
 
 
 class DcgmSource(Source):

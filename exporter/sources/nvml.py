@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpulens.core import metrics as m
-from gpulens.core.status import ProblemLog
+from gpulens.core.status import LoopGuard, ProblemLog
 from gpulens.core.topology import Pair
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source, SourceUnavailable
 from gpulens.exporter.sources.nvml_buffers import DeviceBuffers
@@ -147,6 +147,7 @@ class NvmlSource(Source):
         self._xid_lock = threading.Lock()
         self._stop = threading.Event()
         self._problems = ProblemLog(log)
+        self._xid_guard = LoopGuard(log, "watching for XID events")
         self._process_names: dict[int, str] = {}
         self.driver_version = ""
         self.nvml_version = ""
@@ -677,7 +678,7 @@ class NvmlSource(Source):
         except nvml.NVMLError as e:
             self._problems.problem("xid", f"XID events unavailable: {e}")
             return
-        handles = {}
+        handles: dict[int, str] = {}
         for d in self._devices:
             if d.handle is not None and d.mig_mode != "instance":
                 try:
@@ -686,18 +687,27 @@ class NvmlSource(Source):
                 except nvml.NVMLError as e:
                     self._problems.problem(f"xid{d.uuid}", f"GPU {d.gpu}: XID events unavailable: {e}")
         while not self._stop.is_set():
-            try:
-                event = nvml.nvmlEventSetWait(event_set, self._event_wait_ms)
-            except nvml.NVMLError as e:
-                if e.value != nvml.NVML_ERROR_TIMEOUT:
-                    self._problems.problem("xidwait", f"waiting for XID events failed: {e}")
-                    self._stop.wait(1.0)
-                continue
-            uuid = handles.get(_handle_key(event.device))
-            if uuid is not None and event.eventType == nvml.nvmlEventTypeXidCriticalError:
-                with self._xid_lock:
-                    self._xids[(uuid, str(event.eventData))] += 1
+            if not self._xid_guard.call(lambda: self._wait_for_xid(event_set, handles)):
+                self._stop.wait(self._xid_guard.delay(1.0))
         self._optional(nvml.nvmlEventSetFree, event_set)
+
+    def _wait_for_xid(self, event_set: Any, handles: dict[int, str]) -> None:
+        """Wait up to the event wait time for one XID event and count it."""
+        nvml = self.nvml
+        try:
+            event = nvml.nvmlEventSetWait(event_set, self._event_wait_ms)
+        except nvml.NVMLError as e:
+            if e.value != nvml.NVML_ERROR_TIMEOUT:
+                self._problems.problem("xidwait", f"waiting for XID events failed: {e}")
+                self._stop.wait(1.0)
+            return
+        uuid = handles.get(_handle_key(event.device))
+        if uuid is not None and event.eventType == nvml.nvmlEventTypeXidCriticalError:
+            with self._xid_lock:
+                self._xids[(uuid, str(event.eventData))] += 1
+
+    def loop_errors(self) -> int:
+        return self._xid_guard.errors
 
 
 def _handle_key(handle: Any) -> int:

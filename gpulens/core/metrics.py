@@ -618,7 +618,19 @@ COLLECTOR_FAILURES = _spec(
     "exporter_collector_failures_total",
     "counter",
     "",
-    "Runs of the collector that failed, so that failures between two scrapes are not lost.",
+    "Runs of the collector that failed for a reason foreseen (its source unreachable, slow or answering "
+    "what gpulens refuses), so that failures between two scrapes are not lost.",
+    "sampler",
+    labels=("collector",),
+    group="self",
+)
+COLLECTOR_ERRORS = _spec(
+    "exporter_collector_errors_total",
+    "counter",
+    "",
+    "Unexpected failures (bugs) of the collector's loop: the sampler's under the source's name (nvml, dcgm, "
+    "simulated), the kubelet reader's, the dcgm-exporter reader's. Each is logged once with its traceback "
+    "and retried after a backoff doubling up to 120 s: the loop never ends.",
     "sampler",
     labels=("collector",),
     group="self",

@@ -1,8 +1,10 @@
-"""How the exporter's parts report on themselves: collector status and once-only problem logs."""
+"""How gpulens' long-running parts report on themselves: collector status, once-only problem logs, and
+the guard that keeps a loop alive through its own bugs."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -12,7 +14,10 @@ class CollectorStatus:
 
     success: bool = False
     duration_seconds: float = 0.0
+    #: Runs that failed for a reason foreseen (the source unreachable, an answer refused).
     failures: int = 0
+    #: Runs that failed unexpectedly (a bug), counted by the collector's LoopGuard.
+    errors: int = 0
 
 
 class ProblemLog:
@@ -32,3 +37,41 @@ class ProblemLog:
         if key in self._active:
             self._active.discard(key)
             self._logger.warning(message)
+
+
+class LoopGuard:
+    """Keeps one long-running loop alive through its own bugs: an unexpected exception in a step is
+    logged once with its traceback (and once when steps succeed again), counted, and the loop waits
+    longer before the next step, doubling up to MAX_BACKOFF_SECONDS so that a bug that repeats does
+    not spin. The loop never ends on an exception."""
+
+    MAX_BACKOFF_SECONDS = 120.0
+
+    def __init__(self, logger: logging.Logger, doing: str):
+        self.doing = doing  # what a step does, for the log: "sampling the GPUs"
+        self.errors = 0
+        self._failing = 0  # consecutive failed steps
+        self._problems = ProblemLog(logger)
+
+    def call(self, step: Callable[[], object]) -> bool:
+        """Run `step`; False if it raised."""
+        try:
+            step()
+        except Exception:
+            self.errors += 1
+            self._failing += 1
+            self._problems.problem(
+                "unexpected",
+                f"unexpected error {self.doing} (a bug: please report it with this traceback); retrying",
+                exc_info=True,
+            )
+            return False
+        self._failing = 0
+        self._problems.resolved("unexpected", f"{self.doing} succeeds again")
+        return True
+
+    def delay(self, interval: float) -> float:
+        """Seconds to wait before the next step: `interval`, doubled for each step that failed in a row."""
+        if not self._failing:
+            return interval
+        return min(interval * 2 ** min(self._failing, 30), max(interval, self.MAX_BACKOFF_SECONDS))
