@@ -339,7 +339,7 @@ def run_service(args: argparse.Namespace) -> int:
             health=service.health,
             ready=service.ready,
             routes={"/api/v1/verdicts": service.verdicts_json},
-            render_text=service.render_text,
+            exposition=service.exposition,
         )
     except ConfigError as e:
         print(f"gpulens analyzer: {e}", file=sys.stderr)

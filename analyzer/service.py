@@ -32,7 +32,7 @@ from gpulens.analyzer.history import headline as headline_of
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import CLASSES
-from gpulens.core.exposition import Families
+from gpulens.core.exposition import Exposition, Families
 from gpulens.core.status import ProblemLog
 from gpulens.core.thresholds import Thresholds
 
@@ -143,6 +143,8 @@ class AnalyzerService:
         self._stop = threading.Event()
         #: time.monotonic() when the loop last ended a cycle (or started): liveness.
         self.last_attempt = time.monotonic()
+        #: What /metrics serves: rendered once per analysis (and at least once a second, for the ages in it).
+        self.exposition = Exposition(self._families, lambda: self.state)
 
     def cycle(self) -> bool:
         """One analysis; False if it failed (the previous verdicts are kept, and go stale). Never raises:
@@ -300,9 +302,9 @@ class AnalyzerService:
     def collect(self):
         yield from self._families().metric_families()
 
-    def render_text(self) -> bytes:
-        """/metrics in the Prometheus text format, without prometheus_client's generic encoder."""
-        return self._families().text().encode()
+    def render_text(self, openmetrics: bool = False) -> bytes:
+        """/metrics in the Prometheus text format (or OpenMetrics), rendered now."""
+        return self._families().text(openmetrics).encode()
 
     def _families(self) -> Families:
         state = self.state

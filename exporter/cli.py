@@ -326,7 +326,7 @@ def run(args: argparse.Namespace) -> int:
             web_config,
             title="gpulens exporter",
             health=health,
-            render_text=collector.render_text,
+            exposition=collector.exposition,
             routes=routes,
         )
     except ConfigError as e:

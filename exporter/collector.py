@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import Metric
 
 from gpulens.core import metrics as m
-from gpulens.core.exposition import Families
+from gpulens.core.exposition import Exposition, Families
 from gpulens.core.pods import PodRef
 from gpulens.exporter.sampler import Sampler, Snapshot
 
@@ -29,6 +29,8 @@ class ExporterCollector:
         self.version = version
         self.source_label = source_label
         self.clock = clock
+        #: What /metrics serves: rendered once per sample (and at least once a second, for the sample's age).
+        self.exposition = Exposition(self._gather, lambda: self.sampler.snapshot, clock=clock)
 
     def describe(self) -> list:
         # Metric names depend on the hardware; an empty describe() keeps registration from calling collect().
@@ -37,9 +39,9 @@ class ExporterCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._gather().metric_families()
 
-    def render_text(self) -> bytes:
-        """/metrics in the Prometheus text format, the fast path for what Prometheus asks for."""
-        return self._gather().text().encode()
+    def render_text(self, openmetrics: bool = False) -> bytes:
+        """/metrics in the Prometheus text format (or OpenMetrics), rendered now."""
+        return self._gather().text(openmetrics).encode()
 
     def _gather(self) -> Families:
         snapshot = self.sampler.snapshot

@@ -1,9 +1,15 @@
-"""The collector's fast text renderer writes exactly what prometheus_client would."""
+"""The collector's fast renderers write exactly what prometheus_client's encoders would, in both formats
+Prometheus negotiates, and every scrape of one sample shares one rendering."""
+
+import gzip
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from gpulens.core import metrics as m
+from gpulens.core.exposition import wants_openmetrics
 from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources import simulated
@@ -30,6 +36,11 @@ def test_fast_text_is_byte_identical_to_generate_latest_for_every_demo_node():
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
         assert collector.render_text() == generate_latest(registry)
+        om = collector.render_text(openmetrics=True)
+        assert om == openmetrics.generate_latest(registry)
+        families = {f.name: f for f in parse_openmetrics(om.decode())}  # the strict parser takes it whole
+        assert families["gpulens_gpu_busy_seconds"].type == "counter"
+        assert families["gpulens_gpu_activity_ratio"].type == "histogram"
 
 
 class OddNames(Source):
@@ -55,6 +66,7 @@ def test_fast_text_escapes_like_prometheus_client():
     registry.register(collector)
     text = collector.render_text()
     assert text == generate_latest(registry)
+    assert collector.render_text(openmetrics=True) == openmetrics.generate_latest(registry)
     assert b'command="say \\"hi\\"\\\\there\\nnext"' in text
     assert (
         b'gpulens_process_utilization_ratio{container="",gpu="0",namespace="",pid="7",pod="",uuid="GPU-1"} NaN' in text
@@ -110,3 +122,46 @@ def test_a_failing_source_serves_the_last_good_sample_and_says_so(caplog):
     assert 'gpulens_gpu_utilization_ratio{gpu="0",uuid="GPU-1"} 0.5' in text
     assert "gpulens_exporter_sample_age_seconds 3.0" in text
     assert caplog.text.count("flaky source failed: driver went away") == 1
+
+
+def test_every_scrape_of_one_sample_shares_one_rendering_no_older_than_a_second():
+    clock = Frozen()
+    sampler = Sampler(OddNames(), clock=clock)
+    sampler.tick()
+    collector = ExporterCollector(sampler, "v", "odd", clock=clock)
+    renders = []
+    gather = collector._gather
+    collector.exposition.gather = lambda: renders.append(clock.now) or gather()
+    first = collector.exposition.body(openmetrics=True, gzipped=True)
+    assert collector.exposition.body(openmetrics=True, gzipped=True) is first
+    assert gzip.decompress(first) == collector.exposition.body(openmetrics=True, gzipped=False)
+    assert gzip.decompress(first) == collector.render_text(openmetrics=True)
+    assert collector.exposition.body(openmetrics=False, gzipped=False) == collector.render_text()
+    assert renders == [5000.0, 5000.0]  # once per format, the gzipped body from the plain one
+    clock.now += 0.5
+    assert collector.exposition.body(openmetrics=True, gzipped=True) is first  # same sample, same second
+    clock.now += 0.5  # a second on, the same sample: rendered again, its age moved on
+    assert b"gpulens_exporter_sample_age_seconds 1.0" in collector.exposition.body(openmetrics=False, gzipped=False)
+    clock.now += 0.1
+    sampler.tick()  # a new sample: rendered again at once
+    assert b"gpulens_exporter_sample_age_seconds 0.0" in collector.exposition.body(openmetrics=False, gzipped=False)
+    assert renders == [5000.0, 5000.0, 5001.0, 5001.1]
+
+
+def test_openmetrics_is_served_when_the_scraper_names_a_version_gpulens_writes():
+    prometheus = (
+        "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+        "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    )
+    assert [
+        wants_openmetrics(accept)
+        for accept in (
+            prometheus,
+            "application/openmetrics-text",
+            "application/openmetrics-text; version=0.0.1",
+            "application/openmetrics-text;version=2.0.0,text/plain;version=0.0.4;q=0.5",
+            "text/plain;version=0.0.4",
+            "*/*",
+            "",
+        )
+    ] == [True, True, True, False, False, False, False]

@@ -13,6 +13,8 @@ import zlib
 import numpy as np
 import pandas as pd
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.history import analyze
@@ -304,6 +306,12 @@ def test_the_live_service_keeps_each_pods_day_with_bounded_memory():
     assert (
         'gpulens_pod_bottleneck_time_ratio{bottleneck="idle",namespace="sd",node="node-a",pod="training_finished-0"} '
         "0.6857" in service.render_text().decode().splitlines()
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(service)  # the fast renderers write what prometheus_client's encoders would
+    assert (service.render_text(), service.render_text(openmetrics=True)) == (
+        generate_latest(registry),
+        openmetrics_latest(registry),
     )
     # With an hour of history, the healthy episode (ended at 01:00) is forgotten by 03:00.
     [past] = run_service(trace, 3, history=3600).history.values()

@@ -9,6 +9,7 @@ import sys
 import bcrypt
 import pytest
 import requests
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 
 from tests.helpers import REPO, GpulensProcess, free_port, samples, start_exporter, value, wait_until
 
@@ -43,11 +44,24 @@ def test_metrics_in_prometheus_text_by_default(exporter):
     assert value(samples(response.text), "gpulens_gpu_up", gpu="1") == 1
 
 
-def test_metrics_in_openmetrics_when_asked(exporter):
-    response = requests.get(exporter + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
-    assert response.headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0")
-    assert response.text.endswith("# EOF\n")
-    assert "# TYPE gpulens_gpu_busy_seconds counter" in response.text
+#: What Prometheus 2.x sends on every scrape (scrape/scrape.go's acceptHeader).
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def test_metrics_in_openmetrics_with_gzip_as_prometheus_asks(exporter):
+    response = requests.get(
+        exporter + "/metrics", headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}, stream=True
+    )
+    assert response.headers["Content-Type"] == "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    assert response.headers["Content-Encoding"] == "gzip"
+    text = gzip.decompress(response.raw.read()).decode()
+    assert text.endswith("# EOF\n")
+    families = {f.name: f for f in parse_openmetrics(text)}  # the strict OpenMetrics parser takes it whole
+    assert families["gpulens_gpu_busy_seconds"].type == "counter"
+    assert {s.labels["gpu"] for s in families["gpulens_gpu_up"].samples} == {"0", "1"}
 
 
 def test_gzip_when_accepted(exporter):

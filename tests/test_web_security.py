@@ -106,7 +106,7 @@ def handshake(pki, address, client=None, **context_options):
         answer = tls.recv(64)
         if not answer:
             raise ConnectionResetError("closed without an answer")
-        assert answer.startswith(b"HTTP/1.0 200")
+        assert answer.startswith(b"HTTP/1.1 200")
         return tls.cipher()[0]
 
 

@@ -2,14 +2,18 @@
 
 Everything gpulens serves on /metrics goes through Families: the exporter's collector and the
 analyzer's service add (spec, label values, value) rows and get either prometheus_client metric
-families (for the encoders prometheus_client chooses: OpenMetrics) or the Prometheus text format
-0.0.4 straight from the rows, byte for byte what prometheus_client writes, at a fraction of the cost.
+families or the formats Prometheus negotiates (text 0.0.4, OpenMetrics 1.0.0) straight from the rows,
+byte for byte what prometheus_client's encoders write, at a fraction of the cost. Exposition keeps the
+rendered (and gzipped) bodies, so that every scraper of the same data shares one rendering.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+import gzip
+import threading
+import time
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
@@ -54,28 +58,86 @@ class Families:
                     family.add_metric(label_values, value)
                 yield family
 
-    def text(self) -> str:
-        """The Prometheus text format 0.0.4, byte for byte what prometheus_client's
-        generate_latest() writes for metric_families() (a test holds it to that), at a fraction of
-        the cost: label names are validated once by the metric table's tests, not per sample."""
+    def text(self, openmetrics: bool = False) -> str:
+        """The Prometheus text format 0.0.4, or OpenMetrics 1.0.0, byte for byte what prometheus_client's
+        generate_latest() (or its openmetrics twin) writes for metric_families() (a test holds it to
+        that), at a fraction of the cost: label names are validated once by the metric table's tests,
+        not per sample. The two formats differ only in the HELP and TYPE lines and the closing # EOF."""
         out = []
         for spec in m.ALL:
             if spec.type == "histogram":
                 if spec in self._histograms:
-                    out.append(_text_layout(spec)[0])
+                    out.append(_header(spec, openmetrics))
                     for label_values, counts in self._histograms[spec]:
                         _histogram_text(spec, label_values, counts, out)
                 continue
             rows = self._rows.get(spec)
             if not rows:
                 continue
-            out.append(_text_layout(spec)[0])
+            out.append(_header(spec, openmetrics))
             for label_values, value in rows:
                 prefix = _series_prefixes.get((spec, label_values))
                 if prefix is None:
                     prefix = _series_prefix(spec, label_values)
                 out.append(prefix + floatToGoString(value) + "\n")
+        if openmetrics:
+            out.append("# EOF\n")
         return "".join(out)
+
+
+#: The formats served on /metrics, by what a scraper's Accept header names.
+TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+
+def wants_openmetrics(accept: str) -> bool:
+    """True when the Accept header names OpenMetrics 1.0 (Prometheus lists it first, then 0.0.1, then
+    text 0.0.4), as prometheus_client's choose_encoder decides; anything else gets text 0.0.4."""
+    for media in accept.split(","):
+        kind, *params = (p.strip() for p in media.split(";"))
+        if kind == "application/openmetrics-text":
+            version = next((p.partition("=")[2] for p in params if p.startswith("version=")), "")
+            if version in ("", "0.0.1", "1.0.0"):
+                return True
+    return False
+
+
+class Exposition:
+    """The /metrics bodies of one data source, rendered once for each format and encoding and shared by
+    every scrape until the data changes (`version()` returns another object: a new sample, a new
+    analysis) or `max_age_seconds` pass, so that values computed at render time (a sample's age) are
+    never older than that. A hundred scrapers of the same sample cost one rendering, not a hundred."""
+
+    def __init__(
+        self,
+        gather: Callable[[], Families],
+        version: Callable[[], object],
+        max_age_seconds: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.gather = gather
+        self.version = version
+        self.max_age_seconds = max_age_seconds
+        self.clock = clock
+        self._lock = threading.Lock()  # one rendering at a time; the scrapes arriving meanwhile share it
+        self._key: object = None
+        self._rendered_at = float("-inf")
+        self._bodies: dict[tuple[bool, bool], bytes] = {}
+
+    def body(self, openmetrics: bool, gzipped: bool) -> bytes:
+        """The body in OpenMetrics 1.0.0 or text 0.0.4, gzipped (level 1: a scrape's CPU matters more
+        than its bytes on a node's own network) or not."""
+        with self._lock:
+            key, now = self.version(), self.clock()
+            if key is not self._key or now - self._rendered_at >= self.max_age_seconds:
+                self._key, self._rendered_at, self._bodies = key, now, {}
+            body = self._bodies.get((openmetrics, gzipped))
+            if body is None:
+                plain = self._bodies.get((openmetrics, False))
+                if plain is None:
+                    plain = self._bodies[(openmetrics, False)] = self.gather().text(openmetrics).encode()
+                body = self._bodies[(openmetrics, gzipped)] = gzip.compress(plain, 1) if gzipped else plain
+            return body
 
 
 def _histogram_text(spec: m.MetricSpec, label_values: tuple[str, ...], counts: ShapeCounts, out: list[str]) -> None:
@@ -89,7 +151,7 @@ def _histogram_text(spec: m.MetricSpec, label_values: tuple[str, ...], counts: S
             values = (*label_values, le)
             labels = ",".join(f'{names[i]}="{_escape(values[i])}"' for i in order)
             buckets.append(f"{spec.name}_bucket{{{labels}}} ")
-        _, sorted_names, label_order = _text_layout(spec)
+        _, sorted_names, label_order, _ = _text_layout(spec)
         plain = ",".join(f'{sorted_names[i]}="{_escape(label_values[j])}"' for i, j in enumerate(label_order))
         braces = f"{{{plain}}}" if plain else ""
         prefixes = (tuple(buckets), f"{spec.name}_count{braces} ", f"{spec.name}_sum{braces} ")
@@ -112,7 +174,7 @@ _SERIES_PREFIX_LIMIT = 100_000
 
 
 def _series_prefix(spec: m.MetricSpec, label_values: tuple[str, ...]) -> str:
-    _, names, order = _text_layout(spec)
+    _, names, order, _ = _text_layout(spec)
     if names:
         labels = ",".join(f'{names[i]}="{_escape(label_values[j])}"' for i, j in enumerate(order))
         prefix = f"{spec.name}{{{labels}}} "
@@ -124,14 +186,23 @@ def _series_prefix(spec: m.MetricSpec, label_values: tuple[str, ...]) -> str:
     return prefix
 
 
+def _header(spec: m.MetricSpec, openmetrics: bool) -> str:
+    layout = _text_layout(spec)
+    return layout[3] if openmetrics else layout[0]
+
+
 @functools.cache
-def _text_layout(spec: m.MetricSpec) -> tuple[str, tuple[str, ...], tuple[int, ...]]:
-    """HELP/TYPE lines and the label order (sorted by name, as prometheus_client writes them)."""
+def _text_layout(spec: m.MetricSpec) -> tuple[str, tuple[str, ...], tuple[int, ...], str]:
+    """HELP/TYPE lines in text 0.0.4, the label order (sorted by name, as prometheus_client writes them),
+    and the HELP/TYPE lines in OpenMetrics: named by the family (a counter without its _total), the help
+    with its quotes escaped too."""
     help_text = spec.help.replace("\\", r"\\").replace("\n", r"\n")
     kind = spec.type if spec.type in ("counter", "histogram") else "gauge"
     header = f"# HELP {spec.name} {help_text}\n# TYPE {spec.name} {kind}\n"
+    om_help = help_text.replace('"', r"\"")
+    om_header = f"# HELP {spec.family_name} {om_help}\n# TYPE {spec.family_name} {kind}\n"
     order = tuple(sorted(range(len(spec.labels)), key=lambda i: spec.labels[i]))
-    return header, tuple(spec.labels[i] for i in order), order
+    return header, tuple(spec.labels[i] for i in order), order, om_header
 
 
 def _escape(value: str) -> str:
