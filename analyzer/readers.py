@@ -192,7 +192,9 @@ def check_values(
         place = {"row": i + 1} if lines is None else {"line": int(lines[i])}
         raise TraceError(path, problem.format(value=shown, factor=factor, row=i), column=label, **place)
 
-    check(frame["gpu"].to_numpy() == "", "gpu", "empty; every row needs its GPU's UUID or index")
+    # Compared as the column's own (Arrow) strings: to_numpy() first would make a Python string of every row.
+    empty = frame["gpu"].eq("").to_numpy(dtype=bool, na_value=False)
+    check(empty, "gpu", "empty; every row needs its GPU's UUID or index")
     stamps = frame["timestamp"].to_numpy()
     check(~((stamps >= 0) & (stamps < LATEST_TIMESTAMP)), "timestamp", "{value} is not a time from 1970 to 9999")
     for column in frame.columns.intersection(RATIOS + _SHAPE_RATIOS):

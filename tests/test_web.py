@@ -70,6 +70,22 @@ def test_gzip_when_accepted(exporter):
     assert b"gpulens_gpu_up" in gzip.decompress(response.raw.read())
 
 
+def test_a_scraper_keeps_its_connection_from_one_scrape_to_the_next(exporter):
+    import http.client
+
+    host, port = exporter.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=5)
+    ports = []
+    for _ in range(3):  # as Prometheus scrapes: one connection, kept alive
+        connection.request("GET", "/metrics", headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"})
+        response = connection.getresponse()
+        assert (response.status, response.getheader("Connection")) == (200, None)
+        assert gzip.decompress(response.read()).endswith(b"# EOF\n")
+        ports.append(connection.sock.getsockname()[1])
+    connection.close()
+    assert len(set(ports)) == 1
+
+
 def test_health_and_index(exporter):
     assert requests.get(exporter + "/healthz").text == "ok\n"
     assert requests.get(exporter + "/readyz").text == "ok\n"

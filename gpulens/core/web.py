@@ -416,7 +416,8 @@ def serve(
         timeout = IDLE_TIMEOUT_SECONDS
 
         def log_message(self, format, *args):  # access logs would drown the useful ones
-            log.debug("%s %s", self.address_string(), format % args)
+            if log.isEnabledFor(logging.DEBUG):  # formatted only when shown: this runs on every scrape
+                log.debug("%s %s", self.address_string(), format % args)
 
         def _send(self, code: int, content_type: str, body: bytes, extra: dict[str, str] | None = None) -> None:
             self.send_response(code)
