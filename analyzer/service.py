@@ -33,7 +33,7 @@ from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import CLASSES
 from gpulens.core.exposition import Exposition, Families
-from gpulens.core.status import ProblemLog
+from gpulens.core.status import MAX_BACKOFF_SECONDS, ProblemLog, backoff
 from gpulens.core.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,6 @@ class PodHistory:
 
 
 class AnalyzerService:
-    MAX_BACKOFF_SECONDS = 120.0
     #: Liveness fails after this many intervals without a cycle ending.
     LIVENESS_INTERVALS = 5
     #: Episodes kept per pod: a pod whose class flips every cycle keeps its last MAX_EPISODES cycles.
@@ -235,7 +234,7 @@ class AnalyzerService:
             self.cycle()
             self.last_attempt = time.monotonic()
             unexpected = unexpected + 1 if sum(self.state.errors.values()) > errors else 0
-            self._stop.wait(min(self.interval * 2**unexpected, max(self.interval, self.MAX_BACKOFF_SECONDS)))
+            self._stop.wait(backoff(self.interval, unexpected))
 
     def start(self) -> None:
         self.source.start()
@@ -282,7 +281,7 @@ class AnalyzerService:
     def health(self) -> tuple[bool, str]:
         """Liveness: the loop keeps cycling (whatever the cycles find). Fails when no cycle has ended
         for LIVENESS_INTERVALS intervals (at least the longest backoff): the loop is dead or hung."""
-        limit = max(self.LIVENESS_INTERVALS * self.interval, 2 * self.MAX_BACKOFF_SECONDS)
+        limit = max(self.LIVENESS_INTERVALS * self.interval, 2 * MAX_BACKOFF_SECONDS)
         since = time.monotonic() - self.last_attempt
         if since > limit:
             return False, f"no analysis cycle has ended for {since:.0f} s: the analyzer loop is stuck"

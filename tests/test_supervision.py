@@ -14,7 +14,7 @@ from gpulens.analyzer.live import ExporterInput, InputError, PrometheusInput
 from gpulens.analyzer.service import AnalyzerService
 from gpulens.core import metrics as m
 from gpulens.core.config import redact
-from gpulens.core.status import LoopGuard
+from gpulens.core.status import MAX_BACKOFF_SECONDS, LoopGuard
 from gpulens.core.thresholds import Thresholds
 from gpulens.exporter.attribution import attributor
 from gpulens.exporter.attribution.attributor import KubeletAttribution
@@ -160,7 +160,7 @@ def test_liveness_fails_only_when_the_loop_stops_cycling_and_readiness_when_verd
     assert service.cycle() and service.ready() == (True, "ok")
     now[0] += 31  # three intervals without a verdict: stale, not ready; the loop itself is not judged by it
     assert service.ready()[0] is False and service.health() == (True, "ok")
-    service.last_attempt -= 2 * AnalyzerService.MAX_BACKOFF_SECONDS + 1
+    service.last_attempt -= 2 * MAX_BACKOFF_SECONDS + 1
     alive, reason = service.health()
     assert not alive and reason.startswith("no analysis cycle has ended for 241 s")
 

@@ -39,13 +39,23 @@ class ProblemLog:
             self._logger.warning(message)
 
 
+#: The longest wait between two steps of a loop whose steps keep failing.
+MAX_BACKOFF_SECONDS = 120.0
+
+
+def backoff(interval: float, failures: int) -> float:
+    """Seconds to wait before a loop's next step: `interval`, doubled for each step that failed in a row,
+    at most MAX_BACKOFF_SECONDS (or `interval`, if longer)."""
+    if not failures:
+        return interval
+    return min(interval * 2 ** min(failures, 30), max(interval, MAX_BACKOFF_SECONDS))
+
+
 class LoopGuard:
     """Keeps one long-running loop alive through its own bugs: an unexpected exception in a step is
     logged once with its traceback (and once when steps succeed again), counted, and the loop waits
     longer before the next step, doubling up to MAX_BACKOFF_SECONDS so that a bug that repeats does
     not spin. The loop never ends on an exception."""
-
-    MAX_BACKOFF_SECONDS = 120.0
 
     def __init__(self, logger: logging.Logger, doing: str):
         self.doing = doing  # what a step does, for the log: "sampling the GPUs"
@@ -71,7 +81,5 @@ class LoopGuard:
         return True
 
     def delay(self, interval: float) -> float:
-        """Seconds to wait before the next step: `interval`, doubled for each step that failed in a row."""
-        if not self._failing:
-            return interval
-        return min(interval * 2 ** min(self._failing, 30), max(interval, self.MAX_BACKOFF_SECONDS))
+        """Seconds to wait before the next step (see backoff)."""
+        return backoff(interval, self._failing)
