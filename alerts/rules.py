@@ -1,35 +1,55 @@
-"""The Prometheus alerting rules, their runbooks, and the demo's Alertmanager routing.
+"""The Prometheus alerting rules and their runbooks.
 
 Generated from gpulens/core/mixin.py (selectors, recording rules, links) and gpulens/core/thresholds.py (every
 threshold and duration), so `gpulens alerts --out DIR` with a `--thresholds` file gives rules that
-agree with the analyzer. Each alert carries `severity` (critical pages, warning makes a ticket) and
-`component` (pod, gpu, exporter, analyzer: what the inhibition rules match on), and annotations
-`summary`, `description`, `runbook_url` and `dashboard_url`. Pod alerts also carry the analyzer's
-verdict for the pod (`bottleneck`, `confidence`, `evidence`, `recommendation`), looked up when the
-alert is evaluated, so the page already says why and what to try.
+agree with the analyzer. Each alert carries `severity` (critical pages, warning makes a ticket; a
+deployment overrides it per alert, alerts/routing.py) and `component` (pod, gpu, exporter, analyzer:
+what routing and inhibition match on), and annotations `summary`, `description`, `runbook_url` and
+`dashboard_url`. Pod alerts also carry the analyzer's verdict for the pod (`confidence`, `evidence`,
+`recommendation`), looked up when the alert is evaluated, so the page already says why and what to
+try; the low-SM page carries the cause as its `bottleneck` label, so that Alertmanager groups a
+namespace's pages by cause, and the namespace's waste for that cause.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import re
+from dataclasses import dataclass, field
 
 from gpulens.core import mixin
 from gpulens.core.bottlenecks import RECOMMENDATIONS
-from gpulens.core.config import duration_seconds
+from gpulens.core.config import duration_seconds, prometheus_duration
 from gpulens.core.mixin import MixinConfig, metric
+
+#: XIDs the application causes (NVIDIA's XID catalogue): 13 graphics engine exception (an illegal
+#: address, an assert in a kernel), 31 GPU memory page fault, 43 the GPU stopped processing (a user
+#: application fault), 45 preemptive cleanup (the process was killed). The workload owner's business;
+#: every other XID is the node owner's (48 DBE, 63/64 row remapping, 74 NVLink, 79 off the bus, 92,
+#: 94/95 ECC, 119 GSP, and codes not yet catalogued).
+APPLICATION_XIDS = ("13", "31", "43", "45")
 
 
 @dataclass(frozen=True)
 class Alert:
     name: str
     expr: str
-    for_: str
+    for_seconds: float
     severity: str  # "critical" pages a human, "warning" opens a ticket
     component: str  # "pod" | "gpu" | "exporter" | "analyzer"
     summary: str
     description: str
     runbook: str  # Markdown: what it means, how to confirm, what to do
     dashboard_url: str
+    #: Labels beyond severity and component, fixed for the alert (a ticket's bottleneck class).
+    labels: dict[str, str] = field(default_factory=dict)
+    #: Annotations beyond summary, description and the links (the analyzer's verdict, the waste).
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def for_(self) -> str:
+        """The `for:` duration, written as Prometheus writes durations (5m, 1h30m)."""
+        return prometheus_duration(self.for_seconds)
 
     def anchor(self) -> str:
         return self.name.lower()
@@ -37,23 +57,33 @@ class Alert:
 
 POD = "{{ $labels.namespace }}/{{ $labels.pod }}"
 GPU = "GPU {{ $labels.gpu }} ({{ $labels.uuid }}) on {{ $labels.node }}"
+#: The low-SM page's cause label when the analyzer has no verdict for the pod (it is down, or new).
+NO_VERDICT = "unknown"
+
+
+def _written(duration: str) -> str:
+    """A thresholds-file duration as Prometheus writes durations ("1800s" -> "30m")."""
+    return prometheus_duration(duration_seconds(duration))
+
+
+def _query_first(selector: str, args: str, value: str, missing: str) -> str:
+    """Alert template: `value` (a template pipeline on the first result) of a PromQL query built with
+    printf from `selector` and `args`, or `missing` when the query returns nothing."""
+    return (
+        f"{{{{ with printf `{selector}` {args} | query }}}}{{{{ . | first | {value} }}}}"
+        f"{{{{ else }}}}{missing}{{{{ end }}}}"
+    )
 
 
 def _verdict(c: MixinConfig, label: str, missing: str) -> str:
     """Alert template: one label of the analyzer's current verdict for the alert's pod."""
     selector = f"{metric('pod_bottleneck_info')}{{{c.analyzer},namespace=%q,pod=%q}}"
-    return (
-        f"{{{{ with printf `{selector}` $labels.namespace $labels.pod | query }}}}"
-        f'{{{{ . | first | label "{label}" }}}}{{{{ else }}}}{missing}{{{{ end }}}}'
-    )
+    return _query_first(selector, "$labels.namespace $labels.pod", f'label "{label}"', missing)
 
 
 def _confidence(c: MixinConfig) -> str:
     selector = f"{metric('pod_bottleneck_confidence')}{{{c.analyzer},namespace=%q,pod=%q}}"
-    return (
-        f"{{{{ with printf `{selector}` $labels.namespace $labels.pod | query }}}}"
-        f"{{{{ . | first | value | humanizePercentage }}}}{{{{ else }}}}unknown{{{{ end }}}}"
-    )
+    return _query_first(selector, "$labels.namespace $labels.pod", "value | humanizePercentage", "unknown")
 
 
 def _verdict_sentence(c: MixinConfig) -> str:
@@ -67,7 +97,6 @@ def _verdict_sentence(c: MixinConfig) -> str:
 def verdict_annotations(c: MixinConfig) -> dict[str, str]:
     """The analyzer's verdict for the alert's pod, as annotations."""
     return {
-        "bottleneck": _verdict(c, "bottleneck", "none yet"),
         "confidence": _confidence(c),
         "evidence": _verdict(c, "evidence", "none: the analyzer has no verdict for this pod"),
         "recommendation": _verdict(
@@ -76,90 +105,149 @@ def verdict_annotations(c: MixinConfig) -> dict[str, str]:
     }
 
 
+def waste_annotation(c: MixinConfig) -> str:
+    """What the alert's namespace loses to the alert's cause a day, in GPU-hours and money, from the
+    analyzer's waste counters over the alert rate window (the analyzer adds to them every cycle, so a
+    short window is smooth and needs no hour of history): the same for every pod of one notification group."""
+    window = c.thresholds.alert_rate_window
+    labels = f"{c.analyzer},namespace=%q,bottleneck=%q"
+    args = "$labels.namespace $labels.bottleneck"
+    hours = f"sum(rate({metric('wasted_gpu_seconds_total')}{{{labels}}}[{window}])) * 86400 / 3600"
+    money = f"sum(rate({metric('wasted_cost_dollars_total')}{{{labels}}}[{window}])) * 86400"
+    return (
+        f"{{{{ with printf `{hours}` {args} | query }}}}"
+        "Pods of {{ $labels.namespace }} whose cause is {{ $labels.bottleneck }} waste "
+        '{{ . | first | value | printf "%.1f" }} GPU-hours'
+        f"{{{{ with printf `{money}` {args} | query }}}}"
+        ' (${{ . | first | value | printf "%.2f" }})'
+        f"{{{{ end }}}} a day (the analyzer's count over the last {window})."
+        "{{ else }}The analyzer has counted no waste for {{ $labels.namespace }} and {{ $labels.bottleneck }} yet."
+        "{{ end }}"
+    )
+
+
 def alerts(c: MixinConfig) -> list[Alert]:
-    """Every alert, in the order of the rule file and the runbooks."""
-    return [*_pod_alerts(c), *_gpu_alerts(c), *_exporter_alerts(c), *_analyzer_alerts(c)]
+    """Every alert, in the order of the rule file and the runbooks, with the deployment's severities."""
+    out = [*_pod_alerts(c), *_gpu_alerts(c), *_exporter_alerts(c), *_analyzer_alerts(c)]
+    return [dataclasses.replace(a, severity=c.severities.get(a.name, a.severity)) for a in out]
 
 
-def _pod_link(c: MixinConfig) -> str:
-    return mixin.dashboard_link(c, mixin.POD_DASHBOARD, namespace="{{ $labels.namespace }}", pod="{{ $labels.pod }}")
+def _pod_link(c: MixinConfig, panel: mixin.Panel) -> str:
+    return mixin.dashboard_link(c, panel, namespace="{{ $labels.namespace }}", pod="{{ $labels.pod }}")
+
+
+def _gpu_link(c: MixinConfig, panel: mixin.Panel) -> str:
+    return mixin.dashboard_link(c, panel, node="{{ $labels.node }}", gpu="{{ $labels.gpu }}")
+
+
+def _node_link(c: MixinConfig, panel: mixin.Panel) -> str:
+    return mixin.dashboard_link(c, panel, node="{{ $labels.node }}")
 
 
 def _verdict_alert(c: MixinConfig, name: str, bottleneck: str, summary: str, runbook: str) -> Alert:
     """A ticket when the analyzer has held `bottleneck` for a pod long enough."""
     t = c.thresholds
+    held = _written(t.alert_verdict_for)
     return Alert(
         name,
         f'max by (node, namespace, pod) ({metric("pod_bottleneck")}{{{c.analyzer},bottleneck="{bottleneck}"}}) == 1',
-        t.alert_verdict_for,
+        duration_seconds(t.alert_verdict_for),
         "warning",
         "pod",
         summary,
-        f"The analyzer has classified {POD} on {{{{ $labels.node }}}} as {bottleneck} for {t.alert_verdict_for}. "
+        f"The analyzer has classified {POD} on {{{{ $labels.node }}}} as {bottleneck} for {held}. "
         + _verdict_sentence(c),
         runbook,
-        _pod_link(c),
+        _pod_link(c, mixin.POD_MEMORY_PANEL if bottleneck == "memory_fragmentation" else mixin.POD_VERDICT_PANEL),
+        {"bottleneck": bottleneck},
+        verdict_annotations(c),
+    )
+
+
+def low_activity_page(c: MixinConfig) -> str:
+    """The page's expression: pods whose mean activity is under alert_low_sm, labelled with the cause
+    the analyzer gives (NO_VERDICT without one). topk keeps one verdict per pod, so that a second
+    analyzer replica can never make the join many-to-many and the rule fail."""
+    low = f"{mixin.POD_ACTIVITY_AVG} < {c.thresholds.alert_low_sm}"
+    info = f"{metric('pod_bottleneck_info')}{{{c.analyzer}}}"
+    verdict = f"topk by (namespace, pod) (1, max by (namespace, pod, bottleneck) ({info}))"
+    return (
+        f"({low}) * on (namespace, pod) group_left (bottleneck) {verdict}"
+        f' or on (namespace, pod) label_replace({low}, "bottleneck", "{NO_VERDICT}", "", "")'
     )
 
 
 def _pod_alerts(c: MixinConfig) -> list[Alert]:
-    """Pods whose GPUs are underused: the page on low SM activity, and a ticket per verdict."""
+    """Pods whose GPUs are underused: the page on low SM activity, and a ticket per verdict (muted by
+    Alertmanager while the page for the same pod fires: one notification per cause)."""
     t = c.thresholds
     w = t.alert_rate_window
-    pod_link = _pod_link(c)
     pct = f"{t.alert_low_sm:.0%}"
+    low_for = _written(t.alert_low_sm_for)
+    idle_for = _written(t.alert_idle_for)
+    held = _written(t.alert_verdict_for)
     return [
         Alert(
             "GpulensPodLowSmActivity",
-            f"{mixin.POD_ACTIVITY_AVG} < {t.alert_low_sm}",
-            t.alert_low_sm_for,
+            low_activity_page(c),
+            duration_seconds(t.alert_low_sm_for),
             "critical",
             "pod",
-            f"{POD} keeps its GPUs' SMs busy only {{{{ $value | humanizePercentage }}}} of the time",
-            f"SM activity of {POD} on {{{{ $labels.node }}}} has stayed under {pct} for {t.alert_low_sm_for}. "
+            f"{POD} keeps its GPUs' SMs busy only {{{{ $value | humanizePercentage }}}} of the time: "
+            f"{{{{ $labels.bottleneck }}}}",
+            f"SM activity of {POD} on {{{{ $labels.node }}}} has stayed under {pct} for {low_for}. "
             + _verdict_sentence(c),
             f"""The pod holds GPUs but uses a small part of them: averaged over its GPUs and {w}, SMs held a
-warp less than {pct} of the time, for {t.alert_low_sm_for}. NVIDIA: SM activity >= 0.8 is necessary for
+warp less than {pct} of the time, for {low_for}. NVIDIA: SM activity >= 0.8 is necessary for
 effective use, < 0.5 likely ineffective.
 
-1. Read the `bottleneck` and `recommendation` annotations: they are the analyzer's verdict for this pod
-   (`gpulens_pod_bottleneck_info`), with the evidence and thresholds it crossed.
+Alertmanager groups these pages by namespace and cause (the `bottleneck` label: the analyzer's class for
+the pod, `{NO_VERDICT}` without one), so a hundred replicas with one problem make one notification. The
+`waste` annotation says what that cause costs the namespace a day.
+
+1. Read the `bottleneck` label and the `recommendation` annotation: the analyzer's verdict for this pod
+   (`gpulens_pod_bottleneck_info`), with the `evidence` and thresholds it crossed.
 2. Open the pod dashboard (the alert's `dashboard_url`): the state timeline shows since when the class
    holds; SM, tensor and DRAM activity, memory, PCIe/NVLink and CPU panels show the signature.
 3. Apply the recommendation (every class's fix is listed at the end of this page).
    `idle` or `wrong_gpu_type`: give the GPU back or move the pod to a smaller GPU or a MIG slice.
    `overprovisioned_serving`: the replica serves requests in bursts; run fewer replicas or share the GPU
    (MIG, time-slicing), but do not simply delete it: that would take the service down.
-4. If the bottleneck is `none yet`, the analyzer is down or has not seen the pod: see GpulensAnalyzerDown.""",
-            pod_link,
+4. If the cause is `{NO_VERDICT}`, the analyzer is down or has not seen the pod: see GpulensAnalyzerDown.
+   When the analyzer changes its verdict, the page for the old cause resolves and the new one waits its
+   {low_for} again.""",
+            _pod_link(c, mixin.POD_SM_PANEL),
+            annotations={**verdict_annotations(c), "waste": waste_annotation(c)},
         ),
         Alert(
             "GpulensPodGpuIdle",
             f"{mixin.POD_ACTIVITY_MAX} < {t.idle_activity}",
-            t.alert_idle_for,
+            duration_seconds(t.alert_idle_for),
             "warning",
             "pod",
-            f"{POD} holds GPUs that have done no work for {t.alert_idle_for}",
+            f"{POD} holds GPUs that have done no work for {idle_for}",
             f"Every GPU of {POD} on {{{{ $labels.node }}}} has been idle (activity under {t.idle_activity}) for "
-            f"{t.alert_idle_for}. " + _verdict_sentence(c),
-            f"""Every GPU allocated to the pod has had activity under {t.idle_activity} for {t.alert_idle_for}:
+            f"{idle_for}. " + _verdict_sentence(c),
+            f"""Every GPU allocated to the pod has had activity under {t.idle_activity} for {idle_for}:
 an idle notebook, a job waiting on something, or a process that finished but whose pod was never deleted.
-(Princeton Job Defense Shield warns at 60 minutes.)
+(Princeton Job Defense Shield warns at 60 minutes.) Muted while GpulensPodLowSmActivity pages for the pod.
 
 1. Check with the pod's owner whether it still needs the GPUs; `kubectl describe pod` shows its age.
 2. Stop it or scale it to zero; for notebooks, enable an idle culler.
 3. If the memory stays held after the pod is gone, see GpulensGpuMemoryHeldWithoutPod.""",
-            pod_link,
+            _pod_link(c, mixin.POD_BUSY_PANEL),
+            annotations=verdict_annotations(c),
         ),
         _verdict_alert(
             c,
             "GpulensPodDataStarvation",
             "data_starvation",
             f"{POD} waits on its input pipeline: the GPU stalls between batches",
-            f"""The analyzer sees the data-starvation signature for {t.alert_verdict_for}: activity oscillates
+            f"""The analyzer sees the data-starvation signature for {held}: activity oscillates
 between bursts near the model's level and dips to almost nothing every step (more than
 {t.starvation_tail:.0%} of samples above {t.starvation_high} and below {t.starvation_low}; SageMaker Debugger's
-LowGPUUtilization rule), often with the pod's CPU at its limit.
+LowGPUUtilization rule), often with the pod's CPU at its limit. Muted while GpulensPodLowSmActivity pages
+for the pod: the page carries the same verdict.
 
 1. Open the pod dashboard: SM activity saw-tooths, and the CPU panel shows whether the pod sits at its limit.
 2. {RECOMMENDATIONS["data_starvation"]}""",
@@ -170,31 +258,78 @@ LowGPUUtilization rule), often with the pod's CPU at its limit.
             "memory_fragmentation",
             f"{POD} fills its GPU memory and restarts: out-of-memory risk",
             f"""The analyzer sees GPU memory near full (over {t.memory_full:.0%} of capacity) and growing, with drops
-where the process died and restarted, for {t.alert_verdict_for}. Pre-allocators (vLLM, JAX, TensorRT-LLM)
-hold memory flat and are exempt.
+where the process died and restarted, for {held}. Pre-allocators (vLLM, JAX, TensorRT-LLM)
+hold memory flat and are exempt. Muted while GpulensPodLowSmActivity pages for the pod.
 
 1. `kubectl describe pod`: restarts with CUDA out-of-memory in the previous container's log confirm it.
 2. {RECOMMENDATIONS["memory_fragmentation"]}""",
         ),
+        _application_xid_alert(c),
     ]
+
+
+def _new_errors(selector: str, window: str) -> str:
+    """Counter series that grew within `window`, including ones that first appeared in it (increase()
+    needs two samples, so a counter born at 1 would be missed)."""
+    return f"(increase({selector}[{window}]) > 0 or ({selector} unless {selector} offset {window}))"
+
+
+def _xid_selector(c: MixinConfig, match: str) -> str:
+    return f'{metric("gpu_xid_errors_total")}{{{c.exporter},xid{match}"{"|".join(APPLICATION_XIDS)}"}}'
+
+
+def _application_xid_alert(c: MixinConfig) -> Alert:
+    """XIDs the application causes, as a ticket to the namespace of the pod on the GPU. A GPU several
+    pods share (time-slicing) tickets each of them; a GPU no pod holds keeps its node and GPU labels."""
+    w = c.thresholds.alert_rate_window
+    xids = _xid_selector(c, "=~")
+    recent = _new_errors(xids, w)
+    pods = f"max by (node, namespace, pod, gpu, uuid) ({metric('gpu_pod_info')}{{{c.exporter}}})"
+    codes_query = _new_errors(xids.replace("}", ",uuid=%[1]q}"), w)
+    codes = (
+        f"{{{{ range $i, $x := printf `{codes_query}` $labels.uuid | query }}}}"
+        "{{ if $i }}, {{ end }}{{ $x.Labels.xid }}{{ end }}"
+    )
+    holder = "{{ with $labels.pod }}{{ $labels.namespace }}/{{ . }}{{ else }}no pod{{ end }}"
+    return Alert(
+        "GpulensPodApplicationXid",
+        f"{pods} * on (uuid) group_left () (sum by (uuid) {recent})"
+        f" or (sum by (node, gpu, uuid) {recent} unless on (uuid) {metric('gpu_pod_info')}{{{c.exporter}}})",
+        0,
+        "warning",
+        "pod",
+        f"{holder} made {GPU} report application XIDs",
+        f'The driver reported XID {codes} ({{{{ $value | printf "%.0f" }}}} in the last {w}) on {GPU}, held by '
+        f"{holder}: the program on it faulted. The GPU itself is fine.",
+        f"""XIDs {", ".join(APPLICATION_XIDS)} are the application's (NVIDIA's XID catalogue): 13 an exception in a
+kernel (an illegal address, an assert), 31 a GPU memory page fault, 43 the GPU stopped the faulting program,
+45 the process was killed and its work cleaned up. The node is healthy; the ticket goes to the namespace.
+
+1. The pod's log (and `dmesg | grep -i xid` on the node, which names the PID) shows the failing process.
+2. Run the program with `compute-sanitizer` or `CUDA_LAUNCH_BLOCKING=1` to find the faulting kernel;
+   a recent change of framework, driver or CUDA version is the usual cause.
+3. If the same code runs on other GPUs and only this one reports XIDs, treat it as hardware: see
+   GpulensGpuXidFault.""",
+        _gpu_link(c, mixin.NODE_XID_PANEL),
+    )
 
 
 def _gpu_alerts(c: MixinConfig) -> list[Alert]:
     """GPUs in trouble whatever runs on them: memory held by no pod, throttling, XIDs, NVLinks, lost."""
     t = c.thresholds
     w = t.alert_rate_window
-    node_link = mixin.dashboard_link(c, mixin.NODE_DASHBOARD, node="{{ $labels.node }}")
     nvlink_errors = metric("gpu_nvlink_errors_total")
     return [
         Alert(
             "GpulensGpuMemoryHeldWithoutPod",
             f"({metric('gpu_memory_used_bytes')}{{{c.exporter}}} > {t.alert_memory_held_bytes:.0f})"
             f" and on (uuid) ({metric('gpu_pods')}{{{c.exporter}}} == 0)",
-            t.alert_memory_held_for,
+            duration_seconds(t.alert_memory_held_for),
             "warning",
             "gpu",
             f"{GPU} holds {{{{ $value | humanize1024 }}}}B of memory but no pod has it",
-            f"{GPU} has had {{{{ $value | humanize1024 }}}}B of memory in use for {t.alert_memory_held_for} while "
+            f"{GPU} has had {{{{ $value | humanize1024 }}}}B of memory in use for "
+            f"{_written(t.alert_memory_held_for)} while "
             f"the kubelet gives it to no pod: a leftover process holds it, and the next pod scheduled there "
             f"may run out of memory.",
             f"""The kubelet has allocated the GPU to no pod, yet more than {t.alert_memory_held_bytes / 1024**3:g} GiB
@@ -206,44 +341,49 @@ child processes left after a deployment was removed (gpu-operator #2880).
 2. Kill the leftover process; if none is listed, the holder may be in another PID namespace: look for
    zombie containers (`crictl ps -a`).
 3. If the memory stays, drain the node and reset the GPU (`nvidia-smi -r`).""",
-            node_link,
+            _gpu_link(c, mixin.NODE_MEMORY_PANEL),
         ),
         Alert(
             "GpulensGpuThrottled",
             f'rate({metric("gpu_clock_event_seconds_total")}{{{c.exporter},reason=~"{c.throttle_reasons}"}}[{w}])'
             f" > {t.alert_throttled_fraction}",
-            f"{t.throttle_seconds:.0f}s",
+            t.throttle_seconds,
             "warning",
             "gpu",
             f"{GPU} is slowed down by {{{{ $labels.reason }}}}",
             f"{GPU} has been held back by {{{{ $labels.reason }}}} {{{{ $value | humanizePercentage }}}} of the "
             f"time. Every pod on it runs slower than it should.",
             f"""The GPU lowers its clocks because of {c.throttle_reasons.replace("|", ", ")} for more than
-{t.alert_throttled_fraction:.0%} of the time, for {t.throttle_seconds / 60:g} minutes (canonical hardware-observer,
-nvidia_gpu_exporter). The software power cap (`sw_power_cap`) is normal boost behaviour and never alerts.
+{t.alert_throttled_fraction:.0%} of the time, for {prometheus_duration(t.throttle_seconds)} (canonical
+hardware-observer, nvidia_gpu_exporter). The software power cap (`sw_power_cap`) is normal boost behaviour and
+never alerts.
 
 1. Node dashboard: temperature, power against limit and SM clock against max show which one.
 2. Thermal (`sw_thermal`, `hw_thermal`): check fans, airflow, the data-centre inlet temperature.
 3. `hw_slowdown`, `hw_power_brake`: the power supply or the board signals a fault; ask the hardware team.
 4. Cordon the node until it is fixed if the pods on it are latency-sensitive.""",
-            node_link,
+            _gpu_link(c, mixin.NODE_CLOCK_EVENTS_PANEL),
         ),
         Alert(
-            "GpulensGpuXidErrors",
-            # A counter that appears within the window is new errors too: increase() needs two samples.
-            f"increase({metric('gpu_xid_errors_total')}{{{c.exporter}}}[{w}]) > 0 or "
-            f"({metric('gpu_xid_errors_total')}{{{c.exporter}}} unless {metric('gpu_xid_errors_total')}"
-            f"{{{c.exporter}}} offset {w})",
-            "0s",
-            "warning",
+            "GpulensGpuXidFault",
+            _new_errors(_xid_selector(c, "!~"), w),
+            60,
+            "critical",
             "gpu",
-            f"{GPU} reported XID {{{{ $labels.xid }}}} errors",
-            f"The driver reported XID {{{{ $labels.xid }}}} on {GPU} within the last {w}.",
-            """The NVIDIA driver logged XID errors (`dmesg | grep -i xid` on the node). What to do depends on the code
-(NVIDIA's XID catalogue): 13, 31, 43 are usually the application's fault (illegal memory access, a kernel
-exception): tell the pod's owner. 48 (double-bit ECC), 63/64 (row remapping), 74 (NVLink), 79 (fallen off the
-bus), 92, 94, 95 (ECC) are hardware: drain the node, reset the GPU, and file a hardware ticket if they recur.""",
-            node_link,
+            f"{GPU} reported XID {{{{ $labels.xid }}}}: a hardware or driver fault",
+            f"The driver reported XID {{{{ $labels.xid }}}} on {GPU} within the last {w}. It is not one an "
+            f"application causes: the GPU, its memory, its links or the driver are at fault.",
+            f"""The NVIDIA driver logged an XID that points at the GPU, its memory, NVLink or the driver (every XID but
+the application's {", ".join(APPLICATION_XIDS)}, which ticket the namespace as GpulensPodApplicationXid). It fires
+after one minute, so a fault is on the node owner's screen before the next job lands on the GPU.
+
+1. `dmesg | grep -i xid` on the node; NVIDIA's XID catalogue says what the code means.
+2. 48 (double-bit ECC), 94/95 (contained/uncontained ECC), 63/64 (row remapping event/failure): drain the node
+   and reset the GPU (`nvidia-smi -r`); `nvidia-smi -q -d ROW_REMAPPER` shows pending remaps.
+3. 74 (NVLink): see GpulensGpuNvlinkDegraded. 79 (fallen off the bus): see GpulensGpuLost.
+   92 (high single-bit ECC rate), 119/120 (GSP): reset; update the driver if it recurs.
+4. If the same GPU reports again after a reset, file a hardware ticket with the vendor.""",
+            _gpu_link(c, mixin.NODE_XID_PANEL),
         ),
         Alert(
             "GpulensGpuNvlinkDegraded",
@@ -252,11 +392,12 @@ bus), 92, 94, 95 (ECC) are hardware: drain the node, reset the GPU, and file a h
             f" >= {t.nvlink_crc_errors_per_second:g}"
             f' or sum without (type) (increase({nvlink_errors}{{{c.exporter},type=~"replay|recovery"}}[{w}]))'
             f" > {t.nvlink_errors:g}",
-            t.alert_nvlink_for,
+            duration_seconds(t.alert_nvlink_for),
             "warning",
             "gpu",
             f"{GPU} has NVLinks down or failing",
-            f"{GPU} has had NVLinks down, or NVLink errors above DCGM's limits, for {t.alert_nvlink_for}: the peer "
+            f"{GPU} has had NVLinks down, or NVLink errors above DCGM's limits, for {_written(t.alert_nvlink_for)}: "
+            f"the peer "
             f"traffic of multi-GPU pods on it is slow or falls back to PCIe.",
             f"""An NVLink of the GPU is down (`gpulens_gpu_nvlink_links_down`; the exporter's log names the links), or
 its CRC errors reach {t.nvlink_crc_errors_per_second:g}/s, or it counts more than {t.nvlink_errors:g} replay or
@@ -268,12 +409,12 @@ recovery errors in {w} (DCGM's limits, dcgm_gpu_hardware_limits.h). The analyzer
 2. On NVSwitch systems, check that the Fabric Manager runs (`systemctl status nvidia-fabricmanager`).
 3. Cordon the node for multi-GPU jobs, drain it, reset the GPUs; if links stay down or errors recur, it is
    hardware (the GPU, the baseboard or the NVSwitch): open a ticket with the vendor.""",
-            node_link,
+            _gpu_link(c, mixin.NODE_NVLINK_PANEL),
         ),
         Alert(
             "GpulensGpuLost",
             f"{metric('gpu_up')}{{{c.exporter}}} == 0",
-            "1m",
+            60,
             "critical",
             "gpu",
             f"{GPU} stopped answering: it may have fallen off the bus",
@@ -285,7 +426,7 @@ recovery errors in {w} (DCGM's limits, dcgm_gpu_hardware_limits.h). The analyzer
    fallen off the bus).
 2. Cordon and drain the node; a GPU reset (`nvidia-smi -r`) or a reboot is usually needed.
 3. If it recurs, it is hardware (PCIe riser, power, the GPU itself): open a ticket with the vendor.""",
-            node_link,
+            _gpu_link(c, mixin.NODE_UP_PANEL),
         ),
     ]
 
@@ -293,17 +434,16 @@ recovery errors in {w} (DCGM's limits, dcgm_gpu_hardware_limits.h). The analyzer
 def _exporter_alerts(c: MixinConfig) -> list[Alert]:
     """The exporters themselves: down, absent, failing a collector, stale. Without them every GPU alert is blind."""
     t = c.thresholds
-    node_link = mixin.dashboard_link(c, mixin.NODE_DASHBOARD, node="{{ $labels.node }}")
-    fleet_link = mixin.dashboard_link(c, mixin.FLEET_DASHBOARD)
+    down_for = _written(t.alert_target_down_for)
     return [
         Alert(
             "GpulensExporterDown",
             f"up{{{c.exporter}}} == 0",
-            t.alert_target_down_for,
+            duration_seconds(t.alert_target_down_for),
             "critical",
             "exporter",
             "The gpulens exporter on {{ $labels.node }} is down",
-            f"Prometheus has failed to scrape {{{{ $labels.instance }}}} for {t.alert_target_down_for}. Every GPU "
+            f"Prometheus has failed to scrape {{{{ $labels.instance }}}} for {down_for}. Every GPU "
             f"alert for {{{{ $labels.node }}}} is blind meanwhile (pod alerts there are inhibited).",
             """Prometheus cannot scrape the exporter. While it is down, no GPU or pod alert on the node can fire.
 
@@ -311,12 +451,12 @@ def _exporter_alerts(c: MixinConfig) -> list[Alert]:
    names the problem (NVML missing, the kubelet socket absent, a bad flag) and how to fix it.
 2. From Prometheus' Targets page: the scrape error (connection refused, timeout, TLS).
 3. `curl http://<node>:9848/healthz` answers 503 with the reason when sampling is stale.""",
-            node_link,
+            _node_link(c, mixin.NODE_EXPORTER_UP_PANEL),
         ),
         Alert(
             "GpulensExporterAbsent",
             f"absent(up{{{c.exporter}}})",
-            t.alert_target_down_for,
+            duration_seconds(t.alert_target_down_for),
             "critical",
             "exporter",
             "No gpulens exporter is being scraped",
@@ -328,29 +468,29 @@ every other one.
 1. `kubectl -n gpulens get daemonset,servicemonitor`.
 2. Prometheus' Service Discovery page: is the ServiceMonitor picked up (its labels must match the Prometheus
    resource's `serviceMonitorSelector`)?""",
-            fleet_link,
+            mixin.dashboard_link(c, mixin.FLEET_DASHBOARD),
         ),
         Alert(
             "GpulensExporterCollectorFailing",
             f"{metric('exporter_collector_success')}{{{c.exporter}}} == 0",
-            t.alert_target_down_for,
+            duration_seconds(t.alert_target_down_for),
             "warning",
             "exporter",
             "The {{ $labels.collector }} collector of the exporter on {{ $labels.node }} is failing",
             f"gpulens' {{{{ $labels.collector }}}} collector on {{{{ $labels.node }}}} has failed for "
-            f"{t.alert_target_down_for}; its series are missing or stale. The exporter's log names the cause.",
+            f"{down_for}; its series are missing or stale. The exporter's log names the cause.",
             """One of the exporter's inputs fails: `nvml` (the driver), `kubelet` (pod attribution: the pod-resources
 socket), or `dcgm` (the node's dcgm-exporter). The others keep working.
 
 1. `kubectl logs` the exporter pod: it logs the failure once with the fix (socket path, URL, timeout).
 2. `kubelet`: is `/var/lib/kubelet/pod-resources` mounted? `dcgm`: does `--dcgm.url` answer?""",
-            node_link,
+            _node_link(c, mixin.NODE_COLLECTORS_PANEL),
         ),
         Alert(
             "GpulensExporterStale",
             f"{metric('exporter_sample_age_seconds')}{{{c.exporter}}} > 3 * "
             f"{metric('exporter_sample_interval_seconds')}{{{c.exporter}}}",
-            t.alert_target_down_for,
+            duration_seconds(t.alert_target_down_for),
             "warning",
             "exporter",
             "The exporter on {{ $labels.node }} serves old samples",
@@ -361,7 +501,7 @@ hangs (a GPU in a bad state, the driver being upgraded). `/healthz` answers 503 
 
 1. `nvidia-smi` on the node: does it hang too? Then the driver or a GPU is stuck: see GpulensGpuLost.
 2. Restart the exporter pod once the driver answers again.""",
-            node_link,
+            _node_link(c, mixin.NODE_SAMPLE_AGE_PANEL),
         ),
     ]
 
@@ -369,29 +509,29 @@ hangs (a GPU in a bad state, the driver being upgraded). `/healthz` answers 503 
 def _analyzer_alerts(c: MixinConfig) -> list[Alert]:
     """The analyzer: without it, pod alerts come without a verdict."""
     t = c.thresholds
-    fleet_link = mixin.dashboard_link(c, mixin.FLEET_DASHBOARD)
+    down_for = _written(t.alert_target_down_for)
     return [
         Alert(
             "GpulensAnalyzerDown",
             f"up{{{c.analyzer}}} == 0 or absent(up{{{c.analyzer}}})",
-            t.alert_target_down_for,
+            duration_seconds(t.alert_target_down_for),
             "warning",
             "analyzer",
             "The gpulens analyzer is down or not scraped",
-            f"Prometheus has not scraped the analyzer (job {c.analyzer_job}) for {t.alert_target_down_for}: pod "
+            f"Prometheus has not scraped the analyzer (job {c.analyzer_job}) for {down_for}: pod "
             f"alerts come without a verdict and the waste counters stop.",
             """The analyzer is not scraped. GPU alerts keep working; pod alerts lose their `bottleneck` and
 `recommendation` annotations and the dashboards' verdict panels go empty.
 
 1. `kubectl -n gpulens get deploy gpulens-analyzer`; `kubectl logs` it.
 2. Check its ServiceMonitor and that the Service selects the pod.""",
-            fleet_link,
+            mixin.dashboard_link(c, mixin.NODE_ANALYZER_PANEL),
         ),
         Alert(
             "GpulensAnalyzerStale",
             f"time() - {metric('analyzer_last_success_timestamp_seconds')}{{{c.analyzer}}}"
             f" > {duration_seconds(t.alert_target_down_for):.0f}",
-            "0s",
+            0,
             "warning",
             "analyzer",
             "The gpulens analyzer's verdicts are {{ $value | humanizeDuration }} old",
@@ -402,7 +542,7 @@ grows) and never replaces them with guesses.
 
 1. `kubectl logs` the analyzer: it names the input and the error (connection refused, timeout, bad query).
 2. Check that `--input.prometheus` points to a Prometheus that answers.""",
-            fleet_link,
+            mixin.dashboard_link(c, mixin.NODE_ANALYZER_PANEL),
         ),
     ]
 
@@ -411,19 +551,17 @@ def rule_groups(c: MixinConfig) -> dict:
     """The rule file: recording rules first, then the alerts."""
     rules = []
     for a in alerts(c):
-        annotations = {
+        rule: dict[str, object] = {"alert": a.name, "expr": a.expr}
+        if a.for_seconds:
+            rule["for"] = a.for_
+        rule["labels"] = {"severity": a.severity, "component": a.component, **a.labels}
+        rule["annotations"] = {
             "summary": a.summary,
             "description": a.description,
             "runbook_url": f"{c.runbook_url}#{a.anchor()}",
             "dashboard_url": a.dashboard_url,
+            **a.annotations,
         }
-        if a.component == "pod":
-            annotations.update(verdict_annotations(c))
-        rule: dict[str, object] = {"alert": a.name, "expr": a.expr}
-        if a.for_ != "0s":
-            rule["for"] = a.for_
-        rule["labels"] = {"severity": a.severity, "component": a.component}
-        rule["annotations"] = annotations
         rules.append(rule)
     return {
         "groups": [
@@ -433,24 +571,46 @@ def rule_groups(c: MixinConfig) -> dict:
     }
 
 
+def readable(template: str) -> str:
+    """An alert template as a person reads it in a document: `{{ $labels.pod }}` -> `{pod}`, a value ->
+    `{value}`, a conditional -> its first branch; Markdown table pipes escaped. (Not `<pod>`: Markdown
+    renders that as an HTML tag, which shows nothing.)"""
+    text = re.sub(
+        r"\{\{ with \$labels\.(\w+) \}\}(.*?)\{\{ else \}\}.*?\{\{ end \}\}",
+        lambda m: m[2].replace("{{ . }}", f"{{{m[1]}}}"),
+        template,
+    )
+    text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", r"{\1}", text)
+    text = re.sub(r"\{\{ \$value[^}]*\}\}", "{value}", text)
+    return text.replace("|", "\\|")
+
+
+#: The README section that explains routing, severities and the settings file (the runbooks link to it).
+README_ROUTING = "https://github.com/gpulens/gpulens#alerts-routing-and-settings"
+
+
 def runbooks_markdown(c: MixinConfig) -> str:
     lines = [
         "# gpulens alert runbooks",
         "",
         "Generated by `gpulens alerts` from alerts/rules.py with the default thresholds "
-        "(gpulens/core/thresholds.py); do not edit by hand.",
+        "(gpulens/core/thresholds.py); do not edit by hand. Who receives which alert, how alerts are grouped "
+        f"and muted, and how to change severities and owners: [the README]({README_ROUTING}).",
         "",
-        "| alert | severity | summary |",
-        "|---|---|---|",
+        "| alert | severity | for | says |",
+        "|---|---|---|---|",
     ]
     for a in alerts(c):
-        lines.append(f"| [{a.name}](#{a.anchor()}) | {a.severity} | {a.summary} |")
+        lines.append(
+            f"| [{a.name}](#{a.anchor()}) | {a.severity} | {a.for_ if a.for_seconds else 'at once'} "
+            f"| {readable(a.summary)} |"
+        )
     for a in alerts(c):
         lines += [
             "",
             f"## {a.name}",
             "",
-            f"Severity: **{a.severity}**. Fires when `{a.expr}`" + (f" for {a.for_}." if a.for_ != "0s" else "."),
+            f"Severity: **{a.severity}**. Fires when `{a.expr}`" + (f" for {a.for_}." if a.for_seconds else "."),
             "",
             a.runbook,
         ]
@@ -464,36 +624,3 @@ def runbooks_markdown(c: MixinConfig) -> str:
     ]
     lines += [f"- `{name}`: {text}" for name, text in RECOMMENDATIONS.items()]
     return "\n".join(lines) + "\n"
-
-
-def alertmanager_config(webhook_url: str) -> dict:
-    """Alertmanager routing for the demo: critical alerts page, warnings make tickets; both go to
-    the same webhook (the demo's receiver) under different paths, so a user sees which is which.
-    Pod and GPU alerts of a node whose exporter is down are inhibited: they would be noise."""
-    base = webhook_url.rstrip("/")
-    return {
-        "route": {
-            "receiver": "tickets",
-            "group_by": ["namespace", "alertname"],
-            "group_wait": "10s",
-            "group_interval": "1m",
-            "repeat_interval": "4h",
-            "routes": [{"receiver": "pages", "matchers": ['severity="critical"']}],
-        },
-        "receivers": [
-            {"name": "pages", "webhook_configs": [{"url": f"{base}/pages", "send_resolved": True}]},
-            {"name": "tickets", "webhook_configs": [{"url": f"{base}/tickets", "send_resolved": True}]},
-        ],
-        "inhibit_rules": [
-            {
-                "source_matchers": ['alertname="GpulensExporterDown"'],
-                "target_matchers": ['component=~"pod|gpu"'],
-                "equal": ["node"],
-            },
-            {
-                "source_matchers": ['alertname="GpulensGpuLost"'],
-                "target_matchers": ['alertname=~"GpulensGpuThrottled|GpulensGpuXidErrors"'],
-                "equal": ["uuid"],
-            },
-        ],
-    }

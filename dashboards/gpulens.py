@@ -14,15 +14,19 @@ from gpulens.core.mixin import MixinConfig, metric
 from gpulens.dashboards import style as s
 from gpulens.dashboards.style import target
 
+#: Every selector starts with the cluster: Thanos and Mimir users query many clusters through one
+#: datasource, told apart by a `cluster` external label; without one, `cluster=~""` or `.*` match all.
+CLUSTER = 'cluster=~"$cluster"'
+JOB = f'{CLUSTER},job=~"$job"'
 #: Selectors over the exporters' series, narrowed by the dashboard variables.
-EXPORTERS = 'job=~"$job",node=~"$node"'
-POD = 'namespace="$namespace",pod="$pod"'
+EXPORTERS = f'{JOB},node=~"$node"'
+POD = f'{CLUSTER},namespace="$namespace",pod="$pod"'
 CPU_CORES = "suffix: cores"
 
 
 def _pod_gpus(expr: str) -> str:
     """Restrict a per-GPU expression to the GPUs of the selected pod (several pods may share one)."""
-    return f'{expr} * on (uuid) group_left () max by (uuid) ({metric("gpu_pod_info")}{{job=~"$job",{POD}}})'
+    return f"{expr} * on (uuid) group_left () max by (uuid) ({metric('gpu_pod_info')}{{{JOB},{POD}}})"
 
 
 def _rate(name: str, selector: str) -> str:
@@ -33,11 +37,12 @@ def _variables(*names: str, single: tuple[str, ...] = ()) -> list[G.Template]:
     """The shared variables, chained so each lists only what the ones before it select; those in
     `single` pick one value (the pod dashboard shows one pod)."""
     sources = {
-        "job": ("Exporter job", metric("gpu_up")),
-        "node": ("Node", f'{metric("gpu_up")}{{job=~"$job"}}'),
+        "cluster": ("Cluster", metric("gpu_up")),
+        "job": ("Exporter job", f"{metric('gpu_up')}{{{CLUSTER}}}"),
+        "node": ("Node", f"{metric('gpu_up')}{{{JOB}}}"),
         "gpu": ("GPU", f"{metric('gpu_up')}{{{EXPORTERS}}}"),
-        "namespace": ("Namespace", f'{metric("gpu_pod_info")}{{job=~"$job"}}'),
-        "pod": ("Pod", f'{metric("gpu_pod_info")}{{job=~"$job",namespace="$namespace"}}'),
+        "namespace": ("Namespace", f"{metric('gpu_pod_info')}{{{JOB}}}"),
+        "pod": ("Pod", f'{metric("gpu_pod_info")}{{{JOB},namespace="$namespace"}}'),
     }
     return [
         s.query_variable(
@@ -47,32 +52,40 @@ def _variables(*names: str, single: tuple[str, ...] = ()) -> list[G.Template]:
     ]
 
 
+def sm_levels(c: MixinConfig) -> s.Levels:
+    """SM activity's bands, the analyzer's own thresholds (NVIDIA: < 0.5 likely ineffective, >= 0.8
+    necessary for effective use)."""
+    return (("red", None), ("orange", c.thresholds.ineffective_sm), ("green", c.thresholds.healthy_sm))
+
+
 def fleet(c: MixinConfig) -> G.Dashboard:
     uid, title = mixin.FLEET_DASHBOARD
-    analyzer = 'namespace=~"$namespace"'
-    allocated = f"{metric('gpu_pods')}{{{EXPORTERS}}} > 0"
+    analyzer = f'{CLUSTER},namespace=~"$namespace"'
+    # GPUs given to pods of the selected namespaces (a shared GPU counts once).
+    allocated = f'max by (uuid) ({metric("gpu_pod_info")}{{{EXPORTERS},namespace=~"$namespace"}})'
     pod_link = (
-        f"/d/{mixin.POD_DASHBOARD[0]}?var-namespace=${{__data.fields.namespace}}"
+        f"/d/{mixin.POD_DASHBOARD[0]}?${{cluster:queryparam}}&var-namespace=${{__data.fields.namespace}}"
         f"&var-pod=${{__data.fields.pod}}&${{__url_time_range}}"
     )
     panels = [
         s.row("Now"),
         s.stat(
             "GPUs",
-            "GPUs the exporters report (MIG instances not counted separately).",
+            "GPUs the exporters report, in every namespace (MIG instances not counted separately).",
             [target(f'count({metric("gpu_up")}{{{EXPORTERS},gpu!~".*/.*"}})')],
             s.COUNT,
         ),
         s.stat(
             "Allocated to pods",
-            "GPUs the kubelet has given to at least one pod.",
+            "GPUs the kubelet has given to at least one pod of the selected namespaces.",
             [target(f"count({allocated})")],
             s.COUNT,
         ),
         s.stat(
             "Busy (GPUs' worth)",
-            "Sum over GPUs of the share of time a kernel ran: how many GPUs' worth of work the fleet does.",
-            [target(f"sum({mixin.GPU_BUSY}{{{EXPORTERS}}})")],
+            "Sum over the allocated GPUs of the share of time a kernel ran: how many GPUs' worth of work "
+            "the selected namespaces do.",
+            [target(f"sum({mixin.GPU_BUSY}{{{EXPORTERS}}} and on (uuid) ({allocated}))")],
             s.COUNT,
             decimals=1,
         ),
@@ -82,6 +95,7 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             "counter) of allocated GPUs. NVIDIA: >= 80% is necessary for effective use.",
             [target(f"avg({mixin.GPU_ACTIVITY}{{{EXPORTERS}}} and on (uuid) ({allocated}))")],
             s.RATIO,
+            levels=sm_levels(c),
         ),
         s.stat(
             "Wasted GPU-hours",
@@ -129,7 +143,8 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             [
                 target(
                     f"sum by (namespace) (max by (namespace, pod, uuid) ({metric('gpu_pod_info')}"
-                    f"{{{EXPORTERS}}}) * on (uuid) group_left () increase({metric('gpu_idle_seconds_total')}"
+                    f'{{{EXPORTERS},namespace=~"$namespace"}}) * on (uuid) group_left () '
+                    f"increase({metric('gpu_idle_seconds_total')}"
                     f"{{{EXPORTERS}}}[$__range])) / 3600",
                     "{{namespace}}",
                     instant=True,
@@ -204,7 +219,7 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         title,
         "Where the fleet's GPU time goes: allocation against use, waste by "
         "namespace and cause, and the pods that waste most.",
-        _variables("job", "node", "namespace"),
+        _variables("cluster", "job", "node", "namespace"),
         panels,
     )
 
@@ -229,7 +244,7 @@ def pod(c: MixinConfig) -> G.Dashboard:
         s.stat(
             "GPUs",
             "GPUs the kubelet gave this pod.",
-            [target(f'count(max by (uuid) ({metric("gpu_pod_info")}{{job=~"$job",{POD}}}))')],
+            [target(f"count(max by (uuid) ({metric('gpu_pod_info')}{{{JOB},{POD}}}))")],
             s.COUNT,
         ),
         s.stat(
@@ -237,6 +252,7 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "Mean SM activity over the analyzer's window (kernel-busy time where the GPU has no SM counter).",
             [target(f"max({metric('pod_sm_active_ratio')}{verdict})")],
             s.RATIO,
+            levels=sm_levels(c),
         ),
         s.stat(
             "Idle share (analyzer window)",
@@ -269,19 +285,20 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "SM activity: share of time a warp was resident (NVIDIA: >= 80% "
             "necessary for effective use). Occupancy: resident warps against the maximum.",
             [
-                target(_pod_gpus(_rate("gpu_sm_active_seconds_total", 'job=~"$job"')), f"{per_gpu} SM active"),
-                target(_pod_gpus(f'{metric("gpu_sm_occupancy_ratio")}{{job=~"$job"}}'), f"{per_gpu} occupancy"),
+                target(_pod_gpus(_rate("gpu_sm_active_seconds_total", JOB)), f"{per_gpu} SM active"),
+                target(_pod_gpus(f"{metric('gpu_sm_occupancy_ratio')}{{{JOB}}}"), f"{per_gpu} occupancy"),
             ],
             s.RATIO,
             max_value=1,
+            levels=sm_levels(c),
         ),
         s.timeseries(
             "Tensor and DRAM activity",
             "Tensor pipes busy, and DRAM moving data (about 80% is the "
             "practical peak: higher means memory-bandwidth bound).",
             [
-                target(_pod_gpus(f'{metric("gpu_tensor_active_ratio")}{{job=~"$job"}}'), f"{per_gpu} tensor"),
-                target(_pod_gpus(f'{metric("gpu_dram_active_ratio")}{{job=~"$job"}}'), f"{per_gpu} DRAM"),
+                target(_pod_gpus(f"{metric('gpu_tensor_active_ratio')}{{{JOB}}}"), f"{per_gpu} tensor"),
+                target(_pod_gpus(f"{metric('gpu_dram_active_ratio')}{{{JOB}}}"), f"{per_gpu} DRAM"),
             ],
             s.RATIO,
             max_value=1,
@@ -290,7 +307,7 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "Kernel-busy time",
             "Share of time any kernel ran (nvidia-smi utilization.gpu). One tiny "
             "kernel keeps it at 100%: read SM activity for how much of the GPU works.",
-            [target(_pod_gpus(_rate("gpu_busy_seconds_total", 'job=~"$job"')), per_gpu)],
+            [target(_pod_gpus(_rate("gpu_busy_seconds_total", JOB)), per_gpu)],
             s.RATIO,
             max_value=1,
         ),
@@ -298,19 +315,19 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "Activity per GPU",
             "Each GPU's activity over the rate window: in a multi-GPU pod, one GPU "
             "far busier than the others means poor placement or unbalanced ranks.",
-            [target(_pod_gpus(f'{mixin.GPU_ACTIVITY}{{job=~"$job"}}'), per_gpu, instant=True)],
+            [target(_pod_gpus(f"{mixin.GPU_ACTIVITY}{{{JOB}}}"), per_gpu, instant=True)],
             s.RATIO,
+            levels=sm_levels(c),
         ),
         s.row("Memory, transfers and CPU"),
         s.timeseries(
             "GPU memory used against capacity",
             "Used memory per GPU and its capacity (total minus what the driver reserves).",
             [
-                target(_pod_gpus(f'{metric("gpu_memory_used_bytes")}{{job=~"$job"}}'), f"{per_gpu} used"),
+                target(_pod_gpus(f"{metric('gpu_memory_used_bytes')}{{{JOB}}}"), f"{per_gpu} used"),
                 target(
                     _pod_gpus(
-                        f'{metric("gpu_memory_total_bytes")}{{job=~"$job"}} - '
-                        f'{metric("gpu_memory_reserved_bytes")}{{job=~"$job"}}'
+                        f"{metric('gpu_memory_total_bytes')}{{{JOB}}} - {metric('gpu_memory_reserved_bytes')}{{{JOB}}}"
                     ),
                     f"{per_gpu} capacity",
                 ),
@@ -321,8 +338,8 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "PCIe throughput",
             "Bytes per second over PCIe; receive is host-to-device (input batches).",
             [
-                target(_pod_gpus(_rate("gpu_pcie_receive_bytes_total", 'job=~"$job"')), f"{per_gpu} receive"),
-                target(_pod_gpus(_rate("gpu_pcie_transmit_bytes_total", 'job=~"$job"')), f"{per_gpu} transmit"),
+                target(_pod_gpus(_rate("gpu_pcie_receive_bytes_total", JOB)), f"{per_gpu} receive"),
+                target(_pod_gpus(_rate("gpu_pcie_transmit_bytes_total", JOB)), f"{per_gpu} transmit"),
             ],
             s.BYTES_PER_SECOND,
         ),
@@ -330,8 +347,8 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "NVLink throughput",
             "Bytes per second over NVLink, all links together.",
             [
-                target(_pod_gpus(_rate("gpu_nvlink_receive_bytes_total", 'job=~"$job"')), f"{per_gpu} receive"),
-                target(_pod_gpus(_rate("gpu_nvlink_transmit_bytes_total", 'job=~"$job"')), f"{per_gpu} transmit"),
+                target(_pod_gpus(_rate("gpu_nvlink_receive_bytes_total", JOB)), f"{per_gpu} receive"),
+                target(_pod_gpus(_rate("gpu_nvlink_transmit_bytes_total", JOB)), f"{per_gpu} transmit"),
             ],
             s.BYTES_PER_SECOND,
         ),
@@ -360,21 +377,23 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "the normal power cap: thermal, hardware slowdown, power brake.",
             [
                 target(
-                    _pod_gpus(_rate("gpu_clock_event_seconds_total", f'job=~"$job",reason=~"{c.throttle_reasons}"')),
+                    _pod_gpus(_rate("gpu_clock_event_seconds_total", f'{JOB},reason=~"{c.throttle_reasons}"')),
                     f"{per_gpu} {{{{reason}}}}",
                 )
             ],
             s.RATIO,
             width=24,
             max_value=1,
+            levels=(("green", None), ("red", c.thresholds.alert_throttled_fraction)),
         ),
     ]
     return s.dashboard(
         uid,
         title,
-        "Why one pod's GPUs are underused: the analyzer's verdict over time, with the signals behind it.",
-        _variables("job", "namespace", "pod", single=("namespace", "pod")),
+        "Why one pod's GPUs are underused: the analyzer's verdict over the day, with the signals behind it.",
+        _variables("cluster", "job", "namespace", "pod", single=("namespace", "pod")),
         panels,
+        panel_ids=mixin.panel_ids(mixin.POD_DASHBOARD),
     )
 
 
@@ -431,6 +450,7 @@ def node(c: MixinConfig) -> G.Dashboard:
             [target(f"{mixin.GPU_MEMORY_USED}{{{gpus}}}", per_gpu)],
             s.RATIO,
             max_value=1,
+            levels=(("green", None), ("red", c.thresholds.memory_full)),
         ),
         s.row("Errors"),
         s.timeseries(
@@ -468,6 +488,17 @@ def node(c: MixinConfig) -> G.Dashboard:
             width=8,
         ),
         s.timeseries(
+            "NVLink links down and errors",
+            "Links down (the exporter's log names them) and NVLink errors per second by type: CRC errors are "
+            "retried transfers; replay and recovery errors mean a link is failing (DCGM's limits).",
+            [
+                target(f"{metric('gpu_nvlink_links_down')}{{{gpus}}}", f"{per_gpu} links down"),
+                target(_rate("gpu_nvlink_errors_total", gpus), f"{per_gpu} {{{{type}}}} errors/s"),
+            ],
+            s.COUNT,
+            width=12,
+        ),
+        s.timeseries(
             "PCIe link against its maximum",
             "Current PCIe generation and width as a share of what the "
             "GPU supports: under 100% the link trained down (a riser, a slot, power saving).",
@@ -483,7 +514,7 @@ def node(c: MixinConfig) -> G.Dashboard:
                 ),
             ],
             s.RATIO,
-            width=24,
+            width=12,
             max_value=1,
         ),
         s.row("gpulens itself"),
@@ -514,8 +545,8 @@ def node(c: MixinConfig) -> G.Dashboard:
             "Analyzer verdict age",
             "Age of the analyzer's verdicts; grows while its input is down.",
             [
-                target(f"{metric('analyzer_verdict_age_seconds')}{{{c.analyzer}}}", "verdict age"),
-                target(f"{metric('analyzer_cycle_duration_seconds')}{{{c.analyzer}}}", "cycle duration"),
+                target(f"{metric('analyzer_verdict_age_seconds')}{{{c.analyzer},{CLUSTER}}}", "verdict age"),
+                target(f"{metric('analyzer_cycle_duration_seconds')}{{{c.analyzer},{CLUSTER}}}", "cycle duration"),
             ],
             s.SECONDS,
         ),
@@ -524,7 +555,8 @@ def node(c: MixinConfig) -> G.Dashboard:
             "Failed reads of the analyzer's input (Prometheus or exporters).",
             [
                 target(
-                    f"increase({metric('analyzer_input_errors_total')}{{{c.analyzer}}}[$__rate_interval])", "{{input}}"
+                    f"increase({metric('analyzer_input_errors_total')}{{{c.analyzer},{CLUSTER}}}[$__rate_interval])",
+                    "{{input}}",
                 )
             ],
             s.COUNT,
@@ -535,8 +567,10 @@ def node(c: MixinConfig) -> G.Dashboard:
         title,
         "Is the hardware, and is gpulens, healthy: temperature, power, clocks, "
         "throttling, XID and ECC errors, and the exporters and analyzer themselves.",
-        _variables("job", "node", "gpu"),
+        _variables("cluster", "job", "node", "gpu"),
         panels,
+        time_from="now-6h",
+        panel_ids=mixin.panel_ids(mixin.NODE_DASHBOARD),
     )
 
 

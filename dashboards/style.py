@@ -16,6 +16,14 @@ from grafanalib._gen import DashboardEncoder
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 GRID_WIDTH = 24
+#: The dashboard schema the panels are written for: Grafana 11.2's (the compose file's Grafana), so
+#: Grafana loads them as they are instead of migrating them on every load.
+SCHEMA_VERSION = 39
+#: Colour bands of a panel: (colour, from value), the first from minus infinity (None). Only where a
+#: threshold means something; other panels get one neutral band instead of Grafana's default green/red
+#: at 80, which would colour every number as if 80 meant anything.
+Levels = tuple[tuple[str, float | None], ...]
+NEUTRAL: Levels = (("text", None),)
 
 # Grafana unit ids (the "Standard options > Unit" list).
 RATIO = "percentunit"
@@ -42,17 +50,25 @@ def target(expr: str, legend: str = "", instant: bool = False, table: bool = Fal
     )
 
 
-def _style(targets: list[G.Target], unit: str, width: int, height: int, description: str) -> dict:
-    """Keyword arguments every panel shares: datasource, description, size, the unit, and the
-    targets with their refIds (A, B, ...: Grafana needs them unique within a panel)."""
+def _style(
+    targets: list[G.Target], unit: str, width: int, height: int, description: str, levels: Levels = NEUTRAL
+) -> dict:
+    """Keyword arguments every panel shares: datasource, description, size, the unit, its colour
+    bands, and the targets with their refIds (A, B, ...: Grafana needs them unique within a panel)."""
     if not unit:
         raise ValueError("every gpulens panel names its unit")
+    defaults: dict = {
+        "unit": unit,
+        "thresholds": {"mode": "absolute", "steps": [{"color": color, "value": value} for color, value in levels]},
+    }
+    if levels != NEUTRAL:
+        defaults["custom"] = {"thresholdsStyle": {"mode": "dashed"}}  # time series draw them as lines
     return {
         "dataSource": DATASOURCE,
         "description": description,
         "targets": [attr.evolve(t, refId=chr(ord("A") + i)) for i, t in enumerate(targets)],
         "gridPos": G.GridPos(h=height, w=width, x=0, y=0),
-        "extraJson": {"fieldConfig": {"defaults": {"unit": unit}}},
+        "extraJson": {"fieldConfig": {"defaults": defaults}},
     }
 
 
@@ -66,6 +82,7 @@ def timeseries(
     height: int = 8,
     stacked: bool = False,
     max_value: float | None = None,
+    levels: Levels = NEUTRAL,
 ) -> G.TimeSeries:
     return G.TimeSeries(
         title=title,
@@ -77,7 +94,7 @@ def timeseries(
         tooltipMode="multi",
         valueMin=0,
         valueMax=max_value,
-        **_style(targets, unit, width, height, description),
+        **_style(targets, unit, width, height, description, levels),
     )
 
 
@@ -91,6 +108,7 @@ def stat(
     height: int = 4,
     decimals: int | None = None,
     reduce: str = "lastNotNull",
+    levels: Levels = NEUTRAL,
 ) -> G.Stat:
     return G.Stat(
         title=title,
@@ -98,7 +116,7 @@ def stat(
         decimals=decimals,
         reduceCalc=reduce,
         graphMode="area",
-        **_style(targets, unit, width, height, description),
+        **_style(targets, unit, width, height, description, levels),
     )
 
 
@@ -111,6 +129,7 @@ def bar_gauge(
     width: int = 12,
     height: int = 8,
     max_value: float | None = 1,
+    levels: Levels = NEUTRAL,
 ) -> G.BarGauge:
     """Horizontal bars of each series' last value; max_value None scales to the largest."""
     return G.BarGauge(
@@ -121,7 +140,7 @@ def bar_gauge(
         calc="lastNotNull",
         orientation=G.ORIENTATION_HORIZONTAL,
         displayMode=G.GAUGE_DISPLAY_MODE_GRADIENT,
-        **_style(targets, unit, width, height, description),
+        **_style(targets, unit, width, height, description, levels),
     )
 
 
@@ -216,7 +235,23 @@ def query_variable(
     )
 
 
-def dashboard(uid: str, title: str, description: str, variables: list[G.Template], panels: list) -> G.Dashboard:
+def dashboard(
+    uid: str,
+    title: str,
+    description: str,
+    variables: list[G.Template],
+    panels: list,
+    *,
+    time_from: str = "now-24h",
+    panel_ids: dict[str, int] | None = None,
+) -> G.Dashboard:
+    """The dashboard; panels titled in `panel_ids` get those ids (alerts link to them with viewPanel),
+    the others the next free ones."""
+    ids = panel_ids or {}
+    unknown = set(ids) - {panel.title for panel in panels}
+    if unknown:
+        raise ValueError(f"{uid}: no panel titled {', '.join(sorted(unknown))}")
+    panels = [attr.evolve(panel, id=ids[panel.title]) if panel.title in ids else panel for panel in panels]
     return G.Dashboard(
         uid=uid,
         title=title,
@@ -224,7 +259,8 @@ def dashboard(uid: str, title: str, description: str, variables: list[G.Template
         tags=["gpulens"],
         timezone="browser",
         refresh="30s",
-        time=G.Time("now-1h", "now"),
+        time=G.Time(time_from, "now"),
+        schemaVersion=SCHEMA_VERSION,
         sharedCrosshair=True,
         templating=G.Templating(list=[datasource_variable(), *variables]),
         links=[

@@ -103,11 +103,8 @@ def describe(alert: dict, path: str) -> str:
         else " ".join(f"{k}={labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if labels.get(k))
     )
     line = f"[{alert.get('status', '?')}] {path.rsplit('/', 1)[-1]}: {labels.get('alertname', '?')} {subject}"
-    if annotations.get("bottleneck"):
-        line += (
-            f" | {annotations['bottleneck']} ({annotations.get('confidence', '?')}): "
-            f"{annotations.get('recommendation', '')}"
-        )
+    if labels.get("bottleneck") and annotations.get("recommendation"):
+        line += f" | {labels['bottleneck']} ({annotations.get('confidence', '?')}): {annotations['recommendation']}"
     else:
         line += f" | {annotations.get('summary', '')}"
     return line

@@ -224,3 +224,48 @@ scrape_configs:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self._log.close()
+
+
+class Alertmanager:
+    """A real Alertmanager on a free loopback port with the given config file, no clustering."""
+
+    def __init__(self, workdir: Path, config: Path):
+        binary = require_binary("prometheus-alertmanager")
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self._log = open(workdir / "alertmanager.log", "w")
+        self.process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.path={workdir / 'alertmanager-data'}",
+                f"--web.listen-address={self.url.removeprefix('http://')}",
+                "--cluster.listen-address=",
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+        def ready():
+            if self.process.poll() is not None:
+                raise AssertionError(f"alertmanager exited: {(workdir / 'alertmanager.log').read_text()}")
+            try:
+                return requests.get(self.url + "/-/ready", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(ready, 30, what="alertmanager to become ready")
+
+    def post(self, alerts: list[dict]) -> None:
+        """Alerts as Prometheus sends them: labels and annotations (API v2)."""
+        requests.post(self.url + "/api/v2/alerts", json=alerts, timeout=5).raise_for_status()
+
+    def alerts(self) -> list[dict]:
+        return requests.get(self.url + "/api/v2/alerts", timeout=5).json()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()

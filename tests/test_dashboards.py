@@ -43,10 +43,85 @@ def test_stable_uids_titles_and_variables():
     }
     variables = {b["uid"]: [(v["name"], v["multi"]) for v in b["templating"]["list"]] for b in BOARDS.values()}
     assert variables == {
-        "gpulens-fleet": [("datasource", False), ("job", True), ("node", True), ("namespace", True)],
-        "gpulens-pod": [("datasource", False), ("job", True), ("namespace", False), ("pod", False)],
-        "gpulens-node": [("datasource", False), ("job", True), ("node", True), ("gpu", True)],
+        "gpulens-fleet": [("datasource", False), ("cluster", True), ("job", True), ("node", True), ("namespace", True)],
+        "gpulens-pod": [("datasource", False), ("cluster", True), ("job", True), ("namespace", False), ("pod", False)],
+        "gpulens-node": [("datasource", False), ("cluster", True), ("job", True), ("node", True), ("gpu", True)],
     }
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_dashboards_are_on_the_schema_of_the_grafana_they_run_on(name):
+    """schemaVersion 39 is what the compose file's Grafana (11.2) writes: it loads them unmigrated."""
+    assert BOARDS[name]["schemaVersion"] == 39
+    assert "grafana/grafana:11.2." in (REPO / "docker-compose.yml").read_text()
+
+
+SELECTOR = re.compile(r"([\w:]+)\{([^}]*)\}")
+
+
+@pytest.mark.parametrize("name", sorted(BOARDS))
+def test_every_variable_is_applied(name):
+    """Every selector of every query and variable is narrowed by the cluster; every variable of the
+    dashboard narrows some query; in the fleet overview, every per-pod series by the namespace."""
+    board = BOARDS[name]
+    queries = [t["expr"] for p in panels(board) for t in p["targets"]]
+    queries += [v["query"] for v in board["templating"]["list"] if v["type"] == "query"]
+    for query in queries:
+        for series, matchers in SELECTOR.findall(query):
+            if not matchers.startswith("$"):  # ${__data...}-style link fields are not selectors
+                assert 'cluster=~"$cluster"' in matchers, f"{name}: {series}{{{matchers}}} ignores $cluster"
+            own_list = query.endswith(", namespace)")  # the namespace variable lists the namespaces
+            if (
+                name == "gpulens-fleet.json"
+                and re.match(r"gpulens_(gpu_pod_info|pod_|wasted_)", series)
+                and not own_list
+            ):
+                assert 'namespace=~"$namespace"' in matchers, f"{series}{{{matchers}}} ignores $namespace"
+    for variable in board["templating"]["list"][1:]:
+        assert any(f"${variable['name']}" in q for q in queries), f"{name}: ${variable['name']} narrows nothing"
+
+
+def test_thresholds_only_where_they_mean_something():
+    """Panels carry one neutral band (no Grafana default green/red at 80) unless a threshold of the
+    analyzer applies: SM activity's 50% and 80%, the throttling alert's share, memory full."""
+    t = mixin.MixinConfig().thresholds
+    banded = {}
+    for name, board in BOARDS.items():
+        for panel in panels(board):
+            steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+            if steps != [{"color": "text", "value": None}]:
+                banded[(name, panel["title"])] = [step["value"] for step in steps]
+    sm = [None, t.ineffective_sm, t.healthy_sm]
+    assert banded == {
+        ("gpulens-fleet.json", "SM activity of allocated GPUs"): sm,
+        ("gpulens-pod.json", "Activity (analyzer window)"): sm,
+        ("gpulens-pod.json", "SM activity and occupancy"): sm,
+        ("gpulens-pod.json", "Activity per GPU"): sm,
+        ("gpulens-pod.json", "Throttled share of time"): [None, t.alert_throttled_fraction],
+        ("gpulens-node.json", "Memory used"): [None, t.memory_full],
+    }
+
+
+def test_each_alert_opens_the_panel_that_shows_its_signal():
+    """Every alert links a dashboard that exists; where it names a panel (viewPanel), the panel with that
+    id is the one mixin.py names for it."""
+    by_uid = {b["uid"]: b for b in BOARDS.values()}
+    for panel_ref in mixin.PANELS:
+        uid, _ = panel_ref.dashboard
+        [panel] = [p for p in panels(by_uid[uid]) if p["id"] == panel_ref.id]
+        assert panel["title"] == panel_ref.title
+    opened = {}
+    for alert in rules.alerts(mixin.MixinConfig()):
+        link = re.fullmatch(r"http://localhost:3000/d/([\w-]+)\?(.*)", alert.dashboard_url)
+        assert link and link[1] in by_uid, alert.name
+        view = re.search(r"viewPanel=(\d+)", link[2])
+        if view:
+            [panel] = [p for p in panels(by_uid[link[1]]) if p["id"] == int(view[1])]
+            opened[alert.name] = panel["title"]
+    assert opened["GpulensPodLowSmActivity"] == "SM activity and occupancy"
+    assert opened["GpulensGpuXidFault"] == opened["GpulensPodApplicationXid"] == "XID errors"
+    assert opened["GpulensGpuNvlinkDegraded"] == "NVLink links down and errors"
+    assert len(opened) == len(rules.alerts(mixin.MixinConfig())) - 1  # all but the fleet-wide ExporterAbsent
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
@@ -87,20 +162,12 @@ def test_every_gpulens_metric_named_in_a_dashboard_exists():
     assert used_rules, "the dashboards read no recording rule"
 
 
-def test_each_alert_links_to_a_dashboard_that_exists():
-    uids = {b["uid"] for b in BOARDS.values()}
-    for alert in rules.alerts(mixin.MixinConfig()):
-        uid = re.search(r"/d/([\w-]+)", alert.dashboard_url)[1]
-        assert uid in uids, alert.name
-    pod_board = BOARDS["gpulens-pod.json"]
-    assert {v["name"] for v in pod_board["templating"]["list"]} >= {"namespace", "pod"}
-
-
 def test_top_wasting_pods_link_to_the_pod_dashboard():
     [table] = [p for p in panels(BOARDS["gpulens-fleet.json"]) if p["title"] == "Top wasting pods"]
     [link] = table["fieldConfig"]["overrides"][0]["properties"][0]["value"]
-    assert link["url"].startswith(
-        "/d/gpulens-pod?var-namespace=${__data.fields.namespace}&var-pod=${__data.fields.pod}"
+    assert link["url"] == (
+        "/d/gpulens-pod?${cluster:queryparam}&var-namespace=${__data.fields.namespace}"
+        "&var-pod=${__data.fields.pod}&${__url_time_range}"
     )
 
 

@@ -3,6 +3,7 @@ against the API schemas, the PrometheusRule by promtool, the compose file by doc
 gpulens command line in them by gpulens' own parser, so a renamed flag cannot leave a manifest behind."""
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -150,6 +151,32 @@ def test_the_operator_objects_are_their_own_part_labelled_for_kube_prometheus_st
     assert "monitoring.coreos.com" not in " ".join(m["apiVersion"] for m in BASE)  # the base needs no operator
     [monitor] = [m for m in operator if m["metadata"]["name"] == "gpulens-exporter"]
     assert "release" not in monitor["spec"]["selector"]["matchLabels"]  # labels, never selectors
+
+
+def alert_links(directory: Path) -> list[str]:
+    [rule] = [m for m in kustomize(directory) if m["kind"] == "PrometheusRule"]
+    return [r["annotations"]["dashboard_url"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_every_alert_links_the_grafana_set_in_the_settings(tmp_path):
+    """The committed rules link a placeholder, never localhost; the one line in settings.yaml reaches
+    every alert's dashboard_url, the rest of the link intact."""
+    links = alert_links(OPERATOR)
+    assert len(links) == len(rules.alerts(mixin.MixinConfig()))
+    assert all(link.startswith("https://grafana.example.com/d/gpulens-") for link in links), links
+    # A user's copy of the tree with their Grafana set.
+    shutil.copytree(REPO / "deploy", tmp_path / "deploy")
+    shutil.copytree(REPO / "alerts" / "generated", tmp_path / "alerts" / "generated")
+    settings = tmp_path / "deploy" / "kubernetes" / "prometheus-operator" / "settings.yaml"
+    settings.write_text(settings.read_text().replace("https://grafana.example.com", "https://grafana.corp.example"))
+    links = alert_links(tmp_path / "deploy" / "kubernetes" / "prometheus-operator")
+    assert (
+        rules.alerts(mixin.MixinConfig())[0].dashboard_url.replace(
+            "http://localhost:3000", "https://grafana.corp.example"
+        )
+        in links
+    )
+    assert all(link.startswith("https://grafana.corp.example/d/gpulens-") for link in links), links
 
 
 def test_every_privilege_of_the_exporter_is_explained_beside_it():

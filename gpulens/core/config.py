@@ -52,6 +52,28 @@ def duration_seconds(duration: str) -> float:
     return sum(float(n) * units[u] for n, u in re.findall(r"(\d+)(ms|[smhdwy])", duration))
 
 
+def prometheus_duration(seconds: float) -> str:
+    """A duration written as Prometheus writes one, largest unit first (300 -> "5m", 5400 -> "1h30m"),
+    so every generated `for:` and window reads the same way whatever form a thresholds file used."""
+    millis = round(seconds * 1000)
+    if millis == 0:
+        return "0s"
+    out = ""
+    for unit, size in (
+        ("y", 31536000000),
+        ("w", 604800000),
+        ("d", 86400000),
+        ("h", 3600000),
+        ("m", 60000),
+        ("s", 1000),
+        ("ms", 1),
+    ):
+        count, millis = divmod(millis, size)
+        if count:
+            out += f"{count}{unit}"
+    return out
+
+
 def require_positive(*flags: tuple[str, float], unit: str = "number of seconds") -> None:
     """ConfigError for the first (flag, value) that is not a positive number."""
     for flag, value in flags:

@@ -17,6 +17,7 @@ Label conventions the queries rely on:
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpulens.core.metrics import BY_NAME, CLOCK_EVENT_REASONS, PREFIX
@@ -44,6 +45,8 @@ class MixinConfig:
     grafana_url: str = "http://localhost:3000"
     #: Where alerts/generated/runbooks.md is published; each alert links to its section.
     runbook_url: str = "https://github.com/gpulens/gpulens/blob/main/alerts/generated/runbooks.md"
+    #: Alert name -> severity, overriding the rule's own (an alert settings file's `severities`).
+    severities: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def exporter(self) -> str:
@@ -108,11 +111,59 @@ POD_DASHBOARD = ("gpulens-pod", "gpulens / Pod bottlenecks")
 NODE_DASHBOARD = ("gpulens-node", "gpulens / Node and GPU health")
 
 
-def dashboard_link(c: MixinConfig, dashboard: tuple[str, str], **variables: str) -> str:
-    """URL of a dashboard with its variables set; values may be alert templates ({{ $labels.pod }})."""
-    uid, _ = dashboard
-    query = "&".join(f"var-{name}={value}" for name, value in variables.items())
-    return f"{c.grafana_url}/d/{uid}?{query}" if query else f"{c.grafana_url}/d/{uid}"
+@dataclass(frozen=True)
+class Panel:
+    """A panel alerts link to: its dashboard, its title, and the id Grafana's `viewPanel` opens it by,
+    fixed here so that a new panel never moves an alert's link to another one."""
+
+    dashboard: tuple[str, str]
+    title: str
+    id: int
+
+
+POD_SM_PANEL = Panel(POD_DASHBOARD, "SM activity and occupancy", 101)
+POD_BUSY_PANEL = Panel(POD_DASHBOARD, "Kernel-busy time", 102)
+POD_VERDICT_PANEL = Panel(POD_DASHBOARD, "Verdict, evidence and what to try", 103)
+POD_MEMORY_PANEL = Panel(POD_DASHBOARD, "GPU memory used against capacity", 104)
+NODE_UP_PANEL = Panel(NODE_DASHBOARD, "GPU answering", 201)
+NODE_MEMORY_PANEL = Panel(NODE_DASHBOARD, "Memory used", 202)
+NODE_CLOCK_EVENTS_PANEL = Panel(NODE_DASHBOARD, "Clock events by reason", 203)
+NODE_XID_PANEL = Panel(NODE_DASHBOARD, "XID errors", 204)
+NODE_NVLINK_PANEL = Panel(NODE_DASHBOARD, "NVLink links down and errors", 205)
+NODE_EXPORTER_UP_PANEL = Panel(NODE_DASHBOARD, "Exporter scrapes", 206)
+NODE_COLLECTORS_PANEL = Panel(NODE_DASHBOARD, "Exporter collectors", 207)
+NODE_SAMPLE_AGE_PANEL = Panel(NODE_DASHBOARD, "Exporter sample age", 208)
+NODE_ANALYZER_PANEL = Panel(NODE_DASHBOARD, "Analyzer verdict age", 209)
+PANELS = (
+    POD_SM_PANEL,
+    POD_BUSY_PANEL,
+    POD_VERDICT_PANEL,
+    POD_MEMORY_PANEL,
+    NODE_UP_PANEL,
+    NODE_MEMORY_PANEL,
+    NODE_CLOCK_EVENTS_PANEL,
+    NODE_XID_PANEL,
+    NODE_NVLINK_PANEL,
+    NODE_EXPORTER_UP_PANEL,
+    NODE_COLLECTORS_PANEL,
+    NODE_SAMPLE_AGE_PANEL,
+    NODE_ANALYZER_PANEL,
+)
+
+
+def panel_ids(dashboard: tuple[str, str]) -> dict[str, int]:
+    """Title -> fixed id of the panels of `dashboard` that alerts link to."""
+    return {p.title: p.id for p in PANELS if p.dashboard == dashboard}
+
+
+def dashboard_link(c: MixinConfig, target: tuple[str, str] | Panel, **variables: str) -> str:
+    """URL of a dashboard (or of one panel of it, opened alone) with its variables set; values may be
+    alert templates ({{ $labels.pod }}). The alert's `cluster` label (set by Thanos or Mimir users'
+    external labels; empty otherwise) selects the dashboard's cluster."""
+    panel = target if isinstance(target, Panel) else None
+    uid, _ = target.dashboard if isinstance(target, Panel) else target
+    query = "&".join(f"var-{name}={value}" for name, value in {"cluster": "{{ $labels.cluster }}", **variables}.items())
+    return f"{c.grafana_url}/d/{uid}?{query}" + (f"&viewPanel={panel.id}" if panel else "")
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

@@ -134,6 +134,22 @@ class Duration(Schema):
 
 
 @dataclass
+class Opaque(Schema):
+    """A non-empty mapping passed on as it is, for a tool that checks it itself (an Alertmanager
+    receiver: amtool check-config)."""
+
+    what: str = "a mapping"
+
+    def describe(self) -> str:
+        return self.what
+
+    def check(self, value: Any, where: str) -> dict:
+        if not isinstance(value, dict) or not value:
+            raise Invalid(where, f"expected {self.what}, got {_shown(value)}")
+        return value
+
+
+@dataclass
 class Flag(Schema):
     """true or false."""
 

@@ -115,8 +115,11 @@ class Thresholds:
     alert_rate_window: str = "5m"
     #: Allocated GPU with activity under idle_activity this long. (tool: Princeton JDS warns at 60 min)
     alert_idle_for: str = "1h"
-    #: How long the analyzer must keep a class before its alert fires; verdicts are windows already.
-    alert_verdict_for: str = "15m"
+    #: How long the analyzer must keep a class before its ticket fires. As long as the page's own
+    #: duration: the verdict needs the analysis window (10 min) before it exists, so the ticket fires
+    #: after the page of a pod whose activity is low too, and Alertmanager's inhibition mutes it; one
+    #: notification per cause. (proposal)
+    alert_verdict_for: str = "30m"
     #: Memory on a GPU no pod holds, above the driver's own context (~0.5 GiB), for this long is
     #: leftover memory (SIGNALS.md: DataLoader workers of a killed job, gpu-operator #2880). (proposal)
     alert_memory_held_bytes: float = 1024**3

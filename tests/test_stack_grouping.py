@@ -1,0 +1,69 @@
+"""A hundred low-activity serving replicas in one namespace make one page, end to end: simulated
+exporters, the analyzer, a real Prometheus with the generated rules and a real Alertmanager with the
+generated routing, delivering to the demo's webhook receiver. Only the alert timings are shortened
+(seconds instead of half an hour); the grouping, the 30 s group wait and the rules are as generated.
+"""
+
+import time
+
+import pytest
+
+from gpulens.core.bottlenecks import RECOMMENDATIONS
+from gpulens.demo import Stack
+from tests.helpers import REPO, require_binary
+
+pytestmark = pytest.mark.slow
+
+FLEET = REPO / "tests" / "fixtures" / "fleets" / "serving-100.yaml"
+#: The page waits longer than the analyzer needs for its first verdicts (about 40 s here), as 30 minutes
+#: do on a real fleet, so the pages carry the cause rather than `unknown`.
+TIMINGS = """alert_rate_window: 20s
+alert_low_sm_for: 90s
+alert_verdict_for: 90s
+"""
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    require_binary("prometheus")
+    require_binary("prometheus-alertmanager")
+    workdir = tmp_path_factory.mktemp("grouping")
+    (workdir / "thresholds.yaml").write_text(TIMINGS)
+    stack = Stack(
+        workdir / "demo",
+        fleet_file=str(FLEET),
+        speed=2,
+        thresholds_file=str(workdir / "thresholds.yaml"),
+        scrape_interval=1,
+        window=60,
+        interval=5,
+    ).start()
+    yield stack
+    stack.stop()
+
+
+def test_a_hundred_low_activity_replicas_make_one_page_with_their_cause(stack):
+    def serving_pages() -> list[dict]:
+        return [
+            n
+            for n in stack.receiver.snapshot()
+            if n["path"] == "/alerts/pages" and n["groupLabels"].get("namespace") == "serving"
+        ]
+
+    deadline = time.monotonic() + 300
+    while not serving_pages() and time.monotonic() < deadline:
+        time.sleep(2)
+    time.sleep(10)  # anything sent apart from the first notification would be a second page
+    pages = serving_pages()
+    assert len(pages) == 1, f"{len(pages)} pages for namespace serving; the receiver got:\n{stack.receiver.text()}"
+    [page] = pages
+    assert page["groupLabels"] == {
+        "namespace": "serving",
+        "bottleneck": "wrong_gpu_type",
+        "alertname": "GpulensPodLowSmActivity",
+    }
+    assert sorted(a["labels"]["pod"] for a in page["alerts"]) == sorted(f"llm-replica-{i}" for i in range(100))
+    # What every replica shares reaches the notification's common annotations: the fix and the waste.
+    common = page["commonAnnotations"]
+    assert common["recommendation"] == RECOMMENDATIONS["wrong_gpu_type"], common
+    assert common["waste"].startswith("Pods of serving whose cause is wrong_gpu_type waste "), common
