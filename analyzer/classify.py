@@ -15,7 +15,7 @@ This module judges one window; gpulens.analyzer.history slides windows across ho
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -105,16 +105,32 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def classify(trace: pd.DataFrame, t: Thresholds | None = None, prices: dict[str, float] | None = None) -> list[Verdict]:
+def classify(
+    trace: pd.DataFrame,
+    t: Thresholds | None = None,
+    prices: dict[str, float] | None = None,
+    node_prices: Mapping[str, float] | None = None,
+) -> list[Verdict]:
     """Verdicts for every pod (and every GPU no pod holds) in the trace window."""
     t = t or Thresholds()
-    return judge(pod_features(trace, t), t, prices)
+    return judge(pod_features(trace, t), t, prices, node_prices)
 
 
-def judge(features: pd.DataFrame, t: Thresholds, prices: dict[str, float] | None) -> list[Verdict]:
-    """A verdict for every row of pod_features()."""
+def judge(
+    features: pd.DataFrame,
+    t: Thresholds,
+    prices: dict[str, float] | None,
+    node_prices: Mapping[str, float] | None = None,
+) -> list[Verdict]:
+    """A verdict for every row of pod_features(). A GPU's price per hour is its node's in `node_prices`
+    (the cluster's cost tool: OpenCost), else its model's in `prices` (the price file), else the catalogue's."""
     models = {name: model_info(name, prices) for name in features["gpu_model"].unique()} if len(features) else {}
-    return [_verdict(row, t, models[row.gpu_model]) for row in features.itertuples()]
+    node_prices = node_prices or {}
+    verdicts = []
+    for row in features.itertuples():
+        model, node_price = models[row.gpu_model], node_prices.get(str(row.node))
+        verdicts.append(_verdict(row, t, model if node_price is None else replace(model, price_per_hour=node_price)))
+    return verdicts
 
 
 def _verdict(f: Features, t: Thresholds, info: GpuModel) -> Verdict:

@@ -88,6 +88,13 @@ def register(commands: Subcommands) -> None:
     )
     flags.add(
         a,
+        "--prometheus.price-metric",
+        dest="price_metric",
+        default="node_gpu_hourly_cost",
+        help="metric of USD per GPU-hour by node (OpenCost's); nodes it prices override --prices; '' reads none",
+    )
+    flags.add(
+        a,
         "--exporter.scrape-interval",
         dest="scrape_interval",
         type=flags.duration,
@@ -318,7 +325,9 @@ def run_service(args: argparse.Namespace) -> int:
         if args.prometheus:
             if not args.prometheus.startswith(("http://", "https://")):
                 raise ValueError(f"--input.prometheus {args.prometheus!r} is not an http(s) URL")
-            source = PrometheusInput(args.prometheus, args.window, args.step, selector=args.selector)
+            source = PrometheusInput(
+                args.prometheus, args.window, args.step, selector=args.selector, price_metric=args.price_metric
+            )
         else:
             source = ExporterInput(ExporterInput.parse_targets(args.exporters), args.window, args.scrape_interval)
         history = parse_duration(args.history, "--analysis.history")

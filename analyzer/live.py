@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -84,6 +85,10 @@ class AnalyzerInput(Protocol):
 
     def target_status(self) -> dict[str, TargetStatus]:
         """Each target by its URL (credentials removed)."""
+        ...
+
+    def node_prices(self) -> dict[str, float]:
+        """USD per GPU-hour by node where the cluster keeps prices (OpenCost), else empty."""
         ...
 
 
@@ -235,6 +240,14 @@ class ExporterInput:
     def target_status(self) -> dict[str, TargetStatus]:
         return {redact(url): status for url, status in self._status.items()}
 
+    def node_prices(self) -> dict[str, float]:
+        return {}  # exporters know no prices: the price file and the catalogue apply
+
+
+#: OpenCost's (and Kubecost's) metric: hourly cost per GPU on the node, labelled `node`.
+OPENCOST_GPU_PRICE = "node_gpu_hourly_cost"
+PRICE_REFRESH_SECONDS = 300.0
+
 
 class PrometheusInput:
     """Range queries against a Prometheus HTTP API: a fixed number per cycle, whatever the fleet."""
@@ -249,8 +262,13 @@ class PrometheusInput:
         timeout: float = 30.0,
         selector: str = "",
         clock: Callable[[], float] = time.time,
+        price_metric: str = OPENCOST_GPU_PRICE,
     ):
         self.url = url.rstrip("/")
+        #: OpenCost's price per GPU-hour by node, read every PRICE_REFRESH_SECONDS; "" reads none.
+        self.price_metric = price_metric
+        self._prices: dict[str, float] = {}
+        self._prices_read_at = -math.inf
         self.clock = clock  # the window ends now: unix seconds
         self.window = window
         self.step = step
@@ -313,6 +331,27 @@ class PrometheusInput:
 
     def target_status(self) -> dict[str, TargetStatus]:
         return {redact(self.url): self._status}
+
+    def node_prices(self) -> dict[str, float]:
+        """OpenCost's `node_gpu_hourly_cost` (USD per GPU-hour) by node, where Prometheus has it: the
+        price the cluster's own cost tool charges. Read at most every PRICE_REFRESH_SECONDS (prices
+        move by the hour, not by the cycle); nodes priced 0 (OpenCost's "unknown") are left out, so
+        the price file and the catalogue apply to them. A failed read keeps the last prices."""
+        if not self.price_metric or time.monotonic() - self._prices_read_at < PRICE_REFRESH_SECONDS:
+            return self._prices
+        self._prices_read_at = time.monotonic()
+        expr = f"max by (node) ({self.price_metric})"
+        try:
+            result = self._api("query", {"query": expr, "time": str(self.clock())})
+            prices = {s["metric"]["node"]: float(s["value"][1]) for s in result if s["metric"].get("node")}
+        except (InputError, KeyError, IndexError, TypeError, ValueError) as e:
+            log.warning("cannot read GPU prices (%s) from Prometheus, keeping the last ones: %s", expr, e)
+            return self._prices
+        priced = {node: price for node, price in prices.items() if math.isfinite(price) and price > 0}
+        if sorted(priced) != sorted(self._prices):
+            log.info("%d nodes priced by %s; the others by the price file", len(priced), self.price_metric)
+        self._prices = priced
+        return priced
 
     def _window_frame(self) -> pd.DataFrame:
         end = self.clock()

@@ -175,7 +175,7 @@ class AnalyzerService:
 
     def _judge(self, frame: pd.DataFrame, started: float) -> None:
         """Verdicts for the window's frame; the history and waste counters move on with the current ones."""
-        verdicts = classify(frame, self.thresholds, self.prices)
+        verdicts = classify(frame, self.thresholds, self.prices, self.source.node_prices())
         stale = self._stale(verdicts)
         now = self.clock()
         # Waste counters grow by each pod's waste rate over its window times the time since the last

@@ -350,3 +350,16 @@ def test_the_recorder_refuses_to_append_to_a_file_of_another_layout(tmp_path):
     with pytest.raises(RecordError, match="holds a trace with other columns .*record to a new file"):
         Recorder(str(old))
     assert old.read_text() == "timestamp,gpu,gpu_util\n1,GPU-1,0.5\n"  # untouched
+
+
+def test_a_node_price_from_the_clusters_cost_tool_wins_over_the_price_file():
+    """OpenCost's price for the pod's node (node_prices) beats the price file's for its model, which
+    beats the catalogue's; a node it does not price keeps the file's."""
+    s = Scenario("data_starvation", "H100-SXM5-80GB", 1, 0.0, True, False, 31)
+    frame = scenario_trace(s)
+    [node] = frame["node"].unique()
+    [by_node] = classify(frame, prices={"H100": 2.0}, node_prices={node: 9.5})
+    [by_file] = classify(frame, prices={"H100": 2.0}, node_prices={"another-node": 9.5})
+    assert by_node.wasted_gpu_seconds == by_file.wasted_gpu_seconds > 0
+    assert by_node.wasted_cost == pytest.approx(by_node.wasted_gpu_seconds / 3600 * 9.5, abs=1e-3)
+    assert by_file.wasted_cost == pytest.approx(by_file.wasted_gpu_seconds / 3600 * 2.0, abs=1e-3)

@@ -278,3 +278,58 @@ def test_bad_flags(args, message):
         [sys.executable, "-m", "gpulens", "analyzer", *args], capture_output=True, text=True, cwd=REPO, timeout=30
     )
     assert result.returncode == 2 and message in result.stderr
+
+
+#: What OpenCost's /metrics says about GPU prices (its node_gpu_hourly_cost: USD per GPU per hour);
+#: a node OpenCost cannot price reads 0.
+OPENCOST_METRICS = (
+    "# HELP node_gpu_hourly_cost node_gpu_hourly_cost hourly cost for each gpu on this node\n"
+    "# TYPE node_gpu_hourly_cost gauge\n"
+    'node_gpu_hourly_cost{arch="amd64",instance="gpu-a",instance_type="p5.48xlarge",node="gpu-a",'
+    'provider_id="aws:///us-east-1a/i-0a",region="us-east-1"} 12.29\n'
+    'node_gpu_hourly_cost{arch="amd64",instance="gpu-b",instance_type="custom",node="gpu-b",provider_id="",'
+    'region=""} 0\n'
+)
+
+
+def test_gpu_prices_are_read_from_opencost_through_prometheus(tmp_path):
+    """A real Prometheus scraping OpenCost's metric: the analyzer's input prices gpu-a at OpenCost's
+    12.29 USD per GPU-hour and leaves gpu-b (priced 0, unknown) to the price file; with the metric
+    switched off, none."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from gpulens.analyzer.live import PrometheusInput
+
+    class OpenCost(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = OPENCOST_METRICS.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    opencost = ThreadingHTTPServer(("127.0.0.1", 0), OpenCost)
+    threading.Thread(target=opencost.serve_forever, daemon=True).start()
+    prometheus = Prometheus(tmp_path, [f"127.0.0.1:{opencost.server_address[1]}"], extra_config="")
+    try:
+        wait_until(lambda: prometheus.query("node_gpu_hourly_cost"), 30, what="Prometheus to scrape OpenCost")
+        assert PrometheusInput(prometheus.url).node_prices() == {"gpu-a": 12.29}
+        assert PrometheusInput(prometheus.url, price_metric="").node_prices() == {}
+    finally:
+        prometheus.stop()
+        opencost.shutdown()
+
+
+def test_gpu_prices_survive_prometheus_going_away(caplog):
+    """Prometheus down when prices are due: the last prices stay, a warning says why."""
+    from gpulens.analyzer import live
+
+    source = live.PrometheusInput(f"http://127.0.0.1:{free_port()}")
+    source._prices = {"gpu-a": 12.29}
+    assert source.node_prices() == {"gpu-a": 12.29}
+    assert "cannot read GPU prices (max by (node) (node_gpu_hourly_cost)) from Prometheus" in caplog.text

@@ -272,6 +272,9 @@ class Replay:
     def target_status(self) -> dict:
         return {}
 
+    def node_prices(self) -> dict[str, float]:
+        return {}
+
 
 def run_service(trace: pd.DataFrame, until_hour: float, history: float):
     from gpulens.analyzer.service import AnalyzerService
