@@ -9,6 +9,8 @@ import sys
 from gpulens import __version__
 from gpulens.core import flags
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: every subcommand and its flags."""
@@ -20,13 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="gpulens", description="Find out why your GPUs are idle.")
     parser.add_argument("--version", action="version", version=f"gpulens {__version__}")
-    parser.add_argument(
-        "--log.level",
-        dest="log_level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="log verbosity",
-    )
+    parser.add_argument("--log.level", dest="log_level", default="info", choices=LOG_LEVELS, help="log verbosity")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     exporter_cli.register(commands)
     analyzer_cli.register(commands)
@@ -35,6 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     dashboards_cli.register(commands)
     demo.register(commands)
     receiver.register(commands)
+    # Global flags are accepted after the command too. SUPPRESS: a subcommand sets the value only when
+    # the flag is given there, so `gpulens --log.level debug exporter` keeps debug.
+    for command in {id(p): p for p in commands.choices.values()}.values():
+        command.add_argument(
+            "--log.level", dest="log_level", default=argparse.SUPPRESS, choices=LOG_LEVELS, help="log verbosity"
+        )
     return parser
 
 

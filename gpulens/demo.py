@@ -131,6 +131,17 @@ class Child:
             return "(no log)"
 
 
+def _answering(candidates: list[tuple[str, str]]) -> str | None:
+    """The first URL whose probe (itself when "") answers 200, or None."""
+    for url, probe in candidates:
+        try:
+            if requests.get(probe or url, timeout=2).status_code == 200:
+                return url
+        except requests.RequestException:
+            continue
+    return None
+
+
 @dataclass
 class Stack:
     """The demo's processes. `start()` brings everything up or raises DemoError having stopped
@@ -290,10 +301,20 @@ class Stack:
         assert plan is not None, "start() the stack first"
         out = {f"exporter {node}": f"http://{address}/metrics" for node, address in plan.exporters.items()}
         out["analyzer"] = f"http://{plan.analyzer}/api/v1/verdicts"
+        # Only links that answer on this system: Debian's Prometheus serves its classic UI alone
+        # (/alerts is 404), and Debian's Alertmanager ships without its web UI's script (its API works).
         if plan.prometheus:
-            out["prometheus"] = f"http://{plan.prometheus}/alerts"
+            prometheus = f"http://{plan.prometheus}"
+            link = _answering([(f"{prometheus}/alerts", ""), (f"{prometheus}/classic/alerts", "")])
+            if link:
+                out["prometheus"] = link
         if plan.alertmanager:
-            out["alertmanager"] = f"http://{plan.alertmanager}/#/alerts"
+            alertmanager = f"http://{plan.alertmanager}"
+            link = _answering(
+                [(f"{alertmanager}/#/alerts", f"{alertmanager}/script.js"), (f"{alertmanager}/api/v2/alerts", "")]
+            )
+            if link:
+                out["alertmanager"] = link
         out["alert receiver"] = f"{plan.receiver_url}/"
         return out
 

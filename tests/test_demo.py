@@ -1,6 +1,7 @@
 """`gpulens demo` as a user runs it: it starts, says where everything is, and Ctrl-C (SIGINT) stops
 it cleanly, leaving no process behind. The stack it runs is tested in tests/test_stack.py."""
 
+import re
 import signal
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.helpers import REPO, require_binary, wait_until
 
@@ -69,6 +71,12 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
             "alert receiver",
         ):
             assert f"  {part} " in text, f"the demo does not say where {part} is:\n{text}"
+        # Every link it prints answers on this system (Debian's Prometheus has only its classic UI,
+        # Debian's Alertmanager no web UI script).
+        links = re.findall(r"^  .{22} (http://\S+)$", text, re.M)
+        assert len(links) == 8, text
+        for link in links:
+            assert requests.get(link, timeout=5).status_code == 200, link
         children = descendants(demo.pid)
         assert len(children) == 7, children  # four exporters, the analyzer, Prometheus, Alertmanager
     finally:

@@ -67,3 +67,18 @@ def test_help_shows_each_default_and_its_environment_variable(capsys):
         "seconds between samples; busy and idle seconds are integrated at this rate "
         "(default 1.0) [env GPULENS_SAMPLER_INTERVAL]" in help_text
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [
+        (["--log.level", "debug", "alerts", "--out", "x"], "debug"),
+        (["alerts", "--out", "x", "--log.level", "error"], "error"),
+        (["alerts", "--log.level", "warning", "--out", "x"], "warning"),
+        (["alerts", "--out", "x"], "info"),
+    ],
+)
+def test_global_flags_are_accepted_anywhere_on_the_line(argv, level):
+    from gpulens.cli import build_parser
+
+    assert build_parser().parse_args(argv).log_level == level
