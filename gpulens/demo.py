@@ -486,7 +486,8 @@ def _table(stack: Stack) -> Group:
         table.add_column(
             column, justify="right" if column in ("GPUs", "confidence", "activity", "wasted $/h") else "left"
         )
-    for v in sorted(_verdicts(stack), key=lambda v: -v.get("wasted_cost", 0)):
+    # A fixed order (by pod), not by waste: rows that swap places every refresh make the table flicker.
+    for v in sorted(_verdicts(stack), key=lambda v: (v.get("namespace", ""), v.get("pod", ""))):
         if not v.get("pod"):
             continue
         name = f"{v['namespace']}/{v['pod']}"
@@ -529,10 +530,11 @@ def _show_live(stack: Stack, stopping: threading.Event, duration: float) -> None
         return not (duration and time.monotonic() - started >= duration)
 
     if console.is_terminal:
-        with Live(_table(stack), console=console, refresh_per_second=1) as live:
+        # Redrawn only when the data is read again (every 2 s), not by a timer in between.
+        with Live(_table(stack), console=console, auto_refresh=False) as live:
             while running():
                 stopping.wait(2)
-                live.update(_table(stack))
+                live.update(_table(stack), refresh=True)
     else:
         while running():
             console.print(_table(stack))
