@@ -172,13 +172,44 @@ def require_binary(name: str) -> str:
     return path
 
 
-class Prometheus:
+class _PrometheusProject:
+    """A real server of the Prometheus project (Prometheus, Alertmanager) on a free loopback port: started
+    with its log in `workdir`, ready when /-/ready answers, stopped with SIGTERM (SIGKILL after 10 s)."""
+
+    def __init__(self, name: str, workdir: Path, flags: list[str]):
+        binary = require_binary(name)
+        self.url = f"http://127.0.0.1:{free_port()}"
+        log_path = workdir / f"{name}.log"
+        self._log = open(log_path, "w")
+        self.process = subprocess.Popen(
+            [binary, *flags, f"--web.listen-address={self.url.removeprefix('http://')}"],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+        def ready():
+            if self.process.poll() is not None:
+                raise AssertionError(f"{name} exited: {log_path.read_text()}")
+            try:
+                return requests.get(self.url + "/-/ready", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(ready, 30, what=f"{name} to become ready")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()
+
+
+class Prometheus(_PrometheusProject):
     """A real Prometheus server on a free loopback port, scraping the given targets."""
 
     def __init__(self, workdir: Path, targets: list[str], scrape_interval: str = "1s", extra_config: str = ""):
-        binary = require_binary("prometheus")
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
         target_list = ", ".join(f"'{t}'" for t in targets)
         config.write_text(f"""global:
@@ -189,27 +220,7 @@ scrape_configs:
     static_configs:
       - targets: [{target_list}]
 {extra_config}""")
-        self._log = open(workdir / "prometheus.log", "w")
-        self.process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-        def ready():
-            if self.process.poll() is not None:
-                raise AssertionError(f"prometheus exited: {(workdir / 'prometheus.log').read_text()}")
-            try:
-                return requests.get(self.url + "/-/ready", timeout=1).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_until(ready, 30, what="prometheus to become ready")
+        super().__init__("prometheus", workdir, [f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}"])
 
     def query(self, expr: str) -> list[dict]:
         response = requests.get(self.url + "/api/v1/query", params={"query": expr}, timeout=10)
@@ -217,43 +228,17 @@ scrape_configs:
         assert body["status"] == "success", body
         return body["data"]["result"]
 
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self._log.close()
 
-
-class Alertmanager:
+class Alertmanager(_PrometheusProject):
     """A real Alertmanager on a free loopback port with the given config file, no clustering."""
 
     def __init__(self, workdir: Path, config: Path):
-        binary = require_binary("prometheus-alertmanager")
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self._log = open(workdir / "alertmanager.log", "w")
-        self.process = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.path={workdir / 'alertmanager-data'}",
-                f"--web.listen-address={self.url.removeprefix('http://')}",
-                "--cluster.listen-address=",
-            ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-        def ready():
-            if self.process.poll() is not None:
-                raise AssertionError(f"alertmanager exited: {(workdir / 'alertmanager.log').read_text()}")
-            try:
-                return requests.get(self.url + "/-/ready", timeout=1).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_until(ready, 30, what="alertmanager to become ready")
+        flags = [
+            f"--config.file={config}",
+            f"--storage.path={workdir / 'alertmanager-data'}",
+            "--cluster.listen-address=",
+        ]
+        super().__init__("prometheus-alertmanager", workdir, flags)
 
     def post(self, alerts: list[dict]) -> None:
         """Alerts as Prometheus sends them: labels and annotations (API v2)."""
@@ -262,10 +247,15 @@ class Alertmanager:
     def alerts(self) -> list[dict]:
         return requests.get(self.url + "/api/v2/alerts", timeout=5).json()
 
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self._log.close()
+
+def start_demo_stack(workdir: Path, thresholds: str, **settings):
+    """The demo's whole stack (simulated exporters, analyzer, Prometheus, Alertmanager, receiver) with
+    `thresholds` (YAML: shortened alert timings) and 1 s scrapes; Stack's other settings as given."""
+    from gpulens.demo import Stack
+
+    require_binary("prometheus")
+    require_binary("prometheus-alertmanager")
+    (workdir / "thresholds.yaml").write_text(thresholds)
+    return Stack(
+        workdir / "demo", thresholds_file=str(workdir / "thresholds.yaml"), scrape_interval=1, **settings
+    ).start()

@@ -17,8 +17,7 @@ import requests
 from gpulens.core import mixin
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.dashboards import gpulens as dashboards
-from gpulens.demo import Stack
-from tests.helpers import require_binary
+from tests.helpers import start_demo_stack
 from tests.test_analyzer_service import EXPECTED
 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
@@ -54,18 +53,7 @@ HEALTHY = {pod for pod, bottleneck in EXPECTED.items() if bottleneck == "healthy
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    require_binary("prometheus")
-    require_binary("prometheus-alertmanager")
-    workdir = tmp_path_factory.mktemp("stack")
-    (workdir / "thresholds.yaml").write_text(FAST_ALERTS)
-    stack = Stack(
-        workdir / "demo",
-        speed=5,
-        thresholds_file=str(workdir / "thresholds.yaml"),
-        scrape_interval=1,
-        window=60,
-        interval=2,
-    ).start()
+    stack = start_demo_stack(tmp_path_factory.mktemp("stack"), FAST_ALERTS, speed=5, window=60, interval=2)
     yield stack
     stack.stop()
 

@@ -9,8 +9,7 @@ import time
 import pytest
 
 from gpulens.core.bottlenecks import RECOMMENDATIONS
-from gpulens.demo import Stack
-from tests.helpers import REPO, require_binary
+from tests.helpers import REPO, start_demo_stack
 
 pytestmark = pytest.mark.slow
 
@@ -25,19 +24,9 @@ alert_verdict_for: 90s
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    require_binary("prometheus")
-    require_binary("prometheus-alertmanager")
-    workdir = tmp_path_factory.mktemp("grouping")
-    (workdir / "thresholds.yaml").write_text(TIMINGS)
-    stack = Stack(
-        workdir / "demo",
-        fleet_file=str(FLEET),
-        speed=2,
-        thresholds_file=str(workdir / "thresholds.yaml"),
-        scrape_interval=1,
-        window=60,
-        interval=5,
-    ).start()
+    stack = start_demo_stack(
+        tmp_path_factory.mktemp("grouping"), TIMINGS, fleet_file=str(FLEET), speed=2, window=60, interval=5
+    )
     yield stack
     stack.stop()
 

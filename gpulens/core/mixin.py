@@ -160,10 +160,9 @@ def dashboard_link(c: MixinConfig, target: tuple[str, str] | Panel, **variables:
     """URL of a dashboard (or of one panel of it, opened alone) with its variables set; values may be
     alert templates ({{ $labels.pod }}). The alert's `cluster` label (set by Thanos or Mimir users'
     external labels; empty otherwise) selects the dashboard's cluster."""
-    panel = target if isinstance(target, Panel) else None
-    uid, _ = target.dashboard if isinstance(target, Panel) else target
+    (uid, _), view = (target.dashboard, f"&viewPanel={target.id}") if isinstance(target, Panel) else (target, "")
     query = "&".join(f"var-{name}={value}" for name, value in {"cluster": "{{ $labels.cluster }}", **variables}.items())
-    return f"{c.grafana_url}/d/{uid}?{query}" + (f"&viewPanel={panel.id}" if panel else "")
+    return f"{c.grafana_url}/d/{uid}?{query}{view}"
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
