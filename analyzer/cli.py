@@ -1,4 +1,4 @@
-"""`gpulens analyze` (files), `gpulens eval` (accuracy on simulated pods)."""
+"""`gpulens report` (files; `analyze` is its old name), `gpulens eval` (accuracy on simulated pods)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,11 @@ if TYPE_CHECKING:
 
 
 def register(commands: Subcommands) -> None:
+    # `report`, not `analyze`: one letter from `analyzer` (the service) was one letter too few.
+    # The old name stays an alias so scripts and notes that use it keep working.
     p = commands.add_parser(
-        "analyze",
+        "report",
+        aliases=["analyze"],
         help="say why each pod's GPU is underused, from recorded files",
         description="Classify each pod's GPU bottleneck from trace files, nvidia-smi or "
         "dcgmi dmon logs, or saved dcgm-exporter scrapes.",
@@ -53,7 +56,7 @@ def register(commands: Subcommands) -> None:
         default=30.0,
         help="seconds between saved dcgm-exporter scrapes (their files carry no time)",
     )
-    p.set_defaults(run=run_analyze)
+    p.set_defaults(run=run_report)
 
     a = commands.add_parser(
         "analyzer",
@@ -146,7 +149,7 @@ def _config(args: argparse.Namespace) -> tuple[Thresholds, dict[str, float]]:
     return Thresholds.load(args.thresholds), catalog.load_prices(args.prices)
 
 
-def run_analyze(args: argparse.Namespace) -> int:
+def run_report(args: argparse.Namespace) -> int:
     # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
     from gpulens.analyzer import readers
     from gpulens.analyzer.history import analyze
@@ -161,7 +164,7 @@ def run_analyze(args: argparse.Namespace) -> int:
             raise ValueError(f"--step {args.step} is longer than --window {args.window}: windows would skip data")
         trace = _read_with_progress(args, readers)
     except (TraceError, ValueError) as e:
-        print(f"gpulens analyze: {e}", file=sys.stderr)
+        print(f"gpulens report: {e}", file=sys.stderr)
         return 2
     verdicts = sorted(analyze(trace, thresholds, prices, window, step), key=lambda v: -v.wasted_gpu_seconds)
     if args.format == "json":
@@ -178,7 +181,7 @@ def run_analyze(args: argparse.Namespace) -> int:
         try:
             write_atomically(args.out, text)
         except ValueError as e:
-            print(f"gpulens analyze: {e}", file=sys.stderr)
+            print(f"gpulens report: {e}", file=sys.stderr)
             return 2
     else:
         sys.stdout.write(text)

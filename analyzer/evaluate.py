@@ -506,7 +506,7 @@ def evaluate(
     per_day_profile: int = 3,
 ) -> Report:
     """Every scenario at every sampling interval: the window scenarios over 40 samples (at least 10
-    minutes), the day-scale ones over every span, judged as `gpulens analyze` judges files."""
+    minutes), the day-scale ones over every span, judged as `gpulens report` judges files."""
     records: list[tuple] = []
     probe_predictions: list[str] = []
     for step in intervals:

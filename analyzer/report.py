@@ -1,4 +1,4 @@
-"""`gpulens analyze --format html`: one self-contained page (inline CSS and SVG, no script, nothing
+"""`gpulens report --format html`: one self-contained page (inline CSS and SVG, no script, nothing
 fetched), readable offline and attachable to a ticket: the fleet's waste by class and by namespace, a
 table of every pod's headline verdict, and a timeline per pod (activity, memory, class bands) for the
 pods that wasted the most.

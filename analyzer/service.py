@@ -9,7 +9,7 @@ A pod whose samples stop while the others' go on (its node stopped reporting) is
 verdict stays in the API marked so, its verdict series end, and it accrues no waste or history.
 
 It also keeps what each pod was over the last `history` seconds (a day by default), as `gpulens
-analyze` reports it for files: episodes, the share of time and the waste per class, and a headline.
+report` shows it for files: episodes, the share of time and the waste per class, and a headline.
 Memory stays bounded: consecutive cycles with one class are one episode, a pod keeps at most
 MAX_EPISODES, and episodes (and pods) older than the history are dropped.
 """

@@ -3,7 +3,7 @@
 Run: .venv/bin/python benchmarks/analyzer.py [--only cycle|day]
 
 - cycle: one analysis cycle (the live service's): 10,000 GPUs x 10 minutes at 1 s = 6 million rows.
-- day: `gpulens analyze` on a day of history: 1,000 GPUs x 24 hours at 15 s = 5.76 million rows, with
+- day: `gpulens report` on a day of history: 1,000 GPUs x 24 hours at 15 s = 5.76 million rows, with
   sliding windows (1 h, every 15 min: four passes over the rows), episodes and headlines.
 
 Every signal column is filled, pods hold one or two GPUs. Prints the time, rows per second, the ratio
@@ -125,8 +125,8 @@ def day(gpus: int, hours: float, step: float, repeat: int) -> None:
         f"\nanalyze with history: {gpus} GPUs x {hours:g} h at {step:g} s = {rows:,} rows, {len(verdicts):,} pods, "
         f"{sum(len(v.episodes) for v in verdicts):,} episodes (best of {repeat})\n"
     )
-    table(rows, floor_seconds, [("analyze: 1 h windows, 15 min", history_seconds)])
-    # Peak memory as `gpulens analyze day.parquet` sees it: a fresh process that reads the file and analyses it.
+    table(rows, floor_seconds, [("report: 1 h windows, 15 min", history_seconds)])
+    # Peak memory as `gpulens report day.parquet` sees it: a fresh process that reads the file and analyses it.
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "day.parquet"
         frame.to_parquet(path, index=False)
@@ -149,7 +149,7 @@ def peak_resident_bytes() -> int:
 
 
 def analyse_file(path: str) -> None:
-    """Read a trace file and analyse it with history, as `gpulens analyze` does; print time and peak RSS."""
+    """Read a trace file and analyse it with history, as `gpulens report` does; print time and peak RSS."""
     started = time.perf_counter()
     frame = readers.read_trace(path)
     read = time.perf_counter() - started

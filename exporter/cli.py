@@ -199,7 +199,7 @@ def register(commands: Subcommands) -> None:
         p,
         "--record",
         default="",
-        help="also append every sample to this trace CSV, for `gpulens analyze` later (docs/trace-format.md)",
+        help="also append every sample to this trace CSV, for `gpulens report` later (docs/trace-format.md)",
     )
     flags.add(
         p,

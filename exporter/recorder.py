@@ -1,5 +1,5 @@
 """`gpulens exporter --record FILE`: every sample appended to a trace CSV (docs/trace-format.md),
-so `gpulens analyze FILE` can later say what happened on this node, with no Prometheus."""
+so `gpulens report FILE` can later say what happened on this node, with no Prometheus."""
 
 from __future__ import annotations
 

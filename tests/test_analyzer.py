@@ -1,4 +1,4 @@
-"""The analyzer: readers on real recordings, the classifier, `gpulens analyze` and `gpulens eval`."""
+"""The analyzer: readers on real recordings, the classifier, `gpulens report` and `gpulens eval`."""
 
 import json
 import subprocess
@@ -247,7 +247,7 @@ def test_eval_at_one_second_over_a_day():
 
 
 @pytest.mark.slow
-def test_analyze_json_csv_and_table(tmp_path):
+def test_report_json_csv_and_table(tmp_path):
     frame = pd.concat(
         [
             scenario_trace(Scenario(label, "H100-SXM5-80GB", 1, 0, True, False, 40 + i))
@@ -255,7 +255,7 @@ def test_analyze_json_csv_and_table(tmp_path):
         ]
     )
     fr.write_trace(frame, tmp_path / "trace.csv")
-    result = gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "json")
+    result = gpulens("report", str(tmp_path / "trace.csv"), "--format", "json")
     assert result.returncode == 0, result.stderr
     verdicts = json.loads(result.stdout)
     assert [v["bottleneck"] for v in verdicts] == ["idle", "memory_bandwidth", "healthy"]  # most waste first
@@ -273,25 +273,27 @@ def test_analyze_json_csv_and_table(tmp_path):
         "secondary",
     }
     assert [(v["window_seconds"], v["coverage"]) for v in verdicts] == [(600.0, 1.0)] * 3
-    result = gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "csv")
+    result = gpulens("report", str(tmp_path / "trace.csv"), "--format", "csv")
     header = result.stdout.splitlines()[0]
     assert header.startswith("namespace,pod,node,gpus,gpu_model,bottleneck,confidence")
     assert header.endswith(",recommendation,window_seconds,coverage,sample_seconds,time_share,episodes")
-    table = gpulens("analyze", str(tmp_path / "trace.csv")).stdout
+    table = gpulens("report", str(tmp_path / "trace.csv")).stdout
     assert "eval/idle-40" in table and "memory_bandwidth" in table and "Release the GPU" in table
+    # `analyze`, the command's old name, is an alias: scripts written against it get the same answer.
+    assert gpulens("analyze", str(tmp_path / "trace.csv"), "--format", "csv").stdout == result.stdout
 
 
 @pytest.mark.slow
-def test_analyze_bad_file_writes_nothing(tmp_path):
+def test_report_bad_file_writes_nothing(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("timestamp,gpu,sm_active\n1,0,0.5\n2,0,oops\n")
     out = tmp_path / "verdicts.json"
     out.write_text("previous results\n")
-    result = gpulens("analyze", str(bad), "--format", "json", "--out", str(out))
+    result = gpulens("report", str(bad), "--format", "json", "--out", str(out))
     assert result.returncode == 2
-    assert result.stderr == f"gpulens analyze: {bad}, line 3, column 3 (sm_active): 'oops' is not a number\n"
+    assert result.stderr == f"gpulens report: {bad}, line 3, column 3 (sm_active): 'oops' is not a number\n"
     assert out.read_text() == "previous results\n"
-    assert gpulens("analyze", str(tmp_path / "missing.csv")).returncode == 2
+    assert gpulens("report", str(tmp_path / "missing.csv")).returncode == 2
 
 
 @pytest.mark.slow

@@ -149,29 +149,29 @@ def test_a_problem_of_a_few_minutes_does_not_name_a_healthy_day():
 
 
 @pytest.mark.slow
-def test_analyze_writes_episodes_to_json_and_csv_and_checks_its_flags(tmp_path, serving_day):
+def test_report_writes_episodes_to_json_and_csv_and_checks_its_flags(tmp_path, serving_day):
     path = tmp_path / "day.csv"
     fr.write_trace(serving_day, path)
-    result = gpulens("analyze", str(path), "--format", "json")
+    result = gpulens("report", str(path), "--format", "json")
     assert result.returncode == 0, result.stderr
     verdicts = json.loads(result.stdout)
     first = verdicts[0]
     assert set(first["by_class"][first["bottleneck"]]) == {"share", "wasted_gpu_seconds", "wasted_cost"}
     assert set(first["episodes"][0]) == {"bottleneck", "start", "end", "confidence", "wasted_gpu_seconds"}
-    rows = list(csv.DictReader(io.StringIO(gpulens("analyze", str(path), "--format", "csv").stdout)))
+    rows = list(csv.DictReader(io.StringIO(gpulens("report", str(path), "--format", "csv").stdout)))
     by_pod = {row["pod"]: row for row in rows}
     assert by_pod["idle_replica-6"]["time_share"] == "idle 1.0"
     episodes = by_pod["idle_replica-6"]["episodes"].split(" ")
     assert episodes[0] == "2026-12-13T00:00:00Z/2026-12-13T22:59:24Z" and episodes[1] == "idle"
-    table = gpulens("analyze", str(path), "--window", "2h", "--step", "30m").stdout
+    table = gpulens("report", str(path), "--window", "2h", "--step", "30m").stdout
     assert "time by class" in table and "100% idle" in table
-    bad = gpulens("analyze", str(path), "--window", "1h", "--step", "2h")
+    bad = gpulens("report", str(path), "--window", "1h", "--step", "2h")
     assert bad.returncode == 2
-    assert bad.stderr == "gpulens analyze: --step 2h is longer than --window 1h: windows would skip data\n"
-    bad = gpulens("analyze", str(path), "--window", "an hour")
+    assert bad.stderr == "gpulens report: --step 2h is longer than --window 1h: windows would skip data\n"
+    bad = gpulens("report", str(path), "--window", "an hour")
     assert (
         bad.stderr
-        == "gpulens analyze: --window 'an hour' is not a duration: give seconds (900) or 30s, 10m, 1h30m, 1d\n"
+        == "gpulens report: --window 'an hour' is not a duration: give seconds (900) or 30s, 10m, 1h30m, 1d\n"
     )
 
 
@@ -223,7 +223,7 @@ def test_the_html_report_renders_offline_in_chromium(tmp_path, serving_day):
     chromium = require_binary("chromium")
     path, report = tmp_path / "day.csv", tmp_path / "report.html"
     fr.write_trace(serving_day, path)
-    result = gpulens("analyze", str(path), "--format", "html", "--out", str(report))
+    result = gpulens("report", str(path), "--format", "html", "--out", str(report))
     assert result.returncode == 0, result.stderr
     text = report.read_text()
     assert "http://" not in text and "https://" not in text and "<script" not in text  # nothing to fetch

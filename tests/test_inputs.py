@@ -158,10 +158,10 @@ def test_a_dcgm_exporter_scrape_without_gpu_labels_is_named_not_a_traceback(tmp_
 
 
 def test_a_missing_file_at_a_terminal_is_one_line_and_exit_2(tmp_path):
-    # At a terminal `analyze` shows a progress bar for large files, which once looked at the file first.
+    # At a terminal `report` shows a progress bar for large files, which once looked at the file first.
     leader, follower = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "gpulens", "analyze", str(tmp_path / "missing.csv")],
+        [sys.executable, "-m", "gpulens", "report", str(tmp_path / "missing.csv")],
         stdin=follower,
         stdout=follower,
         stderr=follower,
@@ -180,7 +180,7 @@ def test_a_missing_file_at_a_terminal_is_one_line_and_exit_2(tmp_path):
     assert process.wait(timeout=60) == 2
     assert (
         output.decode().strip()
-        == f"gpulens analyze: {tmp_path / 'missing.csv'}: cannot read it (No such file or directory)"
+        == f"gpulens report: {tmp_path / 'missing.csv'}: cannot read it (No such file or directory)"
     )
 
 

@@ -85,7 +85,7 @@ def require_positive(*flags: tuple[str, float], unit: str = "number of seconds")
 def atomic_output(path: str | Path, flag: str = "--out") -> Iterator[Path]:
     """A temporary path beside `path` to write to; it replaces `path` when the block succeeds and is
     removed when it fails, so a reader (Prometheus reloading its rules, Grafana its dashboards,
-    `gpulens analyze` a trace) never sees half a file and a failure leaves the old one whole. The one
+    `gpulens report` a trace) never sees half a file and a failure leaves the old one whole. The one
     way gpulens writes a file. ConfigError naming `flag` when the directory is not writable."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")

@@ -98,7 +98,7 @@ class Thresholds:
     serving_memory_bytes: float = 1024**3
     #: Quiet on at least this share of samples: the work comes in bursts. (proposal)
     serving_quiet_share: float = 0.3
-    # --- history (gpulens analyze over hours or days) ---------------------------------------------
+    # --- history (gpulens report over hours or days) ---------------------------------------------
     #: A problem class needs this share of the covered time to be a pod's headline over its span, so
     #: that a few minutes of a problem in a healthy day do not name the day. (proposal)
     headline_min_share: float = 0.1
