@@ -277,6 +277,35 @@ def test_a_gpu_that_leaves_the_enumeration_stays_expected_and_reported_down(fake
         exporter.stop()
 
 
+def test_a_64_gpu_node_is_served_whole_and_a_smaller_node_after_it(fake_nvml):
+    # The benchmarks measure 64 GPUs; the fake reuses and clears only the slots its last state used.
+    h100 = capture_state("h100")[0][0]
+    gpus = [
+        h100
+        | {
+            "uuid": f"GPU-{i:08x}-0000-0000-0000-000000000000",
+            "pci_bus_id": f"00000000:{i:02X}:00.0",
+            "temperature_c": 30 + i,
+        }
+        for i in range(64)
+    ]
+    fake_nvml.write(gpus)
+    exporter, url = start_nvml_exporter(fake_nvml, "--nvml.rediscover-interval", "0.2")
+
+    def temperatures():
+        parsed = samples(requests.get(url + "/metrics").text)
+        return {
+            dict(labels)["gpu"]: v for (name, labels), v in parsed.items() if name == "gpulens_gpu_temperature_celsius"
+        }, value(parsed, "gpulens_gpus_visible")
+
+    try:
+        assert temperatures() == ({str(i): 30.0 + i for i in range(64)}, 64.0)
+        fake_nvml.write(gpus[:8])
+        wait_until(lambda: temperatures() == ({str(i): 30.0 + i for i in range(8)}, 8.0), 10, what="56 GPUs gone")
+    finally:
+        exporter.stop()
+
+
 def test_hanging_nvml_call_never_hangs_the_scrape(fake_nvml):
     gpus = _two_gpus()
     fake_nvml.write(gpus)

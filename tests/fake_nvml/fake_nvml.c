@@ -44,7 +44,7 @@ enum {
     NVML_ERROR_UNKNOWN = 999,
 };
 
-#define MAX_GPUS 16
+#define MAX_GPUS 128 /* a benchmark's 64-GPU node and room beyond */
 #define MAX_MIG 8
 #define MAX_PROCS 128
 #define MAX_XIDS 512
@@ -123,6 +123,9 @@ static unsigned flaky_calls[MAX_GPUS][MAX_MIG + 1];
 static int topology[MAX_GPUS][MAX_GPUS]; /* nvmlGpuTopologyLevel_t, or -1 */
 static char p2p[MAX_GPUS][MAX_GPUS][8];  /* "nvlink", "pcie", "none", or "" (not set: NOT_SUPPORTED) */
 static unsigned device_count;
+/* GPU slots the last state file touched: a reload clears only those, so that a 128-slot table costs a
+   process (the exporter's resident memory in the benchmarks) only the GPUs a test describes. */
+static int slots_used;
 static int init_error;
 static int initialized;
 static char driver_version[TEXT] = "999.99.99";
@@ -225,6 +228,7 @@ static void parse_line(char *line) {
         return;
     }
     device_t *gpu = &gpus[a];
+    if (a >= slots_used) slots_used = a + 1;
     gpu->exists = 1;
     gpu->index = a;
     char *rest = key + n;
@@ -262,8 +266,9 @@ static void refresh(void) {
     FILE *f = fopen(path, "r");
     if (!f) return;
     /* Handles are pointers into these arrays, so they stay valid across reloads. */
-    memset(gpus, 0, sizeof gpus);
-    memset(migs, 0, sizeof migs);
+    memset(gpus, 0, sizeof gpus[0] * slots_used);
+    memset(migs, 0, sizeof migs[0] * slots_used);
+    slots_used = 0;
     memset(topology, -1, sizeof topology); /* -1: not set, answered as NOT_SUPPORTED */
     memset(p2p, 0, sizeof p2p);
     device_count = 0;
