@@ -23,7 +23,6 @@ from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources import simulated
 from gpulens.exporter.sources.base import Source, SourceUnavailable
-from gpulens.exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource, MergedSource
 from gpulens.simulator import fleet
 from gpulens.simulator.workloads import PROFILES
 
@@ -214,8 +213,12 @@ def register(commands: Subcommands) -> None:
 def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
     """The configured source, not yet started, and its pod attribution. Raises ConfigError on bad
     flags."""
+    # Each source's modules load only when it is chosen: requests (dcgm-exporter) and the driver
+    # bindings cost start time and memory on every node that does not use them.
     fetcher = None
     if args.dcgm_url or args.source == "dcgm":
+        from gpulens.exporter.sources.dcgm import DcgmAttribution, DcgmFetcher, DcgmSource
+
         if not args.dcgm_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"--dcgm.url {args.dcgm_url!r} is not an http(s) URL; give dcgm-exporter's "
@@ -238,7 +241,11 @@ def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
             args.var_log,
         )
         nvml = NvmlSource(rediscover_seconds=args.rediscover_interval)
-        return (MergedSource(nvml, fetcher) if fetcher else nvml), attribution
+        if fetcher is None:
+            return nvml, attribution
+        from gpulens.exporter.sources.dcgm import MergedSource
+
+        return MergedSource(nvml, fetcher), attribution
     require_positive(("--simulate.speed", args.simulate_speed), unit="factor")
     if args.simulate_gpus:
         if args.simulate_gpus < 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 
@@ -11,37 +12,56 @@ from gpulens.core import flags
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
+#: The module that registers each command (its `register(commands)`), in the order `gpulens --help`
+#: lists them. A run imports only its command's module: an exporter on a node does not load the demo,
+#: the alert builder or the analyzer's data stack to parse its flags.
+COMMANDS = {
+    "exporter": "gpulens.exporter.cli",
+    "report": "gpulens.analyzer.cli",
+    "analyze": "gpulens.analyzer.cli",  # report's old name
+    "analyzer": "gpulens.analyzer.cli",
+    "eval": "gpulens.analyzer.cli",
+    "metrics-reference": "gpulens.reference",
+    "alerts": "gpulens.alerts.cli",
+    "dashboards": "gpulens.dashboards.cli",
+    "demo": "gpulens.demo",
+    "alert-receiver": "gpulens.receiver",
+}
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line: every subcommand and its flags."""
-    from gpulens import demo, receiver, reference
-    from gpulens.alerts import cli as alerts_cli
-    from gpulens.analyzer import cli as analyzer_cli
-    from gpulens.dashboards import cli as dashboards_cli
-    from gpulens.exporter import cli as exporter_cli
 
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line: every subcommand and its flags, or only those of `command` (a COMMANDS key)."""
     parser = argparse.ArgumentParser(prog="gpulens", description="Find out why your GPUs are idle.")
     parser.add_argument("--version", action="version", version=f"gpulens {__version__}")
     parser.add_argument("--log.level", dest="log_level", default="info", choices=LOG_LEVELS, help="log verbosity")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    exporter_cli.register(commands)
-    analyzer_cli.register(commands)
-    reference.register(commands)
-    alerts_cli.register(commands)
-    dashboards_cli.register(commands)
-    demo.register(commands)
-    receiver.register(commands)
+    modules = [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
+    for module in modules:
+        importlib.import_module(module).register(commands)
     # Global flags are accepted after the command too. SUPPRESS: a subcommand sets the value only when
     # the flag is given there, so `gpulens --log.level debug exporter` keeps debug.
-    for command in {id(p): p for p in commands.choices.values()}.values():
-        command.add_argument(
+    for subcommand in {id(p): p for p in commands.choices.values()}.values():
+        subcommand.add_argument(
             "--log.level", dest="log_level", default=argparse.SUPPRESS, choices=LOG_LEVELS, help="log verbosity"
         )
     return parser
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The command `argv` runs, if it names one after the global flags; None for `--help`, `--version`,
+    a typo (the full parser lists the choices) and an empty line."""
+    rest = iter(argv)
+    for word in rest:
+        if word == "--log.level":
+            next(rest, None)
+        elif not word.startswith("--log.level="):
+            return word if word in COMMANDS else None
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     flags.check(parser, args)
     logging.basicConfig(

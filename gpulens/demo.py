@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import requests
-
 from gpulens.alerts import cli as alerts_cli
 from gpulens.alerts.routing import AlertSettings
 from gpulens.core import mixin
@@ -133,6 +131,8 @@ class Child:
 
 def _answering(candidates: list[tuple[str, str]]) -> str | None:
     """The first URL whose probe (itself when "") answers 200, or None."""
+    import requests  # here, as in every function of the demo that needs it: `gpulens` starts without it
+
     for url, probe in candidates:
         try:
             if requests.get(probe or url, timeout=2).status_code == 200:
@@ -278,6 +278,8 @@ class Stack:
         self.children.append(Child(name, process, log_path, ready_url))
 
     def _wait_ready(self, child: Child, timeout: float = 30.0) -> None:
+        import requests
+
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if child.process.poll() is not None:
@@ -464,6 +466,8 @@ def _write_compose_configs(args: argparse.Namespace) -> int:
 
 
 def _verdicts(stack: Stack) -> list[dict]:
+    import requests
+
     assert stack.plan is not None, "start() the stack first"
     try:
         return requests.get(f"http://{stack.plan.analyzer}/api/v1/verdicts", timeout=2).json()["verdicts"]

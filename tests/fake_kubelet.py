@@ -12,7 +12,7 @@ from concurrent import futures
 import grpc
 
 from gpulens.exporter.attribution import podresources_pb2 as pb
-from gpulens.exporter.attribution import podresources_pb2_grpc as pb_grpc
+from tests import podresources_pb2_grpc as pb_grpc
 
 # {(namespace, pod): {container: [(resource name, [device ids])]}}
 Pods = dict[tuple[str, str], dict[str, list[tuple[str, list[str]]]]]
@@ -23,6 +23,8 @@ class FakeKubelet(pb_grpc.PodResourcesListerServicer):
         self.socket_path = socket_path
         self.pods: Pods = pods or {}
         self.delay_seconds = 0.0
+        #: (grpc.StatusCode, details) that List answers with instead of the pods, when set.
+        self.failure: tuple[grpc.StatusCode, str] | None = None
         self.list_calls = 0
         self._lock = threading.Lock()
         self._server: grpc.Server | None = None
@@ -49,6 +51,8 @@ class FakeKubelet(pb_grpc.PodResourcesListerServicer):
         self.list_calls += 1
         if self.delay_seconds:
             time.sleep(self.delay_seconds)
+        if self.failure is not None:
+            context.abort(*self.failure)
         with self._lock:
             return pb.ListPodResourcesResponse(pod_resources=[self._pod_resources(k) for k in self.pods])
 

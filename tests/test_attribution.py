@@ -2,16 +2,26 @@
 protocol on a unix socket, a fixture /proc and /var/log, and the fake libnvidia-ml."""
 
 import hashlib
+import socket
 import subprocess
 import sys
+import threading
 import time
 
+import grpc
 import pytest
 import requests
 
 from gpulens.core.pods import PodRef
 from gpulens.exporter.attribution.cgroups import Cgroup, ContainerIndex, parse_cgroup, read_cgroup
-from gpulens.exporter.attribution.kubelet import DeviceRef, parse_device_id, resource_matches
+from gpulens.exporter.attribution.kubelet import (
+    Allocation,
+    DeviceRef,
+    KubeletError,
+    PodResourcesClient,
+    parse_device_id,
+    resource_matches,
+)
 from tests import captures
 from tests.fake_kubelet import FakeKubelet
 from tests.helpers import REPO, samples, start_nvml_exporter, value, wait_until
@@ -97,9 +107,86 @@ def test_generated_grpc_code_is_current(tmp_path):
         check=True,
         cwd=REPO,
     )
-    for name in ("podresources_pb2.py", "podresources_pb2_grpc.py"):
-        generated = (tmp_path / "gpulens" / "exporter" / "attribution" / name).read_text()
-        assert generated == (REPO / "exporter" / "attribution" / name).read_text(), f"regenerate {name}"
+    # The messages are the exporter's; the service stubs only the fake kubelet's (grpcio's server).
+    generated = tmp_path / "gpulens" / "exporter" / "attribution"
+    for name, committed in (
+        ("podresources_pb2.py", REPO / "exporter" / "attribution" / "podresources_pb2.py"),
+        ("podresources_pb2_grpc.py", REPO / "tests" / "podresources_pb2_grpc.py"),
+    ):
+        assert (generated / name).read_text() == committed.read_text(), f"regenerate {committed}"
+
+
+# --- the pod-resources client against grpcio's own server -----------------------------------
+
+
+@pytest.mark.slow
+def test_the_client_reads_a_large_node_past_http2s_first_flow_control_window(tmp_path):
+    # 500 pods of 8 GPUs each: an answer of ~100 KB, past the 64 KiB a stream may send before the
+    # client acknowledges what it received.
+    pods = {
+        ("serving", f"replica-{i}"): {"server": [("nvidia.com/gpu", [f"GPU-{i:04x}{g:04x}-0000" for g in range(8)])]}
+        for i in range(500)
+    }
+    kubelet = FakeKubelet(str(tmp_path / "kubelet.sock"), pods).start()
+    try:
+        allocations = PodResourcesClient(kubelet.socket_path).list_allocations()
+    finally:
+        kubelet.stop()
+    assert len(allocations) == 4000
+    assert allocations[-1] == Allocation(
+        PodRef("serving", "replica-499", "server"), "nvidia.com/gpu", "GPU-01f30007-0000"
+    )
+
+
+@pytest.mark.slow
+def test_the_client_names_each_failure_and_its_fix(tmp_path):
+    def error(socket_path: str) -> str:
+        with pytest.raises(KubeletError) as failure:
+            PodResourcesClient(socket_path, timeout=1.0).list_allocations()
+        return str(failure.value)
+
+    absent = str(tmp_path / "absent.sock")
+    fix = (
+        "mount /var/lib/kubelet/pod-resources into the exporter, or set --kubelet.socket "
+        "(--kubelet.socket='' outside Kubernetes)"
+    )
+    assert error(absent) == f"the kubelet pod-resources socket {absent} does not exist; {fix}"
+
+    # A socket file nobody listens on: the kubelet is restarting.
+    stale = str(tmp_path / "stale.sock")
+    with socket.socket(socket.AF_UNIX) as bound:
+        bound.bind(stale)
+    assert error(stale) == f"cannot reach the kubelet on {stale} (Connection refused); {fix}"
+
+    # Something that is not a gRPC server: an HTTP/1.1 server behind the socket.
+    other = str(tmp_path / "http.sock")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(other)
+        server.listen()
+
+        def answer_http1():
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(1024)
+                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        thread = threading.Thread(target=answer_http1)
+        thread.start()
+        message = error(other)
+        thread.join()
+    assert message == f"{other} does not speak gRPC over HTTP/2: its answer begins b'HTTP/1.1 400 Bad'"
+
+    kubelet = FakeKubelet(str(tmp_path / "kubelet.sock"), {}).start()
+    try:
+        kubelet.failure = (grpc.StatusCode.PERMISSION_DENIED, "pod-resources: caller not allowed")
+        assert error(kubelet.socket_path) == (
+            f"the kubelet pod-resources API failed on {kubelet.socket_path}: "
+            "PERMISSION_DENIED pod-resources: caller not allowed"
+        )
+        kubelet.failure = None
+        assert PodResourcesClient(kubelet.socket_path).list_allocations() == []
+    finally:
+        kubelet.stop()
 
 
 # --- end to end ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tests import captures
+from tests.fake_kubelet import FakeKubelet
 from tests.helpers import REPO, samples, start_nvml_exporter, value, wait_until
 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
@@ -168,6 +169,48 @@ def test_not_supported_calls_are_omitted_and_the_rest_served(fake_nvml):
     assert value(parsed, "gpulens_gpu_energy_joules_total", gpu="0") is None
     assert value(parsed, "gpulens_gpu_temperature_celsius", gpu="0") == 40
     assert "nvmlDevice" not in result.stderr  # not supported is normal, not an error worth a log line
+
+
+#: Modules an exporter loads only when its node uses what they serve (or never: the demo, the analyzer).
+OPTIONAL_MODULES = (
+    "requests",  # dcgm-exporter (--dcgm.url)
+    "h2",  # the kubelet's pod-resources socket
+    "google.protobuf",
+    "grpc",  # never: the tests' fake kubelet only
+    "yaml",  # --web.config.file
+    "pandas",
+    "gpulens.demo",
+    "gpulens.alerts",
+    "gpulens.analyzer",
+    "importlib.metadata",  # the version is a literal: looking the distribution up costs a start 0.1 s
+)
+
+
+def loaded_by_exporter(fake_nvml, *flags: str) -> list[str]:
+    """The optional modules `gpulens exporter --once` has loaded by the time it exits."""
+    script = (
+        "import sys; from gpulens.cli import main; main(sys.argv[1:]); "
+        f"print(' '.join(m for m in {OPTIONAL_MODULES!r} if m in sys.modules), file=sys.stderr)"
+    )
+    empty = fake_nvml.state_path.parent / "empty"
+    empty.mkdir(exist_ok=True)
+    argv = ["exporter", "--source", "nvml", "--once", "--sampler.interval", "0.01"]
+    argv += ["--path.procfs", str(empty), "--path.var-log", str(empty), *flags]
+    result = subprocess.run(
+        [sys.executable, "-c", script, *argv], env=fake_nvml.env(), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stderr.splitlines()[-1].split()
+
+
+def test_a_node_loads_only_what_it_uses(fake_nvml, tmp_path):
+    fake_nvml.write(capture_state("h100")[0])
+    assert loaded_by_exporter(fake_nvml, "--kubelet.socket", "") == []
+    kubelet = FakeKubelet(str(tmp_path / "kubelet.sock"), {}).start()
+    try:
+        assert loaded_by_exporter(fake_nvml, "--kubelet.socket", kubelet.socket_path) == ["h2", "google.protobuf"]
+    finally:
+        kubelet.stop()
 
 
 def test_missing_driver_library_is_one_clear_line_and_exit_2(tmp_path):

@@ -14,16 +14,14 @@ the plugin and its strategy, so they are mapped to gpulens devices here:
 
 from __future__ import annotations
 
-import os
 import re
+import socket
+import time
+import urllib.parse
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-import grpc
-
 from gpulens.core.pods import PodRef
-from gpulens.exporter.attribution import podresources_pb2 as pb
-from gpulens.exporter.attribution import podresources_pb2_grpc as pb_grpc
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 DEFAULT_RESOURCE_NAMES = ("nvidia.com/gpu", "nvidia.com/mig-*")
@@ -82,20 +80,32 @@ class KubeletError(Exception):
 
 class PodResourcesClient:
     """A client of v1.PodResourcesLister over the kubelet's unix socket. Every call has a deadline,
-    so a hung kubelet costs at most `timeout` seconds of the refresh thread, never a scrape."""
+    so a hung kubelet costs at most `timeout` seconds of the refresh thread, never a scrape.
+
+    One unary gRPC call is an HTTP/2 POST whose body and answer are length-prefixed protobuf messages,
+    and whose status comes in the trailers (grpc/doc/PROTOCOL-HTTP2.md). It is made here with h2 (the
+    HTTP/2 state machine) and the generated message classes, not grpcio, whose runtime holds about
+    15 MiB of every exporter's memory for this one call every few seconds. A connection per call: the
+    kubelet restarts, and a unix socket connects in microseconds. The tests' fake kubelet is grpcio's
+    own server, so the client is held to the real protocol."""
+
+    #: The method's HTTP/2 path: /<package>.<service>/<method> of api/pod-resources (v1).
+    LIST_PATH = "/v1.PodResourcesLister/List"
 
     def __init__(self, socket_path: str = DEFAULT_SOCKET, timeout: float = 2.0):
         self.socket_path = socket_path
         self.timeout = timeout
-        self._channel = grpc.insecure_channel(f"unix://{socket_path}")
-        self._stub = pb_grpc.PodResourcesListerStub(self._channel)
 
     def list_allocations(self, resource_names: tuple[str, ...] = DEFAULT_RESOURCE_NAMES) -> list[Allocation]:
         """Every GPU device ID assigned to a container on this node."""
+        # The generated classes load with the first call: a node without the socket never pays for them.
+        from gpulens.exporter.attribution import podresources_pb2 as pb
+
+        answer = self._call(self.LIST_PATH, pb.ListPodResourcesRequest().SerializeToString())
         try:
-            response = self._stub.List(pb.ListPodResourcesRequest(), timeout=self.timeout)
-        except grpc.RpcError as e:
-            raise KubeletError(self._explain(e)) from e
+            response = pb.ListPodResourcesResponse.FromString(answer)
+        except Exception as e:  # protobuf's DecodeError, or worse: the answer is not the message
+            raise KubeletError(f"the kubelet's answer on {self.socket_path} is not a pod list ({e})") from e
         allocations: list[Allocation] = []
         for pod in response.pod_resources:
             for container in pod.containers:
@@ -105,24 +115,127 @@ class PodResourcesClient:
                         allocations.extend(Allocation(ref, devices.resource_name, d) for d in devices.device_ids)
         return allocations
 
-    def _explain(self, error: grpc.RpcError) -> str:
-        code = error.code()
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return f"the kubelet did not answer within {self.timeout:g} s on {self.socket_path}"
-        if code == grpc.StatusCode.UNAVAILABLE:
-            fix = (
-                "mount /var/lib/kubelet/pod-resources into the exporter, or set --kubelet.socket "
-                "(--kubelet.socket='' outside Kubernetes)"
+    def _call(self, path: str, request: bytes) -> bytes:
+        """One unary call: the answer message's bytes, or KubeletError saying why not."""
+        import h2.config
+        import h2.connection
+        import h2.events
+        import h2.exceptions
+
+        deadline = time.monotonic() + self.timeout
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+            conn.initiate_connection()
+            stream = conn.get_next_available_stream_id()
+            conn.send_headers(
+                stream,
+                [
+                    (":method", "POST"),
+                    (":scheme", "http"),
+                    (":path", path),
+                    (":authority", "localhost"),
+                    ("content-type", "application/grpc"),
+                    ("te", "trailers"),
+                ],  # no grpc-timeout: the deadline is this side's, so a late answer reads as one here
             )
-            if not os.path.exists(self.socket_path):
-                return f"the kubelet pod-resources socket {self.socket_path} does not exist; {fix}"
-            if not os.access(self.socket_path, os.R_OK | os.W_OK):
-                return (
-                    f"permission denied on the kubelet pod-resources socket {self.socket_path}; "
-                    "run the exporter as root or give it access to the socket"
-                )
-            return f"cannot reach the kubelet on {self.socket_path} ({error.details()}); {fix}"
-        return f"the kubelet pod-resources API failed on {self.socket_path}: {code.name} {error.details()}"
+            conn.send_data(stream, b"\0" + len(request).to_bytes(4, "big") + request, end_stream=True)
+            sock.sendall(conn.data_to_send())
+            headers: dict[str, str] = {}
+            body = bytearray()
+            ended = False
+            first = True
+            while not ended:
+                sock.settimeout(max(0.001, deadline - time.monotonic()))
+                data = sock.recv(65536)
+                if not data:
+                    raise KubeletError(f"the kubelet closed the connection on {self.socket_path} before answering")
+                # An HTTP/2 server's first frame is SETTINGS (type 4, RFC 9113 3.4): anything else is
+                # another kind of server behind the socket, which h2 would only wait on for more bytes.
+                if first and len(data) >= 4 and data[3] != 4:
+                    raise KubeletError(
+                        f"{self.socket_path} does not speak gRPC over HTTP/2: its answer begins {data[:16]!r}"
+                    )
+                first = False
+                for event in conn.receive_data(data):
+                    if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
+                        headers.update((str(k), str(v)) for k, v in event.headers)
+                    elif isinstance(event, h2.events.DataReceived):
+                        body += event.data
+                        conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    elif isinstance(event, h2.events.StreamEnded):
+                        ended = True
+                    elif isinstance(event, h2.events.StreamReset | h2.events.ConnectionTerminated):
+                        raise KubeletError(f"the kubelet ended the call on {self.socket_path} ({event})")
+                sock.sendall(conn.data_to_send())
+        except TimeoutError as e:
+            raise KubeletError(f"the kubelet did not answer within {self.timeout:g} s on {self.socket_path}") from e
+        except OSError as e:
+            raise KubeletError(self._unreachable(e)) from e
+        except h2.exceptions.H2Error as e:
+            raise KubeletError(f"{self.socket_path} does not speak gRPC over HTTP/2: {e!r}") from e
+        finally:
+            sock.close()
+        return self._message(headers, bytes(body))
+
+    def _message(self, headers: dict[str, str], body: bytes) -> bytes:
+        """The one answer message of a finished call, after its status."""
+        status = headers.get("grpc-status")
+        if status is None:
+            raise KubeletError(
+                f"{self.socket_path} answered without a gRPC status (HTTP {headers.get(':status', '?')}): "
+                "is it the kubelet's pod-resources socket?"
+            )
+        if status != "0":
+            name = GRPC_STATUS_NAMES.get(status, f"status {status}")
+            message = urllib.parse.unquote(headers.get("grpc-message", ""))
+            raise KubeletError(f"the kubelet pod-resources API failed on {self.socket_path}: {name} {message}".rstrip())
+        if len(body) < 5 or body[0] != 0 or int.from_bytes(body[1:5], "big") != len(body) - 5:
+            raise KubeletError(f"the kubelet's answer on {self.socket_path} is not one uncompressed gRPC message")
+        return body[5:]
+
+    def _unreachable(self, error: OSError) -> str:
+        fix = (
+            "mount /var/lib/kubelet/pod-resources into the exporter, or set --kubelet.socket "
+            "(--kubelet.socket='' outside Kubernetes)"
+        )
+        if isinstance(error, FileNotFoundError):
+            return f"the kubelet pod-resources socket {self.socket_path} does not exist; {fix}"
+        if isinstance(error, PermissionError):
+            return (
+                f"permission denied on the kubelet pod-resources socket {self.socket_path}; "
+                "run the exporter as root or give it access to the socket"
+            )
+        return f"cannot reach the kubelet on {self.socket_path} ({error.strerror or error}); {fix}"
 
     def close(self) -> None:
-        self._channel.close()
+        """Nothing is held between calls; here for the attribution's life cycle."""
+
+
+#: gRPC status codes by number (grpc/doc/statuscodes.md), for error messages.
+GRPC_STATUS_NAMES = {
+    str(code): name
+    for code, name in enumerate(
+        (
+            "OK",
+            "CANCELLED",
+            "UNKNOWN",
+            "INVALID_ARGUMENT",
+            "DEADLINE_EXCEEDED",
+            "NOT_FOUND",
+            "ALREADY_EXISTS",
+            "PERMISSION_DENIED",
+            "RESOURCE_EXHAUSTED",
+            "FAILED_PRECONDITION",
+            "ABORTED",
+            "OUT_OF_RANGE",
+            "UNIMPLEMENTED",
+            "INTERNAL",
+            "UNAVAILABLE",
+            "DATA_LOSS",
+            "UNAUTHENTICATED",
+        )
+    )
+}

@@ -9,8 +9,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 
 class ConfigError(ValueError):
     """A flag or configuration file is wrong. The message names the value and how to fix it."""
@@ -19,6 +17,8 @@ class ConfigError(ValueError):
 def read_yaml(path: str | Path, flag: str) -> Any:
     """The YAML document in `path`, given with `flag`; ConfigError naming both when it cannot be
     read or parsed."""
+    import yaml  # here: most runs read no YAML, and a node's exporter should not load it
+
     try:
         return yaml.safe_load(Path(path).read_text())
     except OSError as e:

@@ -90,6 +90,12 @@ TEXT_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OPENMETRICS_CONTENT_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 
+def negotiate(accept: str, accept_encoding: str) -> tuple[bool, bool]:
+    """(openmetrics, gzipped): what /metrics answers a scraper that sends these Accept and
+    Accept-Encoding headers."""
+    return wants_openmetrics(accept), "gzip" in accept_encoding
+
+
 def wants_openmetrics(accept: str) -> bool:
     """True when the Accept header names OpenMetrics 1.0 (Prometheus lists it first, then 0.0.1, then
     text 0.0.4), as prometheus_client's choose_encoder decides; anything else gets text 0.0.4."""

@@ -52,7 +52,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from gpulens.core.config import ConfigError, read_yaml
-from gpulens.core.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Exposition, wants_openmetrics
+from gpulens.core.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Exposition, negotiate
 from gpulens.core.schema import Duration, Flag, Integer, ListOf, MapOf, Record, Text, validate
 from gpulens.core.status import ProblemLog
 
@@ -456,13 +456,13 @@ def serve(
             if not self._admitted() or not self._authorized():
                 return
             if path == "/metrics":
-                gzipped = "gzip" in self.headers.get("Accept-Encoding", "")
+                accept = self.headers.get("Accept", "")
+                openmetrics, gzipped = negotiate(accept, self.headers.get("Accept-Encoding", ""))
                 if exposition is not None:
-                    openmetrics = wants_openmetrics(self.headers.get("Accept", ""))
                     content_type = OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
                     body = exposition.body(openmetrics, gzipped)
                 else:
-                    encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+                    encoder, content_type = choose_encoder(accept)
                     body = encoder(registry)
                     body = gzip.compress(body, compresslevel=1) if gzipped else body
                 self._send(200, content_type, body, {"Content-Encoding": "gzip"} if gzipped else {})
