@@ -6,6 +6,7 @@ import argparse
 import csv
 import io
 import json
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -95,6 +96,23 @@ def register(commands: Subcommands) -> None:
         dest="price_metric",
         default="node_gpu_hourly_cost",
         help="metric of USD per GPU-hour by node (OpenCost's); nodes it prices override --prices; '' reads none",
+    )
+    flags.add(
+        a,
+        "--shard.count",
+        dest="shard_count",
+        type=int,
+        default=1,
+        help="analyzer replicas sharing the fleet over one Prometheus; each judges the nodes whose name hashes "
+        "to its --shard.index (Prometheus' hashmod)",
+    )
+    flags.add(
+        a,
+        "--shard.index",
+        dest="shard_index",
+        type=int,
+        default=0,
+        help="this replica's share, 0 to --shard.count - 1 (in a StatefulSet: the pod's index)",
     )
     flags.add(
         a,
@@ -315,7 +333,7 @@ def run_service(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry
 
-    from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput
+    from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput, Shard
     from gpulens.analyzer.service import AnalyzerService
     from gpulens.core.config import ConfigError, parse_duration
     from gpulens.core.web import WebConfig, parse_listen_address, serve
@@ -324,12 +342,27 @@ def run_service(args: argparse.Namespace) -> int:
         thresholds, prices = _config(args)
         if bool(args.prometheus) == bool(args.exporters):
             raise ValueError("give exactly one input: --input.prometheus URL, or one or more --input.exporter URL")
+        if args.shard_count < 1 or not 0 <= args.shard_index < args.shard_count:
+            raise ValueError(
+                f"--shard.index {args.shard_index} of --shard.count {args.shard_count}: give a count of 1 or more "
+                "and an index from 0 to count - 1"
+            )
+        if args.shard_count > 1 and not args.prometheus:
+            raise ValueError(
+                "--shard.count needs --input.prometheus: with --input.exporter, give each replica its own exporters"
+            )
+        shard = Shard(args.shard_index, args.shard_count) if args.shard_count > 1 else None
         source: AnalyzerInput
         if args.prometheus:
             if not args.prometheus.startswith(("http://", "https://")):
                 raise ValueError(f"--input.prometheus {args.prometheus!r} is not an http(s) URL")
             source = PrometheusInput(
-                args.prometheus, args.window, args.step, selector=args.selector, price_metric=args.price_metric
+                args.prometheus,
+                args.window,
+                args.step,
+                selector=args.selector,
+                price_metric=args.price_metric,
+                shard=shard,
             )
         else:
             source = ExporterInput(ExporterInput.parse_targets(args.exporters), args.window, args.scrape_interval)
@@ -357,6 +390,10 @@ def run_service(args: argparse.Namespace) -> int:
         print(f"gpulens analyzer: {e}", file=sys.stderr)
         return 2
     service.start()
+    if shard is not None:
+        logging.getLogger("gpulens.analyzer").info(
+            "judging %s: the nodes whose name hashes to %d modulo %d", shard, shard.index, shard.count
+        )
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())

@@ -12,8 +12,11 @@ Both turn gpulens exporter metrics into the trace frame (gpulens.analyzer.frame)
 from __future__ import annotations
 
 import collections
+import hashlib
+import json
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -249,6 +252,28 @@ OPENCOST_GPU_PRICE = "node_gpu_hourly_cost"
 PRICE_REFRESH_SECONDS = 300.0
 
 
+@dataclass(frozen=True)
+class Shard:
+    """One analyzer replica's share of the fleet: the nodes whose name hashes to `index` modulo `count`,
+    as Prometheus' hashmod relabelling hashes a label (so a scrape config can split the same way). N
+    replicas with indexes 0..N-1 over one store judge every pod exactly once: a pod's GPUs are on one
+    node, and each node hashes to one index."""
+
+    index: int
+    count: int
+
+    def owns(self, node: str) -> bool:
+        return hashmod(node, self.count) == self.index
+
+    def __str__(self) -> str:
+        return f"shard {self.index} of {self.count}"
+
+
+def hashmod(value: str, modulus: int) -> int:
+    """Prometheus' relabel action `hashmod`: the last 8 bytes of the value's MD5, big-endian, modulo."""
+    return int.from_bytes(hashlib.md5(value.encode()).digest()[8:], "big") % modulus
+
+
 class PrometheusInput:
     """Range queries against a Prometheus HTTP API: a fixed number per cycle, whatever the fleet."""
 
@@ -263,8 +288,13 @@ class PrometheusInput:
         selector: str = "",
         clock: Callable[[], float] = time.time,
         price_metric: str = OPENCOST_GPU_PRICE,
+        shard: Shard | None = None,
     ):
         self.url = url.rstrip("/")
+        #: This replica's share of the nodes; None judges them all.
+        self.shard = shard
+        #: The matcher on `instance` that keeps this cycle's queries to the shard's exporters.
+        self._instances = ""
         #: OpenCost's price per GPU-hour by node, read every PRICE_REFRESH_SECONDS; "" reads none.
         self.price_metric = price_metric
         self._prices: dict[str, float] = {}
@@ -277,8 +307,10 @@ class PrometheusInput:
         self.session = requests.Session()
         self._status = TargetStatus()
 
-    def _sel(self, name: str) -> str:
-        return f"{name}{{{self.selector}}}" if self.selector else name
+    def _sel(self, name: str, *extra: str) -> str:
+        """`name` with the configured selector, this cycle's shard matcher and `extra` matchers."""
+        matchers = ",".join(part for part in (self.selector, self._instances, *extra) if part)
+        return f"{name}{{{matchers}}}" if matchers else name
 
     def _query(self, expr: str, start: float, end: float) -> list[dict]:
         """A range query over the window, at the step."""
@@ -288,7 +320,8 @@ class PrometheusInput:
     def _api(self, endpoint: str, params: dict[str, str]) -> list[dict]:
         """The series Prometheus' /api/v1/<endpoint> answers; InputError when it cannot be reached."""
         try:
-            response = self.session.get(f"{self.url}/api/v1/{endpoint}", params=params, timeout=self.timeout)
+            # POST: a shard's selector names hundreds of exporters, past what proxies allow in a URL.
+            response = self.session.post(f"{self.url}/api/v1/{endpoint}", data=params, timeout=self.timeout)
         except requests.RequestException as e:
             raise InputError(redact(f"cannot reach Prometheus at {self.url}: {e}")) from e
         return self._result(response, params["query"])
@@ -356,6 +389,12 @@ class PrometheusInput:
     def _window_frame(self) -> pd.DataFrame:
         end = self.clock()
         start = end - self.window
+        self._instances = ""  # the shard's exporters are looked up anew each cycle: nodes come and go
+        if self.shard is not None:
+            instances = self._shard_instances(self.shard, end)
+            if not instances:
+                return fr.empty()
+            self._instances = "instance=~" + json.dumps("|".join(re.escape(i) for i in instances))
         columns: dict[tuple[str, str, float], dict] = {}
 
         def add(result, column, combine=None):
@@ -397,6 +436,19 @@ class PrometheusInput:
         frame = self._identity(frame, end)
         return fr.normalize(frame)
 
+    def _shard_instances(self, shard: Shard, end: float) -> list[str]:
+        """The exporters (their `instance`) of the nodes `shard` owns, from one instant query. A GPU's
+        node is its `node` label, else its exporter's address, as _identity() names it."""
+        window = f"{self.window:.0f}s"
+        expr = f"count by (node, instance) (last_over_time({self._sel(m.GPU_INFO.name)}[{window}]))"
+        return sorted(
+            {
+                s["metric"].get("instance", "")
+                for s in self._latest(expr, end)
+                if shard.owns(s["metric"].get("node") or s["metric"].get("instance", ""))
+            }
+        )
+
     def _shape_queries(self) -> dict[str, str]:
         """The SHAPE columns (core/trace.py) as PromQL: counts per row are rates times the step, so that
         their sum over a window is the number of samples, transitions and bursts in it."""
@@ -404,7 +456,7 @@ class PrometheusInput:
         count = f"increase({self._sel(m.ACTIVITY.name + '_count')}[{window}])"
 
         def below(bound: float) -> str:
-            selector = self._bucket_selector(bound)
+            selector = self._sel(m.ACTIVITY.name + "_bucket", f'le="{bound:g}"')
             return f"increase({selector}[{window}]) / ignoring(le) {count}"
 
         def per_row(name: str) -> str:
@@ -422,10 +474,6 @@ class PrometheusInput:
     def _rate_window(self) -> str:
         """The range of rate() and increase(): four steps, and never under a minute (four 15 s scrapes)."""
         return f"{max(4 * self.step, 60):.0f}s"
-
-    def _bucket_selector(self, bound: float) -> str:
-        le = f'le="{bound:g}"'
-        return f"{m.ACTIVITY.name}_bucket{{{self.selector + ',' if self.selector else ''}{le}}}"
 
     def _latest(self, expr: str, end: float) -> list[dict]:
         """An instant query at the window's end."""

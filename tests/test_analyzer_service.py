@@ -223,6 +223,59 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         through.stop()
 
 
+def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet, tmp_path):
+    """Past one analyzer: two replicas over one Prometheus, each owning the nodes that hash to it,
+    give exactly the verdicts of one unsharded analyzer on the same data, none lost or doubled; and
+    the hash is Prometheus' own (its hashmod relabelling labels each exporter with its shard)."""
+    from gpulens.analyzer.classify import classify
+    from gpulens.analyzer.live import PrometheusInput, Shard, hashmod
+
+    targets = "".join(
+        f"      - targets: ['{url.removeprefix('http://')}']\n        labels: {{node: {node}}}\n"
+        for node, url in fleet.items()
+    )
+    prometheus = Prometheus(
+        tmp_path,
+        [],
+        extra_config=f"""  - job_name: fleet
+    static_configs:
+{targets}    relabel_configs:
+      - {{source_labels: [node], modulus: 2, target_label: prometheus_shard, action: hashmod}}
+""",
+    )
+    try:
+        wait_until(
+            lambda: (
+                [
+                    float(r["value"][1])
+                    for r in prometheus.query('min(count_over_time(gpulens_gpu_up{job="fleet"}[1m]))')
+                ]
+                >= [40.0]
+            ),
+            120,
+            interval=2,
+            what="40 s of every GPU in Prometheus",
+        )
+        shards = {r["metric"]["node"]: r["metric"]["prometheus_shard"] for r in prometheus.query("gpulens_gpu_up")}
+        assert shards == {node: str(hashmod(node, 2)) for node in NODES}
+        end = time.time()
+
+        def judged(shard):
+            source = PrometheusInput(
+                prometheus.url, window=40, step=1, selector='job="fleet"', clock=lambda: end, shard=shard
+            )
+            return {f"{v.namespace}/{v.pod}": (v.node, v.bottleneck) for v in classify(source.window_frame()) if v.pod}
+
+        whole, first, second = judged(None), judged(Shard(0, 2)), judged(Shard(1, 2))
+    finally:
+        prometheus.stop()
+    assert set(whole) == set(EXPECTED)
+    assert first.keys() & second.keys() == set()
+    assert first | second == whole
+    assert {node for node, _ in first.values()} == {"sim-l40s-c"}
+    assert {node for node, _ in second.values()} == {"sim-h100-a", "sim-a100-b", "sim-h100-d"}
+
+
 def require_promtool():
     from tests.helpers import require_binary
 
@@ -270,6 +323,14 @@ def test_prometheus_down_from_the_start():
         (
             ["--input.prometheus=http://p:9090", "--analysis.history=a day"],
             "--analysis.history 'a day' is not a duration: give seconds (900) or 30s, 10m, 1h30m, 1d",
+        ),
+        (
+            ["--input.prometheus=http://p:9090", "--shard.count=2", "--shard.index=2"],
+            "--shard.index 2 of --shard.count 2: give a count of 1 or more and an index from 0 to count - 1",
+        ),
+        (
+            ["--input.exporter=http://e:9848/metrics", "--shard.count=2"],
+            "--shard.count needs --input.prometheus: with --input.exporter, give each replica its own exporters",
         ),
     ],
 )

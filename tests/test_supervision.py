@@ -30,7 +30,7 @@ from tests.test_history import Replay, fleet_trace
 
 
 class Canned:
-    """A real HTTP server answering every GET with `body` (a settable attribute)."""
+    """A real HTTP server answering every GET and POST with `body` (a settable attribute)."""
 
     def __init__(self, body: bytes, content_type: str = "application/json"):
         self.body, self.content_type = body, content_type
@@ -43,6 +43,10 @@ class Canned:
                 self.send_header("Content-Length", str(len(canned.body)))
                 self.end_headers()
                 self.wfile.write(canned.body)
+
+            def do_POST(self):  # the analyzer's Prometheus queries are form POSTs
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self.do_GET()
 
             def log_message(self, *args):
                 pass
