@@ -7,13 +7,15 @@ Run: .venv/bin/python benchmarks/analyzer.py [--only cycle|day]
   sliding windows (1 h, every 15 min: four passes over the rows), episodes and headlines.
 
 Every signal column is filled, pods hold one or two GPUs. Prints the time, rows per second, the ratio
-to the floor and peak memory.
+to the floor and peak memory, and writes the figures to benchmarks/results/analyzer-cycle.json and
+analyzer-day.json with the machine they were measured on.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import resource
 import subprocess
 import sys
@@ -27,6 +29,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import results  # noqa: E402
 from gpulens.analyzer import frame as fr  # noqa: E402
 from gpulens.analyzer import readers  # noqa: E402
 from gpulens.analyzer.classify import classify  # noqa: E402
@@ -104,6 +107,19 @@ def cycle(gpus: int, seconds: int, repeat: int) -> None:
     by_time = frame.sort_values("timestamp", kind="stable", ignore_index=True)
     shuffled_seconds, _ = timed(lambda: classify(by_time), repeat)
     peak = traced_peak(lambda: classify(frame))
+    results.save(
+        "analyzer-cycle",
+        {
+            "gpus": gpus,
+            "seconds": seconds,
+            "rows": rows,
+            "pods": len(verdicts),
+            "floor_s": floor_seconds,
+            "classify_s": cycle_seconds,
+            "classify_by_time_s": shuffled_seconds,
+            "peak_allocated_mib": peak / 2**20,
+        },
+    )
     print(
         f"analyzer cycle: {gpus} GPUs x {seconds} s at 1 s = {rows:,} rows, {len(verdicts):,} pods (best of {repeat})\n"
     )
@@ -136,7 +152,22 @@ def day(gpus: int, hours: float, step: float, repeat: int) -> None:
             text=True,
             check=True,
         )
-    print(f"\n{child.stdout.strip()}")
+    summary, figures = child.stdout.strip().splitlines()
+    print(f"\n{summary}")
+    results.save(
+        "analyzer-day",
+        {
+            "gpus": gpus,
+            "hours": hours,
+            "step_s": step,
+            "rows": rows,
+            "pods": len(verdicts),
+            "episodes": sum(len(v.episodes) for v in verdicts),
+            "floor_s": floor_seconds,
+            "history_s": history_seconds,
+            **json.loads(figures),
+        },
+    )
     print("headlines:", ", ".join(f"{k} {v}" for k, v in count(verdicts).items()))
 
 
@@ -163,6 +194,9 @@ def analyse_file(path: str) -> None:
     print(
         f"a fresh process reading the day from Parquet ({read:.1f} s, {read / bare:.2f}x a bare pd.read_parquet) "
         f"and analysing it ({total - read:.1f} s): peak RSS {peak / 2**30:.2f} GiB"
+    )
+    print(
+        json.dumps({"file_read_s": read, "bare_read_s": bare, "file_total_s": total, "file_peak_rss_gib": peak / 2**30})
     )
 
 

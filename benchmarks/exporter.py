@@ -1,22 +1,36 @@
-"""CPU cost of the exporter against two baselines: the same NVML reads through pynvml, and as bare calls.
+"""The exporter on the path production takes: sampling, every scrape format, start and memory.
 
-Run: .venv/bin/python benchmarks/exporter.py [--rounds N]
+Run: .venv/bin/python benchmarks/exporter.py [--rounds N]   (nvitop-exporter, the peer: pip install -e '.[bench]')
 
-Everything goes through the real nvidia-ml-py bindings and the fake libnvidia-ml.so.1 from the tests,
-so the baselines and the exporter pay the same driver cost. Two baselines, because the exporter reads
-its four array answers (field values, utilization samples, processes, per-process samples) with one
-driver call each into buffers it keeps, where pynvml's wrappers make two calls, build a new array and
-convert every element: "pynvml" is the same reads through pynvml (the budget's baseline), "calls" the
-same reads as the exporter makes them, so sample/calls is gpulens' own work on top of the driver calls.
-Prints CPU time per sample (source read + time integration) and per /metrics render, for 1 and 8
-GPUs with 64 processes, and the resident memory of the exporter. Ratios, not absolute times, are what
-to compare across machines.
+Everything goes through the real nvidia-ml-py bindings and the fake libnvidia-ml.so.1 from the tests
+(H100s with GPM and 18 NVLinks each, 8 processes per GPU), at 8, 16 and 64 GPUs, so the baselines and
+the exporter pay the same driver cost. Three tables:
+
+- Sampling, CPU per sample (read + time integration): against the same NVML reads through pynvml's
+  wrappers ("pynvml", the budget's floor: within 1.5x), and as bare calls made as the exporter makes
+  them ("calls": its four array answers with one driver call each into kept buffers), so sample/calls
+  is gpulens' own work. GPM is on both sides: sample alloc, get and metrics get per GPU.
+- Scrapes, CPU per /metrics answer after a new sample, for each format Prometheus negotiates, asked with
+  its Accept and Accept-Encoding headers and answered by the server's own negotiation: gpulens' renderer
+  beside prometheus_client's encoders (choose_encoder, then gzip as its server compresses), and the
+  bytes on the wire.
+- The process: seconds from start to the first /metrics holding the GPUs, and resident memory after
+  20 scrapes, for `gpulens exporter` without and with kubelet attribution (the fake kubelet from the
+  tests) beside nvitop-exporter on the same fake and a bare interpreter.
+
+Ratios, not absolute times, are what to compare across machines. The figures are written to
+benchmarks/results/exporter.json with the machine they were measured on.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gzip
 import json
+import shutil
+import socket
+import statistics
 import struct
 import subprocess
 import sys
@@ -27,11 +41,31 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-PROCESSES = 64
+from benchmarks import results  # noqa: E402
+
+SIZES = (8, 16, 64)
+PROCESSES_PER_GPU = 8
+#: The GPUs of the process table: an HGX board.
+PROCESS_GPUS = 8
+
+#: What Prometheus sends (scrape/scrape.go's acceptHeader, scrape_protocols left at their default), and
+#: what a text-only scraper sends (scrape_protocols: [PrometheusText0.0.4], vmagent, older Prometheus).
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+TEXT_ACCEPT = "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+#: (name, Accept, Accept-Encoding); Prometheus asks for gzip unless a job sets enable_compression: false.
+FORMATS = (
+    ("OpenMetrics 1.0, gzip", PROMETHEUS_ACCEPT, "gzip"),
+    ("OpenMetrics 1.0", PROMETHEUS_ACCEPT, "identity"),
+    ("text 0.0.4, gzip", TEXT_ACCEPT, "gzip"),
+    ("text 0.0.4", TEXT_ACCEPT, "identity"),
+)
 
 
-def gpu_state(index: int, processes: int) -> dict:
-    """An H100 running `processes` processes, with GPM and NVLink, like a busy training node."""
+def gpu_state(index: int, processes: int, board: int = 8) -> dict:
+    """GPU `index` of a board of `board` H100s, running `processes` processes, with GPM and NVLink."""
     state = {
         "uuid": f"GPU-{index:08x}-0000-0000-0000-000000000000",
         "name": "NVIDIA H100 80GB HBM3",
@@ -67,9 +101,10 @@ def gpu_state(index: int, processes: int) -> dict:
         "gpm.11": 0,
         "gpm.12": 12,
         "gpm.13": 30,
-        # The driver keeps a utilization sample every millisecond here: the benchmark reads far more often
-        # than once a second, and each read should find a handful of new samples, as a 1 s read finds six.
-        "sample_period_ms": 1,
+        # The benchmark reads back to back, not once a second: the driver keeps a utilization sample every
+        # millisecond per 8 GPUs on the board, so that a read finds a couple of new samples at every size
+        # (a tick takes about that long per 8 GPUs), not one at 8 GPUs and dozens at 64.
+        "sample_period_ms": max(1, board // 8),
     }
     for p in range(processes):
         state.update(
@@ -166,19 +201,21 @@ def cpu_per_call(fn, rounds: int) -> float:
     return (time.process_time() - started) / rounds
 
 
-def rss_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
+def rss_mib(pid: int | str = "self") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
 
 def measure(gpus: int, rounds: int) -> dict:
-    """Runs inside the child, where LD_LIBRARY_PATH already points at the fake library."""
+    """CPU per sample and per scrape; runs inside the child, where LD_LIBRARY_PATH already points at the
+    fake library."""
     import pynvml
     from prometheus_client import CollectorRegistry
-    from prometheus_client.exposition import generate_latest
+    from prometheus_client.exposition import choose_encoder
 
+    from gpulens.core.exposition import Exposition, negotiate
     from gpulens.exporter.attribution.attributor import KubeletAttribution
     from gpulens.exporter.collector import ExporterCollector
     from gpulens.exporter.sampler import Sampler
@@ -200,6 +237,18 @@ def measure(gpus: int, rounds: int) -> dict:
     collector = ExporterCollector(sampler, "bench", "nvml")
     registry.register(collector)
     sampler.tick()
+    sampler.tick()
+    # A scrape comes after a new sample (Prometheus scrapes every 15-60 s, the exporter samples every
+    # second), so every answer here is rendered anew: a version that is never the same object twice.
+    fresh = Exposition(collector.exposition.gather, object)
+
+    def fast(accept: str, encoding: str) -> bytes:
+        return fresh.body(*negotiate(accept, encoding))
+
+    def generic(accept: str, encoding: str) -> bytes:
+        encoder, _ = choose_encoder(accept)  # what prometheus_client's server does (_bake_output)
+        body = encoder(registry)
+        return gzip.compress(body) if "gzip" in encoding else body
 
     handles = []
     for i in range(gpus):
@@ -213,33 +262,133 @@ def measure(gpus: int, rounds: int) -> dict:
 
     # Interleave the measurements so machine noise hits them alike, and keep each one's fastest repeat:
     # on a shared machine noise only ever adds time.
-    runs: dict[str, list[float]] = {"pynvml": [], "calls": [], "sample": [], "render": [], "generic": []}
+    sampling: dict[str, list[float]] = {"pynvml": [], "calls": [], "sample": []}
+    scrapes: dict[tuple[str, str], list[float]] = {(f, way): [] for f, _, _ in FORMATS for way in ("fast", "generic")}
     for _ in range(5):
-        runs["pynvml"].append(cpu_per_call(lambda: baseline_sample(pynvml, handles, fields, False), rounds))
-        runs["calls"].append(cpu_per_call(lambda: baseline_sample(pynvml, handles, fields, True), rounds))
-        runs["sample"].append(cpu_per_call(sampler.tick, rounds))
-        runs["render"].append(cpu_per_call(collector.render_text, rounds))
-        runs["generic"].append(cpu_per_call(lambda: generate_latest(registry), rounds))
-    body = collector.render_text()
+        sampling["pynvml"].append(cpu_per_call(lambda: baseline_sample(pynvml, handles, fields, False), rounds))
+        sampling["calls"].append(cpu_per_call(lambda: baseline_sample(pynvml, handles, fields, True), rounds))
+        sampling["sample"].append(cpu_per_call(sampler.tick, rounds))
+        for name, accept, encoding in FORMATS:
+            scrapes[(name, "fast")].append(cpu_per_call(functools.partial(fast, accept, encoding), rounds))
+            scrapes[(name, "generic")].append(cpu_per_call(functools.partial(generic, accept, encoding), rounds))
+    text = collector.render_text().decode()
     return {
         "gpus": gpus,
-        **{name: min(times) for name, times in runs.items()},
-        "series": sum(1 for line in body.decode().splitlines() if not line.startswith("#")),
-        "shape_series": sum(
-            1
-            for line in body.decode().splitlines()
-            if line.startswith(("gpulens_gpu_activity_", "gpulens_gpu_steady_bursts"))
+        "processes": gpus * PROCESSES_PER_GPU,
+        "series": sum(1 for line in text.splitlines() if not line.startswith("#")),
+        "sampling_ms": {name: min(times) * 1000 for name, times in sampling.items()},
+        "scrapes": [
+            {
+                "format": name,
+                "fast_ms": min(scrapes[(name, "fast")]) * 1000,
+                "generic_ms": min(scrapes[(name, "generic")]) * 1000,
+                "bytes": len(fast(accept, encoding)),
+            }
+            for name, accept, encoding in FORMATS
+        ],
+    }
+
+
+#: The floor of the process table: an interpreter serving one fixed answer with the standard library.
+BARE_SERVER = """
+import http.server, sys
+answer = sys.argv[2].encode()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(answer)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_figures(command: list[str], url: str, env: dict[str, str], ready: str) -> dict:
+    """Start `command`, time it to the first answer of `url` that contains `ready`, scrape it 20 times
+    as Prometheus would (gzip), then read its resident memory."""
+    import requests
+
+    headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while True:
+            if process.poll() is not None:
+                raise SystemExit(f"{command[0]} exited with {process.returncode}: {process.communicate()[1].decode()}")
+            try:
+                if ready in requests.get(url, headers=headers, timeout=2).text:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.002)
+        start_seconds = time.perf_counter() - started
+        for _ in range(20):
+            requests.get(url, headers=headers, timeout=5).raise_for_status()
+            time.sleep(0.05)
+        return {"start_s": start_seconds, "rss_mib": rss_mib(process.pid)}
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+
+
+def measure_processes(fake, workdir: Path, uuid: str, repeats: int) -> dict[str, dict]:
+    """Start time and resident memory of each exporter on the fake's GPUs: the median of `repeats`
+    starts, each after the others (interleaved, so noise hits them alike)."""
+    from tests.fake_kubelet import FakeKubelet
+
+    socket_path = str(workdir / "kubelet.sock")
+    kubelet = FakeKubelet(
+        socket_path,
+        {
+            ("serving", f"replica-{i}"): {"server": [("nvidia.com/gpu", [f"GPU-{i:08x}-0000-0000-0000-000000000000"])]}
+            for i in range(PROCESS_GPUS)
+        },
+    ).start()
+    env = fake.env() | {"PYTHONPATH": str(REPO)}
+    python = sys.executable
+    # An empty /proc and /var/log, as in the sampling table: this machine's own processes must not lend
+    # their cgroups to the fake's PIDs.
+    empty = workdir / "empty"
+    empty.mkdir(exist_ok=True)
+    gpulens = [python, "-m", "gpulens", "--log.level", "error", "exporter", "--source", "nvml"]
+    gpulens += ["--path.procfs", str(empty), "--path.var-log", str(empty)]
+    nvitop = shutil.which("nvitop-exporter", path=str(Path(python).parent))
+    commands = {
+        "python (bare interpreter)": (lambda port: [python, "-c", BARE_SERVER, str(port), uuid], uuid),
+        "gpulens, no kubelet": (
+            lambda port: [*gpulens, "--kubelet.socket", "", "--web.listen-address", f"127.0.0.1:{port}"],
+            f'uuid="{uuid}"',
         ),
-        "topology_series": sum(
-            1 for line in body.decode().splitlines() if line.startswith("gpulens_gpu_topology_info")
+        "gpulens, kubelet": (
+            lambda port: [*gpulens, "--kubelet.socket", socket_path, "--web.listen-address", f"127.0.0.1:{port}"],
+            'pod="replica-0"',
         ),
-        "rss_mib": rss_mib(),
+    }
+    if nvitop:
+        commands["nvitop-exporter"] = (lambda port: [nvitop, "--bind-address", "127.0.0.1", "--port", str(port)], uuid)
+    runs: dict[str, list[dict]] = {name: [] for name in commands}
+    try:
+        for _ in range(repeats):
+            for name, (command, ready) in commands.items():
+                port = free_port()
+                runs[name].append(process_figures(command(port), f"http://127.0.0.1:{port}/metrics", env, ready))
+    finally:
+        kubelet.stop()
+    return {
+        name: {key: statistics.median(r[key] for r in figures) for key in ("start_s", "rss_mib")}
+        for name, figures in runs.items()
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=200, help="calls per measurement (5 measurements each)")
+    parser.add_argument("--rounds", type=int, default=100, help="calls per measurement at 8 GPUs (fewer at more)")
+    parser.add_argument("--starts", type=int, default=5, help="starts of each exporter for the process table")
     parser.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -252,50 +401,66 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as tmp:
         workdir = Path(tmp)
         library = build_fake_nvml(workdir / "lib").parent
-        for gpus in (1, 8):
+        for gpus in SIZES:
             fake = FakeNvml(library, workdir / f"state-{gpus}")
-            # An HGX board: every pair joined by NVLink (through NVSwitch), sockets of four GPUs each.
-            pairs = [(a, b) for a in range(gpus) for b in range(gpus) if a != b]
-            fake.write(
-                [gpu_state(i, PROCESSES // gpus) for i in range(gpus)],
-                topology={(a, b): 40 if a // 4 == b // 4 else 50 for a, b in pairs},
-                p2p=dict.fromkeys(pairs, "nvlink"),
-            )
-            env = fake.env() | {"PYTHONPATH": str(REPO)}
+            write_board(fake, gpus)
             out = subprocess.run(
-                [sys.executable, __file__, "--child", str(gpus), "--rounds", str(args.rounds)],
-                env=env,
+                [sys.executable, __file__, "--child", str(gpus), "--rounds", str(max(10, args.rounds * 8 // gpus))],
+                env=fake.env() | {"PYTHONPATH": str(REPO)},
                 capture_output=True,
                 text=True,
                 check=True,
             )
             rows.append(json.loads(out.stdout))
+        fake = FakeNvml(library, workdir / "state-process")
+        write_board(fake, PROCESS_GPUS)
+        processes = measure_processes(fake, workdir, gpu_state(0, 0)["uuid"], args.starts)
 
     print(
-        f"exporter CPU time per operation, {PROCESSES} processes, through the fake libnvidia-ml\n"
-        "pynvml: the NVML reads the exporter makes, through pynvml's wrappers, nothing done with the answers\n"
-        "calls: the same reads as the exporter makes them (array answers into kept buffers), nothing done\n"
-        "sample: read + integrate (every --sampler.interval); render: /metrics in text format (every scrape);\n"
-        "generic: prometheus_client's generate_latest. The budget: sample within 1.5x of pynvml.\n"
+        f"Sampling: CPU ms per sample, {PROCESSES_PER_GPU} processes per GPU, through the fake libnvidia-ml.\n"
+        "pynvml: the NVML reads the exporter makes, through pynvml's wrappers, GPM included, nothing done "
+        "with the answers (the floor);\ncalls: the same reads as the exporter makes them; sample: read + "
+        "integrate (every --sampler.interval). The budget: sample within 1.5x of pynvml.\n"
     )
     print(
-        f"{'GPUs':>4} {'series':>7} {'pynvml ms':>10} {'calls ms':>9} {'sample ms':>10} {'render ms':>10} "
-        f"{'generic ms':>11} {'sample/pynvml':>14} {'sample/calls':>13} {'render/pynvml':>14} {'RSS MiB':>8}"
+        f"{'GPUs':>5} {'series':>7} {'pynvml':>8} {'calls':>8} {'sample':>8} {'sample/pynvml':>14} {'sample/calls':>13}"
     )
-    per_gpu = (rows[1]["series"] - rows[0]["series"]) / (rows[1]["gpus"] - rows[0]["gpus"])
     for r in rows:
-        ms = {k: r[k] * 1000 for k in ("pynvml", "calls", "sample", "render", "generic")}
+        ms = r["sampling_ms"]
         print(
-            f"{r['gpus']:>4} {r['series']:>7} {ms['pynvml']:>10.3f} {ms['calls']:>9.3f} {ms['sample']:>10.3f} "
-            f"{ms['render']:>10.3f} {ms['generic']:>11.3f} {r['sample'] / r['pynvml']:>14.2f} "
-            f"{r['sample'] / r['calls']:>13.2f} {r['render'] / r['pynvml']:>14.2f} {r['rss_mib']:>8.1f}"
+            f"{r['gpus']:>5} {r['series']:>7} {ms['pynvml']:>8.2f} {ms['calls']:>8.2f} {ms['sample']:>8.2f} "
+            f"{ms['sample'] / ms['pynvml']:>14.2f} {ms['sample'] / ms['calls']:>13.2f}"
         )
     print(
-        f"\nseries per GPU (an H100 with 18 NVLinks on an 8-GPU board, processes aside): {per_gpu:.0f}, of which "
-        f"{rows[1]['shape_series'] // rows[1]['gpus']} are the activity shape (histogram, transitions, steady bursts) "
-        f"and {rows[1]['topology_series'] // rows[1]['gpus']} the topology (one per peer)"
+        "\nScrapes: CPU ms per /metrics answer after a new sample, asked as Prometheus asks; gpulens' renderer "
+        "beside prometheus_client's encoders (and its gzip).\n"
     )
+    print(f"{'GPUs':>5} {'format':<22} {'gpulens':>8} {'generic':>8} {'generic/gpulens':>16} {'KiB':>7}")
+    for r in rows:
+        for f in r["scrapes"]:
+            print(
+                f"{r['gpus']:>5} {f['format']:<22} {f['fast_ms']:>8.2f} {f['generic_ms']:>8.2f} "
+                f"{f['generic_ms'] / f['fast_ms']:>16.1f} {f['bytes'] / 1024:>7.1f}"
+            )
+    print(
+        f"\nThe process, {PROCESS_GPUS} GPUs: seconds from start to the first /metrics with the GPUs, resident MiB "
+        f"after 20 scrapes (median of {args.starts} starts each).\n"
+    )
+    print(f"{'exporter':<28} {'start s':>8} {'RSS MiB':>8}")
+    for name, figures in processes.items():
+        print(f"{name:<28} {figures['start_s']:>8.3f} {figures['rss_mib']:>8.1f}")
+    results.save("exporter", {"sizes": rows, "processes": processes, "process_gpus": PROCESS_GPUS})
     return 0
+
+
+def write_board(fake, gpus: int) -> None:
+    """An HGX-like board of `gpus` H100s: every pair joined by NVLink (through NVSwitch), sockets of four."""
+    pairs = [(a, b) for a in range(gpus) for b in range(gpus) if a != b]
+    fake.write(
+        [gpu_state(i, PROCESSES_PER_GPU, gpus) for i in range(gpus)],
+        topology={(a, b): 40 if a // 4 == b // 4 else 50 for a, b in pairs},
+        p2p=dict.fromkeys(pairs, "nvlink"),
+    )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ scraper asks as Prometheus does (its Accept header, gzip, its connection kept al
 spread over the second as Prometheus spreads targets' scrapes, then all at the same instant. A scrape
 slower than --timeout is an error, as for Prometheus. Each is timed from the request to the answer's
 last byte and checked whole (status, gzip, OpenMetrics' closing # EOF) after the run. The scrapers share
-the machine's cores with the server, so the latencies are an upper bound.
+the machine's cores with the server, so the latencies are an upper bound. The figures are written to
+benchmarks/results/scrapers.json with the machine they were measured on.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.exporter import PROCESSES, gpu_state  # noqa: E402
+from benchmarks import results  # noqa: E402
+from benchmarks.exporter import PROCESSES_PER_GPU, gpu_state  # noqa: E402
 
 GPUS = 8
 #: What Prometheus 2.x sends on every scrape (scrape/scrape.go's acceptHeader), and Accept-Encoding: gzip.
@@ -181,7 +183,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpulens-bench-") as tmp:
         workdir = Path(tmp)
         fake = FakeNvml(build_fake_nvml(workdir / "lib").parent, workdir / "state")
-        fake.write([gpu_state(i, PROCESSES // GPUS) for i in range(GPUS)])
+        fake.write([gpu_state(i, PROCESSES_PER_GPU) for i in range(GPUS)])
         env = fake.env() | {"PYTHONPATH": str(REPO)}
         gpulens = [sys.executable, "-m", "gpulens", "--log.level", "error", "exporter", "--source", "nvml"]
         for name, command in (
@@ -193,10 +195,10 @@ def main() -> int:
             try:
                 wait_for(port, process)
                 for spread in (True, False):
-                    results = asyncio.run(scrapers(port, args.scrapers, args.seconds, args.timeout, spread))
-                    times = [r for r in results if isinstance(r, float)]
-                    errors = [r for r in results if not isinstance(r, float)]
-                    rows.append((name, "spread" if spread else "at once", len(results), errors, times))
+                    answers = asyncio.run(scrapers(port, args.scrapers, args.seconds, args.timeout, spread))
+                    times = [r for r in answers if isinstance(r, float)]
+                    errors = [r for r in answers if not isinstance(r, float)]
+                    rows.append((name, "spread" if spread else "at once", len(answers), errors, times))
             finally:
                 process.terminate()
                 stderr = process.communicate(timeout=10)[1].decode().strip()
@@ -205,8 +207,8 @@ def main() -> int:
 
     print(
         f"{args.scrapers} scrapers, once a second for {args.seconds} s each, asking as Prometheus does (OpenMetrics "
-        f"preferred, gzip, the connection kept alive), {GPUS} GPUs and {PROCESSES} processes on the fake "
-        "libnvidia-ml.\nspread: each scraper at its own offset within the second, as Prometheus places each "
+        f"preferred, gzip, the connection kept alive), {GPUS} GPUs and {GPUS * PROCESSES_PER_GPU} processes on "
+        "the fake libnvidia-ml.\nspread: each scraper at its own offset within the second, as Prometheus places each "
         "target's scrapes; at once: all at the same instant, the worst case.\nAn error is a scrape not answered "
         f"whole within {args.timeout:g} s. Milliseconds from the request to the answer's last byte.\n"
     )
@@ -226,6 +228,27 @@ def main() -> int:
         if errors:
             kinds = {e: errors.count(e) for e in errors}
             print(f"{name} {arrival} errors: " + ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())))
+    results.save(
+        "scrapers",
+        {
+            "scrapers": args.scrapers,
+            "seconds": args.seconds,
+            "timeout_s": args.timeout,
+            "gpus": GPUS,
+            "rows": [
+                {
+                    "server": name,
+                    "arrival": arrival,
+                    "scrapes": total,
+                    "errors": len(errors),
+                    "p50_ms": percentile(times, 50) * 1000,
+                    "p99_ms": percentile(times, 99) * 1000,
+                    "max_ms": max(times, default=float("nan")) * 1000,
+                }
+                for name, arrival, total, errors, times in rows
+            ],
+        },
+    )
     return 0
 
 
