@@ -11,7 +11,7 @@ from concurrent import futures
 
 import grpc
 
-from gpulens.exporter.attribution import podresources_pb2 as pb
+from tests import podresources_pb2 as pb
 from tests import podresources_pb2_grpc as pb_grpc
 
 # {(namespace, pod): {container: [(resource name, [device ids])]}}

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from gpulens.exporter.attribution import podresources_pb2 as gpulens_dot_exporter_dot_attribution_dot_podresources__pb2
+from tests import podresources_pb2 as tests_dot_podresources__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in gpulens/exporter/attribution/podresources_pb2_grpc.py depends on'
+        + ' but the generated code in tests/podresources_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class PodResourcesListerStub:
         """
         self.List = channel.unary_unary(
                 '/v1.PodResourcesLister/List',
-                request_serializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.ListPodResourcesRequest.SerializeToString,
-                response_deserializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.ListPodResourcesResponse.FromString,
+                request_serializer=tests_dot_podresources__pb2.ListPodResourcesRequest.SerializeToString,
+                response_deserializer=tests_dot_podresources__pb2.ListPodResourcesResponse.FromString,
                 _registered_method=True)
         self.GetAllocatableResources = channel.unary_unary(
                 '/v1.PodResourcesLister/GetAllocatableResources',
-                request_serializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.AllocatableResourcesRequest.SerializeToString,
-                response_deserializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.AllocatableResourcesResponse.FromString,
+                request_serializer=tests_dot_podresources__pb2.AllocatableResourcesRequest.SerializeToString,
+                response_deserializer=tests_dot_podresources__pb2.AllocatableResourcesResponse.FromString,
                 _registered_method=True)
         self.Get = channel.unary_unary(
                 '/v1.PodResourcesLister/Get',
-                request_serializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.GetPodResourcesRequest.SerializeToString,
-                response_deserializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.GetPodResourcesResponse.FromString,
+                request_serializer=tests_dot_podresources__pb2.GetPodResourcesRequest.SerializeToString,
+                response_deserializer=tests_dot_podresources__pb2.GetPodResourcesResponse.FromString,
                 _registered_method=True)
 
 
@@ -80,18 +80,18 @@ def add_PodResourcesListerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'List': grpc.unary_unary_rpc_method_handler(
                     servicer.List,
-                    request_deserializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.ListPodResourcesRequest.FromString,
-                    response_serializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.ListPodResourcesResponse.SerializeToString,
+                    request_deserializer=tests_dot_podresources__pb2.ListPodResourcesRequest.FromString,
+                    response_serializer=tests_dot_podresources__pb2.ListPodResourcesResponse.SerializeToString,
             ),
             'GetAllocatableResources': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAllocatableResources,
-                    request_deserializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.AllocatableResourcesRequest.FromString,
-                    response_serializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.AllocatableResourcesResponse.SerializeToString,
+                    request_deserializer=tests_dot_podresources__pb2.AllocatableResourcesRequest.FromString,
+                    response_serializer=tests_dot_podresources__pb2.AllocatableResourcesResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
-                    request_deserializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.GetPodResourcesRequest.FromString,
-                    response_serializer=gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.GetPodResourcesResponse.SerializeToString,
+                    request_deserializer=tests_dot_podresources__pb2.GetPodResourcesRequest.FromString,
+                    response_serializer=tests_dot_podresources__pb2.GetPodResourcesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -119,8 +119,8 @@ class PodResourcesLister:
             request,
             target,
             '/v1.PodResourcesLister/List',
-            gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.ListPodResourcesRequest.SerializeToString,
-            gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.ListPodResourcesResponse.FromString,
+            tests_dot_podresources__pb2.ListPodResourcesRequest.SerializeToString,
+            tests_dot_podresources__pb2.ListPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -146,8 +146,8 @@ class PodResourcesLister:
             request,
             target,
             '/v1.PodResourcesLister/GetAllocatableResources',
-            gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.AllocatableResourcesRequest.SerializeToString,
-            gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.AllocatableResourcesResponse.FromString,
+            tests_dot_podresources__pb2.AllocatableResourcesRequest.SerializeToString,
+            tests_dot_podresources__pb2.AllocatableResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -173,8 +173,8 @@ class PodResourcesLister:
             request,
             target,
             '/v1.PodResourcesLister/Get',
-            gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.GetPodResourcesRequest.SerializeToString,
-            gpulens_dot_exporter_dot_attribution_dot_podresources__pb2.GetPodResourcesResponse.FromString,
+            tests_dot_podresources__pb2.GetPodResourcesRequest.SerializeToString,
+            tests_dot_podresources__pb2.GetPodResourcesResponse.FromString,
             options,
             channel_credentials,
             insecure,

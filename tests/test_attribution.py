@@ -94,6 +94,7 @@ def test_container_index_from_the_kubelets_log_links():
 
 
 def test_generated_grpc_code_is_current(tmp_path):
+    # The fake kubelet's messages and service, generated from tests/podresources.proto.
     subprocess.run(
         [
             sys.executable,
@@ -102,18 +103,13 @@ def test_generated_grpc_code_is_current(tmp_path):
             f"-I{REPO}",
             f"--python_out={tmp_path}",
             f"--grpc_python_out={tmp_path}",
-            "gpulens/exporter/attribution/podresources.proto",
+            "tests/podresources.proto",
         ],
         check=True,
         cwd=REPO,
     )
-    # The messages are the exporter's; the service stubs only the fake kubelet's (grpcio's server).
-    generated = tmp_path / "gpulens" / "exporter" / "attribution"
-    for name, committed in (
-        ("podresources_pb2.py", REPO / "exporter" / "attribution" / "podresources_pb2.py"),
-        ("podresources_pb2_grpc.py", REPO / "tests" / "podresources_pb2_grpc.py"),
-    ):
-        assert (generated / name).read_text() == committed.read_text(), f"regenerate {committed}"
+    for name in ("podresources_pb2.py", "podresources_pb2_grpc.py"):
+        assert (tmp_path / "tests" / name).read_text() == (REPO / "tests" / name).read_text(), f"regenerate {name}"
 
 
 # --- the pod-resources client against grpcio's own server -----------------------------------

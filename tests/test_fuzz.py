@@ -330,3 +330,72 @@ def test_prices_must_be_finite_and_not_negative(tmp_path, text, message):
     assert str(error.value) == f"--prices {tmp_path / 'p.yaml'}: {message}"
     (tmp_path / "p.yaml").write_text("H100: 4\nL4: 0.8\n")
     assert catalog.load_prices(str(tmp_path / "p.yaml")) == {"H100": 4.0, "L4": 0.8}
+
+
+# --- the kubelet's pod list, decoded by field number -----------------------------------------
+
+NAMES = st.text(max_size=12)
+PODS = st.lists(
+    st.tuples(
+        NAMES,  # namespace
+        NAMES,  # pod
+        st.lists(
+            st.tuples(
+                NAMES,  # container
+                st.lists(
+                    st.tuples(st.sampled_from(["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "cpu"]), st.lists(NAMES)),
+                    max_size=3,
+                ),
+                st.lists(st.integers(0, 2**31), max_size=3),  # cpu_ids: a varint field the decoder reads past
+            ),
+            max_size=3,
+        ),
+    ),
+    max_size=5,
+)
+
+
+@FUZZ
+@given(pods=PODS)
+def test_the_kubelets_pod_list_decodes_as_protobuf_encodes_it(pods):
+    # Encoded by protobuf's own runtime from tests/podresources.proto, plus a field the subset leaves out.
+    from gpulens.core.pods import PodRef
+    from gpulens.exporter.attribution.kubelet import DEFAULT_RESOURCE_NAMES, Allocation, _allocations
+    from tests import podresources_pb2 as pb
+
+    response = pb.ListPodResourcesResponse()
+    expected = []
+    for namespace, name, containers in pods:
+        pod = response.pod_resources.add(name=name, namespace=namespace)
+        for container, devices, cpu_ids in containers:
+            c = pod.containers.add(name=container)
+            for resource, ids in devices:
+                c.devices.add(resource_name=resource, device_ids=ids)
+                if resource != "cpu":
+                    expected += [Allocation(PodRef(namespace, name, container), resource, d) for d in ids]
+            # The kubelet's ContainerResources also has cpu_ids = 3 (int64s): here as varints (wire type 0),
+            # which the subset does not know and protobuf keeps as unknown fields, for the decoder to skip.
+            c.MergeFromString(b"".join(_varint_field(3, i) for i in cpu_ids))
+    assert list(_allocations(response.SerializeToString(), DEFAULT_RESOURCE_NAMES)) == expected
+
+
+def _varint_field(number: int, value: int) -> bytes:
+    key, out = number << 3, bytearray()
+    for v in (key, value):
+        while True:
+            out.append((v & 0x7F) | (0x80 if v > 0x7F else 0))
+            v >>= 7
+            if not v:
+                break
+    return bytes(out)
+
+
+@FUZZ
+@given(content=st.binary(max_size=200))
+def test_any_bytes_as_the_kubelets_pod_list(content):
+    from gpulens.exporter.attribution.kubelet import _allocations
+
+    try:
+        list(_allocations(content, ("*",)))
+    except ValueError:
+        pass  # the client's KubeletError names it

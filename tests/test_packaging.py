@@ -52,7 +52,6 @@ def test_the_wheel_holds_one_top_level_package_with_every_part_and_its_data(tmp_
         "gpulens/simulator/fleets/demo.yaml",
         "gpulens/demo-thresholds.yaml",
         "gpulens/exporter/sampler.py",
-        "gpulens/exporter/attribution/podresources_pb2.py",
         "gpulens/analyzer/classify.py",
         "gpulens/dashboards/gpulens.py",
         "gpulens/alerts/rules.py",

@@ -18,6 +18,7 @@ import re
 import socket
 import time
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
@@ -84,10 +85,11 @@ class PodResourcesClient:
 
     One unary gRPC call is an HTTP/2 POST whose body and answer are length-prefixed protobuf messages,
     and whose status comes in the trailers (grpc/doc/PROTOCOL-HTTP2.md). It is made here with h2 (the
-    HTTP/2 state machine) and the generated message classes, not grpcio, whose runtime holds about
-    15 MiB of every exporter's memory for this one call every few seconds. A connection per call: the
-    kubelet restarts, and a unix socket connects in microseconds. The tests' fake kubelet is grpcio's
-    own server, so the client is held to the real protocol."""
+    HTTP/2 state machine), and the answer decoded by field number (_allocations), not with grpcio and
+    protobuf, whose runtimes hold about 18 MiB of every exporter's memory for this one call every few
+    seconds. A connection per call: the kubelet restarts, and a unix socket connects in microseconds.
+    The tests' fake kubelet is grpcio's own server with protobuf's generated messages
+    (tests/podresources.proto), so the client is held to the real protocol and encoding."""
 
     #: The method's HTTP/2 path: /<package>.<service>/<method> of api/pod-resources (v1).
     LIST_PATH = "/v1.PodResourcesLister/List"
@@ -98,22 +100,11 @@ class PodResourcesClient:
 
     def list_allocations(self, resource_names: tuple[str, ...] = DEFAULT_RESOURCE_NAMES) -> list[Allocation]:
         """Every GPU device ID assigned to a container on this node."""
-        # The generated classes load with the first call: a node without the socket never pays for them.
-        from gpulens.exporter.attribution import podresources_pb2 as pb
-
-        answer = self._call(self.LIST_PATH, pb.ListPodResourcesRequest().SerializeToString())
+        answer = self._call(self.LIST_PATH, b"")  # ListPodResourcesRequest has no fields: zero bytes
         try:
-            response = pb.ListPodResourcesResponse.FromString(answer)
-        except Exception as e:  # protobuf's DecodeError, or worse: the answer is not the message
+            return list(_allocations(answer, resource_names))
+        except ValueError as e:  # a malformed message, or names that are not UTF-8
             raise KubeletError(f"the kubelet's answer on {self.socket_path} is not a pod list ({e})") from e
-        allocations: list[Allocation] = []
-        for pod in response.pod_resources:
-            for container in pod.containers:
-                ref = PodRef(pod.namespace, pod.name, container.name)
-                for devices in container.devices:
-                    if resource_matches(devices.resource_name, resource_names):
-                        allocations.extend(Allocation(ref, devices.resource_name, d) for d in devices.device_ids)
-        return allocations
 
     def _call(self, path: str, request: bytes) -> bytes:
         """One unary call: the answer message's bytes, or KubeletError saying why not."""
@@ -212,6 +203,77 @@ class PodResourcesClient:
 
     def close(self) -> None:
         """Nothing is held between calls; here for the attribution's life cycle."""
+
+
+def _allocations(answer: bytes, resource_names: tuple[str, ...]) -> Iterator[Allocation]:
+    """The device IDs of the matching resources in a v1 ListPodResourcesResponse (the field numbers of
+    tests/podresources.proto): pod_resources = 1 { name = 1, namespace = 2, containers = 3 { name = 1,
+    devices = 2 { resource_name = 1, device_ids = 2 } } }. Fields of other numbers or wire types (the
+    CPU, memory and topology the kubelet also sends) are skipped, as protobuf's own decoder does.
+    ValueError for a malformed message."""
+    for pod in _by_number(answer).get(1, ()):
+        fields = _by_number(pod)
+        name, namespace = _last_text(fields, 1), _last_text(fields, 2)
+        for container in fields.get(3, ()):
+            devices = _by_number(container)
+            ref = PodRef(namespace, name, _last_text(devices, 1))
+            for device in devices.get(2, ()):
+                entry = _by_number(device)
+                resource = _last_text(entry, 1)
+                if resource_matches(resource, resource_names):
+                    yield from (Allocation(ref, resource, d.decode()) for d in entry.get(2, ()))
+
+
+def _by_number(message: bytes) -> dict[int, list[bytes]]:
+    """The length-delimited fields (strings, bytes, messages) of one message, by field number, in order."""
+    fields: dict[int, list[bytes]] = {}
+    for number, value in _fields(message):
+        fields.setdefault(number, []).append(value)
+    return fields
+
+
+def _last_text(fields: dict[int, list[bytes]], number: int) -> str:
+    """A string field: the last value wins, as in protobuf; "" when absent (proto3's default)."""
+    return fields[number][-1].decode() if number in fields else ""
+
+
+def _fields(message: bytes) -> Iterator[tuple[int, bytes]]:
+    """(field number, value) of each length-delimited field of a protobuf message; the fields of other
+    wire types (varints, fixed 32 and 64 bits) are read past."""
+    i, end = 0, len(message)
+    while i < end:
+        key, i = _varint(message, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, i = _varint(message, i)
+            continue
+        if wire == 2:
+            length, i = _varint(message, i)
+            size = length
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+        else:
+            raise ValueError(f"field {number} has wire type {wire}, which proto3 does not use")
+        if i + size > end:
+            raise ValueError(f"field {number} runs past the end of its message")
+        if wire == 2:
+            yield number, message[i : i + size]
+        i += size
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    """The base-128 varint at `i`, and the position after it."""
+    value = shift = 0
+    while i < len(data):
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise ValueError("a varint longer than 10 bytes")
+    raise ValueError("a varint runs past the end of its message")
 
 
 #: gRPC status codes by number (grpc/doc/statuscodes.md), for error messages.
