@@ -34,6 +34,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
         "benchmarks/scrapers.py",
         "exporter/**/*.py",
         "gpulens/core/**/*.py",
+        "gpulens/cli.py",
+        "gpulens/__init__.py",
         "tests/fake_nvml/fake_nvml.c",
     ),
     "analyzer-cycle": ("benchmarks/analyzer.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),

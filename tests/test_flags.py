@@ -82,3 +82,15 @@ def test_global_flags_are_accepted_anywhere_on_the_line(argv, level):
     from gpulens.cli import build_parser
 
     assert build_parser().parse_args(argv).log_level == level
+
+
+def test_every_command_is_registered_by_the_module_cli_commands_names():
+    # The command line imports only the module of the command it runs, found in cli.COMMANDS: a command
+    # missing there, or listed under the wrong module, would fail to parse.
+    def registered(parser):
+        [commands] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return set(commands.choices)
+
+    assert registered(cli.build_parser()) == set(cli.COMMANDS)
+    for command in cli.COMMANDS:
+        assert command in registered(cli.build_parser(command)), command
