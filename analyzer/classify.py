@@ -273,9 +273,9 @@ def _poor_placement(f: Features, t: Thresholds, info: GpuModel, evidence: dict[s
     # One NVLink island, from the exporter's topology; without it, what the model's SXM boards have.
     nvlinked = f.nvlink_groups == 1 if f.nvlink_groups else info.nvlink_bytes_per_second > 0
     confidence = 0.0
-    where = "; ".join(_where(g) for g in f.gpu_links)
     if not nvlinked and (f.numa_nodes >= 2 or f.pcie_roots >= 2):
         across = "CPU sockets" if f.numa_nodes >= 2 else "PCIe root complexes of one socket"
+        where = "; ".join(_where(g) for g in f.gpu_links)
         evidence["split_placement"] = f"{where}: no NVLink between them, so they exchange over PCIe across {across}"
         confidence = 0.9
     if (

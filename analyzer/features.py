@@ -28,18 +28,11 @@ from gpulens.core.thresholds import Thresholds
 RECENT_SAMPLES = 20
 
 
-def _order(unit: np.ndarray, gpu: np.ndarray, ts: np.ndarray) -> np.ndarray | None:
-    """Row order by (unit, GPU, time), or None when the rows already are in it."""
-    key = unit * (int(gpu.max()) + 1) + gpu
-    same = key[1:] == key[:-1]
-    if np.all(key[1:] >= key[:-1]) and np.all(~same | (ts[1:] >= ts[:-1])):
-        return None
-    by_time = np.argsort(ts, kind="stable")
-    return by_time[np.argsort(key[by_time], kind="stable")]
-
-
 class _Segments:
-    """Reductions over contiguous runs of rows (one run per unit, or per GPU)."""
+    """Reductions over contiguous runs of rows (one run per unit, or per GPU), each one numpy pass.
+
+    NaN is a missing value: max and min skip it (fmax/fmin), and sums and means skip it too, paying
+    for the masking pass only where a run mixes missing and present values."""
 
     def __init__(self, starts: np.ndarray, n: int):
         self.starts = starts
@@ -49,7 +42,8 @@ class _Segments:
         return np.add.reduceat(x, self.starts)
 
     def count(self, valid):
-        return np.add.reduceat(valid.view(np.int8), self.starts, dtype=np.int64)
+        # int32 counts: a quarter of the memory traffic of int64, and no run holds 2**31 rows.
+        return np.add.reduceat(valid, self.starts, dtype=np.int32)
 
     def share(self, mask, valid):
         """Fraction of the valid rows where `mask` holds (a signature's feature); NaN with none valid."""
@@ -57,30 +51,44 @@ class _Segments:
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(count > 0, self.count(mask & valid) / count, np.nan)
 
+    def _sum_present(self, x):
+        """Sums of the non-NaN values of each run, and their counts."""
+        count = self.count(~np.isnan(x))
+        total = self.sum(x)
+        if np.any((count > 0) & (count < self.sizes)):
+            total = self.sum(np.where(np.isnan(x), 0.0, x))
+        return total, count
+
     def mean(self, x):
         """Mean of the non-NaN values; NaN where there are none."""
-        valid = ~np.isnan(x)
-        count = self.count(valid)
+        if _absent(x):
+            return self._nan()
+        total, count = self._sum_present(x)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(count > 0, self.sum(np.where(valid, x, 0.0)) / count, np.nan)
+            return np.where(count > 0, total / count, np.nan)
 
     def max(self, x):
-        out = np.maximum.reduceat(np.where(np.isnan(x), -np.inf, x), self.starts)
-        return np.where(np.isneginf(out), np.nan, out)
+        return self._nan() if _absent(x) else np.fmax.reduceat(x, self.starts)
 
     def min(self, x):
-        out = np.minimum.reduceat(np.where(np.isnan(x), np.inf, x), self.starts)
-        return np.where(np.isposinf(out), np.nan, out)
+        return self._nan() if _absent(x) else np.fmin.reduceat(x, self.starts)
 
     def std(self, x):
         """Sample standard deviation of the non-NaN values."""
-        valid = ~np.isnan(x)
-        count = self.count(valid)
-        x0 = np.where(valid, x, 0.0)
-        total, squares = self.sum(x0), self.sum(x0 * x0)
+        total, count = self._sum_present(x)
+        squares, _ = self._sum_present(x * x)
         with np.errstate(invalid="ignore", divide="ignore"):
             variance = (squares - total * total / count) / (count - 1)
         return np.where(count > 1, np.sqrt(np.maximum(variance, 0.0)), np.nan)
+
+    def _nan(self):
+        return np.full(len(self.starts), np.nan)
+
+
+def _absent(x: np.ndarray) -> bool:
+    """Whether `x` is a column the trace does not have (_Rows.column): NaN everywhere, with no memory
+    behind it, so its reductions are NaN without a pass over the rows."""
+    return len(x) > 0 and x.strides == (0,) and bool(np.isnan(x[0]))
 
 
 def pod_features(
@@ -115,22 +123,52 @@ class UnitKeys:
 
     @classmethod
     def of(cls, trace: pd.DataFrame) -> UnitKeys:
-        # A GPU is (node, gpu); a unit is (namespace, pod), or its GPU when no pod holds it.
-        node_code, _ = pd.factorize(trace["node"])
-        gpu_code, _ = pd.factorize(trace["gpu"])
-        gpu_key, _ = pd.factorize(node_code.astype(np.int64) * (int(gpu_code.max()) + 1) + gpu_code)
-        ns_code, _ = pd.factorize(trace["namespace"])
-        pod_code, pods = pd.factorize(trace["pod"])
-        no_pod = (trace["pod"] == "").to_numpy()
-        pod_key = ns_code.astype(np.int64) * (len(pods) + 1) + pod_code
-        unit_key, _ = pd.factorize(np.where(no_pod, -1 - gpu_key.astype(np.int64), pod_key))
-        unit, gpu = unit_key.astype(np.int64), gpu_key.astype(np.int64)
-        return cls(unit, gpu, _order(unit, gpu, trace["timestamp"].to_numpy()))
+        # Rows come in runs of one GPU's samples (a run ends where node, GPU, namespace or pod changes):
+        # the keys are worked out once a run, from small integer codes, not once a row from strings.
+        codes = [_codes(trace[name]) for name in ("node", "gpu", "namespace", "pod")]
+        change = np.zeros(len(trace), dtype=bool)
+        change[0] = True
+        for code, _ in codes:
+            change[1:] |= code[1:] != code[:-1]
+        starts = np.flatnonzero(change)
+        sizes = np.diff(np.append(starts, len(trace)))
+        (node, _), (gpu, gpus), (namespace, _), (pod, pods) = ((c[starts].astype(np.int64), n) for c, n in codes)
+        # A GPU is (node, gpu); a unit is (namespace, pod), or its GPU when no pod holds it. Both are
+        # numbered in order of first appearance, so units come out in the trace's order.
+        gpu_key, _ = pd.factorize(node * (gpus + 1) + gpu)
+        no_pod = (trace["pod"].iloc[starts] == "").to_numpy()
+        unit_key, _ = pd.factorize(np.where(no_pod, -1 - gpu_key, namespace * (pods + 1) + pod))
+        unit, gpu_key = unit_key.astype(np.int64), gpu_key.astype(np.int64)
+        # In (unit, GPU, time) order already when each run follows the one before in (unit, GPU) and
+        # time never goes back within a run.
+        run_key = unit * (len(gpu_key) + 1) + gpu_key
+        ts = trace["timestamp"].to_numpy()
+        in_order = bool(np.all(run_key[1:] > run_key[:-1]) and np.all(change[1:] | (ts[1:] >= ts[:-1])))
+        unit_rows, gpu_rows = np.repeat(unit, sizes), np.repeat(gpu_key, sizes)
+        return cls(unit_rows, gpu_rows, None if in_order else _order(unit_rows, gpu_rows, ts))
 
     def names(self, trace: pd.DataFrame) -> np.ndarray:
         """The name of each unit code (codes are 0..n-1): "namespace/pod" or "gpu:node/gpu"."""
         _, first_rows = np.unique(self.unit, return_index=True)
         return unit_names(trace, first_rows)
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, int]:
+    """An integer code for each row's value, and how many codes there can be: a categorical column's own
+    codes (free: fr.normalize makes the identity columns categorical), else a factorization."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), len(column.cat.categories)
+    codes, uniques = pd.factorize(column)
+    return codes, len(uniques)
+
+
+def _order(unit: np.ndarray, gpu: np.ndarray, ts: np.ndarray) -> np.ndarray:
+    """The positions of the rows in (unit, GPU, time) order."""
+    key = unit * (int(gpu.max()) + 1) + gpu
+    if np.all(ts[1:] >= ts[:-1]):  # in time order, as recorders write: one sort by (unit, GPU) keeps it
+        return np.argsort(key, kind="stable")
+    by_time = np.argsort(ts, kind="stable")
+    return by_time[np.argsort(key[by_time], kind="stable")]
 
 
 class _Rows:
@@ -170,8 +208,23 @@ class _Rows:
         """Seconds between one GPU's consecutive samples, per unit: the median spacing, so that a gap in
         the data (an exporter down, a recording paused, a missed scrape) does not stretch every sample
         over it. NaN for a unit with no GPU sampled twice."""
-        same_gpu = ~self.gpu_changes[1:]
-        return _PerUnit(np.diff(self.ts)[same_gpu], self.row_unit[1:][same_gpu], len(self.unit_starts)).median()
+        # Each row's time since the one before on its GPU; NaN on a GPU's first row.
+        spacing = np.empty_like(self.ts)
+        spacing[0] = np.nan
+        np.subtract(self.ts[1:], self.ts[:-1], out=spacing[1:])
+        spacing[self.gpu_changes] = np.nan
+        low, high = self.units.min(spacing), self.units.max(spacing)
+        irregular = low != high  # NaN (no spacing at all) compares unequal too, and stays NaN below
+        if not irregular.any():
+            return low
+        # Only units sampled at uneven spacing pay for sorting theirs.
+        rows = np.flatnonzero(~np.isnan(spacing) & np.repeat(irregular, self.units.sizes))
+        medians = _PerUnit(spacing[rows], self.row_unit[rows], len(self.unit_starts)).median()
+        return np.where(irregular, medians, low)
+
+    def per_row(self, per_unit: np.ndarray | list[float]) -> np.ndarray:
+        """A value per unit, spread over the unit's rows."""
+        return np.repeat(np.asarray(per_unit, dtype=np.float64), self.units.sizes)
 
     def column(self, name: str) -> np.ndarray:
         if name not in self.trace:  # a group the input does not have (trace.LINKS): NaN, without the memory
@@ -199,18 +252,19 @@ class _Signals:
         self.sm = column("sm_active")
         self.act = rows.gather(fr.activity(rows.trace).to_numpy())
         self.has_activity = ~np.isnan(self.act)
-        self.act0 = np.nan_to_num(self.act)
+        self.act0 = np.fmax(self.act, 0.0)  # NaN as 0 (activity is never negative)
         self.busy = self.act0 >= t.idle_activity
         # The exporter's activity shape (trace.SHAPE), where the trace has it: counts of driver samples.
         self.shape = fr.has_shape(rows.trace)
         if self.shape:
-            self.shape_n = np.nan_to_num(column("activity_samples"))
+            # Counts and ratios, never negative: fmax(x, 0) reads NaN as 0.
+            self.shape_n = np.fmax(column("activity_samples"), 0.0)
             self.shape_idle, self.shape_low, self.shape_high = (
-                np.nan_to_num(column(name)) * self.shape_n
+                np.fmax(column(name), 0.0) * self.shape_n
                 for name in ("activity_idle_ratio", "activity_low_ratio", "activity_high_ratio")
             )
-            self.shape_transitions = np.nan_to_num(column("activity_transitions"))
-            self.shape_steady = np.nan_to_num(column("steady_bursts"))
+            self.shape_transitions = np.fmax(column("activity_transitions"), 0.0)
+            self.shape_steady = np.fmax(column("steady_bursts"), 0.0)
             # A row stands for the time since the one before: it is busy if the GPU worked at any moment
             # of it, even when the sample the row shows fell in a gap.
             self.busy |= (self.shape_n > 0) & (self.shape_idle < self.shape_n - 0.5)
@@ -224,8 +278,8 @@ class _Signals:
         # A pod runs on one GPU model: link capacities by unit, spread over its rows.
         unit_models = rows.rows_of("gpu_model", rows.unit_starts)
         info = {name: model_info(name) for name in set(unit_models)}
-        pcie_cap = np.array([info[x].pcie_bytes_per_second for x in unit_models])[rows.row_unit]
-        nvlink_cap = np.array([info[x].nvlink_bytes_per_second for x in unit_models])[rows.row_unit]
+        pcie_cap = rows.per_row([info[x].pcie_bytes_per_second for x in unit_models])
+        nvlink_cap = rows.per_row([info[x].nvlink_bytes_per_second for x in unit_models])
         with np.errstate(invalid="ignore", divide="ignore"):
             pcie_use = np.fmax(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
             nvlink_use = np.where(
@@ -241,7 +295,7 @@ class _Signals:
             # Collectives send as much as they receive; an input pipeline mostly receives.
             self.pcie_peer = np.fmin(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
         self.reasons_raw = column("clock_event_reasons")
-        self.throttled = (np.nan_to_num(self.reasons_raw).astype(np.int64) & t.throttle_reasons_mask) != 0
+        self.throttled = (np.fmax(self.reasons_raw, 0.0).astype(np.int64) & t.throttle_reasons_mask) != 0
         # Busy/idle switches and memory drops between neighbouring samples of the same GPU.
         state = self.act0 >= 0.5
         self.switch = np.r_[False, state[1:] != state[:-1]] & ~rows.gpu_changes
@@ -254,7 +308,7 @@ class _Signals:
         # Before each busy sample, how long the GPU had been without work since its previous busy
         # sample (or its first sample): the pauses while it worked.
         marker = self.busy | rows.gpu_changes
-        last_marker = np.maximum.accumulate(np.where(marker, np.arange(len(marker)), 0))
+        last_marker = np.maximum.accumulate(marker * np.arange(len(marker)))
         before = np.r_[0, last_marker[:-1]]
         self.pause = np.where(self.busy & ~rows.gpu_changes, rows.ts - rows.ts[before], np.nan)
         # Burst starts (activity rising through 0.5), and the time from one to the next on a GPU:
@@ -327,11 +381,11 @@ def _add_shape(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
 def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     U, ts = rows.units, rows.ts
     last_busy = U.max(np.where(s.busy & s.has_activity, ts, np.nan))
-    lb = last_busy[rows.row_unit]
+    lb = rows.per_row(last_busy)
     interval = rows.intervals()
     spacing = _PerUnit(s.burst_spacing, s.burst_spacing_unit, len(rows.unit_starts))
     q25, period, q75 = spacing.quantile(0.25), spacing.quantile(0.5), spacing.quantile(0.75)
-    gpu_activity = rows.gpus.mean(np.where(s.has_activity, s.act, np.nan))
+    gpu_activity = rows.gpus.mean(s.act)
     reasons_known = ~np.isnan(s.reasons_raw)
     return pd.DataFrame(
         {
@@ -339,7 +393,7 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             "interval": interval,
             "ts_min": U.min(ts),
             "ts_max": U.max(ts),
-            "activity": U.mean(np.where(s.has_activity, s.act, np.nan)),
+            "activity": U.mean(s.act),
             "sm_active": U.mean(s.sm),
             "has_activity": U.count(s.has_activity) > 0,
             "has_prof": U.count(~np.isnan(s.sm) | ~np.isnan(s.dram)) > 0,
@@ -351,7 +405,7 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             # Busy share of the last RECENT_SAMPLES samples up to the last busy one: sustained work (a
             # job that then stopped) or bursts (a replica between requests, a notebook between cells).
             "recent_busy": U.share(
-                s.busy, s.has_activity & (ts <= lb) & (ts > lb - RECENT_SAMPLES * interval[rows.row_unit])
+                s.busy, s.has_activity & (ts <= lb) & (ts > lb - RECENT_SAMPLES * rows.per_row(interval))
             ),
             "longest_pause": U.max(s.pause),
             "bursts": U.count(s.rise).astype(float),
@@ -436,10 +490,8 @@ def _add_links(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
     features["nvlink_retries"] = per_unit.max(np.fmax(per_gpu[5], 0) + np.fmax(per_gpu[6], 0))
     names = rows.rows_of("gpu", rows.gpu_starts)
     ends = np.append(rows.first_gpu_of_unit[1:], len(rows.gpu_starts))
-    links = [
-        tuple(sorted(GpuLinks(names[g], *(float(v[g]) for v in per_gpu)) for g in range(a, b))) if b - a > 1 else ()
-        for a, b in zip(rows.first_gpu_of_unit, ends, strict=True)
-    ]
+    gpus = [GpuLinks(*fields) for fields in zip(names.tolist(), *(v.tolist() for v in per_gpu), strict=True)]
+    links = [tuple(sorted(gpus[a:b])) if b - a > 1 else () for a, b in zip(rows.first_gpu_of_unit, ends, strict=True)]
     features["gpu_links"] = pd.Series(links, index=features.index, dtype=object)
 
 
@@ -456,7 +508,7 @@ def _add_identity(rows: _Rows, features: pd.DataFrame) -> None:
 def unit_names(trace: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
     """The unit of each of the trace's `rows` (positions): "namespace/pod", or "gpu:node/gpu" when no
     pod holds the GPU."""
-    pick = trace.iloc[rows]
+    pick = trace.iloc[rows][["node", "gpu", "namespace", "pod"]].astype(str)
     return np.where(
         pick["pod"] == "",
         "gpu:" + pick["node"] + "/" + pick["gpu"],

@@ -7,6 +7,7 @@ normalize(), so the features and the classifier see one shape whatever the data 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,18 +21,13 @@ def empty() -> pd.DataFrame:
 
 
 def normalize(frame: pd.DataFrame) -> pd.DataFrame:
-    """Every column present with its proper dtype: strings for identity, floats for signals.
+    """Every column present with its proper dtype: categorical strings for identity, floats for signals.
 
     Columns already of the right dtype are kept as they are, not copied: a day of a large fleet is
     gigabytes, and the caller's frame is never modified (pandas copies on write)."""
     frame = frame.copy(deep=False)
-    for column in IDENTITY:
-        if column not in frame:
-            frame[column] = ""
-        elif not pd.api.types.is_string_dtype(frame[column]) or frame[column].hasnans:
-            frame[column] = frame[column].fillna("").astype(str)
-    if not pd.api.types.is_string_dtype(frame["gpu"]):
-        frame["gpu"] = frame["gpu"].astype(str)
+    for column in ["gpu"] + IDENTITY:
+        frame[column] = _identity(frame[column]) if column in frame else _blank(len(frame))
     # The LINKS and SHAPE groups are kept only where the input has them: a day of a fleet from other
     # tools does not pay six empty columns for each.
     groups = [column for group in (LINKS, SHAPE) if any(c in frame for c in group) for column in group]
@@ -43,6 +39,24 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
     if frame["timestamp"].dtype != np.float64:
         frame["timestamp"] = frame["timestamp"].astype("float64")
     return frame[COLUMNS + groups]
+
+
+def _identity(column: pd.Series) -> pd.Series:
+    """An identity column as categorical strings, "" for missing. A fleet has a few thousand GPUs and pods
+    in millions of rows: codes are a fraction of the strings' memory, and grouping by them costs nothing
+    (features.UnitKeys)."""
+    if isinstance(column.dtype, pd.CategoricalDtype) and pd.api.types.is_string_dtype(column.cat.categories):
+        if not column.hasnans:
+            return column
+        if "" not in column.cat.categories:
+            column = column.cat.add_categories("")
+        return column.fillna("")
+    return column.fillna("").astype(str).astype("category")
+
+
+def _blank(rows: int) -> pd.Categorical[Any]:
+    """An identity column the input does not have: "" on every row, as codes."""
+    return pd.Categorical.from_codes(np.zeros(rows, dtype=np.int8), dtype=pd.CategoricalDtype([""]))
 
 
 def has_shape(trace: pd.DataFrame) -> bool:

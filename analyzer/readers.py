@@ -370,8 +370,10 @@ def read_files(paths: list[str | Path], scrape_interval: float = 30.0, gpu_model
         frames.append(read_dcgm_scrapes(scrapes, scrape_interval))
     frame = pd.concat(frames, ignore_index=True) if frames else fr.empty()
     if gpu_model:
-        frame.loc[frame["gpu_model"] == "", "gpu_model"] = gpu_model
-    return frame
+        models = frame["gpu_model"].astype(str)
+        frame["gpu_model"] = models.where(models != "", gpu_model)
+    # Files name different GPUs and pods: the concatenation's identity columns are categorical again.
+    return fr.normalize(frame)
 
 
 def _number(text: str) -> float:

@@ -187,7 +187,7 @@ def test_pods_of_a_node_that_stopped_reporting_are_stale_not_current():
     start = trace["timestamp"].min()
     # The node of the idle pod stops reporting 20 minutes in (its exporter went down); the other goes on.
     idle = trace["pod"] == "idle-0"
-    trace.loc[idle, "node"] = "node-b"
+    trace["node"] = trace["node"].cat.add_categories("node-b").mask(idle, "node-b")
     trace = trace[~idle | (trace["timestamp"] < start + 1200)]
     now = [start + 1200.0]
     service = AnalyzerService(Replay(trace, 600, lambda: now[0]), Thresholds(), {}, 60, lambda: now[0])
