@@ -340,6 +340,7 @@ class AnalyzerService:
         out.add(m.ANALYZER_INPUT_ERRORS, (self.source.name,), state.input_errors)
         for target, status in sorted(self.source.target_status().items()):
             out.add(m.ANALYZER_INPUT_UP, (self.source.name, target), 1 if status.up else 0)
+            out.add(m.ANALYZER_INPUT_READ_BYTES, (self.source.name, target), status.read_bytes)
             if status.last_success is not None:
                 out.add(m.ANALYZER_INPUT_LAST_SUCCESS, (self.source.name, target), status.last_success)
         for stage in ("input", "analysis"):

@@ -1,12 +1,17 @@
 """The analyzer on large fleets, against the floor of a plain pandas groupby-mean of the same frame.
 
-Run: .venv/bin/python benchmarks/analyzer.py [--only cycle|day]
+Run: .venv/bin/python benchmarks/analyzer.py [--only cycle|day|input]
 
 - cycle: one analysis cycle (the live service's): 10,000 GPUs x 10 minutes at 1 s = 6 million rows, with
   the columns gpulens exporters add (topology, NVLink health, activity shape), as the service reads them.
 - day: `gpulens report` on a day of history: 1,000 GPUs x 24 hours at 15 s = 5.76 million rows of the
   columns every tool's recordings have, with sliding windows (1 h, every 15 min: four passes over the
   rows), episodes and headlines.
+
+- input: what the live service reads from Prometheus each cycle at 10,000 GPUs (10-minute window, 15 s
+  step): a store in another process answers the HTTP API as Prometheus does (JSON, the same series and
+  labels as gpulens exporters give), and the service's input reads the window whole (its first cycle),
+  then one interval later only the steps it has not read. Bytes, points and seconds per cycle.
 
 Every signal column is filled, pods hold one or two GPUs; the floor averages every signal column the
 frame has. Prints the time, rows per second, the ratio
@@ -19,7 +24,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
@@ -198,6 +205,154 @@ def day(gpus: int, hours: float, step: float, repeat: int) -> None:
     print("headlines:", ", ".join(f"{k} {v}" for k, v in count(verdicts).items()))
 
 
+def input_cycle(gpus: int, repeat: int) -> None:
+    """Seconds, bytes and points of the live input's first cycle (the window whole) and of the next."""
+    from gpulens.analyzer.live import PrometheusInput
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = subprocess.Popen([sys.executable, __file__, "--only", "store", "--port", str(port), "--gpus", str(gpus)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.1)
+        end = STORE_END
+        best = {"first": (math.inf, 0, 0), "next": (math.inf, 0, 0)}
+        frame = pd.DataFrame()
+        # The store renders each answer once: from the second round on, a cycle costs what it reads.
+        now = [0.0]
+        for _ in range(repeat + 1):
+            now[0] = end - STORE_STEP
+            source = PrometheusInput(url, window=600, step=STORE_STEP, clock=lambda: now[0])
+            for name in ("first", "next"):
+                before = source.target_status()[url].read_bytes
+                started = time.perf_counter()
+                frame = source.window_frame()
+                seconds = time.perf_counter() - started
+                read = source.target_status()[url].read_bytes - before
+                if seconds < best[name][0]:
+                    best[name] = (seconds, read, source.last_cycle_points)
+                now[0] = end
+    finally:
+        store.terminate()
+        store.wait()
+    classify_seconds = timed(lambda: classify(frame), repeat)[0]
+    figures = {
+        "gpus": gpus,
+        "step_s": STORE_STEP,
+        "window_s": 600,
+        "rows": len(frame),
+        "classify_s": classify_seconds,
+        "peak_rss_mib": peak_resident_bytes() / 2**20,
+    }
+    for name, (seconds, read, points) in best.items():
+        figures |= {f"{name}_s": seconds, f"{name}_bytes": read, f"{name}_points": points}
+    results.save("analyzer-input", figures)
+    print(f"\nlive input: {gpus:,} GPUs, 10-minute window at a {STORE_STEP:g} s step (best of {repeat})\n")
+    print(f"{'cycle':<40} {'seconds':>8} {'MiB read':>9} {'points':>11}")
+    for name, label in (("first", "first: the window whole"), ("next", "next: the steps not read yet")):
+        seconds, read, points = (figures[f"{name}_{part}"] for part in ("s", "bytes", "points"))
+        print(f"{label:<40} {seconds:>8.2f} {read / 2**20:>9.1f} {points:>11,}")
+    print(f"then classify the window's {len(frame):,} rows: {classify_seconds:.2f} s")
+    print(f"peak resident memory of the service's side: {figures['peak_rss_mib']:,.0f} MiB")
+
+
+#: The store's newest step (unix seconds) and its step, as the service's defaults ask.
+STORE_END, STORE_STEP = 1_800_000_000.0, 15.0
+
+
+def serve_store(port: int, gpus: int) -> None:
+    """Prometheus' HTTP API over a fleet of `gpus` GPUs, 8 a node: every range query answers one series a
+    GPU, instant queries the GPUs' identity, NVLink topology and the pods' CPU; values cycle through a
+    fixed set, as JSON Prometheus writes (timestamps as numbers, values as strings). A series carries the
+    labels a kube-prometheus ServiceMonitor scrape gives it, or only those of the query's `by (...)`, as
+    PromQL's aggregation leaves. Each answer is rendered once and kept."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs
+
+    from gpulens.core import metrics as m
+
+    node = [f"node-{g // 8}" for g in range(gpus)]
+    labels = [f'"instance":"10.0.{g // 8 // 250}.{g // 8 % 250}:9835","uuid":"GPU-{g:08d}"' for g in range(gpus)]
+    scraped = [
+        f'{labels[g]},"gpu":"{g % 8}","job":"gpulens-exporter","namespace":"gpulens",'
+        f'"pod":"gpulens-exporter-{g // 8:05x}","container":"exporter","endpoint":"metrics",'
+        f'"service":"gpulens-exporter","node":"{node[g]}"'
+        for g in range(gpus)
+    ]
+    pool = [f'"{v:.4g}"' for v in np.random.default_rng(0).uniform(0, 1, 97)]
+
+    def series(extra: str, values: str, g: int, of: list[str] = labels) -> str:
+        return f'{{"metric":{{{of[g]}{extra}}},{values}}}'
+
+    def range_answer(query: str, start: float, end: float) -> str:
+        steps = [f"{t:.0f}" for t in np.arange(start, end + STORE_STEP / 2, STORE_STEP)]
+        extra = ',"type":"crc"' if m.NVLINK_ERRORS.name in query else ""
+        extra = ',"reason":"sw_thermal_slowdown"' if m.CLOCK_EVENT_ACTIVE.name in query else extra
+        of = labels if query.startswith(("max by (", "sum by (")) else scraped
+        return ",".join(
+            series(
+                extra, '"values":[' + ",".join(f"[{t},{pool[(g + k) % 97]}]" for k, t in enumerate(steps)) + "]", g, of
+            )
+            for g in range(gpus)
+        )
+
+    def instant_answer(query: str, time_: str) -> str:
+        value = f'"value":[{time_},"1"]'
+        if m.GPU_POD_INFO.name in query:
+            pods = (
+                f',"namespace":"ns{g // 100}","pod":"pod{g // 2}","container":"main","node":"{node[g]}"'
+                for g in range(gpus)
+            )
+            return ",".join(series(extra, value, g) for g, extra in enumerate(pods))
+        if m.GPU_INFO.name in query:
+            return ",".join(
+                series(f',"model":"NVIDIA H100 80GB HBM3","node":"{node[g]}"', value, g) for g in range(gpus)
+            )
+        if m.TOPOLOGY.name in query:  # every ordered pair of a node's GPUs, as the exporter gives them
+            return ",".join(
+                series(f',"peer_uuid":"GPU-{p:08d}","level":"NV18","p2p":"ok"', value, g)
+                for g in range(gpus)
+                for p in range(g // 8 * 8, g // 8 * 8 + 8)
+                if p != g
+            )
+        if "cpu" in query:  # the pods' CPU use and limits
+            return ",".join(
+                f'{{"metric":{{"namespace":"ns{g // 100}","pod":"pod{g // 2}"}},"value":[{time_},"4"]}}'
+                for g in range(0, gpus, 2)
+            )
+        return ""
+
+    answers: dict[tuple, bytes] = {}
+
+    class Store(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            form = {k: v[0] for k, v in parse_qs(self.rfile.read(int(self.headers["Content-Length"])).decode()).items()}
+            endpoint = self.path.rsplit("/", 1)[1]
+            key = (endpoint, form["query"], form.get("start"), form.get("end"), form.get("time"))
+            if key not in answers:
+                if endpoint == "query_range":
+                    kind, result = "matrix", range_answer(form["query"], float(form["start"]), float(form["end"]))
+                else:
+                    kind, result = "vector", instant_answer(form["query"], form["time"])
+                answers[key] = f'{{"status":"success","data":{{"resultType":"{kind}","result":[{result}]}}}}'.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(answers[key])))
+            self.end_headers()
+            self.wfile.write(answers[key])
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    ThreadingHTTPServer(("127.0.0.1", port), Store).serve_forever()
+
+
 def peak_resident_bytes() -> int:
     """This process's peak resident memory (Linux VmHWM; unlike ru_maxrss, not inherited from the parent
     across fork and exec)."""
@@ -248,19 +403,28 @@ def count(verdicts) -> pd.Series:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=["cycle", "day", "file"], default="", help="run one of the benchmarks")
+    parser.add_argument(
+        "--only", choices=["cycle", "day", "input", "file", "store"], default="", help="run one of the benchmarks"
+    )
     parser.add_argument("--file", default="", help="with --only file: the trace file to analyse")
+    parser.add_argument("--port", type=int, default=0, help="with --only store: the port to serve on")
+    parser.add_argument("--gpus", type=int, default=10_000, help="with --only store: the GPUs of the fleet")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs each")
     args = parser.parse_args()
     if not args.only:  # each in a process of its own, so that one's memory does not count in the other's
-        for only in ("cycle", "day"):
+        for only in ("cycle", "day", "input"):
             subprocess.run([sys.executable, __file__, "--only", only, "--repeat", str(args.repeat)], check=True)
         return 0
     if args.only == "file":
         analyse_file(args.file)
         return 0
+    if args.only == "store":
+        serve_store(args.port, args.gpus)
+        return 0
     if args.only == "cycle":
         cycle(10_000, 600, args.repeat)
+    elif args.only == "input":
+        input_cycle(10_000, args.repeat)
     else:
         day(1_000, 24, 15.0, args.repeat)
     print(

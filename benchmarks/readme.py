@@ -113,20 +113,41 @@ def _analyzer(cycle: dict, day: dict) -> list[str]:
 INTERVAL_S = 15.0
 
 
-def _sizing(cycle: dict) -> list[str]:
-    """Replicas for 100,000 GPUs from the measured cycle (docs/sizing.md explains the arithmetic)."""
-    c = cycle["figures"]
+def _input(document: dict) -> list[str]:
+    i = document["figures"]
+    return [
+        f"**The live service's input** (`benchmarks/analyzer.py --only input`): {i['gpus']:,} GPUs, a "
+        f"{i['window_s'] // 60:g}-minute window at a {i['step_s']:g} s step, read from a store that answers "
+        "Prometheus' HTTP API in another process. " + _machine(document),
+        "",
+        "| cycle | seconds | MiB of JSON read | points |",
+        "| --- | ---: | ---: | ---: |",
+        f"| first: the window whole | {i['first_s']:.2f} | {i['first_bytes'] / 2**20:,.1f} | {i['first_points']:,} |",
+        f"| each next: the steps not read yet, and the newest two again | {i['next_s']:.2f} | "
+        f"{i['next_bytes'] / 2**20:,.1f} | {i['next_points']:,} |",
+        f"| then judging the window's {i['rows']:,} rows | {i['classify_s']:.2f} | | |",
+        "",
+        f"Peak resident memory of the service's side: {i['peak_rss_mib']:,.0f} MiB.",
+    ]
+
+
+def _sizing(cycle: dict, live: dict) -> list[str]:
+    """Replicas for 100,000 GPUs from the measured live cycle (docs/sizing.md explains the arithmetic)."""
+    c, i = cycle["figures"], live["figures"]
     # PrometheusInput's range queries: one per gauge and rate column, NVLink errors, clock events, and
     # one per activity-shape column.
     range_queries = len(tr.FROM_GAUGES) + len(tr.FROM_RATES) + 2 + len(tr.SHAPE)
-    per_replica = int(c["gpus"] * (INTERVAL_S / 2) / c["classify_s"] // 1000 * 1000)
+    cycle_s = i["next_s"] + i["classify_s"]
+    per_replica = int(i["gpus"] * (INTERVAL_S / 2) / cycle_s // 1000 * 1000)
     return [
-        f"Sizing (docs/sizing.md), from the cycle above: a cycle reads {range_queries} range queries and 6 instant "
-        f"ones (7 when sharded) whatever the fleet, about {range_queries * 40:,} points per GPU over the default "
-        f"10-minute window at a 15 s step; {c['peak_allocated_mib'] / c['gpus'] * 10_000:,.0f} MiB allocated per "
-        f"10,000 GPUs; one replica judges up to {per_replica:,} GPUs within half of the default "
-        f"{INTERVAL_S:g} s interval, so 100,000 GPUs take {math.ceil(100_000 / per_replica)} replicas "
-        "(`--shard.count`).",
+        f"Sizing (docs/sizing.md), from the runs above: a cycle makes {range_queries} range queries and 4 instant "
+        f"ones (5 when sharded; the GPUs' models and topology, 2 more, every 5 minutes) whatever the fleet; "
+        f"at {i['gpus']:,} GPUs it reads {i['next_bytes'] / 2**20:,.0f} MiB of JSON "
+        f"({i['next_points'] / i['gpus']:.0f} points a GPU) and takes {cycle_s:.1f} s, reading and judging; "
+        f"judging {c['gpus']:,} GPUs' 10 minutes at 1 s allocates {c['peak_allocated_mib']:,.0f} MiB. One replica "
+        f"judges up to {per_replica:,} GPUs within half of the default {INTERVAL_S:g} s interval, so 100,000 GPUs "
+        f"take {math.ceil(100_000 / per_replica)} replicas (`--shard.count`); a replica's first cycle reads the "
+        f"window whole ({i['first_s']:.0f} s at {i['gpus']:,} GPUs).",
     ]
 
 
@@ -136,7 +157,8 @@ def render() -> str:
     lines += _exporter(results.load("exporter")) + [""]
     lines += _scrapers(results.load("scrapers")) + [""]
     lines += _analyzer(results.load("analyzer-cycle"), results.load("analyzer-day")) + [""]
-    lines += _sizing(results.load("analyzer-cycle")) + [""]
+    lines += _input(results.load("analyzer-input")) + [""]
+    lines += _sizing(results.load("analyzer-cycle"), results.load("analyzer-input")) + [""]
     lines.append(END)
     return "\n".join(lines)
 

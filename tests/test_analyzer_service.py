@@ -170,6 +170,9 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert requests.get(through_url + "/readyz").status_code == 200
         prometheus_target = prometheus.url
         assert value(parsed, "gpulens_analyzer_input_up", input="prometheus", target=prometheus_target) == 1
+        assert (
+            value(parsed, "gpulens_analyzer_input_read_bytes_total", input="prometheus", target=prometheus_target) > 0
+        )
         subprocess.run(
             [require_promtool(), "check", "metrics"],
             input=requests.get(through_url + "/metrics").text,
@@ -223,19 +226,16 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         through.stop()
 
 
-def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet, tmp_path):
-    """Past one analyzer: two replicas over one Prometheus, each owning the nodes that hash to it,
-    give exactly the verdicts of one unsharded analyzer on the same data, none lost or doubled; and
-    the hash is Prometheus' own (its hashmod relabelling labels each exporter with its shard)."""
-    from gpulens.analyzer.classify import classify
-    from gpulens.analyzer.live import PrometheusInput, Shard, hashmod
-
+@pytest.fixture(scope="module")
+def fleet_in_prometheus(fleet, tmp_path_factory):
+    """A real Prometheus scraping the fleet, labelling each exporter with its node and with the shard
+    (of two) that its own hashmod relabelling gives the node; yielded once it holds 40 s of every GPU."""
     targets = "".join(
         f"      - targets: ['{url.removeprefix('http://')}']\n        labels: {{node: {node}}}\n"
         for node, url in fleet.items()
     )
     prometheus = Prometheus(
-        tmp_path,
+        tmp_path_factory.mktemp("prometheus"),
         [],
         extra_config=f"""  - job_name: fleet
     static_configs:
@@ -256,24 +256,69 @@ def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet, tmp_path):
             interval=2,
             what="40 s of every GPU in Prometheus",
         )
-        shards = {r["metric"]["node"]: r["metric"]["prometheus_shard"] for r in prometheus.query("gpulens_gpu_up")}
-        assert shards == {node: str(hashmod(node, 2)) for node in NODES}
-        end = time.time()
-
-        def judged(shard):
-            source = PrometheusInput(
-                prometheus.url, window=40, step=1, selector='job="fleet"', clock=lambda: end, shard=shard
-            )
-            return {f"{v.namespace}/{v.pod}": (v.node, v.bottleneck) for v in classify(source.window_frame()) if v.pod}
-
-        whole, first, second = judged(None), judged(Shard(0, 2)), judged(Shard(1, 2))
+        yield prometheus
     finally:
         prometheus.stop()
+
+
+def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet_in_prometheus):
+    """Past one analyzer: two replicas over one Prometheus, each owning the nodes that hash to it,
+    give exactly the verdicts of one unsharded analyzer on the same data, none lost or doubled; and
+    the hash is Prometheus' own (its hashmod relabelling labels each exporter with its shard)."""
+    from gpulens.analyzer.classify import classify
+    from gpulens.analyzer.live import PrometheusInput, Shard, hashmod
+
+    prometheus = fleet_in_prometheus
+    shards = {r["metric"]["node"]: r["metric"]["prometheus_shard"] for r in prometheus.query("gpulens_gpu_up")}
+    assert shards == {node: str(hashmod(node, 2)) for node in NODES}
+    end = time.time()
+
+    def judged(shard):
+        source = PrometheusInput(
+            prometheus.url, window=40, step=1, selector='job="fleet"', clock=lambda: end, shard=shard
+        )
+        return {f"{v.namespace}/{v.pod}": (v.node, v.bottleneck) for v in classify(source.window_frame()) if v.pod}
+
+    whole, first, second = judged(None), judged(Shard(0, 2)), judged(Shard(1, 2))
     assert set(whole) == set(EXPECTED)
     assert first.keys() & second.keys() == set()
     assert first | second == whole
     assert {node for node, _ in first.values()} == {"sim-l40s-c"}
     assert {node for node, _ in second.values()} == {"sim-h100-a", "sim-a100-b", "sim-h100-d"}
+
+
+def test_each_cycle_reads_only_the_steps_it_has_not_read(fleet_in_prometheus):
+    """A cycle asks the store for the steps since the last cycle and the newest REREAD_STEPS again, not
+    the whole window, and still holds exactly the window a fresh analyzer reads whole."""
+    import pandas as pd
+
+    from gpulens.analyzer.live import REREAD_STEPS, PrometheusInput
+
+    prometheus = fleet_in_prometheus
+    end = float(int(time.time()) - 5)  # steps whose scrapes have all landed: both readers see the same data
+    now = [end - 6]
+    ranges: list[tuple[float, float, int]] = []  # each range query's start, end and most points in a series
+
+    class Recorded(PrometheusInput):
+        def _query(self, expr, start, end):
+            result = super()._query(expr, start, end)
+            ranges.append((start, end, max((len(s["values"]) for s in result), default=0)))
+            return result
+
+    incremental = Recorded(prometheus.url, window=20, step=1, selector='job="fleet"', clock=lambda: now[0])
+    incremental.window_frame()
+    assert {(start, stop) for start, stop, _ in ranges} == {(end - 26, end - 6)}
+    assert max(points for _, _, points in ranges) == 21  # the whole window: 20 s at 1 s, both ends
+    ranges.clear()
+    now[0] = end
+    held = incremental.window_frame()
+    # Six new steps and two read again: eight points a series, not 21.
+    assert REREAD_STEPS == 2
+    assert {(start, stop) for start, stop, _ in ranges} == {(end - 7, end)}
+    assert max(points for _, _, points in ranges) == 8
+    whole = PrometheusInput(prometheus.url, window=20, step=1, selector='job="fleet"', clock=lambda: end)
+    pd.testing.assert_frame_equal(held, whole.window_frame())
+    assert len(held) == 21 * held["gpu"].nunique() > 0  # every GPU at every step
 
 
 def require_promtool():

@@ -9,6 +9,10 @@ import threading
 import time
 
 import grpc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
 import pytest
 import requests
 
@@ -171,6 +175,33 @@ def test_the_client_names_each_failure_and_its_fix(tmp_path):
         message = error(other)
         thread.join()
     assert message == f"{other} does not speak gRPC over HTTP/2: its answer begins b'HTTP/1.1 400 Bad'"
+
+    # An HTTP/2 server that cancels the call: a kubelet going down while it answers.
+    cancelling = str(tmp_path / "cancel.sock")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(cancelling)
+        server.listen()
+
+        def cancel_the_call():
+            connection, _ = server.accept()
+            peer = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+            peer.initiate_connection()
+            with connection:
+                connection.sendall(peer.data_to_send())
+                while data := connection.recv(65535):
+                    for event in peer.receive_data(data):
+                        if isinstance(event, h2.events.RequestReceived):
+                            peer.reset_stream(event.stream_id, h2.errors.ErrorCodes.CANCEL)
+                    connection.sendall(peer.data_to_send())
+
+        thread = threading.Thread(target=cancel_the_call)
+        thread.start()
+        message = error(cancelling)
+        thread.join()
+    assert message == (
+        f"the kubelet reset the call on {cancelling} (HTTP/2 error CANCEL): "
+        "is it restarting? The next refresh asks again"
+    )
 
     kubelet = FakeKubelet(str(tmp_path / "kubelet.sock"), {}).start()
     try:

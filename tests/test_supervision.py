@@ -4,6 +4,7 @@ exporter or dcgm-exporter would; a real gRPC server plays the kubelet."""
 
 import json
 import logging
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -79,7 +80,10 @@ def canned():
         ({"status": "success", "data": {}}, "without a list of series in data.result"),
         ({"status": "success", "data": {"result": [{"values": []}]}}, "without a list of series in data.result"),
         ([1, 2], "refused"),
-        ({"status": "error", "error": "bad_data: parse error"}, "refused 'gpulens_gpu_utilization_ratio': bad_data"),
+        (
+            {"status": "error", "error": "bad_data: parse error"},
+            "refused 'max by (instance, uuid) (gpulens_gpu_utilization_ratio)': bad_data",
+        ),
         (
             {"status": "success", "data": {"result": [{"metric": {"uuid": "GPU-1"}, "values": [["x", "1"]]}]}},
             "answered with a malformed sample: ValueError",
@@ -89,7 +93,7 @@ def canned():
 def test_a_prometheus_answering_garbage_is_an_input_error_naming_it(canned, body, message):
     server = canned(json.dumps(body).encode())
     source = PrometheusInput(server.url, window=60, step=15)
-    with pytest.raises(InputError, match=message):
+    with pytest.raises(InputError, match=re.escape(message)):
         source.window_frame()
     [(target, status)] = source.target_status().items()
     assert (target, status.up, status.failures, status.last_success) == (server.url, False, 1, None)

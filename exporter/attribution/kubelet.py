@@ -159,7 +159,12 @@ class PodResourcesClient:
                     elif isinstance(event, h2.events.StreamEnded):
                         ended = True
                     elif isinstance(event, h2.events.StreamReset | h2.events.ConnectionTerminated):
-                        raise KubeletError(f"the kubelet ended the call on {self.socket_path} ({event})")
+                        what = "reset the call" if isinstance(event, h2.events.StreamReset) else "closed the connection"
+                        code = getattr(event.error_code, "name", event.error_code)
+                        raise KubeletError(
+                            f"the kubelet {what} on {self.socket_path} (HTTP/2 error {code}): "
+                            "is it restarting? The next refresh asks again"
+                        )
                 sock.sendall(conn.data_to_send())
         except TimeoutError as e:
             raise KubeletError(f"the kubelet did not answer within {self.timeout:g} s on {self.socket_path}") from e

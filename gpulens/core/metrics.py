@@ -825,6 +825,17 @@ ANALYZER_INPUT_UP = _spec(
     labels=("input", "target"),
     group="analyzer",
 )
+ANALYZER_INPUT_READ_BYTES = _spec(
+    "analyzer_input_read_bytes_total",
+    "counter",
+    "bytes",
+    "Bytes of the answers the analyzer read from this target of its input (a Prometheus' query answers, an "
+    "exporter's scrapes): what its cycles cost the store and the network. Target is the URL without "
+    "credentials.",
+    "analyzer",
+    labels=("input", "target"),
+    group="analyzer",
+)
 ANALYZER_INPUT_LAST_SUCCESS = _spec(
     "analyzer_input_last_success_timestamp_seconds",
     "gauge",
