@@ -284,8 +284,14 @@ def run(args: argparse.Namespace) -> int:
         address = parse_listen_address(args.listen_address)
         web_config = WebConfig.load(args.web_config_file)
         source, attribution = build_source(args)
+    except (ConfigError, SourceUnavailable) as e:
+        print(f"gpulens exporter: {e}", file=sys.stderr)
+        return 2
+    attribution.start()  # its first reading of the kubelet runs while the source starts
+    try:
         source.start()
     except (ConfigError, SourceUnavailable) as e:
+        attribution.close()
         print(f"gpulens exporter: {e}", file=sys.stderr)
         return 2
     recorder = None
@@ -300,7 +306,9 @@ def run(args: argparse.Namespace) -> int:
         except RecordError as e:
             print(f"gpulens exporter: {e}", file=sys.stderr)
             return 2
-    attribution.start()
+    # The first sample waits for the kubelet's first answer (at most one call's deadline): the first
+    # scrape has its pods.
+    attribution.wait_first_reading(args.kubelet_timeout)
     sampler = Sampler(source, args.interval, attribution=attribution, on_sample=recorder.write if recorder else None)
     registry = CollectorRegistry(auto_describe=False)
     collector = ExporterCollector(sampler, __version__, source.name)

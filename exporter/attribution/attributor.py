@@ -78,7 +78,10 @@ class Attribution(abc.ABC):
     name = ""
 
     def start(self) -> None:
-        """Read once, then keep refreshing in the background."""
+        """Start reading, in the background: the first reading, then a refresh every interval."""
+
+    def wait_first_reading(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds for the first reading, so that the first sample has its pods."""
 
     def close(self) -> None:
         """Stop refreshing."""
@@ -116,14 +119,17 @@ class KubeletAttribution(Attribution):
         self._problems = ProblemLog(log)
         self._guard = LoopGuard(log, "reading the kubelet's pod resources")
         self._stop = threading.Event()
+        self._first_reading = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        # One reading before the first sample (bounded by the call deadline), so that the first
-        # scrape already has its pods; then the background thread takes over.
-        self._guard.call(self.refresh)
+        # The first reading runs while the source starts (loading NVML), not before it: the exporter's
+        # start pays for the slower of the two, not both.
         self._thread = threading.Thread(target=self._run, name="gpulens-kubelet", daemon=True)
         self._thread.start()
+
+    def wait_first_reading(self, timeout: float) -> None:
+        self._first_reading.wait(timeout)
 
     def close(self) -> None:
         self._stop.set()
@@ -167,6 +173,8 @@ class KubeletAttribution(Attribution):
         )
 
     def _run(self) -> None:
+        self._guard.call(self.refresh)
+        self._first_reading.set()
         while not self._stop.wait(self._guard.delay(self.refresh_interval)):
             self._guard.call(self.refresh)
 
