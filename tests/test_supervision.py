@@ -4,6 +4,7 @@ exporter or dcgm-exporter would; a real gRPC server plays the kubelet."""
 
 import json
 import logging
+import math
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,6 +98,91 @@ def test_a_prometheus_answering_garbage_is_an_input_error_naming_it(canned, body
         source.window_frame()
     [(target, status)] = source.target_status().items()
     assert (target, status.up, status.failures, status.last_success) == (server.url, False, 1, None)
+
+
+class ScriptedPrometheus:
+    """Prometheus' HTTP API over GPUs (uuid -> the last unix time each reported) whose every signal at time
+    t is `signal(uuid, t)`: range queries answer the steps asked for, instant queries nothing. Records
+    each range query's (start, end); `fail_next` makes the next range query answer HTTP 500 without JSON."""
+
+    def __init__(self, gpus: dict[str, float]):
+        self.gpus, self.ranges, self.fail_next = gpus, [], False
+        scripted = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                form = dict(
+                    x.split("=", 1) for x in self.rfile.read(int(self.headers["Content-Length"])).decode().split("&")
+                )
+                result: list[dict] = []
+                if self.path.endswith("query_range"):
+                    start, end, step = (float(form[k]) for k in ("start", "end", "step"))
+                    if scripted.fail_next:
+                        scripted.fail_next = False
+                        self.send_response(500)
+                        self.end_headers()
+                        return
+                    scripted.ranges.append((start, end))
+                    steps = [start + k * step for k in range(int((end - start) // step) + 1)]
+                    result = [
+                        {
+                            "metric": {"instance": "node-a:9848", "uuid": uuid},
+                            "values": [[t, str(signal(uuid, t))] for t in steps if t <= last],
+                        }
+                        for uuid, last in scripted.gpus.items()
+                    ]
+                body = json.dumps({"status": "success", "data": {"result": result}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def signal(uuid: str, t: float) -> float:
+    """What ScriptedPrometheus answers for every signal of GPU `uuid` at unix time `t`."""
+    return t % 1000 / 1000 + (uuid == "GPU-B")
+
+
+def test_the_window_held_between_cycles_is_read_whole_after_a_failure_and_forgets_gpus_that_left():
+    store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
+    now = [1_800_000_000.0]
+    source = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0])
+
+    def cycle(at: float) -> pd.DataFrame:
+        now[0], store.ranges = at, []
+        return source.window_frame()
+
+    def expected(at: float, gpus: list[str]) -> list[tuple[str, float, float]]:
+        return [(uuid, t, signal(uuid, t)) for uuid in gpus for t in (at - 60, at - 45, at - 30, at - 15, at)]
+
+    def held(frame: pd.DataFrame) -> list[tuple[str, float, float]]:
+        return list(zip(frame["gpu"].astype(str), frame["timestamp"], frame["gpu_util"], strict=True))
+
+    t0 = now[0]
+    assert held(cycle(t0)) == expected(t0, ["GPU-A", "GPU-B"])
+    assert set(store.ranges) == {(t0 - 60, t0)}  # the first cycle reads the window whole
+    assert held(cycle(t0 + 15)) == expected(t0 + 15, ["GPU-A", "GPU-B"])
+    assert set(store.ranges) == {(t0 - 15, t0 + 15)}  # one new step, and the newest two again
+    store.fail_next = True
+    with pytest.raises(InputError, match="answered HTTP 500 with no JSON"):
+        cycle(t0 + 30)
+    # After a failed read part of the window was not read again: the next cycle reads it whole.
+    assert held(cycle(t0 + 45)) == expected(t0 + 45, ["GPU-A", "GPU-B"])
+    assert set(store.ranges) == {(t0 - 15, t0 + 45)}
+    # GPU-B stops reporting after t0 + 45: its steps leave the window one by one, then it is gone.
+    store.gpus["GPU-B"] = t0 + 45
+    frame = cycle(t0 + 60)
+    assert set(store.ranges) == {(t0 + 30, t0 + 60)}
+    assert held(frame) == expected(t0 + 60, ["GPU-A"]) + expected(t0 + 60, ["GPU-B"])[:4]
+    assert held(cycle(t0 + 120)) == expected(t0 + 120, ["GPU-A"])
+    assert held(cycle(t0 + 135)) == expected(t0 + 135, ["GPU-A"])
 
 
 def test_series_without_their_identifying_labels_are_skipped_not_fatal(canned):
