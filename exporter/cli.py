@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, SourceUnavailable) as e:
         print(f"gpulens exporter: {e}", file=sys.stderr)
         return 2
-    attribution.start()  # its first reading of the kubelet runs while the source starts
+    attribution.start()  # gets ready while the source starts
     try:
         source.start()
     except (ConfigError, SourceUnavailable) as e:
@@ -308,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
     # The first sample waits for the kubelet's first answer (at most one call's deadline): the first
     # scrape has its pods.
-    attribution.wait_first_reading(args.kubelet_timeout)
+    attribution.first_reading(args.kubelet_timeout)
     sampler = Sampler(source, args.interval, attribution=attribution, on_sample=recorder.write if recorder else None)
     registry = CollectorRegistry(auto_describe=False)
     collector = ExporterCollector(sampler, __version__, source.name)

@@ -1,6 +1,7 @@
 """Pod attribution through real protocol parts: a fake kubelet serving the real pod-resources gRPC
 protocol on a unix socket, a fixture /proc and /var/log, and the fake libnvidia-ml."""
 
+import contextlib
 import hashlib
 import socket
 import subprocess
@@ -145,6 +146,23 @@ def test_the_client_names_each_failure_and_its_fix(tmp_path):
             PodResourcesClient(socket_path, timeout=1.0).list_allocations()
         return str(failure.value)
 
+    def error_from_server(socket_path: str, answer) -> str:
+        """The client's error against a server at `socket_path` that handles its connection with `answer`."""
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(socket_path)
+            server.listen()
+
+            def serve_one():
+                connection, _ = server.accept()
+                with connection, contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                    answer(connection)  # the client may hang up first: it has its error
+
+            thread = threading.Thread(target=serve_one)
+            thread.start()
+            message = error(socket_path)
+            thread.join()
+        return message
+
     absent = str(tmp_path / "absent.sock")
     fix = (
         "mount /var/lib/kubelet/pod-resources into the exporter, or set --kubelet.socket "
@@ -159,45 +177,27 @@ def test_the_client_names_each_failure_and_its_fix(tmp_path):
     assert error(stale) == f"cannot reach the kubelet on {stale} (Connection refused); {fix}"
 
     # Something that is not a gRPC server: an HTTP/1.1 server behind the socket.
+    def answer_http1(connection):
+        connection.recv(1024)
+        connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
     other = str(tmp_path / "http.sock")
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(other)
-        server.listen()
-
-        def answer_http1():
-            connection, _ = server.accept()
-            with connection:
-                connection.recv(1024)
-                connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-
-        thread = threading.Thread(target=answer_http1)
-        thread.start()
-        message = error(other)
-        thread.join()
+    message = error_from_server(other, answer_http1)
     assert message == f"{other} does not speak gRPC over HTTP/2: its answer begins b'HTTP/1.1 400 Bad'"
 
     # An HTTP/2 server that cancels the call: a kubelet going down while it answers.
+    def cancel_the_call(connection):
+        peer = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+        peer.initiate_connection()
+        connection.sendall(peer.data_to_send())
+        while data := connection.recv(65535):
+            for event in peer.receive_data(data):
+                if isinstance(event, h2.events.RequestReceived):
+                    peer.reset_stream(event.stream_id, h2.errors.ErrorCodes.CANCEL)
+            connection.sendall(peer.data_to_send())
+
     cancelling = str(tmp_path / "cancel.sock")
-    with socket.socket(socket.AF_UNIX) as server:
-        server.bind(cancelling)
-        server.listen()
-
-        def cancel_the_call():
-            connection, _ = server.accept()
-            peer = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
-            peer.initiate_connection()
-            with connection:
-                connection.sendall(peer.data_to_send())
-                while data := connection.recv(65535):
-                    for event in peer.receive_data(data):
-                        if isinstance(event, h2.events.RequestReceived):
-                            peer.reset_stream(event.stream_id, h2.errors.ErrorCodes.CANCEL)
-                    connection.sendall(peer.data_to_send())
-
-        thread = threading.Thread(target=cancel_the_call)
-        thread.start()
-        message = error(cancelling)
-        thread.join()
+    message = error_from_server(cancelling, cancel_the_call)
     assert message == (
         f"the kubelet reset the call on {cancelling} (HTTP/2 error CANCEL): "
         "is it restarting? The next refresh asks again"

@@ -365,6 +365,7 @@ def test_a_bug_in_the_kubelet_loop_is_counted_and_attribution_goes_on(tmp_path, 
     attribution = KubeletAttribution(socket_path, refresh_interval=0.01, proc_root=no_dir, log_root=no_dir)
     with caplog.at_level(logging.WARNING):
         attribution.start()
+        attribution.first_reading(timeout=2)
         try:
             state = wait_until(lambda: attribution.state().allocations and attribution.state(), 10, interval=0.01)
         finally:

@@ -78,10 +78,11 @@ class Attribution(abc.ABC):
     name = ""
 
     def start(self) -> None:
-        """Start reading, in the background: the first reading, then a refresh every interval."""
+        """Get ready in the background (load what reading needs), without reading yet."""
 
-    def wait_first_reading(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds for the first reading, so that the first sample has its pods."""
+    def first_reading(self, timeout: float) -> None:
+        """Read now, waiting up to `timeout` seconds so that the first sample has its pods; then refresh
+        every interval in the background."""
 
     def close(self) -> None:
         """Stop refreshing."""
@@ -119,20 +120,23 @@ class KubeletAttribution(Attribution):
         self._problems = ProblemLog(log)
         self._guard = LoopGuard(log, "reading the kubelet's pod resources")
         self._stop = threading.Event()
+        self._read = threading.Event()  # set by first_reading(): the thread may read
         self._first_reading = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        # The first reading runs while the source starts (loading NVML), not before it: the exporter's
-        # start pays for the slower of the two, not both.
+        # The client's code loads while the source starts (loading NVML); the reading itself waits for
+        # first_reading(), so an exporter whose source cannot start reports that alone.
         self._thread = threading.Thread(target=self._run, name="gpulens-kubelet", daemon=True)
         self._thread.start()
 
-    def wait_first_reading(self, timeout: float) -> None:
+    def first_reading(self, timeout: float) -> None:
+        self._read.set()
         self._first_reading.wait(timeout)
 
     def close(self) -> None:
         self._stop.set()
+        self._read.set()  # a thread still waiting to read ends
         if self.client is not None:
             self.client.close()
 
@@ -173,6 +177,11 @@ class KubeletAttribution(Attribution):
         )
 
     def _run(self) -> None:
+        if self.client is not None:
+            self.client.prepare()
+        self._read.wait()
+        if self._stop.is_set():
+            return
         self._guard.call(self.refresh)
         self._first_reading.set()
         while not self._stop.wait(self._guard.delay(self.refresh_interval)):
