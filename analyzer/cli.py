@@ -18,6 +18,8 @@ from gpulens.core.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from gpulens.analyzer.classify import Verdict
+    from gpulens.analyzer.store import StoreAuth
+    from gpulens.core.mixin import MixinConfig
 
 
 def register(commands: Subcommands) -> None:
@@ -26,11 +28,29 @@ def register(commands: Subcommands) -> None:
     p = commands.add_parser(
         "report",
         aliases=["analyze"],
-        help="say why each pod's GPU is underused, from recorded files",
-        description="Classify each pod's GPU bottleneck from trace files, nvidia-smi or "
-        "dcgmi dmon logs, or saved dcgm-exporter scrapes.",
+        help="say why each pod's GPU is underused, from recorded files or a Prometheus",
+        description="Classify each pod's GPU bottleneck over a span: from trace files, nvidia-smi or "
+        "dcgmi dmon logs, or saved dcgm-exporter scrapes; or straight from a store with the Prometheus HTTP "
+        "API (Prometheus, Thanos, Mimir, VictoriaMetrics) holding gpulens' or dcgm-exporter's series: "
+        "gpulens report --prometheus URL --since 7d.",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="files to analyze together, as one span of time")
+    p.add_argument("files", nargs="*", metavar="FILE", help="files to analyze together, as one span of time")
+    p.add_argument(
+        "--prometheus",
+        default="",
+        metavar="URL",
+        help="read the span from this Prometheus HTTP API instead of files (Mimir: its /prometheus prefix)",
+    )
+    p.add_argument(
+        "--since",
+        default="",
+        help="with --prometheus: the span's start, as a duration before --until (7d, 12h) or an RFC 3339 time",
+    )
+    p.add_argument(
+        "--until",
+        default="",
+        help="with --prometheus: the span's end, RFC 3339 (2026-11-23T00:00:00Z) or unix seconds; default now",
+    )
     p.add_argument(
         "--format",
         choices=["table", "json", "csv", "html"],
@@ -57,6 +77,7 @@ def register(commands: Subcommands) -> None:
         default=30.0,
         help="seconds between saved dcgm-exporter scrapes (their files carry no time)",
     )
+    _store_flags(p, step_help="with --prometheus: seconds between the points read (the scrape interval)", step=30.0)
     p.set_defaults(run=run_report)
 
     a = commands.add_parser(
@@ -80,16 +101,7 @@ def register(commands: Subcommands) -> None:
         default=[],
         help="an exporter's /metrics URL to scrape directly, optionally node=URL; repeat per exporter",
     )
-    flags.add(
-        a,
-        "--prometheus.selector",
-        dest="selector",
-        default="",
-        help='label matchers added to every gpulens series, e.g. job="gpulens"',
-    )
-    flags.add(
-        a, "--prometheus.step", dest="step", type=flags.duration, default=15.0, help="range-query step in seconds"
-    )
+    _store_flags(a, step_help="range-query step in seconds", step=15.0)
     flags.add(
         a,
         "--prometheus.price-metric",
@@ -158,6 +170,87 @@ def register(commands: Subcommands) -> None:
     e.set_defaults(run=run_eval)
 
 
+def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> None:
+    """What reading a store takes, the same for the report and the service: selectors, step, time-out and
+    credentials (analyzer/store.py)."""
+    flags.add(
+        p,
+        "--prometheus.selector",
+        dest="selector",
+        default="",
+        help='label matchers added to every gpulens series, e.g. job="gpulens-exporter"',
+    )
+    flags.add(
+        p,
+        "--prometheus.dcgm-selector",
+        dest="dcgm_selector",
+        default="",
+        help='label matchers added to every dcgm-exporter series, e.g. job="nvidia-dcgm-exporter"',
+    )
+    flags.add(
+        p,
+        "--prometheus.dcgm-pod-labels",
+        dest="dcgm_pod_labels",
+        choices=["auto", "exported", "plain"],
+        default="auto",
+        help="where dcgm-exporter's series name the GPU's pod: exported_pod (the GPU Operator's ServiceMonitor), "
+        "pod (honorLabels), or auto: exported_pod wherever a series has it",
+    )
+    flags.add(p, "--prometheus.step", dest="query_step", type=flags.duration, default=step, help=step_help)
+    flags.add(
+        p, "--prometheus.timeout", dest="timeout", type=flags.duration, default=30.0, help="seconds a query may take"
+    )
+    flags.add(
+        p,
+        "--prometheus.bearer-token-file",
+        dest="bearer_token_file",
+        default="",
+        help="file holding a bearer token for the store (re-read when it changes)",
+    )
+    flags.add(p, "--prometheus.basic-auth.username", dest="basic_auth_username", default="", help="basic auth user")
+    flags.add(
+        p,
+        "--prometheus.basic-auth.password-file",
+        dest="basic_auth_password_file",
+        default="",
+        help="file holding the basic auth password",
+    )
+    flags.add(
+        p,
+        "--prometheus.header",
+        dest="headers",
+        action="append",
+        default=[],
+        help="'Name: value' sent with every query, e.g. 'X-Scope-OrgID: team-a' for a Mimir tenant; repeat",
+    )
+    flags.add(p, "--prometheus.ca-file", dest="ca_file", default="", help="CA certificate (PEM) of the store")
+    flags.add(p, "--prometheus.cert-file", dest="cert_file", default="", help="client certificate (PEM) for mTLS")
+    flags.add(p, "--prometheus.key-file", dest="key_file", default="", help="client certificate's key (PEM)")
+
+
+def _store_auth(args: argparse.Namespace) -> StoreAuth:
+    """The store's credentials from the flags, checked: ConfigError naming the flag otherwise."""
+    from gpulens.analyzer.store import StoreAuth
+
+    auth = StoreAuth(
+        bearer_token_file=args.bearer_token_file,
+        basic_auth_username=args.basic_auth_username,
+        basic_auth_password_file=args.basic_auth_password_file,
+        headers=tuple(StoreAuth.parse_header(h) for h in args.headers),
+        ca_file=args.ca_file,
+        cert_file=args.cert_file,
+        key_file=args.key_file,
+    )
+    auth.check()
+    return auth
+
+
+def _mixin(args: argparse.Namespace, thresholds: Thresholds) -> MixinConfig:
+    from gpulens.core.mixin import MixinConfig
+
+    return MixinConfig(thresholds=thresholds, dcgm_pod_labels=args.dcgm_pod_labels)
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     flags.add(p, "--thresholds", default="", help="YAML overriding analyzer thresholds (gpulens/core/thresholds.py)")
     flags.add(p, "--prices", default="", help="YAML of GPU model: USD per GPU-hour (gpulens/core/catalog.py)")
@@ -172,6 +265,7 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer import readers
     from gpulens.analyzer.history import analyze
     from gpulens.analyzer.readers import TraceError
+    from gpulens.analyzer.store import StoreError
     from gpulens.core.config import parse_duration
 
     try:
@@ -180,11 +274,20 @@ def run_report(args: argparse.Namespace) -> int:
         step = parse_duration(args.step, "--step") if args.step else None
         if window is not None and step is not None and step > window:
             raise ValueError(f"--step {args.step} is longer than --window {args.window}: windows would skip data")
-        trace = _read_with_progress(args, readers)
-    except (TraceError, ValueError) as e:
+        if bool(args.files) == bool(args.prometheus):
+            raise ValueError("give files to read, or --prometheus URL --since DURATION: one of the two")
+        if args.prometheus:
+            verdicts = _report_from_store(args, thresholds, prices, window, step)
+            trace = None
+        else:
+            if args.since or args.until:
+                raise ValueError("--since and --until choose a span of --prometheus; files cover their own span")
+            trace = _read_with_progress(args, readers)
+            verdicts = analyze(trace, thresholds, prices, window, step)
+    except (TraceError, ValueError, StoreError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
-    verdicts = sorted(analyze(trace, thresholds, prices, window, step), key=lambda v: -v.wasted_gpu_seconds)
+    verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
     if args.format == "json":
         text = json.dumps([v.to_dict() for v in verdicts], indent=2) + "\n"
     elif args.format == "csv":
@@ -192,7 +295,7 @@ def run_report(args: argparse.Namespace) -> int:
     elif args.format == "html":
         from gpulens.analyzer.report import render
 
-        text = render(verdicts, trace)
+        text = render(verdicts, trace if trace is not None else _empty_trace())
     else:
         text = _table(verdicts, to_terminal=not args.out and sys.stdout.isatty())
     if args.out:
@@ -204,6 +307,71 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _report_from_store(
+    args: argparse.Namespace,
+    thresholds: Thresholds,
+    prices: dict[str, float],
+    window: float | None,
+    slide: float | None,
+) -> list[Verdict]:
+    """The verdicts of `--prometheus URL --since ... --until ...`, with a progress bar on a terminal."""
+    import time
+
+    from gpulens.analyzer import span
+    from gpulens.analyzer.readers import format_timestamp
+    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.store import Store
+    from gpulens.core.config import parse_duration
+
+    if not args.prometheus.startswith(("http://", "https://")):
+        raise ValueError(f"--prometheus {args.prometheus!r} is not an http(s) URL")
+    if not args.since:
+        raise ValueError("--prometheus needs --since: how far back to read (7d, 24h, or an RFC 3339 time)")
+    until = _when(args.until, "--until") if args.until else time.time()
+    try:
+        since = until - parse_duration(args.since, "--since")
+    except ValueError:
+        since = _when(args.since, "--since")
+    if since >= until:
+        raise ValueError(f"--since {args.since} is not before --until {format_timestamp(until)}")
+    store = Store(args.prometheus, _store_auth(args), args.timeout)
+    reader = SeriesReader(store, args.query_step, _mixin(args, thresholds), args.selector, args.dcgm_selector)
+    the_span = span.Span.aligned(since, until, args.query_step)
+    try:
+        if not sys.stderr.isatty():
+            return span.report(reader, the_span, thresholds, prices, window, slide)
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
+        with Progress(*columns, TimeRemainingColumn(), transient=True) as bar:
+            task = bar.add_task(f"reading {store.name}", total=the_span.end - the_span.start, read="")
+
+            def show(p: span.Progress) -> None:
+                read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
+                bar.update(task, completed=p.seconds_done, read=read)
+
+            return span.report(reader, the_span, thresholds, prices, window, slide, show)
+    finally:
+        store.close()
+
+
+def _when(text: str, flag: str) -> float:
+    from gpulens.analyzer.readers import parse_timestamp
+
+    try:
+        return parse_timestamp(text)
+    except ValueError:
+        raise ValueError(
+            f"{flag} {text!r} is not a time: give RFC 3339 (2026-11-23T00:00:00Z) or unix seconds"
+        ) from None
+
+
+def _empty_trace():
+    from gpulens.analyzer import frame as fr
+
+    return fr.empty()
 
 
 def _read_with_progress(args, readers):
@@ -359,10 +527,14 @@ def run_service(args: argparse.Namespace) -> int:
             source = PrometheusInput(
                 args.prometheus,
                 args.window,
-                args.step,
+                args.query_step,
+                timeout=args.timeout,
                 selector=args.selector,
                 price_metric=args.price_metric,
                 shard=shard,
+                auth=_store_auth(args),
+                dcgm_selector=args.dcgm_selector,
+                config=_mixin(args, thresholds),
             )
         else:
             source = ExporterInput(ExporterInput.parse_targets(args.exporters), args.window, args.scrape_interval)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -63,18 +63,48 @@ def analyze(
     if trace.empty:
         return []
     keys = UnitKeys.of(trace)
+    window, step = resolve_window(trace, keys, t, window, step)
+    ts = trace["timestamp"].to_numpy()
+    if float(ts.max()) - float(ts.min()) < window:
+        return judge(pod_features(trace, t, keys=keys), t, prices)  # one window: classify()
+    return [ledger.verdict(t) for ledger in ledgers(trace, t, prices, window, step, keys=keys).values()]
+
+
+def resolve_window(
+    trace: pd.DataFrame, keys: UnitKeys, t: Thresholds, window: float | None, step: float | None
+) -> tuple[float, float]:
+    """The window and step to slide: as given, or default_window() for the trace's sample interval."""
     if window is None or step is None:
         auto_window, auto_step = default_window(sample_interval(trace, keys), t)
         window, step = window or auto_window, step or min(auto_step, window or auto_step)
     if step <= 0 or window <= 0 or step > window:
         raise ValueError(f"--step ({step:g} s) must be positive and at most --window ({window:g} s)")
-    ts = trace["timestamp"].to_numpy()
-    origin = float(ts.min())
-    if float(ts.max()) - origin < window:
-        return judge(pod_features(trace, t, keys=keys), t, prices)  # one window: classify()
-    slot = ((ts - origin) // step).astype(np.int64)
-    slots, per_window = int(slot.max()) + 1, max(1, round(window / step))
+    return window, step
 
+
+def ledgers(
+    trace: pd.DataFrame,
+    t: Thresholds,
+    prices: dict[str, float] | None,
+    window: float,
+    step: float,
+    origin: float | None = None,
+    counted: tuple[float, float] = (-math.inf, math.inf),
+    keys: UnitKeys | None = None,
+) -> dict[str, Ledger]:
+    """Each unit's ledger of the slots that start within `counted` (unix seconds, [from, to)).
+
+    Slots are `step` seconds from `origin` (default: the first sample). A span read in pieces gives the
+    ledgers of reading it whole when every piece shares the origin, counts its own slots, and holds a
+    window of samples before and after them: the windows that judge its slots, and the later windows a
+    slot falls back on (_slot_verdict), are then all in it. Ledger.merge() joins the pieces."""
+    if trace.empty:
+        return {}
+    keys = keys or UnitKeys.of(trace)
+    ts = trace["timestamp"].to_numpy()
+    origin = float(ts.min()) if origin is None else origin
+    slot = ((ts - origin) // step).astype(np.int64)
+    first_slot, slots, per_window = int(slot.min()), int(slot.max()) + 1, max(1, round(window / step))
     # The verdict of the window ending with each slot, by unit.
     by_window: dict[str, dict[int, Verdict]] = defaultdict(dict)
     for offset in range(per_window):
@@ -82,12 +112,26 @@ def analyze(
         end_slot[end_slot >= slots] = -1  # windows that would end after the data
         features = pod_features(trace, t, window=end_slot, keys=keys)
         for unit, k, verdict in zip(features.index, features["window"], judge(features, t, prices), strict=True):
-            by_window[str(unit)][int(k)] = verdict
+            if k >= first_slot:
+                by_window[str(unit)][int(k)] = verdict
     own = _slots(trace, keys, slot, slots, t)
-    return [
-        _history(rows.sort_values("window"), by_window[str(unit)], per_window, t, prices)
-        for unit, rows in own.groupby(level=0, sort=False)
-    ]
+    low, high = (counted[0] - origin) / step, (counted[1] - origin) / step
+    own = own[(own["window"] >= low) & (own["window"] < high)]
+    out: dict[str, Ledger] = {}
+    for unit, rows in own.groupby(level=0, sort=False):
+        ledger = Ledger()
+        for k, samples, activity, idle, ts_min, ts_max in zip(
+            *(rows.sort_values("window")[c].to_numpy(dtype=float) for c in _SLOT_COLUMNS), strict=True
+        ):
+            judged = _slot_verdict(by_window[str(unit)], int(k), per_window)
+            if judged is not None:
+                ledger.add(int(k), judged, samples, activity, idle, ts_min, ts_max, prices)
+        if ledger.episodes:
+            out[str(unit)] = ledger
+    return out
+
+
+_SLOT_COLUMNS = ("window", "samples", "activity", "idle", "ts_min", "ts_max")
 
 
 def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t: Thresholds) -> pd.DataFrame:
@@ -131,74 +175,123 @@ def _slot_verdict(windows: dict[int, Verdict], k: int, per_window: int) -> Verdi
     return first
 
 
-def _history(
-    rows: pd.DataFrame, windows: dict[int, Verdict], per_window: int, t: Thresholds, prices: dict[str, float] | None
-) -> Verdict:
-    """One unit's slots (rows of pod_features by slot) and window verdicts -> its headline verdict."""
-    price = model_info(next(iter(windows.values())).gpu_model, prices).price_per_hour
-    seconds: dict[str, float] = defaultdict(float)
-    wasted: dict[str, float] = defaultdict(float)
-    confidence: dict[str, float] = defaultdict(float)
-    latest: dict[str, Verdict] = {}
-    episodes: list[Episode] = []
-    episode_seconds: list[float] = []
-    busy_seconds = idle_seconds = judged_seconds = 0.0
-    previous_slot = None
-    columns = ("window", "samples", "activity", "idle", "ts_min", "ts_max")
-    for k, samples, mean_activity, idle, ts_min, ts_max in zip(
-        *(rows[c].to_numpy(dtype=float) for c in columns), strict=True
-    ):
-        verdict = _slot_verdict(windows, int(k), per_window)
-        if verdict is None:
-            continue
+@dataclass
+class Ledger:
+    """What one unit's slots add up to over a span: the GPU-seconds covered, wasted and money wasted by
+    class, the confidence (weighted by time) each class was judged with, its episodes, and the busy and
+    idle time. Slots are added in time order; the ledgers of consecutive pieces of a span merge()."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    wasted: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    confidence: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    #: The newest window verdict of each class: the headline's fix and evidence come from it.
+    latest: dict[str, Verdict] = field(default_factory=dict)
+    episodes: list[Episode] = field(default_factory=list)
+    episode_seconds: list[float] = field(default_factory=list)
+    gpus: set[str] = field(default_factory=set)
+    busy_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    judged_seconds: float = 0.0
+    #: The first slot added, and the newest: an episode goes on only into the next slot.
+    first_slot: int | None = None
+    last_slot: int | None = None
+
+    def add(
+        self,
+        k: int,
+        verdict: Verdict,
+        samples: float,
+        mean_activity: float,
+        idle: float,
+        ts_min: float,
+        ts_max: float,
+        prices: dict[str, float] | None,
+    ) -> None:
+        """Slot k: `samples` samples from ts_min to ts_max, judged `verdict`, with their mean activity and
+        share idle (NaN where the input had no activity signal)."""
         name = verdict.bottleneck
         covered = samples * verdict.sample_seconds
         activity = None if math.isnan(mean_activity) else float(mean_activity)
         waste = 0.0 if activity is None or name == "insufficient_data" else (1.0 - activity) * covered
-        seconds[name] += covered
-        wasted[name] += waste
-        confidence[name] += verdict.confidence * covered
-        latest[name] = verdict
+        self.seconds[name] += covered
+        self.wasted[name] += waste
+        self.cost[name] += waste / 3600 * model_info(verdict.gpu_model, prices).price_per_hour
+        self.confidence[name] += verdict.confidence * covered
+        self.latest[name] = verdict
+        self.gpus.update(verdict.gpus)
         if activity is not None:
-            judged_seconds += covered
-            busy_seconds += activity * covered
-            idle_seconds += (0.0 if math.isnan(idle) else float(idle)) * covered
+            self.judged_seconds += covered
+            self.busy_seconds += activity * covered
+            self.idle_seconds += (0.0 if math.isnan(idle) else float(idle)) * covered
         start, end = float(ts_min), float(ts_max + verdict.sample_seconds)
-        if episodes and episodes[-1].bottleneck == name and previous_slot == k - 1:
-            episodes[-1].extend(end, verdict.confidence, waste)
-            episode_seconds[-1] += covered
+        if self.episodes and self.episodes[-1].bottleneck == name and self.last_slot == k - 1:
+            self.episodes[-1].extend(end, verdict.confidence, waste)
+            self.episode_seconds[-1] += covered
         else:
-            episodes.append(Episode(name, start, end, verdict.confidence, waste))
-            episode_seconds.append(covered)
-        previous_slot = k
-    total = sum(seconds.values())
-    headline_class = headline(seconds, wasted, total, episodes, episode_seconds, t)
-    base = latest[headline_class]
-    episodes = [e.rounded() for e in episodes]
-    by_class = class_shares(seconds, wasted, {name: waste / 3600 * price for name, waste in wasted.items()})
-    span = episodes[-1].end - episodes[0].start
-    gpus = sorted({gpu for v in windows.values() for gpu in v.gpus})
-    evidence = {
-        "history": f"{by_class[headline_class].share:.0%} of {total / len(gpus) / 3600:.1f} h sampled"
-        + (f", wasting {wasted[headline_class] / 3600:.1f} GPU-h" if wasted[headline_class] else "")
-        + f"; latest: {episodes[-1].bottleneck} since {format_timestamp(episodes[-1].start)}",
-        **base.evidence,
-    }
-    all_waste = sum(wasted.values())
-    return replace(
-        base,
-        gpus=gpus,
-        confidence=round(confidence[headline_class] / seconds[headline_class], 2),
-        evidence=evidence,
-        wasted_gpu_seconds=round(all_waste, 1),
-        wasted_cost=round(all_waste / 3600 * price, 4),
-        mean_activity=round(busy_seconds / judged_seconds, 4) if judged_seconds else None,
-        idle_ratio=round(idle_seconds / judged_seconds, 4) if judged_seconds else None,
-        window_seconds=round(span, 3),
-        coverage=round(min(total / (len(gpus) * span), 1.0), 4),
-        episodes=episodes,
-        by_class=by_class,
-    )
+            self.episodes.append(Episode(name, start, end, verdict.confidence, waste))
+            self.episode_seconds.append(covered)
+        if self.first_slot is None:
+            self.first_slot = k
+        self.last_slot = k
+
+    def merge(self, later: Ledger) -> None:
+        """Add the ledger of the next piece of the span (its slots all after this one's)."""
+        for mine, theirs in (
+            (self.seconds, later.seconds),
+            (self.wasted, later.wasted),
+            (self.cost, later.cost),
+            (self.confidence, later.confidence),
+        ):
+            for name, value in theirs.items():
+                mine[name] += value
+        self.latest.update(later.latest)
+        self.gpus |= later.gpus
+        self.busy_seconds += later.busy_seconds
+        self.idle_seconds += later.idle_seconds
+        self.judged_seconds += later.judged_seconds
+        episodes, seconds = later.episodes, later.episode_seconds
+        first = episodes[0] if episodes else None
+        if first is not None and self.episodes and self.episodes[-1].bottleneck == first.bottleneck:
+            if self.last_slot is not None and later.first_slot == self.last_slot + 1:
+                self.episodes[-1].extend(first.end, first.confidence, first.wasted_gpu_seconds)
+                self.episode_seconds[-1] += seconds[0]
+                episodes, seconds = episodes[1:], seconds[1:]
+        self.episodes.extend(episodes)
+        self.episode_seconds.extend(seconds)
+        self.last_slot = later.last_slot
+
+    def verdict(self, t: Thresholds) -> Verdict:
+        """The unit's headline verdict over the span (see headline())."""
+        total = sum(self.seconds.values())
+        name = headline(self.seconds, self.wasted, total, self.episodes, self.episode_seconds, t)
+        base = self.latest[name]
+        episodes = [e.rounded() for e in self.episodes]
+        by_class = class_shares(self.seconds, self.wasted, self.cost)
+        span = episodes[-1].end - episodes[0].start
+        gpus = sorted(self.gpus)
+        wasted = self.wasted[name]
+        evidence = {
+            "history": f"{by_class[name].share:.0%} of {total / len(gpus) / 3600:.1f} h sampled"
+            + (f", wasting {wasted / 3600:.1f} GPU-h" if wasted else "")
+            + f"; latest: {episodes[-1].bottleneck} since {format_timestamp(episodes[-1].start)}",
+            **base.evidence,
+        }
+        all_waste = sum(self.wasted.values())
+        return replace(
+            base,
+            gpus=gpus,
+            confidence=round(self.confidence[name] / self.seconds[name], 2),
+            evidence=evidence,
+            wasted_gpu_seconds=round(all_waste, 1),
+            wasted_cost=round(sum(self.cost.values()), 4),
+            mean_activity=round(self.busy_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
+            idle_ratio=round(self.idle_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
+            window_seconds=round(span, 3),
+            coverage=round(min(total / (len(gpus) * span), 1.0), 4),
+            episodes=episodes,
+            by_class=by_class,
+        )
 
 
 def class_shares(seconds: dict[str, float], wasted: dict[str, float], cost: dict[str, float]) -> dict[str, ClassShare]:

@@ -292,20 +292,23 @@ def test_each_cycle_reads_only_the_steps_it_has_not_read(fleet_in_prometheus):
     the whole window, and still holds exactly the window a fresh analyzer reads whole."""
     import pandas as pd
 
-    from gpulens.analyzer.live import REREAD_STEPS, PrometheusInput
+    from gpulens.analyzer.live import PrometheusInput
+    from gpulens.analyzer.series import REREAD_STEPS
 
     prometheus = fleet_in_prometheus
     end = float(int(time.time()) - 5)  # steps whose scrapes have all landed: both readers see the same data
     now = [end - 6]
     ranges: list[tuple[float, float, int]] = []  # each range query's start, end and most points in a series
 
-    class Recorded(PrometheusInput):
-        def _query(self, expr, start, end):
-            result = super()._query(expr, start, end)
-            ranges.append((start, end, max((len(s["values"]) for s in result), default=0)))
-            return result
+    incremental = PrometheusInput(prometheus.url, window=20, step=1, selector='job="fleet"', clock=lambda: now[0])
+    query_range = incremental.store.query_range
 
-    incremental = Recorded(prometheus.url, window=20, step=1, selector='job="fleet"', clock=lambda: now[0])
+    def recorded(expr, start, end, step):
+        result = query_range(expr, start, end, step)
+        ranges.append((start, end, max((len(s["values"]) for s in result), default=0)))
+        return result
+
+    incremental.store.query_range = recorded  # type: ignore[method-assign]
     incremental.window_frame()
     assert {(start, stop) for start, stop, _ in ranges} == {(end - 26, end - 6)}
     assert max(points for _, _, points in ranges) == 21  # the whole window: 20 s at 1 s, both ends

@@ -20,6 +20,7 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from gpulens.core import dcgm, trace
 from gpulens.core.metrics import BY_NAME, CLOCK_EVENT_REASONS, PREFIX
 from gpulens.core.thresholds import Thresholds
 
@@ -47,6 +48,13 @@ class MixinConfig:
     runbook_url: str = "https://github.com/gpulens/gpulens/blob/main/alerts/generated/runbooks.md"
     #: Alert name -> severity, overriding the rule's own (an alert settings file's `severities`).
     severities: Mapping[str, str] = field(default_factory=dict)
+    #: Where dcgm-exporter's series name the GPU's pod: "exported" (exported_namespace, exported_pod,
+    #: exported_container: the GPU Operator's ServiceMonitor, which does not honour the exporter's labels),
+    #: "plain" (namespace, pod, container: honorLabels), or "auto": exported_* wherever a series has them.
+    dcgm_pod_labels: str = "auto"
+    #: Pods that are the exporters themselves, never a GPU's workload: with honorLabels, a series without
+    #: pod labels gets the scrape target's (the dcgm-exporter pod's) instead. A regex on the pod name.
+    exporter_pods: str = "nvidia-dcgm-exporter-.*|dcgm-exporter-.*|gpulens-exporter-.*"
 
     @property
     def exporter(self) -> str:
@@ -63,6 +71,58 @@ class MixinConfig:
         """Regex of the clock-event reasons that count as throttling (never the normal power-cap bit)."""
         mask = self.thresholds.throttle_reasons_mask
         return "|".join(name for name, bit in CLOCK_EVENT_REASONS.items() if bit & mask)
+
+
+# --- dcgm-exporter's series --------------------------------------------------------------------
+#: The labels of a dcgm-exporter series, as the GPU Operator deploys it: the GPU (its UUID, and for a MIG
+#: instance its GPU instance id), its model and node (Hostname is the node's name in Kubernetes; older
+#: releases write hostname; a relabelled scrape may add node).
+DCGM_GPU_LABELS = ("UUID", "GPU_I_ID")
+DCGM_HARDWARE_LABELS = ("modelName", "Hostname", "hostname", "node", "GPU_I_PROFILE")
+DCGM_POD_LABELS = {
+    "exported": ("exported_namespace", "exported_pod", "exported_container"),
+    "plain": ("namespace", "pod", "container"),
+}
+#: The series every dcgm-exporter counter set has (default and profiling): the one its identity is read from.
+DCGM_IDENTITY_SERIES = "DCGM_FI_DEV_FB_USED"
+
+
+@dataclass(frozen=True)
+class DcgmColumn:
+    """A trace column read from dcgm-exporter: the names its field has had (DCGM 4.6 renamed many), and
+    the factor from dcgm-exporter's unit (percent, MiB, MHz) to the trace's (ratio, bytes, Hz)."""
+
+    names: tuple[str, ...]
+    scale: float
+
+    def selector(self, matchers: str) -> str:
+        names = "|".join(self.names)
+        return f'{{__name__=~"{names}"{", " + matchers if matchers else ""}}}'
+
+
+def dcgm_columns() -> dict[str, DcgmColumn]:
+    """Trace column -> its dcgm-exporter series, for every column a DCGM field feeds (core/dcgm.py's
+    table), so a field gpulens' exporter maps is read the same way from a store. memory_total_bytes is
+    not a field (dcgm-exporter has used and free): dcgm_memory_total() adds them up."""
+    specs = {spec.name: column for column, spec in (trace.FROM_GAUGES | trace.FROM_RATES).items()}
+    out = {
+        specs[f.spec.name]: DcgmColumn(f.names, f.scale)
+        for f in dcgm.FIELDS
+        if f.spec is not None and f.spec.name in specs and not f.extra and f.kind in ("gauge", "rate")
+    }
+    out["clock_event_reasons"] = next(DcgmColumn(f.names, 1.0) for f in dcgm.FIELDS if f.spec is None)
+    del out["memory_total_bytes"]
+    return out
+
+
+def dcgm_memory_total(matchers: str, by: str) -> str:
+    """PromQL of each GPU's memory in bytes from dcgm-exporter: its total where the counter set has it,
+    else used + free (+ reserved where reported), as the exporter's DCGM source adds them."""
+    sel = f"{{{matchers}}}" if matchers else ""
+    total, used, free, reserved = (
+        f"max by ({by}) (DCGM_FI_DEV_FB_{kind}{sel})" for kind in ("TOTAL", "USED", "FREE", "RESERVED")
+    )
+    return f"({total} or ({used} + {free} + ({reserved} or {used} * 0))) * {dcgm.MIB}"
 
 
 # --- recording rules: level:metric:operations ------------------------------------------------------

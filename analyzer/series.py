@@ -1,0 +1,463 @@
+"""What the analyzer reads from a store, and how it holds it: the range queries for gpulens' series and
+for NVIDIA dcgm-exporter's (fleets that run only the GPU Operator get verdicts too), cAdvisor's and
+kube-state-metrics' per-pod series, and the step grid the answers are placed on.
+
+The live analyzer (analyzer/live.py) reads a sliding window through it, and `gpulens report --prometheus`
+a span of days, piece by piece (analyzer/span.py). Every fact is read per step, the pod that holds a GPU
+included: over a week a GPU passes from pod to pod.
+
+Where a GPU reports through both gpulens' exporter and dcgm-exporter, gpulens' series are used (they hold
+the activity shape between scrapes and the topology) and dcgm-exporter's rows for that GPU are dropped.
+Which series a deployment's labels hold is configured in core/mixin.py (MixinConfig), the home of every
+query the dashboards and alerts make too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gpulens.analyzer import frame as fr
+from gpulens.analyzer.store import Store
+from gpulens.core import metrics as m
+from gpulens.core import mixin
+from gpulens.core import trace as tr
+from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
+from gpulens.core.topology import GROUPS
+
+#: Steps a cycle reads again before the first it has not read: a scrape that reached the store after the
+#: last cycle's query (a slow target, a remote-write queue) changes the newest values it held.
+REREAD_STEPS = 2
+#: How often the GPUs' models and NVLink topology are read again (SeriesReader.hardware).
+HARDWARE_REFRESH_SECONDS = 300.0
+#: gpulens_gpu_nvlink_errors_total's type label -> the trace column whose rate it adds to.
+_ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items() for kind in kinds}
+#: A GPU's row key: (its exporter's instance, its uuid); a pod's: (namespace, pod).
+Key = tuple[str, str]
+
+
+def gpulens_gpu(labels: dict) -> Key | None:
+    """The row of a gpulens series: its exporter and the GPU's (or MIG instance's) uuid."""
+    uuid = labels.get("uuid", "")
+    return (labels.get("instance", ""), uuid) if uuid else None
+
+
+def dcgm_gpu(labels: dict) -> Key | None:
+    """The row of a dcgm-exporter series: its exporter and the GPU's UUID, with "/gi<id>" for a MIG
+    instance (dcgm-exporter labels an instance with its parent's UUID and its GPU instance id)."""
+    uuid = labels.get("UUID", "")
+    if not uuid:
+        return None
+    instance = labels.get("GPU_I_ID", "")
+    return (labels.get("instance", ""), f"{uuid}/gi{instance}" if instance else uuid)
+
+
+def pod_key(labels: dict) -> Key | None:
+    pod = labels.get("pod", "")
+    return (labels.get("namespace", ""), pod) if pod else None
+
+
+class StepGrid:
+    """Values on the store's step grid, kept from cycle to cycle so that each cycle queries only the steps
+    it has not read (and the newest REREAD_STEPS again): the points a cycle reads grow with the analysis
+    interval, not the window. One row per key (a GPU: its exporter's `instance` and its uuid; a pod: its
+    namespace and name), one column per step, one matrix per trace column; NaN where the store had no
+    value. Matrices whose name starts with "_" hold identity (the code of a GPU's pod at each step): they
+    say nothing of whether the GPU reported."""
+
+    def __init__(self, step: float, points: int):
+        self.step, self.points = step, points
+        self.end: float | None = None  # unix seconds of the newest step held
+        self.gpus: dict[tuple[str, str], int] = {}  # (instance, uuid) -> row
+        self.values: dict[str, np.ndarray] = {}  # trace column -> (rows, points)
+        self._rows = 0  # rows allocated in each matrix
+
+    @property
+    def start(self) -> float:
+        assert self.end is not None
+        return self.end - (self.points - 1) * self.step
+
+    def move_to(self, end: float) -> float:
+        """Slide the grid so that its newest step is `end`; the first step the store must be asked for."""
+        shift = self.points if self.end is None else round((end - self.end) / self.step)
+        if not 0 <= shift < self.points:  # the first cycle, a clock that went back, or a cycle missed by a window
+            self.gpus, self.values, self._rows = {}, {}, 0
+            shift = self.points
+        kept = self.points - shift
+        first = max(0, kept - REREAD_STEPS)
+        for matrix in self.values.values():
+            matrix[:, :kept] = matrix[:, shift:]
+            matrix[:, first:] = np.nan
+        self.end = end
+        return self.start + first * self.step
+
+    def add(
+        self,
+        result: list[dict],
+        column: str | Callable[[dict], str | None],
+        weight: Callable[[dict], float] | None = None,
+        key: Callable[[dict], Key | None] = gpulens_gpu,
+        summed: bool | None = None,
+    ) -> int:
+        """A range query's series into `column` (or the column each one's labels name); with `weight`
+        (labels -> factor), the series of a key add up (weight x value) instead; `key` (labels -> the row's
+        key, None to skip the series) places each series. `summed=False` keeps weight x value without
+        adding up (an identity code). The points read.
+        All of a query's points are converted and placed at once: per-series numpy calls would cost
+        more than the points at 10,000 GPUs."""
+        names: dict[str, int] = {}
+        rows, columns, factors, counts, points = [], [], [], [], []
+        for series in result:
+            labels = series["metric"]
+            name = column(labels) if callable(column) else column
+            row_key = key(labels)
+            if name is None or row_key is None:  # a series without the labels that identify it
+                continue
+            rows.append(self._row(row_key))
+            columns.append(names.setdefault(name, len(names)))
+            factors.append(1.0 if weight is None else weight(labels))
+            counts.append(len(series["values"]))
+            points.extend(series["values"])
+        if not points:
+            return 0
+        values = np.array(points, dtype=np.float64).reshape(-1, 2)
+        steps = np.rint((values[:, 0] - self.start) / self.step).astype(np.intp)
+        inside = (steps >= 0) & (steps < self.points)
+        row, which = np.repeat(rows, counts)[inside], np.repeat(columns, counts)[inside]
+        steps, values = steps[inside], (values[:, 1] * np.repeat(factors, counts))[inside]
+        for name, index in names.items():
+            mine = which == index
+            matrix, at = self._matrix(name), (row[mine], steps[mine])
+            if not (weight is not None if summed is None else summed):
+                matrix[at] = values[mine]
+            else:
+                matrix[at] = np.where(np.isnan(matrix[at]), 0.0, matrix[at])
+                np.add.at(matrix, at, values[mine])
+        return len(points)
+
+    def _row(self, key: tuple[str, str]) -> int:
+        row = self.gpus.setdefault(key, len(self.gpus))
+        if row >= self._rows:
+            self._rows = max(64, 2 * self._rows)
+            for name, matrix in self.values.items():
+                grown = np.full((self._rows, self.points), np.nan)
+                grown[: len(matrix)] = matrix
+                self.values[name] = grown
+        return row
+
+    def _matrix(self, name: str) -> np.ndarray:
+        if name not in self.values:
+            self.values[name] = np.full((self._rows, self.points), np.nan)
+        return self.values[name]
+
+    def rows(self) -> tuple[list[tuple[str, str]], np.ndarray, dict[str, np.ndarray]]:
+        """The GPUs with any value in the window (others are forgotten), and the window as rows in (GPU,
+        time) order: each row's GPU (an index into the GPUs) and its trace columns, timestamp included."""
+        held = len(self.gpus)
+        present = np.zeros((held, self.points), dtype=bool)
+        for name, matrix in self.values.items():
+            if not name.startswith("_"):
+                present |= ~np.isnan(matrix[:held])
+        keep = np.any(present, axis=1)
+        if not keep.all():  # GPUs gone for a whole window: drop their rows
+            kept = [key for key, row in self.gpus.items() if keep[row]]
+            self.gpus = {key: row for row, key in enumerate(kept)}
+            self.values = {name: matrix[:held][keep] for name, matrix in self.values.items()}
+            self._rows, present = len(self.gpus), present[keep]
+        gpu, step = np.nonzero(present)
+        columns = {name: matrix[gpu, step] for name, matrix in self.values.items()}  # "_" ones included
+        columns["timestamp"] = self.start + step * self.step
+        return list(self.gpus), gpu, columns
+
+    def at(self, name: str, keys: list[Key | None], step: np.ndarray, key: np.ndarray) -> np.ndarray:
+        """The values of `name` at each (keys[key[i]], step[i]); NaN where the key or the value is missing."""
+        matrix = self.values.get(name)
+        rows = np.array([-1 if k is None else self.gpus.get(k, -1) for k in keys], dtype=np.intp)
+        if matrix is None or not len(rows):
+            return np.full(len(step), np.nan)
+        row = rows[key]
+        out = np.full(len(step), np.nan)
+        known = row >= 0
+        out[known] = matrix[row[known], step[known]]
+        return out
+
+
+@dataclass
+class Window:
+    """The span a reader holds: the GPUs' values and the pods' (CPU, limits, restarts), on one grid."""
+
+    gpus: StepGrid
+    pods: StepGrid
+
+    @classmethod
+    def of(cls, step: float, points: int) -> Window:
+        return cls(StepGrid(step, points), StepGrid(step, points))
+
+    def move_to(self, end: float) -> float:
+        self.pods.move_to(end)
+        return self.gpus.move_to(end)
+
+
+@dataclass
+class Hardware:
+    """What a store says of each GPU beyond its values: model and node by row key, and its topology
+    groups (socket, PCIe root, NVLink island; core/topology.py) by uuid."""
+
+    models: dict[Key, str] = field(default_factory=dict)
+    nodes: dict[Key, str] = field(default_factory=dict)
+    groups: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+class SeriesReader:
+    """Fills a Window from a store: one range query per signal and family for every GPU at once, so the
+    queries do not grow with the fleet. `gpulens_selector` and `dcgm_selector` are label matchers added
+    to each family's series (`job="gpulens-exporter"`), `instances` (set per read) keeps a shard's."""
+
+    def __init__(
+        self,
+        store: Store,
+        step: float,
+        config: mixin.MixinConfig | None = None,
+        gpulens_selector: str = "",
+        dcgm_selector: str = "",
+    ):
+        self.store, self.step = store, step
+        self.config = config or mixin.MixinConfig()
+        self.gpulens_selector, self.dcgm_selector = gpulens_selector, dcgm_selector
+        self.instances = ""
+        #: Pods by code: the "_pod" matrix holds the code of the pod that held a GPU at each step.
+        self.pods: list[tuple[str, str, str]] = [("", "", "")]
+        self._pod_codes: dict[tuple[str, str, str], int] = {("", "", ""): 0}
+        #: Rows read from dcgm-exporter's series, with what its labels said of the GPU.
+        self.dcgm = Hardware()
+        self._exporter_pods = re.compile(self.config.exporter_pods)
+        self._hardware: Hardware | None = None
+        self._hardware_read_at = -math.inf
+        #: Points in the range queries' answers of the last read.
+        self.last_points = 0
+
+    # --- selectors ---------------------------------------------------------------------------------
+    def _matchers(self, family: str, *extra: str) -> str:
+        own = self.gpulens_selector if family == "gpulens" else self.dcgm_selector
+        return ",".join(part for part in (own, self.instances, *extra) if part)
+
+    def _sel(self, name: str, *extra: str) -> str:
+        """A gpulens series with the configured selector, the shard's and `extra` matchers."""
+        matchers = self._matchers("gpulens", *extra)
+        return f"{name}{{{matchers}}}" if matchers else name
+
+    def rate_window(self) -> str:
+        """The range of rate() and increase(): four steps, and never under a minute (four 15 s scrapes)."""
+        return f"{max(4 * self.step, 60):.0f}s"
+
+    # --- reading -----------------------------------------------------------------------------------
+    def read(self, window: Window, start: float, end: float) -> None:
+        """Every query's steps from `start` to `end` (on the grid) into `window`."""
+        gpus, pods = window.gpus, window.pods
+        self.last_points = 0
+
+        def add(
+            expr: str,
+            column: str | Callable[[dict], str | None],
+            weight: Callable[[dict], float] | None = None,
+            key: Callable[[dict], Key | None] = gpulens_gpu,
+            grid: StepGrid = gpus,
+            summed: bool | None = None,
+        ) -> None:
+            result = self.store.query_range(expr, start, end, self.step)
+            self.last_points += grid.add(result, column, weight, key, summed)
+
+        for expr, column, weight in self._gpulens_queries():
+            add(expr, column, weight)
+        pod_labels = ("namespace", "pod", "container")
+        add(
+            f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._sel(m.GPU_POD_INFO.name)})",
+            "_pod",
+            weight=lambda labels: self._pod_code(labels, pod_labels),
+            summed=False,
+        )
+        by = "instance, " + ", ".join(mixin.DCGM_GPU_LABELS)
+        for column, source in mixin.dcgm_columns().items():
+            add(f"max by ({by}) ({source.selector(self._matchers('dcgm'))}) * {source.scale:g}", column, key=dcgm_gpu)
+        add(mixin.dcgm_memory_total(self._matchers("dcgm"), by), "memory_total_bytes", key=dcgm_gpu)
+        labels = ", ".join((*mixin.DCGM_HARDWARE_LABELS, *(n for ns in mixin.DCGM_POD_LABELS.values() for n in ns)))
+        identity = self.store.query_range(
+            f"group by ({by}, {labels}) ({mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}})",
+            start,
+            end,
+            self.step,
+        )
+        layout = self.config.dcgm_pod_labels
+        if layout == "auto":
+            layout = "exported" if any("exported_pod" in s["metric"] for s in identity) else "plain"
+        self.last_points += gpus.add(
+            identity,
+            "_pod",
+            weight=lambda labels: self._pod_code(labels, mixin.DCGM_POD_LABELS[layout]),
+            key=self._dcgm_identity,
+            summed=False,
+        )
+        for expr, column in self._pod_queries():
+            add(expr, column, key=pod_key, grid=pods)
+
+    def _gpulens_queries(self) -> list[tuple[str, str | Callable[[dict], str | None], Callable[[dict], float] | None]]:
+        rate_window, by_gpu = self.rate_window(), "instance, uuid"
+        # Each answer keeps only the labels that place its values (a GPU: its exporter and uuid): a scrape
+        # through kube-prometheus adds a dozen target labels to every series, and once a cycle reads only
+        # the newest steps, labels would be most of its bytes.
+        return [
+            *((f"max by ({by_gpu}) ({self._sel(spec.name)})", column, None) for column, spec in tr.FROM_GAUGES.items()),
+            *(
+                (f"max by ({by_gpu}) (rate({self._sel(spec.name)}[{rate_window}]))", column, None)
+                for column, spec in tr.FROM_RATES.items()
+            ),
+            # Error rates of a GPU's links add up by kind; so do the bits of the clock-event reasons active.
+            (
+                f"sum by ({by_gpu}, type) (rate({self._sel(m.NVLINK_ERRORS.name)}[{rate_window}]))",
+                lambda labels: _ERROR_COLUMN.get(labels.get("type", "")),
+                lambda labels: 1.0,
+            ),
+            (
+                f"max by ({by_gpu}, reason) ({self._sel(m.CLOCK_EVENT_ACTIVE.name)} == 1)",
+                "clock_event_reasons",
+                lambda labels: m.CLOCK_EVENT_REASONS.get(labels.get("reason", ""), 0),
+            ),
+            *((f"max by ({by_gpu}) ({expr})", column, None) for column, expr in self._shape_queries().items()),
+        ]
+
+    def _shape_queries(self) -> dict[str, str]:
+        """The SHAPE columns (core/trace.py) as PromQL: counts per row are rates times the step, so that
+        their sum over a window is the number of samples, transitions and bursts in it."""
+        window = self.rate_window()
+        count = f"increase({self._sel(m.ACTIVITY.name + '_count')}[{window}])"
+
+        def below(bound: float) -> str:
+            selector = self._sel(m.ACTIVITY.name + "_bucket", f'le="{bound:g}"')
+            return f"increase({selector}[{window}]) / ignoring(le) {count}"
+
+        def per_row(name: str) -> str:
+            return f"rate({self._sel(name)}[{window}]) * {self.step:g}"
+
+        return {
+            "activity_samples": per_row(m.ACTIVITY.name + "_count"),
+            "activity_idle_ratio": below(IDLE_BOUND),
+            "activity_low_ratio": below(LOW_BOUND),
+            "activity_high_ratio": f"1 - ({below(HIGH_BOUND)})",
+            "activity_transitions": per_row(m.ACTIVITY_TRANSITIONS.name),
+            "steady_bursts": per_row(m.STEADY_BURSTS.name),
+        }
+
+    def _pod_queries(self) -> list[tuple[str, str]]:
+        """Per pod, at each step: CPU used (cAdvisor), its limit (kube-state-metrics, else the CFS quota
+        cAdvisor reports), and its containers' restarts (kube-state-metrics' counter: a rise in a window
+        is a restart in it)."""
+        return [
+            (
+                "sum by (namespace, pod) (rate(container_cpu_usage_seconds_total"
+                f'{{container!="",container!="POD"}}[{self.rate_window()}]))',
+                "cpu_usage_cores",
+            ),
+            (
+                'sum by (namespace, pod) (kube_pod_container_resource_limits{resource="cpu"}) or sum by '
+                '(namespace, pod) (container_spec_cpu_quota{container!=""} / container_spec_cpu_period{container!=""})',
+                "cpu_limit_cores",
+            ),
+            ("sum by (namespace, pod) (kube_pod_container_status_restarts_total)", "restarts_total"),
+        ]
+
+    def _pod_code(self, labels: dict, names: tuple[str, ...]) -> float:
+        """The code of the pod an identity series names in `names` (namespace, pod, container): 0 for
+        none, and for the exporters' own pods (config.exporter_pods), which hold no GPU."""
+        pod = (labels.get(names[0], ""), labels.get(names[1], ""), labels.get(names[2], ""))
+        if not pod[1] or self._exporter_pods.fullmatch(pod[1]):
+            return 0.0
+        code = self._pod_codes.get(pod)
+        if code is None:
+            code = self._pod_codes[pod] = len(self.pods)
+            self.pods.append(pod)
+        return float(code)
+
+    def _dcgm_identity(self, labels: dict) -> Key | None:
+        """The row of a dcgm-exporter identity series; records the GPU's model and node on the way."""
+        row = dcgm_gpu(labels)
+        if row is not None:
+            self.dcgm.models[row] = labels.get("modelName", "")
+            node = next((labels[n] for n in ("Hostname", "hostname", "node") if labels.get(n)), "")
+            self.dcgm.nodes[row] = node or row[0]
+        return row
+
+    # --- the frame -----------------------------------------------------------------------------------
+    def hardware(self, keys: list[Key], end: float, lookback: float) -> Hardware:
+        """gpulens' gpu_info (model, node) by row key and the topology groups by uuid, as of `end` over
+        the `lookback` seconds before it. Hardware changes rarely and the topology is a series per pair of
+        GPUs (a third of a node's series): read every HARDWARE_REFRESH_SECONDS, or at once when a gpulens
+        GPU appears that the last read did not have."""
+        cached = self._hardware
+        if (
+            cached is not None
+            and time.monotonic() - self._hardware_read_at < HARDWARE_REFRESH_SECONDS
+            and all(k in cached.models or k in self.dcgm.models for k in keys)
+        ):
+            return cached
+        window = f"{lookback:.0f}s"
+        info = {
+            gpulens_gpu(r["metric"]): r["metric"]
+            for r in self.store.query(f"last_over_time({self._sel(m.GPU_INFO.name)}[{window}])", end)
+            if "uuid" in r["metric"]
+        }
+        pairs = [
+            (r["metric"]["uuid"], r["metric"]["peer_uuid"], r["metric"]["level"], r["metric"].get("p2p", "unknown"))
+            for r in self.store.query(f"last_over_time({self._sel(m.TOPOLOGY.name)}[{window}])", end)
+            if {"uuid", "peer_uuid", "level"} <= r["metric"].keys()
+        ]
+        self._hardware = Hardware(
+            {k: labels.get("model", "") for k, labels in info.items() if k is not None},
+            {k: labels.get("node", "") for k, labels in info.items() if k is not None},
+            {column: of(pairs) for column, of in GROUPS.items()},
+        )
+        self._hardware_read_at = time.monotonic()
+        return self._hardware
+
+    def frame(self, window: Window, lookback: float) -> pd.DataFrame:
+        """The window's rows as a trace frame: a row per GPU and step with a value, the GPU's model, node
+        and topology, the pod that held it at that step, and that pod's CPU and restarts. A GPU that
+        reports through gpulens' exporter too keeps only gpulens' rows."""
+        keys, gpu, columns = window.gpus.rows()
+        if not len(gpu):
+            return fr.empty()
+        assert window.gpus.end is not None
+        hardware = self.hardware([k for k in keys if k not in self.dcgm.models], window.gpus.end, lookback)
+        from_gpulens = {k[1] for k in keys if k not in self.dcgm.models}
+        dropped = np.array([k in self.dcgm.models and k[1].split("/")[0] in from_gpulens for k in keys], dtype=bool)
+        if dropped.any():
+            keep = ~dropped[gpu]
+            gpu, columns = gpu[keep], {name: values[keep] for name, values in columns.items()}
+        frame = pd.DataFrame({name: values for name, values in columns.items() if not name.startswith("_")})
+        models = {**hardware.models, **self.dcgm.models}
+        nodes = {**hardware.nodes, **self.dcgm.nodes}
+        per_gpu = {
+            "instance": [k[0] for k in keys],
+            "gpu": [k[1] for k in keys],
+            "gpu_model": [models.get(k, "") for k in keys],
+            "node": [nodes.get(k) or k[0] for k in keys],
+        }
+        for column, values in per_gpu.items():
+            frame[column] = pd.Categorical(values).take(gpu)
+        for column, group in hardware.groups.items():
+            frame[column] = np.array([group.get(k[1], np.nan) for k in keys], dtype=np.float64)[gpu]
+        code = np.nan_to_num(columns.get("_pod", np.zeros(len(gpu))), nan=0.0).astype(np.intp)
+        for j, column in enumerate(("namespace", "pod", "container")):
+            categories, inverse = np.unique([p[j] for p in self.pods], return_inverse=True)
+            frame[column] = pd.Categorical.from_codes(inverse[code], categories=pd.Index(categories))
+        window.pods.rows()  # forgets the pods gone for a whole window
+        step = np.rint((columns["timestamp"] - window.pods.start) / self.step).astype(np.intp)
+        pod_keys = [(ns, pod) if pod else None for ns, pod, _ in self.pods]
+        for column in ("cpu_usage_cores", "cpu_limit_cores", "restarts_total"):
+            frame[column] = window.pods.at(column, pod_keys, step, code)
+        return fr.normalize(frame)

@@ -1,0 +1,125 @@
+"""`gpulens report --prometheus`: verdicts over a span of days read from a store, in pieces.
+
+A week of a fleet does not fit in memory as one trace (1,000 GPUs at 30 s is 20 million rows), so the span
+is read and judged a piece at a time, and each pod's ledger (analyzer/history.py) carries on from piece
+to piece: memory grows with the GPUs and pods, not with the span. Each piece counts its own slots and is
+read with a window of samples before and after them, so the verdicts are those of judging the span whole
+(tests/test_history.py holds them equal).
+
+A piece holds about PIECE_ROWS rows (GPUs x steps): its length is set from the GPUs the first piece found.
+The store's own limits (points per series, samples per query) are the store client's concern
+(analyzer/store.py): it cuts and retries the range queries a piece makes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from gpulens.analyzer.classify import Verdict, judge
+from gpulens.analyzer.features import pod_features
+from gpulens.analyzer.history import Ledger, default_window, ledgers
+from gpulens.analyzer.series import SeriesReader, Window
+from gpulens.core.thresholds import Thresholds
+
+#: Rows (GPUs x steps) a piece holds: about 0.6 GiB of trace frame with every column, and its grid.
+PIECE_ROWS = 2_000_000
+#: The first piece's length, before the number of GPUs is known.
+FIRST_PIECE_SECONDS = 6 * 3600.0
+
+
+@dataclass
+class Progress:
+    """What a read has done so far, for a progress bar: pieces, seconds of the span, bytes and GPUs."""
+
+    pieces_done: int = 0
+    span_seconds: float = 0.0
+    seconds_done: float = 0.0
+    bytes_read: int = 0
+    gpus: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Span:
+    """The span a report covers, on the store's step grid: unix seconds, both ends included."""
+
+    start: float
+    end: float
+    step: float
+
+    @classmethod
+    def aligned(cls, start: float, end: float, step: float) -> Span:
+        first, last = math.ceil(start / step) * step, math.floor(end / step) * step
+        if last <= first:
+            raise ValueError(f"the span from {start:.0f} to {end:.0f} holds no step of {step:g} s: widen --since")
+        return cls(first, last, step)
+
+
+def report(
+    reader: SeriesReader,
+    span: Span,
+    t: Thresholds,
+    prices: dict[str, float] | None = None,
+    window: float | None = None,
+    slide: float | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> list[Verdict]:
+    """Each unit's headline verdict over `span`, read through `reader` piece by piece. window and slide
+    are seconds (None: default_window() for the step, as for a file sampled at that interval)."""
+    auto_window, auto_slide = default_window(span.step, t)
+    window = window or auto_window
+    slide = slide or min(auto_slide, window)
+    if slide > window:
+        raise ValueError(f"--step ({slide:g} s) must be at most --window ({window:g} s)")
+    progress = Progress(span_seconds=span.end - span.start)
+    if span.end - span.start < window:  # one window: classify() the whole span
+        frame = _read(reader, span.start, span.end, span.step, progress)
+        _report(progress, on_progress, span.end - span.start)
+        return judge(pod_features(frame, t), t, prices) if len(frame) else []
+    totals: dict[str, Ledger] = {}
+    piece = _piece_seconds(FIRST_PIECE_SECONDS, slide, window)
+    counted_from = span.start
+    while counted_from <= span.end:
+        counted_to = min(counted_from + piece, span.end + span.step)
+        frame = _read(
+            reader, max(span.start, counted_from - window), min(span.end, counted_to + window), span.step, progress
+        )
+        for unit, ledger in ledgers(frame, t, prices, window, slide, span.start, (counted_from, counted_to)).items():
+            if unit in totals:
+                totals[unit].merge(ledger)
+            else:
+                totals[unit] = ledger
+        _report(progress, on_progress, counted_to - counted_from)
+        if progress.gpus:
+            piece = _piece_seconds(PIECE_ROWS / len(progress.gpus) * span.step - 2 * window, slide, window)
+        counted_from = counted_to
+    return [ledger.verdict(t) for ledger in totals.values()]
+
+
+def _piece_seconds(seconds: float, slide: float, window: float) -> float:
+    """A piece's counted length: a whole number of slides (so pieces meet on slot boundaries), at least
+    one window (the reads around a piece are two windows more)."""
+    return max(math.floor(seconds / slide), math.ceil(window / slide)) * slide
+
+
+def _read(reader: SeriesReader, start: float, end: float, step: float, progress: Progress) -> pd.DataFrame:
+    """The trace frame of [start, end] (on the grid), counted into `progress`."""
+    points = round((end - start) / step) + 1
+    held = Window.of(step, points)
+    held.move_to(end)
+    before = reader.store.read_bytes
+    reader.read(held, start, end)
+    frame = reader.frame(held, end - start + step)
+    progress.bytes_read += reader.store.read_bytes - before
+    progress.gpus.update(frame["gpu"].unique())
+    return frame
+
+
+def _report(progress: Progress, on_progress: Callable[[Progress], None] | None, seconds: float) -> None:
+    progress.pieces_done += 1
+    progress.seconds_done = min(progress.span_seconds, progress.seconds_done + seconds)
+    if on_progress is not None:
+        on_progress(progress)

@@ -1,0 +1,321 @@
+"""A client of the Prometheus HTTP API that every store speaks: Prometheus, Thanos Query, Mimir,
+VictoriaMetrics, Grafana Cloud. The live analyzer and `gpulens report --prometheus` both read through it.
+
+What it takes care of, so that its callers see series or one clear error:
+- Credentials (`StoreAuth`): a bearer token file (re-read when it changes, as projected service-account
+  tokens rotate), basic auth, extra headers (Mimir's `X-Scope-OrgID` tenant), a CA file and a client
+  certificate. They never appear in an error or a log line: errors name the store by its URL, redacted.
+- Range queries past a store's limit per query: Prometheus refuses more than 11,000 points per series
+  (`exceeded maximum resolution`), VictoriaMetrics more than `-search.maxPointsPerTimeseries` (30,000
+  by default) or `-search.maxSamplesPerQuery` samples, Mimir more than `max_fetched_samples_per_query`
+  or chunks, Prometheus more than `--query.max-samples`. A range is cut to MAX_POINTS_PER_SERIES
+  points beforehand, and halved again when the store still refuses it for size.
+- Failures that pass: 429, 502, 503 and 504 answers, time-outs and refused connections are retried with
+  a doubling backoff (RETRIES times, honouring Retry-After); Thanos is asked for `partial_response=false`
+  so that a store behind it that fails makes the query fail rather than answer in part, and an answer
+  that still carries warnings (an incomplete result) is retried and then refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import requests
+
+from gpulens.core.config import ConfigError, redact
+
+#: Prometheus' limit of points per series in one range query (promql: "exceeded maximum resolution of
+#: 11,000 points per timeseries"); VictoriaMetrics' default is 30,000, Thanos and Mimir pass Prometheus'.
+MAX_POINTS_PER_SERIES = 11_000
+#: Times a failure that may pass (429, 502-504, a time-out, a refused connection) is retried by a report.
+#: The live analyzer retries once: its next cycle is the next try.
+RETRIES = 3
+#: Seconds before the first retry; each next one waits twice as long.
+RETRY_SECONDS = 1.0
+#: Words of the errors with which stores refuse a query for its size, in Prometheus (422 "exceeded
+#: maximum resolution", "query processing would load too many samples into memory"), VictoriaMetrics
+#: ("cannot select more than -search.maxSamplesPerQuery", "too many points", "exceeds
+#: -search.maxPointsPerTimeseries"), Mimir and Thanos ("the query exceeded the maximum number of chunks",
+#: "fetched samples", "exceeded ... max_fetched").
+_TOO_BIG = re.compile(
+    r"maximum resolution|too many samples|maxSamplesPerQuery|maxPointsPerTimeseries|too many points|"
+    r"exceeded the maximum number of|max.fetched|maximum number of samples|max_samples",
+    re.IGNORECASE,
+)
+_RETRY_STATUS = {429, 502, 503, 504}
+
+
+class StoreError(Exception):
+    """The store could not answer; the message names the store, the query and what to do."""
+
+
+@dataclass(frozen=True)
+class StoreAuth:
+    """How to reach a store behind authentication, from the `--prometheus.*` flags."""
+
+    bearer_token_file: str = ""
+    basic_auth_username: str = ""
+    basic_auth_password_file: str = ""
+    #: Extra headers, as (name, value): Mimir's tenant (`X-Scope-OrgID`), a proxy's key.
+    headers: tuple[tuple[str, str], ...] = ()
+    #: PEM file of the CA that signed the store's certificate; "" trusts the system's CAs.
+    ca_file: str = ""
+    #: PEM files of a client certificate and its key, for stores that require mutual TLS.
+    cert_file: str = ""
+    key_file: str = ""
+
+    @staticmethod
+    def parse_header(text: str) -> tuple[str, str]:
+        """'Name: value' (a --prometheus.header flag) as (name, value); ConfigError when it is not one."""
+        name, sep, value = text.partition(":")
+        name, value = name.strip(), value.strip()
+        if not sep or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+            raise ConfigError(f"--prometheus.header {text!r} is not 'Name: value' (e.g. 'X-Scope-OrgID: team-a')")
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise ConfigError(f"--prometheus.header {name}: HTTP header values must be Latin-1 text") from None
+        if "\r" in value or "\n" in value:
+            raise ConfigError(f"--prometheus.header {name}: a value may not contain a line break")
+        return name, value
+
+    def check(self) -> None:
+        """Refuse, at start, settings that could never work: files that cannot be read, a certificate
+        without its key, a password without a user. The messages name the flag and the fix."""
+        if bool(self.basic_auth_username) != bool(self.basic_auth_password_file):
+            raise ConfigError(
+                "--prometheus.basic-auth.username and --prometheus.basic-auth.password-file go together: give both"
+            )
+        if self.bearer_token_file and self.basic_auth_username:
+            raise ConfigError("give either a bearer token file or basic auth for Prometheus, not both")
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ConfigError("--prometheus.cert-file and --prometheus.key-file go together: give both")
+        for flag, path in (
+            ("--prometheus.bearer-token-file", self.bearer_token_file),
+            ("--prometheus.basic-auth.password-file", self.basic_auth_password_file),
+            ("--prometheus.ca-file", self.ca_file),
+            ("--prometheus.cert-file", self.cert_file),
+            ("--prometheus.key-file", self.key_file),
+        ):
+            if path:
+                _read_secret(path, flag)
+
+
+def _read_secret(path: str, flag: str) -> str:
+    """A file's text without its surrounding whitespace; ConfigError naming the flag (never the content)."""
+    try:
+        return Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else "it is not text"
+        raise ConfigError(f"{flag} {path}: cannot read it ({reason})") from None
+
+
+@dataclass
+class Answer:
+    """What one query read: its series (Prometheus' `data.result`) and the bytes of its answers."""
+
+    series: list[dict] = field(default_factory=list)
+    bytes_read: int = 0
+
+
+class Store:
+    """One store's HTTP API, with its credentials. `read_bytes` counts every answer read."""
+
+    def __init__(
+        self,
+        url: str,
+        auth: StoreAuth | None = None,
+        timeout: float = 30.0,
+        max_points: int = MAX_POINTS_PER_SERIES,
+        retries: int = RETRIES,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.url = url.rstrip("/")
+        self.auth = auth or StoreAuth()
+        self.timeout = timeout
+        self.max_points = max_points
+        self.retries = retries
+        self.sleep = sleep
+        self.read_bytes = 0
+        self.session = requests.Session()
+        self.session.headers.update(dict(self.auth.headers))
+        if self.auth.ca_file:
+            self.session.verify = self.auth.ca_file
+        if self.auth.cert_file:
+            self.session.cert = (self.auth.cert_file, self.auth.key_file)
+        if self.auth.basic_auth_username:
+            password = _read_secret(self.auth.basic_auth_password_file, "--prometheus.basic-auth.password-file")
+            self.session.auth = (self.auth.basic_auth_username, password)
+        self._token: tuple[float, str] | None = None  # (the file's mtime, its token)
+
+    @property
+    def name(self) -> str:
+        """The store as errors name it: its URL, without credentials."""
+        return f"Prometheus at {redact(self.url)}"
+
+    def close(self) -> None:
+        self.session.close()
+
+    def query(self, expr: str, at: float) -> list[dict]:
+        """An instant query's series at unix time `at`."""
+        return self._api("query", {"query": expr, "time": _time(at)})
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        """A range query's series from `start` to `end` (unix seconds, on the step grid), cut into ranges
+        of at most max_points points per series, and halved again while the store refuses one for its
+        size. The series of the pieces are joined by their labels, in time order."""
+        result: list[dict] = []
+        span = (self.max_points - 1) * step
+        at = start
+        while at <= end:
+            until = min(end, at + span)
+            result = _joined(result, self._range(expr, at, until, step))
+            at = until + step
+        return result
+
+    def _range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        params = {"query": expr, "start": _time(start), "end": _time(end), "step": f"{step:g}"}
+        try:
+            return self._api("query_range", params)
+        except _TooBig as e:
+            steps = round((end - start) / step)
+            if steps < 2:
+                raise StoreError(
+                    f"{self.name} refuses {expr!r} even for {steps + 1} steps: {e.reason}. Raise the store's "
+                    "limit of samples per query (Prometheus --query.max-samples, VictoriaMetrics "
+                    "-search.maxSamplesPerQuery, Mimir max_fetched_samples_per_query) or read fewer GPUs at once"
+                ) from None
+            middle = start + (steps // 2) * step
+            return _joined(self._range(expr, start, middle, step), self._range(expr, middle + step, end, step))
+
+    def _api(self, endpoint: str, params: dict[str, str]) -> list[dict]:
+        """The series of /api/v1/<endpoint>, retried while the failure may pass."""
+        # Thanos answers in part when a store behind it fails, unless told not to; the others ignore it.
+        params = {**params, "partial_response": "false"}
+        expr = params["query"]
+        for attempt in range(self.retries + 1):
+            wait = RETRY_SECONDS * 2**attempt
+            try:
+                response = self.session.post(
+                    f"{self.url}/api/v1/{endpoint}",
+                    data=params,
+                    headers=self._bearer(),
+                    timeout=self.timeout,
+                )
+            except requests.Timeout:
+                problem = f"{self.name} did not answer {expr!r} within {self.timeout:g} s"
+                fix = (
+                    "the store is overloaded or the query too large: raise --prometheus.timeout or read a shorter span"
+                )
+            except requests.exceptions.SSLError as e:
+                raise StoreError(
+                    redact(
+                        f"cannot reach {self.name} over TLS: {e}. Check --prometheus.ca-file, --prometheus.cert-file"
+                    )
+                ) from None
+            except requests.RequestException as e:
+                problem = redact(f"cannot reach {self.name}: {e}")
+                fix = "check the URL and that the store is up"
+            else:
+                self.read_bytes += len(response.content)
+                outcome = self._outcome(response, expr)
+                if isinstance(outcome, list):
+                    return outcome
+                problem, fix, retry_after = outcome
+                if retry_after is not None:
+                    wait = max(wait, retry_after)
+            if attempt < self.retries:
+                self.sleep(wait)
+        tries = f" (tried {self.retries + 1} times)" if self.retries else ""
+        raise StoreError(f"{problem}{tries}: {fix}")
+
+    def _outcome(self, response: requests.Response, expr: str) -> list[dict] | tuple[str, str, float | None]:
+        """The series of a good answer; _TooBig or StoreError for a final refusal; (problem, fix, seconds
+        to wait or None) for one worth retrying."""
+        status = response.status_code
+        if status in (401, 403):
+            raise StoreError(
+                f"{self.name} refused the credentials (HTTP {status}) for {expr!r}: check "
+                "--prometheus.bearer-token-file or --prometheus.basic-auth.*, and the tenant header "
+                "(--prometheus.header 'X-Scope-OrgID: ...') where the store has tenants"
+            )
+        try:
+            body = orjson.loads(response.content)
+        except orjson.JSONDecodeError:
+            body = None
+        error = str(body.get("error", "")) if isinstance(body, dict) else response.text[:300].strip()
+        if body is not None and not isinstance(body, dict):
+            error = "not an object of the Prometheus HTTP API"
+        if status in _RETRY_STATUS:
+            retry_after = response.headers.get("Retry-After", "")
+            return (
+                f"{self.name} answered HTTP {status} to {expr!r}" + (f" ({error})" if error else ""),
+                "the store is overloaded or restarting: try again later, or read a shorter span",
+                float(retry_after) if retry_after.isdigit() else None,
+            )
+        if _TOO_BIG.search(error):
+            raise _TooBig(error)
+        if body is None:
+            raise StoreError(
+                f"{self.name} answered HTTP {status} with no JSON to {expr!r}: is this the Prometheus HTTP API? "
+                "(Thanos Query, Mimir's /prometheus prefix and VictoriaMetrics serve it)"
+            )
+        if not isinstance(body, dict) or body.get("status") != "success":
+            raise StoreError(f"{self.name} refused {expr!r}: {error or 'no reason given'} (HTTP {status})")
+        warnings = body.get("warnings")
+        if warnings:
+            return (
+                f"{self.name} answered {expr!r} in part: {'; '.join(map(str, warnings))}",
+                "a store behind it failed (Thanos: a store or sidecar; Mimir: an ingester); a report would be "
+                "silently incomplete, so gpulens stops",
+                None,
+            )
+        data = body.get("data")
+        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(result, list) or not all(
+            isinstance(s, dict) and isinstance(s.get("metric"), dict) for s in result
+        ):
+            raise StoreError(f"{self.name} answered {expr!r} without a list of series in data.result")
+        return result
+
+    def _bearer(self) -> dict[str, str] | None:
+        """The Authorization header of the bearer token file, read again whenever the file changes."""
+        path = self.auth.bearer_token_file
+        if not path:
+            return None
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError as e:
+            raise StoreError(f"--prometheus.bearer-token-file {path}: cannot read it ({e.strerror})") from None
+        if self._token is None or self._token[0] != mtime:
+            self._token = (mtime, _read_secret(path, "--prometheus.bearer-token-file"))
+        return {"Authorization": f"Bearer {self._token[1]}"}
+
+
+class _TooBig(Exception):
+    """The store refused a query for its size: a smaller range may pass."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _joined(first: list[dict], second: list[dict]) -> list[dict]:
+    """The series of two consecutive ranges of one query, joined by their labels."""
+    by_labels = {tuple(sorted(s["metric"].items())): s for s in first}
+    for series in second:
+        held = by_labels.setdefault(tuple(sorted(series["metric"].items())), series)
+        if held is not series:
+            held["values"].extend(series["values"])
+    return list(by_labels.values())
+
+
+def _time(seconds: float) -> str:
+    """Unix seconds as the API takes them, exactly: no exponent, no float noise."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".")

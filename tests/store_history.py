@@ -1,0 +1,186 @@
+"""A week of a small simulated fleet as a store holds it: the trace (the oracle a file report reads) and
+the same samples as OpenMetrics in the series layouts fleets scrape, for a real Prometheus (backfilled
+with promtool) and a real VictoriaMetrics (imported over its HTTP API).
+
+Layouts, told apart by their `job`, so that one store holds them all and a report picks one by selector:
+- `gpulens`: gpulens' exporter, scraped with honor_labels (its namespace/pod/container kept), `node` set.
+- `dcgm-exported`: NVIDIA dcgm-exporter as the GPU Operator's ServiceMonitor scrapes it: the GPU's pod in
+  exported_namespace/exported_pod/exported_container, the target's own namespace/pod/container (the
+  dcgm-exporter pod) on every series.
+- `dcgm-plain`: dcgm-exporter scraped with honorLabels: the GPU's pod in namespace/pod/container, and the
+  dcgm-exporter pod's labels on the series of GPUs no pod holds (Prometheus adds a target label where the
+  series has none).
+dcgm-exporter's units are its own: percent, MiB, MHz; gpulens' are ratios, bytes and hertz.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pandas as pd
+
+from gpulens.analyzer import frame as fr
+from gpulens.core.dcgm import MIB
+from gpulens.simulator.fleet import load_fleet
+from gpulens.simulator.workloads import PROFILES
+
+#: The week: Sunday 2025-11-09 00:00 UTC to Sunday 2025-11-16 00:00 UTC, sampled every STEP seconds.
+START = 1_762_646_400.0
+DAYS = 7
+STEP = 300.0
+NODE = "gpu-node-a"
+#: GPU 1's notebook pod is replaced by another halfway through the week: a GPU passes between pods.
+HANDOVER = START + DAYS * 86400 / 2
+LAYOUTS = ("gpulens", "dcgm-exported", "dcgm-plain")
+DCGM_EXPORTER_POD = ("gpu-operator", "nvidia-dcgm-exporter-7xk2p", "nvidia-dcgm-exporter")
+
+
+@dataclass(frozen=True)
+class Series:
+    """One signal in each family: gpulens' name, dcgm-exporter's, and the factor from the trace's unit
+    to dcgm-exporter's."""
+
+    column: str
+    gpulens: str
+    dcgm: str
+    to_dcgm: float
+
+
+SIGNALS = (
+    Series("gpu_util", "gpulens_gpu_utilization_ratio", "DCGM_FI_DEV_GPU_UTIL", 100.0),
+    Series("sm_active", "gpulens_gpu_sm_active_ratio", "DCGM_FI_PROF_SM_ACTIVE", 1.0),
+    Series("memory_used_bytes", "gpulens_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED", 1 / MIB),
+    Series("power_watts", "gpulens_gpu_power_usage_watts", "DCGM_FI_DEV_POWER_USAGE", 1.0),
+)
+
+
+def week_trace() -> pd.DataFrame:
+    """The fleet's week as a trace: a training pod, notebooks handed over, a serving replica, and a GPU no
+    pod holds, on one H100 node with profiling."""
+    node = load_fleet(
+        {
+            "seed": 7,
+            "nodes": [
+                {
+                    "name": NODE,
+                    "model": "H100-SXM5-80GB",
+                    "gpus": 4,
+                    "workloads": [
+                        {"profile": "healthy_training", "gpus": [0], "pod": "ml/trainer-0/train"},
+                        {"profile": "notebook", "gpus": [1], "pod": "research/notebook-a/jupyter"},
+                        {"profile": "serving", "gpus": [2], "pod": "serve/llm-0/server"},
+                    ],
+                }
+            ],
+        }
+    )[0]
+    rows = []
+    times = START + STEP * np.arange(int(DAYS * 86400 / STEP))
+    for gpu in node.gpus:
+        model = gpu.model
+        usable = model.memory_total_bytes - model.memory_reserved_bytes
+        for t in times:
+            a = PROFILES[gpu.profile](gpu, float(t), STEP)
+            pod = gpu.pod
+            if pod is not None and gpu.index == 1 and t >= HANDOVER:
+                pod = replace(pod, pod="notebook-b")
+            rows.append(
+                {
+                    "timestamp": float(t),
+                    "gpu": gpu.uuid,
+                    "node": NODE,
+                    "gpu_model": model.name,
+                    "namespace": pod.namespace if pod else "",
+                    "pod": pod.pod if pod else "",
+                    "container": pod.container if pod else "",
+                    "gpu_util": round(a.busy, 2),
+                    "sm_active": round(a.sm_active, 4),
+                    "memory_used_bytes": float(round(a.memory_fraction * usable / MIB) * MIB),
+                    "memory_total_bytes": float(model.memory_total_bytes),
+                    "power_watts": round(
+                        model.idle_power_watts + a.power_fraction * (model.power_limit_watts - model.idle_power_watts), 1
+                    ),
+                }
+            )
+    return fr.normalize(pd.DataFrame(rows))
+
+
+def _labels(labels: dict[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def _number(value: float) -> str:
+    return repr(float(value))
+
+
+def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, float, float]]]:
+    """Metric name -> its samples (labels text, unix seconds, value) in `layout`."""
+    out: dict[str, list[tuple[str, float, float]]] = {}
+    gpus = {uuid: rows for uuid, rows in trace.groupby("gpu", observed=True, sort=True)}
+    for index, (uuid, rows) in enumerate(gpus.items()):
+        model = str(rows["gpu_model"].iloc[0])
+        ts = rows["timestamp"].to_numpy()
+        pods = list(zip(rows["namespace"].astype(str), rows["pod"].astype(str), rows["container"].astype(str)))
+        if layout == "gpulens":
+            base = {"job": "gpulens", "instance": "10.0.0.1:9835", "node": NODE, "gpu": str(index), "uuid": uuid}
+            gauges = {s.gpulens: s.column for s in SIGNALS} | {"gpulens_gpu_memory_total_bytes": "memory_total_bytes"}
+            for name, column in gauges.items():
+                out.setdefault(name, []).extend(
+                    (_labels(base), t, v) for t, v in zip(ts, rows[column].to_numpy(), strict=True)
+                )
+            out.setdefault("gpulens_gpu_info", []).extend(
+                (_labels({**base, "model": model}), t, 1.0) for t in ts
+            )
+            for t, (namespace, pod, container) in zip(ts, pods, strict=True):
+                if pod:
+                    labels = {**base, "namespace": namespace, "pod": pod, "container": container}
+                    out.setdefault("gpulens_gpu_pod_info", []).append((_labels(labels), t, 1.0))
+            continue
+        target = {"job": layout, "instance": "10.0.0.2:9400"}
+        gpu_labels = {"gpu": str(index), "UUID": uuid, "device": f"nvidia{index}", "modelName": model, "Hostname": NODE}
+        free = (rows["memory_total_bytes"] - rows["memory_used_bytes"]).to_numpy() / MIB
+        for t_index, (t, (namespace, pod, container)) in enumerate(zip(ts, pods, strict=True)):
+            if layout == "dcgm-exported":
+                own = dict(zip(("namespace", "pod", "container"), DCGM_EXPORTER_POD, strict=True))
+                workload = (
+                    {"exported_namespace": namespace, "exported_pod": pod, "exported_container": container}
+                    if pod
+                    else {}
+                )
+                labels = _labels({**gpu_labels, **workload, **target, **own})
+            else:
+                held = (namespace, pod, container) if pod else DCGM_EXPORTER_POD
+                labels = _labels({**gpu_labels, **dict(zip(("namespace", "pod", "container"), held, strict=True)), **target})
+            for s in SIGNALS:
+                value = rows[s.column].iat[t_index]
+                if not math.isnan(value):
+                    out.setdefault(s.dcgm, []).append((labels, t, value * s.to_dcgm))
+            out.setdefault("DCGM_FI_DEV_FB_FREE", []).append((labels, t, free[t_index]))
+    return out
+
+
+def openmetrics(trace: pd.DataFrame, layouts: tuple[str, ...] = LAYOUTS) -> str:
+    """The samples as OpenMetrics with timestamps in seconds, as `promtool tsdb create-blocks-from
+    openmetrics` reads them: each family's samples together, # EOF at the end."""
+    families: dict[str, list[tuple[str, float, float]]] = {}
+    for layout in layouts:
+        for name, samples in series_lines(trace, layout).items():
+            families.setdefault(name, []).extend(samples)
+    lines = []
+    for name, samples in families.items():
+        lines.append(f"# TYPE {name} gauge")
+        lines.extend(f"{name}{labels} {_number(v)} {t:.0f}" for labels, t, v in samples)
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+def prometheus_text(trace: pd.DataFrame, layouts: tuple[str, ...] = LAYOUTS) -> str:
+    """The same samples in Prometheus' text format with timestamps in milliseconds, as VictoriaMetrics'
+    /api/v1/import/prometheus reads them."""
+    lines = []
+    for layout in layouts:
+        for name, samples in series_lines(trace, layout).items():
+            lines.extend(f"{name}{labels} {_number(v)} {t * 1000:.0f}" for labels, t, v in samples)
+    return "\n".join(lines) + "\n"
