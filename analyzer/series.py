@@ -284,7 +284,7 @@ class SeriesReader:
         )
         by = "instance, " + ", ".join(mixin.DCGM_GPU_LABELS)
         for column, source in mixin.dcgm_columns().items():
-            add(f"max by ({by}) ({source.selector(self._matchers('dcgm'))}) * {source.scale:g}", column, key=dcgm_gpu)
+            add(f"max by ({by}) ({source.selector(self._matchers('dcgm'))}) * {source.scale!r}", column, key=dcgm_gpu)
         add(mixin.dcgm_memory_total(self._matchers("dcgm"), by), "memory_total_bytes", key=dcgm_gpu)
         labels = ", ".join((*mixin.DCGM_HARDWARE_LABELS, *(n for ns in mixin.DCGM_POD_LABELS.values() for n in ns)))
         identity = self.store.query_range(

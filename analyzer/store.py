@@ -49,6 +49,9 @@ _TOO_BIG = re.compile(
     re.IGNORECASE,
 )
 _RETRY_STATUS = {429, 502, 503, 504}
+#: Refusals of the credentials by a store that does not answer 401 or 403 for them: vmauth answers 400
+#: "cannot find the provided auth token"; Mimir answers 401 "no org id" without a tenant.
+_AUTH_REFUSED = re.compile(r"auth token|unauthori[sz]ed|invalid credentials|no org id", re.IGNORECASE)
 
 
 class StoreError(Exception):
@@ -239,7 +242,7 @@ class Store:
         """The series of a good answer; _TooBig or StoreError for a final refusal; (problem, fix, seconds
         to wait or None) for one worth retrying."""
         status = response.status_code
-        if status in (401, 403):
+        if status in (401, 403) or (status == 400 and _AUTH_REFUSED.search(response.text[:300])):
             raise StoreError(
                 f"{self.name} refused the credentials (HTTP {status}) for {expr!r}: check "
                 "--prometheus.bearer-token-file or --prometheus.basic-auth.*, and the tenant header "
@@ -249,7 +252,7 @@ class Store:
             body = orjson.loads(response.content)
         except orjson.JSONDecodeError:
             body = None
-        error = str(body.get("error", "")) if isinstance(body, dict) else response.text[:300].strip()
+        error = self._scrub(str(body.get("error", "")) if isinstance(body, dict) else response.text[:300].strip())
         if body is not None and not isinstance(body, dict):
             error = "not an object of the Prometheus HTTP API"
         if status in _RETRY_STATUS:
@@ -283,6 +286,17 @@ class Store:
         ):
             raise StoreError(f"{self.name} answered {expr!r} without a list of series in data.result")
         return result
+
+    def _scrub(self, text: str) -> str:
+        """A store's own words with any credential it echoes removed (vmauth quotes a token it refuses)."""
+        secrets = [self._token[1]] if self._token else []
+        if isinstance(self.session.auth, tuple):
+            secrets.append(self.session.auth[1])
+        secrets.extend(value for _, value in self.auth.headers)
+        for secret in secrets:
+            if secret:
+                text = text.replace(secret, "<redacted>")
+        return redact(text)
 
     def _bearer(self) -> dict[str, str] | None:
         """The Authorization header of the bearer token file, read again whenever the file changes."""

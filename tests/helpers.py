@@ -165,7 +165,10 @@ def require_binary(name: str) -> str:
     without it; fails under CI=true, where .ci/run must have installed it."""
     path = shutil.which(name)
     if path is None:
-        message = f"{name} is not installed (Debian: apt-get install prometheus prometheus-alertmanager chromium)"
+        message = (
+            f"{name} is not installed (Debian: apt-get install prometheus prometheus-alertmanager chromium "
+            "victoria-metrics)"
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(message)
         pytest.skip(message)
@@ -227,6 +230,75 @@ scrape_configs:
         body = response.json()
         assert body["status"] == "success", body
         return body["data"]["result"]
+
+
+class BackfilledPrometheus(_PrometheusProject):
+    """A real Prometheus serving history written by `promtool tsdb create-blocks-from openmetrics`: the
+    way a week of data reaches a Prometheus without a week of scrapes. No scrape targets; `flags` are
+    passed on (a query limit, a web config)."""
+
+    def __init__(self, workdir: Path, openmetrics: str, flags: tuple[str, ...] = ()):
+        tsdb = workdir / "tsdb"
+        tsdb.mkdir(parents=True, exist_ok=True)
+        source = workdir / "history.om"
+        source.write_text(openmetrics)
+        subprocess.run(
+            [require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", "-q", str(source), str(tsdb)],
+            check=True,
+            capture_output=True,
+        )
+        source.unlink()
+        config = workdir / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1m\n")
+        super().__init__(
+            "prometheus",
+            workdir,
+            [f"--config.file={config}", f"--storage.tsdb.path={tsdb}", "--storage.tsdb.retention.time=100y", *flags],
+        )
+
+
+class VictoriaMetrics:
+    """A real single-node VictoriaMetrics (Debian's victoria-metrics) on a free loopback port; `load()`
+    writes samples through its /api/v1/import/prometheus, as vmagent or a migration would."""
+
+    def __init__(self, workdir: Path, flags: tuple[str, ...] = ()):
+        binary = require_binary("victoria-metrics")
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self._log = open(workdir / "victoria-metrics.log", "w")
+        self.process = subprocess.Popen(
+            [
+                binary,
+                f"-storageDataPath={workdir / 'vm-data'}",
+                f"-httpListenAddr={self.url.removeprefix('http://')}",
+                "-retentionPeriod=100y",
+                *flags,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+        def ready():
+            if self.process.poll() is not None:
+                raise AssertionError(f"victoria-metrics exited: {(workdir / 'victoria-metrics.log').read_text()}")
+            try:
+                return requests.get(self.url + "/health", timeout=1).status_code == 200
+            except requests.RequestException:
+                return False
+
+        wait_until(ready, 30, what="victoria-metrics to become ready")
+
+    def load(self, text: str) -> None:
+        """Samples in Prometheus' text format (timestamps in milliseconds), searchable once this returns."""
+        requests.post(self.url + "/api/v1/import/prometheus", data=text.encode(), timeout=120).raise_for_status()
+        requests.get(self.url + "/internal/force_flush", timeout=30).raise_for_status()
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._log.close()
 
 
 class Alertmanager(_PrometheusProject):

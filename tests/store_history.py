@@ -81,6 +81,7 @@ def week_trace() -> pd.DataFrame:
     for gpu in node.gpus:
         model = gpu.model
         usable = model.memory_total_bytes - model.memory_reserved_bytes
+        idle = model.idle_power_watts
         for t in times:
             a = PROFILES[gpu.profile](gpu, float(t), STEP)
             pod = gpu.pod
@@ -99,9 +100,7 @@ def week_trace() -> pd.DataFrame:
                     "sm_active": round(a.sm_active, 4),
                     "memory_used_bytes": float(round(a.memory_fraction * usable / MIB) * MIB),
                     "memory_total_bytes": float(model.memory_total_bytes),
-                    "power_watts": round(
-                        model.idle_power_watts + a.power_fraction * (model.power_limit_watts - model.idle_power_watts), 1
-                    ),
+                    "power_watts": round(idle + a.power_fraction * (model.power_limit_watts - idle), 1),
                 }
             )
     return fr.normalize(pd.DataFrame(rows))
@@ -122,7 +121,7 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
     for index, (uuid, rows) in enumerate(gpus.items()):
         model = str(rows["gpu_model"].iloc[0])
         ts = rows["timestamp"].to_numpy()
-        pods = list(zip(rows["namespace"].astype(str), rows["pod"].astype(str), rows["container"].astype(str)))
+        pods = list(rows[["namespace", "pod", "container"]].astype(str).itertuples(index=False, name=None))
         if layout == "gpulens":
             base = {"job": "gpulens", "instance": "10.0.0.1:9835", "node": NODE, "gpu": str(index), "uuid": uuid}
             gauges = {s.gpulens: s.column for s in SIGNALS} | {"gpulens_gpu_memory_total_bytes": "memory_total_bytes"}
@@ -130,9 +129,7 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
                 out.setdefault(name, []).extend(
                     (_labels(base), t, v) for t, v in zip(ts, rows[column].to_numpy(), strict=True)
                 )
-            out.setdefault("gpulens_gpu_info", []).extend(
-                (_labels({**base, "model": model}), t, 1.0) for t in ts
-            )
+            out.setdefault("gpulens_gpu_info", []).extend((_labels({**base, "model": model}), t, 1.0) for t in ts)
             for t, (namespace, pod, container) in zip(ts, pods, strict=True):
                 if pod:
                     labels = {**base, "namespace": namespace, "pod": pod, "container": container}
@@ -151,8 +148,14 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
                 )
                 labels = _labels({**gpu_labels, **workload, **target, **own})
             else:
-                held = (namespace, pod, container) if pod else DCGM_EXPORTER_POD
-                labels = _labels({**gpu_labels, **dict(zip(("namespace", "pod", "container"), held, strict=True)), **target})
+                held = dict(
+                    zip(
+                        ("namespace", "pod", "container"),
+                        (namespace, pod, container) if pod else DCGM_EXPORTER_POD,
+                        strict=True,
+                    )
+                )
+                labels = _labels({**gpu_labels, **held, **target})
             for s in SIGNALS:
                 value = rows[s.column].iat[t_index]
                 if not math.isnan(value):

@@ -1,0 +1,228 @@
+"""The store client (analyzer/store.py): credentials through a real vmauth, a real VictoriaMetrics that
+refuses long ranges, and a scripted API for the failures real stores cannot be made to show on demand
+(503 then an answer, a partial answer, a tenant header)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from gpulens.analyzer.store import Store, StoreAuth, StoreError
+from gpulens.core.config import ConfigError
+from tests.helpers import REPO, VictoriaMetrics, free_port, require_binary, wait_until
+
+#: A minute of one series: 0, 1, ... 59 at one-second steps, from this unix second.
+T0 = 1_762_646_400
+SERIES = "".join(f'gpu_test{{uuid="GPU-1"}} {k} {(T0 + k) * 1000}\n' for k in range(600))
+
+
+@pytest.fixture(scope="module")
+def victoria(tmp_path_factory):
+    """VictoriaMetrics holding ten minutes of one series, and refusing more than 100 points a series."""
+    store = VictoriaMetrics(tmp_path_factory.mktemp("vm"), ("-search.maxPointsPerTimeseries=100",))
+    try:
+        store.load(SERIES)
+        yield store
+    finally:
+        store.stop()
+
+
+@pytest.fixture(scope="module")
+def vmauth(victoria, tmp_path_factory):
+    """vmauth in front of it: a bearer token for one user, basic auth for another."""
+    workdir = tmp_path_factory.mktemp("vmauth")
+    config = workdir / "auth.yml"
+    config.write_text(
+        f'users:\n- bearer_token: "tok-3f9a"\n  url_prefix: "{victoria.url}"\n'
+        f'- username: "reporter"\n  password: "pw-71c2"\n  url_prefix: "{victoria.url}"\n'
+    )
+    url = f"http://127.0.0.1:{free_port()}"
+    log = open(workdir / "vmauth.log", "w")
+    process = subprocess.Popen(
+        [require_binary("vmauth"), f"-auth.config={config}", f"-httpListenAddr={url.removeprefix('http://')}"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+    def ready():
+        try:
+            return requests.get(url + "/health", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_until(ready, 30, what="vmauth to serve")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+def values(series: list[dict]) -> list[float]:
+    return [float(v) for s in series for _, v in s["values"]]
+
+
+@pytest.mark.slow
+def test_a_range_longer_than_the_store_allows_is_read_in_halves(victoria):
+    """VictoriaMetrics refuses 600 points a series (-search.maxPointsPerTimeseries=100): the client halves
+    the range until it passes, and joins the pieces into the one series the store holds."""
+    whole = {"query": "gpu_test", "start": str(T0), "end": str(T0 + 599), "step": "1"}
+    refused = requests.post(victoria.url + "/api/v1/query_range", data=whole, timeout=10)
+    assert refused.status_code == 422 and "cannot exceed -search.maxPointsPerTimeseries=100" in refused.text
+    series = Store(victoria.url).query_range("gpu_test", T0, T0 + 599, 1)
+    assert values(series) == [float(k) for k in range(600)]
+    # Cut beforehand to the points a store takes: the same series, whatever the cut.
+    assert values(Store(victoria.url, max_points=64).query_range("gpu_test", T0, T0 + 599, 1)) == values(series)
+
+
+@pytest.mark.slow
+def test_credentials_reach_the_store_and_never_an_error(vmauth, tmp_path):
+    token, password = tmp_path / "token", tmp_path / "password"
+    token.write_text("tok-3f9a\n")
+    password.write_text("pw-71c2")
+    assert values(Store(vmauth, StoreAuth(bearer_token_file=str(token))).query_range("gpu_test", T0, T0 + 9, 1)) == [
+        float(k) for k in range(10)
+    ]
+    basic = StoreAuth(basic_auth_username="reporter", basic_auth_password_file=str(password))
+    assert values(Store(vmauth, basic).query_range("gpu_test", T0, T0 + 9, 1)) == [float(k) for k in range(10)]
+    # A rotated token is read again; a wrong one is one error naming the store and the flags, never the token.
+    token.write_text("tok-wrong")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpulens",
+            "report",
+            "--prometheus",
+            vmauth,
+            "--since",
+            "1h",
+            "--prometheus.bearer-token-file",
+            str(token),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    # vmauth answers an unknown token with 400 and the token quoted back.
+    assert done.stderr.startswith(f"gpulens report: Prometheus at {vmauth} refused the credentials (HTTP 400)")
+    assert "--prometheus.bearer-token-file" in done.stderr and "Traceback" not in done.stderr
+    assert "tok-wrong" not in done.stderr + done.stdout
+    # The words a store says back are scrubbed of every credential it echoes.
+    store = Store(vmauth, StoreAuth(bearer_token_file=str(token)))
+    store._bearer()
+    assert store._scrub('cannot find the provided auth token "Bearer tok-wrong"') == (
+        'cannot find the provided auth token "Bearer <redacted>"'
+    )
+
+
+class Scripted:
+    """An HTTP API answering each request with the next of `answers` ((status, body, headers)); records
+    the headers and forms it was sent."""
+
+    def __init__(self, answers: list[tuple[int, object, dict[str, str]]]):
+        self.answers, self.requests = list(answers), []
+        scripted = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                form = self.rfile.read(int(self.headers["Content-Length"])).decode()
+                scripted.requests.append((dict(self.headers), form))
+                status, body, headers = scripted.answers.pop(0) if scripted.answers else (500, "gone", {})
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def scripted():
+    servers: list[Scripted] = []
+
+    def start(answers):
+        servers.append(Scripted(answers))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+ANSWER = {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[T0, "1"]]}]}}
+
+
+def test_an_overloaded_store_is_asked_again_after_the_time_it_names(scripted):
+    server = scripted([(503, "overloaded", {"Retry-After": "7"}), (429, {"status": "error"}, {}), (200, ANSWER, {})])
+    waits: list[float] = []
+    assert values(Store(server.url, sleep=waits.append).query_range("up", T0, T0, 1)) == [1.0]
+    assert waits == [7.0, 2.0]  # Retry-After where given, else the doubling backoff (1 s, 2 s, ...)
+    # Thanos is told to fail rather than answer in part; the other stores ignore the parameter.
+    assert all("partial_response=false" in form for _, form in server.requests)
+
+
+def test_a_store_that_stays_down_is_one_error_naming_it_and_the_fix(scripted):
+    server = scripted([(503, "down", {})] * 4)
+    with pytest.raises(StoreError) as failed:
+        Store(server.url, sleep=lambda _: None).query_range("up", T0, T0, 1)
+    assert str(failed.value) == (
+        f"Prometheus at {server.url} answered HTTP 503 to 'up' (down) (tried 4 times): the store is overloaded or "
+        "restarting: try again later, or read a shorter span"
+    )
+
+
+def test_a_partial_answer_is_never_taken_for_a_whole_one(scripted):
+    partial = {**ANSWER, "warnings": ["store 10.0.0.7:10901 unavailable"]}
+    server = scripted([(200, partial, {})] * 4)
+    with pytest.raises(StoreError, match="answered 'up' in part: store 10.0.0.7:10901 unavailable"):
+        Store(server.url, sleep=lambda _: None).query_range("up", T0, T0, 1)
+    assert len(server.requests) == 4
+
+
+def test_a_tenant_header_goes_with_every_query(scripted):
+    server = scripted([(200, ANSWER, {}), (200, ANSWER, {})])
+    store = Store(server.url, StoreAuth(headers=(StoreAuth.parse_header("X-Scope-OrgID: team-a"),)))
+    store.query_range("up", T0, T0, 1)
+    store.query("up", T0)
+    assert [headers.get("X-Scope-OrgID") for headers, _ in server.requests] == ["team-a", "team-a"]
+
+
+@pytest.mark.parametrize(
+    ("auth", "message"),
+    [
+        (StoreAuth(basic_auth_username="a"), "--prometheus.basic-auth.password-file go together: give both"),
+        (StoreAuth(cert_file="c.pem"), "--prometheus.cert-file and --prometheus.key-file go together"),
+        (StoreAuth(bearer_token_file="/no/token"), "--prometheus.bearer-token-file /no/token: cannot read it"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_at_start(auth, message):
+    with pytest.raises(ConfigError, match=message):
+        auth.check()
+
+
+@pytest.mark.parametrize("header", ["X-Scope-OrgID", "Bad Name: x", "X-Tenant: caf\u00e9\u4e2d"])
+def test_a_header_flag_that_is_not_a_header_is_refused(header):
+    with pytest.raises(ConfigError, match="--prometheus.header"):
+        StoreAuth.parse_header(header)

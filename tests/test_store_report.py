@@ -1,0 +1,126 @@
+"""`gpulens report --prometheus`: a week of history in a real Prometheus (backfilled with promtool) and a
+real VictoriaMetrics (imported over its API) gives the verdicts a report of the same samples as a file
+gives, in every series layout a fleet scrapes: gpulens' exporter, dcgm-exporter through the GPU Operator's
+ServiceMonitor (exported_pod), dcgm-exporter with honorLabels (pod), and gpulens beside dcgm-exporter."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpulens.analyzer.history import analyze
+from tests import store_history as week
+from tests.helpers import REPO, BackfilledPrometheus, VictoriaMetrics
+
+pytestmark = pytest.mark.slow
+
+#: The last sample of the week: a store answers a step after it from the sample before (Prometheus'
+#: 5-minute lookback), so a span that ends later reads a sample that was never taken.
+LAST = week.START + week.DAYS * 86400 - week.STEP
+#: (gpulens selector, dcgm-exporter selector) of each layout: a selector that matches nothing leaves a
+#: family out.
+LAYOUTS = {
+    "gpulens": ('job="gpulens"', 'job="none"'),
+    "dcgm-exported": ('job="none"', 'job="dcgm-exported"'),
+    "dcgm-plain": ('job="none"', 'job="dcgm-plain"'),
+    "gpulens-and-dcgm": ('job="gpulens"', 'job="dcgm-exported"'),
+}
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return week.week_trace()
+
+
+@pytest.fixture(scope="module")
+def stores(trace, tmp_path_factory):
+    """Both stores, holding the week in every layout."""
+    prometheus = BackfilledPrometheus(tmp_path_factory.mktemp("prometheus"), week.openmetrics(trace))
+    victoria = VictoriaMetrics(tmp_path_factory.mktemp("victoria-metrics"))
+    try:
+        victoria.load(week.prometheus_text(trace))
+        yield {"prometheus": prometheus.url, "victoria-metrics": victoria.url}
+    finally:
+        prometheus.stop()
+        victoria.stop()
+
+
+def report(url: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpulens", "report", "--prometheus", url, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+
+
+def week_report(url: str, layout: str, *args: str) -> list[dict]:
+    gpulens, dcgm = LAYOUTS[layout]
+    done = report(
+        url,
+        "--since",
+        "2025-11-09T00:00:00Z",
+        "--until",
+        str(LAST),
+        "--prometheus.step",
+        "5m",
+        "--prometheus.selector",
+        gpulens,
+        "--prometheus.dcgm-selector",
+        dcgm,
+        "--format",
+        "json",
+        *args,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@pytest.mark.parametrize("store", ["prometheus", "victoria-metrics"])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(stores, trace, store, layout):
+    from_file = sorted(
+        (v.to_dict() for v in analyze(trace)), key=lambda v: (-v["wasted_gpu_seconds"], v["namespace"], v["pod"])
+    )
+    from_store = week_report(stores[store], layout)
+    assert [(v["namespace"], v["pod"], v["bottleneck"]) for v in from_file] == [
+        ("", "", "idle"),
+        ("serve", "llm-0", "overprovisioned_serving"),
+        ("research", "notebook-b", "idle"),
+        ("research", "notebook-a", "idle"),
+        ("ml", "trainer-0", "healthy"),
+    ]
+    # The GPU, node and model of each, its class, confidence, waste, time by class and episodes.
+    assert from_store == from_file
+
+
+def test_a_week_read_in_pieces_is_the_week_read_whole(stores, monkeypatch):
+    """Pieces of the span, each with a window of samples around it, give the verdicts of one read."""
+    from gpulens.analyzer import span
+    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.store import Store
+    from gpulens.core.thresholds import Thresholds
+
+    gpulens, dcgm = LAYOUTS["dcgm-exported"]
+    week_span = span.Span.aligned(week.START, LAST, week.STEP)
+
+    def verdicts(progress: list) -> list[dict]:
+        reader = SeriesReader(Store(stores["prometheus"]), week.STEP, gpulens_selector=gpulens, dcgm_selector=dcgm)
+        found = span.report(reader, week_span, Thresholds(), on_progress=progress.append)
+        return sorted((v.to_dict() for v in found), key=lambda v: (v["namespace"], v["pod"], v["gpus"]))
+
+    whole_progress: list = []
+    monkeypatch.setattr(span, "FIRST_PIECE_SECONDS", 8 * 86400.0)
+    whole = verdicts(whole_progress)
+    assert len(whole_progress) == 1
+    pieces_progress: list = []
+    monkeypatch.setattr(span, "FIRST_PIECE_SECONDS", 6 * 3600.0)
+    monkeypatch.setattr(span, "PIECE_ROWS", 4 * 720)  # 4 GPUs x 720 steps of 5 minutes: 2.5 days
+    assert verdicts(pieces_progress) == whole
+    # 6 h, then 2.5 days less a 5-hour window on each side (2.08 days) three times, then the last 11.9 h.
+    assert len(pieces_progress) == 5
+    assert pieces_progress[-1].seconds_done == pieces_progress[-1].span_seconds == LAST - week.START
