@@ -85,9 +85,24 @@ class Verdict:
     episodes: list[Episode] = field(default_factory=list)
     #: Over the span, per class: share of the covered time, and the GPU-seconds and money wasted in it.
     by_class: dict[str, ClassShare] = field(default_factory=dict)
+    #: The pod's workload (analyzer/owners.py): Deployment, StatefulSet, DaemonSet, Job, CronJob, Pod or
+    #: another controller's kind ("" where kube-state-metrics is not read), its name, and its team.
+    owner_kind: str = ""
+    owner: str = ""
+    team: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def workload(self) -> str:
+        """The owner as reports name it: namespace/Kind/name, the pod where the owner is unknown, and
+        "(unallocated)" for a GPU no pod holds."""
+        if not self.pod:
+            return "(unallocated)"
+        if not self.owner_kind:
+            return f"{self.namespace}/{self.pod}"
+        return f"{self.namespace}/{self.owner_kind}/{self.owner}"
 
 
 #: Fewer bursts than this cannot show whether they repeat at a steady period.

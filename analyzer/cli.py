@@ -65,6 +65,18 @@ def register(commands: Subcommands) -> None:
     )
     p.add_argument("--step", default="", help="how far the window moves each time; default a quarter of the window")
     p.add_argument("--out", default="", help="write to this file (atomically) instead of stdout")
+    p.add_argument(
+        "--by",
+        choices=["pod", "class", "namespace", "owner", "team"],
+        default="pod",
+        help="with --format csv: a row per pod, or the waste summed by class, namespace, owner (workload) or team",
+    )
+    p.add_argument(
+        "--team-label",
+        default="",
+        help="with --prometheus: the pod label (or namespace label) naming a pod's team, read from "
+        "kube-state-metrics' kube_pod_labels (e.g. team reads label_team)",
+    )
     _common(p)
     p.add_argument(
         "--gpu-model",
@@ -280,8 +292,11 @@ def run_report(args: argparse.Namespace) -> int:
             verdicts = _report_from_store(args, thresholds, prices, window, step)
             trace = None
         else:
-            if args.since or args.until:
-                raise ValueError("--since and --until choose a span of --prometheus; files cover their own span")
+            if args.since or args.until or args.team_label:
+                raise ValueError(
+                    "--since, --until and --team-label are for --prometheus; files cover their own span and "
+                    "carry no pod labels"
+                )
             trace = _read_with_progress(args, readers)
             verdicts = analyze(trace, thresholds, prices, window, step)
     except (TraceError, ValueError, StoreError) as e:
@@ -289,9 +304,9 @@ def run_report(args: argparse.Namespace) -> int:
         return 2
     verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
     if args.format == "json":
-        text = json.dumps([v.to_dict() for v in verdicts], indent=2) + "\n"
+        text = json.dumps(_json(verdicts), indent=2) + "\n"
     elif args.format == "csv":
-        text = _csv(verdicts)
+        text = _csv(verdicts) if args.by == "pod" else _csv_sums(verdicts, args.by)
     elif args.format == "html":
         from gpulens.analyzer.report import render
 
@@ -320,6 +335,7 @@ def _report_from_store(
     import time
 
     from gpulens.analyzer import span
+    from gpulens.analyzer.owners import OwnerReader
     from gpulens.analyzer.readers import format_timestamp
     from gpulens.analyzer.series import SeriesReader
     from gpulens.analyzer.store import Store
@@ -338,10 +354,11 @@ def _report_from_store(
         raise ValueError(f"--since {args.since} is not before --until {format_timestamp(until)}")
     store = Store(args.prometheus, _store_auth(args), args.timeout)
     reader = SeriesReader(store, args.query_step, _mixin(args, thresholds), args.selector, args.dcgm_selector)
+    owners = OwnerReader(store, args.team_label)
     the_span = span.Span.aligned(since, until, args.query_step)
     try:
         if not sys.stderr.isatty():
-            return span.report(reader, the_span, thresholds, prices, window, slide)
+            return span.report(reader, the_span, thresholds, prices, window, slide, owners=owners)
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
@@ -352,7 +369,7 @@ def _report_from_store(
                 read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
                 bar.update(task, completed=p.seconds_done, read=read)
 
-            return span.report(reader, the_span, thresholds, prices, window, slide, show)
+            return span.report(reader, the_span, thresholds, prices, window, slide, show, owners)
     finally:
         store.close()
 
@@ -395,6 +412,33 @@ def _read_with_progress(args, readers):
     return pd.concat(frames, ignore_index=True)
 
 
+def _json(verdicts: list[Verdict]) -> dict:
+    """The JSON report: the verdicts, and their waste summed by class, namespace, owner and team."""
+    from dataclasses import asdict
+
+    from gpulens.analyzer.summary import DIMENSIONS, waste_by
+
+    return {
+        "verdicts": [v.to_dict() for v in verdicts],
+        "waste": {dimension: [asdict(s) for s in waste_by(verdicts, dimension)] for dimension in DIMENSIONS},
+    }
+
+
+def _csv_sums(verdicts: list[Verdict], dimension: str) -> str:
+    from dataclasses import asdict
+
+    from gpulens.analyzer.summary import WasteSum, waste_by
+
+    out = io.StringIO()
+    fields = list(WasteSum.__dataclass_fields__)
+    writer = csv.DictWriter(out, fieldnames=[dimension if f == "key" else f for f in fields])
+    writer.writeheader()
+    for total in waste_by(verdicts, dimension):
+        row = asdict(total)
+        writer.writerow({dimension if k == "key" else k: value for k, value in row.items()})
+    return out.getvalue()
+
+
 _CSV_FIELDS = [
     "namespace",
     "pod",
@@ -416,6 +460,9 @@ _CSV_FIELDS = [
     "sample_seconds",
     "time_share",
     "episodes",
+    "owner_kind",
+    "owner",
+    "team",
 ]
 
 
@@ -458,6 +505,8 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
         table.add_column(column, overflow="fold")
     for v in verdicts:
         pod = f"{v.namespace}/{v.pod}" if v.pod else "(no pod)"
+        if v.owner_kind and v.owner_kind != "Pod":
+            pod += f"\n{v.owner_kind} {v.owner}"
         if v.coverage < 0.99:  # gaps in the data: say how much of the span the verdict rests on
             pod += f"\n{v.coverage:.0%} of {v.window_seconds / 3600:.1f} h sampled"
         name = v.bottleneck + "".join(f"\n+ {s}" for s in v.secondary)
@@ -474,7 +523,20 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
             v.recommendation,
         )
     buffer = io.StringIO()
-    Console(file=buffer, width=None if to_terminal else 160, force_terminal=to_terminal).print(table)
+    console = Console(file=buffer, width=None if to_terminal else 160, force_terminal=to_terminal)
+    console.print(table)
+    from gpulens.analyzer.summary import waste_by
+
+    for dimension in ("owner", "team"):
+        sums = waste_by(verdicts, dimension)
+        if dimension == "team" and all(not v.team for v in verdicts):
+            continue  # no team label read: one row of "(no team)" says nothing
+        by = Table(title=f"Waste by {dimension}")
+        for column in (dimension, "pods", "GPU-h sampled", "GPU-h wasted", "cost $"):
+            by.add_column(column, justify="left" if column == dimension else "right")
+        for s in sums:
+            by.add_row(s.key, str(s.pods), f"{s.gpu_hours:,.1f}", f"{s.wasted_gpu_hours:,.2f}", f"{s.wasted_cost:,.2f}")
+        console.print(by)
     return buffer.getvalue()
 
 

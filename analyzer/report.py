@@ -76,6 +76,13 @@ def render(verdicts: list[Verdict], trace: pd.DataFrame, title: str = "gpulens: 
         _waste_table(verdicts, lambda v: v.by_class.items(), "class"),
         "<h2>Waste by namespace</h2>",
         _waste_table(verdicts, lambda v: [(v.namespace or "(no pod)", v)], "namespace"),
+        "<h2>Waste by workload</h2>",
+        _waste_table(verdicts, lambda v: [(v.workload, v)], "workload (namespace/kind/name)"),
+        *(
+            ["<h2>Waste by team</h2>", _waste_table(verdicts, lambda v: [(v.team or "(no team)", v)], "team")]
+            if any(v.team for v in verdicts)
+            else []
+        ),
         "<h2>Pods</h2>",
         _pod_table(verdicts),
         f"<h2>Timelines: the {min(MAX_TIMELINES, len(verdicts))} pods that wasted the most</h2>",

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from gpulens.analyzer.classify import Verdict, judge
 from gpulens.analyzer.features import pod_features
 from gpulens.analyzer.history import Ledger, default_window, ledgers
+from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
 from gpulens.analyzer.series import SeriesReader, Window
 from gpulens.core.thresholds import Thresholds
 
@@ -66,9 +67,11 @@ def report(
     window: float | None = None,
     slide: float | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    owners: OwnerReader | None = None,
 ) -> list[Verdict]:
     """Each unit's headline verdict over `span`, read through `reader` piece by piece. window and slide
-    are seconds (None: default_window() for the step, as for a file sampled at that interval)."""
+    are seconds (None: default_window() for the step, as for a file sampled at that interval). With
+    `owners`, each verdict names its pod's workload and team, as kube-state-metrics said in the span."""
     auto_window, auto_slide = default_window(span.step, t)
     window = window or auto_window
     slide = slide or min(auto_slide, window)
@@ -78,25 +81,44 @@ def report(
     if span.end - span.start < window:  # one window: classify() the whole span
         frame = _read(reader, span.start, span.end, span.step, progress)
         _report(progress, on_progress, span.end - span.start)
-        return judge(pod_features(frame, t), t, prices) if len(frame) else []
+        verdicts = judge(pod_features(frame, t), t, prices) if len(frame) else []
+        return with_owners(verdicts, _owners(owners, frame, span.end, span.end - span.start))
     totals: dict[str, Ledger] = {}
+    owned: dict[PodKey, Owner] = {}
     piece = _piece_seconds(FIRST_PIECE_SECONDS, slide, window)
     counted_from = span.start
     while counted_from <= span.end:
         counted_to = min(counted_from + piece, span.end + span.step)
-        frame = _read(
-            reader, max(span.start, counted_from - window), min(span.end, counted_to + window), span.step, progress
-        )
+        read_from, read_to = max(span.start, counted_from - window), min(span.end, counted_to + window)
+        frame = _read(reader, read_from, read_to, span.step, progress)
         for unit, ledger in ledgers(frame, t, prices, window, slide, span.start, (counted_from, counted_to)).items():
             if unit in totals:
                 totals[unit].merge(ledger)
             else:
                 totals[unit] = ledger
+        owned |= _owners(owners, frame, read_to, read_to - read_from)
         _report(progress, on_progress, counted_to - counted_from)
         if progress.gpus:
             piece = _piece_seconds(PIECE_ROWS / len(progress.gpus) * span.step - 2 * window, slide, window)
         counted_from = counted_to
-    return [ledger.verdict(t) for ledger in totals.values()]
+    return with_owners([ledger.verdict(t) for ledger in totals.values()], owned)
+
+
+def _owners(owners: OwnerReader | None, frame: pd.DataFrame, at: float, lookback: float) -> dict[PodKey, Owner]:
+    """The owners of the pods in `frame`, as kube-state-metrics said in the `lookback` seconds to `at`."""
+    if owners is None or frame.empty:
+        return {}
+    pods = frame[["namespace", "pod"]].drop_duplicates()
+    return owners.read(zip(pods["namespace"].astype(str), pods["pod"].astype(str), strict=True), at, lookback)
+
+
+def with_owners(verdicts: list[Verdict], owners: dict[PodKey, Owner]) -> list[Verdict]:
+    """The verdicts with their pods' owners and teams (unchanged where the owner is not known)."""
+    out = []
+    for v in verdicts:
+        owner = owners.get((v.namespace, v.pod))
+        out.append(v if owner is None else replace(v, owner_kind=owner.kind, owner=owner.name, team=owner.team))
+    return out
 
 
 def _piece_seconds(seconds: float, slide: float, window: float) -> float:

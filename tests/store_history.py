@@ -164,15 +164,64 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
     return out
 
 
-def openmetrics(trace: pd.DataFrame, layouts: tuple[str, ...] = LAYOUTS) -> str:
-    """The samples as OpenMetrics with timestamps in seconds, as `promtool tsdb create-blocks-from
-    openmetrics` reads them: each family's samples together, # EOF at the end."""
-    families: dict[str, list[tuple[str, float, float]]] = {}
+#: kube-state-metrics' view of the pods: each pod's controller, and that controller's owner.
+POD_OWNERS = {
+    ("ml", "trainer-0"): ("Job", "train-20251109"),
+    ("research", "notebook-a"): ("StatefulSet", "jupyter"),
+    ("research", "notebook-b"): ("StatefulSet", "jupyter"),
+    ("serve", "llm-0"): ("ReplicaSet", "llm-5d8f7c"),
+}
+REPLICASET_OWNERS = {("serve", "llm-5d8f7c"): ("Deployment", "llm")}
+JOB_OWNERS = {("ml", "train-20251109"): ("CronJob", "nightly-train")}
+#: The `team` label of pods, and of namespaces (the notebooks' pods have none: their namespace's applies).
+POD_TEAMS = {("ml", "trainer-0"): "vision", ("serve", "llm-0"): "platform"}
+NAMESPACE_TEAMS = {"research": "research-lab", "serve": "inference"}
+
+
+def kube_state_metrics(trace: pd.DataFrame) -> dict[str, list[tuple[str, float, float]]]:
+    """kube-state-metrics' owner and label series, every step each pod (and its owners) exists."""
+    target = {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"}
+    out: dict[str, list[tuple[str, float, float]]] = {}
+    times = np.unique(trace["timestamp"].to_numpy())
+    held = trace[trace["pod"] != ""][["timestamp", "namespace", "pod"]].astype({"namespace": str, "pod": str})
+    for (namespace, pod), rows in held.groupby(["namespace", "pod"]):
+        kind, name = POD_OWNERS[(namespace, pod)]
+        owner = {"namespace": namespace, "pod": pod, "owner_kind": kind, "owner_name": name}
+        labels = {"namespace": namespace, "pod": pod}
+        team = POD_TEAMS.get((namespace, pod))
+        for t in rows["timestamp"].to_numpy():
+            out.setdefault("kube_pod_owner", []).append(
+                (_labels({**owner, "owner_is_controller": "true", **target}), t, 1.0)
+            )
+            out.setdefault("kube_pod_labels", []).append(
+                (_labels({**labels, **({"label_team": team} if team else {}), **target}), t, 1.0)
+            )
+    for series, key, owners in (
+        ("kube_replicaset_owner", "replicaset", REPLICASET_OWNERS),
+        ("kube_job_owner", "job_name", JOB_OWNERS),
+    ):
+        for (namespace, name), (kind, owner_name) in owners.items():
+            labels = {"namespace": namespace, key: name, "owner_kind": kind, "owner_name": owner_name}
+            out.setdefault(series, []).extend((_labels({**labels, **target}), t, 1.0) for t in times)
+    for namespace, team in NAMESPACE_TEAMS.items():
+        labels = _labels({"namespace": namespace, "label_team": team, **target})
+        out.setdefault("kube_namespace_labels", []).extend((labels, t, 1.0) for t in times)
+    return out
+
+
+def _families(trace: pd.DataFrame, layouts: tuple[str, ...]) -> dict[str, list[tuple[str, float, float]]]:
+    families = kube_state_metrics(trace)
     for layout in layouts:
         for name, samples in series_lines(trace, layout).items():
             families.setdefault(name, []).extend(samples)
+    return families
+
+
+def openmetrics(trace: pd.DataFrame, layouts: tuple[str, ...] = LAYOUTS) -> str:
+    """The samples as OpenMetrics with timestamps in seconds, as `promtool tsdb create-blocks-from
+    openmetrics` reads them: each family's samples together, # EOF at the end."""
     lines = []
-    for name, samples in families.items():
+    for name, samples in _families(trace, layouts).items():
         lines.append(f"# TYPE {name} gauge")
         lines.extend(f"{name}{labels} {_number(v)} {t:.0f}" for labels, t, v in samples)
     lines.append("# EOF")
@@ -183,7 +232,6 @@ def prometheus_text(trace: pd.DataFrame, layouts: tuple[str, ...] = LAYOUTS) -> 
     """The same samples in Prometheus' text format with timestamps in milliseconds, as VictoriaMetrics'
     /api/v1/import/prometheus reads them."""
     lines = []
-    for layout in layouts:
-        for name, samples in series_lines(trace, layout).items():
-            lines.extend(f"{name}{labels} {_number(v)} {t * 1000:.0f}" for labels, t, v in samples)
+    for name, samples in _families(trace, layouts).items():
+        lines.extend(f"{name}{labels} {_number(v)} {t * 1000:.0f}" for labels, t, v in samples)
     return "\n".join(lines) + "\n"

@@ -257,7 +257,8 @@ def test_report_json_csv_and_table(tmp_path):
     fr.write_trace(frame, tmp_path / "trace.csv")
     result = gpulens("report", str(tmp_path / "trace.csv"), "--format", "json")
     assert result.returncode == 0, result.stderr
-    verdicts = json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    verdicts = document["verdicts"]
     assert [v["bottleneck"] for v in verdicts] == ["idle", "memory_bandwidth", "healthy"]  # most waste first
     assert set(verdicts[0]) >= {
         "namespace",
@@ -273,10 +274,27 @@ def test_report_json_csv_and_table(tmp_path):
         "secondary",
     }
     assert [(v["window_seconds"], v["coverage"]) for v in verdicts] == [(600.0, 1.0)] * 3
+    # The sums: each pod is its own workload in a file (no kube-state-metrics), all in one namespace.
+    wasted = sum(v["wasted_gpu_seconds"] for v in verdicts) / 3600
+    [namespace] = document["waste"]["namespace"]
+    assert namespace["key"] == "eval" and namespace["pods"] == 3
+    assert namespace["wasted_gpu_hours"] == pytest.approx(wasted, abs=1e-3)
+    assert namespace["gpu_hours"] == pytest.approx(3 * 600 / 3600, abs=1e-3)
+    assert [(s["key"], s["wasted_gpu_hours"]) for s in document["waste"]["owner"]] == [
+        (f"eval/{v['pod']}", round(v["wasted_gpu_seconds"] / 3600, 3)) for v in verdicts
+    ]
+    assert sum(s["wasted_gpu_hours"] for s in document["waste"]["class"]) == pytest.approx(wasted, abs=1e-3)
     result = gpulens("report", str(tmp_path / "trace.csv"), "--format", "csv")
     header = result.stdout.splitlines()[0]
     assert header.startswith("namespace,pod,node,gpus,gpu_model,bottleneck,confidence")
-    assert header.endswith(",recommendation,window_seconds,coverage,sample_seconds,time_share,episodes")
+    assert header.endswith(
+        ",recommendation,window_seconds,coverage,sample_seconds,time_share,episodes,owner_kind,owner,team"
+    )
+    by_namespace = gpulens("report", str(tmp_path / "trace.csv"), "--format", "csv", "--by", "namespace").stdout
+    assert by_namespace.splitlines() == [
+        "namespace,pods,gpu_hours,wasted_gpu_hours,wasted_cost",
+        f"eval,3,{namespace['gpu_hours']},{namespace['wasted_gpu_hours']},{namespace['wasted_cost']}",
+    ]
     table = gpulens("report", str(tmp_path / "trace.csv")).stdout
     assert "eval/idle-40" in table and "memory_bandwidth" in table and "Release the GPU" in table
     # `analyze`, the command's old name, is an alias: scripts written against it get the same answer.

@@ -154,7 +154,7 @@ def test_report_writes_episodes_to_json_and_csv_and_checks_its_flags(tmp_path, s
     fr.write_trace(serving_day, path)
     result = gpulens("report", str(path), "--format", "json")
     assert result.returncode == 0, result.stderr
-    verdicts = json.loads(result.stdout)
+    verdicts = json.loads(result.stdout)["verdicts"]
     first = verdicts[0]
     assert set(first["by_class"][first["bottleneck"]]) == {"share", "wasted_gpu_seconds", "wasted_cost"}
     assert set(first["episodes"][0]) == {"bottleneck", "start", "end", "confidence", "wasted_gpu_seconds"}

@@ -77,7 +77,7 @@ def week_report(url: str, layout: str, *args: str) -> list[dict]:
         *args,
     )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return json.loads(done.stdout)["verdicts"]
 
 
 @pytest.mark.parametrize("store", ["prometheus", "victoria-metrics"])
@@ -94,8 +94,48 @@ def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(st
         ("research", "notebook-a", "idle"),
         ("ml", "trainer-0", "healthy"),
     ]
-    # The GPU, node and model of each, its class, confidence, waste, time by class and episodes.
-    assert from_store == from_file
+    # The GPU, node and model of each, its class, confidence, waste, time by class and episodes; owners are
+    # the store's alone (kube-state-metrics), and tested below.
+    owned = {"owner_kind", "owner", "team"}
+    assert [{k: v for k, v in verdict.items() if k not in owned} for verdict in from_store] == [
+        {k: v for k, v in verdict.items() if k not in owned} for verdict in from_file
+    ]
+
+
+@pytest.mark.parametrize("store", ["prometheus", "victoria-metrics"])
+def test_waste_is_summed_by_workload_and_team_from_kube_state_metrics(stores, store):
+    """Owners resolved through ReplicaSets and Jobs, teams from the pod label or else the namespace's,
+    and the sums by owner and team those of the verdicts."""
+    gpulens, dcgm = LAYOUTS["dcgm-exported"]
+    done = report(
+        stores[store],
+        *("--since", "2025-11-09T00:00:00Z", "--until", str(LAST), "--prometheus.step", "5m"),
+        *("--prometheus.selector", gpulens, "--prometheus.dcgm-selector", dcgm, "--team-label", "team"),
+        *("--format", "json"),
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    owners = {(v["namespace"], v["pod"]): (v["owner_kind"], v["owner"], v["team"]) for v in document["verdicts"]}
+    assert owners == {
+        ("ml", "trainer-0"): ("CronJob", "nightly-train", "vision"),
+        ("research", "notebook-a"): ("StatefulSet", "jupyter", "research-lab"),
+        ("research", "notebook-b"): ("StatefulSet", "jupyter", "research-lab"),
+        ("serve", "llm-0"): ("Deployment", "llm", "platform"),
+        ("", ""): ("", "", ""),
+    }
+    wasted = {(v["namespace"], v["pod"]): v["wasted_gpu_seconds"] / 3600 for v in document["verdicts"]}
+    by_owner = {s["key"]: (s["pods"], s["wasted_gpu_hours"]) for s in document["waste"]["owner"]}
+    notebooks = wasted[("research", "notebook-a")] + wasted[("research", "notebook-b")]
+    assert by_owner["research/StatefulSet/jupyter"] == (2, pytest.approx(notebooks, abs=1e-3))
+    assert by_owner["serve/Deployment/llm"] == (1, pytest.approx(wasted[("serve", "llm-0")], abs=1e-3))
+    assert by_owner["(unallocated)"] == (1, pytest.approx(wasted[("", "")], abs=1e-3))
+    by_team = {s["key"]: s["wasted_gpu_hours"] for s in document["waste"]["team"]}
+    assert by_team == {
+        "research-lab": pytest.approx(notebooks, abs=1e-3),
+        "platform": pytest.approx(wasted[("serve", "llm-0")], abs=1e-3),
+        "vision": pytest.approx(wasted[("ml", "trainer-0")], abs=1e-3),
+        "(unallocated)": pytest.approx(wasted[("", "")], abs=1e-3),
+    }
 
 
 def test_a_week_read_in_pieces_is_the_week_read_whole(stores, monkeypatch):
