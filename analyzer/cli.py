@@ -164,6 +164,13 @@ def register(commands: Subcommands) -> None:
         default="1d",
         help="how much of each pod's past to keep and serve (episodes, time and waste by class): 6h, 1d, 7d",
     )
+    flags.add(
+        a,
+        "--analysis.team-label",
+        dest="team_label",
+        default="",
+        help="the pod (or namespace) label naming a pod's team, read from kube-state-metrics' kube_pod_labels",
+    )
     flags.add(a, "--web.listen-address", dest="listen_address", default=":9849", help="address to serve on")
     flags.add(a, "--web.config.file", dest="web_config_file", default="", help="exporter-toolkit web config")
     _common(a)
@@ -597,6 +604,7 @@ def run_service(args: argparse.Namespace) -> int:
                 auth=_store_auth(args),
                 dcgm_selector=args.dcgm_selector,
                 config=_mixin(args, thresholds),
+                team_label=args.team_label,
             )
         else:
             source = ExporterInput(ExporterInput.parse_targets(args.exporters), args.window, args.scrape_interval)

@@ -29,6 +29,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer import frame as fr
+from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
 from gpulens.analyzer.series import SeriesReader, Window
 from gpulens.analyzer.store import Store, StoreAuth, StoreError
 from gpulens.core import metrics as m
@@ -96,6 +97,10 @@ class AnalyzerInput(Protocol):
 
     def node_prices(self) -> dict[str, float]:
         """USD per GPU-hour by node where the cluster keeps prices (OpenCost), else empty."""
+        ...
+
+    def owners(self, pods: set[PodKey]) -> dict[PodKey, Owner]:
+        """The workload and team of each pod where the cluster says (kube-state-metrics), else empty."""
         ...
 
 
@@ -251,7 +256,12 @@ class ExporterInput:
     def node_prices(self) -> dict[str, float]:
         return {}  # exporters know no prices: the price file and the catalogue apply
 
+    def owners(self, pods: set[PodKey]) -> dict[PodKey, Owner]:
+        return {}  # exporters know pods, not their owners
 
+
+#: How often the live input reads the pods' owners and teams again (new pods are read at once).
+OWNER_REFRESH_SECONDS = 300.0
 #: OpenCost's (and Kubecost's) metric: hourly cost per GPU on the node, labelled `node`.
 OPENCOST_GPU_PRICE = "node_gpu_hourly_cost"
 PRICE_REFRESH_SECONDS = 300.0
@@ -298,6 +308,7 @@ class PrometheusInput:
         auth: StoreAuth | None = None,
         dcgm_selector: str = "",
         config: MixinConfig | None = None,
+        team_label: str = "",
     ):
         self.store = Store(url, auth, timeout, retries=1)
         self.url = self.store.url
@@ -311,6 +322,9 @@ class PrometheusInput:
         self.window = window
         self.step = step
         self.reader = SeriesReader(self.store, step, config, selector, dcgm_selector)
+        self._owner_reader = OwnerReader(self.store, team_label)
+        self._owners: dict[PodKey, Owner] = {}
+        self._owners_read_at = -math.inf
         self._status = TargetStatus()
         #: The window held between cycles; None: the next cycle reads it whole.
         self._held: Window | None = None
@@ -365,6 +379,21 @@ class PrometheusInput:
             log.info("%d nodes priced by %s; the others by the price file", len(priced), self.price_metric)
         self._prices = priced
         return priced
+
+    def owners(self, pods: set[PodKey]) -> dict[PodKey, Owner]:
+        """kube-state-metrics' owners and teams of `pods`, read every OWNER_REFRESH_SECONDS or at once
+        when a pod appears; a failed read keeps the last ones."""
+        fresh = time.monotonic() - self._owners_read_at < OWNER_REFRESH_SECONDS
+        if fresh and pods <= self._owners.keys():
+            return self._owners
+        try:
+            before = self.store.read_bytes
+            self._owners = self._owner_reader.read(pods, self.clock(), self.window)
+            self._status.read_bytes += self.store.read_bytes - before
+        except (StoreError, KeyError, TypeError) as e:
+            log.warning("cannot read the pods' owners from kube-state-metrics, keeping the last ones: %s", e)
+        self._owners_read_at = time.monotonic()
+        return self._owners
 
     def _window_frame(self) -> pd.DataFrame:
         # The window ends on the store's step grid (a multiple of the step): every cycle asks for the same

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from gpulens.analyzer.classify import Verdict
 from gpulens.analyzer.store import Store
 
 #: Pod -> (namespace, pod).
@@ -80,11 +81,12 @@ class OwnerReader:
             return {}
         window = f"{max(lookback, 60):.0f}s"
 
-        def pairs(expr: str, key: str, value: tuple[str, str]) -> dict[PodKey, tuple[str, str]]:
+        def pairs(expr: str, key: str) -> dict[PodKey, tuple[str, str]]:
+            """(namespace, the `key` label) -> (owner_kind, owner_name) of each series of `expr`."""
             return {
                 (s["metric"].get("namespace", ""), s["metric"].get(key, "")): (
-                    s["metric"].get(value[0], ""),
-                    s["metric"].get(value[1], ""),
+                    s["metric"].get("owner_kind", ""),
+                    s["metric"].get("owner_name", ""),
                 )
                 for s in self.store.query(expr, at)
             }
@@ -97,11 +99,10 @@ class OwnerReader:
             'max by (namespace, pod, owner_kind, owner_name) (last_over_time(kube_pod_owner{owner_is_controller="true",'
             f'owner_kind!="<none>"}}[{window}]))',
             "pod",
-            ("owner_kind", "owner_name"),
         )
         known = bool(pod_owners) or bool(self.store.query(f"count(last_over_time(kube_pod_owner[{window}]))", at))
-        replicasets = pairs(owned_by("kube_replicaset_owner", "replicaset"), "replicaset", ("owner_kind", "owner_name"))
-        jobs = pairs(owned_by("kube_job_owner", "job_name"), "job_name", ("owner_kind", "owner_name"))
+        replicasets = pairs(owned_by("kube_replicaset_owner", "replicaset"), "replicaset")
+        jobs = pairs(owned_by("kube_job_owner", "job_name"), "job_name")
         pod_teams: dict[PodKey, str] = {}
         namespace_teams: dict[str, str] = {}
         if self.team_label:
@@ -115,3 +116,12 @@ class OwnerReader:
             ):
                 namespace_teams[s["metric"].get("namespace", "")] = s["metric"][label]
         return resolve(pods, pod_owners, replicasets, jobs, pod_teams, namespace_teams, known)
+
+
+def apply(verdicts: list[Verdict], owners: dict[PodKey, Owner]) -> list[Verdict]:
+    """The verdicts with their pods' owners and teams (unchanged where the owner is not known)."""
+    out = []
+    for v in verdicts:
+        owner = owners.get((v.namespace, v.pod))
+        out.append(v if owner is None else replace(v, owner_kind=owner.kind, owner=owner.name, team=owner.team))
+    return out

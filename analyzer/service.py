@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
+from gpulens.analyzer import owners
 from gpulens.analyzer.classify import ClassShare, Episode, Verdict, classify
 from gpulens.analyzer.history import class_shares
 from gpulens.analyzer.history import headline as headline_of
@@ -41,6 +42,9 @@ log = logging.getLogger(__name__)
 
 #: A pod (namespace, pod, node), or a GPU no pod holds ("", "", node) with its GPU in the pod slot.
 Unit = tuple[str, str, str]
+#: A workload's waste counter: namespace, owner kind, owner (the pod where the owner is unknown), team,
+#: bottleneck class.
+Workload = tuple[str, str, str, str, str]
 
 
 def unit_of(v: Verdict) -> Unit:
@@ -62,6 +66,9 @@ class State:
     errors: dict[str, int] = field(default_factory=dict)
     wasted_seconds: dict[tuple[str, str], float] = field(default_factory=dict)
     wasted_cost: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: The same by workload: (namespace, owner kind, owner, team, bottleneck) -> GPU-seconds, and money.
+    workload_seconds: dict[Workload, float] = field(default_factory=dict)
+    workload_cost: dict[Workload, float] = field(default_factory=dict)
     #: Pods whose samples stopped while others' went on (their node stopped reporting, or they ended):
     #: their verdicts describe the past, so they are served as stale, not as current.
     stale: frozenset[Unit] = frozenset()
@@ -176,12 +183,14 @@ class AnalyzerService:
     def _judge(self, frame: pd.DataFrame, started: float) -> None:
         """Verdicts for the window's frame; the history and waste counters move on with the current ones."""
         verdicts = classify(frame, self.thresholds, self.prices, self.source.node_prices())
+        verdicts = owners.apply(verdicts, self.source.owners({(v.namespace, v.pod) for v in verdicts if v.pod}))
         stale = self._stale(verdicts)
         now = self.clock()
         # Waste counters grow by each pod's waste rate over its window times the time since the last
         # cycle, so their rate() is the waste per second however the cycle is timed.
         elapsed = self.interval if self.state.produced_at is None else now - self.state.produced_at
         seconds, cost = dict(self.state.wasted_seconds), dict(self.state.wasted_cost)
+        workload_seconds, workload_cost = dict(self.state.workload_seconds), dict(self.state.workload_cost)
         for v in verdicts:
             if v.window_seconds <= 0 or unit_of(v) in stale:
                 continue
@@ -192,9 +201,21 @@ class AnalyzerService:
             key = (v.namespace, v.bottleneck)
             seconds[key] = seconds.get(key, 0.0) + v.wasted_gpu_seconds * share
             cost[key] = cost.get(key, 0.0) + v.wasted_cost * share
+            workload = (v.namespace, v.owner_kind, v.owner or v.pod, v.team, v.bottleneck)
+            workload_seconds[workload] = workload_seconds.get(workload, 0.0) + v.wasted_gpu_seconds * share
+            workload_cost[workload] = workload_cost.get(workload, 0.0) + v.wasted_cost * share
         self._forget(now)
         self.state = State(
-            verdicts, now, now - started, self.state.input_errors, self.state.errors, seconds, cost, stale
+            verdicts,
+            now,
+            now - started,
+            self.state.input_errors,
+            self.state.errors,
+            seconds,
+            cost,
+            workload_seconds,
+            workload_cost,
+            stale,
         )
 
     def _stale(self, verdicts: list[Verdict]) -> frozenset[Unit]:
@@ -332,6 +353,9 @@ class AnalyzerService:
         for (namespace, bottleneck), seconds in sorted(state.wasted_seconds.items()):
             out.add(m.WASTED_GPU_SECONDS, (namespace, bottleneck), seconds)
             out.add(m.WASTED_COST, (namespace, bottleneck), state.wasted_cost[(namespace, bottleneck)])
+        for workload, seconds in sorted(state.workload_seconds.items()):
+            out.add(m.WORKLOAD_WASTED_GPU_SECONDS, workload, seconds)
+            out.add(m.WORKLOAD_WASTED_COST, workload, state.workload_cost[workload])
         age = self.age()
         if state.produced_at is not None and age is not None:
             out.add(m.ANALYZER_LAST_SUCCESS, (), state.produced_at)

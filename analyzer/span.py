@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pandas as pd
 
+from gpulens.analyzer import owners as owners_mod
 from gpulens.analyzer.classify import Verdict, judge
 from gpulens.analyzer.features import pod_features
 from gpulens.analyzer.history import Ledger, default_window, ledgers
@@ -82,7 +83,7 @@ def report(
         frame = _read(reader, span.start, span.end, span.step, progress)
         _report(progress, on_progress, span.end - span.start)
         verdicts = judge(pod_features(frame, t), t, prices) if len(frame) else []
-        return with_owners(verdicts, _owners(owners, frame, span.end, span.end - span.start))
+        return owners_mod.apply(verdicts, _owners(owners, frame, span.end, span.end - span.start))
     totals: dict[str, Ledger] = {}
     owned: dict[PodKey, Owner] = {}
     piece = _piece_seconds(FIRST_PIECE_SECONDS, slide, window)
@@ -101,7 +102,7 @@ def report(
         if progress.gpus:
             piece = _piece_seconds(PIECE_ROWS / len(progress.gpus) * span.step - 2 * window, slide, window)
         counted_from = counted_to
-    return with_owners([ledger.verdict(t) for ledger in totals.values()], owned)
+    return owners_mod.apply([ledger.verdict(t) for ledger in totals.values()], owned)
 
 
 def _owners(owners: OwnerReader | None, frame: pd.DataFrame, at: float, lookback: float) -> dict[PodKey, Owner]:
@@ -110,15 +111,6 @@ def _owners(owners: OwnerReader | None, frame: pd.DataFrame, at: float, lookback
         return {}
     pods = frame[["namespace", "pod"]].drop_duplicates()
     return owners.read(zip(pods["namespace"].astype(str), pods["pod"].astype(str), strict=True), at, lookback)
-
-
-def with_owners(verdicts: list[Verdict], owners: dict[PodKey, Owner]) -> list[Verdict]:
-    """The verdicts with their pods' owners and teams (unchanged where the owner is not known)."""
-    out = []
-    for v in verdicts:
-        owner = owners.get((v.namespace, v.pod))
-        out.append(v if owner is None else replace(v, owner_kind=owner.kind, owner=owner.name, team=owner.team))
-    return out
 
 
 def _piece_seconds(seconds: float, slide: float, window: float) -> float:

@@ -183,6 +183,37 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             width=8,
             max_value=None,
         ),
+        s.bar_gauge(
+            "Wasted GPU-hours by workload",
+            "The workloads (namespace / owner kind / owner, from kube-state-metrics) whose GPUs wasted the most "
+            "in the time range: a Deployment's replicas, a CronJob's runs and a notebook's restarts add up.",
+            [
+                target(
+                    f"topk(15, sum by (namespace, owner_kind, owner) (increase("
+                    f"{metric('workload_wasted_gpu_seconds_total')}{{{analyzer}}}[$__range]))) / 3600",
+                    "{{namespace}}/{{owner_kind}}/{{owner}}",
+                    instant=True,
+                )
+            ],
+            s.HOURS,
+            width=12,
+            max_value=None,
+        ),
+        s.bar_gauge(
+            "Wasted money by team",
+            "What each team's workloads wasted at the analyzer's prices, in the time range (the team is the "
+            "pod or namespace label named by --analysis.team-label; empty without it).",
+            [
+                target(
+                    f"sum by (team) (increase({metric('workload_wasted_cost_dollars_total')}{{{analyzer}}}[$__range]))",
+                    "{{team}}",
+                    instant=True,
+                )
+            ],
+            s.DOLLARS,
+            width=12,
+            max_value=None,
+        ),
         s.timeseries(
             "Pods by bottleneck over time",
             "How many pods the analyzer puts in each class.",

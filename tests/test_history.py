@@ -275,6 +275,9 @@ class Replay:
     def node_prices(self) -> dict[str, float]:
         return {}
 
+    def owners(self, pods: set) -> dict:
+        return {}
+
 
 def run_service(trace: pd.DataFrame, until_hour: float, history: float):
     from gpulens.analyzer.service import AnalyzerService

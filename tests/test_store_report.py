@@ -164,3 +164,55 @@ def test_a_week_read_in_pieces_is_the_week_read_whole(stores, monkeypatch):
     # 6 h, then 2.5 days less a 5-hour window on each side (2.08 days) three times, then the last 11.9 h.
     assert len(pieces_progress) == 5
     assert pieces_progress[-1].seconds_done == pieces_progress[-1].span_seconds == LAST - week.START
+
+
+@pytest.mark.parametrize("layout", ["dcgm-exported", "dcgm-plain"])
+def test_the_live_analyzer_judges_a_fleet_that_runs_only_dcgm_exporter(stores, layout):
+    """The service on dcgm-exporter's series alone: the GPU's pod from either label layout, never the
+    dcgm-exporter pod, and its waste counted by workload and team."""
+    from gpulens.analyzer.live import PrometheusInput
+    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.core.thresholds import Thresholds
+    from tests.helpers import samples
+
+    gpulens, dcgm = LAYOUTS[layout]
+    now = [LAST - 3 * 3600]
+    source = PrometheusInput(
+        stores["prometheus"],
+        window=3 * 3600,
+        step=week.STEP,
+        selector=gpulens,
+        dcgm_selector=dcgm,
+        clock=lambda: now[0],
+        team_label="team",
+    )
+    service = AnalyzerService(source, Thresholds(), {}, interval=week.STEP, clock=lambda: now[0])
+    assert service.cycle()
+    now[0] = LAST
+    assert service.cycle()
+    pods = {(v.namespace, v.pod, v.owner_kind, v.owner, v.team, v.gpu_model) for v in service.state.verdicts}
+    model = "NVIDIA H100 80GB HBM3"
+    assert pods == {
+        ("ml", "trainer-0", "CronJob", "nightly-train", "vision", model),
+        ("research", "notebook-b", "StatefulSet", "jupyter", "research-lab", model),
+        ("serve", "llm-0", "Deployment", "llm", "platform", model),
+        ("", "", "", "", "", model),
+    }
+    exposition = samples(service.render_text().decode())
+    counters = {
+        labels: value
+        for (name, labels), value in exposition.items()
+        if name == "gpulens_workload_wasted_gpu_seconds_total"
+    }
+    # The notebook did nothing: its GPU wasted a second every second since the first cycle's interval began.
+    [(labels, notebook)] = [(ls, v) for ls, v in counters.items() if ("owner", "jupyter") in ls]
+    assert dict(labels) == {
+        "namespace": "research",
+        "owner_kind": "StatefulSet",
+        "owner": "jupyter",
+        "team": "research-lab",
+        "bottleneck": "idle",
+    }
+    [verdict] = [v for v in service.state.verdicts if v.pod == "notebook-b"]
+    assert verdict.mean_activity == 0.0
+    assert notebook == pytest.approx(week.STEP + 3 * 3600, rel=1e-9)

@@ -777,6 +777,29 @@ WASTED_COST = _spec(
     labels=("namespace", "bottleneck"),
     group="analyzer",
 )
+WORKLOAD_LABELS = ("namespace", "owner_kind", "owner", "team", "bottleneck")
+WORKLOAD_WASTED_GPU_SECONDS = _spec(
+    "workload_wasted_gpu_seconds_total",
+    "counter",
+    "seconds",
+    "The same GPU-seconds by workload: the pods' owner as kube-state-metrics resolves it (owner_kind is "
+    "Deployment, StatefulSet, DaemonSet, Job, CronJob, Pod or another controller's kind; \"\" and the pod's "
+    "name as owner where kube-state-metrics is not scraped), and the team from --team-label. A series per "
+    "workload and class it has been in: far fewer than pods for replicated workloads.",
+    "analyzer: each cycle adds the window's waste rate x the cycle's length; owners from kube_pod_owner, "
+    "kube_replicaset_owner, kube_job_owner; team from kube_pod_labels",
+    labels=WORKLOAD_LABELS,
+    group="analyzer",
+)
+WORKLOAD_WASTED_COST = _spec(
+    "workload_wasted_cost_dollars_total",
+    "counter",
+    "",
+    "Money the wasted GPU-seconds cost, by workload and team (see gpulens_workload_wasted_gpu_seconds_total).",
+    "analyzer: wasted GPU-hours x price of the GPU model",
+    labels=WORKLOAD_LABELS,
+    group="analyzer",
+)
 ANALYZER_LAST_SUCCESS = _spec(
     "analyzer_last_success_timestamp_seconds",
     "gauge",
