@@ -157,6 +157,9 @@ def _verdict(f: Features, t: Thresholds, info: GpuModel) -> Verdict:
     found = next((finding for check in SIGNATURES if (finding := check(f, t, info, evidence))), None)
     name, confidence = found or _without_signature(f, t, activity, throttled, oversized, evidence)
     confidence = round(min(max(confidence, 0.0), 1.0), 2)
+    not_judged = _not_judged(f, t)
+    if not_judged and name != "insufficient_data":
+        evidence["not_judged"] = not_judged
     if not f.has_prof and name not in ("insufficient_data", "idle"):
         evidence["profiling_fields"] = "absent: utilization shows that a kernel ran, not how much of the GPU worked"
         confidence = min(confidence, 0.5)
@@ -188,6 +191,23 @@ def _verdict(f: Features, t: Thresholds, info: GpuModel) -> Verdict:
         episodes=[Episode(name, float(f.ts_min), float(f.ts_min + f.window_seconds), confidence, round(wasted, 1))],
         by_class={name: ClassShare(1.0, round(wasted, 1), round(cost, 4))},
     )
+
+
+def _not_judged(f: Features, t: Thresholds) -> str:
+    """What the input could not show, and why: every verdict says so, so that a fleet read from
+    dcgm-exporter or nvidia-smi alone knows what adding gpulens' exporter would add."""
+    gaps = []
+    if not f.shape and f.resolution_seconds > t.starvation_max_sample_seconds:
+        gaps.append(
+            f"stalls and bursts shorter than the {f.resolution_seconds:.0f} s between samples (each sample is one "
+            "instant; gpulens' exporter counts every driver sample between scrapes)"
+        )
+    if f.gpus >= 2 and not (f.numa_nodes or f.pcie_roots or f.nvlink_groups):
+        gaps.append(
+            "placement across sockets, PCIe roots and NVLink islands (the input has no topology; gpulens' "
+            "exporter reports it)"
+        )
+    return "; ".join(gaps)
 
 
 # --- overlays: findings that are primary only when nothing else is wrong ---------------------------

@@ -45,7 +45,7 @@ RETRY_SECONDS = 1.0
 #: "fetched samples", "exceeded ... max_fetched").
 _TOO_BIG = re.compile(
     r"maximum resolution|too many samples|maxSamplesPerQuery|maxPointsPerTimeseries|too many points|"
-    r"exceeded the maximum number of|max.fetched|maximum number of samples|max_samples",
+    r"exceeded the maximum number of|max.fetched|maximum number of samples|max_samples|exceeds the limit",
     re.IGNORECASE,
 )
 _RETRY_STATUS = {429, 502, 503, 504}

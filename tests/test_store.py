@@ -226,3 +226,32 @@ def test_settings_that_cannot_work_are_refused_at_start(auth, message):
 def test_a_header_flag_that_is_not_a_header_is_refused(header):
     with pytest.raises(ConfigError, match="--prometheus.header"):
         StoreAuth.parse_header(header)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prometheus", "http://127.0.0.1:9"], "--prometheus needs --since: how far back to read"),
+        (["--prometheus", "prometheus:9090", "--since", "1d"], "--prometheus 'prometheus:9090' is not an http(s) URL"),
+        (
+            ["--prometheus", "http://127.0.0.1:9", "--since", "1d", "--until", "yesterday"],
+            "--until 'yesterday' is not a time: give RFC 3339 (2026-11-23T00:00:00Z) or unix seconds",
+        ),
+        (
+            ["--prometheus", "http://127.0.0.1:9", "--since", "2026-11-23T00:00:00Z", "--until", "2026-11-22T00:00:00Z"],
+            "--since 2026-11-23T00:00:00Z is not before --until 2026-11-22T00:00:00Z",
+        ),
+        (["trace.csv", "--prometheus", "http://127.0.0.1:9", "--since", "1d"], "give files to read, or --prometheus"),
+        (["trace.csv", "--since", "1d"], "--since, --until and --team-label are for --prometheus"),
+        (
+            ["--prometheus", "http://127.0.0.1:9", "--since", "1d", "--prometheus.header", "X-Scope-OrgID"],
+            "--prometheus.header 'X-Scope-OrgID' is not 'Name: value'",
+        ),
+    ],
+)
+def test_a_report_span_that_cannot_be_read_is_one_line_naming_the_flag(args, message):
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulens", "report", *args], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.startswith(f"gpulens report: {message}") and done.stderr.count("\n") == 1, done.stderr
