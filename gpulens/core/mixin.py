@@ -42,6 +42,8 @@ class MixinConfig:
     #: Prometheus job names of the per-node exporters and of the analyzer.
     exporter_job: str = "gpulens-exporter"
     analyzer_job: str = "gpulens-analyzer"
+    #: Prometheus job name of NVIDIA's dcgm-exporter (the GPU Operator's Service is nvidia-dcgm-exporter).
+    dcgm_job: str = "nvidia-dcgm-exporter"
     #: Base URL of Grafana, for the dashboard link in every alert.
     grafana_url: str = "http://localhost:3000"
     #: Where alerts/generated/runbooks.md is published; each alert links to its section.
@@ -60,6 +62,11 @@ class MixinConfig:
     def exporter(self) -> str:
         """Label matcher selecting the exporters' series."""
         return f'job="{self.exporter_job}"'
+
+    @property
+    def dcgm(self) -> str:
+        """Label matcher selecting dcgm-exporter's series."""
+        return f'job="{self.dcgm_job}"'
 
     @property
     def analyzer(self) -> str:
@@ -115,6 +122,35 @@ def dcgm_columns() -> dict[str, DcgmColumn]:
     return out
 
 
+def dcgm_pod_activity(c: MixinConfig) -> str:
+    """Each pod's GPUs' activity from dcgm-exporter, labelled as gpulens' pod_gpu series are (node,
+    namespace, pod, uuid): SM activity where the counter set has it, else the graphics engine's, else
+    utilization; averaged over alert_rate_window. The pod is exported_pod where the scrape renamed it (the
+    GPU Operator's ServiceMonitor), else pod (honorLabels), never one of the exporters' own pods."""
+    w = c.thresholds.alert_rate_window
+    columns = dcgm_columns()
+
+    def activity(matchers: str) -> str:
+        sel = f"{c.dcgm},{matchers}"
+        sm, engine, util = (columns[name] for name in ("sm_active", "gr_engine_active", "gpu_util"))
+        return (
+            f"avg_over_time({sm.selector(sel)}[{w}]) or avg_over_time({engine.selector(sel)}[{w}])"
+            f" or avg_over_time({util.selector(sel)}[{w}]) * {util.scale!r}"
+        )
+
+    held = activity('exported_pod!=""')
+    exported = f"max by (Hostname, UUID, GPU_I_ID, exported_namespace, exported_pod) ({held})"
+    renamed = (
+        f'label_replace(label_replace({exported}, "namespace", "$1", "exported_namespace", "(.*)"), '
+        '"pod", "$1", "exported_pod", "(.*)")'
+    )
+    own = activity(f'exported_pod="",pod!="",pod!~"{c.exporter_pods}"')
+    plain = f"max by (Hostname, UUID, GPU_I_ID, namespace, pod) ({own})"
+    both = f"max without (exported_namespace, exported_pod) ({renamed}) or {plain}"
+    named = f'label_replace(label_replace({both}, "node", "$1", "Hostname", "(.*)"), "uuid", "$1", "UUID", "(.*)")'
+    return f"max by (node, namespace, pod, uuid) ({named})"
+
+
 def dcgm_memory_total(matchers: str, by: str) -> str:
     """PromQL of each GPU's memory in bytes from dcgm-exporter: its total where the counter set has it,
     else used + free (+ reserved where reported), as the exporter's DCGM source adds them."""
@@ -154,10 +190,13 @@ def recording_rules(c: MixinConfig) -> list[dict[str, str]]:
             f"{{{c.exporter}}} * 0))",
         },
         # Several pods may share a GPU (time-slicing): the pods are the "many" side of the join.
+        # Fleets that run only dcgm-exporter get the same series from its fields, for the GPUs gpulens'
+        # exporter does not report.
         {
             "record": POD_GPU_ACTIVITY,
             "expr": f"max by (node, namespace, pod, uuid) ({pod_info}{{{c.exporter}}})"
-            f" * on (uuid) group_left (gpu) {GPU_ACTIVITY}",
+            f" * on (uuid) group_left (gpu) {GPU_ACTIVITY}"
+            f" or ({dcgm_pod_activity(c)} unless on (uuid) {GPU_ACTIVITY})",
         },
         {"record": POD_ACTIVITY_AVG, "expr": f"avg by (node, namespace, pod) ({POD_GPU_ACTIVITY})"},
         {"record": POD_ACTIVITY_MAX, "expr": f"max by (node, namespace, pod) ({POD_GPU_ACTIVITY})"},
@@ -253,6 +292,13 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
     flags.add(
         parser,
+        "--dcgm.job",
+        dest="dcgm_job",
+        default=defaults.dcgm_job,
+        help="Prometheus job name of NVIDIA's dcgm-exporter, for fleets where it reports GPUs gpulens does not",
+    )
+    flags.add(
+        parser,
         "--grafana.url",
         dest="grafana_url",
         default=defaults.grafana_url,
@@ -270,9 +316,10 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 def config_from(args: argparse.Namespace) -> MixinConfig:
     """MixinConfig from add_flags' arguments; ConfigError on a bad thresholds file."""
     return MixinConfig(
-        Thresholds.load(args.thresholds),
-        args.exporter_job,
-        args.analyzer_job,
-        args.grafana_url.rstrip("/"),
-        args.runbook_url,
+        thresholds=Thresholds.load(args.thresholds),
+        exporter_job=args.exporter_job,
+        analyzer_job=args.analyzer_job,
+        dcgm_job=args.dcgm_job,
+        grafana_url=args.grafana_url.rstrip("/"),
+        runbook_url=args.runbook_url,
     )
