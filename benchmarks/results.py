@@ -41,6 +41,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "analyzer-cycle": ("benchmarks/analyzer.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "analyzer-day": ("benchmarks/analyzer.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "analyzer-input": ("benchmarks/analyzer.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
+    "report-store": ("benchmarks/store_report.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
 }
 
 

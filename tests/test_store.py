@@ -238,8 +238,8 @@ def test_a_header_flag_that_is_not_a_header_is_refused(header):
             "--until 'yesterday' is not a time: give RFC 3339 (2026-11-23T00:00:00Z) or unix seconds",
         ),
         (
-            ["--prometheus", "http://127.0.0.1:9", "--since", "2026-11-23T00:00:00Z", "--until", "2026-11-22T00:00:00Z"],
-            "--since 2026-11-23T00:00:00Z is not before --until 2026-11-22T00:00:00Z",
+            ["--prometheus", "http://127.0.0.1:9", "--since", "2026-11-23T00:00:00Z", "--until", "2026-11-22"],
+            "--until '2026-11-22' is not a time: give RFC 3339",
         ),
         (["trace.csv", "--prometheus", "http://127.0.0.1:9", "--since", "1d"], "give files to read, or --prometheus"),
         (["trace.csv", "--since", "1d"], "--since, --until and --team-label are for --prometheus"),

@@ -1,0 +1,324 @@
+"""`gpulens report --prometheus` on a day of a fleet that runs only dcgm-exporter, read from a real Prometheus,
+against a bare transfer of the same queries (HTTP and JSON decoding alone).
+
+Run: .venv/bin/python benchmarks/store_report.py [--gpus 1000] [--hours 24] [--data DIR]
+
+A day of 1,000 GPUs at dcgm-exporter's 30 s interval: ten series a GPU (the default counter set's
+utilization, memory used and free, power, temperature, SM and memory clocks, and the graphics, tensor and
+DRAM activity of its profiling fields), about 29 million samples, with the labels the GPU Operator's
+ServiceMonitor gives them (exported_pod) and kube-state-metrics' owners (ten replicas a Deployment). They
+are written as OpenMetrics, backfilled with `promtool tsdb create-blocks-from openmetrics` into a real
+Prometheus (Debian's), and read back:
+- bare: every range and instant query the report made, sent again with requests and decoded with orjson,
+  nothing else: the floor of reading through the HTTP API;
+- report: the report as a user runs it (a process of its own), reading in pieces and judging.
+Prints seconds, the ratio to the bare transfer, peak resident memory and bytes read per GPU-day, and a
+week and a month of 1,000 and 10,000 GPUs extrapolated from the measured rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import results  # noqa: E402
+
+#: The day: 2025-11-10 00:00 UTC, sampled every 30 s (dcgm-exporter's interval under the GPU Operator).
+START = 1_762_732_800
+STEP = 30
+GPUS_PER_NODE = 8
+REPLICAS_PER_DEPLOYMENT = 10
+#: dcgm-exporter's series of each GPU: name -> (low, high) of its values, in dcgm-exporter's units.
+SERIES = {
+    "DCGM_FI_DEV_GPU_UTIL": (0, 100),
+    "DCGM_FI_DEV_FB_USED": (0, 81_000),
+    "DCGM_FI_DEV_FB_FREE": (0, 81_000),
+    "DCGM_FI_DEV_POWER_USAGE": (70, 700),
+    "DCGM_FI_DEV_GPU_TEMP": (30, 80),
+    "DCGM_FI_DEV_SM_CLOCK": (345, 1980),
+    "DCGM_FI_DEV_MEM_CLOCK": (2619, 2619),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": (0, 1),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": (0, 1),
+    "DCGM_FI_PROF_DRAM_ACTIVE": (0, 1),
+}
+
+
+def _namespace(deployment: int) -> str:
+    return f"team-{deployment % 17:02d}"
+
+
+def _replicaset(deployment: int) -> str:
+    return f"svc-{deployment:04d}-7d9f8c6b5"
+
+
+def _pod(g: int) -> str:
+    """The pod on GPU g: a replica of Deployment g // REPLICAS_PER_DEPLOYMENT."""
+    return f"{_replicaset(g // REPLICAS_PER_DEPLOYMENT)}-{g:05d}"
+
+
+def write_openmetrics(path: Path, gpus: int, hours: float, seed: int = 0) -> int:
+    """The fleet's day as OpenMetrics in `path`; the samples written."""
+    rng = np.random.default_rng(seed)
+    steps = int(hours * 3600 / STEP)
+    times = [str(START + STEP * k) for k in range(steps)]
+    # Each GPU: a level of activity, bursts for a third of them, memory held; a tenth hold no pod.
+    level = rng.uniform(0, 1, gpus)
+    bursty = rng.random(gpus) < 0.33
+    held = rng.random(gpus) >= 0.1
+    memory = rng.uniform(0.1, 0.9, gpus)
+    samples = 0
+    with path.open("w") as out:
+        for name, (low, high) in SERIES.items():
+            out.write(f"# TYPE {name} gauge\n")
+            for g in range(gpus):
+                node, deployment = g // GPUS_PER_NODE, g // REPLICAS_PER_DEPLOYMENT
+                labels = ",".join(
+                    [
+                        f'gpu="{g % GPUS_PER_NODE}"',
+                        f'UUID="GPU-{g:08x}-1c2d-4e5f-8a9b-0c1d2e3f4a5b"',
+                        f'device="nvidia{g % GPUS_PER_NODE}"',
+                        'modelName="NVIDIA H100 80GB HBM3"',
+                        f'Hostname="gpu-node-{node:04d}"',
+                        'DCGM_FI_DRIVER_VERSION="550.54.15"',
+                        'container="nvidia-dcgm-exporter"',
+                        'endpoint="gpu-metrics"',
+                        f'instance="10.1.{node // 250}.{node % 250}:9400"',
+                        'job="nvidia-dcgm-exporter"',
+                        'namespace="gpu-operator"',
+                        f'pod="nvidia-dcgm-exporter-{node:05d}"',
+                        'service="nvidia-dcgm-exporter"',
+                    ]
+                    + (
+                        [
+                            f'exported_namespace="{_namespace(deployment)}"',
+                            f'exported_pod="{_pod(g)}"',
+                            'exported_container="main"',
+                        ]
+                        if held[g]
+                        else []
+                    )
+                )
+                activity = np.full(steps, level[g] if held[g] else 0.0)
+                if bursty[g]:
+                    activity = activity * (rng.random(steps) < 0.4)
+                if name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"):
+                    used = np.round(memory[g] * 81_000 if held[g] else 0.0)
+                    values = np.full(steps, used if name.endswith("USED") else 81_000 - used)
+                elif high <= 1:
+                    values = np.round(activity * rng.uniform(0.5, 1.0), 3)
+                else:
+                    values = np.round(low + (high - low) * activity)
+                text = [f"{name}{{{labels}}} {v:g} {t}\n" for v, t in zip(values, times, strict=True)]
+                out.writelines(text)
+                samples += steps
+        pods = [g for g in range(gpus) if held[g]]
+        out.write("# TYPE kube_pod_owner gauge\n")
+        for g in pods:
+            deployment = g // REPLICAS_PER_DEPLOYMENT
+            labels = (
+                f'namespace="{_namespace(deployment)}",pod="{_pod(g)}",owner_kind="ReplicaSet",'
+                f'owner_name="{_replicaset(deployment)}",owner_is_controller="true",job="kube-state-metrics"'
+            )
+            out.writelines(f"kube_pod_owner{{{labels}}} 1 {t}\n" for t in times)
+            samples += steps
+        out.write("# TYPE kube_replicaset_owner gauge\n")
+        for deployment in sorted({g // REPLICAS_PER_DEPLOYMENT for g in pods}):
+            labels = (
+                f'namespace="{_namespace(deployment)}",replicaset="{_replicaset(deployment)}",'
+                f'owner_kind="Deployment",owner_name="svc-{deployment:04d}",job="kube-state-metrics"'
+            )
+            out.writelines(f"kube_replicaset_owner{{{labels}}} 1 {t}\n" for t in times)
+            samples += steps
+        out.write("# EOF\n")
+    return samples
+
+
+def backfill(promtool: str, work: Path, tsdb: Path, gpus: int, hours: float) -> int:
+    """The fleet's day in a Prometheus data folder `tsdb` (kept if it is there); the samples it holds."""
+    count = tsdb / "samples"
+    if count.exists():
+        print(f"using the data backfilled before in {tsdb}")
+        return int(count.read_text())
+    source = work / "day.om"
+    started = time.perf_counter()
+    samples = write_openmetrics(source, gpus, hours)
+    size = source.stat().st_size
+    print(f"wrote {samples:,} samples ({size / 2**30:.1f} GiB) in {time.perf_counter() - started:.0f} s")
+    started = time.perf_counter()
+    tsdb.mkdir(parents=True, exist_ok=True)
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "-q", str(source), str(tsdb)], check=True)
+    source.unlink()
+    count.write_text(str(samples))
+    print(f"backfilled with promtool in {time.perf_counter() - started:.0f} s")
+    return samples
+
+
+def run_report(url: str, hours: float, queries_out: str) -> dict:
+    """The report in this process, its queries written to `queries_out`: seconds, bytes, verdicts, peak RSS."""
+    from gpulens.analyzer import span
+    from gpulens.analyzer.owners import OwnerReader
+    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.store import Store
+    from gpulens.core.thresholds import Thresholds
+
+    asked: list[tuple[str, dict]] = []
+
+    class Recorded(Store):
+        def _api(self, endpoint: str, params: dict[str, str]) -> list[dict]:
+            asked.append((endpoint, params))
+            return super()._api(endpoint, params)
+
+    started = time.perf_counter()
+    store = Recorded(url, timeout=300)
+    reader = SeriesReader(store, STEP)
+    end = START + hours * 3600 - STEP
+    verdicts = span.report(reader, span.Span.aligned(START, end, STEP), Thresholds(), owners=OwnerReader(store))
+    seconds = time.perf_counter() - started
+    Path(queries_out).write_text(json.dumps(asked))
+    return {
+        "seconds": seconds,
+        "bytes": store.read_bytes,
+        "verdicts": len(verdicts),
+        "workloads": len({v.workload for v in verdicts}),
+        "queries": len(asked),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def bare(url: str, queries: list[tuple[str, dict]]) -> float:
+    """Seconds to send `queries` again and decode their answers, nothing else."""
+    import orjson
+    import requests
+
+    session = requests.Session()
+    started = time.perf_counter()
+    for endpoint, params in queries:
+        response = session.post(f"{url}/api/v1/{endpoint}", data=params, timeout=300)
+        orjson.loads(response.content)
+    return time.perf_counter() - started
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, default=1000)
+    parser.add_argument("--hours", type=float, default=24.0)
+    parser.add_argument(
+        "--data",
+        default="",
+        help="keep the backfilled Prometheus data in this folder, and use it again when it is there (the "
+        "day of 1,000 GPUs takes 6 minutes to write and backfill)",
+    )
+    parser.add_argument("--report", default="", help=argparse.SUPPRESS)  # a child: the report against this URL
+    parser.add_argument("--queries-out", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.report:
+        print(json.dumps(run_report(args.report, args.hours, args.queries_out)))
+        return 0
+    promtool, prometheus = shutil.which("promtool"), shutil.which("prometheus")
+    if not (promtool and prometheus):
+        print("needs Debian's prometheus (promtool and prometheus)", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as scratch:
+        work = Path(args.data or scratch)
+        tsdb = work / f"tsdb-{args.gpus}-{args.hours:g}h"
+        samples = backfill(promtool, work, tsdb, args.gpus, args.hours)
+        from tests.helpers import free_port, wait_until
+
+        address = f"127.0.0.1:{free_port()}"
+        url = f"http://{address}"
+        config = work / "prometheus.yml"
+        config.write_text("global:\n  scrape_interval: 1m\n")
+        server = subprocess.Popen(
+            [
+                prometheus,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tsdb}",
+                "--storage.tsdb.retention.time=100y",
+                f"--web.listen-address={address}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            import requests
+
+            def ready() -> bool:
+                try:
+                    return requests.get(url + "/-/ready", timeout=1).status_code == 200
+                except requests.RequestException:
+                    return False
+
+            wait_until(ready, 120, what="Prometheus to load the blocks")
+            queries_file = work / "queries.json"
+
+            def report(hours: float = args.hours) -> dict:
+                child = subprocess.run(
+                    [sys.executable, __file__, "--report", url, "--hours", str(hours)]
+                    + ["--queries-out", str(queries_file)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                return json.loads(child.stdout)
+
+            # Memory follows the GPUs, not the span: half the span, read first, peaks as high as the whole.
+            half = report(args.hours / 2)
+            report()  # warms the page cache the blocks are read through, and records the queries
+            queries = [tuple(q) for q in json.loads(queries_file.read_text())]
+            bare_seconds = min(bare(url, queries) for _ in range(2))
+            measured = min((report() for _ in range(2)), key=lambda r: r["seconds"])
+        finally:
+            server.terminate()
+            server.wait()
+    gpu_days = args.gpus * args.hours / 24
+    rate = measured["seconds"] / gpu_days  # seconds per GPU-day
+    figures = {
+        "gpus": args.gpus,
+        "hours": args.hours,
+        "step_s": STEP,
+        "samples": samples,
+        "bare_s": bare_seconds,
+        "report_s": measured["seconds"],
+        "report_peak_rss_mib": measured["peak_rss_mib"],
+        "half_span_peak_rss_mib": half["peak_rss_mib"],
+        "bytes": measured["bytes"],
+        "bytes_per_gpu_day": measured["bytes"] / gpu_days,
+        "queries": measured["queries"],
+        "verdicts": measured["verdicts"],
+        "workloads": measured["workloads"],
+        "seconds_per_gpu_day": rate,
+    }
+    results.save("report-store", figures)
+    print(
+        f"\n{args.gpus:,} GPUs x {args.hours:g} h at {STEP} s of dcgm-exporter series ({samples:,} samples), "
+        f"read from Prometheus\n"
+    )
+    print(f"{'':<44} {'seconds':>8} {'ratio':>6}")
+    print(f"{'bare: the same queries, HTTP and JSON only':<44} {bare_seconds:>8.1f} {1:>6.2f}")
+    ratio = measured["seconds"] / bare_seconds
+    print(f"{'gpulens report --prometheus':<44} {measured['seconds']:>8.1f} {ratio:>6.2f}")
+    print(
+        f"\npeak resident memory {measured['peak_rss_mib']:,.0f} MiB ({half['peak_rss_mib']:,.0f} MiB for "
+        f"{args.hours / 2:g} h); {measured['queries']} queries; "
+        f"{measured['bytes'] / gpu_days / 2**20:.2f} MiB read per GPU-day; {measured['verdicts']:,} verdicts, "
+        f"{measured['workloads']:,} workloads"
+    )
+    for gpus in (1000, 10_000):
+        for days, span in ((7, "week"), (30, "month")):
+            print(f"a {span} of {gpus:,} GPUs: about {rate * gpus * days / 60:,.0f} minutes at the measured rate")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
