@@ -221,3 +221,23 @@ def test_the_live_analyzer_judges_a_fleet_that_runs_only_dcgm_exporter(stores, l
     [verdict] = [v for v in service.state.verdicts if v.pod == "notebook-b"]
     assert verdict.mean_activity == 0.0
     assert notebook == pytest.approx(week.STEP + 3 * 3600, rel=1e-9)
+
+
+def test_every_format_of_a_store_report_says_the_same(stores, tmp_path):
+    """Table, CSV (by pod and by workload) and HTML from the store carry the JSON report's figures."""
+    span = ("--since", "2025-11-09T00:00:00Z", "--until", str(LAST), "--prometheus.step", "5m")
+    layout = ("--prometheus.selector", 'job="gpulens"', "--prometheus.dcgm-selector", 'job="none"')
+    url = stores["victoria-metrics"]
+    document = json.loads(report(url, *span, *layout, "--format", "json").stdout)
+    llm = next(s for s in document["waste"]["owner"] if s["key"] == "serve/Deployment/llm")
+    by_owner = report(url, *span, *layout, "--format", "csv", "--by", "owner").stdout.splitlines()
+    assert by_owner[0] == "owner,pods,gpu_hours,wasted_gpu_hours,wasted_cost"
+    assert f"serve/Deployment/llm,1,{llm['gpu_hours']},{llm['wasted_gpu_hours']},{llm['wasted_cost']}" in by_owner
+    pods = report(url, *span, *layout, "--format", "csv").stdout.splitlines()
+    assert len(pods) == 1 + len(document["verdicts"])
+    table = report(url, *span, *layout).stdout
+    assert "Deployment llm" in table and "Waste by owner" in table
+    out = tmp_path / "week.html"
+    assert report(url, *span, *layout, "--format", "html", "--out", str(out)).returncode == 0
+    html = out.read_text()
+    assert "<h2>Waste by workload</h2>" in html and "serve/Deployment/llm" in html
