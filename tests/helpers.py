@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -175,26 +176,24 @@ def require_binary(name: str) -> str:
     return path
 
 
-class _PrometheusProject:
-    """A real server of the Prometheus project (Prometheus, Alertmanager) on a free loopback port: started
-    with its log in `workdir`, ready when /-/ready answers, stopped with SIGTERM (SIGKILL after 10 s)."""
+class ServerProcess:
+    """A real server binary on a free loopback port: `flags(address)` are its flags, given the address to
+    listen on; started with its log in `workdir`, ready when `ready_path` answers 200, stopped with SIGTERM
+    (SIGKILL after 10 s)."""
 
-    def __init__(self, name: str, workdir: Path, flags: list[str]):
+    def __init__(self, name: str, workdir: Path, flags: Callable[[str], list[str]], ready_path: str):
         binary = require_binary(name)
-        self.url = f"http://127.0.0.1:{free_port()}"
+        address = f"127.0.0.1:{free_port()}"
+        self.url = f"http://{address}"
         log_path = workdir / f"{name}.log"
         self._log = open(log_path, "w")
-        self.process = subprocess.Popen(
-            [binary, *flags, f"--web.listen-address={self.url.removeprefix('http://')}"],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
+        self.process = subprocess.Popen([binary, *flags(address)], stdout=self._log, stderr=subprocess.STDOUT)
 
         def ready():
             if self.process.poll() is not None:
                 raise AssertionError(f"{name} exited: {log_path.read_text()}")
             try:
-                return requests.get(self.url + "/-/ready", timeout=1).status_code == 200
+                return requests.get(self.url + ready_path, timeout=1).status_code == 200
             except requests.RequestException:
                 return False
 
@@ -207,6 +206,13 @@ class _PrometheusProject:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self._log.close()
+
+
+class _PrometheusProject(ServerProcess):
+    """A server of the Prometheus project (Prometheus, Alertmanager): --web.listen-address, /-/ready."""
+
+    def __init__(self, name: str, workdir: Path, flags: list[str]):
+        super().__init__(name, workdir, lambda address: [*flags, f"--web.listen-address={address}"], "/-/ready")
 
 
 class Prometheus(_PrometheusProject):
@@ -257,48 +263,27 @@ class BackfilledPrometheus(_PrometheusProject):
         )
 
 
-class VictoriaMetrics:
+class VictoriaMetrics(ServerProcess):
     """A real single-node VictoriaMetrics (Debian's victoria-metrics) on a free loopback port; `load()`
     writes samples through its /api/v1/import/prometheus, as vmagent or a migration would."""
 
     def __init__(self, workdir: Path, flags: tuple[str, ...] = ()):
-        binary = require_binary("victoria-metrics")
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self._log = open(workdir / "victoria-metrics.log", "w")
-        self.process = subprocess.Popen(
-            [
-                binary,
+        super().__init__(
+            "victoria-metrics",
+            workdir,
+            lambda address: [
                 f"-storageDataPath={workdir / 'vm-data'}",
-                f"-httpListenAddr={self.url.removeprefix('http://')}",
+                f"-httpListenAddr={address}",
                 "-retentionPeriod=100y",
                 *flags,
             ],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            "/health",
         )
-
-        def ready():
-            if self.process.poll() is not None:
-                raise AssertionError(f"victoria-metrics exited: {(workdir / 'victoria-metrics.log').read_text()}")
-            try:
-                return requests.get(self.url + "/health", timeout=1).status_code == 200
-            except requests.RequestException:
-                return False
-
-        wait_until(ready, 30, what="victoria-metrics to become ready")
 
     def load(self, text: str) -> None:
         """Samples in Prometheus' text format (timestamps in milliseconds), searchable once this returns."""
         requests.post(self.url + "/api/v1/import/prometheus", data=text.encode(), timeout=120).raise_for_status()
         requests.get(self.url + "/internal/force_flush", timeout=30).raise_for_status()
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-        self._log.close()
 
 
 class Alertmanager(_PrometheusProject):

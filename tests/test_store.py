@@ -15,7 +15,7 @@ import requests
 
 from gpulens.analyzer.store import Store, StoreAuth, StoreError
 from gpulens.core.config import ConfigError
-from tests.helpers import REPO, VictoriaMetrics, free_port, require_binary, wait_until
+from tests.helpers import REPO, ServerProcess, VictoriaMetrics
 
 #: A minute of one series: 0, 1, ... 59 at one-second steps, from this unix second.
 T0 = 1_762_646_400
@@ -42,27 +42,15 @@ def vmauth(victoria, tmp_path_factory):
         f'users:\n- bearer_token: "tok-3f9a"\n  url_prefix: "{victoria.url}"\n'
         f'- username: "reporter"\n  password: "pw-71c2"\n  url_prefix: "{victoria.url}"\n'
     )
-    url = f"http://127.0.0.1:{free_port()}"
-    log = open(workdir / "vmauth.log", "w")
-    process = subprocess.Popen(
-        [require_binary("vmauth"), f"-auth.config={config}", f"-httpListenAddr={url.removeprefix('http://')}"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
 
-    def ready():
-        try:
-            return requests.get(url + "/health", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
+    def flags(address: str) -> list[str]:
+        return [f"-auth.config={config}", f"-httpListenAddr={address}"]
 
+    server = ServerProcess("vmauth", workdir, flags, "/health")
     try:
-        wait_until(ready, 30, what="vmauth to serve")
-        yield url
+        yield server.url
     finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
+        server.stop()
 
 
 def values(series: list[dict]) -> list[float]:
