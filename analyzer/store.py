@@ -22,7 +22,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
@@ -47,6 +47,11 @@ _TOO_BIG = re.compile(
     r"maximum resolution|too many samples|maxSamplesPerQuery|maxPointsPerTimeseries|too many points|"
     r"exceeded the maximum number of|max.fetched|maximum number of samples|max_samples|exceeds the limit",
     re.IGNORECASE,
+)
+_RAISE_THE_LIMIT = (
+    "Raise the store's limit of samples per query (Prometheus --query.max-samples, VictoriaMetrics "
+    "-search.maxSamplesPerQuery, Mimir max_fetched_samples_per_query), or select fewer GPUs "
+    "(--prometheus.selector, --prometheus.dcgm-selector)"
 )
 _RETRY_STATUS = {429, 502, 503, 504}
 #: Refusals of the credentials by a store that does not answer 401 or 403 for them: vmauth answers 400
@@ -119,14 +124,6 @@ def _read_secret(path: str, flag: str) -> str:
         raise ConfigError(f"{flag} {path}: cannot read it ({reason})") from None
 
 
-@dataclass
-class Answer:
-    """What one query read: its series (Prometheus' `data.result`) and the bytes of its answers."""
-
-    series: list[dict] = field(default_factory=list)
-    bytes_read: int = 0
-
-
 class Store:
     """One store's HTTP API, with its credentials. `read_bytes` counts every answer read."""
 
@@ -167,7 +164,10 @@ class Store:
 
     def query(self, expr: str, at: float) -> list[dict]:
         """An instant query's series at unix time `at`."""
-        return self._api("query", {"query": expr, "time": _time(at)})
+        try:
+            return self._api("query", {"query": expr, "time": _time(at)})
+        except _TooBig as e:
+            raise StoreError(f"{self.name} refuses {expr!r}: {e.reason}. {_RAISE_THE_LIMIT}") from None
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
         """A range query's series from `start` to `end` (unix seconds, on the step grid), cut into ranges
@@ -188,11 +188,9 @@ class Store:
             return self._api("query_range", params)
         except _TooBig as e:
             steps = round((end - start) / step)
-            if steps < 2:
+            if steps < 1:
                 raise StoreError(
-                    f"{self.name} refuses {expr!r} even for {steps + 1} steps: {e.reason}. Raise the store's "
-                    "limit of samples per query (Prometheus --query.max-samples, VictoriaMetrics "
-                    "-search.maxSamplesPerQuery, Mimir max_fetched_samples_per_query) or read fewer GPUs at once"
+                    f"{self.name} refuses {expr!r} even for a single step: {e.reason}. {_RAISE_THE_LIMIT}"
                 ) from None
             middle = start + (steps // 2) * step
             return _joined(self._range(expr, start, middle, step), self._range(expr, middle + step, end, step))

@@ -243,3 +243,21 @@ def test_a_report_span_that_cannot_be_read_is_one_line_naming_the_flag(args, mes
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith(f"gpulens report: {message}") and done.stderr.count("\n") == 1, done.stderr
+
+
+def test_a_query_too_big_even_for_one_step_names_the_limit_to_raise(scripted):
+    too_many = {"status": "error", "errorType": "execution", "error": "query processing would load too many samples"}
+    server = scripted([(422, too_many, {})] * 5)
+    store = Store(server.url)
+    with pytest.raises(StoreError) as refused:
+        store.query_range("up", T0, T0 + 2, 1)  # 3 steps, halved to 2 and 1, then refused for 1
+    assert len(server.requests) == 3
+    assert str(refused.value) == (
+        f"Prometheus at {server.url} refuses 'up' even for a single step: query processing would load too many "
+        "samples. "
+        "Raise the store's limit of samples per query (Prometheus --query.max-samples, VictoriaMetrics "
+        "-search.maxSamplesPerQuery, Mimir max_fetched_samples_per_query), or select fewer GPUs "
+        "(--prometheus.selector, --prometheus.dcgm-selector)"
+    )
+    with pytest.raises(StoreError, match="refuses 'up': query processing would load too many samples. Raise"):
+        store.query("up", T0)
