@@ -145,10 +145,10 @@ class Store:
         self.read_bytes = 0
         self.session = requests.Session()
         self.session.headers.update(dict(self.auth.headers))
-        if self.auth.ca_file:
-            self.session.verify = self.auth.ca_file
-        if self.auth.cert_file:
-            self.session.cert = (self.auth.cert_file, self.auth.key_file)
+        # Given with each request, not set on the session: requests lets REQUESTS_CA_BUNDLE (set on many
+        # systems) override a session's CA, and the store's own CA would be silently ignored.
+        self._verify: str | bool = self.auth.ca_file or True
+        self._cert = (self.auth.cert_file, self.auth.key_file) if self.auth.cert_file else None
         if self.auth.basic_auth_username:
             password = _read_secret(self.auth.basic_auth_password_file, "--prometheus.basic-auth.password-file")
             self.session.auth = (self.auth.basic_auth_username, password)
@@ -208,6 +208,8 @@ class Store:
                     data=params,
                     headers=self._bearer(),
                     timeout=self.timeout,
+                    verify=self._verify,
+                    cert=self._cert,
                 )
             except requests.Timeout:
                 problem = f"{self.name} did not answer {expr!r} within {self.timeout:g} s"

@@ -161,6 +161,31 @@ def value(parsed: dict, name: str, **labels) -> float | None:
     return found[0] if found else None
 
 
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run([require_binary("openssl"), *args], check=True, capture_output=True, cwd=cwd)
+
+
+def certificate(directory: Path, name: str, subject: str, san: str, ca: str | None = "ca") -> None:
+    """An EC key and a certificate for it in `directory`, signed by `ca` (None: self-signed)."""
+    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}.key", cwd=directory)
+    openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=directory)
+    (directory / f"{name}.ext").write_text(f"subjectAltName={san}\n")
+    signer = ["-signkey", f"{name}.key"] if ca is None else ["-CA", f"{ca}.crt", "-CAkey", f"{ca}.key"]
+    openssl(
+        "x509", "-req", "-in", f"{name}.csr", *signer, "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.crt",
+        cwd=directory,
+    )  # fmt: skip
+
+
+def certificate_authority(directory: Path) -> Path:
+    """A CA (ca.key, ca.crt) in `directory`, to sign certificate()s with."""
+    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key", cwd=directory)
+    openssl(
+        "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=test CA", "-days", "1", "-out", "ca.crt", cwd=directory
+    )  # fmt: skip
+    return directory
+
+
 def require_binary(name: str) -> str:
     """Path of a binary the tests run for real (Prometheus, Alertmanager, Chromium). Skips on a laptop
     without it; fails under CI=true, where .ci/run must have installed it."""
@@ -178,13 +203,21 @@ def require_binary(name: str) -> str:
 
 class ServerProcess:
     """A real server binary on a free loopback port: `flags(address)` are its flags, given the address to
-    listen on; started with its log in `workdir`, ready when `ready_path` answers 200, stopped with SIGTERM
-    (SIGKILL after 10 s)."""
+    listen on; started with its log in `workdir`, ready when `ready_path` answers 200 (over https with
+    `tls`: requests' verify and cert), stopped with SIGTERM (SIGKILL after 10 s)."""
 
-    def __init__(self, name: str, workdir: Path, flags: Callable[[str], list[str]], ready_path: str):
+    def __init__(
+        self,
+        name: str,
+        workdir: Path,
+        flags: Callable[[str], list[str]],
+        ready_path: str,
+        scheme: str = "http",
+        tls: dict | None = None,
+    ):
         binary = require_binary(name)
         address = f"127.0.0.1:{free_port()}"
-        self.url = f"http://{address}"
+        self.url = f"{scheme}://{address}"
         log_path = workdir / f"{name}.log"
         self._log = open(log_path, "w")
         self.process = subprocess.Popen([binary, *flags(address)], stdout=self._log, stderr=subprocess.STDOUT)
@@ -193,7 +226,7 @@ class ServerProcess:
             if self.process.poll() is not None:
                 raise AssertionError(f"{name} exited: {log_path.read_text()}")
             try:
-                return requests.get(self.url + ready_path, timeout=1).status_code == 200
+                return requests.get(self.url + ready_path, timeout=1, **(tls or {})).status_code == 200
             except requests.RequestException:
                 return False
 
@@ -211,8 +244,10 @@ class ServerProcess:
 class _PrometheusProject(ServerProcess):
     """A server of the Prometheus project (Prometheus, Alertmanager): --web.listen-address, /-/ready."""
 
-    def __init__(self, name: str, workdir: Path, flags: list[str]):
-        super().__init__(name, workdir, lambda address: [*flags, f"--web.listen-address={address}"], "/-/ready")
+    def __init__(self, name: str, workdir: Path, flags: list[str], **kwargs):
+        super().__init__(
+            name, workdir, lambda address: [*flags, f"--web.listen-address={address}"], "/-/ready", **kwargs
+        )
 
 
 class Prometheus(_PrometheusProject):
@@ -243,7 +278,7 @@ class BackfilledPrometheus(_PrometheusProject):
     way a week of data reaches a Prometheus without a week of scrapes. No scrape targets; `flags` are
     passed on (a query limit, a web config)."""
 
-    def __init__(self, workdir: Path, openmetrics: str, flags: tuple[str, ...] = ()):
+    def __init__(self, workdir: Path, openmetrics: str, flags: tuple[str, ...] = (), **kwargs):
         tsdb = workdir / "tsdb"
         tsdb.mkdir(parents=True, exist_ok=True)
         source = workdir / "history.om"
@@ -260,6 +295,7 @@ class BackfilledPrometheus(_PrometheusProject):
             "prometheus",
             workdir,
             [f"--config.file={config}", f"--storage.tsdb.path={tsdb}", "--storage.tsdb.retention.time=100y", *flags],
+            **kwargs,
         )
 
 

@@ -15,7 +15,14 @@ import requests
 
 from gpulens.analyzer.store import Store, StoreAuth, StoreError
 from gpulens.core.config import ConfigError
-from tests.helpers import REPO, ServerProcess, VictoriaMetrics
+from tests.helpers import (
+    REPO,
+    BackfilledPrometheus,
+    ServerProcess,
+    VictoriaMetrics,
+    certificate,
+    certificate_authority,
+)
 
 #: A minute of one series: 0, 1, ... 59 at one-second steps, from this unix second.
 T0 = 1_762_646_400
@@ -261,3 +268,34 @@ def test_a_query_too_big_even_for_one_step_names_the_limit_to_raise(scripted):
     )
     with pytest.raises(StoreError, match="refuses 'up': query processing would load too many samples. Raise"):
         store.query("up", T0)
+
+
+@pytest.mark.slow
+def test_a_store_behind_mutual_tls(tmp_path):
+    """Prometheus requiring a client certificate signed by its CA: read with the CA and client certificate
+    flags; without the client certificate, one error naming the TLS flags."""
+    pki = certificate_authority(tmp_path)
+    certificate(pki, "server", "/CN=prometheus", "IP:127.0.0.1")
+    certificate(pki, "reporter", "/CN=gpulens", "DNS:gpulens.example")
+    web = tmp_path / "web.yml"
+    web.write_text(
+        f"tls_server_config:\n  cert_file: {pki / 'server.crt'}\n  key_file: {pki / 'server.key'}\n"
+        f"  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: {pki / 'ca.crt'}\n"
+    )
+    client = {"verify": str(pki / "ca.crt"), "cert": (str(pki / "reporter.crt"), str(pki / "reporter.key"))}
+    history = "# TYPE gpu_test gauge\n" + "".join(f'gpu_test{{uuid="GPU-1"}} {k} {T0 + k}\n' for k in range(60))
+    prometheus = BackfilledPrometheus(
+        tmp_path, history + "# EOF\n", (f"--web.config.file={web}",), scheme="https", tls=client
+    )
+    try:
+        auth = StoreAuth(
+            ca_file=str(pki / "ca.crt"), cert_file=str(pki / "reporter.crt"), key_file=str(pki / "reporter.key")
+        )
+        auth.check()
+        assert values(Store(prometheus.url, auth).query_range("gpu_test", T0, T0 + 59, 1)) == [
+            float(k) for k in range(60)
+        ]
+        with pytest.raises(StoreError, match=r"cannot reach Prometheus at https://127\.0\.0\.1:\d+ over TLS: .*"):
+            Store(prometheus.url, StoreAuth(ca_file=str(pki / "ca.crt"))).query_range("gpu_test", T0, T0 + 59, 1)
+    finally:
+        prometheus.stop()

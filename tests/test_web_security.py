@@ -8,7 +8,6 @@ import logging
 import socket
 import ssl
 import struct
-import subprocess
 import time
 
 import bcrypt
@@ -19,41 +18,20 @@ from prometheus_client import CollectorRegistry, Gauge
 from gpulens.core import web
 from gpulens.core.config import ConfigError
 from gpulens.core.web import WebConfig, serve
-from tests.helpers import require_binary
+from tests.helpers import certificate, certificate_authority
 
 pytestmark = pytest.mark.slow
-
-
-def openssl(*args, cwd):
-    subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=cwd)
-
-
-def _certificate(directory, name, subject, san, ca="ca"):
-    """An EC key and a certificate for it, signed by `ca` (None: self-signed)."""
-    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", f"{name}.key", cwd=directory)
-    openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=directory)
-    (directory / f"{name}.ext").write_text(f"subjectAltName={san}\n")
-    signer = ["-signkey", f"{name}.key"] if ca is None else ["-CA", f"{ca}.crt", "-CAkey", f"{ca}.key"]
-    openssl(
-        "x509", "-req", "-in", f"{name}.csr", *signer, "-days", "1", "-extfile", f"{name}.ext", "-out", f"{name}.crt",
-        cwd=directory,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
     """A CA; the server's certificate for 127.0.0.1; clients: Prometheus (signed, DNS SAN), another
     signed client with other SANs, and a self-signed one."""
-    require_binary("openssl")
-    directory = tmp_path_factory.mktemp("pki")
-    openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "ca.key", cwd=directory)
-    openssl(
-        "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=test CA", "-days", "1", "-out", "ca.crt", cwd=directory
-    )
-    _certificate(directory, "server", "/CN=server", "IP:127.0.0.1")
-    _certificate(directory, "prometheus", "/CN=prometheus", "DNS:prometheus.monitoring.svc,IP:10.0.0.7")
-    _certificate(directory, "intruder", "/CN=intruder", "DNS:intruder.example,email:x@example.com")
-    _certificate(directory, "selfsigned", "/CN=prometheus", "DNS:prometheus.monitoring.svc", ca=None)
+    directory = certificate_authority(tmp_path_factory.mktemp("pki"))
+    certificate(directory, "server", "/CN=server", "IP:127.0.0.1")
+    certificate(directory, "prometheus", "/CN=prometheus", "DNS:prometheus.monitoring.svc,IP:10.0.0.7")
+    certificate(directory, "intruder", "/CN=intruder", "DNS:intruder.example,email:x@example.com")
+    certificate(directory, "selfsigned", "/CN=prometheus", "DNS:prometheus.monitoring.svc", ca=None)
     return directory
 
 
