@@ -119,9 +119,9 @@ def ledgers(
     own = own[(own["window"] >= low) & (own["window"] < high)]
     out: dict[str, Ledger] = {}
     for unit, rows in own.groupby(level=0, sort=False):
-        ledger = Ledger()
+        ledger, in_order = Ledger(), rows.sort_values("window")
         for k, samples, activity, idle, ts_min, ts_max in zip(
-            *(rows.sort_values("window")[c].to_numpy(dtype=float) for c in _SLOT_COLUMNS), strict=True
+            *(in_order[c].to_numpy(dtype=float) for c in _SLOT_COLUMNS), strict=True
         ):
             judged = _slot_verdict(by_window[str(unit)], int(k), per_window)
             if judged is not None:

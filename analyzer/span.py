@@ -42,6 +42,8 @@ class Progress:
     seconds_done: float = 0.0
     bytes_read: int = 0
     gpus: set[str] = field(default_factory=set)
+    #: Rows (GPUs x steps) of the largest piece read: what memory follows, whatever the span.
+    largest_piece_rows: int = 0
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,7 @@ def _read(reader: SeriesReader, start: float, end: float, step: float, progress:
     frame = reader.frame(held, end - start + step)
     progress.bytes_read += reader.store.read_bytes - before
     progress.gpus.update(frame["gpu"].unique())
+    progress.largest_piece_rows = max(progress.largest_piece_rows, len(frame))
     return frame
 
 

@@ -164,8 +164,9 @@ def _report_store(document: dict) -> list[str]:
         f"| bare: the report's {f['queries']} queries, HTTP and JSON decoding only | {f['bare_s']:.1f} | 1.00 |",
         f"| `gpulens report --prometheus`: reading in pieces, owners, judging | {f['report_s']:.1f} | {ratio:.2f} |",
         "",
-        f"Peak resident memory {f['report_peak_rss_mib']:,.0f} MiB ({f['half_span_peak_rss_mib']:,.0f} MiB for "
-        f"the first {f['hours'] / 2:g} h alone: memory follows the GPUs, not the span); "
+        f"Peak resident memory {f['report_peak_rss_mib']:,.0f} MiB, reading the span in {f['pieces']} pieces, the "
+        f"largest {f['largest_piece_rows']:,} rows: a piece holds at most {f['piece_rows_limit']:,} GPU-steps (and "
+        "a window on each side) whatever the span, so a week or a month of these GPUs needs the same memory; "
         f"{f['bytes'] / gpu_days / 2**20:.2f} MiB of JSON "
         f"read per GPU-day. At the measured rate ({f['seconds_per_gpu_day'] * 1000:.0f} ms per GPU-day) a week of "
         "1,000 GPUs takes about "

@@ -10,6 +10,8 @@ Layouts, told apart by their `job`, so that one store holds them all and a repor
 - `dcgm-plain`: dcgm-exporter scraped with honorLabels: the GPU's pod in namespace/pod/container, and the
   dcgm-exporter pod's labels on the series of GPUs no pod holds (Prometheus adds a target label where the
   series has none).
+- `dcgm-basic`: dcgm-exporter without profiling fields (no DCGM profiling module, or consumer GPUs), as
+  the GPU Operator scrapes it: utilization, memory and power only.
 dcgm-exporter's units are its own: percent, MiB, MHz; gpulens' are ratios, bytes and hertz.
 """
 
@@ -33,7 +35,7 @@ STEP = 300.0
 NODE = "gpu-node-a"
 #: GPU 1's notebook pod is replaced by another halfway through the week: a GPU passes between pods.
 HANDOVER = START + DAYS * 86400 / 2
-LAYOUTS = ("gpulens", "dcgm-exported", "dcgm-plain")
+LAYOUTS = ("gpulens", "dcgm-exported", "dcgm-plain", "dcgm-basic")
 DCGM_EXPORTER_POD = ("gpu-operator", "nvidia-dcgm-exporter-7xk2p", "nvidia-dcgm-exporter")
 
 
@@ -139,7 +141,7 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
         gpu_labels = {"gpu": str(index), "UUID": uuid, "device": f"nvidia{index}", "modelName": model, "Hostname": NODE}
         free = (rows["memory_total_bytes"] - rows["memory_used_bytes"]).to_numpy() / MIB
         for t_index, (t, (namespace, pod, container)) in enumerate(zip(ts, pods, strict=True)):
-            if layout == "dcgm-exported":
+            if layout in ("dcgm-exported", "dcgm-basic"):
                 own = dict(zip(("namespace", "pod", "container"), DCGM_EXPORTER_POD, strict=True))
                 workload = (
                     {"exported_namespace": namespace, "exported_pod": pod, "exported_container": container}
@@ -158,7 +160,7 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
                 labels = _labels({**gpu_labels, **held, **target})
             for s in SIGNALS:
                 value = rows[s.column].iat[t_index]
-                if not math.isnan(value):
+                if not math.isnan(value) and not (layout == "dcgm-basic" and s.dcgm.startswith("DCGM_FI_PROF_")):
                     out.setdefault(s.dcgm, []).append((labels, t, value * s.to_dcgm))
             out.setdefault("DCGM_FI_DEV_FB_FREE", []).append((labels, t, free[t_index]))
     return out
