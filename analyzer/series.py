@@ -188,6 +188,13 @@ class StepGrid:
         return out
 
 
+def _newest_last(identity: list[dict]) -> list[dict]:
+    """An identity answer with the series that start later placed later, so that where two pods' series
+    overlap on a GPU the newer pod wins: a pod that ended without a staleness marker (its exporter gone,
+    backfilled data) lingers for the store's lookback (5 minutes in Prometheus) beside the one after it."""
+    return sorted(identity, key=lambda series: float(series["values"][0][0]) if series["values"] else 0.0)
+
+
 @dataclass
 class Window:
     """The span a reader holds: the GPUs' values and the pods' (CPU, limits, restarts), on one grid."""
@@ -276,11 +283,14 @@ class SeriesReader:
         for expr, column, weight in self._gpulens_queries():
             add(expr, column, weight)
         pod_labels = ("namespace", "pod", "container")
-        add(
+        held = self.store.query_range(
             f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._sel(m.GPU_POD_INFO.name)})",
-            "_pod",
-            weight=lambda labels: self._pod_code(labels, pod_labels),
-            summed=False,
+            start,
+            end,
+            self.step,
+        )
+        self.last_points += gpus.add(
+            _newest_last(held), "_pod", weight=lambda labels: self._pod_code(labels, pod_labels), summed=False
         )
         by = "instance, " + ", ".join(mixin.DCGM_GPU_LABELS)
         for column, source in mixin.dcgm_columns().items():
@@ -297,7 +307,7 @@ class SeriesReader:
         if layout == "auto":
             layout = "exported" if any("exported_pod" in s["metric"] for s in identity) else "plain"
         self.last_points += gpus.add(
-            identity,
+            _newest_last(identity),
             "_pod",
             weight=lambda labels: self._pod_code(labels, mixin.DCGM_POD_LABELS[layout]),
             key=self._dcgm_identity,

@@ -299,3 +299,29 @@ def test_a_store_behind_mutual_tls(tmp_path):
             Store(prometheus.url, StoreAuth(ca_file=str(pki / "ca.crt"))).query_range("gpu_test", T0, T0 + 59, 1)
     finally:
         prometheus.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("old", "new"), [("zz-old", "aa-new"), ("aa-old", "zz-new")])
+def test_a_gpu_handed_to_a_new_pod_is_the_new_pods_from_its_first_step(tmp_path, old, new):
+    """Backfilled data has no staleness markers: Prometheus' 5-minute lookback keeps the old pod's series
+    beside the new one's for 5 minutes after the handover. The new pod holds the GPU from its first
+    sample, whichever pod's name sorts first."""
+    from gpulens.analyzer.series import SeriesReader, Window
+
+    lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]
+    lines += [f'gpulens_gpu_utilization_ratio{{instance="n1",uuid="GPU-1"}} 0.5 {T0 + 60 * k}' for k in range(20)]
+    lines += ["# TYPE gpulens_gpu_pod_info gauge"]
+    for k in range(20):
+        pod = old if k < 10 else new
+        lines.append(f'gpulens_gpu_pod_info{{instance="n1",uuid="GPU-1",namespace="ml",pod="{pod}"}} 1 {T0 + 60 * k}')
+    prometheus = BackfilledPrometheus(tmp_path, "\n".join(lines) + "\n# EOF\n")
+    try:
+        reader = SeriesReader(Store(prometheus.url), 60.0)
+        held = Window.of(60.0, 20)
+        held.move_to(T0 + 19 * 60)
+        reader.read(held, T0, T0 + 19 * 60)
+        frame = reader.frame(held, 20 * 60)
+    finally:
+        prometheus.stop()
+    assert list(frame["pod"].astype(str)) == [old] * 10 + [new] * 10
