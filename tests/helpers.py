@@ -230,7 +230,11 @@ class ServerProcess:
             except requests.RequestException:
                 return False
 
-        wait_until(ready, 30, what=f"{name} to become ready")
+        try:
+            wait_until(ready, 30, what=f"{name} to become ready")
+        except AssertionError:
+            self.stop()  # a server that never became ready must not outlive the test
+            raise
 
     def stop(self) -> None:
         self.process.terminate()
