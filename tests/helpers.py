@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -71,6 +74,48 @@ class FakeNvml:
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")
         os.replace(tmp, self.state_path)
+
+
+class ScriptedHttp:
+    """A real HTTP server on a free loopback port answering each GET or POST with the next of `answers`
+    ((status, body, headers); a body not bytes or str is sent as JSON), the last one again once they run
+    out. Records each request's headers and body."""
+
+    def __init__(self, answers: list[tuple[int, object, dict[str, str]]]):
+        self.answers, self.requests = list(answers), []
+        scripted = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                length = int(self.headers.get("Content-Length", 0))
+                scripted.requests.append((dict(self.headers), self.rfile.read(length).decode()))
+                status, body, headers = scripted.answers.pop(0) if len(scripted.answers) > 1 else scripted.answers[0]
+                data = (
+                    body
+                    if isinstance(body, bytes)
+                    else body.encode()
+                    if isinstance(body, str)
+                    else json.dumps(body).encode()
+                )
+                self.send_response(status)
+                for name, header in headers.items():
+                    self.send_header(name, header)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_POST = do_GET  # the analyzer's Prometheus queries are form POSTs
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def wait_until(condition, timeout: float, interval: float = 0.1, what: str = "condition"):

@@ -4,11 +4,8 @@ refuses long ranges, and a scripted API for the failures real stores cannot be m
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
@@ -18,6 +15,7 @@ from gpulens.core.config import ConfigError
 from tests.helpers import (
     REPO,
     BackfilledPrometheus,
+    ScriptedHttp,
     ServerProcess,
     VictoriaMetrics,
     certificate,
@@ -120,45 +118,12 @@ def test_credentials_reach_the_store_and_never_an_error(vmauth, tmp_path):
     )
 
 
-class Scripted:
-    """An HTTP API answering each request with the next of `answers` ((status, body, headers)); records
-    the headers and forms it was sent."""
-
-    def __init__(self, answers: list[tuple[int, object, dict[str, str]]]):
-        self.answers, self.requests = list(answers), []
-        scripted = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                form = self.rfile.read(int(self.headers["Content-Length"])).decode()
-                scripted.requests.append((dict(self.headers), form))
-                status, body, headers = scripted.answers.pop(0) if scripted.answers else (500, "gone", {})
-                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture
 def scripted():
-    servers: list[Scripted] = []
+    servers: list[ScriptedHttp] = []
 
     def start(answers):
-        servers.append(Scripted(answers))
+        servers.append(ScriptedHttp(answers))
         return servers[-1]
 
     yield start

@@ -26,40 +26,9 @@ from gpulens.exporter.sources import dcgm
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, Source
 from gpulens.exporter.sources.dcgm import DcgmFetcher
 from tests.fake_kubelet import FakeKubelet
-from tests.helpers import samples, value, wait_until
+from tests.helpers import ScriptedHttp, samples, value, wait_until
 from tests.test_dcgm import T4_0, T4_1, FakeDcgmExporter
 from tests.test_history import Replay, fleet_trace
-
-
-class Canned:
-    """A real HTTP server answering every GET and POST with `body` (a settable attribute)."""
-
-    def __init__(self, body: bytes, content_type: str = "application/json"):
-        self.body, self.content_type = body, content_type
-        canned = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(200)
-                self.send_header("Content-Type", canned.content_type)
-                self.send_header("Content-Length", str(len(canned.body)))
-                self.end_headers()
-                self.wfile.write(canned.body)
-
-            def do_POST(self):  # the analyzer's Prometheus queries are form POSTs
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                self.do_GET()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -67,7 +36,7 @@ def canned():
     servers = []
 
     def start(body, content_type="application/json"):
-        servers.append(Canned(body, content_type))
+        servers.append(ScriptedHttp([(200, body, {"Content-Type": content_type})]))
         return servers[-1]
 
     yield start
