@@ -7,7 +7,6 @@ cannot turn red by chance; run with --hypothesis-seed=random to look further.
 
 import io
 import math
-import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -73,9 +72,20 @@ FIELDS = st.one_of(WORDS, st.text(max_size=12))
 LINES = st.lists(st.lists(FIELDS, max_size=8).map(",".join), max_size=12)
 
 
+#: Where the examples' files go: a folder in pytest's temporary tree (pytest removes it), set per module.
+_INPUTS: list[Path] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _inputs(tmp_path_factory):
+    _INPUTS[:] = [tmp_path_factory.mktemp("fuzz-inputs")]
+    yield
+    _INPUTS.clear()
+
+
 def _file(suffix: str, content: bytes) -> Path:
-    directory = Path(tempfile.mkdtemp(prefix="gpulens-fuzz-"))
-    path = directory / f"input{suffix}"
+    """`content` in a file of its own (readers name the file in errors), replacing the last example's."""
+    path = _INPUTS[0] / f"input{suffix}"
     path.write_bytes(content)
     return path
 
