@@ -398,7 +398,7 @@ class SeriesReader:
         row = dcgm_gpu(labels)
         if row is not None:
             self.dcgm.models[row] = labels.get("modelName", "")
-            node = next((labels[n] for n in ("Hostname", "hostname", "node") if labels.get(n)), "")
+            node = next((labels[n] for n in mixin.DCGM_NODE_LABELS if labels.get(n)), "")
             self.dcgm.nodes[row] = node or row[0]
         return row
 

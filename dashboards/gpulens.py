@@ -22,27 +22,54 @@ JOB = f'{CLUSTER},job=~"$job"'
 EXPORTERS = f'{JOB},node=~"$node"'
 POD = f'{CLUSTER},namespace="$namespace",pod="$pod"'
 CPU_CORES = "suffix: cores"
+#: The series that list GPUs: gpulens' exporters' (gpu_up: lost GPUs too) and the per-GPU recording rule,
+#: which holds the GPUs that only dcgm-exporter reports as well (core/mixin.py recording_rules).
+GPUS = f'__name__=~"{metric("gpu_up")}|{mixin.GPU_ACTIVITY}"'
+#: The series that name the pods holding each GPU: gpulens' pod info, and the per-pod recording rule,
+#: which holds dcgm-exporter's pods as well (it has no job label: the pod variables ignore $job).
+PODS = f'__name__=~"{metric("gpu_pod_info")}|{mixin.POD_GPU_ACTIVITY}"'
+#: dcgm-exporter's series. Its node is in a label that differs by release (mixin.DCGM_NODE_LABELS), so
+#: the dashboards narrow them to the selected nodes by a join on the node dcgm_device() derives.
+DCGM = f'{CLUSTER},job=~"$job"'
+
+
+#: How a panel's description says it stays empty where only dcgm-exporter reports a GPU (tests find it).
+DCGM_EMPTY = "Empty for GPUs that only dcgm-exporter reports"
+
+
+def _gpulens_only(description: str, reason: str) -> str:
+    """A panel's description, with why it has nothing for the GPUs that only dcgm-exporter reports."""
+    return f"{description} {DCGM_EMPTY}: {reason}."
 
 
 def _pod_gpus(expr: str) -> str:
     """Restrict a per-GPU expression to the GPUs of the selected pod (several pods may share one)."""
-    return f"{expr} * on (uuid) group_left () max by (uuid) ({metric('gpu_pod_info')}{{{JOB},{POD}}})"
+    return f"({expr}) * on (uuid) group_left () max by (uuid) ({{{PODS},{POD}}})"
 
 
 def _rate(name: str, selector: str) -> str:
     return f"rate({metric(name)}{{{selector}}}[$__rate_interval])"
 
 
+def _either(gpulens: str, dcgm: str, nodes: str = "") -> str:
+    """A device series from gpulens' exporter, else from dcgm-exporter (`dcgm`: mixin.dcgm_value or the
+    like, in gpulens' unit and labels) for the GPUs that only it reports, narrowed to `nodes` (a
+    selector over GPUS) where given."""
+    if nodes:
+        dcgm = f"({dcgm} and on (node) group by (node) ({{{nodes}}}))"
+    return f"({gpulens} or on (uuid) {dcgm})"
+
+
 def _variables(*names: str, single: tuple[str, ...] = ()) -> list[G.Template]:
     """The shared variables, chained so each lists only what the ones before it select; those in
     `single` pick one value (the pod dashboard shows one pod)."""
     sources = {
-        "cluster": ("Cluster", metric("gpu_up")),
-        "job": ("Exporter job", f"{metric('gpu_up')}{{{CLUSTER}}}"),
-        "node": ("Node", f"{metric('gpu_up')}{{{JOB}}}"),
-        "gpu": ("GPU", f"{metric('gpu_up')}{{{EXPORTERS}}}"),
-        "namespace": ("Namespace", f"{metric('gpu_pod_info')}{{{JOB}}}"),
-        "pod": ("Pod", f'{metric("gpu_pod_info")}{{{JOB},namespace="$namespace"}}'),
+        "cluster": ("Cluster", f"{{{GPUS}}}"),
+        "job": ("Exporter job", f"{{{GPUS},{CLUSTER}}}"),
+        "node": ("Node", f"{{{GPUS},{JOB}}}"),
+        "gpu": ("GPU", f"{{{GPUS},{EXPORTERS}}}"),
+        "namespace": ("Namespace", f"{{{PODS},{CLUSTER}}}"),
+        "pod": ("Pod", f'{{{PODS},{CLUSTER},namespace="$namespace"}}'),
     }
     return [
         s.query_variable(
@@ -62,7 +89,14 @@ def fleet(c: MixinConfig) -> G.Dashboard:
     uid, title = mixin.FLEET_DASHBOARD
     analyzer = f'{CLUSTER},namespace=~"$namespace"'
     # GPUs given to pods of the selected namespaces (a shared GPU counts once).
-    allocated = f'max by (uuid) ({metric("gpu_pod_info")}{{{EXPORTERS},namespace=~"$namespace"}})'
+    pods = f'{{{PODS},{CLUSTER},node=~"$node",namespace=~"$namespace"}}'
+    allocated = f"max by (uuid) ({pods})"
+    gpus = f'count(count by (uuid) ({{{GPUS},{EXPORTERS},gpu!~".*/.*"}}))'
+    # Idle time: gpulens' exact idle-seconds counter, else (1 - utilization) over the range (dcgm-exporter).
+    idle = _either(
+        f"increase({metric('gpu_idle_seconds_total')}{{{EXPORTERS}}}[$__range])",
+        f"(1 - avg_over_time({mixin.GPU_BUSY}{{{EXPORTERS}}}[$__range])) * $__range_s",
+    )
     pod_link = (
         f"/d/{mixin.POD_DASHBOARD[0]}?${{cluster:queryparam}}&var-namespace=${{__data.fields.namespace}}"
         f"&var-pod=${{__data.fields.pod}}&${{__url_time_range}}"
@@ -71,8 +105,9 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         s.row("Now"),
         s.stat(
             "GPUs",
-            "GPUs the exporters report, in every namespace (MIG instances not counted separately).",
-            [target(f'count({metric("gpu_up")}{{{EXPORTERS},gpu!~".*/.*"}})')],
+            "GPUs gpulens' exporters or dcgm-exporter report, in every namespace (MIG instances not counted "
+            "separately).",
+            [target(gpus)],
             s.COUNT,
         ),
         s.stat(
@@ -117,7 +152,7 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             "All GPUs, the GPUs given to pods, and how many GPUs' worth of "
             "kernel time they deliver. The gap between the last two is what this tool is about.",
             [
-                target(f'count({metric("gpu_up")}{{{EXPORTERS},gpu!~".*/.*"}})', "GPUs"),
+                target(gpus, "GPUs"),
                 target(f"count({allocated})", "allocated"),
                 target(f"sum({mixin.GPU_BUSY}{{{EXPORTERS}}} and on (uuid) ({allocated}))", "busy (allocated)"),
             ],
@@ -138,14 +173,12 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         s.row("Waste"),
         s.bar_gauge(
             "Idle GPU-hours by namespace",
-            "Time the namespace's GPUs ran no kernel at all, from the "
-            "exporters' idle-seconds counters, in the time range.",
+            "Time the namespace's GPUs ran no kernel at all, in the time range: from gpulens' idle-seconds "
+            "counters, or from dcgm-exporter's utilization where only it reports a GPU.",
             [
                 target(
-                    f"sum by (namespace) (max by (namespace, pod, uuid) ({metric('gpu_pod_info')}"
-                    f'{{{EXPORTERS},namespace=~"$namespace"}}) * on (uuid) group_left () '
-                    f"increase({metric('gpu_idle_seconds_total')}"
-                    f"{{{EXPORTERS}}}[$__range])) / 3600",
+                    f"sum by (namespace) (max by (namespace, pod, uuid) ({pods}) * on (uuid) group_left () ({idle}))"
+                    " / 3600",
                     "{{namespace}}",
                     instant=True,
                 )
@@ -259,6 +292,14 @@ def pod(c: MixinConfig) -> G.Dashboard:
     uid, title = mixin.POD_DASHBOARD
     verdict = f"{{{POD}}}"
     per_gpu = "GPU {{gpu}}"
+
+    def either(name: str) -> str:
+        return _either(f"{metric(name)}{{{JOB}}}", mixin.dcgm_value(name, DCGM))
+
+    def either_rate(counter: str, gauge: str = "") -> str:
+        """gpulens' counter as a rate, else dcgm-exporter's field (per second or a ratio) for `gauge`."""
+        return _either(_rate(counter, JOB), mixin.dcgm_value(gauge or counter, DCGM))
+
     panels = [
         s.row("Verdict"),
         s.state_timeline(
@@ -275,7 +316,7 @@ def pod(c: MixinConfig) -> G.Dashboard:
         s.stat(
             "GPUs",
             "GPUs the kubelet gave this pod.",
-            [target(f"count(max by (uuid) ({metric('gpu_pod_info')}{{{JOB},{POD}}}))")],
+            [target(f"count(max by (uuid) ({{{PODS},{POD}}}))")],
             s.COUNT,
         ),
         s.stat(
@@ -314,10 +355,15 @@ def pod(c: MixinConfig) -> G.Dashboard:
         s.timeseries(
             "SM activity and occupancy",
             "SM activity: share of time a warp was resident (NVIDIA: >= 80% "
-            "necessary for effective use). Occupancy: resident warps against the maximum.",
+            "necessary for effective use). Occupancy: resident warps against the maximum. Activity: what the "
+            "low-SM alerts read, SM activity where the GPU has it, else the graphics engine's, else kernel-busy "
+            "time.",
             [
-                target(_pod_gpus(_rate("gpu_sm_active_seconds_total", JOB)), f"{per_gpu} SM active"),
-                target(_pod_gpus(f"{metric('gpu_sm_occupancy_ratio')}{{{JOB}}}"), f"{per_gpu} occupancy"),
+                target(_pod_gpus(f"{mixin.GPU_ACTIVITY}{{{JOB}}}"), f"{per_gpu} activity"),
+                target(
+                    _pod_gpus(either_rate("gpu_sm_active_seconds_total", "gpu_sm_active_ratio")), f"{per_gpu} SM active"
+                ),
+                target(_pod_gpus(either("gpu_sm_occupancy_ratio")), f"{per_gpu} occupancy"),
             ],
             s.RATIO,
             max_value=1,
@@ -328,8 +374,8 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "Tensor pipes busy, and DRAM moving data (about 80% is the "
             "practical peak: higher means memory-bandwidth bound).",
             [
-                target(_pod_gpus(f"{metric('gpu_tensor_active_ratio')}{{{JOB}}}"), f"{per_gpu} tensor"),
-                target(_pod_gpus(f"{metric('gpu_dram_active_ratio')}{{{JOB}}}"), f"{per_gpu} DRAM"),
+                target(_pod_gpus(either("gpu_tensor_active_ratio")), f"{per_gpu} tensor"),
+                target(_pod_gpus(either("gpu_dram_active_ratio")), f"{per_gpu} DRAM"),
             ],
             s.RATIO,
             max_value=1,
@@ -338,7 +384,7 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "Kernel-busy time",
             "Share of time any kernel ran (nvidia-smi utilization.gpu). One tiny "
             "kernel keeps it at 100%: read SM activity for how much of the GPU works.",
-            [target(_pod_gpus(_rate("gpu_busy_seconds_total", JOB)), per_gpu)],
+            [target(_pod_gpus(either_rate("gpu_busy_seconds_total", "gpu_utilization_ratio")), per_gpu)],
             s.RATIO,
             max_value=1,
         ),
@@ -355,10 +401,14 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "GPU memory used against capacity",
             "Used memory per GPU and its capacity (total minus what the driver reserves).",
             [
-                target(_pod_gpus(f"{metric('gpu_memory_used_bytes')}{{{JOB}}}"), f"{per_gpu} used"),
+                target(_pod_gpus(either("gpu_memory_used_bytes")), f"{per_gpu} used"),
                 target(
                     _pod_gpus(
-                        f"{metric('gpu_memory_total_bytes')}{{{JOB}}} - {metric('gpu_memory_reserved_bytes')}{{{JOB}}}"
+                        _either(
+                            f"{metric('gpu_memory_total_bytes')}{{{JOB}}} - {metric('gpu_memory_reserved_bytes')}"
+                            f"{{{JOB}}}",
+                            mixin.dcgm_memory_capacity(DCGM),
+                        )
                     ),
                     f"{per_gpu} capacity",
                 ),
@@ -369,17 +419,20 @@ def pod(c: MixinConfig) -> G.Dashboard:
             "PCIe throughput",
             "Bytes per second over PCIe; receive is host-to-device (input batches).",
             [
-                target(_pod_gpus(_rate("gpu_pcie_receive_bytes_total", JOB)), f"{per_gpu} receive"),
-                target(_pod_gpus(_rate("gpu_pcie_transmit_bytes_total", JOB)), f"{per_gpu} transmit"),
+                target(_pod_gpus(either_rate("gpu_pcie_receive_bytes_total")), f"{per_gpu} receive"),
+                target(_pod_gpus(either_rate("gpu_pcie_transmit_bytes_total")), f"{per_gpu} transmit"),
             ],
             s.BYTES_PER_SECOND,
         ),
         s.timeseries(
             "NVLink throughput",
-            "Bytes per second over NVLink, all links together.",
+            _gpulens_only(
+                "Bytes per second over NVLink, all links together.",
+                "only its profiling counter set has DCGM_FI_PROF_NVLINK_*_BYTES",
+            ),
             [
-                target(_pod_gpus(_rate("gpu_nvlink_receive_bytes_total", JOB)), f"{per_gpu} receive"),
-                target(_pod_gpus(_rate("gpu_nvlink_transmit_bytes_total", JOB)), f"{per_gpu} transmit"),
+                target(_pod_gpus(either_rate("gpu_nvlink_receive_bytes_total")), f"{per_gpu} receive"),
+                target(_pod_gpus(either_rate("gpu_nvlink_transmit_bytes_total")), f"{per_gpu} transmit"),
             ],
             s.BYTES_PER_SECOND,
         ),
@@ -404,8 +457,11 @@ def pod(c: MixinConfig) -> G.Dashboard:
         ),
         s.timeseries(
             "Throttled share of time",
-            "Share of time the pod's GPUs ran slower for a reason other than "
-            "the normal power cap: thermal, hardware slowdown, power brake.",
+            _gpulens_only(
+                "Share of time the pod's GPUs ran slower for a reason other than "
+                "the normal power cap: thermal, hardware slowdown, power brake.",
+                "it has a bitmask of the reasons at each scrape, not the time each one held",
+            ),
             [
                 target(
                     _pod_gpus(_rate("gpu_clock_event_seconds_total", f'{JOB},reason=~"{c.throttle_reasons}"')),
@@ -432,11 +488,27 @@ def node(c: MixinConfig) -> G.Dashboard:
     uid, title = mixin.NODE_DASHBOARD
     gpus = f'{EXPORTERS},gpu=~"$gpu"'
     per_gpu = "{{node}} GPU {{gpu}}"
+
+    def either(name: str, over: str = "") -> str:
+        """A board's series from gpulens (its `over` over the rate interval, where given), else from
+        dcgm-exporter, whose raw `gpu` label is the board's index."""
+        dcgm = f'{DCGM},gpu=~"$gpu"'
+        if over:
+            gpulens = f"{over}({metric(name)}{{{gpus}}}[$__rate_interval])"
+            return _either(gpulens, mixin.dcgm_value(name, dcgm, "$__rate_interval", over), f"{GPUS},{gpus}")
+        return _either(f"{metric(name)}{{{gpus}}}", mixin.dcgm_value(name, dcgm), f"{GPUS},{gpus}")
+
+    def share(name: str, of: str) -> str:
+        return f"{either(name)} / on (uuid) group_left () ({either(of)})"
+
     panels = [
         s.row("GPUs"),
         s.timeseries(
             "GPU answering",
-            "1 while NVML reads the GPU, 0 when it fails (fell off the bus: XID 79, NVML_ERROR_GPU_IS_LOST).",
+            _gpulens_only(
+                "1 while NVML reads the GPU, 0 when it fails (fell off the bus: XID 79, NVML_ERROR_GPU_IS_LOST).",
+                "it drops a GPU it cannot read instead of reporting it down",
+            ),
             [target(f"{metric('gpu_up')}{{{gpus}}}", per_gpu)],
             s.COUNT,
             max_value=1,
@@ -444,33 +516,35 @@ def node(c: MixinConfig) -> G.Dashboard:
         s.timeseries(
             "Temperature",
             "GPU core temperature.",
-            [target(f"{metric('gpu_temperature_celsius')}{{{gpus}}}", per_gpu)],
+            [target(either("gpu_temperature_celsius"), per_gpu)],
             s.CELSIUS,
         ),
         s.timeseries(
             "Power against limit",
             "Board power draw and the enforced power limit.",
             [
-                target(f"{metric('gpu_power_watts')}{{{gpus}}}", per_gpu),
-                target(f"{metric('gpu_power_limit_watts')}{{{gpus}}}", f"{per_gpu} limit"),
+                target(either("gpu_power_watts"), per_gpu),
+                target(either("gpu_power_limit_watts"), f"{per_gpu} limit"),
             ],
             s.WATTS,
         ),
         s.timeseries(
             "SM clock against max",
-            "SM clock as a share of its maximum: low while busy means throttling.",
-            [
-                target(
-                    f"{metric('gpu_sm_clock_hertz')}{{{gpus}}} / {metric('gpu_sm_clock_max_hertz')}{{{gpus}}}", per_gpu
-                )
-            ],
+            _gpulens_only(
+                "SM clock as a share of its maximum: low while busy means throttling.",
+                "its default counters have no maximum clock (DCGM_FI_DEV_MAX_SM_CLOCK)",
+            ),
+            [target(share("gpu_sm_clock_hertz", "gpu_sm_clock_max_hertz"), per_gpu)],
             s.RATIO,
             max_value=1,
         ),
         s.timeseries(
             "Clock events by reason",
-            "Share of time each clock-event reason held (gpu_idle left out). "
-            "sw_power_cap is normal boost behaviour; thermal, hw_slowdown and power brake are findings.",
+            _gpulens_only(
+                "Share of time each clock-event reason held (gpu_idle left out). "
+                "sw_power_cap is normal boost behaviour; thermal, hw_slowdown and power brake are findings.",
+                "it has a bitmask of the reasons at each scrape, not the time each one held",
+            ),
             [target(_rate("gpu_clock_event_seconds_total", f'{gpus},reason!="gpu_idle"'), f"{per_gpu} {{{{reason}}}}")],
             s.RATIO,
             max_value=1,
@@ -486,7 +560,10 @@ def node(c: MixinConfig) -> G.Dashboard:
         s.row("Errors"),
         s.timeseries(
             "XID errors",
-            "XID events the driver reported, by code (dmesg | grep -i xid).",
+            _gpulens_only(
+                "XID events the driver reported, by code (dmesg | grep -i xid).",
+                "its XID field holds the last error's code, not a count of each",
+            ),
             [
                 target(
                     f"increase({metric('gpu_xid_errors_total')}{{{gpus}}}[$__rate_interval])",
@@ -499,11 +576,7 @@ def node(c: MixinConfig) -> G.Dashboard:
         s.timeseries(
             "ECC errors",
             "New ECC errors, corrected and uncorrected (aggregate counters).",
-            [
-                target(
-                    f"increase({metric('gpu_ecc_errors_total')}{{{gpus}}}[$__rate_interval])", f"{per_gpu} {{{{type}}}}"
-                )
-            ],
+            [target(either("gpu_ecc_errors_total", over="increase"), f"{per_gpu} {{{{type}}}}")],
             s.COUNT,
             width=8,
         ),
@@ -511,17 +584,20 @@ def node(c: MixinConfig) -> G.Dashboard:
             "Row remapping",
             "Rows remapped after memory errors, and remaps pending (reset needed) or failed (replace the GPU).",
             [
-                target(f"{metric('gpu_remapped_rows')}{{{gpus}}}", f"{per_gpu} remapped {{{{cause}}}}"),
-                target(f"{metric('gpu_row_remap_pending')}{{{gpus}}}", f"{per_gpu} pending"),
-                target(f"{metric('gpu_row_remap_failed')}{{{gpus}}}", f"{per_gpu} failed"),
+                target(either("gpu_remapped_rows"), f"{per_gpu} remapped {{{{cause}}}}"),
+                target(either("gpu_row_remap_pending"), f"{per_gpu} pending"),
+                target(either("gpu_row_remap_failed"), f"{per_gpu} failed"),
             ],
             s.COUNT,
             width=8,
         ),
         s.timeseries(
             "NVLink links down and errors",
-            "Links down (the exporter's log names them) and NVLink errors per second by type: CRC errors are "
-            "retried transfers; replay and recovery errors mean a link is failing (DCGM's limits).",
+            _gpulens_only(
+                "Links down (the exporter's log names them) and NVLink errors per second by type: CRC errors are "
+                "retried transfers; replay and recovery errors mean a link is failing (DCGM's limits).",
+                "gpulens reads link state and NVLink errors from NVML only",
+            ),
             [
                 target(f"{metric('gpu_nvlink_links_down')}{{{gpus}}}", f"{per_gpu} links down"),
                 target(_rate("gpu_nvlink_errors_total", gpus), f"{per_gpu} {{{{type}}}} errors/s"),
@@ -531,18 +607,14 @@ def node(c: MixinConfig) -> G.Dashboard:
         ),
         s.timeseries(
             "PCIe link against its maximum",
-            "Current PCIe generation and width as a share of what the "
-            "GPU supports: under 100% the link trained down (a riser, a slot, power saving).",
+            _gpulens_only(
+                "Current PCIe generation and width as a share of what the "
+                "GPU supports: under 100% the link trained down (a riser, a slot, power saving).",
+                "its default counters have no link generation or width fields",
+            ),
             [
-                target(
-                    f"{metric('gpu_pcie_link_generation')}{{{gpus}}} / {metric('gpu_pcie_link_max_generation')}"
-                    f"{{{gpus}}}",
-                    f"{per_gpu} generation",
-                ),
-                target(
-                    f"{metric('gpu_pcie_link_width')}{{{gpus}}} / {metric('gpu_pcie_link_max_width')}{{{gpus}}}",
-                    f"{per_gpu} width",
-                ),
+                target(share("gpu_pcie_link_generation", "gpu_pcie_link_max_generation"), f"{per_gpu} generation"),
+                target(share("gpu_pcie_link_width", "gpu_pcie_link_max_width"), f"{per_gpu} width"),
             ],
             s.RATIO,
             width=12,
@@ -551,7 +623,7 @@ def node(c: MixinConfig) -> G.Dashboard:
         s.row("gpulens itself"),
         s.timeseries(
             "Exporter scrapes",
-            "1 while Prometheus scrapes the node's exporter.",
+            "1 while Prometheus scrapes the node's exporter (gpulens' or dcgm-exporter).",
             [target(f"up{{{EXPORTERS}}}", "{{node}}")],
             s.COUNT,
             width=8,
@@ -559,7 +631,9 @@ def node(c: MixinConfig) -> G.Dashboard:
         ),
         s.timeseries(
             "Exporter collectors",
-            "1 while each of the exporter's inputs (nvml, kubelet, dcgm) works.",
+            _gpulens_only(
+                "1 while each of the exporter's inputs (nvml, kubelet, dcgm) works.", "these are gpulens' own"
+            ),
             [target(f"{metric('exporter_collector_success')}{{{EXPORTERS}}}", "{{node}} {{collector}}")],
             s.COUNT,
             width=8,
@@ -567,7 +641,7 @@ def node(c: MixinConfig) -> G.Dashboard:
         ),
         s.timeseries(
             "Exporter sample age",
-            "Age of the sample the exporter serves; grows when NVML hangs.",
+            _gpulens_only("Age of the sample the exporter serves; grows when NVML hangs.", "these are gpulens' own"),
             [target(f"{metric('exporter_sample_age_seconds')}{{{EXPORTERS}}}", "{{node}}")],
             s.SECONDS,
             width=8,

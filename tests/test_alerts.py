@@ -690,6 +690,7 @@ DCGM_TESTS = {
             'exported_namespace="vision",exported_pod="both",exported_container="main"}',
             "values": "5x80",
         },
+        {"series": f"gpulens_gpu_up{{{gpu(3)}}}", "values": "1x80"},
         {"series": f"gpulens_gpu_busy_seconds_total{{{gpu(3)}}}", "values": "0+54x80"},
         {
             "series": f"gpulens_gpu_pod_info{{{gpu(3, namespace='vision', pod='both', container='main')}}}",
@@ -804,7 +805,9 @@ def test_thresholds_file_changes_the_rules(tmp_path):
     assert page["expr"].startswith("(namespace_pod:gpulens_gpu_activity:avg_ratio_rate < 0.2) * on (namespace, pod)")
     assert page["for"] == "10m"
     assert "has stayed under 20% for 10m" in page["annotations"]["description"]
-    assert groups[0]["rules"][0]["expr"] == 'rate(gpulens_gpu_busy_seconds_total{job="gpulens-exporter"}[2m])'
+    busy = groups[0]["rules"][0]["expr"]
+    assert busy.startswith('rate(gpulens_gpu_busy_seconds_total{job="gpulens-exporter"}[2m]) or ')
+    assert 'DCGM_FI_DEV_GPU_UTIL_RATIO", job="nvidia-dcgm-exporter"}[2m]) * 0.01' in busy  # dcgm-exporter's too
 
 
 def test_every_duration_is_written_one_way():

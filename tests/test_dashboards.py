@@ -56,7 +56,8 @@ def test_dashboards_are_on_the_schema_of_the_grafana_they_run_on(name):
     assert "grafana/grafana:11.2." in (REPO / "docker-compose.yml").read_text()
 
 
-SELECTOR = re.compile(r"([\w:]+)\{([^}]*)\}")
+#: A series selector, named or by __name__ (not Grafana's ${...} variables).
+SELECTOR = re.compile(r"(?<!\$)([\w:]*)\{([^}]*)\}")
 
 
 @pytest.mark.parametrize("name", sorted(BOARDS))
@@ -65,17 +66,14 @@ def test_every_variable_is_applied(name):
     dashboard narrows some query; in the fleet overview, every per-pod series by the namespace."""
     board = BOARDS[name]
     queries = [t["expr"] for p in panels(board) for t in p["targets"]]
-    queries += [v["query"] for v in board["templating"]["list"] if v["type"] == "query"]
+    variables = {v["name"]: v["query"] for v in board["templating"]["list"] if v["type"] == "query"}
+    queries += [query for variable, query in variables.items() if variable != "cluster"]  # it lists them
+    pod_series = rf"gpulens_(gpu_pod_info|pod_|wasted_)|{re.escape(mixin.POD_GPU_ACTIVITY)}"
     for query in queries:
         for series, matchers in SELECTOR.findall(query):
-            if not matchers.startswith("$"):  # ${__data...}-style link fields are not selectors
-                assert 'cluster=~"$cluster"' in matchers, f"{name}: {series}{{{matchers}}} ignores $cluster"
+            assert 'cluster=~"$cluster"' in matchers, f"{name}: {series}{{{matchers}}} ignores $cluster"
             own_list = query.endswith(", namespace)")  # the namespace variable lists the namespaces
-            if (
-                name == "gpulens-fleet.json"
-                and re.match(r"gpulens_(gpu_pod_info|pod_|wasted_)", series)
-                and not own_list
-            ):
+            if name == "gpulens-fleet.json" and re.search(pod_series, series + matchers) and not own_list:
                 assert 'namespace=~"$namespace"' in matchers, f"{series}{{{matchers}}} ignores $namespace"
     for variable in board["templating"]["list"][1:]:
         assert any(f"${variable['name']}" in q for q in queries), f"{name}: ${variable['name']} narrows nothing"

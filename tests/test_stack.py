@@ -176,6 +176,7 @@ def substitute(expr: str, pod: str) -> str:
     namespace, name = pod.split("/")
     for variable, value in (
         ("$__rate_interval", "20s"),
+        ("$__range_s", "60"),
         ("$__range", "60s"),
         ("$namespace", namespace),
         ("$pod", name),
@@ -185,7 +186,8 @@ def substitute(expr: str, pod: str) -> str:
         ("$gpu", ".*"),
     ):
         expr = expr.replace(variable, value)
-    assert "$" not in expr, f"unsubstituted variable in {expr}"
+    # "$1" is a label_replace group, which Grafana leaves alone (it has no variable named 1).
+    assert not re.search(r"\$[A-Za-z_{]", expr), f"unsubstituted variable in {expr}"
     return expr
 
 

@@ -85,7 +85,12 @@ class MixinConfig:
 #: instance its GPU instance id), its model and node (Hostname is the node's name in Kubernetes; older
 #: releases write hostname; a relabelled scrape may add node).
 DCGM_GPU_LABELS = ("UUID", "GPU_I_ID")
-DCGM_HARDWARE_LABELS = ("modelName", "Hostname", "hostname", "node", "GPU_I_PROFILE")
+#: Where a dcgm-exporter series names its node, best first: a `node` label the scrape added (relabelled
+#: from __meta_kubernetes_pod_node_name), else Hostname, which dcgm-exporter fills from the NODE_NAME the
+#: GPU Operator sets (since dcgm-exporter 3.1.7, NVIDIA/dcgm-exporter#129; before, the exporter pod's own
+#: name), else the hostname of older releases.
+DCGM_NODE_LABELS = ("node", "Hostname", "hostname")
+DCGM_HARDWARE_LABELS = ("modelName", *DCGM_NODE_LABELS, "GPU_I_PROFILE")
 DCGM_POD_LABELS = {
     "exported": ("exported_namespace", "exported_pod", "exported_container"),
     "plain": ("namespace", "pod", "container"),
@@ -122,33 +127,90 @@ def dcgm_columns() -> dict[str, DcgmColumn]:
     return out
 
 
-def dcgm_pod_activity(c: MixinConfig) -> str:
-    """Each pod's GPUs' activity from dcgm-exporter, labelled as gpulens' pod_gpu series are (node,
-    namespace, pod, uuid): SM activity where the counter set has it, else the graphics engine's, else
-    utilization; averaged over alert_rate_window. The pod is exported_pod where the scrape renamed it (the
-    GPU Operator's ServiceMonitor), else pod (honorLabels), never one of the exporters' own pods."""
-    w = c.thresholds.alert_rate_window
-    columns = dcgm_columns()
+#: The labels of gpulens' device series (core/metrics.py DEVICE_LABELS) and of its pods' GPUs
+#: (gpulens_gpu_pod_info, as the recording rules keep it): what dcgm-exporter's series are relabelled to.
+DEVICE_BY = ("job", "node", "gpu", "uuid")
+POD_GPU_BY = ("node", "namespace", "pod", "uuid")
+#: The fields that say how busy a GPU is, best first: SM activity (profiling set), the graphics engine's
+#: activity (the GPU Operator's default set), utilization (every set: a kernel ran).
+ACTIVITY_FIELDS = ("gpu_sm_active_ratio", "gpu_graphics_engine_active_ratio", "gpu_utilization_ratio")
 
-    def activity(matchers: str) -> str:
-        sel = f"{c.dcgm},{matchers}"
-        sm, engine, util = (columns[name] for name in ("sm_active", "gr_engine_active", "gpu_util"))
-        return (
-            f"avg_over_time({sm.selector(sel)}[{w}]) or avg_over_time({engine.selector(sel)}[{w}])"
-            f" or avg_over_time({util.selector(sel)}[{w}]) * {util.scale!r}"
-        )
 
-    held = activity('exported_pod!=""')
-    exported = f"max by (Hostname, UUID, GPU_I_ID, exported_namespace, exported_pod) ({held})"
-    renamed = (
-        f'label_replace(label_replace({exported}, "namespace", "$1", "exported_namespace", "(.*)"), '
-        '"pod", "$1", "exported_pod", "(.*)")'
+def dcgm_device(expr: str, board: bool = True, by: tuple[str, ...] = DEVICE_BY, how: str = "max") -> str:
+    """`expr` (over dcgm-exporter series) labelled as gpulens' device series are, one series per `by`:
+    `node` from the first of DCGM_NODE_LABELS a series has, `uuid` from UUID, `gpu` as dcgm-exporter
+    writes it. A MIG instance's fields (board=False) get "/gi<GPU_I_ID>" on both, as the analyzer's
+    reader keys them (analyzer/series.py); board-level fields (power, clocks, temperature, utilization),
+    which dcgm-exporter repeats on every instance's row, name the physical GPU."""
+    sources = ", ".join(f'"{label}"' for label in DCGM_NODE_LABELS)
+    node = f'label_join({expr}, "node", ";", {sources})'
+    node = f'label_replace(label_replace({node}, "node", "$1", "node", ";*([^;]+).*"), "node", "", "node", ";*")'
+    named = f'label_replace({node}, "uuid", "$1", "UUID", "(.+)")'
+    if not board:
+        for label in ("uuid", "gpu"):
+            joined = f'label_join({named}, "{label}", "/gi", "{label}", "GPU_I_ID")'
+            named = f'label_replace({joined}, "{label}", "$1", "{label}", "(.*)/gi")'
+    return f"{how} by ({', '.join(by)}) ({named})"
+
+
+def dcgm_fields(name: str) -> list[dcgm.Field]:
+    """The dcgm-exporter fields that gpulens metric `name` (as `metric()` takes it) is read from, by
+    core/dcgm.py's table: one, or one per value of the metric's own label (ECC errors by type); KeyError
+    if none."""
+    full = metric(name)
+    fields = [f for f in dcgm.FIELDS if f.spec is not None and f.spec.name == full]
+    if not fields:
+        raise KeyError(f"no dcgm-exporter field maps to {full} (gpulens/core/dcgm.py)")
+    return fields
+
+
+def dcgm_value(name: str, matchers: str, window: str | None = None, over: str = "avg_over_time") -> str:
+    """PromQL of gpulens metric `name` read from dcgm-exporter: each field under any of its names, scaled
+    to gpulens' unit, device-labelled (dcgm_device), with `over` (avg_over_time, increase, ...) over
+    `window` where one is given. A field that feeds one value of the metric's own label (ECC errors'
+    `type`) gets that label."""
+    parts = []
+    for f in dcgm_fields(name):
+        assert f.spec is not None
+        own = tuple(label for label in f.spec.labels if label not in DEVICE_BY)[: len(f.extra)]
+        value = DcgmColumn(f.names, f.scale).selector(matchers)
+        value = f"{over}({value}[{window}])" if window else value
+        value = value if f.scale == 1 else f"{value} * {f.scale!r}"
+        for label, label_value in zip(own, f.extra, strict=True):
+            value = f'label_replace({value}, "{label}", "{label_value}", "", "")'
+        parts.append(dcgm_device(value, f.board, (*DEVICE_BY, *own)))
+    return parts[0] if len(parts) == 1 else f"({' or '.join(parts)})"
+
+
+def dcgm_memory_capacity(matchers: str) -> str:
+    """Each GPU's (or MIG instance's) memory that workloads can use, in bytes, from dcgm-exporter: used +
+    free, which is gpulens' total - reserved."""
+    return dcgm_device(f"(DCGM_FI_DEV_FB_USED{{{matchers}}} + DCGM_FI_DEV_FB_FREE{{{matchers}}}) * {dcgm.MIB}", False)
+
+
+def dcgm_memory_used(matchers: str) -> str:
+    """Each GPU's (or MIG instance's) used memory as a share of its capacity, from dcgm-exporter."""
+    return f"{dcgm_value('gpu_memory_used_bytes', matchers)} / {dcgm_memory_capacity(matchers)}"
+
+
+def dcgm_pods(c: MixinConfig) -> str:
+    """Each GPU's pods from dcgm-exporter, labelled and valued as gpulens_gpu_pod_info is (node,
+    namespace, pod, uuid; 1): exported_pod where the scrape renamed it (the GPU Operator's
+    ServiceMonitor), else pod (honorLabels), never one of the exporters' own pods. Read from the
+    activity fields' rows, one of which every counter set has."""
+    names = "|".join(name for field in ACTIVITY_FIELDS for f in dcgm_fields(field) for name in f.names)
+    exported = (
+        f'label_replace(label_replace({{__name__=~"{names}",{c.dcgm},exported_pod!=""}}, "namespace", "$1", '
+        '"exported_namespace", "(.*)"), "pod", "$1", "exported_pod", "(.*)")'
     )
-    own = activity(f'exported_pod="",pod!="",pod!~"{c.exporter_pods}"')
-    plain = f"max by (Hostname, UUID, GPU_I_ID, namespace, pod) ({own})"
-    both = f"max without (exported_namespace, exported_pod) ({renamed}) or {plain}"
-    named = f'label_replace(label_replace({both}, "node", "$1", "Hostname", "(.*)"), "uuid", "$1", "UUID", "(.*)")'
-    return f"max by (node, namespace, pod, uuid) ({named})"
+    plain = f'{{__name__=~"{names}",{c.dcgm},exported_pod="",pod!="",pod!~"{c.exporter_pods}"}}'
+    return " or ".join(dcgm_device(rows, board=False, by=POD_GPU_BY, how="group") for rows in (exported, plain))
+
+
+def dcgm_only(c: MixinConfig, expr: str) -> str:
+    """`expr` (dcgm_device-labelled) for the GPUs gpulens' exporter does not report: where both run, gpulens'
+    series win (the activity shape and topology are only there), as in the analyzer."""
+    return f"({expr} unless on (uuid) {metric('gpu_up')}{{{c.exporter}}})"
 
 
 def dcgm_memory_total(matchers: str, by: str) -> str:
@@ -175,28 +237,39 @@ POD_ACTIVITY_MAX = "namespace_pod:gpulens_gpu_activity:max_ratio_rate"
 def recording_rules(c: MixinConfig) -> list[dict[str, str]]:
     """The recording rules, in dependency order. "Activity" is SM activity where the GPU has it
     (GPM on Hopper, or DCGM profiling), else the share of time a kernel ran: the best signal each
-    GPU offers, so that one alert covers a mixed fleet."""
+    GPU offers, so that one alert covers a mixed fleet. Each per-GPU rule covers the GPUs that only
+    dcgm-exporter reports too (dcgm_only), labelled as gpulens' are, so the dashboards and alerts read one
+    series per GPU whichever exporter a node runs."""
     w = c.thresholds.alert_rate_window
     pod_info = metric("gpu_pod_info")
+
+    def from_dcgm(name: str) -> str:
+        return dcgm_only(c, dcgm_value(name, c.dcgm, w))
+
+    sm_active, engine_active, busy = (from_dcgm(name) for name in ACTIVITY_FIELDS)
     return [
-        {"record": GPU_BUSY, "expr": f"rate({metric('gpu_busy_seconds_total')}{{{c.exporter}}}[{w}])"},
-        {"record": GPU_SM_ACTIVE, "expr": f"rate({metric('gpu_sm_active_seconds_total')}{{{c.exporter}}}[{w}])"},
-        {"record": GPU_ACTIVITY, "expr": f"{GPU_SM_ACTIVE} or {GPU_BUSY}"},
+        {
+            "record": GPU_BUSY,
+            "expr": f"rate({metric('gpu_busy_seconds_total')}{{{c.exporter}}}[{w}]) or {busy}",
+        },
+        {
+            "record": GPU_SM_ACTIVE,
+            "expr": f"rate({metric('gpu_sm_active_seconds_total')}{{{c.exporter}}}[{w}]) or {sm_active}",
+        },
+        {"record": GPU_ACTIVITY, "expr": f"{GPU_SM_ACTIVE} or on (uuid) {engine_active} or on (uuid) {GPU_BUSY}"},
         {
             "record": GPU_MEMORY_USED,
             "expr": f"{metric('gpu_memory_used_bytes')}{{{c.exporter}}} / "
             f"({metric('gpu_memory_total_bytes')}{{{c.exporter}}}"
             f" - ({metric('gpu_memory_reserved_bytes')}{{{c.exporter}}} or {metric('gpu_memory_total_bytes')}"
-            f"{{{c.exporter}}} * 0))",
+            f"{{{c.exporter}}} * 0))"
+            f" or {dcgm_only(c, dcgm_memory_used(c.dcgm))}",
         },
         # Several pods may share a GPU (time-slicing): the pods are the "many" side of the join.
-        # Fleets that run only dcgm-exporter get the same series from its fields, for the GPUs gpulens'
-        # exporter does not report.
         {
             "record": POD_GPU_ACTIVITY,
-            "expr": f"max by (node, namespace, pod, uuid) ({pod_info}{{{c.exporter}}})"
-            f" * on (uuid) group_left (gpu) {GPU_ACTIVITY}"
-            f" or ({dcgm_pod_activity(c)} unless on (uuid) {GPU_ACTIVITY})",
+            "expr": f"(max by ({', '.join(POD_GPU_BY)}) ({pod_info}{{{c.exporter}}}) or {dcgm_only(c, dcgm_pods(c))})"
+            f" * on (uuid) group_left (gpu) {GPU_ACTIVITY}",
         },
         {"record": POD_ACTIVITY_AVG, "expr": f"avg by (node, namespace, pod) ({POD_GPU_ACTIVITY})"},
         {"record": POD_ACTIVITY_MAX, "expr": f"max by (node, namespace, pod) ({POD_GPU_ACTIVITY})"},
