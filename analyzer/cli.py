@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpulens.core import catalog, flags
 from gpulens.core.config import write_atomically
@@ -18,6 +18,7 @@ from gpulens.core.thresholds import Thresholds
 
 if TYPE_CHECKING:
     from gpulens.analyzer.classify import Verdict
+    from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.store import StoreAuth
     from gpulens.core.mixin import MixinConfig
 
@@ -191,23 +192,27 @@ def register(commands: Subcommands) -> None:
 
 def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> None:
     """What reading a store takes, the same for the report and the service: selectors, step, time-out and
-    credentials (analyzer/store.py)."""
-    flags.add(
-        p,
+    credentials (analyzer/store.py). Each flag's default is kept (`store_defaults`), so that a report of
+    files can refuse the flags it would ignore."""
+    defaults: dict[str, tuple[str, object]] = {}
+
+    def add(flag: str, **kwargs: Any) -> None:
+        flags.add(p, flag, **kwargs)
+        defaults[kwargs["dest"]] = (flag, p.get_default(kwargs["dest"]))
+
+    add(
         "--prometheus.selector",
         dest="selector",
         default="",
         help='label matchers added to every gpulens series, e.g. job="gpulens-exporter"',
     )
-    flags.add(
-        p,
+    add(
         "--prometheus.dcgm-selector",
         dest="dcgm_selector",
         default="",
         help='label matchers added to every dcgm-exporter series, e.g. job="nvidia-dcgm-exporter"',
     )
-    flags.add(
-        p,
+    add(
         "--prometheus.dcgm-pod-labels",
         dest="dcgm_pod_labels",
         choices=["auto", "exported", "plain"],
@@ -215,36 +220,32 @@ def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> Non
         help="where dcgm-exporter's series name the GPU's pod: exported_pod (the GPU Operator's ServiceMonitor), "
         "pod (honorLabels), or auto: exported_pod wherever a series has it",
     )
-    flags.add(p, "--prometheus.step", dest="query_step", type=flags.duration, default=step, help=step_help)
-    flags.add(
-        p, "--prometheus.timeout", dest="timeout", type=flags.duration, default=30.0, help="seconds a query may take"
-    )
-    flags.add(
-        p,
+    add("--prometheus.step", dest="query_step", type=flags.duration, default=step, help=step_help)
+    add("--prometheus.timeout", dest="timeout", type=flags.duration, default=30.0, help="seconds a query may take")
+    add(
         "--prometheus.bearer-token-file",
         dest="bearer_token_file",
         default="",
         help="file holding a bearer token for the store (re-read when it changes)",
     )
-    flags.add(p, "--prometheus.basic-auth.username", dest="basic_auth_username", default="", help="basic auth user")
-    flags.add(
-        p,
+    add("--prometheus.basic-auth.username", dest="basic_auth_username", default="", help="basic auth user")
+    add(
         "--prometheus.basic-auth.password-file",
         dest="basic_auth_password_file",
         default="",
         help="file holding the basic auth password",
     )
-    flags.add(
-        p,
+    add(
         "--prometheus.header",
         dest="headers",
         action="append",
         default=[],
         help="'Name: value' sent with every query, e.g. 'X-Scope-OrgID: team-a' for a Mimir tenant; repeat",
     )
-    flags.add(p, "--prometheus.ca-file", dest="ca_file", default="", help="CA certificate (PEM) of the store")
-    flags.add(p, "--prometheus.cert-file", dest="cert_file", default="", help="client certificate (PEM) for mTLS")
-    flags.add(p, "--prometheus.key-file", dest="key_file", default="", help="client certificate's key (PEM)")
+    add("--prometheus.ca-file", dest="ca_file", default="", help="CA certificate (PEM) of the store")
+    add("--prometheus.cert-file", dest="cert_file", default="", help="client certificate (PEM) for mTLS")
+    add("--prometheus.key-file", dest="key_file", default="", help="client certificate's key (PEM)")
+    p.set_defaults(store_defaults=defaults)
 
 
 def _store_auth(args: argparse.Namespace) -> StoreAuth:
@@ -296,15 +297,20 @@ def run_report(args: argparse.Namespace) -> int:
         if bool(args.files) == bool(args.prometheus):
             raise ValueError("give files to read, or --prometheus URL --since DURATION: one of the two")
         if args.prometheus:
-            verdicts = _report_from_store(args, thresholds, prices, window, step)
+            verdicts, timelines = _report_from_store(args, thresholds, prices, window, step)
             trace = None
         else:
-            if args.since or args.until or args.team_label:
+            given = {"--since": args.since, "--until": args.until, "--team-label": args.team_label}
+            for_stores = [flag for flag, value in given.items() if value]
+            for_stores += [
+                flag for dest, (flag, default) in args.store_defaults.items() if getattr(args, dest) != default
+            ]
+            if for_stores:
                 raise ValueError(
-                    "--since, --until and --team-label are for --prometheus; files cover their own span and "
-                    "carry no pod labels"
+                    f"{', '.join(for_stores)}: only for --prometheus (files cover their own span, carry no pod "
+                    "labels and are read whole); drop them, or read the store"
                 )
-            trace = _read_with_progress(args, readers)
+            trace, timelines = _read_with_progress(args, readers), None
             verdicts = analyze(trace, thresholds, prices, window, step)
     except (TraceError, ValueError, StoreError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
@@ -315,9 +321,13 @@ def run_report(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         text = _csv(verdicts) if args.by == "pod" else _csv_sums(verdicts, args.by)
     elif args.format == "html":
-        from gpulens.analyzer.report import render
+        from gpulens.analyzer import report
 
-        text = render(verdicts, trace if trace is not None else _empty_trace())
+        if timelines is not None:
+            text = report.render(verdicts, timelines.samples(report.drawn_units(verdicts)))
+        else:
+            assert trace is not None
+            text = report.render(verdicts, report.trace_timelines(trace, verdicts))
     else:
         text = _table(verdicts, to_terminal=not args.out and sys.stdout.isatty())
     if args.out:
@@ -337,13 +347,15 @@ def _report_from_store(
     prices: dict[str, float],
     window: float | None,
     slide: float | None,
-) -> list[Verdict]:
-    """The verdicts of `--prometheus URL --since ... --until ...`, with a progress bar on a terminal."""
+) -> tuple[list[Verdict], TimelineBins | None]:
+    """The verdicts of `--prometheus URL --since ... --until ...`, with a progress bar on a terminal, and
+    for an HTML report what its timelines draw."""
     import time
 
     from gpulens.analyzer import span
     from gpulens.analyzer.owners import OwnerReader
     from gpulens.analyzer.readers import format_timestamp
+    from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.series import SeriesReader
     from gpulens.analyzer.store import Store
     from gpulens.core.config import parse_duration
@@ -356,16 +368,17 @@ def _report_from_store(
     try:
         since = until - parse_duration(args.since, "--since")
     except ValueError:
-        since = _when(args.since, "--since")
+        since = _when(args.since, "--since", "a duration (7d, 24h), ")
     if since >= until:
         raise ValueError(f"--since {args.since} is not before --until {format_timestamp(until)}")
     store = Store(args.prometheus, _store_auth(args), args.timeout)
     reader = SeriesReader(store, args.query_step, _mixin(args, thresholds), args.selector, args.dcgm_selector)
     owners = OwnerReader(store, args.team_label)
     the_span = span.Span.aligned(since, until, args.query_step)
+    timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if args.format == "html" else None
     try:
         if not sys.stderr.isatty():
-            return span.report(reader, the_span, thresholds, prices, window, slide, owners=owners)
+            return span.report(reader, the_span, thresholds, prices, window, slide, None, owners, timelines), timelines
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
@@ -376,26 +389,20 @@ def _report_from_store(
                 read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
                 bar.update(task, completed=p.seconds_done, read=read)
 
-            return span.report(reader, the_span, thresholds, prices, window, slide, show, owners)
+            return span.report(reader, the_span, thresholds, prices, window, slide, show, owners, timelines), timelines
     finally:
         store.close()
 
 
-def _when(text: str, flag: str) -> float:
+def _when(text: str, flag: str, or_else: str = "") -> float:
     from gpulens.analyzer.readers import parse_timestamp
 
     try:
         return parse_timestamp(text)
     except ValueError:
         raise ValueError(
-            f"{flag} {text!r} is not a time: give RFC 3339 (2026-11-23T00:00:00Z) or unix seconds"
+            f"{flag} {text!r} is not a time: give {or_else}RFC 3339 (2026-11-23T00:00:00Z) or unix seconds"
         ) from None
-
-
-def _empty_trace():
-    from gpulens.analyzer import frame as fr
-
-    return fr.empty()
 
 
 def _read_with_progress(args, readers):

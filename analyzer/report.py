@@ -17,6 +17,7 @@ import pandas as pd
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import Verdict
 from gpulens.analyzer.features import UnitKeys
+from gpulens.analyzer.history import sample_interval
 from gpulens.core.bottlenecks import CLASSES
 
 #: One colour per class (colour-blind-safe where it matters: idle, serving and healthy differ in hue
@@ -63,8 +64,9 @@ margin-right:4px;vertical-align:middle}.small{color:#666;font-size:12px}.pod{mar
 """
 
 
-def render(verdicts: list[Verdict], trace: pd.DataFrame, title: str = "gpulens: why are the GPUs idle?") -> str:
-    """The report for `verdicts` (most waste first), with timelines drawn from `trace`."""
+def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = "gpulens: why are the GPUs idle?") -> str:
+    """The report for `verdicts` (most waste first), with timelines drawn from `samples` (unit_samples()
+    of a trace, or TimelineBins.samples() of a report read in pieces)."""
     verdicts = sorted(verdicts, key=lambda v: -v.wasted_gpu_seconds)
     parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
@@ -89,7 +91,7 @@ def render(verdicts: list[Verdict], trace: pd.DataFrame, title: str = "gpulens: 
         "<p class=small>Bands: the class of each episode. Black line: activity (SM activity, or utilization "
         "where profiling is absent), 0 to 1. Blue dashed line: memory used, 0 to the GPU's capacity.</p>",
     ]
-    series = _series(trace, verdicts[:MAX_TIMELINES])
+    series = _series(samples, verdicts[:MAX_TIMELINES])
     for v in verdicts[:MAX_TIMELINES]:
         parts.append(_timeline(v, series.get(_unit(v))))
     parts.append("</body></html>\n")
@@ -102,6 +104,11 @@ def _e(text: object) -> str:
 
 def _unit(v: Verdict) -> str:
     return f"{v.namespace}/{v.pod}" if v.pod else f"gpu:{v.node}/{v.gpus[0] if v.gpus else ''}"
+
+
+def drawn_units(verdicts: list[Verdict]) -> list[str]:
+    """The units whose timelines the report draws: the MAX_TIMELINES that wasted the most."""
+    return [_unit(v) for v in sorted(verdicts, key=lambda v: -v.wasted_gpu_seconds)[:MAX_TIMELINES]]
 
 
 def _summary(verdicts: list[Verdict]) -> str:
@@ -165,26 +172,82 @@ def _pod_table(verdicts: list[Verdict]) -> str:
     )
 
 
-def _series(trace: pd.DataFrame, verdicts: list[Verdict]) -> dict[str, pd.DataFrame]:
-    """Per unit drawn: mean activity and memory fraction in POINTS bins over its span."""
-    wanted = {_unit(v): v for v in verdicts}
-    if trace.empty or not wanted:
-        return {}
+def unit_samples(trace: pd.DataFrame, units: Iterable[str] | None = None) -> pd.DataFrame:
+    """What the timelines draw, one row per sample of `units` (None: all): its unit (as verdicts name it),
+    unix seconds, activity (0-1) and memory used as a share of capacity."""
+    if trace.empty:
+        return pd.DataFrame({"unit": [], "ts": [], "activity": [], "memory": []})
     keys = UnitKeys.of(trace)
     names = keys.names(trace)
-    drawn = np.isin(names, list(wanted))[keys.unit]
-    rows = trace[drawn]
-    unit = names[keys.unit[drawn]]
-    frame = pd.DataFrame(
+    rows = np.isin(names, list(units))[keys.unit] if units is not None else slice(None)
+    drawn = trace[rows]
+    return pd.DataFrame(
         {
-            "unit": unit,
-            "ts": rows["timestamp"].to_numpy(),
-            "activity": fr.activity(rows).to_numpy(),
-            "memory": (rows["memory_used_bytes"] / rows["memory_total_bytes"]).to_numpy(),
+            "unit": names[keys.unit[rows]],
+            "ts": drawn["timestamp"].to_numpy(),
+            "activity": fr.activity(drawn).to_numpy(),
+            "memory": (drawn["memory_used_bytes"] / drawn["memory_total_bytes"]).to_numpy(),
         }
     )
+
+
+class TimelineBins:
+    """Each unit's timeline samples averaged into POINTS bins of a span (none shorter than the sampling
+    step), added a piece at a time: what a report read from a store draws, in memory that follows the
+    units (11 KiB each), not the span."""
+
+    def __init__(self, start: float, end: float, step: float):
+        self.start = start
+        self.width = max(step, (end - start) / POINTS)  # seconds a bin covers
+        self.bins = min(POINTS, int((end - start) // self.width) + 1)
+        #: unit -> sums of activity and memory, and their counts, per bin.
+        self.sums: dict[str, np.ndarray] = {}
+
+    def add(self, samples: pd.DataFrame) -> None:
+        for unit, part in samples.groupby("unit", sort=False):
+            sums = self.sums.setdefault(str(unit), np.zeros((4, self.bins)))
+            bins = np.clip(((part["ts"].to_numpy() - self.start) // self.width).astype(int), 0, self.bins - 1)
+            for row, column in enumerate(("activity", "memory")):
+                values = part[column].to_numpy()
+                seen = ~np.isnan(values)
+                np.add.at(sums[row], bins[seen], values[seen])
+                np.add.at(sums[row + 2], bins[seen], 1)
+
+    def samples(self, units: Iterable[str]) -> pd.DataFrame:
+        """unit_samples() of `units`: one row per bin that had samples, at the bin's middle."""
+        parts = []
+        for unit in units:
+            sums = self.sums.get(unit)
+            if sums is None:
+                continue
+            with np.errstate(invalid="ignore", divide="ignore"):
+                activity, memory = sums[0] / sums[2], sums[1] / sums[3]
+            held = (sums[2] > 0) | (sums[3] > 0)
+            middles = self.start + (np.flatnonzero(held) + 0.5) * self.width
+            parts.append(
+                pd.DataFrame({"unit": unit, "ts": middles, "activity": activity[held], "memory": memory[held]})
+            )
+        return pd.concat(parts, ignore_index=True) if parts else unit_samples(pd.DataFrame())
+
+
+def trace_timelines(trace: pd.DataFrame, verdicts: list[Verdict]) -> pd.DataFrame:
+    """What the HTML report of a trace draws: the drawn units' samples in TimelineBins over the trace's
+    span, binned as a report read from a store bins them, so that the two draw the same lines."""
+    drawn = drawn_units(verdicts)
+    if trace.empty:
+        return unit_samples(trace)
+    ts = trace["timestamp"]
+    bins = TimelineBins(float(ts.min()), float(ts.max()), sample_interval(trace, UnitKeys.of(trace)))
+    bins.add(unit_samples(trace, drawn))
+    return bins.samples(drawn)
+
+
+def _series(samples: pd.DataFrame, verdicts: list[Verdict]) -> dict[str, pd.DataFrame]:
+    """Per unit drawn: mean activity and memory fraction in POINTS bins over its span."""
+    wanted = {_unit(v): v for v in verdicts}
+    samples = samples[samples["unit"].isin(list(wanted))]
     out = {}
-    for name, part in frame.groupby("unit", sort=False):
+    for name, part in samples.groupby("unit", sort=False):
         v = wanted[str(name)]
         start, span = v.episodes[0].start if v.episodes else part["ts"].min(), max(v.window_seconds, 1.0)
         bins = np.clip(((part["ts"] - start) / span * POINTS).astype(int), 0, POINTS - 1)

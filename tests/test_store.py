@@ -202,7 +202,15 @@ def test_a_header_flag_that_is_not_a_header_is_refused(header):
             "--until '2026-11-22' is not a time: give RFC 3339",
         ),
         (["trace.csv", "--prometheus", "http://127.0.0.1:9", "--since", "1d"], "give files to read, or --prometheus"),
-        (["trace.csv", "--since", "1d"], "--since, --until and --team-label are for --prometheus"),
+        (["trace.csv", "--since", "1d"], "--since: only for --prometheus (files cover their own span"),
+        (
+            ["trace.csv", "--team-label", "team", "--prometheus.selector", 'job="x"', "--prometheus.step", "1m"],
+            "--team-label, --prometheus.selector, --prometheus.step: only for --prometheus",
+        ),
+        (
+            ["--prometheus", "http://127.0.0.1:9", "--since", "last week"],
+            "--since 'last week' is not a time: give a duration (7d, 24h), RFC 3339",
+        ),
         (
             ["--prometheus", "http://127.0.0.1:9", "--since", "1d", "--prometheus.header", "X-Scope-OrgID"],
             "--prometheus.header 'X-Scope-OrgID' is not 'Name: value'",

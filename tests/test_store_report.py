@@ -6,11 +6,13 @@ ServiceMonitor (exported_pod), dcgm-exporter with honorLabels (pod), and gpulens
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
+from gpulens.analyzer import report as html_report
 from gpulens.analyzer.history import analyze
 from tests import store_history as week
 from tests.helpers import REPO, BackfilledPrometheus, VictoriaMetrics
@@ -248,3 +250,27 @@ def test_every_format_of_a_store_report_says_the_same(stores, tmp_path):
     assert report(url, *span, *layout, "--format", "html", "--out", str(out)).returncode == 0
     html = out.read_text()
     assert "<h2>Waste by workload</h2>" in html and "serve/Deployment/llm" in html
+
+
+def _timelines(html: str) -> list[str]:
+    return re.findall(r"<div class=pod>.*?</div>", html)
+
+
+@pytest.mark.parametrize("layout", ["gpulens", "dcgm-exported"])
+def test_the_html_report_from_a_store_draws_the_timelines_a_file_of_the_same_samples_draws(stores, trace, layout):
+    """Read in pieces, the week's timelines (activity and memory lines, class bands) are those of the same
+    samples read from a file: every drawn unit, every point."""
+    gpulens, dcgm = LAYOUTS[layout]
+    done = report(
+        stores["prometheus"],
+        *("--since", "2025-11-09T00:00:00Z", "--until", str(LAST), "--prometheus.step", "5m"),
+        *("--prometheus.selector", gpulens, "--prometheus.dcgm-selector", dcgm, "--format", "html"),
+    )
+    assert done.returncode == 0, done.stderr
+    verdicts = analyze(trace)
+    from_file = _timelines(html_report.render(verdicts, html_report.trace_timelines(trace, verdicts)))
+    assert len(from_file) == 5
+    for drawn in from_file:  # the idle GPU's and notebooks' lines are flat; the others move
+        assert drawn.count("<polyline class=activity") == drawn.count("<polyline class=memory") == 1
+        assert len(re.search(r"class=activity [^>]*points='([^']*)'", drawn)[1].split()) >= 150
+    assert _timelines(done.stdout) == from_file
