@@ -191,8 +191,15 @@ class StepGrid:
 def _newest_last(identity: list[dict]) -> list[dict]:
     """An identity answer with the series that start later placed later, so that where two pods' series
     overlap on a GPU the newer pod wins: a pod that ended without a staleness marker (its exporter gone,
-    backfilled data) lingers for the store's lookback (5 minutes in Prometheus) beside the one after it."""
-    return sorted(identity, key=lambda series: float(series["values"][0][0]) if series["values"] else 0.0)
+    backfilled data) lingers for the store's lookback (5 minutes in Prometheus) beside the one after it.
+    Series that all start with the range (a range read after the handover) are told apart by their end:
+    the lingering one ends first."""
+    return sorted(
+        identity,
+        key=lambda series: (
+            (float(series["values"][0][0]), float(series["values"][-1][0])) if series["values"] else (0, 0)
+        ),
+    )
 
 
 @dataclass
@@ -470,4 +477,26 @@ class SeriesReader:
         pod_keys = [(ns, pod) if pod else None for ns, pod, _ in self.pods]
         for column in ("cpu_usage_cores", "cpu_limit_cores", "restarts_total"):
             frame[column] = window.pods.at(column, pod_keys, step, code)
+        self._forget(window)
         return fr.normalize(frame)
+
+    def _forget(self, window: Window) -> None:
+        """Forget the pods and dcgm-exporter GPUs that `window` no longer holds: a service that runs for
+        months sees every pod its fleet ever ran. The pod table is compacted when it holds more than twice
+        the pods in the window (so each compaction is paid for by as many new pods), and the codes in the
+        window's "_pod" matrix renumbered to match."""
+        for table in (self.dcgm.models, self.dcgm.nodes):
+            for key in [k for k in table if k not in window.gpus.gpus]:
+                del table[key]
+        codes = window.gpus.values.get("_pod")
+        if codes is None:
+            return
+        held = ~np.isnan(codes)
+        live = np.union1d([0], codes[held].astype(np.intp))
+        if len(self.pods) <= 2 * len(live) + 64:
+            return
+        renumber = np.zeros(len(self.pods), dtype=np.float64)
+        renumber[live] = np.arange(len(live))
+        codes[held] = renumber[codes[held].astype(np.intp)]
+        self.pods = [self.pods[code] for code in live]
+        self._pod_codes = {pod: code for code, pod in enumerate(self.pods)}

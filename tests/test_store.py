@@ -298,3 +298,42 @@ def test_a_gpu_handed_to_a_new_pod_is_the_new_pods_from_its_first_step(tmp_path,
     finally:
         prometheus.stop()
     assert list(frame["pod"].astype(str)) == [old] * 10 + [new] * 10
+
+
+@pytest.mark.slow
+def test_a_reader_that_runs_for_long_forgets_the_pods_and_gpus_gone_from_its_window(tmp_path):
+    """A service reads the fleet every cycle for months: the pods (300 here, one a minute) and the
+    dcgm-exporter GPUs (one leaves after 50 minutes) it keeps are those of its window, and every frame still
+    names each step's pod."""
+    from gpulens.analyzer.series import SeriesReader, Window
+
+    steps = 300
+    lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]
+    lines += [f'gpulens_gpu_utilization_ratio{{instance="n1",uuid="GPU-1"}} 0.5 {T0 + 60 * k}' for k in range(steps)]
+    lines += ["# TYPE gpulens_gpu_pod_info gauge"]
+    lines += [
+        f'gpulens_gpu_pod_info{{instance="n1",uuid="GPU-1",namespace="ci",pod="job-{k}"}} 1 {T0 + 60 * k}'
+        for k in range(steps)
+    ]
+    for name, value in (("DCGM_FI_DEV_GPU_UTIL", 40), ("DCGM_FI_DEV_FB_USED", 1024)):
+        lines += [f"# TYPE {name} gauge"]
+        lines += [
+            f'{name}{{instance="n2",UUID="GPU-d",modelName="NVIDIA L4",Hostname="n2"}} {value} {T0 + 60 * k}'
+            for k in range(50)
+        ]
+    prometheus = BackfilledPrometheus(tmp_path, "\n".join(lines) + "\n# EOF\n")
+    try:
+        reader = SeriesReader(Store(prometheus.url), 60.0)
+        held = Window.of(60.0, 10)
+        largest = 0
+        for k in range(9, steps, 5):
+            end = T0 + 60 * k
+            reader.read(held, held.move_to(end), end)
+            frame = reader.frame(held, 600)
+            gpu_1 = frame[frame["gpu"] == "GPU-1"]
+            assert list(gpu_1["pod"].astype(str)) == [f"job-{j}" for j in range(k - 9, k + 1)]
+            largest = max(largest, len(reader.pods))
+    finally:
+        prometheus.stop()
+    assert largest <= 2 * 11 + 64 + 5  # the window's 10 pods and "none", twice, and a cycle's new ones
+    assert ("n2", "GPU-d") not in reader.dcgm.models and ("n2", "GPU-d") not in reader.dcgm.nodes
