@@ -1,7 +1,7 @@
 """Why each pod's GPU is underused: one verdict per pod, with confidence, evidence and a fix to try.
 
 The class names are public API (gpulens.core.bottlenecks). The order of the checks (SIGNATURES)
-follows ../shared/guide/SIGNALS.md: missing data first, then idle, memory fragmentation, poor
+follows docs/signals.md: missing data first, then idle, memory fragmentation, poor
 placement, interconnect, data starvation, over-provisioned serving, memory bandwidth, healthy;
 throttling and wrong GPU type are overlays that become the primary class only when nothing else is
 wrong. Without profiling fields (consumer GPUs, stock dcgm-exporter) the analyzer says so with low
@@ -234,7 +234,7 @@ def _oversized(f: Features, t: Thresholds, info: GpuModel, activity: float | Non
     )
 
 
-# --- the signatures, in SIGNALS.md's order -----------------------------------------------------------
+# --- the signatures, in docs/signals.md's order ----------------------------------------------------
 def _insufficient_data(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
     per_gpu_samples = f.samples / f.gpus
     if per_gpu_samples >= t.min_samples and f.has_activity:

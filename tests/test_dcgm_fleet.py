@@ -115,9 +115,11 @@ rule_files: ['{rules}']
         # Every GPU in the rules (two T4s, three MIG instances, the H100), and two scrapes of each
         # exporter, which rates and increases over the dashboards' 20 s need.
         wait_until(
-            lambda: len(prometheus.query(mixin.GPU_ACTIVITY)) == 6
-            and len(prometheus.query(mixin.POD_GPU_ACTIVITY)) == 2
-            and len(prometheus.query('count_over_time(up{job="nvidia-dcgm-exporter"}[20s]) >= 2')) == 3,
+            lambda: (
+                len(prometheus.query(mixin.GPU_ACTIVITY)) == 6
+                and len(prometheus.query(mixin.POD_GPU_ACTIVITY)) == 2
+                and len(prometheus.query('count_over_time(up{job="nvidia-dcgm-exporter"}[20s]) >= 2')) == 3
+            ),
             60,
             what="the rules to hold every GPU, and two scrapes of each exporter",
         )

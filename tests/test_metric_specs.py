@@ -1,5 +1,6 @@
 """The metric table is public API: check its names against Prometheus conventions."""
 
+import dataclasses
 import re
 import subprocess
 
@@ -8,6 +9,7 @@ import requests
 
 from gpulens import reference
 from gpulens.core import metrics as m
+from gpulens.core.thresholds import Thresholds
 from tests.helpers import REPO, require_binary, start_exporter
 
 LABEL = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -80,3 +82,17 @@ def test_promtool_finds_nothing_wrong_in_a_real_scrape():
         "gpulens_exporter_sample_age_seconds",
     ):
         assert f"\n{name}" in body, name
+
+
+def test_every_threshold_is_in_docs_signals_with_its_source():
+    """docs/signals.md's table is generated from core/thresholds.py, and every threshold names where it
+    comes from: the vendor, another tool, a common rule, a request, or our own proposal."""
+    committed = (REPO / "docs" / "signals.md").read_text()
+    assert committed == reference.with_thresholds(committed), (
+        "docs/signals.md is stale: run gpulens metrics-reference --signals docs/signals.md"
+    )
+    rows = reference.render_thresholds().splitlines()[4:-2]
+    assert len(rows) == len(dataclasses.fields(Thresholds))
+    sources = r"\((NVIDIA|tools?|proposal|common rule|issue \d+|kubernetes-mixin|DCGM)\b"
+    unsourced = [row.split("|")[2] for row in rows if not re.search(sources, row.split("|")[4])]
+    assert unsourced == []

@@ -58,7 +58,7 @@ def test_healthy_training_is_busy_and_steady():
 def test_data_starvation_swings_between_bursts_and_gaps():
     sm = sorted(series(run("data_starvation", 120), m.SM_ACTIVE))
     p5, p95 = sm[int(0.05 * len(sm))], sm[int(0.95 * len(sm))]
-    # SIGNALS.md: p95 > 0.7 and p5 < 0.1 is the fluctuation signature (SageMaker LowGPUUtilization).
+    # docs/signals.md: p95 > 0.7 and p5 < 0.1 is the fluctuation signature (SageMaker LowGPUUtilization).
     assert p95 > 0.7 and p5 < 0.1
 
 

@@ -1,7 +1,8 @@
 """Every threshold the analyzer (and the generated alert rules) use, with where it comes from.
 
-Sources, as in ../shared/guide/SIGNALS.md: (NVIDIA) the vendor's guidance, (tool) another tool's
-default, (proposal) ours, kept only because `gpulens eval` shows it separates the classes.
+Sources, as in docs/signals.md (whose table of thresholds is generated from this file): (NVIDIA) the
+vendor's guidance, (tool) another tool's default, (proposal) ours, kept only because `gpulens eval` shows
+it separates the classes. Each field's comment names its source: the table shows them.
 Override any of them with `--thresholds FILE` (YAML with the same field names).
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, fields
 from gpulens.core.config import PROMQL_DURATION, read_yaml
 from gpulens.core.schema import Integer, Number, Record, Schema, Text, validate
 
-#: Activity under this ratio is "no work": SM / GR activity about 0 (SIGNALS.md; tool: Princeton JDS
+#: Activity under this ratio is "no work": SM / GR activity about 0 (docs/signals.md; tool: Princeton JDS
 #: uses 0%). The exporter's idle-seconds counters use it as it is; the analyzer's default is it too.
 IDLE_ACTIVITY = 0.01
 
@@ -22,7 +23,7 @@ class Thresholds:
     # --- data -----------------------------------------------------------------------------------
     #: Fewer samples per GPU than this in the window is insufficient_data, not a guess. (proposal)
     min_samples: int = 30
-    #: Activity under this ratio is "no work" (IDLE_ACTIVITY above).
+    #: Activity under this ratio is "no work": SM / GR activity about 0. (tool: Princeton JDS uses 0%)
     idle_activity: float = IDLE_ACTIVITY
     #: Idle for this many trailing seconds of the window (or the whole window, if shorter) = idle.
     #: (tool: JDS warns at 60 min; a shorter window here, because the analyzer's window is minutes)
@@ -38,7 +39,8 @@ class Thresholds:
     # --- data starvation (tool: SageMaker Debugger LowGPUUtilization: p95 > 70% and p5 < 10%) ----
     starvation_high: float = 0.7
     starvation_low: float = 0.1
-    #: p95 > high and p5 < low, written as "more than 5% of samples above high / below low".
+    #: p95 > high and p5 < low, written as "more than 5% of samples above high / below low". (tool:
+    #: SageMaker Debugger LowGPUUtilization)
     starvation_tail: float = 0.05
     #: Busy/idle switches per minute that make it an oscillation rather than one change of phase,
     #: such as a warm-up. (proposal)
@@ -65,6 +67,7 @@ class Thresholds:
     # --- memory fragmentation / OOM risk ----------------------------------------------------------
     #: Used over capacity. (common rule: > 0.9 for 5 min)
     memory_full: float = 0.9
+    #: ... for this long. (common rule: > 0.9 for 5 min)
     memory_full_seconds: float = 300.0
     #: Growth in points of capacity. (tool: SageMaker GPUMemoryIncrease +5 points)
     memory_growth: float = 0.05
@@ -75,14 +78,16 @@ class Thresholds:
     link_busy: float = 0.6  # of the link's capacity (proposal)
     interconnect_sm: float = 0.3
     # --- throttling (tools: canonical hardware-observer, nvidia_gpu_exporter) --------------------
-    #: HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80; never SW power cap 0x4.
+    #: HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power brake 0x80; never SW power cap 0x4,
+    #: which is normal boost behaviour. (NVIDIA: nvml.h clocks event reasons; tools as above)
     throttle_reasons_mask: int = 0x8 | 0x20 | 0x40 | 0x80
     throttle_seconds: float = 300.0
     # --- wrong GPU type (tool: Job Defense Shield "GPU model too powerful": <= 20%, <= 10 GB) ------
     oversized_activity: float = 0.2
     oversized_memory_bytes: float = 10e9
     # --- poor placement (tool: jobstats "unused GPUs in a multi-GPU job"; proposal for the ratio) --
-    placement_imbalance: float = 0.5  # least busy GPU's activity / busiest's
+    #: The least busy GPU's activity / the busiest's. (tool: jobstats; proposal for the ratio)
+    placement_imbalance: float = 0.5
     #: Peer traffic over PCIe: the mean of the smaller of a GPU's PCIe send and receive rates, of the link's
     #: capacity (collectives send as much as they receive; input pipelines mostly receive). (proposal)
     placement_pcie_peer: float = 0.1
@@ -106,9 +111,10 @@ class Thresholds:
     healthy_sm: float = 0.8
     #: Below this mean activity a GPU is likely used ineffectively. (NVIDIA: < 0.5)
     ineffective_sm: float = 0.5
-    # --- alerting: the generated Prometheus rules (alerts/rules.py). Durations are PromQL durations. --
+    # --- alerting: the generated Prometheus rules of alerts/rules.py; durations are PromQL durations ----
     #: Page when a pod's SM activity stays under this ratio (issue 6: 30% for 30 minutes).
     alert_low_sm: float = 0.3
+    #: ... for this long. (issue 6)
     alert_low_sm_for: str = "30m"
     #: The rate() window of the recording rules: long enough to smooth one training step, short
     #: enough that a change shows within minutes. (proposal; kubernetes-mixin uses 5m)
@@ -121,8 +127,9 @@ class Thresholds:
     #: notification per cause. (proposal)
     alert_verdict_for: str = "30m"
     #: Memory on a GPU no pod holds, above the driver's own context (~0.5 GiB), for this long is
-    #: leftover memory (SIGNALS.md: DataLoader workers of a killed job, gpu-operator #2880). (proposal)
+    #: leftover memory (docs/signals.md: DataLoader workers of a killed job, gpu-operator #2880). (proposal)
     alert_memory_held_bytes: float = 1024**3
+    #: ... for this long: longer than a pod's start and stop take. (proposal)
     alert_memory_held_for: str = "15m"
     #: NVLinks down or failing (nvlink_crc_errors_per_second, nvlink_errors) this long. (proposal: long enough
     #: for a link retraining after a GPU reset, short enough to cordon the node before the next job lands)

@@ -5,7 +5,7 @@ the sample window the way the driver averages (utilization is "fraction of the l
 kernel ran"). Because profiles are functions of time, not of a running loop, the analyzer's evaluator
 can replay hours of a profile in milliseconds, and a live exporter sees the same shapes in real time.
 
-The shapes follow ../shared/guide/SIGNALS.md:
+The shapes follow docs/signals.md:
 
 healthy_training     SM active ~0.88, tensor pipes busy, memory steady, clocks at max.
 data_starvation      each iteration a compute burst then a gap waiting for input: SM activity swings
