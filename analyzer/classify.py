@@ -23,7 +23,7 @@ import pandas as pd
 
 from gpulens.analyzer.features import RECENT_SAMPLES, GpuLinks, pod_features
 from gpulens.core.activity import BUSY_LEVEL
-from gpulens.core.bottlenecks import RECOMMENDATIONS
+from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS
 from gpulens.core.catalog import GpuModel, model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -160,7 +160,7 @@ def _verdict(f: Features, t: Thresholds, info: GpuModel) -> Verdict:
     not_judged = _not_judged(f, t)
     if not_judged and name != "insufficient_data":
         evidence["not_judged"] = not_judged
-    if not f.has_prof and name not in ("insufficient_data", "idle"):
+    if not f.has_prof and BY_NAME[name].profiling == "helps":
         evidence["profiling_fields"] = "absent: utilization shows that a kernel ran, not how much of the GPU worked"
         confidence = min(confidence, 0.5)
     secondary = []
@@ -202,6 +202,9 @@ def _not_judged(f: Features, t: Thresholds) -> str:
             f"stalls and bursts shorter than the {f.resolution_seconds:.0f} s between samples (each sample is one "
             "instant; gpulens' exporter counts every driver sample between scrapes)"
         )
+    if not f.has_prof:
+        needed = ", ".join(b.name for b in BOTTLENECKS if b.profiling == "needed")
+        gaps.append(f"{needed} (the input has no profiling fields: SM, DRAM and pipe activity)")
     if f.gpus >= 2 and not (f.numa_nodes or f.pcie_roots or f.nvlink_groups):
         gaps.append(
             "placement across sockets, PCIe roots and NVLink islands (the input has no topology; gpulens' "

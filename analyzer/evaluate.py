@@ -26,7 +26,7 @@ from gpulens.analyzer import frame as fr
 from gpulens.analyzer.history import analyze
 from gpulens.core import trace as tr
 from gpulens.core.activity import ActivityShape
-from gpulens.core.bottlenecks import CLASSES
+from gpulens.core.bottlenecks import BY_NAME, CLASSES
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.topology import GROUPS
 from gpulens.simulator import workloads
@@ -105,7 +105,7 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
             mig = label in ("idle", "data_starvation", "healthy") and profiling and rng.random() < 0.2
             # Problems that are phases start mid-window after healthy training; a pod's placement and
             # its nature (a light inference service) do not change mid-run, so those start at 0.
-            phase = label not in ("healthy", "insufficient_data", "wrong_gpu_type", "poor_placement")
+            phase = BY_NAME[label].phase
             onset = rng.uniform(60, 240) if phase and rng.random() < 0.5 else 0.0
             # Starved jobs twice over: as the others, and waiting on storage with their CPU not at its
             # limit, seen by a gpulens exporter (from rows alone nothing tells those from serving).

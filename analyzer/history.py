@@ -23,11 +23,10 @@ from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import ClassShare, Episode, Verdict, judge
 from gpulens.analyzer.features import UnitKeys, pod_features
 from gpulens.analyzer.readers import format_timestamp
+from gpulens.core.bottlenecks import PROBLEMS
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
-#: Classes that are not a problem to act on: a pod's headline only when no problem holds long enough.
-NOT_PROBLEMS = ("healthy", "insufficient_data")
 #: The shortest default window: long enough for a serving replica's quiet spells to be pauses.
 MIN_DEFAULT_WINDOW = 3600.0
 
@@ -327,7 +326,8 @@ def headline(
                 wasted["idle"] -= e.wasted_gpu_seconds
                 seconds[serving] += covered
                 wasted[serving] += e.wasted_gpu_seconds
-    problems = [c for c in seconds if c not in NOT_PROBLEMS and seconds[c] >= t.headline_min_share * total]
+    # Healthy and "cannot tell" are a pod's headline only when no problem holds long enough.
+    problems = [c for c in seconds if c in PROBLEMS and seconds[c] >= t.headline_min_share * total]
     if problems:
         return max(problems, key=lambda c: (wasted[c], seconds[c]))
     return max(seconds, key=lambda c: seconds[c])

@@ -18,29 +18,10 @@ from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import Verdict
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.history import sample_interval
-from gpulens.core.bottlenecks import CLASSES
+from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
 
-#: One colour per class (colour-blind-safe where it matters: idle, serving and healthy differ in hue
-#: and lightness).
-COLOURS = dict(
-    zip(
-        CLASSES,
-        (
-            "#4daf4a",  # healthy
-            "#e41a1c",  # idle
-            "#ff7f00",  # overprovisioned_serving
-            "#377eb8",  # data_starvation
-            "#984ea3",  # memory_bandwidth
-            "#a65628",  # memory_fragmentation
-            "#f781bf",  # interconnect
-            "#999999",  # throttling
-            "#dede00",  # wrong_gpu_type
-            "#17becf",  # poor_placement
-            "#d9d9d9",  # insufficient_data
-        ),
-        strict=True,
-    )
-)
+#: One colour per class (core/bottlenecks.py).
+COLOURS = {b.name: b.colour for b in BOTTLENECKS}
 
 
 class Wasted(Protocol):
@@ -115,7 +96,7 @@ def _summary(verdicts: list[Verdict]) -> str:
     hours = sum(v.window_seconds * v.coverage * len(v.gpus) for v in verdicts) / 3600
     wasted = sum(v.wasted_gpu_seconds for v in verdicts) / 3600
     cost = sum(v.wasted_cost for v in verdicts)
-    problems = sum(1 for v in verdicts if v.bottleneck not in ("healthy", "insufficient_data"))
+    problems = sum(1 for v in verdicts if v.bottleneck in PROBLEMS)
     return (
         "<p class=summary>"
         f"<span><b>{len(verdicts)}</b>pods and unheld GPUs</span>"

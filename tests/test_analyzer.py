@@ -1,6 +1,7 @@
 """The analyzer: readers on real recordings, the classifier, `gpulens report` and `gpulens eval`."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -383,3 +384,18 @@ def test_a_node_price_from_the_clusters_cost_tool_wins_over_the_price_file():
     assert by_node.wasted_gpu_seconds == by_file.wasted_gpu_seconds > 0
     assert by_node.wasted_cost == pytest.approx(by_node.wasted_gpu_seconds / 3600 * 9.5, abs=1e-3)
     assert by_file.wasted_cost == pytest.approx(by_file.wasted_gpu_seconds / 3600 * 2.0, abs=1e-3)
+
+
+def test_the_class_table_is_whole_and_every_set_of_classes_derives_from_it():
+    """core/bottlenecks.py is the one home of the vocabulary: each class a fix, a colour of its own, whether
+    it is a problem and whether it needs profiling fields; the sets the code uses are read from it."""
+    from gpulens.analyzer import report
+    from gpulens.core import bottlenecks
+
+    table = bottlenecks.BOTTLENECKS
+    assert len({b.colour for b in table}) == len(table) and all(re.fullmatch(r"#[0-9a-f]{6}", b.colour) for b in table)
+    assert all(b.fix.endswith(".") for b in table)
+    assert bottlenecks.CLASSES[0] == "healthy" and bottlenecks.CLASSES[-1] == "insufficient_data"
+    assert set(bottlenecks.CLASSES) - bottlenecks.PROBLEMS == {"healthy", "insufficient_data"}
+    assert [b.name for b in table if b.profiling == "needed"] == ["memory_bandwidth"]
+    assert report.COLOURS == {b.name: b.colour for b in table}

@@ -103,10 +103,12 @@ def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(st
         ("research", "notebook-a", "idle"),
         ("ml", "trainer-0", "healthy"),
     ]
-    # What 5-minute samples without gpulens' activity shape cannot show, said in every verdict.
+    # What 5-minute samples without gpulens' activity shape (and without profiling fields) cannot show, said
+    # in every verdict.
+    without_profiling = "; memory_bandwidth (the input has no profiling fields: SM, DRAM and pipe activity)"
     assert {v["evidence"]["not_judged"] for v in from_store} == {
         "stalls and bursts shorter than the 300 s between samples (each sample is one instant; gpulens' "
-        "exporter counts every driver sample between scrapes)"
+        "exporter counts every driver sample between scrapes)" + (without_profiling if layout == "dcgm-basic" else "")
     }
     # The GPU, node and model of each, its class, confidence, waste, time by class and episodes; owners are
     # the store's alone (kube-state-metrics), and tested below.

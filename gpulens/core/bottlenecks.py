@@ -1,56 +1,152 @@
-"""The bottleneck classes: gpulens' verdict vocabulary and the fix to try for each.
+"""The bottleneck classes: gpulens' verdict vocabulary, one typed record per class.
 
-The class names are public API: label values of gpulens_pod_bottleneck and keys of the analyzer's
-JSON. The recommendation texts are the one home of "what to do": the analyzer's verdicts carry them,
-and the alert runbooks quote them.
+Every list of class names and every set of them (what is a problem, what needs profiling fields, the
+colours of the HTML report, the fix the verdicts and runbooks quote) derives from BOTTLENECKS, so adding a
+class touches this table and its signature (analyzer/classify.py). The names are public API: label values
+of gpulens_pod_bottleneck and keys of the analyzer's JSON, in this order.
 """
 
 from __future__ import annotations
 
-CLASSES = (
-    "healthy",
-    "idle",
-    "overprovisioned_serving",
-    "data_starvation",
-    "memory_bandwidth",
-    "memory_fragmentation",
-    "interconnect",
-    "throttling",
-    "wrong_gpu_type",
-    "poor_placement",
-    "insufficient_data",
-)
+from dataclasses import dataclass
+from typing import Literal
 
-RECOMMENDATIONS = {
-    "healthy": "Nothing to fix: the GPU is doing useful work.",
-    "idle": "Release the GPU: stop the idle notebook or job, let an idle-culler reclaim it, or scale an unused "
-    "serving replica to zero; if memory is held with no work, find the leftover process (nvidia-smi, "
-    "DataLoader workers of a killed job).",
-    "overprovisioned_serving": "This replica serves requests in bursts and waits in between: do not just "
-    "release it, give it less GPU. Run fewer replicas and autoscale on request rate or queue depth "
-    "(KEDA, Knative, with scale-to-zero where cold starts are acceptable), or share the GPU: MIG slices "
-    "or time-slicing for several such replicas.",
-    "data_starvation": "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
-    "prefetch_factor, move decoding and augmentation to the GPU (DALI), cache the dataset "
-    "on local NVMe, and give the pod more CPU if it sits at its limit.",
-    "memory_bandwidth": "The kernels wait on device memory: use mixed precision (bf16/fp16) to halve traffic, "
-    "fuse element-wise ops (torch.compile), raise arithmetic intensity with larger batches, "
-    "or choose a GPU with more memory bandwidth.",
-    "memory_fragmentation": "Memory fills up and the job dies: set PYTORCH_CUDA_ALLOC_CONF="
-    "expandable_segments:True, call torch.cuda.empty_cache() between phases and leave a "
-    "pause between jobs, free tensors you keep references to, or lower the batch size.",
-    "interconnect": "Communication dominates: overlap all-reduce with compute (DDP bucket size, "
-    "gradient accumulation), compress or shard gradients (FSDP), or run on GPUs joined by "
-    "NVLink; check the PCIe link runs at its full generation and width.",
-    "throttling": "The GPU slows itself down: check cooling and airflow (thermal), the power supply and "
-    "power brake (HW slowdown), and move the pod off the hot node until it is fixed.",
-    "wrong_gpu_type": "This workload uses a fraction of a high-end GPU: move it to a smaller GPU (L4, T4) or "
-    "a MIG slice (1g.10gb), or pack several such pods onto one GPU with time-slicing.",
-    "poor_placement": "The pod's GPUs cannot exchange at NVLink speed, or work unevenly. Across sockets or "
-    "root complexes without NVLink: fix the pod's placement (GPUs on one NVLink island or one socket, "
-    "topology-aware scheduling). NVLink idle while PCIe carries the exchange: unset NCCL_P2P_DISABLE and "
-    "NCCL_P2P_LEVEL, and let every rank's container see its peers. NVLinks down or failing: cordon the node "
-    "and have the GPUs or NVSwitch serviced. Uneven: check that every rank gets work.",
-    "insufficient_data": "Not enough samples to judge yet: wait for a longer window, or check that the "
-    "exporter and Prometheus scrape this GPU.",
-}
+#: Whether a class's signature needs profiling fields (SM, DRAM activity): "needed" (it cannot hold
+#: without them), "helps" (it holds on utilization, with its confidence capped and the evidence saying
+#: so), "not needed" (utilization alone settles it).
+Profiling = Literal["needed", "helps", "not needed"]
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """One verdict class."""
+
+    name: str
+    #: The fix to try: the verdicts carry it and the alert runbooks quote it.
+    fix: str
+    #: Its colour in the HTML report (colour-blind-safe where it matters: idle, serving and healthy differ
+    #: in hue and lightness).
+    colour: str
+    #: A problem to fix: counted among the pods with a problem, and a pod's headline over a span.
+    problem: bool
+    profiling: Profiling
+    #: A phase a running job can pass into (and out of), rather than what the pod or its placement is:
+    #: the evaluation starts such scenarios mid-window after healthy training.
+    phase: bool
+
+
+BOTTLENECKS: tuple[Bottleneck, ...] = (
+    Bottleneck(
+        "healthy",
+        fix="Nothing to fix: the GPU is doing useful work.",
+        colour="#4daf4a",
+        problem=False,
+        profiling="helps",
+        phase=False,
+    ),
+    Bottleneck(
+        "idle",
+        fix="Release the GPU: stop the idle notebook or job, let an idle-culler reclaim it, or scale an unused "
+        "serving replica to zero; if memory is held with no work, find the leftover process (nvidia-smi, "
+        "DataLoader workers of a killed job).",
+        colour="#e41a1c",
+        problem=True,
+        profiling="not needed",
+        phase=True,
+    ),
+    Bottleneck(
+        "overprovisioned_serving",
+        fix="This replica serves requests in bursts and waits in between: do not just "
+        "release it, give it less GPU. Run fewer replicas and autoscale on request rate or queue depth "
+        "(KEDA, Knative, with scale-to-zero where cold starts are acceptable), or share the GPU: MIG slices "
+        "or time-slicing for several such replicas.",
+        colour="#ff7f00",
+        problem=True,
+        profiling="helps",
+        phase=True,
+    ),
+    Bottleneck(
+        "data_starvation",
+        fix="Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
+        "prefetch_factor, move decoding and augmentation to the GPU (DALI), cache the dataset "
+        "on local NVMe, and give the pod more CPU if it sits at its limit.",
+        colour="#377eb8",
+        problem=True,
+        profiling="helps",
+        phase=True,
+    ),
+    Bottleneck(
+        "memory_bandwidth",
+        fix="The kernels wait on device memory: use mixed precision (bf16/fp16) to halve traffic, "
+        "fuse element-wise ops (torch.compile), raise arithmetic intensity with larger batches, "
+        "or choose a GPU with more memory bandwidth.",
+        colour="#984ea3",
+        problem=True,
+        profiling="needed",
+        phase=True,
+    ),
+    Bottleneck(
+        "memory_fragmentation",
+        fix="Memory fills up and the job dies: set PYTORCH_CUDA_ALLOC_CONF="
+        "expandable_segments:True, call torch.cuda.empty_cache() between phases and leave a "
+        "pause between jobs, free tensors you keep references to, or lower the batch size.",
+        colour="#a65628",
+        problem=True,
+        profiling="helps",
+        phase=True,
+    ),
+    Bottleneck(
+        "interconnect",
+        fix="Communication dominates: overlap all-reduce with compute (DDP bucket size, "
+        "gradient accumulation), compress or shard gradients (FSDP), or run on GPUs joined by "
+        "NVLink; check the PCIe link runs at its full generation and width.",
+        colour="#f781bf",
+        problem=True,
+        profiling="helps",
+        phase=True,
+    ),
+    Bottleneck(
+        "throttling",
+        fix="The GPU slows itself down: check cooling and airflow (thermal), the power supply and "
+        "power brake (HW slowdown), and move the pod off the hot node until it is fixed.",
+        colour="#999999",
+        problem=True,
+        profiling="helps",
+        phase=True,
+    ),
+    Bottleneck(
+        "wrong_gpu_type",
+        fix="This workload uses a fraction of a high-end GPU: move it to a smaller GPU (L4, T4) or "
+        "a MIG slice (1g.10gb), or pack several such pods onto one GPU with time-slicing.",
+        colour="#dede00",
+        problem=True,
+        profiling="helps",
+        phase=False,
+    ),
+    Bottleneck(
+        "poor_placement",
+        fix="The pod's GPUs cannot exchange at NVLink speed, or work unevenly. Across sockets or "
+        "root complexes without NVLink: fix the pod's placement (GPUs on one NVLink island or one socket, "
+        "topology-aware scheduling). NVLink idle while PCIe carries the exchange: unset NCCL_P2P_DISABLE and "
+        "NCCL_P2P_LEVEL, and let every rank's container see its peers. NVLinks down or failing: cordon the node "
+        "and have the GPUs or NVSwitch serviced. Uneven: check that every rank gets work.",
+        colour="#17becf",
+        problem=True,
+        profiling="helps",
+        phase=False,
+    ),
+    Bottleneck(
+        "insufficient_data",
+        fix="Not enough samples to judge yet: wait for a longer window, or check that the "
+        "exporter and Prometheus scrape this GPU.",
+        colour="#d9d9d9",
+        problem=False,
+        profiling="not needed",
+        phase=False,
+    ),
+)
+BY_NAME = {b.name: b for b in BOTTLENECKS}
+CLASSES = tuple(b.name for b in BOTTLENECKS)
+RECOMMENDATIONS = {b.name: b.fix for b in BOTTLENECKS}
+#: The classes that are a problem to fix (not healthy, not "cannot tell").
+PROBLEMS = frozenset(b.name for b in BOTTLENECKS if b.problem)
