@@ -109,6 +109,8 @@ class Verdict:
 MIN_BURSTS = 10
 #: Share of samples with a model's worth of memory for a replica to "hold a model".
 HELD_SHARE = 0.9
+#: The evidence key of sparse use called idle (_sparse): history.py lets it judge the start of the data.
+SPARSE = "busy_fraction"
 
 #: One row of pod_features(): a pod's (or an unheld GPU's) features over the window.
 Features = Any
@@ -252,6 +254,8 @@ def _idle(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) 
     """No work for the last idle_seconds (or the whole window), after sustained work, or none, or
     quiet far longer than any pause while it worked: the work stopped, rather than paused between
     requests or notebook cells."""
+    if _sparse(f, t, evidence):
+        return "idle", 0.9
     idle_for = min(t.idle_seconds, f.window_seconds)
     quiet = f.trailing_idle_seconds
     if quiet < idle_for - f.sample_seconds / 2:
@@ -278,6 +282,24 @@ def _idle(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) 
     if not math.isnan(f.mem_used_max):
         evidence["memory_held_bytes"] = f"{f.mem_used_max:.0f}"
     return "idle", 0.95 if f.idle >= 0.95 else 0.85
+
+
+def _sparse(f: Features, t: Thresholds, evidence: dict[str, str]) -> bool:
+    """Busy on under sparse_busy_share of a window of an hour or more: idle whatever the pattern of the few
+    blips (a notebook's rare cells, a replica that loaded its model and served nothing), unless the pod's
+    CPU is at its limit meanwhile (working on the CPU)."""
+    busy = 1.0 - f.quiet
+    if f.window_seconds < t.sparse_span_seconds or busy >= t.sparse_busy_share:
+        return False
+    if not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction:
+        return False
+    evidence[SPARSE] = (
+        f"{_fmt(busy)} of {f.window_seconds / 3600:.3g} h < {t.sparse_busy_share}: sparse use (rare notebook cells, "
+        "a replica with no requests) is idle"
+    )
+    if not math.isnan(f.mem_used_max):
+        evidence["memory_held_bytes"] = f"{f.mem_used_max:.0f}"
+    return True
 
 
 def _memory_fragmentation(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
@@ -472,7 +494,8 @@ def _overprovisioned_serving(f: Features, t: Thresholds, info: GpuModel, evidenc
     if _oversized(f, t, info, f.activity):
         return None  # a sliver of a high-end GPU: a smaller GPU or a MIG slice is the sharper fix
     _serving_evidence(f, t, evidence)
-    evidence["quiet_fraction"] = f"{_fmt(f.quiet)} of samples >= {t.serving_quiet_share} (work comes in bursts)"
+    seen = f"{f.bursts:.0f} bursts of work between them" if f.bursts else "no burst of work seen"
+    evidence["quiet_fraction"] = f"{_fmt(f.quiet)} of samples >= {t.serving_quiet_share} ({seen})"
     measured = f.resolution_seconds <= t.starvation_max_sample_seconds and f.bursts >= MIN_BURSTS
     at_random = measured and not _steady(f, t)
     if measured:

@@ -325,6 +325,7 @@ DAY_SCENARIOS = {
     "serving": "overprovisioned_serving",
     "idle_replica": "idle",
     "notebook": "idle",
+    "sparse_notebook": "idle",
     "training_finished": "idle",
 }
 #: Seconds between samples, and spans of data, that every scenario is judged at.

@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 
 from gpulens.analyzer import frame as fr
-from gpulens.analyzer.classify import ClassShare, Episode, Verdict, judge
+from gpulens.analyzer.classify import SPARSE, ClassShare, Episode, Verdict, judge
 from gpulens.analyzer.features import UnitKeys, pod_features
 from gpulens.analyzer.readers import format_timestamp
-from gpulens.core.bottlenecks import PROBLEMS
+from gpulens.core.bottlenecks import PROBLEMS, RECOMMENDATIONS
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -122,7 +122,7 @@ def ledgers(
         for k, samples, activity, idle, ts_min, ts_max in zip(
             *(in_order[c].to_numpy(dtype=float) for c in _SLOT_COLUMNS), strict=True
         ):
-            judged = _slot_verdict(by_window[str(unit)], int(k), per_window)
+            judged = _slot_verdict(by_window[str(unit)], int(k), per_window, t)
             if judged is not None:
                 ledger.add(int(k), judged, samples, activity, idle, ts_min, ts_max, prices)
         if ledger.episodes:
@@ -161,17 +161,20 @@ def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t:
     return stats
 
 
-def _slot_verdict(windows: dict[int, Verdict], k: int, per_window: int) -> Verdict | None:
+def _slot_verdict(windows: dict[int, Verdict], k: int, per_window: int, t: Thresholds) -> Verdict | None:
     """The verdict of the window ending with slot k, or if it could not judge, of the first later
-    window that covers slot k and could."""
+    window that covers slot k and could. A window that saw less than sparse_span_seconds (the start of
+    the data) cannot tell sparse use from serving: where a later window that covers slot k saw enough to
+    call it sparse, that is the slot's verdict."""
     first = windows.get(k)
+    later = [v for v in (windows.get(j) for j in range(k + 1, k + per_window)) if v is not None]
+    if first is not None and first.window_seconds < t.sparse_span_seconds:
+        sparse = next((v for v in later if SPARSE in v.evidence and v.bottleneck == "idle"), None)
+        if sparse is not None:
+            return sparse
     if first is not None and first.bottleneck != "insufficient_data":
         return first
-    for later in range(k + 1, k + per_window):
-        v = windows.get(later)
-        if v is not None and v.bottleneck != "insufficient_data":
-            return v
-    return first
+    return next((v for v in later if v.bottleneck != "insufficient_data"), first)
 
 
 @dataclass
@@ -264,7 +267,7 @@ class Ledger:
         """The unit's headline verdict over the span (see headline())."""
         total = sum(self.seconds.values())
         name = headline(self.seconds, self.wasted, total, self.episodes, self.episode_seconds, t)
-        base = self.latest[name]
+        base, confidence = self.latest[name], self.confidence[name] / self.seconds[name]
         episodes = [e.rounded() for e in self.episodes]
         by_class = class_shares(self.seconds, self.wasted, self.cost)
         span = episodes[-1].end - episodes[0].start
@@ -276,11 +279,21 @@ class Ledger:
             + f"; latest: {episodes[-1].bottleneck} since {format_timestamp(episodes[-1].start)}",
             **base.evidence,
         }
+        sampled = self.judged_seconds / len(gpus)
+        busy = 1.0 - self.idle_seconds / self.judged_seconds if self.judged_seconds else math.nan
+        if name != "idle" and sampled >= t.sparse_span_seconds and busy < t.sparse_busy_share:
+            # Windows that each saw part of a sparse hour cannot tell it from serving; the span can.
+            name, confidence = "idle", 0.9
+            base = replace(base, bottleneck=name, recommendation=RECOMMENDATIONS[name], secondary=[])
+            evidence[SPARSE] = (
+                f"{busy:.3g} of the {sampled / 3600:.3g} h sampled < {t.sparse_busy_share}: sparse use (rare "
+                "notebook cells, a replica with no requests) is idle"
+            )
         all_waste = sum(self.wasted.values())
         return replace(
             base,
             gpus=gpus,
-            confidence=round(self.confidence[name] / self.seconds[name], 2),
+            confidence=round(confidence, 2),
             evidence=evidence,
             wasted_gpu_seconds=round(all_waste, 1),
             wasted_cost=round(sum(self.cost.values()), 4),

@@ -399,3 +399,58 @@ def test_the_class_table_is_whole_and_every_set_of_classes_derives_from_it():
     assert set(bottlenecks.CLASSES) - bottlenecks.PROBLEMS == {"healthy", "insufficient_data"}
     assert [b.name for b in table if b.profiling == "needed"] == ["memory_bandwidth"]
     assert report.COLOURS == {b.name: b.colour for b in table}
+
+
+def _held_with_blips(seconds: float, blips: int, step: float = 10.0) -> pd.DataFrame:
+    """A GPU holding a 20 GB model for `seconds`, sampled every `step` s, busy (90%) on `blips` samples
+    spread evenly and idle on the others: a notebook's rare cells, or a replica's rare requests."""
+    frame = blocks([1_800_000_000.0], int(seconds), step=step, activity=0.0)
+    busy = np.linspace(0, len(frame) - 1, blips + 2).round().astype(int)[1:-1] if blips else []
+    frame.loc[busy, "gpu_util"] = 0.9
+    frame["memory_used_bytes"] = 20e9
+    return frame
+
+
+@pytest.mark.parametrize(
+    ("seconds", "blips", "idle"),
+    [
+        (3600.0, 3, True),  # 3 of 360 samples: 0.8% of an hour
+        (3600.0, 4, False),  # 4 of 360: 1.1%, a replica with some requests
+        (3590.0, 3, False),  # under an hour: too short to call sparse use idle
+        (3600.0, 0, True),  # nothing at all: idle, and no burst claimed
+    ],
+)
+def test_sparse_use_of_an_hour_or_more_is_idle_and_no_burst_is_claimed_unseen(seconds, blips, idle):
+    [v] = classify(_held_with_blips(seconds, blips))
+    assert (v.bottleneck == "idle") is idle, v
+    if idle:
+        assert v.evidence["busy_fraction"].startswith(f"{blips / int(seconds / 10):.3g} of ")
+        assert v.evidence["memory_held_bytes"] == "20000000000"
+    elif v.bottleneck == "overprovisioned_serving":
+        assert f"({blips} bursts of work between them)" in v.evidence["quiet_fraction"]
+
+
+@pytest.mark.parametrize("name", ["starvation_high", "starvation_low", "idle_activity"])
+def test_a_threshold_the_exporters_histogram_cannot_honour_is_refused_saying_why(tmp_path, name):
+    """The exporter counts activity between scrapes at fixed histogram bounds: moving one of the three
+    thresholds read from them would judge its data at the old value and other inputs at the new one."""
+    from gpulens.core import activity
+
+    bound = {"starvation_high": activity.HIGH_BOUND, "starvation_low": activity.LOW_BOUND}.get(
+        name, activity.IDLE_BOUND
+    )
+    assert getattr(Thresholds(), name) == bound
+    path = tmp_path / "t.yaml"
+    path.write_text(f"{name}: {bound}\n")
+    assert getattr(Thresholds.load(str(path)), name) == bound
+    path.write_text(f"{name}: 0.3\n")
+    with pytest.raises(ValueError, match=rf"{name} 0.3 cannot be honoured: gpulens' exporter counts the activity"):
+        Thresholds.load(str(path))
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulens", "report", "x.csv", "--thresholds", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert done.returncode == 2 and f"leave {name} at {bound:g}" in done.stderr and "Traceback" not in done.stderr

@@ -335,3 +335,20 @@ def test_a_pod_history_keeps_at_most_its_newest_episodes():
     assert [e.start for e in past.episodes] == [5, 6, 7, 8, 9] and len(past.seconds) == len(past.cost) == 5
     past.prune(oldest=8.5, keep=5)
     assert [e.start for e in past.episodes] == [8, 9]
+
+
+@pytest.mark.parametrize(("blips", "idle"), [(5, True), (12, False)])
+def test_sparse_use_over_a_span_is_idle_even_where_no_window_saw_an_hour_of_it(blips, idle):
+    """Ninety minutes of a held GPU with a few busy samples, read from 30 minutes into a slot: no window
+    of the sliding hour holds the whole span, so each alone cannot tell sparse use from serving; the
+    span can. 5 busy samples of 540 are 0.9%: idle; 12 are 2.2%: a replica with some requests."""
+    from tests.test_analyzer import _held_with_blips
+
+    frame = _held_with_blips(5400.0, blips)
+    frame["timestamp"] += 1800.0  # slots counted from the hour: the data starts mid-window
+    origin = pd.DataFrame(frame.iloc[:1]).assign(timestamp=1_800_000_000.0, pod="other", gpu="GPU-9")
+    [v] = [v for v in analyze(fr.normalize(pd.concat([origin, frame], ignore_index=True))) if v.pod == "p"]
+    assert (v.bottleneck == "idle") is idle, v
+    if idle:
+        assert v.evidence["busy_fraction"].startswith(f"{blips / 540:.3g} of the 1.5 h sampled < 0.01")
+        assert v.recommendation.startswith("Release the GPU")

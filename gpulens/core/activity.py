@@ -33,7 +33,9 @@ BUCKETS = (0.01, 0.1, 0.3, 0.5, 0.7, 0.9, math.inf)
 BUSY_LEVEL = 0.5
 #: A burst is steady when its period is within this factor of the previous burst's period.
 STEADY_FACTOR = 1.5
-#: The bucket bounds the analyzer reads back (trace columns activity_idle/low/high_ratio).
+#: The bucket bounds the analyzer reads back (trace columns activity_idle/low/high_ratio): the one home of
+#: the thresholds idle_activity, starvation_low and starvation_high (core/thresholds.py takes its defaults
+#: from here and refuses an override the histogram cannot honour).
 IDLE_BOUND, LOW_BOUND, HIGH_BOUND = 0.01, 0.1, 0.7
 
 

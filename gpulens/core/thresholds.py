@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from gpulens.core.config import PROMQL_DURATION, read_yaml
+from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
+from gpulens.core.config import PROMQL_DURATION, ConfigError, read_yaml
 from gpulens.core.schema import Integer, Number, Record, Schema, Text, validate
 
 #: Activity under this ratio is "no work": SM / GR activity about 0 (docs/signals.md; tool: Princeton JDS
-#: uses 0%). The exporter's idle-seconds counters use it as it is; the analyzer's default is it too.
-IDLE_ACTIVITY = 0.01
+#: uses 0%). The exporter's idle-seconds counters and its activity histogram (core/activity.py) count with it.
+IDLE_ACTIVITY = IDLE_BOUND
+#: Thresholds that are bounds of the exporter's activity histogram, which counts every driver sample
+#: between scrapes at fixed bounds: data from it can be judged at these values only.
+EXPORTER_BOUNDS = {"idle_activity": IDLE_BOUND, "starvation_low": LOW_BOUND, "starvation_high": HIGH_BOUND}
 
 
 @dataclass(frozen=True)
@@ -36,9 +40,16 @@ class Thresholds:
     #: cell long ago): for requests arriving at random, a quiet spell four times the longest gap before
     #: it is rare, so the work stopped. (proposal; gpulens eval: no serving replica called idle)
     idle_pause_factor: float = 4.0
+    #: A GPU busy on less than this share of a window of sparse_span_seconds or more is idle, whatever the
+    #: pattern of its few blips: a notebook that runs a cell every half hour, a replica that loaded its model
+    #: and served nothing. Serving needs requests. (proposal, issue 30: about 1% of an hour)
+    sparse_busy_share: float = 0.01
+    #: ... over a window, or a pod's span in a report, this long at least: shorter, a replica between
+    #: requests looks the same. (proposal, issue 30: an hour or more)
+    sparse_span_seconds: float = 3600.0
     # --- data starvation (tool: SageMaker Debugger LowGPUUtilization: p95 > 70% and p5 < 10%) ----
-    starvation_high: float = 0.7
-    starvation_low: float = 0.1
+    starvation_high: float = HIGH_BOUND
+    starvation_low: float = LOW_BOUND
     #: p95 > high and p5 < low, written as "more than 5% of samples above high / below low". (tool:
     #: SageMaker Debugger LowGPUUtilization)
     starvation_tail: float = 0.05
@@ -146,7 +157,16 @@ class Thresholds:
         """Defaults, overridden by a YAML file of field: value; ConfigError naming the bad key."""
         if not path:
             return cls()
-        return cls(**validate(read_yaml(path, "--thresholds"), _schema(), f"--thresholds {path}", empty={}))
+        given = validate(read_yaml(path, "--thresholds"), _schema(), f"--thresholds {path}", empty={})
+        for name, bound in EXPORTER_BOUNDS.items():
+            if name in given and given[name] != bound:
+                raise ConfigError(
+                    f"--thresholds {path}: {name} {given[name]:g} cannot be honoured: gpulens' exporter counts the "
+                    f"activity between scrapes at the fixed bounds of its histogram (core/activity.py), and reads "
+                    f"{name} at {bound:g} from it, so its data would still be judged at {bound:g} while other inputs "
+                    f"moved; leave {name} at {bound:g}"
+                )
+        return cls(**given)
 
 
 #: Thresholds named with a unit (and these two counts) are numbers from 0 up; every other number is a

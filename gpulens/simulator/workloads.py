@@ -36,6 +36,8 @@ serving              a model server holding its model in memory; requests arrive
 idle_replica         a serving replica holding a 17-20 GiB model that almost nobody calls: a 1 s
                      request every few hours.
 notebook             interactive work for 1-3 hours a day (cells of 5-60 s), memory kept all day.
+sparse_notebook      a kernel kept all day that runs a short cell (2-8 s) every 10-40 minutes: busy
+                     well under 1% of any hour.
 training_finished    healthy training that ends at a time of day and keeps its GPU (and, half the
                      time, its memory) afterwards.
 """
@@ -245,8 +247,26 @@ def _notebook_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Sched
     )
 
 
+def _sparse_notebook_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Schedule:
+    starts: list[float] = []
+    ends: list[float] = []
+    t = day_start + rng.uniform(0, 2400)
+    while t < day_start + DAY:
+        starts.append(t)
+        ends.append(t + rng.uniform(2, 8))
+        t = ends[-1] + rng.uniform(600, 2400)
+    return Schedule(starts, ends)
+
+
 def _notebook(g: SimGpu, t: float, w: float) -> Activity:
-    on = _busy(g, t, w, _notebook_schedule)
+    return _notebook_activity(g, _busy(g, t, w, _notebook_schedule))
+
+
+def _sparse_notebook(g: SimGpu, t: float, w: float) -> Activity:
+    return _notebook_activity(g, _busy(g, t, w, _sparse_notebook_schedule))
+
+
+def _notebook_activity(g: SimGpu, on: float) -> Activity:
     return Activity(
         busy=on,
         sm_active=0.8 * on,
@@ -533,13 +553,14 @@ PROFILES = {
     "serving": _serving,
     "idle_replica": _idle_replica,
     "notebook": _notebook,
+    "sparse_notebook": _sparse_notebook,
     "training_finished": _training_finished,
 }
 
 
 #: Profiles whose shape takes hours to show (time of day, work that ends): `gpulens eval` plays them over
 #: days; the demo fleet, which runs for minutes, leaves them out.
-DAY_SCALE = ("serving", "idle_replica", "notebook", "training_finished")
+DAY_SCALE = ("serving", "idle_replica", "notebook", "sparse_notebook", "training_finished")
 
 
 def profile_params(profile: str, rng: random.Random) -> dict[str, float]:
