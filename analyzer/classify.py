@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from gpulens.analyzer.features import RECENT_SAMPLES, GpuLinks, pod_features
+from gpulens.analyzer.features import GpuLinks, pod_features
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS
 from gpulens.core.catalog import GpuModel, model_info
@@ -105,10 +105,6 @@ class Verdict:
         return f"{self.namespace}/{self.owner_kind}/{self.owner}"
 
 
-#: Fewer bursts than this cannot show whether they repeat at a steady period.
-MIN_BURSTS = 10
-#: Share of samples with a model's worth of memory for a replica to "hold a model".
-HELD_SHARE = 0.9
 #: The evidence key of sparse use called idle (_sparse): history.py lets it judge the start of the data.
 SPARSE = "busy_fraction"
 
@@ -272,7 +268,7 @@ def _idle(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) 
     evidence["idle_for_seconds"] = f"{quiet:.0f} >= {idle_for:.0f} (activity < {t.idle_activity})"
     if worked and f.recent_busy >= t.idle_sustained_share:
         evidence["busy_before_fraction"] = (
-            f"{_fmt(f.recent_busy)} of the {RECENT_SAMPLES} samples before >= {t.idle_sustained_share}: "
+            f"{_fmt(f.recent_busy)} of the {t.recent_samples} samples before >= {t.idle_sustained_share}: "
             "sustained work that stopped"
         )
     elif worked:
@@ -328,7 +324,7 @@ def _poor_placement(f: Features, t: Thresholds, info: GpuModel, evidence: dict[s
     over PCIe (NCCL peer-to-peer turned off, a container that does not see its peers); NVLinks down or
     failing on its GPUs; or one GPU far busier than the others."""
     busiest, least = f.gpu_activity_max, f.gpu_activity_min
-    if f.gpus < 2 or math.isnan(busiest) or busiest < 0.3:
+    if f.gpus < 2 or math.isnan(busiest) or busiest < t.placement_min_activity:
         return None  # an idle or barely used pod has a bigger problem than placement
     # One NVLink island, from the exporter's topology; without it, what the model's SXM boards have.
     nvlinked = f.nvlink_groups == 1 if f.nvlink_groups else info.nvlink_bytes_per_second > 0
@@ -430,7 +426,7 @@ def _data_starvation(f: Features, t: Thresholds, info: GpuModel, evidence: dict[
     switches = f.switches / f.gpus / max(f.window_seconds / 60.0, 1e-9)
     if not (f.high > t.starvation_tail and f.low > t.starvation_tail and switches >= t.starvation_switches_per_minute):
         return None
-    measured = f.bursts >= MIN_BURSTS
+    measured = f.bursts >= t.min_bursts
     regular = measured and _steady(f, t)
     if measured and not (regular or cpu_saturated):
         return None  # bursts at random, like requests arriving, and the CPU does not say otherwise
@@ -440,7 +436,7 @@ def _data_starvation(f: Features, t: Thresholds, info: GpuModel, evidence: dict[
     if measured:
         _burst_evidence(f, t, evidence)
     else:
-        evidence["bursts"] = f"{f.bursts:.0f} < {MIN_BURSTS}: too few to tell training steps from requests"
+        evidence["bursts"] = f"{f.bursts:.0f} < {t.min_bursts}: too few to tell training steps from requests"
     _resolution_evidence(f, t, evidence)
     if not math.isnan(f.cpu_sat):
         evidence["cpu_at_limit_fraction"] = _fmt(f.cpu_sat)
@@ -487,7 +483,7 @@ def _resolution_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -
 def _overprovisioned_serving(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
     """A model held in memory, work in bursts with quiet spells between them, low activity overall: a
     serving replica with more GPU than requests. Not idle: it works whenever requests come."""
-    if f.activity >= t.ineffective_sm or f.held < HELD_SHARE or f.quiet < t.serving_quiet_share:
+    if f.activity >= t.ineffective_sm or f.held < t.serving_held_share or f.quiet < t.serving_quiet_share:
         return None
     if not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction:
         return None  # a replica waits for requests; a pod at its CPU limit is busy feeding its GPU
@@ -496,14 +492,14 @@ def _overprovisioned_serving(f: Features, t: Thresholds, info: GpuModel, evidenc
     _serving_evidence(f, t, evidence)
     seen = f"{f.bursts:.0f} bursts of work between them" if f.bursts else "no burst of work seen"
     evidence["quiet_fraction"] = f"{_fmt(f.quiet)} of samples >= {t.serving_quiet_share} ({seen})"
-    measured = f.resolution_seconds <= t.starvation_max_sample_seconds and f.bursts >= MIN_BURSTS
+    measured = f.resolution_seconds <= t.starvation_max_sample_seconds and f.bursts >= t.min_bursts
     at_random = measured and not _steady(f, t)
     if measured:
         _burst_evidence(f, t, evidence)
         if f.shape:
             _resolution_evidence(f, t, evidence)
     elif f.resolution_seconds <= t.starvation_max_sample_seconds:
-        evidence["bursts"] = f"{f.bursts:.0f} < {MIN_BURSTS} above {BUSY_LEVEL:g}: too few to time"
+        evidence["bursts"] = f"{f.bursts:.0f} < {t.min_bursts} above {BUSY_LEVEL:g}: too few to time"
     else:
         evidence["sample_interval_seconds"] = f"{f.resolution_seconds:.3g}: too coarse to time single bursts"
     return "overprovisioned_serving", 0.75 if at_random else 0.6
@@ -549,7 +545,7 @@ def _without_signature(
     if activity is not None and activity < t.ineffective_sm:
         coarse = f.resolution_seconds > t.starvation_max_sample_seconds
         cpu_bound = not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction
-        if coarse and f.held >= HELD_SHARE and not cpu_bound:
+        if coarse and f.held >= t.serving_held_share and not cpu_bound:
             # Samples too coarse to see training steps, and a model held: most GPUs in production serve
             # models, and a replica under steady light load has more GPU than requests.
             _serving_evidence(f, t, evidence)

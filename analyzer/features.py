@@ -24,9 +24,6 @@ from gpulens.core import trace as tr
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
-#: How many samples before a unit's last busy one tell whether its work was sustained or bursty.
-RECENT_SAMPLES = 20
-
 
 class _Segments:
     """Reductions over contiguous runs of rows (one run per unit, or per GPU), each one numpy pass.
@@ -300,7 +297,7 @@ class _Signals:
         state = self.act0 >= 0.5
         self.switch = np.r_[False, state[1:] != state[:-1]] & ~rows.gpu_changes
         with np.errstate(invalid="ignore"):
-            self.drop = np.r_[False, (self.mem_frac[1:] - self.mem_frac[:-1]) < -0.2] & ~rows.gpu_changes
+            self.drop = np.r_[False, (self.mem_frac[1:] - self.mem_frac[:-1]) < -t.memory_drop] & ~rows.gpu_changes
         self.restarts = column("restarts_total")
         self.numa, self.pcie_root, self.nvlink_group = (column(c) for c in ("numa_node", "pcie_root", "nvlink_group"))
         self.links_down = column("nvlink_links_down")
@@ -402,10 +399,10 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             "low": U.share(s.act0 < t.starvation_low, s.has_activity),
             "switches": U.count(s.switch).astype(float),
             "last_busy": last_busy,
-            # Busy share of the last RECENT_SAMPLES samples up to the last busy one: sustained work (a
+            # Busy share of the last t.recent_samples samples up to the last busy one: sustained work (a
             # job that then stopped) or bursts (a replica between requests, a notebook between cells).
             "recent_busy": U.share(
-                s.busy, s.has_activity & (ts <= lb) & (ts > lb - RECENT_SAMPLES * rows.per_row(interval))
+                s.busy, s.has_activity & (ts <= lb) & (ts > lb - t.recent_samples * rows.per_row(interval))
             ),
             "longest_pause": U.max(s.pause),
             "bursts": U.count(s.rise).astype(float),

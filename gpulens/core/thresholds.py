@@ -32,10 +32,12 @@ class Thresholds:
     #: Idle for this many trailing seconds of the window (or the whole window, if shorter) = idle.
     #: (tool: JDS warns at 60 min; a shorter window here, because the analyzer's window is minutes)
     idle_seconds: float = 300.0
-    #: ... after work that was sustained (busy on at least this share of the 20 samples before the
-    #: quiet tail), or no work at all: a job that stopped. Burstier work is a serving replica between
+    #: ... after work that was sustained (busy on at least this share of the recent_samples samples before
+    #: the quiet tail), or no work at all: a job that stopped. Burstier work is a serving replica between
     #: requests, or a notebook between cells, pausing rather than done. (proposal)
     idle_sustained_share: float = 0.5
+    #: The samples before the quiet tail that say whether work was sustained. (proposal)
+    recent_samples: int = 20
     #: ... or quiet this many times longer than the longest pause while it worked (a notebook's last
     #: cell long ago): for requests arriving at random, a quiet spell four times the longest gap before
     #: it is rare, so the work stopped. (proposal; gpulens eval: no serving replica called idle)
@@ -70,6 +72,9 @@ class Thresholds:
     #: share of bursts starting within 1.5x of the previous burst's period is at least this for
     #: iterations; Poisson arrivals give 0.2. (proposal)
     starvation_steady_share: float = 0.5
+    #: Fewer bursts than this cannot show whether they repeat at a steady period: the evidence says so.
+    #: (proposal)
+    min_bursts: int = 10
     # --- memory bandwidth (tool: KempnerPulse DRAM >= 0.5 with SM < 0.5; proposal: max pipe < 0.3) -
     dram_active: float = 0.5
     pipes_idle: float = 0.3
@@ -85,6 +90,9 @@ class Thresholds:
     #: Memory flatter than this (std of the used fraction) is a pre-allocator (vLLM, JAX,
     #: TensorRT-LLM hold up to 90% by design), never fragmentation. (proposal)
     preallocator_flatness: float = 0.01
+    #: Used memory falling by more than this share of capacity from one sample to the next: the process
+    #: died and gave its memory back (an OOM and a restart). (proposal)
+    memory_drop: float = 0.2
     # --- interconnect (NVIDIA link rates; tool: KempnerPulse PCIe >= 1 GB/s with SM < 30%) --------
     link_busy: float = 0.6  # of the link's capacity (proposal)
     interconnect_sm: float = 0.3
@@ -99,6 +107,9 @@ class Thresholds:
     # --- poor placement (tool: jobstats "unused GPUs in a multi-GPU job"; proposal for the ratio) --
     #: The least busy GPU's activity / the busiest's. (tool: jobstats; proposal for the ratio)
     placement_imbalance: float = 0.5
+    #: A multi-GPU pod whose busiest GPU is under this activity has a bigger problem than placement (idle or
+    #: starved): it is judged on that instead. (proposal)
+    placement_min_activity: float = 0.3
     #: Peer traffic over PCIe: the mean of the smaller of a GPU's PCIe send and receive rates, of the link's
     #: capacity (collectives send as much as they receive; input pipelines mostly receive). (proposal)
     placement_pcie_peer: float = 0.1
@@ -112,6 +123,8 @@ class Thresholds:
     #: Memory held on most samples: a model kept resident between requests. (proposal: well above the
     #: ~0.5 GiB a bare CUDA context takes)
     serving_memory_bytes: float = 1024**3
+    #: ... on at least this share of samples: the replica keeps its model loaded. (proposal)
+    serving_held_share: float = 0.9
     #: Quiet on at least this share of samples: the work comes in bursts. (proposal)
     serving_quiet_share: float = 0.3
     # --- history (gpulens report over hours or days) ---------------------------------------------
@@ -182,7 +195,7 @@ def _schema() -> Record:
         if f.type == "str":
             keys[f.name] = Text(valid=PROMQL_DURATION.fullmatch, what="a Prometheus duration such as 30s, 5m or 1h")
         elif f.type == "int":
-            keys[f.name] = Integer(low=1 if f.name == "min_samples" else 0)
+            keys[f.name] = Integer(low=1)
         elif f.name.endswith(_UNIT_SUFFIXES) or f.name in _UNBOUNDED:
             keys[f.name] = Number(low=0)
         else:
