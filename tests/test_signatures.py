@@ -1,0 +1,175 @@
+"""Each signature at its edges: just above and just below each threshold it reads, on one window of a
+hand-built trace whose every other signal sits well inside "healthy", so that only the threshold under
+test can move the verdict. The thresholds are read from core/thresholds.py, not restated here."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from gpulens.analyzer import frame as fr
+from gpulens.analyzer.classify import classify
+from gpulens.core.thresholds import Thresholds
+
+T = Thresholds()
+START = 1_800_000_000.0
+#: Samples of a window, 10 s apart: 600 s, finer than starvation_max_sample_seconds is not needed here.
+SAMPLES, STEP = 60, 10.0
+
+
+def gpu(model: str = "NVIDIA L40S", samples: int = SAMPLES, gpu_name: str = "GPU-0", **columns) -> pd.DataFrame:
+    """One GPU of pod ml/p, `samples` samples STEP seconds apart, working steadily (SM 0.9, tensor 0.6,
+    DRAM 0.3, 40% of memory) unless `columns` (a value, or one per sample) say otherwise."""
+    base = {
+        "timestamp": START + STEP * np.arange(samples),
+        "gpu": gpu_name,
+        "node": "n1",
+        "gpu_model": model,
+        "namespace": "ml",
+        "pod": "p",
+        "gpu_util": 0.95,
+        "sm_active": 0.9,
+        "tensor_active": 0.6,
+        "dram_active": 0.3,
+        "memory_used_bytes": 0.4 * 48e9,
+        "memory_total_bytes": 48e9,
+    }
+    return fr.normalize(pd.DataFrame(base | columns))
+
+
+def verdict(frame: pd.DataFrame):
+    [v] = classify(frame)
+    return v
+
+
+def test_the_base_trace_is_healthy():
+    assert verdict(gpu()).bottleneck == "healthy"
+
+
+@pytest.mark.parametrize(
+    ("samples", "expected"), [(T.min_samples - 1, "insufficient_data"), (T.min_samples, "healthy")]
+)
+def test_insufficient_data_at_min_samples(samples, expected):
+    assert verdict(gpu(samples=samples)).bottleneck == expected
+
+
+@pytest.mark.parametrize(("busy_samples", "idle"), [(30, True), (31, False)])
+def test_idle_after_idle_seconds_of_quiet_that_follow_sustained_work(busy_samples, idle):
+    """Busy for the first samples, then nothing: 30 quiet samples are the 300 s of idle_seconds."""
+    assert T.idle_seconds == 300
+    on = np.r_[np.ones(busy_samples), np.zeros(SAMPLES - busy_samples)]
+    v = verdict(gpu(gpu_util=0.95 * on, sm_active=0.9 * on, tensor_active=0.6 * on, dram_active=0.3 * on))
+    assert (v.bottleneck == "idle") is idle, v
+    if idle:
+        assert v.evidence["idle_for_seconds"] == "300 >= 300 (activity < 0.01)"
+
+
+@pytest.mark.parametrize(("dram", "expected"), [(T.dram_active, "memory_bandwidth"), (T.dram_active - 0.01, "healthy")])
+def test_memory_bandwidth_at_dram_active_while_the_pipes_idle(dram, expected):
+    v = verdict(gpu(dram_active=dram, tensor_active=T.pipes_idle - 0.1))
+    assert v.bottleneck == expected, v
+
+
+@pytest.mark.parametrize(
+    ("peak", "expected"), [(T.memory_full, "memory_fragmentation"), (T.memory_full - 0.001, "healthy")]
+)
+def test_memory_fragmentation_at_memory_full_with_a_restart(peak, expected):
+    """Memory climbs to `peak`, the process dies (memory falls by more than memory_drop) and climbs again."""
+    climb = np.linspace(0.6, peak, SAMPLES // 2)
+    used = np.r_[climb, climb - 0.3] * 48e9
+    assert verdict(gpu(memory_used_bytes=used)).bottleneck == expected
+
+
+@pytest.mark.parametrize(
+    ("activity", "expected"), [(T.oversized_activity, "wrong_gpu_type"), (0.21, "overprovisioned_serving")]
+)
+def test_wrong_gpu_type_at_oversized_activity_on_a_high_end_gpu(activity, expected):
+    """Steady low activity on an H100 with 5 GB of memory: a sliver of a high-end GPU. Above the threshold,
+    samples 10 s apart cannot show training steps, and a model held at low activity is most often a
+    replica with few requests (the classifier's coarse-sample fallback)."""
+    frame = gpu(
+        model="NVIDIA H100 80GB HBM3",
+        gpu_util=activity,
+        sm_active=activity,
+        tensor_active=0.1,
+        dram_active=0.05,
+        memory_used_bytes=5e9,
+        memory_total_bytes=80e9,
+    )
+    assert verdict(frame).bottleneck == expected
+
+
+@pytest.mark.parametrize(
+    ("least", "expected"),
+    [(0.9 * T.placement_imbalance, "poor_placement"), (0.9 * T.placement_imbalance + 0.01, "healthy")],
+)
+def test_poor_placement_at_the_activity_spread_of_a_two_gpu_pod(least, expected):
+    """Two GPUs with no NVLink and no topology in the trace: only their spread can speak."""
+    frame = fr.normalize(pd.concat([gpu(), gpu(gpu_name="GPU-1", sm_active=least, gpu_util=least)], ignore_index=True))
+    v = verdict(frame)
+    assert v.bottleneck == expected, v
+
+
+@pytest.mark.parametrize(
+    ("busiest", "placement"), [(T.placement_min_activity, True), (T.placement_min_activity - 0.01, False)]
+)
+def test_poor_placement_only_for_a_pod_busy_enough_for_placement_to_matter(busiest, placement):
+    frame = fr.normalize(
+        pd.concat(
+            [gpu(sm_active=busiest, gpu_util=busiest), gpu(gpu_name="GPU-1", sm_active=0.01, gpu_util=0.01)],
+            ignore_index=True,
+        )
+    )
+    assert (verdict(frame).bottleneck == "poor_placement") is placement
+
+
+@pytest.mark.parametrize(("hot_samples", "throttled"), [(30, True), (29, False)])
+def test_throttling_at_throttle_seconds_of_thermal_bits_while_busy(hot_samples, throttled):
+    """HW thermal (0x40) on `hot_samples` of 60 busy samples 10 s apart: 300 s is the least that counts in
+    a 600 s window (throttle_seconds, or half the window), and half the busy time."""
+    assert T.throttle_seconds == 300
+    reasons = np.r_[np.full(hot_samples, 0x40), np.zeros(SAMPLES - hot_samples)].astype(float)
+    v = verdict(gpu(clock_event_reasons=reasons))
+    assert (v.bottleneck == "throttling") is throttled, v
+
+
+@pytest.mark.parametrize(("quiet_samples", "signature"), [(18, True), (17, False)])
+def test_overprovisioned_serving_at_serving_quiet_share(quiet_samples, signature):
+    """A held model, light work (0.5 when busy), quiet on 18 of 60 samples (serving_quiet_share 0.3) or
+    17: the signature holds only at the threshold; below it, 10 s samples fall back to the same class
+    with the fallback's lower confidence and without the quiet evidence."""
+    assert T.serving_quiet_share == 0.3
+    on = np.r_[np.zeros(quiet_samples), np.full(SAMPLES - quiet_samples, 0.5)]
+    v = verdict(gpu(gpu_util=on, sm_active=on, tensor_active=0.3 * on))
+    assert v.bottleneck == "overprovisioned_serving"
+    assert ("quiet_fraction" in v.evidence) is signature and (v.confidence == 0.35) is not signature
+
+
+@pytest.mark.parametrize(("link_samples", "interconnect"), [(30, True), (29, False)])
+def test_interconnect_at_signature_fraction_of_samples_with_a_busy_link(link_samples, interconnect):
+    """PCIe at 70% of the L40S's capacity (link_busy 0.6) with SM activity 0.2 on half the samples
+    (signature_fraction 0.5), or one sample fewer."""
+    from gpulens.core.catalog import model_info
+
+    capacity = model_info("NVIDIA L40S").pcie_bytes_per_second
+    rate = np.r_[np.full(link_samples, 0.7 * capacity), np.zeros(SAMPLES - link_samples)]
+    v = verdict(gpu(sm_active=0.2, gpu_util=0.95, pcie_rx_bytes_per_second=rate, pcie_tx_bytes_per_second=0.0))
+    assert (v.bottleneck == "interconnect") is interconnect, v
+
+
+@pytest.mark.parametrize(("busy_from", "starved"), [(15, True), (30, False)])
+def test_data_starvation_at_starvation_switches_per_minute(busy_from, starved):
+    """Ten minutes at 1 s: 30 s bursts every 60 s, steady like training steps. Bursts from second 15 of
+    each minute give 10 rises and 10 falls, 2.0 switches a minute (starvation_switches_per_minute);
+    from second 30 the last burst runs to the end, 19 switches: 1.9 a minute, not the signature (the
+    class is the same, from the low-activity fallback: its confidence 0.4, no switch evidence)."""
+    assert T.starvation_switches_per_minute == 2.0
+    seconds = np.arange(600)
+    on = ((seconds % 60 >= busy_from) & (seconds % 60 < busy_from + 30)).astype(float)
+    activity = 0.02 + 0.93 * on
+    frame = gpu(samples=600, gpu_util=activity, sm_active=activity, tensor_active=0.6 * on)
+    frame["timestamp"] = START + seconds
+    v = verdict(fr.normalize(frame))
+    assert v.bottleneck == "data_starvation"
+    assert ("busy_idle_switches_per_minute" in v.evidence) is starved and (v.confidence == 0.4) is not starved
+    if starved:
+        assert v.evidence["busy_idle_switches_per_minute"] == "2.0 >= 2.0"
