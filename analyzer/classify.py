@@ -154,6 +154,8 @@ def _verdict(f: Features, t: Thresholds, info: GpuModel) -> Verdict:
     oversized = _oversized(f, t, info, activity)
     found = next((finding for check in SIGNATURES if (finding := check(f, t, info, evidence))), None)
     name, confidence = found or _without_signature(f, t, activity, throttled, oversized, evidence)
+    if name == "healthy" and not f.has_prof and _waiting(f, t, evidence):
+        name, confidence = "data_starvation", 0.5
     confidence = round(min(max(confidence, 0.0), 1.0), 2)
     not_judged = _not_judged(f, t)
     if not_judged and name != "insufficient_data":
@@ -189,6 +191,19 @@ def _verdict(f: Features, t: Thresholds, info: GpuModel) -> Verdict:
         episodes=[Episode(name, float(f.ts_min), float(f.ts_min + f.window_seconds), confidence, round(wasted, 1))],
         by_class={name: ClassShare(1.0, round(wasted, 1), round(cost, 4))},
     )
+
+
+def _waiting(f: Features, t: Thresholds, evidence: dict[str, str]) -> bool:
+    """Without profiling fields, utilization says a kernel ran, not that the GPU worked: busy at a small
+    share of the board's power is a kernel spinning while it waits (for a peer in a collective, for the
+    host), and the GPU waits on its input, not works."""
+    if math.isnan(f.busy_power) or f.busy_power >= t.waiting_power_share:
+        return False
+    evidence["power_while_busy"] = (
+        f"{_fmt(f.busy_power)} of the power limit < {t.waiting_power_share} while utilization > "
+        f"{t.starvation_high}: busy but waiting (a kernel spinning in a collective, a stalled stream), not working"
+    )
+    return True
 
 
 def _not_judged(f: Features, t: Thresholds) -> str:

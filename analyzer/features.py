@@ -277,6 +277,7 @@ class _Signals:
         info = {name: model_info(name) for name in set(unit_models)}
         pcie_cap = rows.per_row([info[x].pcie_bytes_per_second for x in unit_models])
         nvlink_cap = rows.per_row([info[x].nvlink_bytes_per_second for x in unit_models])
+        power_limit = rows.per_row([info[x].power_limit_watts for x in unit_models])
         with np.errstate(invalid="ignore", divide="ignore"):
             pcie_use = np.fmax(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
             nvlink_use = np.where(
@@ -286,6 +287,8 @@ class _Signals:
             )
             self.cpu = column("cpu_usage_cores") / column("cpu_limit_cores")
             self.clock = column("sm_clock_hertz") / column("sm_clock_max_hertz")
+            # Of the board's limit: what a GPU draws tells work from a kernel spinning while it waits.
+            self.power = column("power_watts") / power_limit
         self.link = np.fmax(pcie_use, nvlink_use)
         self.nvlink_use = nvlink_use
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -432,6 +435,8 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             # Of all time: how long the bits held, for the duration threshold.
             "throttle_time": U.share(s.throttled, reasons_known),
             "clock": U.mean(s.clock),
+            # Power while utilization says busy: near the limit for work, near idle for waiting.
+            "busy_power": U.mean(np.where(s.act0 > t.starvation_high, s.power, np.nan)),
             "cpu_sat": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu)),
             # While the CPU sat at its limit: how busy the GPU was, and whether it still did after the
             # GPU's last work (a pod busy on its CPU is not idle).

@@ -173,3 +173,27 @@ def test_data_starvation_at_starvation_switches_per_minute(busy_from, starved):
     assert ("busy_idle_switches_per_minute" in v.evidence) is starved and (v.confidence == 0.4) is not starved
     if starved:
         assert v.evidence["busy_idle_switches_per_minute"] == "2.0 >= 2.0"
+
+
+@pytest.mark.parametrize(
+    ("power_share", "waiting"), [(T.waiting_power_share, False), (T.waiting_power_share - 0.01, True)]
+)
+def test_without_profiling_fields_busy_at_low_power_is_waiting_not_work(power_share, waiting):
+    """nvidia-smi alone (utilization, memory, power): a rank spinning in a collective reports 100%
+    utilization at about 150 W of an H100's 700 W. Busy under waiting_power_share of the limit is waiting,
+    said in the evidence; at the threshold it is work."""
+    frame = gpu(
+        model="NVIDIA H100 80GB HBM3",
+        gpu_util=1.0,
+        sm_active=np.nan,
+        tensor_active=np.nan,
+        dram_active=np.nan,
+        memory_used_bytes=60e9,
+        memory_total_bytes=80e9,
+        power_watts=power_share * 700.0,
+    )
+    v = verdict(frame)
+    assert v.bottleneck == ("data_starvation" if waiting else "healthy"), v
+    assert ("power_while_busy" in v.evidence) is waiting
+    if waiting:
+        assert v.evidence["power_while_busy"].startswith(f"{power_share:.3g} of the power limit < 0.35")

@@ -119,6 +119,11 @@ class Thresholds:
     #: rates of 100+ per second"; at most 1 replay or recovery error).
     nvlink_crc_errors_per_second: float = 100.0
     nvlink_errors: float = 1.0
+    # --- power as the evidence of work, without profiling fields (docs/signals.md: busy is not working) --
+    #: Busy (utilization above starvation_high) at under this share of the board's power limit is waiting,
+    #: not work: a rank spinning in a collective reports 99-100% utilization at about 150 W of an H100's
+    #: 700 W (0.21), while training draws 500-700 W. (proposal)
+    waiting_power_share: float = 0.35
     # --- over-provisioned serving ----------------------------------------------------------------
     #: Memory held on most samples: a model kept resident between requests. (proposal: well above the
     #: ~0.5 GiB a bare CUDA context takes)
