@@ -1,8 +1,9 @@
 """Why each pod's GPU is underused: one verdict per pod, with confidence, evidence and a fix to try.
 
-The class names are public API (gpulens.core.bottlenecks). The order of the checks (SIGNATURES)
-follows docs/signals.md: missing data first, then idle, memory fragmentation, poor
-placement, interconnect, data starvation, over-provisioned serving, memory bandwidth, healthy;
+The class names are public API (gpulens.core.bottlenecks). Each signature reads a unit's features
+(PodFeatures) and returns its Finding, or None; the first that holds is the pod's class. Their order
+(SIGNATURES) follows docs/signals.md: missing data first, then idle, memory fragmentation, poor
+placement, interconnect, host stalls, data starvation, over-provisioned serving, memory bandwidth, healthy;
 throttling and wrong GPU type are overlays that become the primary class only when nothing else is
 wrong. Without profiling fields (consumer GPUs, stock dcgm-exporter) the analyzer says so with low
 confidence and never claims memory_bandwidth.
@@ -17,13 +18,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 import pandas as pd
 
-from gpulens.analyzer.features import GpuLinks, pod_features
+from gpulens.analyzer.features import PodFeatures, PodGpu, pod_features
 from gpulens.core.activity import BUSY_LEVEL
-from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS
+from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STALL_CAUSES
 from gpulens.core.catalog import GpuModel, model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -108,10 +108,20 @@ class Verdict:
 #: The evidence key of sparse use called idle (_sparse): history.py lets it judge the start of the data.
 SPARSE = "busy_fraction"
 
-#: One row of pod_features(): a pod's (or an unheld GPU's) features over the window.
-Features = Any
-#: A class and its raw confidence, or None when the signature does not hold.
-Finding = tuple[str, float] | None
+
+@dataclass(frozen=True)
+class Finding:
+    """What a signature found: the class, how sure (0-1, from Thresholds' confidences), the evidence that
+    decided it, and the fix for the cause it found where its class names several (host_stall)."""
+
+    bottleneck: str
+    confidence: float
+    evidence: dict[str, str]
+    fix: str = ""
+
+
+#: A signature: a Finding when it holds for the unit, else None.
+Signature = Callable[[PodFeatures, Thresholds, GpuModel], "Finding | None"]
 
 
 def _fmt(value: float) -> str:
@@ -140,35 +150,35 @@ def judge(
     models = {name: model_info(name, prices) for name in features["gpu_model"].unique()} if len(features) else {}
     node_prices = node_prices or {}
     verdicts = []
-    for row in features.itertuples():
-        model, node_price = models[row.gpu_model], node_prices.get(str(row.node))
-        verdicts.append(_verdict(row, t, model if node_price is None else replace(model, price_per_hour=node_price)))
+    for f in PodFeatures.rows(features) if len(features) else ():
+        model, node_price = models[f.gpu_model], node_prices.get(str(f.node))
+        verdicts.append(_verdict(f, t, model if node_price is None else replace(model, price_per_hour=node_price)))
     return verdicts
 
 
-def _verdict(f: Features, t: Thresholds, info: GpuModel) -> Verdict:
-    evidence: dict[str, str] = {}
+def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel) -> Verdict:
     activity = None if math.isnan(f.activity) else float(f.activity)
-    # Overlays first, so that their evidence leads whatever the primary class is.
-    throttled = _throttled(f, t, evidence)
+    throttled = _throttled(f, t)
     oversized = _oversized(f, t, info, activity)
-    found = next((finding for check in SIGNATURES if (finding := check(f, t, info, evidence))), None)
-    name, confidence = found or _without_signature(f, t, activity, throttled, oversized, evidence)
-    if name == "healthy" and not f.has_prof and _waiting(f, t, evidence):
-        name, confidence = "data_starvation", 0.5
-    confidence = round(min(max(confidence, 0.0), 1.0), 2)
+    found = next((finding for check in SIGNATURES if (finding := check(f, t, info))), None) or _without_signature(
+        f, t, activity, throttled is not None, oversized
+    )
+    name, confidence = found.bottleneck, found.confidence
+    # Overlays first, so that their evidence leads whatever the primary class is.
+    evidence = {**(throttled or {}), **found.evidence}
     not_judged = _not_judged(f, t)
     if not_judged and name != "insufficient_data":
         evidence["not_judged"] = not_judged
-    if not f.has_prof and BY_NAME[name].profiling == "helps":
+    if not f.has_profiling and BY_NAME[name].profiling == "helps":
         evidence["profiling_fields"] = "absent: utilization shows that a kernel ran, not how much of the GPU worked"
-        confidence = min(confidence, 0.5)
+        confidence = min(confidence, t.confidence_without_profiling)
+    confidence = round(min(max(confidence, 0.0), 1.0), 2)
     secondary = []
     if throttled and name != "throttling":
         secondary.append("throttling")
     if oversized and name not in ("wrong_gpu_type", "idle", "insufficient_data"):
         secondary.append("wrong_gpu_type")
-    wasted = 0.0 if activity is None or name == "insufficient_data" else (1.0 - activity) * f.gpu_seconds
+    wasted = (1.0 - activity) * f.gpu_seconds if activity is not None and BY_NAME[name].waste else 0.0
     cost = wasted / 3600 * info.price_per_hour
     return Verdict(
         namespace=f.namespace,
@@ -179,43 +189,30 @@ def _verdict(f: Features, t: Thresholds, info: GpuModel) -> Verdict:
         bottleneck=name,
         confidence=confidence,
         evidence=evidence,
-        recommendation=RECOMMENDATIONS[name],
+        recommendation=found.fix or RECOMMENDATIONS[name],
         wasted_gpu_seconds=round(wasted, 1),
         wasted_cost=round(cost, 4),
         secondary=secondary,
         mean_activity=None if activity is None else round(activity, 4),
-        idle_ratio=None if math.isnan(f.idle) else round(float(f.idle), 4),
+        idle_ratio=None if math.isnan(f.idle_share) else round(float(f.idle_share), 4),
         window_seconds=float(f.window_seconds),
         coverage=round(float(f.coverage), 4),
         sample_seconds=float(f.sample_seconds),
-        episodes=[Episode(name, float(f.ts_min), float(f.ts_min + f.window_seconds), confidence, round(wasted, 1))],
+        episodes=[Episode(name, float(f.start), float(f.start + f.window_seconds), confidence, round(wasted, 1))],
         by_class={name: ClassShare(1.0, round(wasted, 1), round(cost, 4))},
     )
 
 
-def _waiting(f: Features, t: Thresholds, evidence: dict[str, str]) -> bool:
-    """Without profiling fields, utilization says a kernel ran, not that the GPU worked: busy at a small
-    share of the board's power is a kernel spinning while it waits (for a peer in a collective, for the
-    host), and the GPU waits on its input, not works."""
-    if math.isnan(f.busy_power) or f.busy_power >= t.waiting_power_share:
-        return False
-    evidence["power_while_busy"] = (
-        f"{_fmt(f.busy_power)} of the power limit < {t.waiting_power_share} while utilization > "
-        f"{t.starvation_high}: busy but waiting (a kernel spinning in a collective, a stalled stream), not working"
-    )
-    return True
-
-
-def _not_judged(f: Features, t: Thresholds) -> str:
+def _not_judged(f: PodFeatures, t: Thresholds) -> str:
     """What the input could not show, and why: every verdict says so, so that a fleet read from
     dcgm-exporter or nvidia-smi alone knows what adding gpulens' exporter would add."""
     gaps = []
-    if not f.shape and f.resolution_seconds > t.starvation_max_sample_seconds:
+    if not f.has_shape and f.resolution_seconds > t.starvation_max_sample_seconds:
         gaps.append(
             f"stalls and bursts shorter than the {f.resolution_seconds:.0f} s between samples (each sample is one "
             "instant; gpulens' exporter counts every driver sample between scrapes)"
         )
-    if not f.has_prof:
+    if not f.has_profiling:
         needed = ", ".join(b.name for b in BOTTLENECKS if b.profiling == "needed")
         gaps.append(f"{needed} (the input has no profiling fields: SM, DRAM and pipe activity)")
     if f.gpus >= 2 and not (f.numa_nodes or f.pcie_roots or f.nvlink_groups):
@@ -227,144 +224,168 @@ def _not_judged(f: Features, t: Thresholds) -> str:
 
 
 # --- overlays: findings that are primary only when nothing else is wrong ---------------------------
-def _throttled(f: Features, t: Thresholds, evidence: dict[str, str]) -> bool:
-    """Clock-event bits for HW slowdown, thermal or power brake over most of the busy time, long enough."""
-    throttled_seconds = (0.0 if math.isnan(f.throttle_time) else f.throttle_time) * f.window_seconds
-    if throttled_seconds < min(t.throttle_seconds, 0.5 * f.window_seconds) or f.throttle < t.signature_fraction:
-        return False
-    evidence["throttled_fraction"] = f"{_fmt(f.throttle)} of busy time with HW slowdown/thermal/power-brake bits"
-    if not math.isnan(f.clock):
-        evidence["sm_clock_vs_max"] = _fmt(f.clock)
-    return True
+def _throttled(f: PodFeatures, t: Thresholds) -> dict[str, str] | None:
+    """Clock-event bits for HW slowdown, thermal or power brake over most of the busy time, long enough:
+    the evidence, or None."""
+    throttled_seconds = (0.0 if math.isnan(f.throttled_time_share) else f.throttled_time_share) * f.window_seconds
+    if throttled_seconds < min(t.throttle_seconds, t.signature_fraction * f.window_seconds) or not (
+        f.throttled_share >= t.signature_fraction
+    ):
+        return None
+    evidence = {
+        "throttled_fraction": f"{_fmt(f.throttled_share)} of busy time with HW slowdown/thermal/power-brake bits"
+    }
+    if not math.isnan(f.clock_share):
+        evidence["sm_clock_vs_max"] = _fmt(f.clock_share)
+    return evidence
 
 
-def _oversized(f: Features, t: Thresholds, info: GpuModel, activity: float | None) -> bool:
+def _oversized(f: PodFeatures, t: Thresholds, info: GpuModel, activity: float | None) -> bool:
     """A sliver of a high-end GPU used, in activity and in memory, by a pod that is not idle."""
     return (
         info.high_end
         and activity is not None
         and activity <= t.oversized_activity
-        and not math.isnan(f.mem_used_max)
-        and f.mem_used_max <= t.oversized_memory_bytes
+        and not math.isnan(f.memory_peak_bytes)
+        and f.memory_peak_bytes <= t.oversized_memory_bytes
         and f.trailing_idle_seconds < min(t.idle_seconds, f.window_seconds)
     )
 
 
 # --- the signatures, in docs/signals.md's order ----------------------------------------------------
-def _insufficient_data(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
+def _insufficient_data(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     per_gpu_samples = f.samples / f.gpus
     if per_gpu_samples >= t.min_samples and f.has_activity:
         return None
-    evidence["samples_per_gpu"] = (
-        f"{per_gpu_samples:.0f} < {t.min_samples}" if f.has_activity else "no utilization or activity signal at all"
+    return Finding(
+        "insufficient_data",
+        1.0,
+        {
+            "samples_per_gpu": f"{per_gpu_samples:.0f} < {t.min_samples}"
+            if f.has_activity
+            else "no utilization or activity signal at all"
+        },
     )
-    return "insufficient_data", 1.0
 
 
-def _idle(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
+def _idle(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     """No work for the last idle_seconds (or the whole window), after sustained work, or none, or
     quiet far longer than any pause while it worked: the work stopped, rather than paused between
-    requests or notebook cells."""
-    if _sparse(f, t, evidence):
-        return "idle", 0.9
+    requests or notebook cells. Or sparse use (_sparse)."""
+    sparse = _sparse(f, t)
+    if sparse:
+        return sparse
     idle_for = min(t.idle_seconds, f.window_seconds)
     quiet = f.trailing_idle_seconds
     if quiet < idle_for - f.sample_seconds / 2:
         return None
-    worked = not math.isnan(f.recent_busy)
+    worked = not math.isnan(f.busy_before_share)
     # Pauses are measured only from samples that resolve them: from sparse point samples, the
     # "pauses" between the few busy samples seen are chance, and a replica would be told to go.
     resolved = f.sample_seconds <= t.starvation_max_sample_seconds
-    stopped = resolved and quiet >= t.idle_pause_factor * f.longest_pause
-    if worked and f.recent_busy < t.idle_sustained_share and not stopped:
+    stopped = resolved and quiet >= t.idle_pause_factor * f.longest_pause_seconds
+    if worked and f.busy_before_share < t.idle_sustained_share and not stopped:
         return None
-    if not math.isnan(f.tail_cpu_sat) and f.tail_cpu_sat >= t.signature_fraction:
+    if f.cpu_at_limit_after_work >= t.signature_fraction:
         return None  # the pod's CPU is at its limit meanwhile: working, not idle (input pipeline, CPU eval)
-    evidence["idle_for_seconds"] = f"{quiet:.0f} >= {idle_for:.0f} (activity < {t.idle_activity})"
-    if worked and f.recent_busy >= t.idle_sustained_share:
+    evidence = {"idle_for_seconds": f"{quiet:.0f} >= {idle_for:.0f} (activity < {t.idle_activity})"}
+    if worked and f.busy_before_share >= t.idle_sustained_share:
         evidence["busy_before_fraction"] = (
-            f"{_fmt(f.recent_busy)} of the {t.recent_samples} samples before >= {t.idle_sustained_share}: "
+            f"{_fmt(f.busy_before_share)} of the {t.recent_samples} samples before >= {t.idle_sustained_share}: "
             "sustained work that stopped"
         )
     elif worked:
         evidence["longest_pause_while_working_seconds"] = (
-            f"{f.longest_pause:.0f}: quiet {quiet / f.longest_pause:.1f}x longer >= {t.idle_pause_factor:g}x"
+            f"{f.longest_pause_seconds:.0f}: quiet {quiet / f.longest_pause_seconds:.1f}x longer "
+            f">= {t.idle_pause_factor:g}x"
         )
-    if not math.isnan(f.mem_used_max):
-        evidence["memory_held_bytes"] = f"{f.mem_used_max:.0f}"
-    return "idle", 0.95 if f.idle >= 0.95 else 0.85
+    _memory_held(f, evidence)
+    confident = f.idle_share >= t.idle_confident_share
+    return Finding("idle", t.confidence_idle if confident else t.confidence_idle_partly, evidence)
 
 
-def _sparse(f: Features, t: Thresholds, evidence: dict[str, str]) -> bool:
+def _sparse(f: PodFeatures, t: Thresholds) -> Finding | None:
     """Busy on under sparse_busy_share of a window of an hour or more: idle whatever the pattern of the few
     blips (a notebook's rare cells, a replica that loaded its model and served nothing), unless the pod's
     CPU is at its limit meanwhile (working on the CPU)."""
-    busy = 1.0 - f.quiet
-    if f.window_seconds < t.sparse_span_seconds or busy >= t.sparse_busy_share:
-        return False
-    if not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction:
-        return False
-    evidence[SPARSE] = (
-        f"{_fmt(busy)} of {f.window_seconds / 3600:.3g} h < {t.sparse_busy_share}: sparse use (rare notebook cells, "
-        "a replica with no requests) is idle"
-    )
-    if not math.isnan(f.mem_used_max):
-        evidence["memory_held_bytes"] = f"{f.mem_used_max:.0f}"
-    return True
-
-
-def _memory_fragmentation(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
-    """Memory near full and growing, with the process dying and restarting or staying full for long."""
-    if math.isnan(f.mem_max) or f.mem_max < t.memory_full:
+    busy = 1.0 - f.quiet_share
+    if f.window_seconds < t.sparse_span_seconds or not busy < t.sparse_busy_share:
         return None
-    if not math.isnan(f.mem_std) and f.mem_std < t.preallocator_flatness:
+    if f.cpu_at_limit_share >= t.signature_fraction:
+        return None
+    evidence = {
+        SPARSE: f"{_fmt(busy)} of {f.window_seconds / 3600:.3g} h < {t.sparse_busy_share}: sparse use (rare "
+        "notebook cells, a replica with no requests) is idle"
+    }
+    _memory_held(f, evidence)
+    return Finding("idle", t.confidence_sparse, evidence)
+
+
+def _memory_held(f: PodFeatures, evidence: dict[str, str]) -> None:
+    if not math.isnan(f.memory_peak_bytes):
+        evidence["memory_held_bytes"] = f"{f.memory_peak_bytes:.0f}"
+
+
+def _memory_fragmentation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
+    """Memory near full and growing, with the process dying and restarting or staying full for long."""
+    if not f.memory_peak >= t.memory_full:
+        return None
+    if f.memory_spread < t.preallocator_flatness:
         return None  # flat and high: a pre-allocating server (vLLM, JAX, TensorRT-LLM)
-    grew = f.mem_max - f.mem_min >= t.memory_growth
-    restarted = f.drops >= 1 or (not math.isnan(f.restarts_max) and f.restarts_max > f.restarts_min)
-    full_for_long = f.full * f.window_seconds >= t.memory_full_seconds
+    grew = f.memory_peak - f.memory_low >= t.memory_growth
+    restarted = f.memory_drops >= 1 or f.restarts_max > f.restarts_min
+    full_for_long = f.memory_full_share * f.window_seconds >= t.memory_full_seconds
     if not (grew and (restarted or full_for_long)):
         return None
-    evidence["memory_peak_fraction"] = f"{_fmt(f.mem_max)} >= {t.memory_full}"
-    evidence["memory_range"] = f"{_fmt(f.mem_min)}..{_fmt(f.mem_max)} (grew >= {t.memory_growth})"
+    evidence = {
+        "memory_peak_fraction": f"{_fmt(f.memory_peak)} >= {t.memory_full}",
+        "memory_range": f"{_fmt(f.memory_low)}..{_fmt(f.memory_peak)} (grew >= {t.memory_growth})",
+    }
     if restarted:
-        evidence["restarts_or_oom_drops"] = f"{f.drops:.0f} drops" + (
+        evidence["restarts_or_oom_drops"] = f"{f.memory_drops:.0f} drops" + (
             "" if math.isnan(f.restarts_max) else f", {f.restarts_max - f.restarts_min:.0f} restarts"
         )
-    return "memory_fragmentation", 0.7 + (0.2 if restarted else 0.0) + (0.1 if full_for_long else 0.0)
+    confidence = (
+        t.confidence_fragmentation
+        + (t.confidence_fragmentation_restarts if restarted else 0.0)
+        + (t.confidence_fragmentation_full if full_for_long else 0.0)
+    )
+    return Finding("memory_fragmentation", confidence, evidence)
 
 
-def _poor_placement(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
-    """A multi-GPU pod whose GPUs cannot exchange at NVLink speed, or do not: on different CPU sockets or
-    PCIe root complexes with no NVLink between them; joined by NVLink that sits idle while they exchange
-    over PCIe (NCCL peer-to-peer turned off, a container that does not see its peers); NVLinks down or
-    failing on its GPUs; or one GPU far busier than the others."""
+def _poor_placement(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
+    """A multi-GPU pod whose GPUs cannot exchange at NVLink speed: on different CPU sockets or PCIe root
+    complexes with no NVLink between them; joined by NVLink that sits idle while they exchange over PCIe
+    (NCCL peer-to-peer turned off, a container that does not see its peers); NVLinks down or failing on its
+    GPUs. Only with that evidence: uneven activity alone is a stall or a straggler (_host_stall)."""
     busiest, least = f.gpu_activity_max, f.gpu_activity_min
-    if f.gpus < 2 or math.isnan(busiest) or busiest < t.placement_min_activity:
+    if f.gpus < 2 or not busiest >= t.placement_min_activity:
         return None  # an idle or barely used pod has a bigger problem than placement
     # One NVLink island, from the exporter's topology; without it, what the model's SXM boards have.
     nvlinked = f.nvlink_groups == 1 if f.nvlink_groups else info.nvlink_bytes_per_second > 0
+    evidence: dict[str, str] = {}
     confidence = 0.0
     if not nvlinked and (f.numa_nodes >= 2 or f.pcie_roots >= 2):
         across = "CPU sockets" if f.numa_nodes >= 2 else "PCIe root complexes of one socket"
-        where = "; ".join(_where(g) for g in f.gpu_links)
+        where = "; ".join(_where(g) for g in f.pod_gpus)
         evidence["split_placement"] = f"{where}: no NVLink between them, so they exchange over PCIe across {across}"
-        confidence = 0.9
+        confidence = t.confidence_placement
     if (
         nvlinked
         and info.nvlink_bytes_per_second > 0
         and f.nvlink_use < t.nvlink_idle
-        and f.pcie_peer >= t.placement_pcie_peer
+        and f.pcie_peer_use >= t.placement_pcie_peer
     ):
         evidence["nvlink_unused"] = (
-            f"{', '.join(g.gpu for g in f.gpu_links) or 'the GPUs'} share NVLink, which carried {_fmt(f.nvlink_use)} "
-            f"< {t.nvlink_idle} of its capacity while PCIe carried {_fmt(f.pcie_peer)} >= {t.placement_pcie_peer} "
-            "both ways: peer traffic goes over PCIe (NCCL_P2P_DISABLE or NCCL_P2P_LEVEL set, or a container "
-            "that sees only its own GPU)"
+            f"{', '.join(g.gpu for g in f.pod_gpus) or 'the GPUs'} share NVLink, which carried {_fmt(f.nvlink_use)} "
+            f"< {t.nvlink_idle} of its capacity while PCIe carried {_fmt(f.pcie_peer_use)} >= "
+            f"{t.placement_pcie_peer} both ways: peer traffic goes over PCIe (NCCL_P2P_DISABLE or NCCL_P2P_LEVEL "
+            "set, or a container that sees only its own GPU)"
         )
-        confidence = 0.9
+        confidence = t.confidence_placement
     failing = [
         g
-        for g in f.gpu_links
+        for g in f.pod_gpus
         if g.links_down > 0
         or g.crc_per_second >= t.nvlink_crc_errors_per_second
         or _retries(g) * f.window_seconds > t.nvlink_errors
@@ -374,18 +395,14 @@ def _poor_placement(f: Features, t: Thresholds, info: GpuModel, evidence: dict[s
             f" (CRC matters at >= {t.nvlink_crc_errors_per_second:g}/s, replay and recovery above "
             f"{t.nvlink_errors:g} per window: DCGM's limits)"
         )
-        confidence = max(confidence, 0.85)
-    if least / busiest <= t.placement_imbalance:
-        evidence["gpu_activity_spread"] = (
-            f"least busy {_fmt(least)} / busiest {_fmt(busiest)} <= {t.placement_imbalance}"
-        )
-        confidence = max(confidence, 0.75)
-    elif confidence:
-        evidence["gpu_activity_spread"] = f"least busy {_fmt(least)} / busiest {_fmt(busiest)}"
-    return ("poor_placement", confidence) if confidence else None
+        confidence = max(confidence, t.confidence_link_faults)
+    if not confidence:
+        return None
+    evidence["gpu_activity_spread"] = f"least busy {_fmt(least)} / busiest {_fmt(busiest)}"
+    return Finding("poor_placement", confidence, evidence)
 
 
-def _where(g: GpuLinks) -> str:
+def _where(g: PodGpu) -> str:
     """'GPU-… (socket 0, PCIe root 1, NVLink island 0)', with what the trace says."""
     parts = [
         f"{name} {value:.0f}"
@@ -395,12 +412,12 @@ def _where(g: GpuLinks) -> str:
     return g.gpu + (f" ({', '.join(parts)})" if parts else "")
 
 
-def _retries(g: GpuLinks) -> float:
+def _retries(g: PodGpu) -> float:
     """Replay and recovery errors per second on a GPU's NVLinks (0 where the trace does not say)."""
     return sum(r for r in (g.replay_per_second, g.recovery_per_second) if not math.isnan(r))
 
 
-def _link_faults(g: GpuLinks, window_seconds: float) -> str:
+def _link_faults(g: PodGpu, window_seconds: float) -> str:
     """'GPU-…: 4 NVLinks down, CRC 150/s, 300 replay errors, 12 recovery errors'."""
     parts = []
     if g.links_down > 0:
@@ -413,64 +430,212 @@ def _link_faults(g: GpuLinks, window_seconds: float) -> str:
     return f"{g.gpu}: {', '.join(parts)}"
 
 
-def _interconnect(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
-    if math.isnan(f.ic) or f.ic < t.signature_fraction:
+def _interconnect(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
+    if not f.link_bound_share >= t.signature_fraction:
         return None
-    evidence["link_bound_fraction"] = (
-        f"{_fmt(f.ic)} of samples with a link >= {t.link_busy} of capacity and activity < {t.interconnect_sm}"
+    evidence = {
+        "link_bound_fraction": f"{_fmt(f.link_bound_share)} of samples with a link >= {t.link_busy} of capacity "
+        f"and activity < {t.interconnect_sm}",
+        "link_utilization": _fmt(f.link_use),
+    }
+    return Finding("interconnect", t.confidence_share_base + t.confidence_share_gain * f.link_bound_share, evidence)
+
+
+def _host_stall(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
+    """The GPU waits on its host or on a peer rather than works. Without profiling fields utilization says
+    that a kernel ran, not that the GPU worked: a rank waiting in a collective spins a kernel at 100%
+    utilization and a fifth of its power (docs/signals.md). The causes, each with its own fix
+    (STALL_CAUSES): one rank stalls the others (a checkpoint written from it, its input); a straggler
+    works while its peers wait; the whole pod waits on a peer outside it; synchronous saves on a GPU
+    judged alone; uneven activity where power cannot say who waits."""
+    return _rank_stalls(f, t) or _straggler(f, t) or _pod_waits(f, t) or _saves(f, t) or _uneven(f, t)
+
+
+def _waiting_means(t: Thresholds) -> str:
+    return (
+        f"a kernel running at < {t.waiting_power_share} of the power limit or with SMs < {t.starvation_low} "
+        "active: waiting (a kernel spinning in a collective), not working"
     )
-    evidence["link_utilization"] = _fmt(f.link)
-    return "interconnect", 0.55 + 0.4 * f.ic
 
 
-def _data_starvation(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
+def _rank_stalls(f: PodFeatures, t: Thresholds) -> Finding | None:
+    """Some GPUs of the pod wait on stall_share of their samples or more while one barely waits: the one
+    they wait for. Without a kernel meanwhile, its host holds it (a checkpoint, its input); working, it is
+    a straggler."""
+    waiting = [g for g in f.pod_gpus if g.waiting >= t.stall_share]
+    if not waiting:
+        return None
+    held_by = min(f.pod_gpus, key=lambda g: math.inf if math.isnan(g.waiting) else g.waiting)
+    if not held_by.waiting < t.stall_share / 2:
+        return None  # all of them wait: on something outside the pod (_pod_waits)
+    evidence = {
+        "waiting_gpus": ", ".join(f"{g.gpu} {_fmt(g.waiting)}" for g in waiting)
+        + f" of samples >= {t.stall_share}: {_waiting_means(t)}"
+    }
+    if held_by.no_kernel >= t.stall_share:
+        cause, shape = _stall_shape(f, t)
+        evidence["stalling_gpu"] = (
+            f"{held_by.gpu}: no kernel on {_fmt(held_by.no_kernel)} of samples while its peers wait: its host holds "
+            f"it (a checkpoint written from this rank, its input)"
+        )
+        evidence["stalls"] = shape
+    else:
+        cause = "straggler"
+        evidence["stalling_gpu"] = f"{held_by.gpu}: works while its peers wait" + _clocks(held_by, f.pod_gpus, t)
+    return Finding("host_stall", t.confidence_stall, evidence, STALL_CAUSES.get(cause, ""))
+
+
+def _straggler(f: PodFeatures, t: Thresholds) -> Finding | None:
+    """Every GPU of the pod runs kernels, and one draws far more power than the others while it does: it
+    works through each step while they finish early and wait for it, in waits shorter than a sample."""
+    powered = [g for g in f.pod_gpus if g.busy_power >= t.waiting_power_share and g.no_kernel < t.stall_share]
+    if len(powered) < 2 or len(powered) < len(f.pod_gpus):
+        return None
+    slow = max(powered, key=lambda g: g.busy_power)
+    most = max(g.busy_power for g in powered if g is not slow)
+    if most / slow.busy_power > t.straggler_power_ratio:
+        return None
+    evidence = {
+        "straggler_gpu": f"{slow.gpu} draws {_fmt(slow.busy_power)} of its power limit while busy, its peers at "
+        f"most {_fmt(most)} ({_fmt(most / slow.busy_power)} <= {t.straggler_power_ratio}): they finish each step "
+        "early and wait for it" + _clocks(slow, f.pod_gpus, t)
+    }
+    return Finding("host_stall", t.confidence_straggler, evidence, STALL_CAUSES["straggler"])
+
+
+def _clocks(slow: PodGpu, gpus: tuple[PodGpu, ...], t: Thresholds) -> str:
+    """What the clocks say of the rank the others wait for: its GPU slow, or its work or host."""
+    peers = [g.clock for g in gpus if g is not slow and not math.isnan(g.clock)]
+    if math.isnan(slow.clock) or not peers:
+        return ""
+    if slow.clock < min(peers) - t.straggler_clock_margin:
+        return f"; its SM clock {_fmt(slow.clock)} of max, theirs {_fmt(min(peers))}: its GPU is slow"
+    return f"; its SM clock {_fmt(slow.clock)} of max, as theirs: its work or its host, not its GPU"
+
+
+def _pod_waits(f: PodFeatures, t: Thresholds) -> Finding | None:
+    """The pod's GPUs wait on stall_share of their samples or more, none of them holding the others: on a
+    peer outside the pod (a rank on another node), or a stalled stream."""
+    if not f.waiting_share >= t.stall_share:
+        return None
+    evidence = {
+        "waiting_fraction": f"{_fmt(f.waiting_share)} of samples >= {t.stall_share}: {_waiting_means(t)}; on no GPU "
+        "of this pod: a peer outside it (another pod's rank) or a stalled stream",
+        "power_while_busy": f"{_fmt(f.busy_power_share)} of the power limit",
+        "stalls": _stall_shape(f, t)[1],
+    }
+    return Finding("host_stall", t.confidence_waiting, evidence, STALL_CAUSES["peer"])
+
+
+def _saves(f: PodFeatures, t: Thresholds) -> Finding | None:
+    """Long stalls without a kernel at a steady period, with work between them, where the data times them
+    (_stall_shape): synchronous saves (a checkpoint written from this rank). Short ones are the input pipeline
+    (_data_starvation)."""
+    if not f.stalled_share >= t.stall_share or f.cpu_at_limit_share >= t.signature_fraction:
+        return None  # a pod whose CPU sits at its limit while the GPU waits is feeding it: data_starvation
+    cause, shape = _stall_shape(f, t)
+    if cause != "checkpoint" or not f.high_share > t.starvation_tail:
+        return None
+    evidence = {"stalled_fraction": f"{_fmt(f.stalled_share)} of samples >= {t.stall_share}", "stalls": shape}
+    return Finding("host_stall", t.confidence_straggler, evidence, STALL_CAUSES["checkpoint"])
+
+
+def _stall_shape(f: PodFeatures, t: Thresholds) -> tuple[str, str]:
+    """The cause the stalls' shape shows ("checkpoint", "input", or "" where it cannot tell), and what the
+    evidence says of it: from the exporter's counters where the trace has them (the mean gap below
+    starvation_low between bursts, and the share of steady bursts), else from rows that time them."""
+    if f.has_shape and f.bursts:
+        length = f.low_share * f.window_seconds * f.gpus / f.bursts
+        steady = f.steady_burst_share >= t.starvation_steady_share
+        timed = f"{f.bursts:.0f} gaps of {length:.3g} s (mean, from the exporter's counters)"
+        spread = f"{_fmt(f.steady_burst_share)} of bursts steady" + (" >=" if steady else " <")
+        spread += f" {t.starvation_steady_share}"
+    elif f.sample_seconds > t.starvation_max_sample_seconds:
+        return "", (
+            f"not timed: stalls shorter than the {f.sample_seconds:.0f} s between samples cannot be, so checkpoints "
+            "(tens of seconds every few minutes) cannot be told from input gaps (every step)"
+        )
+    else:
+        length = f.stall_samples * f.sample_seconds
+        steady = f.stall_spread <= t.starvation_regularity
+        timed = f"{f.stalls:.0f} of {length:.3g} s (median) every {f.stall_period_seconds:.3g} s"
+        spread = f"spread {_fmt(f.stall_spread)}" + (" <=" if steady else " >") + f" {t.starvation_regularity}"
+    if length < t.stall_long_seconds:
+        return "input", f"{timed} < {t.stall_long_seconds:g} s: short gaps every step"
+    if steady:
+        return "checkpoint", f"{timed} >= {t.stall_long_seconds:g} s at a steady period ({spread}): synchronous saves"
+    return "", f"{timed} >= {t.stall_long_seconds:g} s at no steady period ({spread})"
+
+
+def _uneven(f: PodFeatures, t: Thresholds) -> Finding | None:
+    """One GPU far busier than another, with no placement evidence and no power to say which waits."""
+    busiest, least = f.gpu_activity_max, f.gpu_activity_min
+    if f.gpus < 2 or not busiest >= t.placement_min_activity or not least / busiest <= t.placement_imbalance:
+        return None
+    evidence = {
+        "gpu_activity_spread": f"least busy {_fmt(least)} / busiest {_fmt(busiest)} <= {t.placement_imbalance}, "
+        "with no topology or link evidence against the placement: a stall or a straggler"
+    }
+    if math.isnan(f.busy_power_share):
+        evidence["power"] = "absent: cannot tell whether the less busy GPU waits for the busier one or has less work"
+    return Finding("host_stall", t.confidence_uneven, evidence, STALL_CAUSES["uneven"])
+
+
+def _data_starvation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     """Bursts near full activity and gaps near zero, switching several times a minute at a steady
     period (training steps, not requests), from samples fine enough to show them; from coarser
     samples, only a pod whose CPU sits at its limit while the GPU waits."""
-    cpu_saturated = not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction
+    cpu_saturated = f.cpu_at_limit_share >= t.signature_fraction
     if f.resolution_seconds > t.starvation_max_sample_seconds:
-        if not (cpu_saturated and f.cpu_sat_activity < t.ineffective_sm):
+        if not (cpu_saturated and f.activity_at_cpu_limit < t.ineffective_sm):
             return None
-        evidence["sample_interval_seconds"] = (
-            f"{f.resolution_seconds:.0f} > {t.starvation_max_sample_seconds:g}: too coarse to see the bursts and "
-            "gaps of training steps; judged on the CPU alone"
-        )
-        evidence["cpu_at_limit_fraction"] = f"{_fmt(f.cpu_sat)} >= {t.signature_fraction}"
-        evidence["activity_while_cpu_at_limit"] = f"{_fmt(f.cpu_sat_activity)} < {t.ineffective_sm}"
-        return "data_starvation", 0.6
+        evidence = {
+            "sample_interval_seconds": f"{f.resolution_seconds:.0f} > {t.starvation_max_sample_seconds:g}: too coarse "
+            "to see the bursts and gaps of training steps; judged on the CPU alone",
+            "cpu_at_limit_fraction": f"{_fmt(f.cpu_at_limit_share)} >= {t.signature_fraction}",
+            "activity_while_cpu_at_limit": f"{_fmt(f.activity_at_cpu_limit)} < {t.ineffective_sm}",
+        }
+        return Finding("data_starvation", t.confidence_starvation_coarse, evidence)
     switches = f.switches / f.gpus / max(f.window_seconds / 60.0, 1e-9)
-    if not (f.high > t.starvation_tail and f.low > t.starvation_tail and switches >= t.starvation_switches_per_minute):
+    if not (
+        f.high_share > t.starvation_tail
+        and f.low_share > t.starvation_tail
+        and switches >= t.starvation_switches_per_minute
+    ):
         return None
     measured = f.bursts >= t.min_bursts
     regular = measured and _steady(f, t)
     if measured and not (regular or cpu_saturated):
         return None  # bursts at random, like requests arriving, and the CPU does not say otherwise
-    evidence["activity_p95_above"] = f"{t.starvation_high} ({_fmt(f.high)} of samples)"
-    evidence["activity_p5_below"] = f"{t.starvation_low} ({_fmt(f.low)} of samples)"
-    evidence["busy_idle_switches_per_minute"] = f"{switches:.1f} >= {t.starvation_switches_per_minute}"
+    evidence = {
+        "activity_p95_above": f"{t.starvation_high} ({_fmt(f.high_share)} of samples)",
+        "activity_p5_below": f"{t.starvation_low} ({_fmt(f.low_share)} of samples)",
+        "busy_idle_switches_per_minute": f"{switches:.1f} >= {t.starvation_switches_per_minute}",
+    }
     if measured:
         _burst_evidence(f, t, evidence)
     else:
         evidence["bursts"] = f"{f.bursts:.0f} < {t.min_bursts}: too few to tell training steps from requests"
     _resolution_evidence(f, t, evidence)
-    if not math.isnan(f.cpu_sat):
-        evidence["cpu_at_limit_fraction"] = _fmt(f.cpu_sat)
-    return "data_starvation", (0.75 if measured or cpu_saturated else 0.5) + (0.2 if cpu_saturated else 0.0)
+    if not math.isnan(f.cpu_at_limit_share):
+        evidence["cpu_at_limit_fraction"] = _fmt(f.cpu_at_limit_share)
+    confidence = t.confidence_starvation if measured or cpu_saturated else t.confidence_starvation_untimed
+    return Finding("data_starvation", confidence + (t.confidence_starvation_cpu if cpu_saturated else 0.0), evidence)
 
 
-def _steady(f: Features, t: Thresholds) -> bool:
+def _steady(f: PodFeatures, t: Thresholds) -> bool:
     """Bursts at a steady period, like training steps: from the exporter's steady-burst counters where
     the trace has them, else from the spread of the time between burst starts in the rows."""
-    if f.shape:
-        return bool(f.steady_share >= t.starvation_steady_share)
+    if f.has_shape:
+        return bool(f.steady_burst_share >= t.starvation_steady_share)
     return bool(f.burst_spread <= t.starvation_regularity)
 
 
-def _burst_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -> None:
+def _burst_evidence(f: PodFeatures, t: Thresholds, evidence: dict[str, str]) -> None:
     steady = _steady(f, t)
-    if f.shape:
+    if f.has_shape:
         evidence["steady_burst_fraction"] = (
-            f"{_fmt(f.steady_share)} of {f.bursts:.0f} bursts started within 1.5x of the previous period"
+            f"{_fmt(f.steady_burst_share)} of {f.bursts:.0f} bursts started within 1.5x of the previous period"
             + (
                 f" (>= {t.starvation_steady_share}: steady, like training steps)"
                 if steady
@@ -478,15 +643,15 @@ def _burst_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -> Non
             )
         )
     else:
-        evidence["burst_period_seconds"] = f"{f.burst_period:.3g}, spread {_fmt(f.burst_spread)}" + (
+        evidence["burst_period_seconds"] = f"{f.burst_period_seconds:.3g}, spread {_fmt(f.burst_spread)}" + (
             f" <= {t.starvation_regularity}: steady, like training steps"
             if steady
             else f" > {t.starvation_regularity}: at random, like requests"
         )
 
 
-def _resolution_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -> None:
-    if f.shape:
+def _resolution_evidence(f: PodFeatures, t: Thresholds, evidence: dict[str, str]) -> None:
+    if f.has_shape:
         evidence["driver_samples"] = (
             f"{f.shape_samples:.0f}, one every {f.resolution_seconds:.3g} s, counted by the exporter between "
             f"rows {f.sample_seconds:.3g} s apart"
@@ -495,52 +660,66 @@ def _resolution_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -
         evidence["sample_interval_seconds"] = f"{f.sample_seconds:.3g} <= {t.starvation_max_sample_seconds:g}"
 
 
-def _overprovisioned_serving(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
+def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     """A model held in memory, work in bursts with quiet spells between them, low activity overall: a
-    serving replica with more GPU than requests. Not idle: it works whenever requests come."""
-    if f.activity >= t.ineffective_sm or f.held < t.serving_held_share or f.quiet < t.serving_quiet_share:
+    serving replica with more GPU than requests. Not idle: it works whenever requests come. Not bursts
+    measured at a steady period: those are training steps, not requests."""
+    if (
+        not f.activity < t.ineffective_sm
+        or f.model_held_share < t.serving_held_share
+        or f.quiet_share < t.serving_quiet_share
+    ):
         return None
-    if not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction:
+    if f.cpu_at_limit_share >= t.signature_fraction:
         return None  # a replica waits for requests; a pod at its CPU limit is busy feeding its GPU
     if _oversized(f, t, info, f.activity):
         return None  # a sliver of a high-end GPU: a smaller GPU or a MIG slice is the sharper fix
-    _serving_evidence(f, t, evidence)
-    seen = f"{f.bursts:.0f} bursts of work between them" if f.bursts else "no burst of work seen"
-    evidence["quiet_fraction"] = f"{_fmt(f.quiet)} of samples >= {t.serving_quiet_share} ({seen})"
     measured = f.resolution_seconds <= t.starvation_max_sample_seconds and f.bursts >= t.min_bursts
-    at_random = measured and not _steady(f, t)
+    if measured and _steady(f, t):
+        return None
+    evidence = _serving_evidence(f, t)
+    seen = f"{f.bursts:.0f} bursts of work between them" if f.bursts else "no burst of work seen"
+    evidence["quiet_fraction"] = f"{_fmt(f.quiet_share)} of samples >= {t.serving_quiet_share} ({seen})"
     if measured:
         _burst_evidence(f, t, evidence)
-        if f.shape:
+        if f.has_shape:
             _resolution_evidence(f, t, evidence)
     elif f.resolution_seconds <= t.starvation_max_sample_seconds:
         evidence["bursts"] = f"{f.bursts:.0f} < {t.min_bursts} above {BUSY_LEVEL:g}: too few to time"
     else:
         evidence["sample_interval_seconds"] = f"{f.resolution_seconds:.3g}: too coarse to time single bursts"
-    return "overprovisioned_serving", 0.75 if at_random else 0.6
+    return Finding(
+        "overprovisioned_serving", t.confidence_serving if measured else t.confidence_serving_untimed, evidence
+    )
 
 
-def _serving_evidence(f: Features, t: Thresholds, evidence: dict[str, str]) -> None:
-    evidence["mean_activity"] = f"{_fmt(f.activity)} < {t.ineffective_sm}"
-    evidence["model_memory_bytes"] = f"{f.mem_used_max:.0f} held on {f.held:.0%} of samples"
+def _serving_evidence(f: PodFeatures, t: Thresholds) -> dict[str, str]:
+    return {
+        "mean_activity": f"{_fmt(f.activity)} < {t.ineffective_sm}",
+        "model_memory_bytes": f"{f.memory_peak_bytes:.0f} held on {f.model_held_share:.0%} of samples",
+    }
 
 
-def _memory_bandwidth(f: Features, t: Thresholds, info: GpuModel, evidence: dict[str, str]) -> Finding:
+def _memory_bandwidth(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     """DRAM near its peak while the compute pipes idle: only profiling fields can show it."""
-    if not f.has_prof or math.isnan(f.mb) or f.mb < t.signature_fraction:
+    if not f.has_profiling or not f.dram_bound_share >= t.signature_fraction:
         return None
-    evidence["dram_bound_fraction"] = f"{_fmt(f.mb)} of samples with DRAM >= {t.dram_active} and pipes < {t.pipes_idle}"
-    evidence["dram_active"] = _fmt(f.dram)
-    return "memory_bandwidth", 0.55 + 0.4 * f.mb
+    evidence = {
+        "dram_bound_fraction": f"{_fmt(f.dram_bound_share)} of samples with DRAM >= {t.dram_active} and pipes < "
+        f"{t.pipes_idle}",
+        "dram_active": _fmt(f.dram_active),
+    }
+    return Finding("memory_bandwidth", t.confidence_share_base + t.confidence_share_gain * f.dram_bound_share, evidence)
 
 
 #: The first signature that holds is the pod's class.
-SIGNATURES: tuple[Callable[[Features, Thresholds, GpuModel, dict[str, str]], Finding], ...] = (
+SIGNATURES: tuple[Signature, ...] = (
     _insufficient_data,
     _idle,
     _memory_fragmentation,
     _poor_placement,
     _interconnect,
+    _host_stall,
     _data_starvation,
     _overprovisioned_serving,
     _memory_bandwidth,
@@ -548,27 +727,31 @@ SIGNATURES: tuple[Callable[[Features, Thresholds, GpuModel, dict[str, str]], Fin
 
 
 def _without_signature(
-    f: Features, t: Thresholds, activity: float | None, throttled: bool, oversized: bool, evidence: dict[str, str]
-) -> tuple[str, float]:
+    f: PodFeatures, t: Thresholds, activity: float | None, throttled: bool, oversized: bool
+) -> Finding:
     """No signature holds: an overlay becomes the class, else low activity or healthy."""
     if throttled:
-        return "throttling", 0.55 + 0.4 * f.throttle
+        return Finding("throttling", t.confidence_share_base + t.confidence_share_gain * f.throttled_share, {})
     if oversized and activity is not None:
-        evidence["mean_activity"] = f"{_fmt(activity)} <= {t.oversized_activity}"
-        evidence["peak_memory_bytes"] = f"{f.mem_used_max:.0f} <= {t.oversized_memory_bytes:.0f} on a {f.gpu_model}"
-        return "wrong_gpu_type", 0.8 if f.window_seconds >= 3600 else 0.65
+        evidence = {
+            "mean_activity": f"{_fmt(activity)} <= {t.oversized_activity}",
+            "peak_memory_bytes": f"{f.memory_peak_bytes:.0f} <= {t.oversized_memory_bytes:.0f} on a {f.gpu_model}",
+        }
+        long = f.window_seconds >= t.oversized_span_seconds
+        return Finding("wrong_gpu_type", t.confidence_wrong_gpu if long else t.confidence_wrong_gpu_short, evidence)
     if activity is not None and activity < t.ineffective_sm:
         coarse = f.resolution_seconds > t.starvation_max_sample_seconds
-        cpu_bound = not math.isnan(f.cpu_sat) and f.cpu_sat >= t.signature_fraction
-        if coarse and f.held >= t.serving_held_share and not cpu_bound:
+        cpu_bound = f.cpu_at_limit_share >= t.signature_fraction
+        if coarse and f.model_held_share >= t.serving_held_share and not cpu_bound:
             # Samples too coarse to see training steps, and a model held: most GPUs in production serve
             # models, and a replica under steady light load has more GPU than requests.
-            _serving_evidence(f, t, evidence)
+            evidence = _serving_evidence(f, t)
             evidence["sample_interval_seconds"] = (
                 f"{f.resolution_seconds:.3g} > {t.starvation_max_sample_seconds:g}: cannot tell a training job starved "
                 "for input from a serving replica with few requests; if this is training, see data_starvation"
             )
-            return "overprovisioned_serving", 0.35
+            return Finding("overprovisioned_serving", t.confidence_serving_coarse, evidence)
+        evidence = {}
         if coarse:
             evidence["sample_interval_seconds"] = (
                 f"{f.resolution_seconds:.3g} > {t.starvation_max_sample_seconds:g}: too coarse to see training steps; "
@@ -577,6 +760,12 @@ def _without_signature(
         # Low activity without a clearer signature: the input pipeline is the most common cause
         # (Microsoft ICSE'24: 46% of low-utilization issues are data operations).
         evidence["mean_activity"] = f"{_fmt(activity)} < {t.ineffective_sm} with no clearer signature"
-        return "data_starvation", 0.3 if coarse else 0.4
-    evidence["mean_activity"] = "nan" if activity is None else _fmt(activity)
-    return "healthy", 0.9 if f.has_prof and (f.sm_active or 0) >= t.healthy_sm else 0.6
+        return Finding(
+            "data_starvation", t.confidence_low_activity_coarse if coarse else t.confidence_low_activity, evidence
+        )
+    healthy = f.has_profiling and f.sm_active >= t.healthy_sm
+    return Finding(
+        "healthy",
+        t.confidence_healthy if healthy else t.confidence_healthy_utilization,
+        {"mean_activity": "nan" if activity is None else _fmt(activity)},
+    )

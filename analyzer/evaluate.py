@@ -44,13 +44,15 @@ SCENARIOS = {
     "throttling": ("thermal_throttling", ["H100-SXM5-80GB", "A100-SXM4-40GB", "L40S"], (1,)),
     "wrong_gpu_type": ("light_inference", ["H100-SXM5-80GB", "A100-SXM4-80GB"], (1,)),
     "poor_placement": ("poor_placement", [], (2,)),  # one scenario per fault in PLACEMENTS
+    "host_stall": ("checkpointing", [], (4,)),  # one scenario per cause in STALLS
     "insufficient_data": ("healthy_training", ["H100-SXM5-80GB", "T4"], (1,)),
 }
 #: Placement faults (class poor_placement) -> (profile, models, the pod's GPUs on an 8-GPU node whose CPU
 #: sockets are GPUs 0-3 and 4-7 and whose PCIe root complexes are pairs 0-1, 2-3, ..., sources that show it).
 PLACEMENTS = {
-    # Across sockets with no NVLink, one GPU far busier: seen from any source.
-    "sockets": ("poor_placement", ["L40S", "A100-PCIE-40GB"], [1, 4], ("dcgm", "gpulens")),
+    # Across sockets with no NVLink, one GPU far busier: only the topology shows it (uneven activity alone is
+    # a stall or a straggler).
+    "sockets": ("poor_placement", ["L40S", "A100-PCIE-40GB"], [1, 4], ("gpulens",)),
     # Across root complexes of one socket with no NVLink, evenly half used: only the topology shows it.
     "roots": ("exchange_over_pcie", ["L40S", "A100-PCIE-40GB"], [1, 2], ("gpulens",)),
     # Joined by NVLink that sits idle while PCIe carries the exchange (NCCL_P2P_DISABLE).
@@ -59,7 +61,30 @@ PLACEMENTS = {
     "nvlink_faults": ("nvlink_faults", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1], ("gpulens",)),
 }
 #: Classes that can be judged without profiling fields (utilization, memory, links, clocks only).
-WITHOUT_PROFILING = {"idle", "data_starvation", "memory_fragmentation", "interconnect", "throttling", "poor_placement"}
+WITHOUT_PROFILING = {
+    "idle",
+    "data_starvation",
+    "memory_fragmentation",
+    "interconnect",
+    "throttling",
+    "poor_placement",
+    "host_stall",
+}
+#: Host stalls (class host_stall) -> (profile, models, the pod's GPUs, sources that show it): the waits of
+#: real recordings (docs/signals.md: busy is not working).
+STALLS = {
+    # Rank 0 writes a checkpoint (15-25 s after 15-40 s of steps) while ranks 1-3 wait at low power.
+    "checkpoint": ("checkpointing", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1, 2, 3], ("dcgm", "gpulens")),
+    # Rank 0 of such a job in a pod of its own (one GPU per pod): no kernel while it saves, work between. Only
+    # the exporter's counters time its gaps at any scrape interval; other tools' rows do at 1 s only.
+    "checkpoint_rank": ("checkpointing", ["H100-SXM5-80GB", "A100-SXM4-40GB", "L40S"], [0], ("gpulens",)),
+    # Its second rank works through every step while the first finishes early and waits for it.
+    "straggler": ("straggler", ["H100-SXM5-80GB", "A100-SXM4-40GB", "L40S"], [0, 1], ("dcgm", "gpulens")),
+    # A one-GPU pod whose rank waits in collectives on a rank in another pod most of the time.
+    "peer": ("collective_wait", ["H100-SXM5-80GB", "A100-SXM4-40GB", "T4"], [0], ("dcgm", "gpulens")),
+}
+#: The classes whose scenarios are variants (a fault, a cause), each with its own profile and GPUs.
+VARIANTS = {"poor_placement": PLACEMENTS, "host_stall": STALLS}
 
 
 #: Where a trace comes from: "dcgm", a tool whose rows hold only what was sampled at each row (a dcgm-exporter
@@ -82,13 +107,13 @@ class Scenario:
     #: A data-starved job waiting on storage or the network, its CPU not at its limit: only the shape of
     #: its activity shows it (made with source "gpulens" only; from rows alone it looks like serving).
     io_bound: bool = False
-    #: Which placement fault (PLACEMENTS) a poor_placement scenario plays.
-    placement: str = ""
+    #: Which variant (VARIANTS: a placement fault, a stall's cause) the scenario plays.
+    variant: str = ""
 
     def workload(self) -> tuple[str, list[int]]:
         """The simulator's profile, and the pod's GPUs on the scenario's 8-GPU node."""
-        if self.label == "poor_placement":
-            profile, _, indices, _ = PLACEMENTS[self.placement]
+        if self.label in VARIANTS:
+            profile, _, indices, _ = VARIANTS[self.label][self.variant]
             return profile, indices
         return SCENARIOS[self.label][0], list(range(self.gpus))
 
@@ -97,8 +122,8 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
     rng = random.Random(seed)
     out: list[Scenario] = []
     for label, (_, models, gpu_counts) in SCENARIOS.items():
-        if label == "poor_placement":
-            out += _placement_scenarios(rng, seed, per_class // 2, len(out))
+        if label in VARIANTS:
+            out += _variant_scenarios(rng, seed, label, per_class // 2, len(out))
             continue
         for _ in range(per_class):
             profiling = not (label in WITHOUT_PROFILING and rng.random() < 0.25)
@@ -128,22 +153,23 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
     return out
 
 
-def _placement_scenarios(rng: random.Random, seed: int, per_fault: int, first: int) -> list[Scenario]:
+def _variant_scenarios(rng: random.Random, seed: int, label: str, per_variant: int, first: int) -> list[Scenario]:
     out: list[Scenario] = []
-    for placement, (_, models, indices, sources) in PLACEMENTS.items():
-        for _ in range(per_fault):
+    for variant, (_, models, indices, sources) in VARIANTS[label].items():
+        for _ in range(per_variant):
             profiling = rng.random() >= 0.25
+            onset = rng.uniform(60, 240) if BY_NAME[label].phase and rng.random() < 0.5 else 0.0
             out.append(
                 Scenario(
-                    "poor_placement",
+                    label,
                     rng.choice(models),
                     len(indices),
-                    0.0,  # placement does not change mid-run
+                    onset,
                     profiling,
                     False,
                     seed * 1000 + first + len(out),
                     rng.choice(sources),
-                    placement=placement,
+                    variant=variant,
                 )
             )
     return out
@@ -422,7 +448,7 @@ def day_traces(
 class Report:
     """What every scenario should have been called and was, with the sampling interval and span."""
 
-    #: columns: interval, span, kind ("window" or "day"), profile, placement (PLACEMENTS, for poor_placement
+    #: columns: interval, span, kind ("window" or "day"), profile, variant (VARIANTS, for poor_placement and host_stall
     #: scenarios), source, label, predicted
     results: pd.DataFrame
     #: What the no-profiling DRAM-bound probes were called (kept out of the confusion matrix).
@@ -475,13 +501,13 @@ class Report:
         r = r[r["label"] == label]
         return float((r["predicted"] == label).mean()) if len(r) else math.nan
 
-    def placements(self, interval: float) -> list[tuple[str, str]]:
-        """Per placement fault (PLACEMENTS): how many of its pods were called poor_placement, as "found/all"."""
+    def variants(self, label: str, interval: float) -> list[tuple[str, str]]:
+        """Per variant of `label` (VARIANTS): how many of its pods were called `label`, as "found/all"."""
         r = self._at(interval)
         out = []
-        for name in PLACEMENTS:
-            pods = r[r["placement"] == name]
-            out.append((name, f"{int((pods['predicted'] == 'poor_placement').sum())}/{len(pods)}"))
+        for name in VARIANTS[label]:
+            pods = r[(r["label"] == label) & (r["variant"] == name)]
+            out.append((name, f"{int((pods['predicted'] == label).sum())}/{len(pods)}"))
         return out
 
     def healthy_called_idle(self) -> int:
@@ -518,7 +544,7 @@ def evaluate(
         verdicts = {v.pod: v.bottleneck for v in analyze(pd.concat(frames, ignore_index=True), thresholds)}
         for x in scenarios:
             predicted = verdicts[f"{x.label}-{x.seed}"]
-            records.append((step, span, "window", x.workload()[0], x.placement, x.source, x.label, predicted))
+            records.append((step, span, "window", x.workload()[0], x.variant, x.source, x.label, predicted))
         probe_predictions += [verdicts[f"{x.label}-{x.seed}"] for x in checks]
     by_cell: dict[tuple[float, float], list[tuple[DayScenario, pd.DataFrame, str]]] = {}
     for d in make_day_scenarios(seed, per_day_profile, spans):
@@ -531,7 +557,7 @@ def evaluate(
         for d, _, label in cell:
             records.append((step, span, "day", d.profile, "", d.source, label, verdicts[f"{d.profile}-{d.seed}"]))
     results = pd.DataFrame(
-        records, columns=["interval", "span", "kind", "profile", "placement", "source", "label", "predicted"]
+        records, columns=["interval", "span", "kind", "profile", "variant", "source", "label", "predicted"]
     )
     return Report(results, probe_predictions)
 
@@ -555,7 +581,10 @@ def render(report: Report) -> str:
                 for source in ("nvidia-smi", *SOURCES)
                 if len(report._at(interval, source))
             ),
-            "  placement faults found: " + ", ".join(f"{name} {found}" for name, found in report.placements(interval)),
+            "  placement faults found: "
+            + ", ".join(f"{name} {found}" for name, found in report.variants("poor_placement", interval)),
+            "  host stalls found: "
+            + ", ".join(f"{name} {found}" for name, found in report.variants("host_stall", interval)),
             "",
         ]
     scores = report.scores()

@@ -13,6 +13,7 @@ A "unit" is a pod (namespace/pod), or a GPU that no pod holds (gpu:<node>/<gpu>)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -101,7 +102,7 @@ def pod_features(
     signals = _Signals(rows, t)
     features = _reduce(rows, signals, t)
     _add_identity(rows, features)
-    _add_links(rows, signals, features)
+    _add_gpus(rows, signals, features)
     _add_timing(features)
     if window is not None:
         features["window"] = rows.unit_window
@@ -287,13 +288,38 @@ class _Signals:
             )
             self.cpu = column("cpu_usage_cores") / column("cpu_limit_cores")
             self.clock = column("sm_clock_hertz") / column("sm_clock_max_hertz")
-            # Of the board's limit: what a GPU draws tells work from a kernel spinning while it waits.
+            # Of the board's limit: what a GPU draws tells work from a kernel spinning while it waits. Not on
+            # a MIG instance: its board's power is shared with the other instances.
             self.power = column("power_watts") / power_limit
+        unit_gpus = rows.rows_of("gpu", rows.unit_starts)
+        mig = rows.per_row([_is_mig(model, gpu) for model, gpu in zip(unit_models, unit_gpus, strict=True)])
+        self.power = np.where(mig > 0, np.nan, self.power)
         self.link = np.fmax(pcie_use, nvlink_use)
         self.nvlink_use = nvlink_use
         with np.errstate(invalid="ignore", divide="ignore"):
             # Collectives send as much as they receive; an input pipeline mostly receives.
             self.pcie_peer = np.fmin(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
+        # A kernel ran (utilization above starvation_high) while the GPU waited: at a small share of the
+        # board's power, or with its SMs idle. NCCL spins a kernel while a rank waits in a collective, and
+        # utilization says "busy" (docs/signals.md: busy is not working).
+        kernel = np.fmax(column("gpu_util"), self.act)
+        kernel_busy = kernel > t.starvation_high
+        self.waiting = kernel_busy & ((self.power < t.waiting_power_share) | (self.sm < t.starvation_low))
+        self.waiting_known = self.has_activity & (~np.isnan(self.power) | ~np.isnan(self.sm))
+        self.busy_power = np.where(kernel_busy, self.power, np.nan)
+        #: No kernel at all (utilization under starvation_low): a rank writing a checkpoint, loading data.
+        self.no_kernel = kernel < t.starvation_low
+        #: Stalled: waiting or without a kernel. Runs of stalled samples on one GPU are its stalls.
+        self.stalled = stalled = self.waiting | self.no_kernel
+        run_starts = np.flatnonzero(stalled & (rows.gpu_changes | ~np.r_[False, stalled[:-1]]))
+        run_ends = np.flatnonzero(stalled & (np.r_[rows.gpu_changes[1:], True] | ~np.r_[stalled[1:], False]))
+        self.stall_rows = run_ends - run_starts + 1
+        self.stall_unit = rows.row_unit[run_starts]
+        # Stalls that repeat at a steady period are saves (checkpoints); the time from one to the next.
+        same_gpu = np.cumsum(rows.gpu_changes)[run_starts]
+        follows = same_gpu[1:] == same_gpu[:-1]
+        self.stall_spacing = np.diff(rows.ts[run_starts])[follows]
+        self.stall_spacing_unit = self.stall_unit[1:][follows]
         self.reasons_raw = column("clock_event_reasons")
         self.throttled = (np.fmax(self.reasons_raw, 0.0).astype(np.int64) & t.throttle_reasons_mask) != 0
         # Busy/idle switches and memory drops between neighbouring samples of the same GPU.
@@ -357,11 +383,11 @@ def _add_shape(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
     """Where the trace carries the exporter's activity shape on most of a unit's rows, the shape features
     come from every driver sample rather than from the rows: the share of samples above high and below
     low, the quiet share, busy/idle switches and bursts, and the share of bursts that repeated the
-    previous period (`steady_share`; NaN from rows, which give `burst_spread` instead)."""
-    features["quiet"] = features["idle"]
-    features["steady_share"] = np.nan
+    previous period (`steady_burst_share`; NaN from rows, which give `burst_spread` instead)."""
+    features["quiet_share"] = features["idle_share"]
+    features["steady_burst_share"] = np.nan
     features["shape_samples"] = 0.0
-    features["shape"] = False
+    features["has_shape"] = False
     if not s.shape:
         return
     U = rows.units
@@ -369,13 +395,14 @@ def _add_shape(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
     shape = (n > 0) & (U.count(s.shape_n > 0) >= 0.5 * features["samples"].to_numpy())
     transitions = U.sum(s.shape_transitions)
     with np.errstate(invalid="ignore", divide="ignore"):
-        for column, counts in (("high", s.shape_high), ("low", s.shape_low), ("quiet", s.shape_idle)):
+        for column, counts in (("high_share", s.shape_high), ("low_share", s.shape_low), ("quiet_share", s.shape_idle)):
             features[column] = np.where(shape, U.sum(counts) / n, features[column])
-        features["steady_share"] = np.where(shape & (transitions > 0), 2 * U.sum(s.shape_steady) / transitions, np.nan)
+        steady = 2 * U.sum(s.shape_steady) / transitions
+        features["steady_burst_share"] = np.where(shape & (transitions > 0), steady, np.nan)
     features["switches"] = np.where(shape, transitions, features["switches"])
     features["bursts"] = np.where(shape, np.floor(transitions / 2), features["bursts"])
     features["shape_samples"] = np.where(shape, n, 0.0)
-    features["shape"] = shape
+    features["has_shape"] = shape
 
 
 def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
@@ -386,67 +413,80 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     spacing = _PerUnit(s.burst_spacing, s.burst_spacing_unit, len(rows.unit_starts))
     q25, period, q75 = spacing.quantile(0.25), spacing.quantile(0.5), spacing.quantile(0.75)
     gpu_activity = rows.gpus.mean(s.act)
+    stall_rows = _PerUnit(s.stall_rows.astype(float), s.stall_unit, len(rows.unit_starts))
+    stall_gaps = _PerUnit(s.stall_spacing, s.stall_spacing_unit, len(rows.unit_starts))
+    stall_q25, stall_period, stall_q75 = (stall_gaps.quantile(q) for q in (0.25, 0.5, 0.75))
     reasons_known = ~np.isnan(s.reasons_raw)
     return pd.DataFrame(
         {
             "samples": U.sizes,
             "interval": interval,
-            "ts_min": U.min(ts),
-            "ts_max": U.max(ts),
+            "start": U.min(ts),
+            "end": U.max(ts),
             "activity": U.mean(s.act),
             "sm_active": U.mean(s.sm),
             "has_activity": U.count(s.has_activity) > 0,
-            "has_prof": U.count(~np.isnan(s.sm) | ~np.isnan(s.dram)) > 0,
-            "idle": U.share(~s.busy, s.has_activity),
-            "high": U.share(s.act0 > t.starvation_high, s.has_activity),
-            "low": U.share(s.act0 < t.starvation_low, s.has_activity),
+            "has_profiling": U.count(~np.isnan(s.sm) | ~np.isnan(s.dram)) > 0,
+            "idle_share": U.share(~s.busy, s.has_activity),
+            "high_share": U.share(s.act0 > t.starvation_high, s.has_activity),
+            "low_share": U.share(s.act0 < t.starvation_low, s.has_activity),
             "switches": U.count(s.switch).astype(float),
             "last_busy": last_busy,
             # Busy share of the last t.recent_samples samples up to the last busy one: sustained work (a
             # job that then stopped) or bursts (a replica between requests, a notebook between cells).
-            "recent_busy": U.share(
+            "busy_before_share": U.share(
                 s.busy, s.has_activity & (ts <= lb) & (ts > lb - t.recent_samples * rows.per_row(interval))
             ),
-            "longest_pause": U.max(s.pause),
+            "longest_pause_seconds": U.max(s.pause),
             "bursts": U.count(s.rise).astype(float),
-            "burst_period": period,
+            "burst_period_seconds": period,
             "burst_spread": (q75 - q25) / period,
-            "mem_max": U.max(s.mem_frac),
-            "mem_min": U.min(s.mem_frac),
-            "mem_std": U.std(s.mem_frac),
-            "mem_used_max": U.max(s.mem_used),
-            "held": U.share(s.mem_used >= t.serving_memory_bytes, ~np.isnan(s.mem_used)),
-            "full": U.share(s.mem_frac > t.memory_full, ~np.isnan(s.mem_frac)),
-            "drops": U.count(s.drop).astype(float),
+            "memory_peak": U.max(s.mem_frac),
+            "memory_low": U.min(s.mem_frac),
+            "memory_spread": U.std(s.mem_frac),
+            "memory_peak_bytes": U.max(s.mem_used),
+            "model_held_share": U.share(s.mem_used >= t.serving_memory_bytes, ~np.isnan(s.mem_used)),
+            "memory_full_share": U.share(s.mem_frac > t.memory_full, ~np.isnan(s.mem_frac)),
+            "memory_drops": U.count(s.drop).astype(float),
             "restarts_max": U.max(s.restarts),
             "restarts_min": U.min(s.restarts),
-            "dram": U.mean(s.dram),
-            "pipes": U.mean(s.pipes),
-            "mb": U.share((s.dram >= t.dram_active) & (s.pipes < t.pipes_idle), ~np.isnan(s.dram) & ~np.isnan(s.pipes)),
-            "link": U.mean(s.link),
+            "dram_active": U.mean(s.dram),
+            "dram_bound_share": U.share(
+                (s.dram >= t.dram_active) & (s.pipes < t.pipes_idle), ~np.isnan(s.dram) & ~np.isnan(s.pipes)
+            ),
+            "link_use": U.mean(s.link),
             # Without SM activity a saturated link is the evidence: utilization shows only that kernels ran.
-            "ic": U.share(
+            "link_bound_share": U.share(
                 (s.link >= t.link_busy) & (np.isnan(s.sm) | (s.sm < t.interconnect_sm)),
                 ~np.isnan(s.link) & s.has_activity,
             ),
             # Of busy time: a clock held down while nothing runs costs nothing, and a starved GPU that
             # is throttled during each of its bursts is throttled.
-            "throttle": U.share(s.throttled, s.busy & reasons_known),
+            "throttled_share": U.share(s.throttled, s.busy & reasons_known),
             # Of all time: how long the bits held, for the duration threshold.
-            "throttle_time": U.share(s.throttled, reasons_known),
-            "clock": U.mean(s.clock),
+            "throttled_time_share": U.share(s.throttled, reasons_known),
+            "clock_share": U.mean(s.clock),
             # Power while utilization says busy: near the limit for work, near idle for waiting.
-            "busy_power": U.mean(np.where(s.act0 > t.starvation_high, s.power, np.nan)),
-            "cpu_sat": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu)),
+            # Power while a kernel ran: near the limit for work, near idle for waiting.
+            "busy_power_share": U.mean(s.busy_power),
+            # Share of samples busy at low power (or with SMs idle): waiting, not working.
+            "waiting_share": U.share(s.waiting, s.waiting_known),
+            # Stalls (runs of waiting or kernel-less samples on one GPU): how many, their median length in
+            # samples, and the median time from one to the next and its spread, (p75 - p25) / median.
+            "stalls": np.bincount(s.stall_unit, minlength=len(rows.unit_starts)).astype(float),
+            "stall_samples": stall_rows.median(),
+            "stall_period_seconds": stall_period,
+            "stall_spread": (stall_q75 - stall_q25) / stall_period,
+            "cpu_at_limit_share": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu)),
             # While the CPU sat at its limit: how busy the GPU was, and whether it still did after the
             # GPU's last work (a pod busy on its CPU is not idle).
-            "cpu_sat_activity": U.mean(np.where(s.cpu >= t.cpu_saturated, s.act, np.nan)),
-            "tail_cpu_sat": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu) & ~(ts <= lb)),
+            "activity_at_cpu_limit": U.mean(np.where(s.cpu >= t.cpu_saturated, s.act, np.nan)),
+            "cpu_at_limit_after_work": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu) & ~(ts <= lb)),
             "numa_nodes": _spread(U, s.numa),
             "pcie_roots": _spread(U, s.pcie_root),
             "nvlink_groups": _spread(U, s.nvlink_group),
             "nvlink_use": U.mean(s.nvlink_use),
-            "pcie_peer": U.mean(s.pcie_peer),
+            "pcie_peer_use": U.mean(s.pcie_peer),
             "gpus": rows.unit_gpus.sizes,
             "gpu_activity_min": rows.unit_gpus.min(gpu_activity),
             "gpu_activity_max": rows.unit_gpus.max(gpu_activity),
@@ -461,9 +501,9 @@ def _spread(U: _Segments, group: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(high), 0, np.where(high > low, 2, 1))
 
 
-class GpuLinks(NamedTuple):
-    """Where one GPU of a multi-GPU unit sits and how its NVLinks fared over the window, for evidence that
-    names GPUs. NaN where the trace does not say."""
+class PodGpu(NamedTuple):
+    """One GPU of a multi-GPU unit over the window: where it sits, how its NVLinks fared and how it worked,
+    for evidence that names GPUs. Shares are of its samples; NaN where the trace does not say."""
 
     gpu: str
     socket: float
@@ -473,11 +513,21 @@ class GpuLinks(NamedTuple):
     crc_per_second: float
     replay_per_second: float
     recovery_per_second: float
+    #: Mean activity (SM activity, else utilization).
+    activity: float
+    #: Share of samples without a kernel (utilization under starvation_low).
+    no_kernel: float
+    #: Share of samples busy at low power or with idle SMs: waiting, not working.
+    waiting: float
+    #: Mean power while a kernel ran, of the board's limit.
+    busy_power: float
+    #: Mean SM clock, of its maximum.
+    clock: float
 
 
-def _add_links(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
-    """NVLink health of each unit (the worst of its GPUs), and where each GPU of a multi-GPU unit sits."""
-    G, per_unit = rows.gpus, rows.unit_gpus
+def _add_gpus(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
+    """Each GPU of a multi-GPU unit (PodGpu): where it sits, how its NVLinks fared and how it worked."""
+    G = rows.gpus
     per_gpu = (
         G.max(s.numa),
         G.max(s.pcie_root),
@@ -486,15 +536,136 @@ def _add_links(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
         G.mean(s.crc),
         G.mean(s.replay),
         G.mean(s.recovery),
+        G.mean(s.act),
+        G.share(s.no_kernel, s.has_activity),
+        G.share(s.waiting, s.waiting_known),
+        G.mean(s.busy_power),
+        G.mean(s.clock),
     )
-    features["links_down"] = per_unit.max(per_gpu[3])
-    features["nvlink_crc"] = per_unit.max(per_gpu[4])
-    features["nvlink_retries"] = per_unit.max(np.fmax(per_gpu[5], 0) + np.fmax(per_gpu[6], 0))
-    names = rows.rows_of("gpu", rows.gpu_starts)
-    ends = np.append(rows.first_gpu_of_unit[1:], len(rows.gpu_starts))
-    gpus = [GpuLinks(*fields) for fields in zip(names.tolist(), *(v.tolist() for v in per_gpu), strict=True)]
-    links = [tuple(sorted(gpus[a:b])) if b - a > 1 else () for a, b in zip(rows.first_gpu_of_unit, ends, strict=True)]
-    features["gpu_links"] = pd.Series(links, index=features.index, dtype=object)
+    features["stalled_share"] = rows.unit_gpus.max(G.share(s.stalled, s.has_activity))
+    starts, ends = rows.first_gpu_of_unit, np.append(rows.first_gpu_of_unit[1:], len(rows.gpu_starts))
+    multi = np.flatnonzero(ends - starts > 1)
+    pod_gpus: list[tuple[PodGpu, ...]] = [()] * len(starts)
+    if len(multi):  # only multi-GPU units pay for the Python records
+        picked = np.concatenate([np.arange(starts[u], ends[u]) for u in multi])
+        names = rows.rows_of("gpu", rows.gpu_starts[picked])
+        gpus = iter(
+            PodGpu(*fields) for fields in zip(names.tolist(), *(v[picked].tolist() for v in per_gpu), strict=True)
+        )
+        for u in multi:
+            pod_gpus[u] = tuple(sorted(next(gpus) for _ in range(ends[u] - starts[u])))
+    features["pod_gpus"] = pd.Series(pod_gpus, index=features.index, dtype=object)
+
+
+def _is_mig(model: str, gpu: str) -> bool:
+    """Whether a unit's GPU is a MIG instance (its model "... MIG 1g.10gb", a "MIG-…" UUID or a "0/gi7" key)."""
+    return " MIG " in f"{model} " or gpu.startswith("MIG-") or "/gi" in gpu
+
+
+class PodFeatures(NamedTuple):
+    """One unit's features over its window (a row of pod_features()), as the signatures read them. Shares
+    are of the unit's samples, 0-1 (of its driver samples where the trace carries the exporter's activity
+    shape); activity is SM activity, else graphics-engine activity, else utilization (frame.activity); NaN
+    where the trace does not have the signal."""
+
+    namespace: str
+    pod: str
+    node: str
+    gpu_model: str
+    #: The unit's GPUs (UUIDs, or MIG instance keys), sorted.
+    gpu_list: list[str]
+    gpus: int
+    samples: int
+    #: Unix seconds of the first sample; seconds from it to the end of the last sample.
+    start: float
+    window_seconds: float
+    #: Seconds between one GPU's samples (median); what the shape features resolve (the driver's samples
+    #: where the trace carries the exporter's shape); GPU-seconds the samples cover; their share of the window.
+    sample_seconds: float
+    resolution_seconds: float
+    gpu_seconds: float
+    coverage: float
+    has_activity: bool
+    has_profiling: bool
+    has_shape: bool
+    activity: float
+    sm_active: float
+    #: Below idle_activity; above starvation_high; below starvation_low; quiet (idle, from every driver sample
+    #: where the trace has the exporter's shape).
+    idle_share: float
+    high_share: float
+    low_share: float
+    quiet_share: float
+    #: Seconds from the last busy sample to the end of the window.
+    trailing_idle_seconds: float
+    #: Busy share of the recent_samples samples up to the last busy one.
+    busy_before_share: float
+    longest_pause_seconds: float
+    #: Busy/idle switches (at BUSY_LEVEL) and bursts (rises through it).
+    switches: float
+    bursts: float
+    burst_period_seconds: float
+    #: (p75 - p25) / median of the time between burst starts.
+    burst_spread: float
+    #: Bursts that started within 1.5x of the previous period (the exporter's counters; NaN from rows).
+    steady_burst_share: float
+    shape_samples: float
+    #: Memory used over capacity: highest, lowest, standard deviation; highest in bytes.
+    memory_peak: float
+    memory_low: float
+    memory_spread: float
+    memory_peak_bytes: float
+    #: Samples holding serving_memory_bytes or more (a model kept resident); above memory_full.
+    model_held_share: float
+    memory_full_share: float
+    #: Falls of more than memory_drop between samples (a process that died and gave its memory back).
+    memory_drops: float
+    restarts_max: float
+    restarts_min: float
+    dram_active: float
+    #: DRAM >= dram_active with every pipe < pipes_idle.
+    dram_bound_share: float
+    #: The busier of PCIe and NVLink, of capacity; samples with a link >= link_busy and SMs < interconnect_sm.
+    link_use: float
+    link_bound_share: float
+    nvlink_use: float
+    #: The smaller of PCIe send and receive, of capacity: peer exchange (collectives send as they receive).
+    pcie_peer_use: float
+    #: Of busy samples with throttle_reasons_mask bits; of all samples.
+    throttled_share: float
+    throttled_time_share: float
+    #: SM clock over its maximum.
+    clock_share: float
+    #: Power while a kernel ran, of the board's limit; samples waiting (busy at low power or idle SMs).
+    busy_power_share: float
+    waiting_share: float
+    #: The most stalled GPU's share of samples waiting or without a kernel.
+    stalled_share: float
+    #: Stalls (runs of waiting or kernel-less samples on one GPU): how many, their median length in samples,
+    #: the median seconds from one to the next and its spread.
+    stalls: float
+    stall_samples: float
+    stall_period_seconds: float
+    stall_spread: float
+    #: Samples with the pod's CPU at cpu_saturated of its limit; activity meanwhile; the share after the
+    #: GPU's last work.
+    cpu_at_limit_share: float
+    activity_at_cpu_limit: float
+    cpu_at_limit_after_work: float
+    #: How many CPU sockets, PCIe roots, NVLink islands the GPUs span: 0 unknown, 1, 2 for two or more.
+    numa_nodes: float
+    pcie_roots: float
+    nvlink_groups: float
+    gpu_activity_min: float
+    gpu_activity_max: float
+    #: Each GPU of a multi-GPU unit; () for one GPU.
+    pod_gpus: tuple[PodGpu, ...]
+
+    @classmethod
+    def rows(cls, features: pd.DataFrame) -> Iterator[PodFeatures]:
+        """Each row of pod_features() as a record."""
+        for values in features[list(cls._fields)].itertuples(index=False, name=None):
+            yield cls(*values)
 
 
 def _add_identity(rows: _Rows, features: pd.DataFrame) -> None:
@@ -523,14 +694,14 @@ def _add_timing(features: pd.DataFrame) -> None:
     from the first sample to the end of the last, the GPU-seconds the samples cover (gaps excluded),
     the share of the span they cover, and how long the unit has been idle at the span's end."""
     features["sample_seconds"] = features["interval"].fillna(1.0)
-    features["window_seconds"] = features["ts_max"] - features["ts_min"] + features["sample_seconds"]
+    features["window_seconds"] = features["end"] - features["start"] + features["sample_seconds"]
     features["gpu_seconds"] = features["samples"] * features["sample_seconds"]
     # What the shape features resolve: the driver's samples where the trace carries them, else the rows.
     with np.errstate(invalid="ignore", divide="ignore"):
         features["resolution_seconds"] = np.where(
-            features["shape"], features["gpu_seconds"] / features["shape_samples"], features["sample_seconds"]
+            features["has_shape"], features["gpu_seconds"] / features["shape_samples"], features["sample_seconds"]
         )
     features["coverage"] = np.minimum(features["gpu_seconds"] / (features["gpus"] * features["window_seconds"]), 1.0)
     features["trailing_idle_seconds"] = np.where(
-        features["last_busy"].isna(), features["window_seconds"], features["ts_max"] - features["last_busy"]
+        features["last_busy"].isna(), features["window_seconds"], features["end"] - features["last_busy"]
     )

@@ -51,6 +51,10 @@ def render() -> str:
     return "\n".join(lines)
 
 
+#: How a threshold's comment names its source (docs/signals.md's legend).
+SOURCED = re.compile(r"\((NVIDIA|tools?|proposal|common rule|issue \d+|kubernetes-mixin|DCGM)\b")
+
+
 def render_thresholds() -> str:
     """Every threshold of core/thresholds.py as a Markdown table: its default, and the comments above and
     beside it in the source, which say what it means and where it comes from."""
@@ -75,7 +79,9 @@ def render_thresholds() -> str:
             shown = f"{default:g}" if isinstance(default, float) else default
             if field[1].endswith("_mask"):
                 shown = hex(default)  # a bitmask reads in hex, as nvml.h writes it
-            meaning = " ".join([*notes, *([field[2]] if field[2] else [])]) or group_source
+            meaning = " ".join([*notes, *([field[2]] if field[2] else [])])
+            if not SOURCED.search(meaning):  # the group's source, where the field's own comment names none
+                meaning = f"{meaning} {group_source}".strip()
             rows.append(f"| {section} | `{field[1]}` | {shown} | {meaning.replace('|', '/')} |")
             notes = []
     head = ["| group | threshold | default | meaning and source |", "|---|---|---|---|"]

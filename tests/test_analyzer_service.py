@@ -32,6 +32,9 @@ EXPECTED = {
     "science/md-sim-0": "healthy",  # XID 63 events under a healthy job: an alert, not a bottleneck
     "nlp/llama-ddp-0": "poor_placement",  # NCCL_P2P_DISABLE: its exchange over PCIe, NVLink idle
     "vision/vit-ddp-0": "poor_placement",  # NVLinks down and failing on its first GPU
+    "nlp/gpt-pretrain-0": "host_stall",  # its first rank checkpoints while the second waits at low power
+    "nlp/llama-pretrain-worker-1": "host_stall",  # waits in collectives on ranks in other pods
+    "vision/swin-ddp-0": "host_stall",  # a straggler: the others wait for its second rank every step
 }
 ANALYSIS = ["--analysis.window", "60", "--analysis.interval", "2"]
 
@@ -143,8 +146,8 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert abs(crc - 5 * 150) < 40, faults  # 150 errors per simulated second, five times faster than real time
         assert gpus["sim-h100-d", 3] not in faults
         assert pods["vision/detector-train-0"]["bottleneck"] == "throttling"
-        # GPUs no pod holds are reported too, as idle.
-        assert sorted(v["bottleneck"] for v in body["verdicts"] if not v["pod"]) == ["idle"] * 3
+        # GPUs no pod holds are reported too, as idle: sim-h100-a's GPU 7 (unallocated) and GPU 5 (memory held).
+        assert sorted(v["bottleneck"] for v in body["verdicts"] if not v["pod"]) == ["idle"] * 2
 
         wait_until(
             lambda: matches_truth(through_url),

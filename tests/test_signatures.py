@@ -8,6 +8,7 @@ import pytest
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import classify
+from gpulens.core.bottlenecks import STALL_CAUSES
 from gpulens.core.thresholds import Thresholds
 
 T = Thresholds()
@@ -100,26 +101,50 @@ def test_wrong_gpu_type_at_oversized_activity_on_a_high_end_gpu(activity, expect
 
 @pytest.mark.parametrize(
     ("least", "expected"),
-    [(0.9 * T.placement_imbalance, "poor_placement"), (0.9 * T.placement_imbalance + 0.01, "healthy")],
+    [(0.9 * T.placement_imbalance, "host_stall"), (0.9 * T.placement_imbalance + 0.01, "healthy")],
 )
-def test_poor_placement_at_the_activity_spread_of_a_two_gpu_pod(least, expected):
-    """Two GPUs with no NVLink and no topology in the trace: only their spread can speak."""
+def test_uneven_activity_without_placement_evidence_is_a_stall_not_placement(least, expected):
+    """Two GPUs with no NVLink, no topology and no power in the trace: their spread says one waits or has
+    less work, and nothing says where they sit."""
     frame = fr.normalize(pd.concat([gpu(), gpu(gpu_name="GPU-1", sm_active=least, gpu_util=least)], ignore_index=True))
     v = verdict(frame)
     assert v.bottleneck == expected, v
+    if expected == "host_stall":
+        assert v.evidence["gpu_activity_spread"].startswith(f"least busy {least:.3g} / busiest 0.9 <= 0.5")
+        assert v.evidence["power"].startswith("absent")
+        assert v.recommendation == STALL_CAUSES["uneven"]
 
 
 @pytest.mark.parametrize(
-    ("busiest", "placement"), [(T.placement_min_activity, True), (T.placement_min_activity - 0.01, False)]
+    ("busiest", "uneven"), [(T.placement_min_activity, True), (T.placement_min_activity - 0.01, False)]
 )
-def test_poor_placement_only_for_a_pod_busy_enough_for_placement_to_matter(busiest, placement):
+def test_uneven_activity_only_for_a_pod_busy_enough_for_it_to_matter(busiest, uneven):
     frame = fr.normalize(
         pd.concat(
             [gpu(sm_active=busiest, gpu_util=busiest), gpu(gpu_name="GPU-1", sm_active=0.01, gpu_util=0.01)],
             ignore_index=True,
         )
     )
-    assert (verdict(frame).bottleneck == "poor_placement") is placement
+    assert (verdict(frame).bottleneck == "host_stall") is uneven
+
+
+@pytest.mark.parametrize(("sockets", "expected"), [((0, 1), "poor_placement"), ((0, 0), "healthy")])
+def test_poor_placement_needs_topology_and_not_a_spread(sockets, expected):
+    """Two evenly busy L40S GPUs (no NVLink) on two CPU sockets exchange over PCIe across them; on one
+    socket and one root complex they are placed well."""
+    frame = fr.normalize(
+        pd.concat(
+            [gpu(numa_node=sockets[0], pcie_root=0), gpu(gpu_name="GPU-1", numa_node=sockets[1], pcie_root=0)],
+            ignore_index=True,
+        )
+    )
+    v = verdict(frame)
+    assert v.bottleneck == expected, v
+    if expected == "poor_placement":
+        assert v.evidence["split_placement"] == (
+            "GPU-0 (socket 0, PCIe root 0); GPU-1 (socket 1, PCIe root 0): no NVLink between them, so they "
+            "exchange over PCIe across CPU sockets"
+        )
 
 
 @pytest.mark.parametrize(("hot_samples", "throttled"), [(30, True), (29, False)])
@@ -158,15 +183,24 @@ def test_interconnect_at_signature_fraction_of_samples_with_a_busy_link(link_sam
 
 @pytest.mark.parametrize(("busy_from", "starved"), [(15, True), (30, False)])
 def test_data_starvation_at_starvation_switches_per_minute(busy_from, starved):
-    """Ten minutes at 1 s: 30 s bursts every 60 s, steady like training steps. Bursts from second 15 of
-    each minute give 10 rises and 10 falls, 2.0 switches a minute (starvation_switches_per_minute);
-    from second 30 the last burst runs to the end, 19 switches: 1.9 a minute, not the signature (the
-    class is the same, from the low-activity fallback: its confidence 0.4, no switch evidence)."""
+    """Ten minutes at 1 s: 30 s bursts every 60 s, steady like training steps, the pod's CPU at its limit
+    (its input pipeline; without it, gaps this long at a steady period are saves: host_stall). Bursts from
+    second 15 of each minute give 10 rises and 10 falls, 2.0 switches a minute
+    (starvation_switches_per_minute); from second 30 the last burst runs to the end, 19 switches: 1.9 a
+    minute, not the signature (the class is the same, from the low-activity fallback: its confidence 0.4,
+    no switch evidence)."""
     assert T.starvation_switches_per_minute == 2.0
     seconds = np.arange(600)
     on = ((seconds % 60 >= busy_from) & (seconds % 60 < busy_from + 30)).astype(float)
     activity = 0.02 + 0.93 * on
-    frame = gpu(samples=600, gpu_util=activity, sm_active=activity, tensor_active=0.6 * on)
+    frame = gpu(
+        samples=600,
+        gpu_util=activity,
+        sm_active=activity,
+        tensor_active=0.6 * on,
+        cpu_usage_cores=7.8,
+        cpu_limit_cores=8.0,
+    )
     frame["timestamp"] = START + seconds
     v = verdict(fr.normalize(frame))
     assert v.bottleneck == "data_starvation"
@@ -175,25 +209,107 @@ def test_data_starvation_at_starvation_switches_per_minute(busy_from, starved):
         assert v.evidence["busy_idle_switches_per_minute"] == "2.0 >= 2.0"
 
 
+def nvidia_smi(samples: int = SAMPLES, gpu_name: str = "GPU-0", **columns) -> pd.DataFrame:
+    """One H100 of pod ml/p as nvidia-smi sees it (utilization, memory, power; no profiling fields), busy
+    at 80% of its 700 W limit unless `columns` say otherwise."""
+    base = {
+        "model": "NVIDIA H100 80GB HBM3",
+        "gpu_util": 1.0,
+        "sm_active": np.nan,
+        "tensor_active": np.nan,
+        "dram_active": np.nan,
+        "memory_used_bytes": 60e9,
+        "memory_total_bytes": 80e9,
+        "power_watts": 560.0,
+    }
+    return gpu(samples=samples, gpu_name=gpu_name, **(base | columns))
+
+
 @pytest.mark.parametrize(
     ("power_share", "waiting"), [(T.waiting_power_share, False), (T.waiting_power_share - 0.01, True)]
 )
 def test_without_profiling_fields_busy_at_low_power_is_waiting_not_work(power_share, waiting):
-    """nvidia-smi alone (utilization, memory, power): a rank spinning in a collective reports 100%
-    utilization at about 150 W of an H100's 700 W. Busy under waiting_power_share of the limit is waiting,
-    said in the evidence; at the threshold it is work."""
-    frame = gpu(
-        model="NVIDIA H100 80GB HBM3",
-        gpu_util=1.0,
-        sm_active=np.nan,
-        tensor_active=np.nan,
-        dram_active=np.nan,
-        memory_used_bytes=60e9,
-        memory_total_bytes=80e9,
-        power_watts=power_share * 700.0,
+    """nvidia-smi alone: a rank spinning in a collective reports 100% utilization at about 150 W of an
+    H100's 700 W. Busy under waiting_power_share of the limit is waiting on a peer, said in the evidence;
+    at the threshold it is work."""
+    v = verdict(nvidia_smi(power_watts=power_share * 700.0))
+    assert v.bottleneck == ("host_stall" if waiting else "healthy"), v
+    assert ("waiting_fraction" in v.evidence) is waiting
+    if waiting:
+        assert v.evidence["waiting_fraction"].startswith("1 of samples >= 0.2: a kernel running at < 0.35 of the")
+        assert v.evidence["power_while_busy"] == f"{power_share:.3g} of the power limit"
+        assert v.recommendation == STALL_CAUSES["peer"]
+
+
+@pytest.mark.parametrize(("waiting_samples", "stalled"), [(12, True), (11, False)])
+def test_a_gpu_waits_when_it_waits_on_stall_share_of_its_samples(waiting_samples, stalled):
+    """Busy at a fifth of the power on 12 of 60 samples is stall_share (0.2); 11 is a healthy job's noise."""
+    assert T.stall_share == 0.2
+    power = np.r_[np.full(waiting_samples, 140.0), np.full(SAMPLES - waiting_samples, 560.0)]
+    v = verdict(nvidia_smi(power_watts=power))
+    assert (v.bottleneck == "host_stall") is stalled, v
+
+
+def checkpointing_job(save_seconds: int, period: int = 50, ranks: int = 4) -> pd.DataFrame:
+    """Ten minutes at 1 s of a job on `ranks` H100s seen by nvidia-smi: rank 0 writes a checkpoint for the
+    last `save_seconds` of every `period` (no kernel, 3% utilization, 50 W) while the others wait in the
+    next collective (100% utilization at 140 W); the rest of the time all of them train at 560 W."""
+    seconds = np.arange(600)
+    saving = seconds % period >= period - save_seconds
+    frames = [
+        nvidia_smi(
+            samples=600,
+            gpu_name=f"GPU-{rank}",
+            gpu_util=np.where(saving, 0.03, 1.0) if rank == 0 else 1.0,
+            power_watts=np.where(saving, 50.0 if rank == 0 else 140.0, 560.0),
+        )
+        for rank in range(ranks)
+    ]
+    frame = pd.concat(frames, ignore_index=True)
+    frame["timestamp"] = START + np.tile(seconds, ranks)
+    return fr.normalize(frame)
+
+
+def test_a_rank_that_checkpoints_is_named_with_the_shape_of_its_stalls():
+    """The issue's 8x H100 job in miniature: rank 0 saves 20 s of every 50 while ranks 1-3 wait for it."""
+    v = verdict(checkpointing_job(save_seconds=20))
+    assert v.bottleneck == "host_stall" and v.confidence == T.confidence_without_profiling, v
+    assert v.evidence["waiting_gpus"].startswith("GPU-1 0.4, GPU-2 0.4, GPU-3 0.4 of samples >= 0.2: a kernel")
+    assert v.evidence["stalling_gpu"].startswith("GPU-0: no kernel on 0.4 of samples while its peers wait")
+    # 12 saves on each of 4 GPUs, 20 s each, 50 s apart: rows 1 s apart time them.
+    assert v.evidence["stalls"] == (
+        "48 of 20 s (median) every 50 s >= 10 s at a steady period (spread 0 <= 0.5): synchronous saves"
+    )
+    assert v.recommendation == STALL_CAUSES["checkpoint"]
+
+
+@pytest.mark.parametrize(("save_seconds", "expected"), [(10, "host_stall"), (9, "data_starvation")])
+def test_a_rank_alone_stalls_on_saves_of_stall_long_seconds_and_on_its_input_below(save_seconds, expected):
+    """Rank 0 in a pod of its own, saving every 30 s: gaps of stall_long_seconds (10 s) at a steady period
+    are saves; shorter gaps every step are its input. Neither is a serving replica."""
+    assert T.stall_long_seconds == 10
+    v = verdict(checkpointing_job(save_seconds=save_seconds, period=30, ranks=1))
+    assert v.bottleneck == expected, v
+    if expected == "host_stall":
+        assert v.evidence["stalled_fraction"] == "0.333 of samples >= 0.2"
+        assert v.recommendation == STALL_CAUSES["checkpoint"]
+
+
+@pytest.mark.parametrize(("ratio", "straggler"), [(T.straggler_power_ratio, True), (0.76, False)])
+def test_a_straggler_draws_more_power_than_the_peers_that_wait_for_it(ratio, straggler):
+    """Two ranks always busy; GPU-1 draws its 700 W limit, GPU-0 `ratio` of that: it finishes each step
+    early and waits, in waits shorter than a sample (straggler_power_ratio 0.75)."""
+    frame = fr.normalize(
+        pd.concat(
+            [nvidia_smi(power_watts=ratio * 700.0), nvidia_smi(gpu_name="GPU-1", power_watts=700.0)],
+            ignore_index=True,
+        )
     )
     v = verdict(frame)
-    assert v.bottleneck == ("data_starvation" if waiting else "healthy"), v
-    assert ("power_while_busy" in v.evidence) is waiting
-    if waiting:
-        assert v.evidence["power_while_busy"].startswith(f"{power_share:.3g} of the power limit < 0.35")
+    assert (v.bottleneck == "host_stall") is straggler, v
+    if straggler:
+        assert v.evidence["straggler_gpu"] == (
+            "GPU-1 draws 1 of its power limit while busy, its peers at most 0.75 (0.75 <= 0.75): they finish "
+            "each step early and wait for it"
+        )
+        assert v.recommendation == STALL_CAUSES["straggler"]

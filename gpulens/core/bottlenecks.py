@@ -33,7 +33,25 @@ class Bottleneck:
     #: A phase a running job can pass into (and out of), rather than what the pod or its placement is:
     #: the evaluation starts such scenarios mid-window after healthy training.
     phase: bool
+    #: Whether the GPU time it leaves unused counts as waste: not where the data cannot say.
+    waste: bool = True
 
+
+#: The causes of host_stall, each with its own fix: the verdict quotes the one its evidence shows.
+STALL_CAUSES = {
+    "checkpoint": "Checkpoints: long stalls at a steady period while one rank saves. Save asynchronously "
+    "(torch.distributed.checkpoint.async_save, or a background thread), less often, sharded from every rank, or "
+    "to faster storage (local NVMe, then upload).",
+    "input": "One rank's input: short stalls every step on the rank named while the others wait for it. Check "
+    "its DataLoader workers and CPU, its node's disk and network, and whether its data shard is larger.",
+    "straggler": "A straggler: one rank works through every step while the others wait for it. If its clocks "
+    "are lower, its GPU is slow (throttled, power-capped: see its node); if not, give it less work (even the "
+    "shards, the pipeline stages) or move it off a busy host.",
+    "peer": "Waiting on a peer outside this pod: every GPU of the pod spins in collectives at low power. Look at "
+    "the job's other pods (a rank that checkpoints, a straggler, a slower node) and the network between nodes.",
+    "uneven": "Uneven work: one GPU far busier than another. Without power (or links) the data cannot say which "
+    "waits for which: check that every rank gets the same work, and read the GPUs' power.",
+}
 
 BOTTLENECKS: tuple[Bottleneck, ...] = (
     Bottleneck(
@@ -125,12 +143,20 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
     ),
     Bottleneck(
         "poor_placement",
-        fix="The pod's GPUs cannot exchange at NVLink speed, or work unevenly. Across sockets or "
+        fix="The pod's GPUs cannot exchange at NVLink speed. Across sockets or "
         "root complexes without NVLink: fix the pod's placement (GPUs on one NVLink island or one socket, "
         "topology-aware scheduling). NVLink idle while PCIe carries the exchange: unset NCCL_P2P_DISABLE and "
         "NCCL_P2P_LEVEL, and let every rank's container see its peers. NVLinks down or failing: cordon the node "
-        "and have the GPUs or NVSwitch serviced. Uneven: check that every rank gets work.",
+        "and have the GPUs or NVSwitch serviced.",
         colour="#17becf",
+        problem=True,
+        profiling="helps",
+        phase=False,
+    ),
+    Bottleneck(
+        "host_stall",
+        fix="The GPU waits on its host or on a peer, not on its own work: " + " ".join(STALL_CAUSES.values()),
+        colour="#e7298a",
         problem=True,
         profiling="helps",
         phase=False,
@@ -143,6 +169,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=False,
         profiling="not needed",
         phase=False,
+        waste=False,
     ),
 )
 BY_NAME = {b.name: b for b in BOTTLENECKS}

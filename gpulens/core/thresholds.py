@@ -42,6 +42,9 @@ class Thresholds:
     #: cell long ago): for requests arriving at random, a quiet spell four times the longest gap before
     #: it is rare, so the work stopped. (proposal; gpulens eval: no serving replica called idle)
     idle_pause_factor: float = 4.0
+    #: Idle on at least this share of the window's samples: idle with confidence_idle, else with
+    #: confidence_idle_partly. (proposal)
+    idle_confident_share: float = 0.95
     #: A GPU busy on less than this share of a window of sparse_span_seconds or more is idle, whatever the
     #: pattern of its few blips: a notebook that runs a cell every half hour, a replica that loaded its model
     #: and served nothing. Serving needs requests. (proposal, issue 30: about 1% of an hour)
@@ -104,6 +107,9 @@ class Thresholds:
     # --- wrong GPU type (tool: Job Defense Shield "GPU model too powerful": <= 20%, <= 10 GB) ------
     oversized_activity: float = 0.2
     oversized_memory_bytes: float = 10e9
+    #: ... over this long, for confidence_wrong_gpu (shorter: confidence_wrong_gpu_short). (tool: Job Defense
+    #: Shield: over >= 1 h)
+    oversized_span_seconds: float = 3600.0
     # --- poor placement (tool: jobstats "unused GPUs in a multi-GPU job"; proposal for the ratio) --
     #: The least busy GPU's activity / the busiest's. (tool: jobstats; proposal for the ratio)
     placement_imbalance: float = 0.5
@@ -118,12 +124,26 @@ class Thresholds:
     #: NVLink errors that mean failing links (DCGM dcgm_gpu_hardware_limits.h: CRC errors "only matter at
     #: rates of 100+ per second"; at most 1 replay or recovery error).
     nvlink_crc_errors_per_second: float = 100.0
-    nvlink_errors: float = 1.0
-    # --- power as the evidence of work, without profiling fields (docs/signals.md: busy is not working) --
+    nvlink_errors: float = 1.0  # (DCGM: at most 1 replay or recovery error)
+    # --- power as the evidence of work (docs/signals.md: busy is not working) ---------------------------
     #: Busy (utilization above starvation_high) at under this share of the board's power limit is waiting,
     #: not work: a rank spinning in a collective reports 99-100% utilization at about 150 W of an H100's
     #: 700 W (0.21), while training draws 500-700 W. (proposal)
     waiting_power_share: float = 0.35
+    # --- host stalls: a GPU waiting on its host or on a peer (docs/signals.md: busy is not working) -----
+    #: A GPU waiting (busy at low power, or without a kernel while its peers wait) on at least this share of
+    #: the window is stalled: a checkpoint written every 20-60 s of steps stalls a job 25-50% of the time.
+    #: (proposal)
+    stall_share: float = 0.2
+    #: Stalls this long or longer, at a steady period, are saves (a checkpoint: tens of seconds every few
+    #: minutes); shorter ones every step are the input pipeline. (proposal)
+    stall_long_seconds: float = 10.0
+    #: A rank whose peers draw at most this share of its power while a kernel runs (busy power) works while
+    #: they wait for it: a straggler. Identical ranks draw within 10% of each other. (proposal)
+    straggler_power_ratio: float = 0.75
+    #: The rank the others wait for, with its SM clock this far (of its maximum) under theirs, is a slow GPU
+    #: (throttled, power-capped); otherwise its work or its host. (proposal)
+    straggler_clock_margin: float = 0.05
     # --- over-provisioned serving ----------------------------------------------------------------
     #: Memory held on most samples: a model kept resident between requests. (proposal: well above the
     #: ~0.5 GiB a bare CUDA context takes)
@@ -169,6 +189,52 @@ class Thresholds:
     #: An exporter or analyzer target down, or its data stale, this long. (kubernetes-mixin: 15m for
     #: TargetDown; shorter here because without the exporter every GPU alert goes blind)
     alert_target_down_for: str = "5m"
+
+    # --- confidences, 0-1 (proposal: ordered by how directly the evidence shows the cause) ---------------
+    #: Idle on nearly all samples (>= 0.95) and on most: the quiet tail is the work stopping.
+    confidence_idle: float = 0.95
+    confidence_idle_partly: float = 0.85
+    #: Sparse use over an hour or more (sparse_busy_share).
+    confidence_sparse: float = 0.9
+    #: Memory full and grown; more for restarts and for staying full for long.
+    confidence_fragmentation: float = 0.7
+    confidence_fragmentation_restarts: float = 0.2
+    confidence_fragmentation_full: float = 0.1
+    #: Placement across sockets or root complexes without NVLink, or NVLink idle while PCIe carries the
+    #: exchange; NVLinks down or failing.
+    confidence_placement: float = 0.9
+    confidence_link_faults: float = 0.85
+    #: A share signature (interconnect, memory bandwidth, throttling): base + gain x the share of samples.
+    confidence_share_base: float = 0.55
+    confidence_share_gain: float = 0.4
+    #: Host stalls: a rank named that stalls its peers; a straggler by power; a wait at low power without a
+    #: rank to name; uneven activity without power to say who waits.
+    confidence_stall: float = 0.8
+    confidence_straggler: float = 0.7
+    confidence_waiting: float = 0.6
+    confidence_uneven: float = 0.5
+    #: Data starvation with its bursts timed; untimed (too few bursts); more with the CPU at its limit; from
+    #: the CPU alone on coarse samples.
+    confidence_starvation: float = 0.75
+    confidence_starvation_untimed: float = 0.5
+    confidence_starvation_cpu: float = 0.2
+    confidence_starvation_coarse: float = 0.6
+    #: Serving with bursts at random; without bursts timed; from coarse samples and a model held only.
+    confidence_serving: float = 0.75
+    confidence_serving_untimed: float = 0.6
+    confidence_serving_coarse: float = 0.35
+    #: Wrong GPU type over an hour or more, and over less.
+    confidence_wrong_gpu: float = 0.8
+    confidence_wrong_gpu_short: float = 0.65
+    #: Low activity with no clearer signature (data_starvation, its most common cause), from fine and coarse
+    #: samples.
+    confidence_low_activity: float = 0.4
+    confidence_low_activity_coarse: float = 0.3
+    #: Healthy with SM activity >= healthy_sm, and from utilization alone.
+    confidence_healthy: float = 0.9
+    confidence_healthy_utilization: float = 0.6
+    #: The most a class that profiling fields would settle is given without them.
+    confidence_without_profiling: float = 0.5
 
     @classmethod
     def load(cls, path: str | None) -> Thresholds:

@@ -27,6 +27,14 @@ exchange_over_pcie   a multi-GPU job whose ranks exchange over PCIe through host
 nvlink_faults        training on GPUs whose NVLinks fail: on the job's first GPU four links are down and
                      the rest retransmit (replay), retrain (recovery) and see CRC errors; peer traffic
                      crawls over what is left.
+checkpointing        data-parallel training whose first rank writes a checkpoint synchronously (15-25 s) after
+                     every 15-40 s of steps: it runs no kernel meanwhile, and the other ranks wait in the next
+                     collective at 100% utilization and a fifth of their power (NCCL spins a kernel).
+straggler            data-parallel training with one slow rank (the second GPU): it works through every step
+                     while the others finish early and wait for it, at full utilization and lower power.
+collective_wait      training whose ranks wait in collectives most of the time on a peer outside the pod (a
+                     rank on another node): full utilization at a fifth of the power, a few seconds of work
+                     every ten.
 unallocated          no workload at all.
 
 Day-scale profiles (time of day is unix time modulo 24 h, UTC):
@@ -530,6 +538,50 @@ def _nvlink_faults(g: SimGpu, t: float, w: float) -> Activity:
     return a
 
 
+def _waiting(g: SimGpu, t: float, on: float, noise_salt: int = 0) -> Activity:
+    """Healthy training for `on` of the sample window, waiting in a collective the rest: NCCL keeps a
+    kernel spinning on a few SMs, so utilization stays at 100% while SM activity and power fall."""
+    a = _healthy(g, t, 1.0)
+    wait = 1.0 - on
+    for name in ("sm_active", "sm_occupancy", "tensor", "dram", "fp16", "fp32"):
+        setattr(a, name, getattr(a, name) * on + 0.03 * wait)
+    a.power_fraction = a.power_fraction * on + (0.12 + g.noise(t, 0.03, 10 + noise_salt)) * wait
+    a.nvlink_tx *= on
+    a.nvlink_rx *= on
+    return a
+
+
+def _checkpointing(g: SimGpu, t: float, w: float) -> Activity:
+    # Every rank keeps the job's schedule, drawn from the seed all the node's GPUs share.
+    job = random.Random(f"{g.seed}:checkpoint")
+    compute, save, phase = job.uniform(15, 40), job.uniform(15, 25), job.uniform(0, 100)
+    saving = duty(t, w, compute + save, save, phase - compute)
+    if g.role == 0:  # writes the checkpoint from host memory: no kernel runs
+        a = _healthy(g, t, w)
+        scale = 1.0 - saving
+        for name in ("busy", "sm_active", "sm_occupancy", "tensor", "dram", "fp16", "fp32"):
+            setattr(a, name, getattr(a, name) * scale + (0.03 * saving if name == "busy" else 0.0))
+        a.power_fraction = a.power_fraction * scale + 0.05 * saving
+        a.nvlink_tx *= scale
+        a.nvlink_rx *= scale
+        a.cpu_fraction = 0.4 + 0.5 * saving
+        return a
+    return _waiting(g, t, 1.0 - saving)
+
+
+def _straggler(g: SimGpu, t: float, w: float) -> Activity:
+    # Steps of about a second; the slow rank computes through each, the others for 60% of it.
+    if g.role == 1:
+        return _healthy(g, t, w)
+    return _waiting(g, t, 0.6 + g.noise(t, 0.03, 11))
+
+
+def _collective_wait(g: SimGpu, t: float, w: float) -> Activity:
+    job = random.Random(f"{g.seed}:collective")
+    period, phase = job.uniform(8, 12), job.uniform(0, 100)
+    return _waiting(g, t, duty(t, w, period, 0.3 * period, phase))
+
+
 def _unallocated(g: SimGpu, t: float, w: float) -> Activity:
     return Activity(memory_fraction=0.0, temperature_celsius=31, clock_fraction=0.12, reasons=0x1)
 
@@ -547,6 +599,9 @@ PROFILES = {
     "poor_placement": _poor_placement,
     "exchange_over_pcie": _exchange_over_pcie,
     "nvlink_faults": _nvlink_faults,
+    "checkpointing": _checkpointing,
+    "straggler": _straggler,
+    "collective_wait": _collective_wait,
     "unallocated": _unallocated,
     "xid_errors": _xid_errors,
     "fallen_off_bus": _fallen_off_bus,
