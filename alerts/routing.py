@@ -28,7 +28,12 @@ SEVERITIES = ("critical", "warning")
 #: The page: while it fires for a pod, the pod's other underuse alerts are muted.
 PAGE = "GpulensPodLowSmActivity"
 #: Alerts about a pod's use of its GPUs, muted by the page (the application-XID ticket is another matter).
-CLASS_ALERTS = ("GpulensPodGpuIdle", "GpulensPodDataStarvation", "GpulensPodMemoryFragmentation")
+CLASS_ALERTS = (
+    "GpulensPodGpuIdle",
+    "GpulensPodDataStarvation",
+    "GpulensPodMemoryFragmentation",
+    "GpulensPodHostStall",
+)
 #: `cluster` is the external label multi-cluster setups (Thanos, Mimir) add; absent, it groups nothing apart.
 POD_GROUPING = ["cluster", "namespace", "bottleneck", "alertname"]
 NODE_GROUPING = ["cluster", "node", "alertname"]

@@ -264,6 +264,21 @@ hold memory flat and are exempt. Muted while GpulensPodLowSmActivity pages for t
 1. `kubectl describe pod`: restarts with CUDA out-of-memory in the previous container's log confirm it.
 2. {RECOMMENDATIONS["memory_fragmentation"]}""",
         ),
+        _verdict_alert(
+            c,
+            "GpulensPodHostStall",
+            "host_stall",
+            f"{POD} waits on its host or a peer: its GPUs stall while utilization looks busy",
+            f"""The analyzer sees the pod's GPUs waiting for {held}: busy at under {t.waiting_power_share:.0%} of
+their power limit (a kernel spinning in a collective reports 100% utilization) or without a kernel while
+their peers wait, on at least {t.stall_share:.0%} of samples. Utilization alone says these GPUs are busy, so
+the low-SM page may never fire: this ticket is how the stall reaches you. The verdict's evidence names the
+GPU the others wait for and the stalls' shape.
+
+1. Read the verdict's evidence (`stalling_gpu`, `stalls`, `straggler_gpu`, `waiting_fraction`) on the pod
+   dashboard; its recommendation is the fix for the cause it found.
+2. {RECOMMENDATIONS["host_stall"]}""",
+        ),
         _application_xid_alert(c),
     ]
 

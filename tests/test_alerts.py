@@ -172,6 +172,12 @@ POD_TESTS = {
             f'bottleneck="memory_fragmentation"}}',
             "values": "0x80",
         },
+        # nlp/gpt: its ranks wait on rank 0's checkpoints at 100% utilization: no low-SM page, a ticket.
+        {
+            "series": f'gpulens_pod_bottleneck{{{ANALYZER},namespace="nlp",pod="gpt",node="n1",'
+            f'bottleneck="host_stall"}}',
+            "values": "1x80",
+        },
     ],
     "alert_rule_test": [
         # Low since the first rate at 1 minute: 24 minutes are not yet 30.
@@ -288,7 +294,32 @@ POD_TESTS = {
                 }
             ],
         },
+        {
+            "eval_time": "35m",
+            "alertname": "GpulensPodHostStall",
+            "exp_alerts": [
+                {
+                    "exp_labels": {
+                        "severity": "warning",
+                        "component": "pod",
+                        "node": "n1",
+                        "namespace": "nlp",
+                        "pod": "gpt",
+                        "bottleneck": "host_stall",
+                    },
+                    "exp_annotations": annotations(
+                        "GpulensPodHostStall",
+                        "nlp/gpt waits on its host or a peer: its GPUs stall while utilization looks busy",
+                        "The analyzer has classified nlp/gpt on n1 as host_stall for 30m. The analyzer's "
+                        "verdict: none yet (unknown confidence). Try: see the runbook",
+                        pod_link("nlp", "gpt", mixin.POD_VERDICT_PANEL),
+                        **NO_VERDICT,
+                    ),
+                }
+            ],
+        },
         # Classified since the start: pending at 25 minutes, not yet firing.
+        {"eval_time": "25m", "alertname": "GpulensPodHostStall", "exp_alerts": []},
         {"eval_time": "25m", "alertname": "GpulensPodMemoryFragmentation", "exp_alerts": []},
         {"eval_time": "25m", "alertname": "GpulensPodDataStarvation", "exp_alerts": []},
     ],
@@ -737,7 +768,7 @@ def test_promtool_checks_the_rules(generated):
         [promtool, "check", "rules", str(generated / cli.RULES_FILE)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 23 rules found" in result.stdout
+    assert "SUCCESS: 24 rules found" in result.stdout
 
 
 def test_amtool_checks_the_alertmanager_config(generated):
