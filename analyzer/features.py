@@ -22,6 +22,7 @@ import pandas as pd
 
 from gpulens.analyzer import frame as fr
 from gpulens.core import trace as tr
+from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -323,7 +324,7 @@ class _Signals:
         self.reasons_raw = column("clock_event_reasons")
         self.throttled = (np.fmax(self.reasons_raw, 0.0).astype(np.int64) & t.throttle_reasons_mask) != 0
         # Busy/idle switches and memory drops between neighbouring samples of the same GPU.
-        state = self.act0 >= 0.5
+        state = self.act0 >= BUSY_LEVEL  # the exporter's switch level (core/activity.py)
         self.switch = np.r_[False, state[1:] != state[:-1]] & ~rows.gpu_changes
         with np.errstate(invalid="ignore"):
             self.drop = np.r_[False, (self.mem_frac[1:] - self.mem_frac[:-1]) < -t.memory_drop] & ~rows.gpu_changes
@@ -337,7 +338,7 @@ class _Signals:
         last_marker = np.maximum.accumulate(marker * np.arange(len(marker)))
         before = np.r_[0, last_marker[:-1]]
         self.pause = np.where(self.busy & ~rows.gpu_changes, rows.ts - rows.ts[before], np.nan)
-        # Burst starts (activity rising through 0.5), and the time from one to the next on a GPU:
+        # Burst starts (activity rising through BUSY_LEVEL), and the time from one to the next on a GPU:
         # training steps repeat at a steady period, requests arrive at random.
         rises = np.flatnonzero(np.r_[False, state[1:] & ~state[:-1]] & ~rows.gpu_changes)
         gpu_run = np.cumsum(rows.gpu_changes)

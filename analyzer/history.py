@@ -23,7 +23,7 @@ from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import SPARSE, ClassShare, Episode, Verdict, judge
 from gpulens.analyzer.features import UnitKeys, pod_features
 from gpulens.analyzer.readers import format_timestamp
-from gpulens.core.bottlenecks import PROBLEMS, RECOMMENDATIONS
+from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -134,15 +134,21 @@ _SLOT_COLUMNS = ("window", "samples", "activity", "idle", "ts_min", "ts_max")
 
 
 def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t: Thresholds) -> pd.DataFrame:
-    """What each slot's own samples show, per unit: how many, when, mean activity, share idle."""
+    """What each slot's own samples show, per unit: how many, when, mean activity, share idle. Idle as the
+    window's sparse rule counts it: from the exporter's histogram (every driver sample since the row
+    before) where the trace carries it, else from the rows."""
     activity = fr.activity(trace).to_numpy()
+    idle = np.where(np.isnan(activity), np.nan, activity < t.idle_activity)
+    if fr.has_shape(trace):
+        counted = trace["activity_idle_ratio"].to_numpy()
+        idle = np.where(np.isnan(counted), idle, counted)
     stats = (
         pd.DataFrame(
             {
                 "key": keys.unit * slots + slot,
                 "ts": trace["timestamp"].to_numpy(),
                 "activity": activity,
-                "idle": np.where(np.isnan(activity), np.nan, activity < t.idle_activity),
+                "idle": idle,
             }
         )
         .groupby("key", sort=True)
@@ -179,18 +185,22 @@ def _slot_verdict(windows: dict[int, Verdict], k: int, per_window: int, t: Thres
 
 @dataclass
 class Ledger:
-    """What one unit's slots add up to over a span: the GPU-seconds covered, wasted and money wasted by
-    class, the confidence (weighted by time) each class was judged with, its episodes, and the busy and
-    idle time. Slots are added in time order; the ledgers of consecutive pieces of a span merge()."""
+    """One unit's time by class over a span: its episodes (runs of one class), oldest first, with the
+    GPU-seconds each covered, the money it wasted and the confidence it was judged with; and, for a
+    report, the newest verdict of each class and the busy and idle time. Totals by class are sums over
+    the episodes, so that dropping old ones keeps them right.
 
-    seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    wasted: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    cost: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    confidence: dict[str, float] = field(default_factory=lambda: defaultdict(float))
-    #: The newest window verdict of each class: the headline's fix and evidence come from it.
-    latest: dict[str, Verdict] = field(default_factory=dict)
+    The one bookkeeping of `gpulens report` and of the live service: a report adds slots in time order
+    (add) and merges the ledgers of consecutive pieces of a span (merge); the service records each
+    cycle (record) and drops what is older than its history (prune)."""
+
     episodes: list[Episode] = field(default_factory=list)
+    #: Per episode: the GPU-seconds it covered, the money it wasted, and confidence x GPU-seconds.
     episode_seconds: list[float] = field(default_factory=list)
+    episode_cost: list[float] = field(default_factory=list)
+    episode_weight: list[float] = field(default_factory=list)
+    #: The newest window verdict of each class: the headline's fix and evidence come from it (reports).
+    latest: dict[str, Verdict] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
     busy_seconds: float = 0.0
     idle_seconds: float = 0.0
@@ -198,6 +208,24 @@ class Ledger:
     #: The first slot added, and the newest: an episode goes on only into the next slot.
     first_slot: int | None = None
     last_slot: int | None = None
+
+    def record(
+        self, verdict: Verdict, start: float, end: float, covered: float, waste: float, cost: float, joins: bool
+    ) -> None:
+        """From `start` to `end` (unix seconds) judged `verdict`, covering `covered` GPU-seconds that wasted
+        `waste` GPU-seconds and `cost` money. `joins`: it follows the last episode without a gap, which it
+        continues if the class is the same."""
+        last = self.episodes[-1] if self.episodes else None
+        if joins and last is not None and last.bottleneck == verdict.bottleneck:
+            last.extend(end, verdict.confidence, waste)
+            self.episode_seconds[-1] += covered
+            self.episode_cost[-1] += cost
+            self.episode_weight[-1] += verdict.confidence * covered
+        else:
+            self.episodes.append(Episode(verdict.bottleneck, start, end, verdict.confidence, waste))
+            self.episode_seconds.append(covered)
+            self.episode_cost.append(cost)
+            self.episode_weight.append(verdict.confidence * covered)
 
     def add(
         self,
@@ -212,67 +240,86 @@ class Ledger:
     ) -> None:
         """Slot k: `samples` samples from ts_min to ts_max, judged `verdict`, with their mean activity and
         share idle (NaN where the input had no activity signal)."""
-        name = verdict.bottleneck
         covered = samples * verdict.sample_seconds
         activity = None if math.isnan(mean_activity) else float(mean_activity)
-        waste = 0.0 if activity is None or name == "insufficient_data" else (1.0 - activity) * covered
-        self.seconds[name] += covered
-        self.wasted[name] += waste
-        self.cost[name] += waste / 3600 * model_info(verdict.gpu_model, prices).price_per_hour
-        self.confidence[name] += verdict.confidence * covered
-        self.latest[name] = verdict
+        waste = (1.0 - activity) * covered if activity is not None and BY_NAME[verdict.bottleneck].waste else 0.0
+        cost = waste / 3600 * model_info(verdict.gpu_model, prices).price_per_hour
+        self.latest[verdict.bottleneck] = verdict
         self.gpus.update(verdict.gpus)
         if activity is not None:
             self.judged_seconds += covered
             self.busy_seconds += activity * covered
             self.idle_seconds += (0.0 if math.isnan(idle) else float(idle)) * covered
-        start, end = float(ts_min), float(ts_max + verdict.sample_seconds)
-        if self.episodes and self.episodes[-1].bottleneck == name and self.last_slot == k - 1:
-            self.episodes[-1].extend(end, verdict.confidence, waste)
-            self.episode_seconds[-1] += covered
-        else:
-            self.episodes.append(Episode(name, start, end, verdict.confidence, waste))
-            self.episode_seconds.append(covered)
+        end = float(ts_max + verdict.sample_seconds)
+        self.record(verdict, float(ts_min), end, covered, waste, cost, joins=self.last_slot == k - 1)
         if self.first_slot is None:
             self.first_slot = k
         self.last_slot = k
 
     def merge(self, later: Ledger) -> None:
         """Add the ledger of the next piece of the span (its slots all after this one's)."""
-        for mine, theirs in (
-            (self.seconds, later.seconds),
-            (self.wasted, later.wasted),
-            (self.cost, later.cost),
-            (self.confidence, later.confidence),
-        ):
-            for name, value in theirs.items():
-                mine[name] += value
         self.latest.update(later.latest)
         self.gpus |= later.gpus
         self.busy_seconds += later.busy_seconds
         self.idle_seconds += later.idle_seconds
         self.judged_seconds += later.judged_seconds
-        episodes, seconds = later.episodes, later.episode_seconds
-        first = episodes[0] if episodes else None
-        if first is not None and self.episodes and self.episodes[-1].bottleneck == first.bottleneck:
+        parts = list(zip(later.episodes, later.episode_seconds, later.episode_cost, later.episode_weight, strict=True))
+        last = self.episodes[-1] if self.episodes else None
+        if parts and last is not None and last.bottleneck == parts[0][0].bottleneck:
             if self.last_slot is not None and later.first_slot == self.last_slot + 1:
-                self.episodes[-1].extend(first.end, first.confidence, first.wasted_gpu_seconds)
-                self.episode_seconds[-1] += seconds[0]
-                episodes, seconds = episodes[1:], seconds[1:]
-        self.episodes.extend(episodes)
-        self.episode_seconds.extend(seconds)
+                first, seconds, cost, weight = parts.pop(0)
+                last.extend(first.end, first.confidence, first.wasted_gpu_seconds)
+                self.episode_seconds[-1] += seconds
+                self.episode_cost[-1] += cost
+                self.episode_weight[-1] += weight
+        for episode, seconds, cost, weight in parts:
+            self.episodes.append(episode)
+            self.episode_seconds.append(seconds)
+            self.episode_cost.append(cost)
+            self.episode_weight.append(weight)
         self.last_slot = later.last_slot
+
+    def prune(self, oldest: float, keep: int) -> None:
+        """Drop the episodes that ended before `oldest`, and all but the newest `keep`."""
+        drop = next((i for i, e in enumerate(self.episodes) if e.end >= oldest), len(self.episodes))
+        drop = max(drop, len(self.episodes) - keep)
+        del self.episodes[:drop], self.episode_seconds[:drop], self.episode_cost[:drop], self.episode_weight[:drop]
+
+    def totals(self) -> tuple[dict[str, float], dict[str, float], dict[str, float], dict[str, float]]:
+        """By class: GPU-seconds covered, GPU-seconds wasted, money wasted, and mean confidence."""
+        seconds: dict[str, float] = defaultdict(float)
+        wasted: dict[str, float] = defaultdict(float)
+        cost: dict[str, float] = defaultdict(float)
+        weight: dict[str, float] = defaultdict(float)
+        for e, covered, money, judged in zip(
+            self.episodes, self.episode_seconds, self.episode_cost, self.episode_weight, strict=True
+        ):
+            seconds[e.bottleneck] += covered
+            wasted[e.bottleneck] += e.wasted_gpu_seconds
+            cost[e.bottleneck] += money
+            weight[e.bottleneck] += judged
+        confidence = {name: weight[name] / seconds[name] if seconds[name] else 0.0 for name in seconds}
+        return seconds, wasted, cost, confidence
+
+    def by_class(self) -> dict[str, ClassShare]:
+        seconds, wasted, cost, _ = self.totals()
+        return class_shares(seconds, wasted, cost)
+
+    def headline(self, t: Thresholds) -> str:
+        seconds, wasted, _, _ = self.totals()
+        return headline(seconds, wasted, sum(seconds.values()), self.episodes, self.episode_seconds, t)
 
     def verdict(self, t: Thresholds) -> Verdict:
         """The unit's headline verdict over the span (see headline())."""
-        total = sum(self.seconds.values())
-        name = headline(self.seconds, self.wasted, total, self.episodes, self.episode_seconds, t)
-        base, confidence = self.latest[name], self.confidence[name] / self.seconds[name]
+        seconds, wasted_by_class, cost, confidences = self.totals()
+        total = sum(seconds.values())
+        name = headline(seconds, wasted_by_class, total, self.episodes, self.episode_seconds, t)
+        base, confidence = self.latest[name], confidences[name]
         episodes = [e.rounded() for e in self.episodes]
-        by_class = class_shares(self.seconds, self.wasted, self.cost)
+        by_class = class_shares(seconds, wasted_by_class, cost)
         span = episodes[-1].end - episodes[0].start
         gpus = sorted(self.gpus)
-        wasted = self.wasted[name]
+        wasted = wasted_by_class[name]
         evidence = {
             "history": f"{by_class[name].share:.0%} of {total / len(gpus) / 3600:.1f} h sampled"
             + (f", wasting {wasted / 3600:.1f} GPU-h" if wasted else "")
@@ -282,21 +329,25 @@ class Ledger:
         sampled = self.judged_seconds / len(gpus)
         busy = 1.0 - self.idle_seconds / self.judged_seconds if self.judged_seconds else math.nan
         if name != "idle" and sampled >= t.sparse_span_seconds and busy < t.sparse_busy_share:
-            # Windows that each saw part of a sparse hour cannot tell it from serving; the span can.
-            name, confidence = "idle", 0.9
+            # Windows that each saw part of a sparse hour cannot tell it from serving; the span can. The
+            # evidence is the span's, not that of the window verdicts it overrules.
+            windows = ", ".join(f"{c} {part.share:.0%}" for c, part in by_class.items())
+            kept = {k: v for k, v in base.evidence.items() if k in ("not_judged", "model_memory_bytes")}
+            name, confidence = "idle", t.confidence_sparse
             base = replace(base, bottleneck=name, recommendation=RECOMMENDATIONS[name], secondary=[])
-            evidence[SPARSE] = (
-                f"{busy:.3g} of the {sampled / 3600:.3g} h sampled < {t.sparse_busy_share}: sparse use (rare "
-                "notebook cells, a replica with no requests) is idle"
-            )
-        all_waste = sum(self.wasted.values())
+            evidence = {
+                SPARSE: f"{busy:.3g} of the {sampled / 3600:.3g} h sampled < {t.sparse_busy_share}: sparse use (rare "
+                "notebook cells, a replica with no requests) is idle",
+                "history": f"windows of the span, each too short to tell, were judged {windows}",
+                **kept,
+            }
         return replace(
             base,
             gpus=gpus,
             confidence=round(confidence, 2),
             evidence=evidence,
-            wasted_gpu_seconds=round(all_waste, 1),
-            wasted_cost=round(sum(self.cost.values()), 4),
+            wasted_gpu_seconds=round(sum(wasted_by_class.values()), 1),
+            wasted_cost=round(sum(cost.values()), 4),
             mean_activity=round(self.busy_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
             idle_ratio=round(self.idle_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
             window_seconds=round(span, 3),

@@ -20,16 +20,14 @@ import json
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
 from gpulens.analyzer import owners
-from gpulens.analyzer.classify import ClassShare, Episode, Verdict, classify
-from gpulens.analyzer.history import class_shares
-from gpulens.analyzer.history import headline as headline_of
+from gpulens.analyzer.classify import Verdict, classify
+from gpulens.analyzer.history import Ledger
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import CLASSES
@@ -74,50 +72,6 @@ class State:
     stale: frozenset[Unit] = frozenset()
 
 
-@dataclass
-class PodHistory:
-    """One pod's episodes over the history, oldest first, and the GPU-seconds each covered."""
-
-    episodes: list[Episode] = field(default_factory=list)
-    seconds: list[float] = field(default_factory=list)
-    cost: list[float] = field(default_factory=list)
-
-    def add(self, v: Verdict, start: float, end: float, gpu_seconds: float, wasted: float, cost: float) -> None:
-        last = self.episodes[-1] if self.episodes else None
-        if last is not None and last.bottleneck == v.bottleneck and start - last.end <= 1e-6:
-            last.extend(end, v.confidence, wasted)
-            self.seconds[-1] += gpu_seconds
-            self.cost[-1] += cost
-        else:
-            self.episodes.append(Episode(v.bottleneck, start, end, v.confidence, wasted))
-            self.seconds.append(gpu_seconds)
-            self.cost.append(cost)
-
-    def prune(self, oldest: float, keep: int) -> None:
-        """Drop episodes that ended before `oldest`, and all but the newest `keep`."""
-        drop = next((i for i, e in enumerate(self.episodes) if e.end >= oldest), len(self.episodes))
-        drop = max(drop, len(self.episodes) - keep)
-        del self.episodes[:drop], self.seconds[:drop], self.cost[:drop]
-
-    def _totals(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-        """GPU-seconds covered, GPU-seconds wasted and money wasted, by class."""
-        seconds: dict[str, float] = defaultdict(float)
-        wasted: dict[str, float] = defaultdict(float)
-        cost: dict[str, float] = defaultdict(float)
-        for e, covered, money in zip(self.episodes, self.seconds, self.cost, strict=True):
-            seconds[e.bottleneck] += covered
-            wasted[e.bottleneck] += e.wasted_gpu_seconds
-            cost[e.bottleneck] += money
-        return seconds, wasted, cost
-
-    def by_class(self) -> dict[str, ClassShare]:
-        return class_shares(*self._totals())
-
-    def headline(self, t: Thresholds) -> str:
-        seconds, wasted, _ = self._totals()
-        return headline_of(seconds, wasted, sum(self.seconds), self.episodes, self.seconds, t)
-
-
 class AnalyzerService:
     #: Liveness fails after this many intervals without a cycle ending.
     LIVENESS_INTERVALS = 5
@@ -144,7 +98,7 @@ class AnalyzerService:
         self.state = State()
         #: Seconds of each pod's past kept, and the pods' histories.
         self.history_seconds = history
-        self.history: dict[Unit, PodHistory] = {}
+        self.history: dict[Unit, Ledger] = {}
         self._problems = ProblemLog(log)
         self._stop = threading.Event()
         #: time.monotonic() when the loop last ended a cycle (or started): liveness.
@@ -231,11 +185,13 @@ class AnalyzerService:
 
     def _remember(self, v: Verdict, start: float, end: float, share: float) -> None:
         """The cycle's time, from the end of the pod's last episode if it was recent, goes to its class."""
-        past = self.history.setdefault(unit_of(v), PodHistory())
-        if past.episodes and 0 < start - past.episodes[-1].end <= self.interval:
-            start = past.episodes[-1].end  # a late cycle: no gap in the pod's history for it
+        past = self.history.setdefault(unit_of(v), Ledger())
+        last_end = past.episodes[-1].end if past.episodes else None
+        if last_end is not None and 0 < start - last_end <= self.interval:
+            start = last_end  # a late cycle: no gap in the pod's history for it
         covered = v.window_seconds * v.coverage * len(v.gpus) * share
-        past.add(v, start, end, covered, v.wasted_gpu_seconds * share, v.wasted_cost * share)
+        joins = last_end is not None and start - last_end <= 1e-6
+        past.record(v, start, end, covered, v.wasted_gpu_seconds * share, v.wasted_cost * share, joins)
 
     def _forget(self, now: float) -> None:
         oldest = now - self.history_seconds

@@ -324,17 +324,31 @@ def test_the_live_service_keeps_each_pods_day_with_bounded_memory():
     assert [e.bottleneck for e in past.episodes] == ["idle"]
 
 
-def test_a_pod_history_keeps_at_most_its_newest_episodes():
-    from gpulens.analyzer.classify import Episode
-    from gpulens.analyzer.service import PodHistory
+def test_a_ledger_keeps_at_most_its_newest_episodes_and_its_totals_follow():
+    """The live service's ledger: episodes dropped by age or count leave its totals by class."""
+    from gpulens.analyzer.classify import Verdict
+    from gpulens.analyzer.history import Ledger
 
-    past = PodHistory(
-        [Episode("idle" if i % 2 else "healthy", i, i + 1, 0.9, 1.0) for i in range(10)], [1.0] * 10, [0.0] * 10
+    def judged(name: str, confidence: float) -> Verdict:
+        return Verdict("ns", "p", "n1", ["GPU-0"], "H100", name, confidence, {}, "", 0.0, 0.0)
+
+    ledger = Ledger()
+    for i in range(10):  # healthy at 0.9 and idle at 0.7, one second each, alternating
+        idle = i % 2 == 1
+        ledger.record(judged("idle" if idle else "healthy", 0.7 if idle else 0.9), i, i + 1, 1.0, 1.0 * idle, 0.5, True)
+    ledger.prune(oldest=2.5, keep=5)
+    assert [e.start for e in ledger.episodes] == [5, 6, 7, 8, 9]
+    seconds, wasted, cost, confidence = ledger.totals()
+    assert (seconds, wasted, cost) == (
+        {"idle": 3.0, "healthy": 2.0},
+        {"idle": 3.0, "healthy": 0.0},
+        {"idle": 1.5, "healthy": 1.0},
     )
-    past.prune(oldest=2.5, keep=5)
-    assert [e.start for e in past.episodes] == [5, 6, 7, 8, 9] and len(past.seconds) == len(past.cost) == 5
-    past.prune(oldest=8.5, keep=5)
-    assert [e.start for e in past.episodes] == [8, 9]
+    assert confidence == {"idle": pytest.approx(0.7), "healthy": pytest.approx(0.9)}
+    assert {name: share.share for name, share in ledger.by_class().items()} == {"idle": 0.6, "healthy": 0.4}
+    ledger.prune(oldest=8.5, keep=5)
+    assert [e.start for e in ledger.episodes] == [8, 9]
+    assert len(ledger.episode_seconds) == len(ledger.episode_cost) == len(ledger.episode_weight) == 2
 
 
 @pytest.mark.parametrize(("blips", "idle"), [(5, True), (12, False)])
@@ -352,3 +366,6 @@ def test_sparse_use_over_a_span_is_idle_even_where_no_window_saw_an_hour_of_it(b
     if idle:
         assert v.evidence["busy_fraction"].startswith(f"{blips / 540:.3g} of the 1.5 h sampled < 0.01")
         assert v.recommendation.startswith("Release the GPU")
+        # The span's evidence, not the serving windows' it overrules ("work comes in bursts").
+        assert v.evidence["history"].startswith("windows of the span, each too short to tell, were judged ")
+        assert "quiet_fraction" not in v.evidence and "mean_activity" not in v.evidence

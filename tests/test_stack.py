@@ -42,7 +42,7 @@ EXPECTED_ALERTS = {
     ("GpulensPodGpuIdle", "research/notebook-alice-0"),
     ("GpulensPodDataStarvation", "nlp/bert-finetune-0"),
     ("GpulensPodMemoryFragmentation", "nlp/llm-sft-0"),
-    # Host stalls: ranks waiting at low power. The one waiting on other pods 70% of the time has SMs busy
+    # Host stalls: ranks waiting at low power. The one waiting on other pods 75% of the time has SMs busy
     # under 30% too (paged; its ticket is muted by the page in Alertmanager, not in Prometheus).
     ("GpulensPodHostStall", "nlp/gpt-pretrain-0"),
     ("GpulensPodHostStall", "nlp/llama-pretrain-worker-1"),

@@ -33,8 +33,8 @@ checkpointing        data-parallel training whose first rank writes a checkpoint
 straggler            data-parallel training with one slow rank (the second GPU): it works through every step
                      while the others finish early and wait for it, at full utilization and lower power.
 collective_wait      training whose ranks wait in collectives most of the time on a peer outside the pod (a
-                     rank on another node): full utilization at a fifth of the power, a few seconds of work
-                     every ten.
+                     rank on another node): full utilization at a fifth of the power, 2-3 s of work
+                     every 8-12 s.
 unallocated          no workload at all.
 
 Day-scale profiles (time of day is unix time modulo 24 h, UTC):
@@ -579,7 +579,7 @@ def _straggler(g: SimGpu, t: float, w: float) -> Activity:
 def _collective_wait(g: SimGpu, t: float, w: float) -> Activity:
     job = random.Random(f"{g.seed}:collective")
     period, phase = job.uniform(8, 12), job.uniform(0, 100)
-    return _waiting(g, t, duty(t, w, period, 0.3 * period, phase))
+    return _waiting(g, t, duty(t, w, period, 0.25 * period, phase))
 
 
 def _unallocated(g: SimGpu, t: float, w: float) -> Activity:
