@@ -153,14 +153,22 @@ def _pod_table(verdicts: list[Verdict]) -> str:
     )
 
 
-def unit_samples(trace: pd.DataFrame, units: Iterable[str] | None = None) -> pd.DataFrame:
-    """What the timelines draw, one row per sample of `units` (None: all): its unit (as verdicts name it),
-    unix seconds, activity (0-1) and memory used as a share of capacity."""
+def unit_samples(
+    trace: pd.DataFrame,
+    units: Iterable[str] | None = None,
+    keys: UnitKeys | None = None,
+    where: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """What the timelines draw, one row per sample of `units` (None: all) among the rows `where` holds
+    (None: all): its unit (as verdicts name it), unix seconds, activity (0-1) and memory used as a share of
+    capacity. `keys`: UnitKeys.of(trace), where the caller has it."""
     if trace.empty:
         return pd.DataFrame({"unit": [], "ts": [], "activity": [], "memory": []})
-    keys = UnitKeys.of(trace)
+    keys = keys or UnitKeys.of(trace)
     names = keys.names(trace)
-    rows = np.isin(names, list(units))[keys.unit] if units is not None else slice(None)
+    rows = np.isin(names, list(units))[keys.unit] if units is not None else np.ones(len(trace), dtype=bool)
+    if where is not None:
+        rows &= where
     drawn = trace[rows]
     return pd.DataFrame(
         {
@@ -175,32 +183,44 @@ def unit_samples(trace: pd.DataFrame, units: Iterable[str] | None = None) -> pd.
 class TimelineBins:
     """Each unit's timeline samples averaged into POINTS bins of a span (none shorter than the sampling
     step), added a piece at a time: what a report read from a store draws, in memory that follows the
-    units (11 KiB each), not the span."""
+    units (11 KiB each), not the span. Each piece is summed in one pass over its samples, whatever the
+    number of units in it."""
 
     def __init__(self, start: float, end: float, step: float):
         self.start = start
         self.width = max(step, (end - start) / POINTS)  # seconds a bin covers
         self.bins = min(POINTS, int((end - start) // self.width) + 1)
-        #: unit -> sums of activity and memory, and their counts, per bin.
-        self.sums: dict[str, np.ndarray] = {}
+        #: unit -> its row of `sums`.
+        self.rows: dict[str, int] = {}
+        #: Per unit row and bin: sums of activity and memory, and their counts.
+        self.sums = np.zeros((0, 4, self.bins))
 
     def add(self, samples: pd.DataFrame) -> None:
-        for unit, part in samples.groupby("unit", sort=False):
-            sums = self.sums.setdefault(str(unit), np.zeros((4, self.bins)))
-            bins = np.clip(((part["ts"].to_numpy() - self.start) // self.width).astype(int), 0, self.bins - 1)
-            for row, column in enumerate(("activity", "memory")):
-                values = part[column].to_numpy()
-                seen = ~np.isnan(values)
-                np.add.at(sums[row], bins[seen], values[seen])
-                np.add.at(sums[row + 2], bins[seen], 1)
+        if samples.empty:
+            return
+        codes, names = pd.factorize(samples["unit"])
+        rows = np.array([self.rows.setdefault(str(name), len(self.rows)) for name in names])
+        if len(self.rows) > len(self.sums):
+            grown = np.zeros((max(len(self.rows), 2 * len(self.sums)), 4, self.bins))
+            grown[: len(self.sums)] = self.sums
+            self.sums = grown
+        bins = np.clip(((samples["ts"].to_numpy() - self.start) // self.width).astype(np.int64), 0, self.bins - 1)
+        cells = rows[codes] * self.bins + bins
+        size = len(self.sums) * self.bins
+        for k, column in enumerate(("activity", "memory")):
+            values = samples[column].to_numpy()
+            seen = ~np.isnan(values)
+            self.sums[:, k] += np.bincount(cells[seen], weights=values[seen], minlength=size).reshape(-1, self.bins)
+            self.sums[:, k + 2] += np.bincount(cells[seen], minlength=size).reshape(-1, self.bins)
 
     def samples(self, units: Iterable[str]) -> pd.DataFrame:
         """unit_samples() of `units`: one row per bin that had samples, at the bin's middle."""
         parts = []
         for unit in units:
-            sums = self.sums.get(unit)
-            if sums is None:
+            row = self.rows.get(unit)
+            if row is None:
                 continue
+            sums = self.sums[row]
             with np.errstate(invalid="ignore", divide="ignore"):
                 activity, memory = sums[0] / sums[2], sums[1] / sums[3]
             held = (sums[2] > 0) | (sums[3] > 0)

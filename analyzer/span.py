@@ -21,7 +21,7 @@ import pandas as pd
 
 from gpulens.analyzer import owners as owners_mod
 from gpulens.analyzer.classify import Verdict, judge
-from gpulens.analyzer.features import pod_features
+from gpulens.analyzer.features import UnitKeys, pod_features
 from gpulens.analyzer.history import Ledger, default_window, ledgers
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
 from gpulens.analyzer.report import TimelineBins, unit_samples
@@ -99,10 +99,12 @@ def report(
         counted_to = min(counted_from + piece, span.end + span.step)
         read_from, read_to = max(span.start, counted_from - window), min(span.end, counted_to + window)
         frame = _read(reader, read_from, read_to, span.step, progress)
+        keys = UnitKeys.of(frame) if len(frame) else None
         if timelines is not None:  # the piece's own samples: those around it are its neighbours'
-            counted = frame["timestamp"].between(counted_from, counted_to, inclusive="left")
-            timelines.add(unit_samples(frame[counted.to_numpy()]))
-        for unit, ledger in ledgers(frame, t, prices, window, slide, span.start, (counted_from, counted_to)).items():
+            counted = frame["timestamp"].between(counted_from, counted_to, inclusive="left").to_numpy()
+            timelines.add(unit_samples(frame, keys=keys, where=counted))
+        pieces = ledgers(frame, t, prices, window, slide, span.start, (counted_from, counted_to), keys=keys)
+        for unit, ledger in pieces.items():
             if unit in totals:
                 totals[unit].merge(ledger)
             else:
