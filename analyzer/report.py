@@ -18,7 +18,7 @@ from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import Verdict
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.history import sample_interval
-from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
+from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS, WASTEFUL
 
 #: One colour per class (core/bottlenecks.py).
 COLOURS = {b.name: b.colour for b in BOTTLENECKS}
@@ -56,7 +56,7 @@ def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = "gpulens
         _summary(verdicts),
         _legend(),
         "<h2>Waste by class</h2>",
-        _waste_table(verdicts, lambda v: v.by_class.items(), "class"),
+        _waste_table(verdicts, lambda v: [(c, part) for c, part in v.by_class.items() if c in WASTEFUL], "class"),
         "<h2>Waste by namespace</h2>",
         _waste_table(verdicts, lambda v: [(v.namespace or "(no pod)", v)], "namespace"),
         "<h2>Waste by workload</h2>",

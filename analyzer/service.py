@@ -30,7 +30,7 @@ from gpulens.analyzer.classify import Verdict, classify
 from gpulens.analyzer.history import Ledger
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.core import metrics as m
-from gpulens.core.bottlenecks import CLASSES
+from gpulens.core.bottlenecks import CLASSES, WASTEFUL
 from gpulens.core.exposition import Exposition, Families
 from gpulens.core.status import MAX_BACKOFF_SECONDS, ProblemLog, backoff
 from gpulens.core.thresholds import Thresholds
@@ -150,8 +150,8 @@ class AnalyzerService:
                 continue
             share = elapsed / v.window_seconds
             self._remember(v, now - elapsed, now, share)
-            if v.bottleneck == "insufficient_data":
-                continue
+            if v.bottleneck not in WASTEFUL:
+                continue  # healthy headroom, or time the data cannot judge: no waste by cause
             key = (v.namespace, v.bottleneck)
             seconds[key] = seconds.get(key, 0.0) + v.wasted_gpu_seconds * share
             cost[key] = cost.get(key, 0.0) + v.wasted_cost * share

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpulens.analyzer.classify import Verdict
+from gpulens.core.bottlenecks import WASTEFUL
 
 #: The ways waste is summed, in the order reports show them.
 DIMENSIONS = ("class", "namespace", "owner", "team")
@@ -44,6 +45,7 @@ def _parts(dimension: str) -> Callable[[Verdict], Iterable[tuple[str, float, flo
         return lambda v: [
             (name, part.share * _sampled_hours(v), part.wasted_gpu_seconds / 3600, part.wasted_cost)
             for name, part in v.by_class.items()
+            if name in WASTEFUL  # healthy headroom and unjudged time are no cause's waste
         ]
     key: Callable[[Verdict], str] = {
         "namespace": lambda v: v.namespace or NO_POD,

@@ -173,13 +173,22 @@ def test_gaps_in_the_data_are_gaps_not_waste():
 
 
 def test_coarse_samples_cover_their_interval_and_a_missed_scrape_is_a_gap():
-    # One sample every 57 s for an hour, one scrape in ten missing: each sample stands for 57 s.
+    # One sample every 57 s for an hour, one scrape in ten missing: each sample stands for 57 s. At 30%
+    # activity with a model held, a problem class (its waste is the unused 70% of the covered time).
     ts = [1_800_000_000.0 + 57 * k for k in range(64) if k % 10 != 5]
-    frame = blocks([0.0], 1)
+    frame = blocks([0.0], 1, activity=0.3)
     frame = fr.normalize(pd.concat([frame.assign(timestamp=x) for x in ts], ignore_index=True))
     [v] = classify(frame, Thresholds(min_samples=30))
+    assert v.bottleneck == "overprovisioned_serving"
     assert v.window_seconds == 57 * 63 + 57 and v.coverage == round(len(ts) * 57 / (57 * 64), 4)
-    assert v.wasted_gpu_seconds == 0.5 * 57 * len(ts)
+    assert v.wasted_gpu_seconds == pytest.approx(0.7 * 57 * len(ts), abs=0.05)
+
+
+def test_a_healthy_pod_wastes_nothing_by_cause():
+    """Headroom a healthy pod leaves is not waste: no cause to fix, no money charged to one."""
+    [v] = classify(blocks([1_800_000_000.0], 600, activity=0.6))
+    assert (v.bottleneck, v.wasted_gpu_seconds, v.wasted_cost) == ("healthy", 0.0, 0.0)
+    assert v.by_class["healthy"].wasted_gpu_seconds == 0.0
 
 
 def test_a_verdict_carries_evidence_recommendation_and_waste():

@@ -303,6 +303,9 @@ def test_the_live_service_keeps_each_pods_day_with_bounded_memory():
     ]
     assert {name: part.share for name, part in past.by_class().items()} == {"idle": 0.6857, "healthy": 0.3143}
     assert past.headline(Thresholds()) == "idle"
+    # Waste is counted for the idle hours only: the hour of healthy training left headroom, not waste.
+    assert set(service.state.wasted_seconds) == {("sd", "idle")}
+    assert past.by_class()["healthy"].wasted_gpu_seconds == 0.0
     body = json.loads(service.verdicts_json()[2])
     [pod] = body["history"]
     assert (pod["headline"], [e["bottleneck"] for e in pod["episodes"]]) == ("idle", ["healthy", "idle"])

@@ -33,7 +33,8 @@ class Bottleneck:
     #: A phase a running job can pass into (and out of), rather than what the pod or its placement is:
     #: the evaluation starts such scenarios mid-window after healthy training.
     phase: bool
-    #: Whether the GPU time it leaves unused counts as waste: not where the data cannot say.
+    #: Whether the GPU time it leaves unused counts as waste: the time a problem costs. Not a healthy pod's
+    #: headroom (the capacity it leaves unused is no cause to fix), nor time the data cannot judge.
     waste: bool = True
 
 
@@ -61,6 +62,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=False,
         profiling="helps",
         phase=False,
+        waste=False,
     ),
     Bottleneck(
         "idle",
@@ -177,3 +179,5 @@ CLASSES = tuple(b.name for b in BOTTLENECKS)
 RECOMMENDATIONS = {b.name: b.fix for b in BOTTLENECKS}
 #: The classes that are a problem to fix (not healthy, not "cannot tell").
 PROBLEMS = frozenset(b.name for b in BOTTLENECKS if b.problem)
+#: The classes whose unused GPU time counts as waste.
+WASTEFUL = frozenset(b.name for b in BOTTLENECKS if b.waste)
