@@ -29,6 +29,23 @@ COMMANDS = {
 }
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every flag's help ends with its default, unless it says it already (flags.add does, and some flags
+    describe a default no value shows)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or "(default" in text
+            or default in (None, "", False, argparse.SUPPRESS)
+            or isinstance(action, (argparse._StoreTrueAction, argparse._HelpAction, argparse._VersionAction))
+        ):
+            return action.help
+        return f"{text} (default %(default)s)"
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The command line: every subcommand and its flags, or only those of `command` (a COMMANDS key)."""
     parser = argparse.ArgumentParser(prog="gpulens", description="Find out why your GPUs are idle.")
@@ -38,6 +55,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     modules = [COMMANDS[command]] if command else list(dict.fromkeys(COMMANDS.values()))
     for module in modules:
         importlib.import_module(module).register(commands)
+    # Each command's --help opens with what it does (its line in `gpulens --help`) and shows defaults.
+    summaries = {action.dest: action.help for action in commands._choices_actions}
+    for name, subcommand in commands.choices.items():
+        subcommand.formatter_class = _HelpFormatter
+        subcommand.description = subcommand.description or summaries.get(name)
     # Global flags are accepted after the command too. SUPPRESS: a subcommand sets the value only when
     # the flag is given there, so `gpulens --log.level debug exporter` keeps debug.
     for subcommand in {id(p): p for p in commands.choices.values()}.values():

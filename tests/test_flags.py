@@ -2,6 +2,7 @@
 that takes it only; durations as every Prometheus tool writes them."""
 
 import argparse
+import re
 
 import pytest
 
@@ -94,3 +95,22 @@ def test_every_command_is_registered_by_the_module_cli_commands_names():
     assert registered(cli.build_parser()) == set(cli.COMMANDS)
     for command in cli.COMMANDS:
         assert command in registered(cli.build_parser(command)), command
+
+
+def _command_help(command: str) -> argparse.ArgumentParser:
+    [choices] = [a for a in cli.build_parser(command)._actions if isinstance(a, argparse._SubParsersAction)]
+    return choices.choices[command]
+
+
+@pytest.mark.parametrize("command", list(cli.COMMANDS))
+def test_every_command_says_what_it_does_and_shows_each_default_once(command):
+    parser = _command_help(command)
+    assert parser.description, f"gpulens {command} --help has no description"
+    flags_help = re.split(r"\n  (?=-)", parser.format_help())[1:]
+    assert [block for block in flags_help if " ".join(block.split()).count("(default") > 1] == []
+
+
+def test_defaults_of_plain_flags_are_shown():
+    words = " ".join(_command_help("eval").format_help().split())
+    assert "(thresholds were tuned on seeds 0-7) (default 1000)" in words
+    assert "comma-separated (default 1,15,30,60)" in words

@@ -51,7 +51,8 @@ def add(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
     help_text = kwargs.get("help", "")
     if help_text != argparse.SUPPRESS:
         default = kwargs.get("default")
-        shown = "" if default in (None, "", False) or kwargs.get("action") == "store_true" else f" (default {default})"
+        silent = default in (None, "", False) or kwargs.get("action") == "store_true" or "(default" in help_text
+        shown = "" if silent else f" (default {default})"
         kwargs["help"] = f"{help_text}{shown} [env {name}]"
     parser.add_argument(flag, **kwargs)
 
