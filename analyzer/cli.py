@@ -17,6 +17,8 @@ from gpulens.core.flags import Subcommands
 from gpulens.core.thresholds import Thresholds
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from gpulens.analyzer.classify import Verdict
     from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.store import StoreAuth
@@ -311,6 +313,7 @@ def run_report(args: argparse.Namespace) -> int:
                     "labels and are read whole); drop them, or read the store"
                 )
             trace, timelines = _read_with_progress(args, readers), None
+            _warn_unknown_models(trace, prices)
             verdicts = analyze(trace, thresholds, prices, window, step)
     except (TraceError, ValueError, StoreError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
@@ -339,6 +342,23 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _warn_unknown_models(trace: pd.DataFrame, prices: dict[str, float]) -> None:
+    """Say on stderr which GPUs the files name no known model for, and the price and links assumed."""
+    models = trace["gpu_model"].astype(str)
+    unknown = sorted({m for m in models.unique() if catalog.model_info(m).match == catalog.UNKNOWN.match})
+    if not unknown:
+        return
+    gpus = trace.loc[models.isin(unknown), "gpu"].nunique()
+    named = ", ".join(repr(m) if m else "the files name none" for m in unknown)
+    price = catalog.model_info(unknown[0], prices).price_per_hour
+    print(
+        f"gpulens report: warning: {gpus} GPU{'s' if gpus != 1 else ''} with no model gpulens knows ({named}): "
+        f"waste priced at ${price:.2f}/GPU-h and links assumed PCIe Gen3; name the model with --gpu-model "
+        "(e.g. --gpu-model 'NVIDIA A100 80GB PCIe') or set its price with --prices",
+        file=sys.stderr,
+    )
 
 
 def _report_from_store(

@@ -347,8 +347,8 @@ def detect(path: Path) -> str:
         return "dcgm-exporter"
     raise TraceError(
         path,
-        "not a format gpulens reads (a gpulens trace CSV, an nvidia-smi --query-gpu CSV log, a dcgmi dmon "
-        "CSV, or a dcgm-exporter scrape)",
+        "not a format gpulens reads (a gpulens trace CSV, or Parquet named *.parquet, an nvidia-smi --query-gpu "
+        "CSV log, a dcgmi dmon CSV, or a dcgm-exporter scrape)",
         line=1,
     )
 

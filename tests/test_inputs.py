@@ -221,3 +221,27 @@ def test_a_full_disk_while_recording_loses_no_row_and_leaves_no_half_row(tmp_pat
     assert result.stderr.count("cannot append to --record file") == 1
     assert "File too large; keeping the rows in memory" in result.stderr
     assert result.stderr.count("works again, the rows kept meanwhile written") == 1
+
+
+@pytest.mark.parametrize(("model", "warned"), [("", True), ("NVIDIA A100 80GB PCIe", False)])
+def test_a_file_without_a_gpu_model_is_priced_aloud_not_silently(capsys, model, warned):
+    """dcgmi dmon names no model: the report says which price and links it assumed, and how to name it."""
+    from gpulens import cli
+
+    path = REPO / "tests" / "fixtures" / "captures" / "dcgmi-dmon" / "train_cv_dcgm.csv"
+    argv = ["report", str(path), "--format", "json"] + (["--gpu-model", model] if model else [])
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert ("--gpu-model" in err) is warned
+    if warned:
+        assert err.startswith(
+            "gpulens report: warning: 1 GPU with no model gpulens knows (the files name none): waste priced at "
+            "$1.00/GPU-h and links assumed PCIe Gen3; name the model with --gpu-model"
+        )
+
+
+def test_a_file_of_no_known_format_lists_every_format_read(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    with pytest.raises(readers.TraceError, match=r"a gpulens trace CSV, or Parquet named \*\.parquet, an nvidia-smi"):
+        readers.read_files([path])
