@@ -286,6 +286,10 @@ class AnalyzerService:
         state = self.state
         out = Families()
         for v in state.verdicts:
+            if not v.pod:
+                # A GPU no pod holds is not a pod: its verdict is in the JSON API, keyed by node and GPU; as
+                # pod series, every such GPU of a node would be the same series with other values.
+                continue
             ids = (v.namespace, v.pod, v.node)
             out.add(m.POD_LAST_SAMPLE, ids, last_sample(v))
             if unit_of(v) in state.stale:
@@ -304,6 +308,8 @@ class AnalyzerService:
                 out.add(m.POD_IDLE, ids, v.idle_ratio)
             out.add(m.POD_GPUS, ids, len(v.gpus))
         for (namespace, pod, node), past in sorted(self.history.items()):
+            if not namespace:
+                continue  # a GPU no pod holds (its unit's pod slot names the GPU): not a pod series
             for name, part in past.by_class().items():
                 out.add(m.POD_BOTTLENECK_TIME, (namespace, pod, node, name), part.share)
         for (namespace, bottleneck), seconds in sorted(state.wasted_seconds.items()):

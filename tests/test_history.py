@@ -327,6 +327,32 @@ def test_the_live_service_keeps_each_pods_day_with_bounded_memory():
     assert [e.bottleneck for e in past.episodes] == ["idle"]
 
 
+def _series(exposition: bytes, openmetrics: bool) -> list[tuple[str, tuple]]:
+    """Every sample of an exposition as (name, sorted labels), by prometheus_client's own parsers."""
+    if openmetrics:
+        from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse
+    else:
+        from prometheus_client.parser import text_string_to_metric_families as parse
+    return [(s.name, tuple(sorted(s.labels.items()))) for f in parse(exposition.decode()) for s in f.samples]
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_the_analyzers_metrics_never_carry_a_series_twice(openmetrics):
+    """Two GPUs no pod holds on one node, beside a pod: each was exposed as the pod series of namespace ""
+    and pod "" with its own values, which Prometheus drops as duplicates. A GPU no pod holds is not a pod:
+    its verdict is in the JSON API, and no pod series names it."""
+    trace = fleet_trace(["idle", "idle", "healthy_training"], 15.0, 1).astype({"namespace": str, "pod": str})
+    unheld = trace["pod"] != "healthy_training-2"
+    trace.loc[unheld, ["namespace", "pod"]] = ""
+    service = run_service(fr.normalize(trace), 1, history=86400)
+    series = _series(service.render_text(openmetrics=openmetrics), openmetrics)
+    assert sorted({s for s in series if series.count(s) > 1}) == []
+    pods = {dict(labels).get("pod") for _, labels in series if "pod" in dict(labels)}
+    assert pods == {"healthy_training-2"}
+    body = json.loads(service.verdicts_json()[2])
+    assert sorted(len(v["gpus"]) for v in body["verdicts"] if not v["pod"]) == [1, 1]
+
+
 def test_a_ledger_keeps_at_most_its_newest_episodes_and_its_totals_follow():
     """The live service's ledger: episodes dropped by age or count leave its totals by class."""
     from gpulens.analyzer.classify import Verdict

@@ -67,10 +67,20 @@ def test_promtool_finds_nothing_wrong_in_a_real_scrape():
     exporter, url = start_exporter(["--source", "simulated", "--sampler.interval", "0.2"])
     try:
         body = requests.get(url + "/metrics", timeout=5).text
+        openmetrics = requests.get(
+            url + "/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}, timeout=5
+        ).text
     finally:
         exporter.stop()
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, text=True)
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
+    # No series twice, in either format (prometheus_client's parsers read them as Prometheus does).
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+    from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+    for parse, text in ((parse_text, body), (parse_openmetrics, openmetrics)):
+        series = [(s.name, tuple(sorted(s.labels.items()))) for f in parse(text) for s in f.samples]
+        assert len(series) > 100 and len(set(series)) == len(series)
     # The scrape really covers the table: every family the simulator can produce is there.
     for name in (
         "gpulens_gpu_sm_active_ratio",
