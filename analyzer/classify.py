@@ -170,7 +170,11 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel) -> Verdict:
     if not_judged and name != "insufficient_data":
         evidence["not_judged"] = not_judged
     if not f.has_profiling and BY_NAME[name].profiling == "helps":
-        evidence["profiling_fields"] = "absent: utilization shows that a kernel ran, not how much of the GPU worked"
+        evidence["profiling_fields"] = (
+            "graphics-engine activity only: it shows that a kernel ran, not how much of the SMs worked"
+            if not math.isnan(f.engine_active)
+            else "absent: utilization shows that a kernel ran, not how much of the GPU worked"
+        )
         confidence = min(confidence, t.confidence_without_profiling)
     confidence = round(min(max(confidence, 0.0), 1.0), 2)
     secondary = []
@@ -212,9 +216,9 @@ def _not_judged(f: PodFeatures, t: Thresholds) -> str:
             f"stalls and bursts shorter than the {f.resolution_seconds:.0f} s between samples (each sample is one "
             "instant; gpulens' exporter counts every driver sample between scrapes)"
         )
-    if not f.has_profiling:
+    if math.isnan(f.dram_active):
         needed = ", ".join(b.name for b in BOTTLENECKS if b.profiling == "needed")
-        gaps.append(f"{needed} (the input has no profiling fields: SM, DRAM and pipe activity)")
+        gaps.append(f"{needed} (the input has no DRAM or pipe activity)")
     if f.gpus >= 2 and not (f.numa_nodes or f.pcie_roots or f.nvlink_groups):
         gaps.append(
             "placement across sockets, PCIe roots and NVLink islands (the input has no topology; gpulens' "

@@ -249,6 +249,7 @@ class _Signals:
     def __init__(self, rows: _Rows, t: Thresholds):
         column = rows.column
         self.sm = column("sm_active")
+        self.gr = column("gr_engine_active")
         self.act = rows.gather(fr.activity(rows.trace).to_numpy())
         self.has_activity = ~np.isnan(self.act)
         self.act0 = np.fmax(self.act, 0.0)  # NaN as 0 (activity is never negative)
@@ -428,6 +429,8 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             "sm_active": U.mean(s.sm),
             "has_activity": U.count(s.has_activity) > 0,
             "has_profiling": U.count(~np.isnan(s.sm) | ~np.isnan(s.dram)) > 0,
+            # Graphics-engine activity (DCGM's GR_ENGINE_ACTIVE, dcgmi dmon's GRACT, MIG instances).
+            "engine_active": U.mean(s.gr),
             "idle_share": U.share(~s.busy, s.has_activity),
             "high_share": U.share(s.act0 > t.starvation_high, s.has_activity),
             "low_share": U.share(s.act0 < t.starvation_low, s.has_activity),
@@ -587,7 +590,10 @@ class PodFeatures(NamedTuple):
     gpu_seconds: float
     coverage: float
     has_activity: bool
+    #: SM or DRAM activity (profiling fields that say how much of the GPU worked).
     has_profiling: bool
+    #: Graphics-engine activity: a profiling field that says a kernel ran, as utilization does.
+    engine_active: float
     has_shape: bool
     activity: float
     sm_active: float

@@ -61,8 +61,10 @@ def test_dcgmi_dmon_training_windows_and_the_idle_gaps_between_them():
     w = windows.iloc[-1]
     [training] = classify(trace[(trace.timestamp >= w.start_timestamp) & (trace.timestamp <= w.end_timestamp)])
     assert training.bottleneck != "idle" and training.mean_activity > 0.3
-    # GR engine activity alone cannot say how much of the GPU works: the verdict says so.
-    assert "profiling_fields" in training.evidence and training.confidence <= 0.5
+    # GR engine activity alone cannot say how much of the GPU works: the verdict says so, and that it has it.
+    assert training.evidence["profiling_fields"].startswith("graphics-engine activity only: it shows that a kernel")
+    assert training.confidence <= 0.5
+    assert training.evidence["not_judged"] == "memory_bandwidth (the input has no DRAM or pipe activity)"
 
 
 def test_a_recording_with_a_hole_is_insufficient_data_not_a_guess():
@@ -163,13 +165,15 @@ def blocks(starts: list[float], seconds: int, step: float = 1.0, activity: float
 
 def test_gaps_in_the_data_are_gaps_not_waste():
     # Two one-minute blocks an hour apart: the samples cover 120 s of a 3,660 s span. Only those 120 s
-    # count (at 50% activity, 60 s wasted); the old arithmetic stretched every sample to 30.8 s: 1,845 s.
-    [v] = classify(blocks([1_800_000_000.0, 1_800_003_600.0], 60))
+    # count (at 30% activity, a problem class: 84 s wasted); the old arithmetic stretched every sample to
+    # 30.8 s: 2,583 s.
+    [v] = classify(blocks([1_800_000_000.0, 1_800_003_600.0], 60, activity=0.3))
+    assert v.bottleneck != "healthy"
     assert (v.window_seconds, v.coverage) == (3660.0, round(120 / 3660, 4))
-    assert (v.wasted_gpu_seconds, v.wasted_cost) == (60.0, round(60 / 3600 * 1.50, 4))
-    # The same minute of samples with no gap covers its whole span.
-    [whole] = classify(blocks([1_800_000_000.0], 120))
-    assert (whole.window_seconds, whole.coverage, whole.wasted_gpu_seconds) == (120.0, 1.0, 60.0)
+    assert (v.wasted_gpu_seconds, v.wasted_cost) == (84.0, round(84 / 3600 * 1.50, 4))
+    # The same two minutes of samples with no gap cover their whole span.
+    [whole] = classify(blocks([1_800_000_000.0], 120, activity=0.3))
+    assert (whole.window_seconds, whole.coverage, whole.wasted_gpu_seconds) == (120.0, 1.0, 84.0)
 
 
 def test_coarse_samples_cover_their_interval_and_a_missed_scrape_is_a_gap():
