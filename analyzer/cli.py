@@ -659,14 +659,24 @@ def run_service(args: argparse.Namespace) -> int:
         print(f"gpulens analyzer: {e}", file=sys.stderr)
         return 2
     service.start()
+    log = logging.getLogger("gpulens.analyzer")
+    host, port = address[0], server.server_address[1]
+    reading = f"Prometheus at {args.prometheus}" if args.prometheus else f"{len(args.exporters)} exporter(s)"
+    log.info(
+        "serving on %s:%d (/metrics, /api/v1/verdicts); judging the last %g s of %s every %g s",
+        host or "*",
+        port,
+        args.window,
+        reading,
+        args.interval,
+    )
     if shard is not None:
-        logging.getLogger("gpulens.analyzer").info(
-            "judging %s: the nodes whose name hashes to %d modulo %d", shard, shard.index, shard.count
-        )
+        log.info("judging %s: the nodes whose name hashes to %d modulo %d", shard, shard.index, shard.count)
     stopped = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopped.set())
     stopped.wait()
-    server.shutdown()
+    log.info("shutting down")
     service.stop()
+    server.shutdown()
     return 0

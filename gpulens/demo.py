@@ -321,12 +321,13 @@ class Stack:
         return out
 
     def stop(self) -> None:
-        """SIGTERM every child, then SIGKILL what is still there after 10 s; wait for all."""
-        for child in self.children:
+        """SIGTERM each child in the reverse of the order they started, waiting for it before its inputs
+        go (the analyzer before Prometheus, Prometheus before the exporters, so that none logs a failed read
+        at shutdown); SIGKILL what is still there after 10 s in all."""
+        deadline = time.monotonic() + 10
+        for child in reversed(self.children):
             if child.process.poll() is None:
                 child.process.terminate()
-        deadline = time.monotonic() + 10
-        for child in self.children:
             try:
                 child.process.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:

@@ -223,6 +223,11 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert requests.get(through_url + "/healthz").status_code == 200
         assert through.log.count("cannot reach Prometheus") == 1
         assert through.process.poll() is None
+        # It said at start where it serves and what it reads.
+        port = direct_url.rsplit(":", 1)[1]
+        serving = f"serving on 127.0.0.1:{port} (/metrics, /api/v1/verdicts); "
+        assert serving + "judging the last 60 s of 4 exporter(s) every 2 s" in direct.log
+        assert f"judging the last 60 s of Prometheus at {prometheus.url} every 2 s" in through.log
     finally:
         prometheus.stop()
         direct.stop()
