@@ -566,6 +566,11 @@ def _stall_shape(f: PodFeatures, t: Thresholds) -> tuple[str, str]:
         spread = f"spread {_fmt(f.stall_spread)}" + (" <=" if steady else " >") + f" {t.starvation_regularity}"
     if length < t.stall_long_seconds:
         return "input", f"{timed} < {t.stall_long_seconds:g} s: short gaps every step"
+    if f.stall_held_share < t.serving_held_share:
+        return "", (
+            f"{timed} >= {t.stall_long_seconds:g} s, the GPU's memory released in them (held on "
+            f"{_fmt(f.stall_held_share)} of stalled samples): the process ended and another began, not a save"
+        )
     if steady:
         return "checkpoint", f"{timed} >= {t.stall_long_seconds:g} s at a steady period ({spread}): synchronous saves"
     return "", f"{timed} >= {t.stall_long_seconds:g} s at no steady period ({spread})"

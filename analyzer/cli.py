@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -520,44 +521,55 @@ def _csv(verdicts: list[Verdict]) -> str:
 
 
 def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
+    """The pods as a table that fits the terminal (COLUMNS when piped, else 160 columns): one line per
+    evidence item and the fix's first sentence, cut with an ellipsis (the full texts are in the JSON),
+    numbers right-aligned, sizes in GiB."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="GPU bottleneck by pod over the span (most waste first)", show_lines=True)
-    columns = (
-        "pod",
-        "node / GPUs",
-        "bottleneck",
-        "conf.",
-        "time by class",
-        "wasted GPU-h",
-        "cost $",
-        "why",
-        "what to do",
+    from gpulens.core.bottlenecks import CLASSES
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=None if to_terminal else _columns(), force_terminal=to_terminal)
+    console.width = max(console.width, MIN_TABLE_COLUMNS)
+    table = Table(title="GPU bottleneck by pod over the span (most waste first; GPU-h wasted)", show_lines=True)
+    # Fixed widths for the short columns, and what is left to the evidence and the fix (3:2), each line of
+    # which is cut with an ellipsis rather than wrapped: a table of seven pods stays a screen, not pages.
+    fixed = {"pod / node": 26, "bottleneck": max(map(len, CLASSES)) + 1, "GPU-h": 6, "cost $": 9}
+    left = max(console.width - sum(fixed.values()) - 3 * (len(fixed) + 2) - 1, 30)
+    for column, width in fixed.items():
+        wraps, right = column == "pod / node", column in ("GPU-h", "cost $")
+        table.add_column(
+            column,
+            width=width,
+            no_wrap=not wraps,
+            overflow="fold" if wraps else "ellipsis",
+            justify="right" if right else "left",
+        )
+    table.add_column("why", width=left * 3 // 5, no_wrap=True, overflow="ellipsis")
+    table.add_column(
+        "what to do (in full: --format json)", width=left - left * 3 // 5, no_wrap=True, overflow="ellipsis"
     )
-    for column in columns:
-        table.add_column(column, overflow="fold")
     for v in verdicts:
-        pod = f"{v.namespace}/{v.pod}" if v.pod else "(no pod)"
+        pod = f"{v.namespace}/{v.pod}" if v.pod else f"(no pod) {' '.join(v.gpus)}"
         if v.owner_kind and v.owner_kind != "Pod":
             pod += f"\n{v.owner_kind} {v.owner}"
+        pod += f"\non {v.node or '?'}"
         if v.coverage < 0.99:  # gaps in the data: say how much of the span the verdict rests on
             pod += f"\n{v.coverage:.0%} of {v.window_seconds / 3600:.1f} h sampled"
-        name = v.bottleneck + "".join(f"\n+ {s}" for s in v.secondary)
-        why = "\n".join(f"{k}: {val}" for k, val in v.evidence.items())
+        name = "\n".join(
+            [v.bottleneck, *(f"+ {s}" for s in v.secondary), f"confidence {v.confidence:.2f}"]
+            + ([f"{part.share:.0%} {c}" for c, part in v.by_class.items()] if len(v.by_class) > 1 else [])
+        )
+        why = "\n".join(f"{k}: {_in_units(k, val)}" for k, val in v.evidence.items())
         table.add_row(
             pod,
-            f"{v.node}\n{v.gpu_model}\n{' '.join(v.gpus)}",
             name,
-            f"{v.confidence:.2f}",
-            "\n".join(f"{part.share:.0%} {name}" for name, part in v.by_class.items()),
-            f"{v.wasted_gpu_seconds / 3600:.2f}",
-            f"{v.wasted_cost:.2f}",
+            f"{v.wasted_gpu_seconds / 3600:,.2f}",
+            f"{v.wasted_cost:,.2f}",
             why,
-            v.recommendation,
+            v.recommendation.split(". ")[0].split(": ")[0],
         )
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=None if to_terminal else 160, force_terminal=to_terminal)
     console.print(table)
     from gpulens.analyzer.summary import waste_by
 
@@ -572,6 +584,28 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
             by.add_row(s.key, str(s.pods), f"{s.gpu_hours:,.1f}", f"{s.wasted_gpu_hours:,.2f}", f"{s.wasted_cost:,.2f}")
         console.print(by)
     return buffer.getvalue()
+
+
+#: The narrowest table: its fixed columns and a line of evidence and of the fix.
+MIN_TABLE_COLUMNS = 120
+
+
+def _columns() -> int:
+    """The width of a table written to a pipe or file: COLUMNS where set (at least MIN_TABLE_COLUMNS), else
+    160."""
+    text = os.environ.get("COLUMNS", "")
+    return max(int(text), MIN_TABLE_COLUMNS) if text.isdigit() and int(text) <= 1000 else 160
+
+
+#: A byte count in evidence: seven digits or more.
+_BYTES = re.compile(r"\b\d{7,}\b")
+
+
+def _in_units(key: str, value: str) -> str:
+    """Evidence as a person reads it: byte counts of memory keys in GiB."""
+    if "bytes" not in key:
+        return value
+    return _BYTES.sub(lambda m: f"{int(m.group()) / 2**30:.1f} GiB", value)
 
 
 def run_eval(args: argparse.Namespace) -> int:

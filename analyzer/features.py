@@ -478,6 +478,8 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             # Stalls (runs of waiting or kernel-less samples on one GPU): how many, their median length in
             # samples, and the median time from one to the next and its spread, (p75 - p25) / median.
             "stalls": np.bincount(s.stall_unit, minlength=len(rows.unit_starts)).astype(float),
+            # Stalled samples that still hold a model's memory: a save keeps it; a process that ended does not.
+            "stall_held_share": U.share(s.mem_used >= t.serving_memory_bytes, s.stalled & ~np.isnan(s.mem_used)),
             "stall_samples": stall_rows.median(),
             "stall_period_seconds": stall_period,
             "stall_spread": (stall_q75 - stall_q25) / stall_period,
@@ -651,6 +653,8 @@ class PodFeatures(NamedTuple):
     #: Stalls (runs of waiting or kernel-less samples on one GPU): how many, their median length in samples,
     #: the median seconds from one to the next and its spread.
     stalls: float
+    #: Stalled samples holding serving_memory_bytes or more.
+    stall_held_share: float
     stall_samples: float
     stall_period_seconds: float
     stall_spread: float

@@ -1,6 +1,7 @@
 """The analyzer: readers on real recordings, the classifier, `gpulens report` and `gpulens eval`."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -65,6 +66,17 @@ def test_dcgmi_dmon_training_windows_and_the_idle_gaps_between_them():
     assert training.evidence["profiling_fields"].startswith("graphics-engine activity only: it shows that a kernel")
     assert training.confidence <= 0.5
     assert training.evidence["not_judged"] == "memory_bandwidth (the input has no DRAM or pipe activity)"
+
+
+def test_experiments_run_one_after_another_are_not_checkpoint_stalls():
+    """The BERT recording runs its experiments one after another, each a new process: gaps of 17-120 s at a
+    near-steady period, as a job that checkpoints would show, but with the GPU's memory released in them.
+    Every window of it is healthy training, as it was before host stalls were judged."""
+    from gpulens.analyzer.history import analyze
+
+    trace = readers.read_files([DMON / "train_nlp_dcgm.csv"], gpu_model="NVIDIA A100 80GB PCIe")
+    [v] = analyze(trace)
+    assert (v.bottleneck, list(v.by_class)) == ("healthy", ["healthy"])
 
 
 def test_a_recording_with_a_hole_is_insufficient_data_not_a_guess():
@@ -261,6 +273,24 @@ def test_eval_at_one_second_over_a_day():
 
 
 @pytest.mark.slow
+def test_the_table_fits_the_columns_it_is_given(tmp_path):
+    """Piped, the table takes COLUMNS: every line fits, class names stay whole, evidence reads in units, and
+    each pod takes a few lines (the full fix is in the JSON), not a page."""
+    labels = ["idle", "healthy", "memory_bandwidth"]
+    frame = pd.concat(
+        [scenario_trace(Scenario(label, "H100-SXM5-80GB", 1, 0, True, False, 40 + i)) for i, label in enumerate(labels)]
+    )
+    fr.write_trace(frame, tmp_path / "trace.csv")
+    for columns in (120, 160):
+        result = gpulens("report", str(tmp_path / "trace.csv"), env={**os.environ, "COLUMNS": str(columns)})
+        assert result.returncode == 0, result.stderr
+        table = result.stdout.split("Waste by owner")[0].splitlines()
+        assert max(map(len, table)) == columns
+        assert all(any(f"│ {label} " in line for line in table) for label in labels)
+        assert len(table) <= 4 + 3 * 5
+    assert any("memory_held_bytes: 0.8 GiB" in line for line in table)
+
+
 def test_report_json_csv_and_table(tmp_path):
     frame = pd.concat(
         [

@@ -295,6 +295,14 @@ def test_a_rank_alone_stalls_on_saves_of_stall_long_seconds_and_on_its_input_bel
         assert v.recommendation == STALL_CAUSES["checkpoint"]
 
 
+def test_long_steady_gaps_with_the_memory_released_are_not_saves():
+    """The same rank, its process ending in each gap (memory back to nothing): runs one after another."""
+    frame = checkpointing_job(save_seconds=10, period=30, ranks=1)
+    gaps = frame["gpu_util"].to_numpy() < 0.1
+    frame["memory_used_bytes"] = np.where(gaps, 0.0, 60e9)
+    assert verdict(frame).bottleneck != "host_stall"
+
+
 @pytest.mark.parametrize(("ratio", "straggler"), [(T.straggler_power_ratio, True), (0.76, False)])
 def test_a_straggler_draws_more_power_than_the_peers_that_wait_for_it(ratio, straggler):
     """Two ranks always busy; GPU-1 draws its 700 W limit, GPU-0 `ratio` of that: it finishes each step
