@@ -218,7 +218,9 @@ def _not_judged(f: PodFeatures, t: Thresholds) -> str:
         )
     if math.isnan(f.dram_active):
         needed = ", ".join(b.name for b in BOTTLENECKS if b.profiling == "needed")
-        gaps.append(f"{needed} (the input has no DRAM or pipe activity)")
+        profiled = f.has_profiling or not math.isnan(f.engine_active)
+        what = "no DRAM or pipe activity" if profiled else "no profiling fields: SM, DRAM and pipe activity"
+        gaps.append(f"{needed} (the input has {what})")
     if f.gpus >= 2 and not (f.numa_nodes or f.pcie_roots or f.nvlink_groups):
         gaps.append(
             "placement across sockets, PCIe roots and NVLink islands (the input has no topology; gpulens' "

@@ -38,7 +38,7 @@ _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px}
 table{border-collapse:collapse;width:100%;margin:8px 0}td,th{border-bottom:1px solid #ddd;padding:4px 6px;
-text-align:left;vertical-align:top}th{background:#f4f4f4}td.n{text-align:right;white-space:nowrap}
+text-align:left;vertical-align:top}th{background:#f4f4f4}td.n,th.n{text-align:right;white-space:nowrap}
 .bar{display:inline-block;height:10px;vertical-align:middle}.chip{display:inline-block;width:10px;height:10px;
 margin-right:4px;vertical-align:middle}.small{color:#666;font-size:12px}.pod{margin:18px 0}
 .summary span{display:inline-block;margin-right:28px}.summary b{font-size:20px;display:block}
@@ -50,7 +50,8 @@ def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = "gpulens
     of a trace, or TimelineBins.samples() of a report read in pieces)."""
     verdicts = sorted(verdicts, key=lambda v: -v.wasted_gpu_seconds)
     parts = [
-        "<!doctype html><html lang=en><head><meta charset=utf-8>",
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        "<meta name=viewport content='width=device-width, initial-scale=1'>",
         f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{_e(title)}</h1>",
         _summary(verdicts),
@@ -68,7 +69,7 @@ def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = "gpulens
         ),
         "<h2>Pods</h2>",
         _pod_table(verdicts),
-        f"<h2>Timelines: the {min(MAX_TIMELINES, len(verdicts))} pods that wasted the most</h2>",
+        f"<h2>Timelines: {_drawn_heading(min(MAX_TIMELINES, len(verdicts)))}</h2>",
         "<p class=small>Bands: the class of each episode. Black line: activity (SM activity, or utilization "
         "where profiling is absent), 0 to 1. Blue dashed line: memory used, 0 to the GPU's capacity.</p>",
     ]
@@ -87,6 +88,14 @@ def _unit(v: Verdict) -> str:
     return f"{v.namespace}/{v.pod}" if v.pod else f"gpu:{v.node}/{v.gpus[0] if v.gpus else ''}"
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _drawn_heading(count: int) -> str:
+    return "the pod" if count == 1 else f"the {count} pods that wasted the most"
+
+
 def drawn_units(verdicts: list[Verdict]) -> list[str]:
     """The units whose timelines the report draws: the MAX_TIMELINES that wasted the most."""
     return [_unit(v) for v in sorted(verdicts, key=lambda v: -v.wasted_gpu_seconds)[:MAX_TIMELINES]]
@@ -96,11 +105,14 @@ def _summary(verdicts: list[Verdict]) -> str:
     hours = sum(v.window_seconds * v.coverage * len(v.gpus) for v in verdicts) / 3600
     wasted = sum(v.wasted_gpu_seconds for v in verdicts) / 3600
     cost = sum(v.wasted_cost for v in verdicts)
-    problems = sum(1 for v in verdicts if v.bottleneck in PROBLEMS)
+    # A problem for part of the span is a problem: the waste beside this count is its time.
+    problems = sum(1 for v in verdicts if any(c in PROBLEMS for c in v.by_class) or v.bottleneck in PROBLEMS)
+    pods = sum(1 for v in verdicts if v.pod)
+    unheld = f", {_plural(len(verdicts) - pods, 'GPU')} no pod holds" if len(verdicts) > pods else ""
     return (
         "<p class=summary>"
-        f"<span><b>{len(verdicts)}</b>pods and unheld GPUs</span>"
-        f"<span><b>{problems}</b>with a problem</span>"
+        f"<span><b>{len(verdicts)}</b>{_plural(pods, 'pod')}{unheld}</span>"
+        f"<span><b>{problems}</b>with a problem in the span</span>"
         f"<span><b>{hours:,.1f}</b>GPU-hours sampled</span>"
         f"<span><b>{wasted:,.1f}</b>GPU-hours wasted ({wasted / hours:.0%})</span>"
         f"<span><b>${cost:,.2f}</b>wasted</span></p>"
@@ -133,7 +145,8 @@ def _waste_table(
             f"<tr><td>{_e(key)}</td><td class=n>{seconds[key] / 3600:,.2f}</td><td class=n>${cost[key]:,.2f}</td>"
             f"<td><span class=bar style='width:{300 * seconds[key] / top:.0f}px;background:{colour}'></span></td></tr>"
         )
-    return f"<table><tr><th>{heading}</th><th>GPU-h wasted</th><th>cost</th><th></th></tr>{''.join(rows)}</table>"
+    head = f"<tr><th>{heading}</th><th class=n>GPU-h wasted</th><th class=n>cost</th><th></th></tr>"
+    return f"<table>{head}{''.join(rows)}</table>"
 
 
 def _pod_table(verdicts: list[Verdict]) -> str:
@@ -148,8 +161,8 @@ def _pod_table(verdicts: list[Verdict]) -> str:
             f"<td class=n>${v.wasted_cost:,.2f}</td><td class=small>{_e(v.recommendation)}</td></tr>"
         )
     return (
-        "<table><tr><th>pod</th><th>headline</th><th>time by class</th><th>GPU-h wasted</th><th>cost</th>"
-        f"<th>what to do</th></tr>{''.join(rows)}</table>"
+        "<table><tr><th>pod</th><th>headline</th><th>time by class</th><th class=n>GPU-h wasted</th>"
+        f"<th class=n>cost</th><th>what to do</th></tr>{''.join(rows)}</table>"
     )
 
 
@@ -272,13 +285,14 @@ def _timeline(v: Verdict, series: pd.DataFrame | None, width: int = 1000, height
     )
     lines = ""
     if series is not None and len(series):
-        xs = (series.index.to_numpy() + 0.5) / POINTS * width
+        bins = series.index.to_numpy()
+        xs = (bins + 0.5) / POINTS * width
         for column, style in (("activity", "stroke='#111'"), ("memory", "stroke='#1f4e9c' stroke-dasharray='4 3'")):
             values = series[column].to_numpy()
-            points = " ".join(
-                f"{a:.1f},{height - b * height:.1f}" for a, b in zip(xs, values, strict=True) if not np.isnan(b)
-            )
-            lines += f"<polyline class={column} fill='none' stroke-width='1.2' {style} points='{points}'/>"
+            # Gaps are gaps: a line runs through consecutive bins with samples only.
+            for run in _runs(bins, values):
+                points = " ".join(f"{xs[i]:.1f},{height - values[i] * height:.1f}" for i in run)
+                lines += f"<polyline class={column} fill='none' stroke-width='1.2' {style} points='{points}'/>"
     ticks = "".join(
         f"<text x='{x(tick):.1f}' y='{height + 14}' font-size='11' fill='#666'>{_e(_time(tick))}</text>"
         for tick in np.linspace(start, start + span, 5)[:-1]
@@ -286,10 +300,21 @@ def _timeline(v: Verdict, series: pd.DataFrame | None, width: int = 1000, height
     return (
         f"<div class=pod><b>{_e(_unit(v))}</b> <span class=small>{_e(v.bottleneck)}, "
         f"{v.wasted_gpu_seconds / 3600:,.2f} GPU-h wasted</span><br>"
-        f"<svg width='{width}' height='{height + 18}' role=img aria-label='timeline of {_e(_unit(v))}'>"
+        f"<svg viewBox='0 0 {width} {height + 18}' width='100%' role=img aria-label='timeline of {_e(_unit(v))}'>"
         f"<rect x='0' y='0' width='{width}' height='{height}' fill='#fafafa' stroke='#ccc'/>"
         f"{bands}{lines}{ticks}</svg></div>"
     )
+
+
+def _runs(bins: np.ndarray, values: np.ndarray) -> list[np.ndarray]:
+    """The positions of `values` in runs without a gap: a gap is more than twice the usual spacing of the
+    bins that have a value (data sampled coarser than a bin fills every other one, and is not a gap)."""
+    present = np.flatnonzero(~np.isnan(values))
+    if not len(present):
+        return []
+    spacing = np.diff(bins[present])
+    usual = float(np.median(spacing)) if len(spacing) else 1.0
+    return np.split(present, np.flatnonzero(spacing > 2 * max(usual, 1.0)) + 1)
 
 
 def _time(unix: float) -> str:

@@ -497,3 +497,17 @@ def test_a_threshold_the_exporters_histogram_cannot_honour_is_refused_saying_why
         timeout=60,
     )
     assert done.returncode == 2 and f"leave {name} at {bound:g}" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_the_html_report_draws_gaps_as_gaps_and_counts_in_words():
+    """Two hours of samples 14 hours apart: the activity line stops at the gap and starts again after it;
+    one pod is "1 pod" and "the pod"; numbers sit under headers aligned as they are."""
+    from gpulens.analyzer import report as html_report
+    from gpulens.analyzer.history import analyze
+
+    trace = blocks([1_800_000_000.0, 1_800_000_000.0 + 15 * 3600], 3600, step=30.0, activity=0.3)
+    verdicts = analyze(trace)
+    page = html_report.render(verdicts, html_report.trace_timelines(trace, verdicts))
+    assert page.count("<polyline class=activity") == page.count("<polyline class=memory") == 2
+    assert "<b>1</b>1 pod</span>" in page and "<h2>Timelines: the pod</h2>" in page
+    assert "<th class=n>GPU-h wasted</th><th class=n>cost</th>" in page

@@ -103,12 +103,14 @@ def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(st
         ("research", "notebook-a", "idle"),
         ("ml", "trainer-0", "healthy"),
     ]
-    # What 5-minute samples without gpulens' activity shape (and without profiling fields) cannot show, said
-    # in every verdict.
-    without_profiling = "; memory_bandwidth (the input has no profiling fields: SM, DRAM and pipe activity)"
+    # What 5-minute samples without gpulens' activity shape (and without DRAM activity, or any profiling
+    # field) cannot show, said in every verdict.
+    lacking = (
+        "no profiling fields: SM, DRAM and pipe activity" if layout == "dcgm-basic" else "no DRAM or pipe activity"
+    )
     assert {v["evidence"]["not_judged"] for v in from_store} == {
         "stalls and bursts shorter than the 300 s between samples (each sample is one instant; gpulens' "
-        "exporter counts every driver sample between scrapes)" + (without_profiling if layout == "dcgm-basic" else "")
+        f"exporter counts every driver sample between scrapes); memory_bandwidth (the input has {lacking})"
     }
     # The GPU, node and model of each, its class, confidence, waste, time by class and episodes; owners are
     # the store's alone (kube-state-metrics), and tested below.
