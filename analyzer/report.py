@@ -108,10 +108,13 @@ def _summary(verdicts: list[Verdict]) -> str:
     # A problem for part of the span is a problem: the waste beside this count is its time.
     problems = sum(1 for v in verdicts if any(c in PROBLEMS for c in v.by_class) or v.bottleneck in PROBLEMS)
     pods = sum(1 for v in verdicts if v.pod)
-    unheld = f", {_plural(len(verdicts) - pods, 'GPU')} no pod holds" if len(verdicts) > pods else ""
+    unheld = len(verdicts) - pods
+    counted = "pod" if pods == 1 else "pods"  # the bold number above the label is the count
+    if unheld:
+        counted = f"{_plural(pods, 'pod')} and {_plural(unheld, 'GPU')} no pod holds"
     return (
         "<p class=summary>"
-        f"<span><b>{len(verdicts)}</b>{_plural(pods, 'pod')}{unheld}</span>"
+        f"<span><b>{len(verdicts)}</b>{counted}</span>"
         f"<span><b>{problems}</b>with a problem in the span</span>"
         f"<span><b>{hours:,.1f}</b>GPU-hours sampled</span>"
         f"<span><b>{wasted:,.1f}</b>GPU-hours wasted ({wasted / hours:.0%})</span>"

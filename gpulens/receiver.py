@@ -1,5 +1,7 @@
 """A webhook receiver for Alertmanager that a demo user can watch: it keeps every notification,
-logs one line per alert, and shows them at / (text) and /api/v1/notifications (JSON).
+logs one line per alert, and shows them at / (a page: each notification with when it arrived, its group,
+and each alert's start, end, summary, the analyzer's verdict and its runbook and dashboard links), /text
+(one line per alert) and /api/v1/notifications (JSON).
 
 `gpulens demo` runs it in-process; the compose demo runs it as `gpulens alert-receiver`. Alertmanager's
 webhook payload (version 4) is documented at
@@ -9,10 +11,12 @@ https://prometheus.io/docs/alerting/latest/configuration/#webhook_config.
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import logging
 import sys
 import threading
+import time
 
 from prometheus_client import CollectorRegistry
 
@@ -34,7 +38,8 @@ class AlertReceiver:
         self.notifications: list[dict] = []
         self._lock = threading.Lock()
         routes = {
-            "/": lambda: (200, "text/plain; charset=utf-8", self.text().encode()),
+            "/": lambda: (200, "text/html; charset=utf-8", self.page().encode()),
+            "/text": lambda: (200, "text/plain; charset=utf-8", self.text().encode()),
             "/api/v1/notifications": lambda: (200, "application/json", json.dumps(self.snapshot()).encode()),
         }
         self.server = serve(
@@ -56,6 +61,7 @@ class AlertReceiver:
         except ValueError as e:
             return 400, "text/plain", f"not an Alertmanager webhook payload: {e}\n".encode()
         payload["path"] = path
+        payload["received"] = time.time()
         self.add(payload)
         return 200, "text/plain", b"ok\n"
 
@@ -92,6 +98,79 @@ class AlertReceiver:
     def text(self) -> str:
         lines = [describe(alert, payload.get("path", "")) for payload in self.snapshot() for alert in payload["alerts"]]
         return "\n".join(lines or ["no notifications yet"]) + "\n"
+
+    def page(self) -> str:
+        """The notifications as a person reads them: newest first, each with when it arrived, where it was
+        routed and its group, then its alerts (status, subject, start and end, summary, verdict, links)."""
+        parts = [
+            "<!doctype html><html lang=en><head><meta charset=utf-8>",
+            "<meta name=viewport content='width=device-width, initial-scale=1'><meta http-equiv=refresh content=10>",
+            f"<title>gpulens alert receiver</title><style>{_STYLE}</style></head><body>",
+            "<h1>Alertmanager notifications</h1>",
+            f"<p>{len(self.firing())} alert(s) firing now; this page refreshes every 10 s "
+            "(<a href=/text>as text</a>, <a href=/api/v1/notifications>as JSON</a>).</p>",
+        ]
+        notifications = self.snapshot()[::-1]
+        if not notifications:
+            parts.append("<p>No notifications yet.</p>")
+        for payload in notifications:
+            group = ", ".join(f"{k}={v}" for k, v in sorted((payload.get("groupLabels") or {}).items()))
+            parts.append(
+                f"<section><h2>{_e(str(payload.get('status', '?')))}: {_e(payload.get('path', '').rsplit('/', 1)[-1])}"
+                f" <span class=small>received {_e(_when(payload.get('received')))}; group {_e(group or '(none)')}"
+                "</span></h2><table><tr><th>status</th><th>alert</th><th>subject</th><th>started</th>"
+                "<th>resolved</th><th>what it says</th><th>links</th></tr>"
+            )
+            for alert in payload["alerts"]:
+                parts.append(_alert_row(alert))
+            parts.append("</table></section>")
+        parts.append("</body></html>")
+        return "".join(parts)
+
+
+_STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}h1{font-size:22px}
+h2{font-size:16px;margin:22px 0 6px}table{border-collapse:collapse;width:100%}
+td,th{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}th{background:#f4f4f4}
+.small{color:#666;font-size:12px;font-weight:normal}.firing{color:#b30000;font-weight:bold}.resolved{color:#2a7a2a}
+"""
+
+
+def _e(text: str) -> str:
+    return html.escape(text, quote=True)
+
+
+def _when(value: object) -> str:
+    """A unix time, or Alertmanager's RFC 3339 time, as UTC to the second ("" for none or the zero time)."""
+    if isinstance(value, (int, float)):
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+    text = str(value or "")
+    return "" if not text or text.startswith("0001-") else text.replace("T", " ")[:19] + " UTC"
+
+
+def _alert_row(alert: dict) -> str:
+    labels, annotations = alert.get("labels", {}), alert.get("annotations", {})
+    status = str(alert.get("status", "?"))
+    subject = (
+        f"{labels.get('namespace')}/{labels.get('pod')}"
+        if labels.get("pod")
+        else " ".join(f"{k}={labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if labels.get(k))
+    )
+    says = _e(annotations.get("summary", ""))
+    if labels.get("bottleneck") and annotations.get("recommendation"):
+        verdict = f"{labels['bottleneck']} ({annotations.get('confidence', '?')}): {annotations['recommendation']}"
+        says += f"<br><span class=small>{_e(verdict)}</span>"
+    links = " ".join(
+        f"<a href='{_e(annotations[key])}'>{name}</a>"
+        for key, name in (("runbook_url", "runbook"), ("dashboard_url", "dashboard"))
+        if str(annotations.get(key, "")).startswith(("http://", "https://"))
+    )
+    ended = _when(alert.get("endsAt")) if status == "resolved" else ""
+    return (
+        f"<tr><td class={_e(status)}>{_e(status)}</td><td>{_e(labels.get('alertname', '?'))}</td>"
+        f"<td>{_e(subject)}</td><td>{_e(_when(alert.get('startsAt')))}</td><td>{_e(ended)}</td>"
+        f"<td>{says}</td><td>{links}</td></tr>"
+    )
 
 
 def describe(alert: dict, path: str) -> str:

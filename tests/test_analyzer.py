@@ -509,5 +509,5 @@ def test_the_html_report_draws_gaps_as_gaps_and_counts_in_words():
     verdicts = analyze(trace)
     page = html_report.render(verdicts, html_report.trace_timelines(trace, verdicts))
     assert page.count("<polyline class=activity") == page.count("<polyline class=memory") == 2
-    assert "<b>1</b>1 pod</span>" in page and "<h2>Timelines: the pod</h2>" in page
+    assert "<b>1</b>pod</span>" in page and "<h2>Timelines: the pod</h2>" in page
     assert "<th class=n>GPU-h wasted</th><th class=n>cost</th>" in page

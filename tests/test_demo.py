@@ -115,3 +115,60 @@ def test_a_bad_thresholds_file_stops_the_demo_with_the_reason(tmp_path):
         f"gpulens demo: --thresholds {tmp_path / 'nope.yaml'}: cannot read it (No such file or directory)"
         in result.stderr
     )
+
+
+@pytest.mark.slow
+def test_the_alert_receiver_shows_each_notification_as_a_person_reads_it(tmp_path):
+    """Alertmanager's webhook payloads (version 4) at the receiver, read in headless Chromium: when each
+    arrived, its group, each alert's start and resolution, the verdict, and only http(s) links; nothing a
+    label carries runs as markup."""
+    from gpulens.receiver import AlertReceiver
+
+    chromium = require_binary("chromium")
+    receiver = AlertReceiver()
+    alert = {
+        "labels": {"alertname": "GpulensPodHostStall", "namespace": "nlp", "pod": "gpt<script>x</script>"},
+        "annotations": {
+            "summary": "nlp/gpt waits on its host or a peer",
+            "recommendation": "Save asynchronously.",
+            "confidence": "80%",
+            "runbook_url": "https://runbooks.example/gpulens#gpulenspodhoststall",
+            "dashboard_url": "javascript:alert(1)",
+        },
+        "startsAt": "2026-11-24T10:00:00.000Z",
+        "endsAt": "0001-01-01T00:00:00Z",
+    }
+    alert["labels"]["bottleneck"] = "host_stall"
+    firing = {"status": "firing", "groupLabels": {"namespace": "nlp"}, "alerts": [{**alert, "status": "firing"}]}
+    resolved = {
+        "status": "resolved",
+        "groupLabels": {"namespace": "nlp"},
+        "alerts": [{**alert, "status": "resolved", "endsAt": "2026-11-24T10:45:00.000Z"}],
+    }
+    try:
+        for payload in (firing, resolved):
+            answer = requests.post(f"{receiver.url}/alerts/tickets", json=payload, timeout=5)
+            assert answer.status_code == 200
+        browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+        browser += [f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", f"{receiver.url}/"]
+        dom = subprocess.run(browser, capture_output=True, text=True, timeout=120).stdout
+    finally:
+        receiver.stop()
+    assert "<h1>Alertmanager notifications</h1>" in dom and "0 alert(s) firing now" in dom
+    sections = re.findall(r"<section>.*?</section>", dom, re.S)
+    assert [re.search(r"<h2>(\w+): tickets", s)[1] for s in sections] == ["resolved", "firing"]  # newest first
+    assert all("group namespace=nlp" in s for s in sections)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", s, re.S) for s in sections]
+    assert [c[:5] for c in cells] == [
+        [
+            "resolved",
+            "GpulensPodHostStall",
+            "nlp/gpt&lt;script&gt;x&lt;/script&gt;",
+            "2026-11-24 10:00:00 UTC",
+            "2026-11-24 10:45:00 UTC",
+        ],
+        ["firing", "GpulensPodHostStall", "nlp/gpt&lt;script&gt;x&lt;/script&gt;", "2026-11-24 10:00:00 UTC", ""],
+    ]
+    assert "host_stall (80%): Save asynchronously." in cells[0][5]
+    assert cells[0][6] == '<a href="https://runbooks.example/gpulens#gpulenspodhoststall">runbook</a>'
+    assert "<script>x" not in dom and "javascript:" not in dom

@@ -237,7 +237,7 @@ def test_the_html_report_renders_offline_in_chromium(tmp_path, serving_day):
     assert dom.count("<svg") == len(verdicts) == 8
     assert dom.count('class="band"') == sum(len(v.episodes) for v in verdicts)
     assert dom.count('class="activity"') == dom.count('class="memory"') == 8
-    assert "<b>8</b>8 pods</span>" in dom and "sd/serving-0" in dom
+    assert "<b>8</b>pods</span>" in dom and "sd/serving-0" in dom
     shot = tmp_path / "shot.png"
     subprocess.run(
         [*browser, "--window-size=1100,4000", f"--screenshot={shot}", report.as_uri()],
