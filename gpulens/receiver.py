@@ -151,11 +151,7 @@ def _when(value: object) -> str:
 def _alert_row(alert: dict) -> str:
     labels, annotations = alert.get("labels", {}), alert.get("annotations", {})
     status = str(alert.get("status", "?"))
-    subject = (
-        f"{labels.get('namespace')}/{labels.get('pod')}"
-        if labels.get("pod")
-        else " ".join(f"{k}={labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if labels.get(k))
-    )
+    subject = _subject(labels)
     says = _e(annotations.get("summary", ""))
     if labels.get("bottleneck") and annotations.get("recommendation"):
         verdict = f"{labels['bottleneck']} ({annotations.get('confidence', '?')}): {annotations['recommendation']}"
@@ -173,14 +169,17 @@ def _alert_row(alert: dict) -> str:
     )
 
 
+def _subject(labels: dict) -> str:
+    """What an alert is about: namespace/pod, else its node, GPU and reason labels."""
+    if labels.get("pod"):
+        return f"{labels.get('namespace')}/{labels.get('pod')}"
+    return " ".join(f"{k}={labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if labels.get(k))
+
+
 def describe(alert: dict, path: str) -> str:
     """One line: status, where it was routed, the alert and what the analyzer says."""
     labels, annotations = alert.get("labels", {}), alert.get("annotations", {})
-    subject = (
-        f"{labels.get('namespace')}/{labels.get('pod')}"
-        if labels.get("pod")
-        else " ".join(f"{k}={labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if labels.get(k))
-    )
+    subject = _subject(labels)
     line = f"[{alert.get('status', '?')}] {path.rsplit('/', 1)[-1]}: {labels.get('alertname', '?')} {subject}"
     if labels.get("bottleneck") and annotations.get("recommendation"):
         line += f" | {labels['bottleneck']} ({annotations.get('confidence', '?')}): {annotations['recommendation']}"

@@ -90,6 +90,35 @@ def low_sm(ns, pod, value, verdict, cause, bottleneck_text, confidence_text, fix
     }
 
 
+def ticket_without_verdict(alertname, pod, bottleneck, summary, panel):
+    """The firing case at 35m of a class ticket for nlp/<pod> on n1, held since the start, with no verdict
+    info series for the pod."""
+    return {
+        "eval_time": "35m",
+        "alertname": alertname,
+        "exp_alerts": [
+            {
+                "exp_labels": {
+                    "severity": "warning",
+                    "component": "pod",
+                    "node": "n1",
+                    "namespace": "nlp",
+                    "pod": pod,
+                    "bottleneck": bottleneck,
+                },
+                "exp_annotations": annotations(
+                    alertname,
+                    summary,
+                    f"The analyzer has classified nlp/{pod} on n1 as {bottleneck} for 30m. The analyzer's "
+                    "verdict: none yet (unknown confidence). Try: see the runbook",
+                    pod_link("nlp", pod, panel),
+                    **NO_VERDICT,
+                ),
+            }
+        ],
+    }
+
+
 def no_waste(ns, cause):
     return f"The analyzer has counted no waste for {ns} and {cause} yet."
 
@@ -270,54 +299,20 @@ POD_TESTS = {
                 }
             ],
         },
-        {
-            "eval_time": "35m",
-            "alertname": "GpulensPodMemoryFragmentation",
-            "exp_alerts": [
-                {
-                    "exp_labels": {
-                        "severity": "warning",
-                        "component": "pod",
-                        "node": "n1",
-                        "namespace": "nlp",
-                        "pod": "llm",
-                        "bottleneck": "memory_fragmentation",
-                    },
-                    "exp_annotations": annotations(
-                        "GpulensPodMemoryFragmentation",
-                        "nlp/llm fills its GPU memory and restarts: out-of-memory risk",
-                        "The analyzer has classified nlp/llm on n1 as memory_fragmentation for 30m. The analyzer's "
-                        "verdict: none yet (unknown confidence). Try: see the runbook",
-                        pod_link("nlp", "llm", mixin.POD_MEMORY_PANEL),
-                        **NO_VERDICT,
-                    ),
-                }
-            ],
-        },
-        {
-            "eval_time": "35m",
-            "alertname": "GpulensPodHostStall",
-            "exp_alerts": [
-                {
-                    "exp_labels": {
-                        "severity": "warning",
-                        "component": "pod",
-                        "node": "n1",
-                        "namespace": "nlp",
-                        "pod": "gpt",
-                        "bottleneck": "host_stall",
-                    },
-                    "exp_annotations": annotations(
-                        "GpulensPodHostStall",
-                        "nlp/gpt waits on its host or a peer: its GPUs stall while utilization looks busy",
-                        "The analyzer has classified nlp/gpt on n1 as host_stall for 30m. The analyzer's "
-                        "verdict: none yet (unknown confidence). Try: see the runbook",
-                        pod_link("nlp", "gpt", mixin.POD_VERDICT_PANEL),
-                        **NO_VERDICT,
-                    ),
-                }
-            ],
-        },
+        ticket_without_verdict(
+            "GpulensPodMemoryFragmentation",
+            "llm",
+            "memory_fragmentation",
+            "nlp/llm fills its GPU memory and restarts: out-of-memory risk",
+            mixin.POD_MEMORY_PANEL,
+        ),
+        ticket_without_verdict(
+            "GpulensPodHostStall",
+            "gpt",
+            "host_stall",
+            "nlp/gpt waits on its host or a peer: its GPUs stall while utilization looks busy",
+            mixin.POD_VERDICT_PANEL,
+        ),
         # Classified since the start: pending at 25 minutes, not yet firing.
         {"eval_time": "25m", "alertname": "GpulensPodHostStall", "exp_alerts": []},
         {"eval_time": "25m", "alertname": "GpulensPodMemoryFragmentation", "exp_alerts": []},
