@@ -92,18 +92,27 @@ class Verdict:
     team: str = ""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {"unit": self.unit, **asdict(self)}
+
+    @property
+    def unit(self) -> str:
+        """What the verdict judges, as every output names it: "namespace/pod", or "gpu:node/GPU" for a GPU no
+        pod holds (a namespace cannot hold ":", so the two never collide)."""
+        return f"{self.namespace}/{self.pod}" if self.pod else f"gpu:{self.node}/{self.gpus[0] if self.gpus else ''}"
 
     @property
     def workload(self) -> str:
         """The owner as reports name it: namespace/Kind/name, the pod where the owner is unknown, and
-        "(unallocated)" for a GPU no pod holds."""
+        NO_POD for a GPU no pod holds."""
         if not self.pod:
-            return "(unallocated)"
+            return NO_POD
         if not self.owner_kind:
             return f"{self.namespace}/{self.pod}"
         return f"{self.namespace}/{self.owner_kind}/{self.owner}"
 
+
+#: The namespace, workload and team of a GPU no pod holds, where waste is summed by them.
+NO_POD = "(no pod)"
 
 #: The evidence key of sparse use called idle (_sparse): history.py lets it judge the start of the data.
 SPARSE = "busy_fraction"
@@ -149,25 +158,34 @@ def judge(
     (the cluster's cost tool: OpenCost), else its model's in `prices` (the price file), else the catalogue's."""
     models = {name: model_info(name, prices) for name in features["gpu_model"].unique()} if len(features) else {}
     node_prices = node_prices or {}
+    # Data that attributes GPUs to pods (some GPU has one): a GPU without a pod there is capacity nobody
+    # holds. Data that attributes none (a dmon or nvidia-smi capture, dcgm-exporter without its pod mapping)
+    # says nothing of pods: each GPU is judged as the workload on it.
+    attributed = bool(len(features)) and bool((features["pod"] != "").any())
     verdicts = []
     for f in PodFeatures.rows(features) if len(features) else ():
         model, node_price = models[f.gpu_model], node_prices.get(str(f.node))
-        verdicts.append(_verdict(f, t, model if node_price is None else replace(model, price_per_hour=node_price)))
+        info = model if node_price is None else replace(model, price_per_hour=node_price)
+        verdicts.append(_verdict(f, t, info, attributed))
     return verdicts
 
 
-def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel) -> Verdict:
+def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = True) -> Verdict:
     activity = None if math.isnan(f.activity) else float(f.activity)
-    throttled = _throttled(f, t)
-    oversized = _oversized(f, t, info, activity)
-    found = next((finding for check in SIGNATURES if (finding := check(f, t, info))), None) or _without_signature(
-        f, t, activity, throttled is not None, oversized
+    without_pod = not f.pod and attributed
+    throttled = None if without_pod else _throttled(f, t)
+    oversized = not without_pod and _oversized(f, t, info, activity)
+    found = (
+        _without_pod(f, t)
+        if without_pod
+        else next((finding for check in SIGNATURES if (finding := check(f, t, info))), None)
+        or _without_signature(f, t, activity, throttled is not None, oversized)
     )
     name, confidence = found.bottleneck, found.confidence
     # Overlays first, so that their evidence leads whatever the primary class is.
     evidence = {**(throttled or {}), **found.evidence}
     not_judged = _not_judged(f, t)
-    if not_judged and name != "insufficient_data":
+    if not_judged and name != "insufficient_data" and not without_pod:
         evidence["not_judged"] = not_judged
     if not f.has_profiling and BY_NAME[name].profiling == "helps":
         evidence["profiling_fields"] = (
@@ -256,6 +274,24 @@ def _oversized(f: PodFeatures, t: Thresholds, info: GpuModel, activity: float | 
         and f.memory_peak_bytes <= t.oversized_memory_bytes
         and f.trailing_idle_seconds < min(t.idle_seconds, f.window_seconds)
     )
+
+
+def _without_pod(f: PodFeatures, t: Thresholds) -> Finding:
+    """A GPU no pod holds: held without a pod when memory above a CUDA context stays used on most samples or
+    kernels run (busy on sparse_busy_share or more of the samples), else unallocated capacity."""
+    evidence = {"pod": "none: the kubelet assigned this GPU to no pod, while it assigned others"}
+    held = f.model_held_share >= t.signature_fraction
+    if held:
+        evidence["memory_held_fraction"] = (
+            f"{_fmt(f.model_held_share)} of samples hold >= {t.serving_memory_bytes / 1024**3:g} GiB "
+            f">= {t.signature_fraction}: a process outside any pod"
+        )
+    busy = 1.0 - f.quiet_share
+    working = busy >= t.sparse_busy_share  # False where the data has no activity (NaN)
+    if working:
+        evidence[SPARSE] = f"{_fmt(busy)} >= {t.sparse_busy_share}: kernels run without a pod"
+    _memory_held(f, evidence)
+    return Finding("held_without_pod" if held or working else "unallocated", t.confidence_without_pod, evidence)
 
 
 # --- the signatures, in docs/signals.md's order ----------------------------------------------------

@@ -551,7 +551,7 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
         "what to do (in full: --format json)", width=left - left * 3 // 5, no_wrap=True, overflow="ellipsis"
     )
     for v in verdicts:
-        pod = f"{v.namespace}/{v.pod}" if v.pod else f"(no pod) {' '.join(v.gpus)}"
+        pod = v.unit
         if v.owner_kind and v.owner_kind != "Pod":
             pod += f"\n{v.owner_kind} {v.owner}"
         pod += f"\non {v.node or '?'}"

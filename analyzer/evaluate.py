@@ -26,7 +26,7 @@ from gpulens.analyzer import frame as fr
 from gpulens.analyzer.history import analyze
 from gpulens.core import trace as tr
 from gpulens.core.activity import ActivityShape
-from gpulens.core.bottlenecks import BY_NAME, CLASSES
+from gpulens.core.bottlenecks import BY_NAME, POD_CLASSES
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.topology import GROUPS
 from gpulens.simulator import workloads
@@ -474,7 +474,7 @@ class Report:
         matrix = pd.crosstab(
             pd.Series(list(r["label"]), name="true"), pd.Series(list(r["predicted"]), name="predicted")
         )
-        return matrix.reindex(index=list(CLASSES), columns=list(CLASSES), fill_value=0)
+        return matrix.reindex(index=list(POD_CLASSES), columns=list(POD_CLASSES), fill_value=0)
 
     def scores(self, interval: float | None = None) -> pd.DataFrame:
         m = self.confusion(interval)
@@ -563,11 +563,11 @@ def evaluate(
 
 
 def render(report: Report) -> str:
-    short = {c: c[:10] for c in CLASSES}
+    short = {c: c[:10] for c in POD_CLASSES}
     lines = []
     for interval in report.intervals():
         matrix = report.confusion(interval)
-        present = [c for c in CLASSES if matrix.loc[c].sum() or matrix[c].sum()]
+        present = [c for c in POD_CLASSES if matrix.loc[c].sum() or matrix[c].sum()]
         matrix = matrix.loc[present, present].rename(index=short, columns=short)
         pods = len(report._at(interval))
         lines += [

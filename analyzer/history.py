@@ -328,7 +328,8 @@ class Ledger:
         }
         sampled = self.judged_seconds / len(gpus)
         busy = 1.0 - self.idle_seconds / self.judged_seconds if self.judged_seconds else math.nan
-        if name != "idle" and sampled >= t.sparse_span_seconds and busy < t.sparse_busy_share:
+        pod_class = BY_NAME[name].unit == "pod"  # a GPU no pod holds is no idle pod, however sparse its use
+        if pod_class and name != "idle" and sampled >= t.sparse_span_seconds and busy < t.sparse_busy_share:
             # Windows that each saw part of a sparse hour cannot tell it from serving; the span can. The
             # evidence is the span's, not that of the window verdicts it overrules.
             windows = ", ".join(f"{c} {part.share:.0%}" for c, part in by_class.items())

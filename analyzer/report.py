@@ -7,9 +7,8 @@ pods that wasted the most.
 from __future__ import annotations
 
 import html
-from collections import defaultdict
-from collections.abc import Callable, Iterable
-from typing import Protocol
+from collections import Counter
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
@@ -18,15 +17,11 @@ from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import Verdict
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.history import sample_interval
-from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS, WASTEFUL
+from gpulens.analyzer.summary import waste_by
+from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
 
 #: One colour per class (core/bottlenecks.py).
 COLOURS = {b.name: b.colour for b in BOTTLENECKS}
-
-
-class Wasted(Protocol):
-    wasted_gpu_seconds: float
-    wasted_cost: float
 
 
 #: Timelines drawn, most waste first; the table lists every pod.
@@ -57,16 +52,12 @@ def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = "gpulens
         _summary(verdicts),
         _legend(),
         "<h2>Waste by class</h2>",
-        _waste_table(verdicts, lambda v: [(c, part) for c, part in v.by_class.items() if c in WASTEFUL], "class"),
+        _waste_table(verdicts, "class", "class"),
         "<h2>Waste by namespace</h2>",
-        _waste_table(verdicts, lambda v: [(v.namespace or "(no pod)", v)], "namespace"),
+        _waste_table(verdicts, "namespace", "namespace"),
         "<h2>Waste by workload</h2>",
-        _waste_table(verdicts, lambda v: [(v.workload, v)], "workload (namespace/kind/name)"),
-        *(
-            ["<h2>Waste by team</h2>", _waste_table(verdicts, lambda v: [(v.team or "(no team)", v)], "team")]
-            if any(v.team for v in verdicts)
-            else []
-        ),
+        _waste_table(verdicts, "owner", "workload (namespace/kind/name)"),
+        *(["<h2>Waste by team</h2>", _waste_table(verdicts, "team", "team")] if any(v.team for v in verdicts) else []),
         "<h2>Pods</h2>",
         _pod_table(verdicts),
         f"<h2>Timelines: {_drawn_heading(min(MAX_TIMELINES, len(verdicts)))}</h2>",
@@ -75,17 +66,13 @@ def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = "gpulens
     ]
     series = _series(samples, verdicts[:MAX_TIMELINES])
     for v in verdicts[:MAX_TIMELINES]:
-        parts.append(_timeline(v, series.get(_unit(v))))
+        parts.append(_timeline(v, series.get(v.unit)))
     parts.append("</body></html>\n")
     return "".join(parts)
 
 
 def _e(text: object) -> str:
     return html.escape(str(text))
-
-
-def _unit(v: Verdict) -> str:
-    return f"{v.namespace}/{v.pod}" if v.pod else f"gpu:{v.node}/{v.gpus[0] if v.gpus else ''}"
 
 
 def _plural(count: int, noun: str) -> str:
@@ -98,30 +85,41 @@ def _drawn_heading(count: int) -> str:
 
 def drawn_units(verdicts: list[Verdict]) -> list[str]:
     """The units whose timelines the report draws: the MAX_TIMELINES that wasted the most."""
-    return [_unit(v) for v in sorted(verdicts, key=lambda v: -v.wasted_gpu_seconds)[:MAX_TIMELINES]]
+    return [v.unit for v in sorted(verdicts, key=lambda v: -v.wasted_gpu_seconds)[:MAX_TIMELINES]]
 
 
 def _summary(verdicts: list[Verdict]) -> str:
+    """The headline: the pods (the GPUs, where the data names no pods), those with a problem in the span, the
+    GPUs no pod holds by kind, and the GPU-hours sampled and wasted: the sums of the waste tables below."""
+    pods = [v for v in verdicts if v.pod]
+    judged, noun = (pods, "pod") if pods else (verdicts, "GPU")
+    unheld = Counter(v.bottleneck for v in verdicts if not v.pod) if pods else Counter()
+    by_class = waste_by(verdicts, "class")
     hours = sum(v.window_seconds * v.coverage * len(v.gpus) for v in verdicts) / 3600
-    wasted = sum(v.wasted_gpu_seconds for v in verdicts) / 3600
-    cost = sum(v.wasted_cost for v in verdicts)
+    wasted = sum(s.wasted_gpu_hours for s in by_class)
+    cost = sum(s.wasted_cost for s in by_class)
+    if not hours:
+        return "<p>No samples.</p>"
     # A problem for part of the span is a problem: the waste beside this count is its time.
-    problems = sum(1 for v in verdicts if any(c in PROBLEMS for c in v.by_class) or v.bottleneck in PROBLEMS)
-    pods = sum(1 for v in verdicts if v.pod)
-    unheld = len(verdicts) - pods
-    counted = "pod" if pods == 1 else "pods"  # the bold number above the label is the count
-    if unheld:
-        counted = f"{_plural(pods, 'pod')} and {_plural(unheld, 'GPU')} no pod holds"
-    return (
-        "<p class=summary>"
-        f"<span><b>{len(verdicts)}</b>{counted}</span>"
-        f"<span><b>{problems}</b>with a problem in the span</span>"
-        f"<span><b>{hours:,.1f}</b>GPU-hours sampled</span>"
-        f"<span><b>{wasted:,.1f}</b>GPU-hours wasted ({wasted / hours:.0%})</span>"
-        f"<span><b>${cost:,.2f}</b>wasted</span></p>"
-        if hours
-        else "<p>No samples.</p>"
-    )
+    problems = sum(1 for v in judged if any(c in PROBLEMS for c in v.by_class) or v.bottleneck in PROBLEMS)
+    # The bold number above each label is the count; the label does not repeat it.
+    cells = [
+        (f"{len(judged)}", noun if len(judged) == 1 else f"{noun}s"),
+        (f"{problems}", "with a problem in the span"),
+    ]
+    cells += [
+        (f"{n}", f"{'GPU' if n == 1 else 'GPUs'} {UNHELD_LABELS.get(name, name)}") for name, n in sorted(unheld.items())
+    ]
+    cells += [
+        (f"{hours:,.1f}", "GPU-hours sampled"),
+        (f"{wasted:,.1f}", f"GPU-hours wasted ({wasted / hours:.0%})"),
+        (f"${cost:,.2f}", "wasted"),
+    ]
+    return "<p class=summary>" + "".join(f"<span><b>{_e(n)}</b>{_e(label)}</span>" for n, label in cells) + "</p>"
+
+
+#: The kinds of GPU no pod holds, as the headline counts them.
+UNHELD_LABELS = {"unallocated": "no pod holds (unallocated)", "held_without_pod": "used by no pod (held without a pod)"}
 
 
 def _legend() -> str:
@@ -130,26 +128,18 @@ def _legend() -> str:
     )
 
 
-def _waste_table(
-    verdicts: list[Verdict], groups: Callable[[Verdict], Iterable[tuple[str, Wasted]]], heading: str
-) -> str:
-    """Waste summed by the key `groups` gives each verdict (its classes, or its namespace)."""
-    seconds: dict[str, float] = defaultdict(float)
-    cost: dict[str, float] = defaultdict(float)
-    for v in verdicts:
-        for key, part in groups(v):
-            seconds[key] += part.wasted_gpu_seconds
-            cost[key] += part.wasted_cost
-    top = max(seconds.values(), default=0.0) or 1.0
-    rows = []
-    for key in sorted(seconds, key=lambda k: -seconds[k]):
-        colour = COLOURS.get(key, "#555")
-        rows.append(
-            f"<tr><td>{_e(key)}</td><td class=n>{seconds[key] / 3600:,.2f}</td><td class=n>${cost[key]:,.2f}</td>"
-            f"<td><span class=bar style='width:{300 * seconds[key] / top:.0f}px;background:{colour}'></span></td></tr>"
-        )
-    head = f"<tr><th>{heading}</th><th class=n>GPU-h wasted</th><th class=n>cost</th><th></th></tr>"
-    return f"<table>{head}{''.join(rows)}</table>"
+def _waste_table(verdicts: list[Verdict], dimension: str, heading: str) -> str:
+    """The verdicts' waste summed by `dimension` (summary.DIMENSIONS), a row per group with waste."""
+    sums = [s for s in waste_by(verdicts, dimension) if s.wasted_gpu_hours > 0]
+    top = max((s.wasted_gpu_hours for s in sums), default=0.0) or 1.0
+    rows = "".join(
+        f"<tr><td>{_e(s.key)}</td><td class=n>{s.wasted_gpu_hours:,.2f}</td><td class=n>${s.wasted_cost:,.2f}</td>"
+        f"<td><span class=bar style='width:{100 * s.wasted_gpu_hours / top:.0f}%;"
+        f"background:{COLOURS.get(s.key, '#555')}'></span></td></tr>"
+        for s in sums
+    )
+    head = f"<tr><th>{_e(heading)}</th><th class=n>GPU-h wasted</th><th class=n>cost</th><th class=w></th></tr>"
+    return f"<table>{head}{rows or '<tr><td colspan=4>No waste.</td></tr>'}</table>"
 
 
 def _pod_table(verdicts: list[Verdict]) -> str:
@@ -157,7 +147,7 @@ def _pod_table(verdicts: list[Verdict]) -> str:
     for v in verdicts:
         shares = ", ".join(f"{name} {part.share:.0%}" for name, part in v.by_class.items())
         rows.append(
-            f"<tr><td>{_e(_unit(v))}<div class=small>{_e(v.node)} {_e(v.gpu_model)}</div></td>"
+            f"<tr><td>{_e(v.unit)}<div class=small>{_e(v.node)} {_e(v.gpu_model)}</div></td>"
             f"<td><span class=chip style='background:{COLOURS[v.bottleneck]}'></span>{_e(v.bottleneck)}"
             f"<div class=small>confidence {v.confidence:.2f}</div></td>"
             f"<td>{_e(shares)}</td><td class=n>{v.wasted_gpu_seconds / 3600:,.2f}</td>"
@@ -261,7 +251,7 @@ def trace_timelines(trace: pd.DataFrame, verdicts: list[Verdict]) -> pd.DataFram
 
 def _series(samples: pd.DataFrame, verdicts: list[Verdict]) -> dict[str, pd.DataFrame]:
     """Per unit drawn: mean activity and memory fraction in POINTS bins over its span."""
-    wanted = {_unit(v): v for v in verdicts}
+    wanted = {v.unit: v for v in verdicts}
     samples = samples[samples["unit"].isin(list(wanted))]
     out = {}
     for name, part in samples.groupby("unit", sort=False):
@@ -301,9 +291,9 @@ def _timeline(v: Verdict, series: pd.DataFrame | None, width: int = 1000, height
         for tick in np.linspace(start, start + span, 5)[:-1]
     )
     return (
-        f"<div class=pod><b>{_e(_unit(v))}</b> <span class=small>{_e(v.bottleneck)}, "
+        f"<div class=pod><b>{_e(v.unit)}</b> <span class=small>{_e(v.bottleneck)}, "
         f"{v.wasted_gpu_seconds / 3600:,.2f} GPU-h wasted</span><br>"
-        f"<svg viewBox='0 0 {width} {height + 18}' width='100%' role=img aria-label='timeline of {_e(_unit(v))}'>"
+        f"<svg viewBox='0 0 {width} {height + 18}' width='100%' role=img aria-label='timeline of {_e(v.unit)}'>"
         f"<rect x='0' y='0' width='{width}' height='{height}' fill='#fafafa' stroke='#ccc'/>"
         f"{bands}{lines}{ticks}</svg></div>"
     )

@@ -30,7 +30,7 @@ from gpulens.analyzer.classify import Verdict, classify
 from gpulens.analyzer.history import Ledger
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.core import metrics as m
-from gpulens.core.bottlenecks import CLASSES, WASTEFUL
+from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES, WASTEFUL
 from gpulens.core.exposition import Exposition, Families
 from gpulens.core.status import MAX_BACKOFF_SECONDS, ProblemLog, backoff
 from gpulens.core.thresholds import Thresholds
@@ -38,7 +38,7 @@ from gpulens.core.thresholds import Thresholds
 log = logging.getLogger(__name__)
 
 
-#: A pod (namespace, pod, node), or a GPU no pod holds ("", "", node) with its GPU in the pod slot.
+#: A pod (namespace, pod, node), or a GPU no pod holds ("", Verdict.unit, node).
 Unit = tuple[str, str, str]
 #: A workload's waste counter: namespace, owner kind, owner (the pod where the owner is unknown), team,
 #: bottleneck class.
@@ -46,7 +46,7 @@ Workload = tuple[str, str, str, str, str]
 
 
 def unit_of(v: Verdict) -> Unit:
-    return (v.namespace, v.pod, v.node) if v.pod else ("", f"gpu:{v.gpus[0] if v.gpus else ''}", v.node)
+    return (v.namespace, v.pod, v.node) if v.pod else ("", v.unit, v.node)
 
 
 def last_sample(v: Verdict) -> float:
@@ -286,15 +286,20 @@ class AnalyzerService:
         state = self.state
         out = Families()
         for v in state.verdicts:
+            if unit_of(v) in state.stale:
+                if v.pod:
+                    out.add(m.POD_LAST_SAMPLE, (v.namespace, v.pod, v.node), last_sample(v))
+                continue  # its series end, so that alerts on them resolve rather than fire on the past
             if not v.pod:
-                # A GPU no pod holds is not a pod: its verdict is in the JSON API, keyed by node and GPU; as
-                # pod series, every such GPU of a node would be the same series with other values.
+                # A GPU no pod holds is its own kind of series, keyed by node and GPU: as pod series, every
+                # such GPU of a node would be the same series with other values.
+                if v.bottleneck in GPU_CLASSES:
+                    for name in GPU_CLASSES:
+                        out.add(m.GPU_WITHOUT_POD, (v.node, v.gpus[0], name), 1 if name == v.bottleneck else 0)
                 continue
             ids = (v.namespace, v.pod, v.node)
             out.add(m.POD_LAST_SAMPLE, ids, last_sample(v))
-            if unit_of(v) in state.stale:
-                continue  # its series end, so that alerts on them resolve rather than fire on the past
-            for name in CLASSES:
+            for name in POD_CLASSES:
                 out.add(m.POD_BOTTLENECK, ids + (name,), 1 if name == v.bottleneck else 0)
             out.add(m.POD_BOTTLENECK_CONFIDENCE, ids, v.confidence)
             out.add(

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpulens.analyzer.classify import Verdict
+from gpulens.analyzer.classify import NO_POD, Verdict
 from gpulens.core.bottlenecks import WASTEFUL
 
 #: The ways waste is summed, in the order reports show them.
 DIMENSIONS = ("class", "namespace", "owner", "team")
 NO_TEAM = "(no team)"
-NO_POD = "(unallocated)"
 
 
 @dataclass

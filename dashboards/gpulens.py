@@ -117,6 +117,19 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             s.COUNT,
         ),
         s.stat(
+            "GPUs no pod holds",
+            "GPUs (and MIG instances) the analyzer finds no pod holds, on the selected nodes: unallocated "
+            "capacity nobody uses (the scheduler, quotas, the node pool), and GPUs a process outside any pod "
+            "uses (held without a pod: find the process on the node).",
+            [
+                target(
+                    f'sum by (bottleneck) ({metric("gpu_without_pod")}{{{CLUSTER},node=~"$node"}})',
+                    legend="{{bottleneck}}",
+                )
+            ],
+            s.COUNT,
+        ),
+        s.stat(
             "Busy (GPUs' worth)",
             "Sum over the allocated GPUs of the share of time a kernel ran: how many GPUs' worth of work "
             "the selected namespaces do.",
@@ -134,7 +147,9 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         ),
         s.stat(
             "Wasted GPU-hours",
-            "Allocated GPU time the analyzer counts as unused, in the time range.",
+            "GPU time a problem class left unused, in the time range (healthy headroom is no waste). With "
+            "every namespace selected, it includes GPUs no pod holds (bottleneck unallocated or held_without_pod, "
+            "namespace empty).",
             [target(f"sum(increase({metric('wasted_gpu_seconds_total')}{{{analyzer}}}[$__range])) / 3600")],
             s.HOURS,
             decimals=2,

@@ -15,7 +15,7 @@ from gpulens.analyzer import readers
 from gpulens.analyzer.classify import classify
 from gpulens.analyzer.evaluate import Scenario, evaluate, scenario_trace
 from gpulens.analyzer.readers import TraceError, read_trace
-from gpulens.core.bottlenecks import CLASSES
+from gpulens.core.bottlenecks import POD_CLASSES
 from gpulens.core.thresholds import Thresholds
 from tests.captures import FIXTURES, H100_CAPTURE, capture_sections
 from tests.helpers import REPO
@@ -254,7 +254,9 @@ def test_thresholds_come_from_one_overridable_config(tmp_path):
 
 def test_eval_on_unseen_seeds_at_coarse_sampling_over_a_day():
     report = evaluate(seed=1000, per_class=3, intervals=(15.0, 60.0), spans=(3600.0, 86400.0), per_day_profile=2)
-    assert set(report.labels) == set(CLASSES)
+    # Every class of a pod's samples; the classes of a GPU no pod holds come from the attribution
+    # (test_signatures, test_analyzer_service).
+    assert set(report.labels) == set(POD_CLASSES)
     assert report.macro_f1() >= 0.95
     assert report.healthy_called_idle() == 0
     assert report.serving_told_to_release() == 0
@@ -439,7 +441,8 @@ def test_the_class_table_is_whole_and_every_set_of_classes_derives_from_it():
     assert len({b.colour for b in table}) == len(table) and all(re.fullmatch(r"#[0-9a-f]{6}", b.colour) for b in table)
     assert all(b.fix.endswith(".") for b in table)
     assert bottlenecks.CLASSES[0] == "healthy" and bottlenecks.CLASSES[-1] == "insufficient_data"
-    assert set(bottlenecks.CLASSES) - bottlenecks.PROBLEMS == {"healthy", "insufficient_data"}
+    assert set(bottlenecks.CLASSES) - bottlenecks.PROBLEMS == {"healthy", "insufficient_data", "unallocated"}
+    assert bottlenecks.GPU_CLASSES == ("unallocated", "held_without_pod")
     assert [b.name for b in table if b.profiling == "needed"] == ["memory_bandwidth"]
     assert report.COLOURS == {b.name: b.colour for b in table}
 

@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from gpulens.core.bottlenecks import CLASSES
+from gpulens.core.bottlenecks import POD_CLASSES
 from gpulens.simulator.fleet import DEFAULT_FLEET, fleet_from_file
 from tests.helpers import REPO, GpulensProcess, Prometheus, free_port, samples, value, wait_until
 
@@ -146,8 +146,17 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert abs(crc - 5 * 150) < 40, faults  # 150 errors per simulated second, five times faster than real time
         assert gpus["sim-h100-d", 3] not in faults
         assert pods["vision/detector-train-0"]["bottleneck"] == "throttling"
-        # GPUs no pod holds are reported too, as idle: sim-h100-a's GPU 7 (unallocated) and GPU 5 (memory held).
-        assert sorted(v["bottleneck"] for v in body["verdicts"] if not v["pod"]) == ["idle"] * 2
+        # GPUs no pod holds are rows of their own, named by node and GPU, by the fleet's own definition:
+        # sim-h100-a's GPU 7 has no workload, its GPU 5 holds memory with no pod (profile memory_held).
+        unheld = {f"gpu:sim-h100-a/{gpus['sim-h100-a', 7]}": "unallocated"}
+        unheld[f"gpu:sim-h100-a/{gpus['sim-h100-a', 5]}"] = "held_without_pod"
+        assert {v["unit"]: v["bottleneck"] for v in body["verdicts"] if not v["pod"]} == unheld
+        exposed = samples(requests.get(direct_url + "/metrics").text)
+        assert {
+            (dict(labels)["gpu"], dict(labels)["bottleneck"])
+            for (name, labels), value in exposed.items()
+            if name == "gpulens_gpu_without_pod" and value == 1
+        } == {(gpus["sim-h100-a", 7], "unallocated"), (gpus["sim-h100-a", 5], "held_without_pod")}
 
         wait_until(
             lambda: matches_truth(through_url),
@@ -164,7 +173,7 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
                 for (n, labels), v in parsed.items()
                 if n == "gpulens_pod_bottleneck" and ("pod", pod_name) in labels
             }
-            assert set(states) == set(CLASSES) and states[name] == 1 and sum(states.values()) == 1
+            assert set(states) == set(POD_CLASSES) and states[name] == 1 and sum(states.values()) == 1
         info = value(parsed, "gpulens_pod_bottleneck_info", pod="bert-finetune-0", bottleneck="data_starvation")
         assert info == 1
         assert value(parsed, "gpulens_wasted_gpu_seconds_total", namespace="research", bottleneck="idle") > 0

@@ -321,3 +321,39 @@ def test_a_straggler_draws_more_power_than_the_peers_that_wait_for_it(ratio, str
             "each step early and wait for it"
         )
         assert v.recommendation == STALL_CAUSES["straggler"]
+
+
+def unheld(**columns) -> pd.DataFrame:
+    """A GPU no pod holds (GPU-1) beside pod ml/p's GPU: data that attributes GPUs to pods."""
+    free = {"gpu_util": 0.0, "sm_active": 0.0, "tensor_active": 0.0, "dram_active": 0.0, "memory_used_bytes": 0.4e9}
+    row = gpu(gpu_name="GPU-1", namespace="", pod="", **(free | columns))
+    return pd.concat([gpu(), row], ignore_index=True)
+
+
+@pytest.mark.parametrize(
+    ("held_samples", "expected"),
+    [(SAMPLES // 2 - 1, "unallocated"), (SAMPLES // 2, "held_without_pod")],
+)
+def test_a_gpu_no_pod_holds_is_held_at_signature_fraction_of_samples_above_a_context(held_samples, expected):
+    """Memory above serving_memory_bytes (a CUDA context is ~0.5 GiB) on half the samples: a process."""
+    assert T.signature_fraction == 0.5
+    memory = np.where(np.arange(SAMPLES) < held_samples, T.serving_memory_bytes + 1, 0.4e9)
+    v = {x.unit: x for x in classify(unheld(memory_used_bytes=memory))}["gpu:n1/GPU-1"]
+    assert (v.bottleneck, v.confidence, v.secondary) == (expected, T.confidence_without_pod, [])
+    assert v.evidence["pod"].startswith("none: the kubelet assigned this GPU to no pod")
+    # All of its time is capacity nobody uses, or that a process outside any pod spends: waste by class.
+    assert v.wasted_gpu_seconds == SAMPLES * STEP and v.workload == "(no pod)"
+
+
+@pytest.mark.parametrize(("busy_samples", "expected"), [(0, "unallocated"), (1, "held_without_pod")])
+def test_a_gpu_no_pod_holds_is_held_when_kernels_run_on_sparse_busy_share(busy_samples, expected):
+    """One busy sample of 60 is 1.7% >= sparse_busy_share (1%): kernels ran with no pod."""
+    on = (np.arange(SAMPLES) < busy_samples).astype(float)
+    v = {x.unit: x for x in classify(unheld(gpu_util=0.95 * on, sm_active=0.9 * on))}["gpu:n1/GPU-1"]
+    assert v.bottleneck == expected
+
+
+def test_without_any_pod_in_the_data_each_gpu_is_judged_as_its_workload():
+    """A capture that names no pods (dmon, nvidia-smi) says nothing of allocation: a busy GPU is healthy."""
+    [v] = classify(gpu(namespace="", pod=""))
+    assert (v.unit, v.bottleneck) == ("gpu:n1/GPU-0", "healthy")

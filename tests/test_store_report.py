@@ -94,10 +94,10 @@ def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(st
     from_store = week_report(stores[store], layout)
     if layout == "dcgm-basic":
         # Utilization says a kernel ran, not how much of the GPU worked: said, and the confidence capped.
-        assert all("profiling_fields" in v["evidence"] for v in from_store if v["bottleneck"] != "idle")
-        assert max(v["confidence"] for v in from_store if v["bottleneck"] != "idle") <= 0.5
+        assert all("profiling_fields" in v["evidence"] for v in from_store if v["pod"] and v["bottleneck"] != "idle")
+        assert max(v["confidence"] for v in from_store if v["pod"] and v["bottleneck"] != "idle") <= 0.5
     assert [(v["namespace"], v["pod"], v["bottleneck"]) for v in from_file] == [
-        ("", "", "idle"),
+        ("", "", "unallocated"),  # GPU 3: no workload, and no pod holds it
         ("serve", "llm-0", "overprovisioned_serving"),
         ("research", "notebook-b", "idle"),
         ("research", "notebook-a", "idle"),
@@ -108,7 +108,7 @@ def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(st
     lacking = (
         "no profiling fields: SM, DRAM and pipe activity" if layout == "dcgm-basic" else "no DRAM or pipe activity"
     )
-    assert {v["evidence"]["not_judged"] for v in from_store} == {
+    assert {v["evidence"]["not_judged"] for v in from_store if v["pod"]} == {
         "stalls and bursts shorter than the 300 s between samples (each sample is one instant; gpulens' "
         f"exporter counts every driver sample between scrapes); memory_bandwidth (the input has {lacking})"
     }
@@ -146,13 +146,13 @@ def test_waste_is_summed_by_workload_and_team_from_kube_state_metrics(stores, st
     notebooks = wasted[("research", "notebook-a")] + wasted[("research", "notebook-b")]
     assert by_owner["research/StatefulSet/jupyter"] == (2, pytest.approx(notebooks, abs=1e-3))
     assert by_owner["serve/Deployment/llm"] == (1, pytest.approx(wasted[("serve", "llm-0")], abs=1e-3))
-    assert by_owner["(unallocated)"] == (1, pytest.approx(wasted[("", "")], abs=1e-3))
+    assert by_owner["(no pod)"] == (1, pytest.approx(wasted[("", "")], abs=1e-3))
     by_team = {s["key"]: s["wasted_gpu_hours"] for s in document["waste"]["team"]}
     assert by_team == {
         "research-lab": pytest.approx(notebooks, abs=1e-3),
         "platform": pytest.approx(wasted[("serve", "llm-0")], abs=1e-3),
         "vision": pytest.approx(wasted[("ml", "trainer-0")], abs=1e-3),
-        "(unallocated)": pytest.approx(wasted[("", "")], abs=1e-3),
+        "(no pod)": pytest.approx(wasted[("", "")], abs=1e-3),
     }
 
 

@@ -36,6 +36,8 @@ class Bottleneck:
     #: Whether the GPU time it leaves unused counts as waste: the time a problem costs. Not a healthy pod's
     #: headroom (the capacity it leaves unused is no cause to fix), nor time the data cannot judge.
     waste: bool = True
+    #: What it judges: a pod, or a GPU that no pod holds (its own kind of row, keyed by node and GPU).
+    unit: Literal["pod", "gpu"] = "pod"
 
 
 #: The causes of host_stall, each with its own fix: the verdict quotes the one its evidence shows.
@@ -53,6 +55,17 @@ STALL_CAUSES = {
     "uneven": "Uneven work: one GPU far busier than another. Without power (or links) the data cannot say which "
     "waits for which: check that every rank gets the same work, and read the GPUs' power.",
 }
+
+#: The fix of insufficient_data where samples keep coming (Prometheus, the exporters), and where they
+#: cannot (a file: it holds what it holds).
+INSUFFICIENT_LIVE = (
+    "Not enough samples to judge yet: wait for a longer window, or check that the exporter and Prometheus "
+    "scrape this GPU."
+)
+INSUFFICIENT_FILE = (
+    "Not enough samples in the file to judge: record longer (a verdict needs min_samples per GPU over "
+    "the window), or sample more often."
+)
 
 BOTTLENECKS: tuple[Bottleneck, ...] = (
     Bottleneck(
@@ -164,9 +177,32 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         phase=False,
     ),
     Bottleneck(
+        "unallocated",
+        fix="No pod holds this GPU: capacity nobody uses, not a pod to fix. If pods wait for GPUs, see why the "
+        "scheduler does not place them here (taints, node selectors and affinity, the namespaces' GPU quotas, a "
+        "device plugin that does not advertise it); if none wait, shrink the node pool or let the cluster "
+        "autoscaler remove the node.",
+        colour="#bdbdbd",
+        problem=False,
+        profiling="not needed",
+        phase=False,
+        unit="gpu",
+    ),
+    Bottleneck(
+        "held_without_pod",
+        fix="No pod holds this GPU, yet memory is used or kernels run on it: a process the kubelet did not "
+        "assign. Find it on the node (nvidia-smi --query-compute-apps=pid,used_memory): a leftover DataLoader "
+        "worker of a killed job, a process started on the host, or a container that requested no GPU but sees "
+        "all of them (NVIDIA_VISIBLE_DEVICES=all); stop it, or give its workload a GPU request.",
+        colour="#7f2704",
+        problem=True,
+        profiling="not needed",
+        phase=False,
+        unit="gpu",
+    ),
+    Bottleneck(
         "insufficient_data",
-        fix="Not enough samples to judge yet: wait for a longer window, or check that the "
-        "exporter and Prometheus scrape this GPU.",
+        fix=INSUFFICIENT_LIVE,
         colour="#d9d9d9",
         problem=False,
         profiling="not needed",
@@ -177,7 +213,10 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
 BY_NAME = {b.name: b for b in BOTTLENECKS}
 CLASSES = tuple(b.name for b in BOTTLENECKS)
 RECOMMENDATIONS = {b.name: b.fix for b in BOTTLENECKS}
-#: The classes that are a problem to fix (not healthy, not "cannot tell").
+#: The classes that are a problem to fix (not healthy, not "cannot tell", not capacity nobody holds).
 PROBLEMS = frozenset(b.name for b in BOTTLENECKS if b.problem)
+#: The classes of a pod (gpulens_pod_bottleneck's values), and of a GPU no pod holds.
+POD_CLASSES = tuple(b.name for b in BOTTLENECKS if b.unit == "pod")
+GPU_CLASSES = tuple(b.name for b in BOTTLENECKS if b.unit == "gpu")
 #: The classes whose unused GPU time counts as waste.
 WASTEFUL = frozenset(b.name for b in BOTTLENECKS if b.waste)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulens.core import activity
-from gpulens.core.bottlenecks import CLASSES
+from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES
 from gpulens.core.thresholds import IDLE_ACTIVITY
 
 PREFIX = "gpulens_"
@@ -684,9 +684,21 @@ POD_BOTTLENECK = _spec(
     "pod_bottleneck",
     "gauge",
     "",
-    f"StateSet: 1 for the pod's current bottleneck class, 0 for the others. bottleneck is one of {', '.join(CLASSES)}.",
+    "StateSet: 1 for the pod's current bottleneck class, 0 for the others. bottleneck is one of "
+    f"{', '.join(POD_CLASSES)}.",
     "analyzer verdict",
     labels=ANALYZER_POD_LABELS + ("bottleneck",),
+    group="analyzer",
+)
+GPU_WITHOUT_POD = _spec(
+    "gpu_without_pod",
+    "gauge",
+    "",
+    "StateSet of each GPU (or MIG instance) no pod holds, in data that attributes GPUs to pods: 1 for its "
+    f"class, 0 for the other. bottleneck is one of {', '.join(GPU_CLASSES)}: capacity nobody holds, or a "
+    'process the kubelet did not assign using it. Its waste is in gpulens_wasted_* with namespace "".',
+    "analyzer verdict",
+    labels=("node", "gpu", "bottleneck"),
     group="analyzer",
 )
 POD_BOTTLENECK_CONFIDENCE = _spec(
@@ -713,8 +725,7 @@ POD_BOTTLENECK_TIME = _spec(
     "gauge",
     "ratio",
     "Share of the analyzer's history (--analysis.history, a day by default) the pod spent in each "
-    "bottleneck class, of the time its samples covered; only classes it was in appear. For a unit no "
-    "pod holds, pod is gpu:<uuid>.",
+    "bottleneck class, of the time its samples covered; only classes it was in appear.",
     "analyzer history",
     labels=ANALYZER_POD_LABELS + ("bottleneck",),
     group="analyzer",

@@ -233,6 +233,9 @@ class Thresholds:
     #: Healthy with SM activity >= healthy_sm, and from utilization alone.
     confidence_healthy: float = 0.9
     confidence_healthy_utilization: float = 0.6
+    #: A GPU no pod holds, in data that attributes GPUs to pods: unallocated, or held without a pod. Not 1: a
+    #: pod whose attribution failed (a kubelet the exporter could not read) looks the same.
+    confidence_without_pod: float = 0.9
     #: The most a class that profiling fields would settle is given without them.
     confidence_without_profiling: float = 0.5
 
