@@ -294,7 +294,7 @@ class _Signals:
             # a MIG instance: its board's power is shared with the other instances.
             self.power = column("power_watts") / power_limit
         unit_gpus = rows.rows_of("gpu", rows.unit_starts)
-        mig = rows.per_row([_is_mig(model, gpu) for model, gpu in zip(unit_models, unit_gpus, strict=True)])
+        mig = rows.per_row([is_mig(model, gpu) for model, gpu in zip(unit_models, unit_gpus, strict=True)])
         self.power = np.where(mig > 0, np.nan, self.power)
         self.link = np.fmax(pcie_use, nvlink_use)
         self.nvlink_use = nvlink_use
@@ -563,7 +563,7 @@ def _add_gpus(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
     features["pod_gpus"] = pd.Series(pod_gpus, index=features.index, dtype=object)
 
 
-def _is_mig(model: str, gpu: str) -> bool:
+def is_mig(model: str, gpu: str) -> bool:
     """Whether a unit's GPU is a MIG instance (its model "... MIG 1g.10gb", a "MIG-…" UUID or a "0/gi7" key)."""
     return " MIG " in f"{model} " or gpu.startswith("MIG-") or "/gi" in gpu
 

@@ -7,6 +7,7 @@ pods that wasted the most.
 from __future__ import annotations
 
 import html
+import math
 from collections import Counter
 from collections.abc import Iterable
 
@@ -15,10 +16,11 @@ import pandas as pd
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.features import UnitKeys
+from gpulens.analyzer.features import UnitKeys, is_mig
 from gpulens.analyzer.history import sample_interval
 from gpulens.analyzer.summary import waste_by
 from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
+from gpulens.core.catalog import model_info
 
 #: One colour per class (core/bottlenecks.py).
 COLOURS = {b.name: b.colour for b in BOTTLENECKS}
@@ -30,13 +32,21 @@ MAX_TIMELINES = 40
 POINTS = 360
 
 _STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}
-h1{font-size:22px}h2{font-size:17px;margin-top:28px}
+body{font:14px/1.4 system-ui,sans-serif;margin:24px auto;padding:0 16px;color:#222;max-width:1200px}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px}.scroll{overflow-x:auto}
 table{border-collapse:collapse;width:100%;margin:8px 0}td,th{border-bottom:1px solid #ddd;padding:4px 6px;
 text-align:left;vertical-align:top}th{background:#f4f4f4}td.n,th.n{text-align:right;white-space:nowrap}
-.bar{display:inline-block;height:10px;vertical-align:middle}.chip{display:inline-block;width:10px;height:10px;
-margin-right:4px;vertical-align:middle}.small{color:#666;font-size:12px}.pod{margin:18px 0}
-.summary span{display:inline-block;margin-right:28px}.summary b{font-size:20px;display:block}
+th.w{width:35%}.bar{display:inline-block;height:10px;vertical-align:middle;max-width:100%}
+.chip{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
+.small{color:#666;font-size:12px}.pod{margin:18px 0}.summary span{display:inline-block;margin:0 28px 8px 0}
+.summary b{font-size:20px;display:block}.plot svg{display:block;width:100%;height:110px}
+.axis{position:relative;height:16px;font-size:11px;color:#666}.tick{position:absolute;white-space:nowrap;
+transform:translateX(-50%)}.tick.start{transform:none}.tick.end{transform:translateX(-100%)}.key{font-weight:bold}.key.mem{color:#1f4e9c}.key.pow{color:#b15928}
+.legend span{white-space:nowrap;margin-right:10px}
+@media (max-width:640px){body{margin:8px auto;padding:0 8px}.tick.wide-only{display:none}.summary span{margin-right:16px}
+table.pods tr:first-child{display:none}table.pods tr{display:block;border-bottom:1px solid #ccc;padding:6px 0}
+table.pods td{display:block;border:0;padding:2px 0;text-align:left}
+table.pods td[data-label]::before{content:attr(data-label) ": ";color:#666}}
 """
 
 
@@ -61,8 +71,9 @@ def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = "gpulens
         "<h2>Pods</h2>",
         _pod_table(verdicts),
         f"<h2>Timelines: {_drawn_heading(min(MAX_TIMELINES, len(verdicts)))}</h2>",
-        "<p class=small>Bands: the class of each episode. Black line: activity (SM activity, or utilization "
-        "where profiling is absent), 0 to 1. Blue dashed line: memory used, 0 to the GPU's capacity.</p>",
+        "<p class=small>Bands: the class of each episode. Lines, each from 0 (bottom) to 100% (top) of its own "
+        "scale: activity, memory used of the GPU's capacity, and power drawn of its model's limit; a gap in "
+        "the data is a gap in the lines.</p>",
     ]
     series = _series(samples, verdicts[:MAX_TIMELINES])
     for v in verdicts[:MAX_TIMELINES]:
@@ -123,9 +134,8 @@ UNHELD_LABELS = {"unallocated": "no pod holds (unallocated)", "held_without_pod"
 
 
 def _legend() -> str:
-    return (
-        "<p>" + " ".join(f"<span class=chip style='background:{c}'></span>{_e(n)}" for n, c in COLOURS.items()) + "</p>"
-    )
+    chips = (f"<span><span class=chip style='background:{c}'></span>{_e(n)}</span>" for n, c in COLOURS.items())
+    return f"<p class=legend>{''.join(chips)}</p>"
 
 
 def _waste_table(verdicts: list[Verdict], dimension: str, heading: str) -> str:
@@ -139,10 +149,12 @@ def _waste_table(verdicts: list[Verdict], dimension: str, heading: str) -> str:
         for s in sums
     )
     head = f"<tr><th>{_e(heading)}</th><th class=n>GPU-h wasted</th><th class=n>cost</th><th class=w></th></tr>"
-    return f"<table>{head}{rows or '<tr><td colspan=4>No waste.</td></tr>'}</table>"
+    return f"<div class=scroll><table>{head}{rows or '<tr><td colspan=4>No waste.</td></tr>'}</table></div>"
 
 
 def _pod_table(verdicts: list[Verdict]) -> str:
+    """A row per pod (and GPU no pod holds); on a narrow screen each row stacks into a card, its figures
+    labelled, rather than squeezing the fix into a column a word wide."""
     rows = []
     for v in verdicts:
         shares = ", ".join(f"{name} {part.share:.0%}" for name, part in v.by_class.items())
@@ -150,13 +162,20 @@ def _pod_table(verdicts: list[Verdict]) -> str:
             f"<tr><td>{_e(v.unit)}<div class=small>{_e(v.node)} {_e(v.gpu_model)}</div></td>"
             f"<td><span class=chip style='background:{COLOURS[v.bottleneck]}'></span>{_e(v.bottleneck)}"
             f"<div class=small>confidence {v.confidence:.2f}</div></td>"
-            f"<td>{_e(shares)}</td><td class=n>{v.wasted_gpu_seconds / 3600:,.2f}</td>"
-            f"<td class=n>${v.wasted_cost:,.2f}</td><td class=small>{_e(v.recommendation)}</td></tr>"
+            f"<td data-label='time by class'>{_e(shares)}</td>"
+            f"<td class=n data-label='GPU-h wasted'>{v.wasted_gpu_seconds / 3600:,.2f}</td>"
+            f"<td class=n data-label='cost'>${v.wasted_cost:,.2f}</td><td class=small>{_e(v.recommendation)}</td></tr>"
         )
     return (
-        "<table><tr><th>pod</th><th>headline</th><th>time by class</th><th class=n>GPU-h wasted</th>"
-        f"<th class=n>cost</th><th>what to do</th></tr>{''.join(rows)}</table>"
+        "<div class=scroll><table class=pods><tr><th>pod or GPU</th><th>headline</th><th>time by class</th>"
+        f"<th class=n>GPU-h wasted</th><th class=n>cost</th><th>what to do</th></tr>{''.join(rows)}</table></div>"
     )
+
+
+#: What a timeline draws per sample: activity (0-1), memory used and power drawn as shares of the GPU's
+#: memory and of its model's power limit (NaN on a MIG instance, whose board's power is shared), and the
+#: memory capacity in bytes (the scale the memory line is drawn against).
+TIMELINE_COLUMNS = ("activity", "memory", "power", "capacity")
 
 
 def unit_samples(
@@ -166,22 +185,37 @@ def unit_samples(
     where: np.ndarray | None = None,
 ) -> pd.DataFrame:
     """What the timelines draw, one row per sample of `units` (None: all) among the rows `where` holds
-    (None: all): its unit (as verdicts name it), unix seconds, activity (0-1) and memory used as a share of
-    capacity. `keys`: UnitKeys.of(trace), where the caller has it."""
+    (None: all): its unit (as verdicts name it), unix seconds, and TIMELINE_COLUMNS. `keys`:
+    UnitKeys.of(trace), where the caller has it."""
     if trace.empty:
-        return pd.DataFrame({"unit": [], "ts": [], "activity": [], "memory": []})
+        return pd.DataFrame({"unit": [], "ts": [], **{c: [] for c in TIMELINE_COLUMNS}})
     keys = keys or UnitKeys.of(trace)
     names = keys.names(trace)
     rows = np.isin(names, list(units))[keys.unit] if units is not None else np.ones(len(trace), dtype=bool)
     if where is not None:
         rows &= where
     drawn = trace[rows]
+    # Each GPU's power limit (its model's; NaN for a MIG instance), looked up once per GPU, not per row.
+    codes, gpus = pd.factorize(drawn["gpu"])
+    first = np.zeros(len(gpus), dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes))[::-1]
+    models = drawn["gpu_model"].to_numpy()[first]
+    limit = np.array(
+        [
+            math.nan if is_mig(str(m), str(g)) else model_info(str(m)).power_limit_watts
+            for m, g in zip(models, gpus, strict=True)
+        ]
+    )
+    power = drawn["power_watts"].to_numpy(dtype=float) / limit[codes]
+    capacity = drawn["memory_total_bytes"].to_numpy()
     return pd.DataFrame(
         {
             "unit": names[keys.unit[rows]],
             "ts": drawn["timestamp"].to_numpy(),
             "activity": fr.activity(drawn).to_numpy(),
-            "memory": (drawn["memory_used_bytes"] / drawn["memory_total_bytes"]).to_numpy(),
+            "memory": drawn["memory_used_bytes"].to_numpy() / capacity,
+            "power": power,
+            "capacity": capacity,
         }
     )
 
@@ -198,8 +232,8 @@ class TimelineBins:
         self.bins = min(POINTS, int((end - start) // self.width) + 1)
         #: unit -> its row of `sums`.
         self.rows: dict[str, int] = {}
-        #: Per unit row and bin: sums of activity and memory, and their counts.
-        self.sums = np.zeros((0, 4, self.bins))
+        #: Per unit row and bin: the sums of each of TIMELINE_COLUMNS, then their counts.
+        self.sums = np.zeros((0, 2 * len(TIMELINE_COLUMNS), self.bins))
 
     def add(self, samples: pd.DataFrame) -> None:
         if samples.empty:
@@ -207,33 +241,34 @@ class TimelineBins:
         codes, names = pd.factorize(samples["unit"])
         rows = np.array([self.rows.setdefault(str(name), len(self.rows)) for name in names])
         if len(self.rows) > len(self.sums):
-            grown = np.zeros((max(len(self.rows), 2 * len(self.sums)), 4, self.bins))
+            grown = np.zeros((max(len(self.rows), 2 * len(self.sums)), *self.sums.shape[1:]))
             grown[: len(self.sums)] = self.sums
             self.sums = grown
         bins = np.clip(((samples["ts"].to_numpy() - self.start) // self.width).astype(np.int64), 0, self.bins - 1)
         cells = rows[codes] * self.bins + bins
         size = len(self.sums) * self.bins
-        for k, column in enumerate(("activity", "memory")):
-            values = samples[column].to_numpy()
+        counts = len(TIMELINE_COLUMNS)
+        for k, column in enumerate(TIMELINE_COLUMNS):
+            values = samples[column].to_numpy(dtype=float)
             seen = ~np.isnan(values)
             self.sums[:, k] += np.bincount(cells[seen], weights=values[seen], minlength=size).reshape(-1, self.bins)
-            self.sums[:, k + 2] += np.bincount(cells[seen], minlength=size).reshape(-1, self.bins)
+            self.sums[:, k + counts] += np.bincount(cells[seen], minlength=size).reshape(-1, self.bins)
 
     def samples(self, units: Iterable[str]) -> pd.DataFrame:
         """unit_samples() of `units`: one row per bin that had samples, at the bin's middle."""
         parts = []
+        counts = len(TIMELINE_COLUMNS)
         for unit in units:
             row = self.rows.get(unit)
             if row is None:
                 continue
             sums = self.sums[row]
             with np.errstate(invalid="ignore", divide="ignore"):
-                activity, memory = sums[0] / sums[2], sums[1] / sums[3]
-            held = (sums[2] > 0) | (sums[3] > 0)
+                means = sums[:counts] / sums[counts:]
+            held = sums[counts:].sum(axis=0) > 0
             middles = self.start + (np.flatnonzero(held) + 0.5) * self.width
-            parts.append(
-                pd.DataFrame({"unit": unit, "ts": middles, "activity": activity[held], "memory": memory[held]})
-            )
+            columns = {c: means[k][held] for k, c in enumerate(TIMELINE_COLUMNS)}
+            parts.append(pd.DataFrame({"unit": unit, "ts": middles, **columns}))
         return pd.concat(parts, ignore_index=True) if parts else unit_samples(pd.DataFrame())
 
 
@@ -250,7 +285,7 @@ def trace_timelines(trace: pd.DataFrame, verdicts: list[Verdict]) -> pd.DataFram
 
 
 def _series(samples: pd.DataFrame, verdicts: list[Verdict]) -> dict[str, pd.DataFrame]:
-    """Per unit drawn: mean activity and memory fraction in POINTS bins over its span."""
+    """Per unit drawn: the means of TIMELINE_COLUMNS in POINTS bins over its span."""
     wanted = {v.unit: v for v in verdicts}
     samples = samples[samples["unit"].isin(list(wanted))]
     out = {}
@@ -258,45 +293,101 @@ def _series(samples: pd.DataFrame, verdicts: list[Verdict]) -> dict[str, pd.Data
         v = wanted[str(name)]
         start, span = v.episodes[0].start if v.episodes else part["ts"].min(), max(v.window_seconds, 1.0)
         bins = np.clip(((part["ts"] - start) / span * POINTS).astype(int), 0, POINTS - 1)
-        out[str(name)] = part.groupby(bins)[["activity", "memory"]].mean()
+        out[str(name)] = part.groupby(bins)[list(TIMELINE_COLUMNS)].mean()
     return out
 
 
-def _timeline(v: Verdict, series: pd.DataFrame | None, width: int = 1000, height: int = 110) -> str:
+#: How each line is drawn: its stroke, and what its top (1.0) means for the legend.
+_LINES = {
+    "activity": "stroke='#111'",
+    "memory": "stroke='#1f4e9c' stroke-dasharray='5 3'",
+    "power": "stroke='#b15928' stroke-dasharray='1 2'",
+}
+#: The drawing's own units: x from 0 to WIDTH over the span, y from 0 (top, 100%) to HEIGHT (bottom, 0).
+WIDTH, HEIGHT = 1000, 100
+
+
+def _timeline(v: Verdict, series: pd.DataFrame | None) -> str:
+    """One unit's timeline: its episodes as class bands and its signals as lines on one 0-100% scale, the
+    SVG stretched to the page's width with its time axis labelled in HTML beneath, so that text keeps its
+    size on any screen."""
     start = v.episodes[0].start if v.episodes else 0.0
     span = max(v.window_seconds, 1.0)
 
     def x(seconds: float) -> float:
-        return (seconds - start) / span * width
+        return (seconds - start) / span * WIDTH
 
     bands = "".join(
-        f"<rect class=band data-class='{e.bottleneck}' x='{x(e.start):.1f}' y='0' "
-        f"width='{max(x(e.end) - x(e.start), 0.5):.1f}' height='{height}' fill='{COLOURS[e.bottleneck]}' "
-        f"fill-opacity='0.35'><title>{_e(e.bottleneck)} {_e(_time(e.start))} to {_e(_time(e.end))}, "
+        f"<rect class=band data-class='{e.bottleneck}' x='{x(e.start):.2f}' y='0' "
+        f"width='{max(x(e.end) - x(e.start), 0.2):.2f}' height='{HEIGHT}' fill='{COLOURS[e.bottleneck]}' "
+        f"fill-opacity='0.35'><title>{_e(e.bottleneck)} {_e(_when(e.start))} to {_e(_when(e.end))}, "
         f"confidence {e.confidence:.2f}</title></rect>"
         for e in v.episodes
     )
-    lines = ""
+    lines, legend = "", []
     if series is not None and len(series):
         bins = series.index.to_numpy()
-        xs = (bins + 0.5) / POINTS * width
-        for column, style in (("activity", "stroke='#111'"), ("memory", "stroke='#1f4e9c' stroke-dasharray='4 3'")):
-            values = series[column].to_numpy()
-            # Gaps are gaps: a line runs through consecutive bins with samples only.
-            for run in _runs(bins, values):
-                points = " ".join(f"{xs[i]:.1f},{height - values[i] * height:.1f}" for i in run)
-                lines += f"<polyline class={column} fill='none' stroke-width='1.2' {style} points='{points}'/>"
-    ticks = "".join(
-        f"<text x='{x(tick):.1f}' y='{height + 14}' font-size='11' fill='#666'>{_e(_time(tick))}</text>"
-        for tick in np.linspace(start, start + span, 5)[:-1]
+        xs = (bins + 0.5) / POINTS * WIDTH
+        for column, style in _LINES.items():
+            values = np.clip(series[column].to_numpy(dtype=float), 0.0, 1.0)
+            runs = _runs(bins, values)  # gaps are gaps: a line runs through consecutive bins with samples only
+            for run in runs:
+                points = " ".join(f"{xs[i]:.1f},{HEIGHT - values[i] * HEIGHT:.1f}" for i in run)
+                lines += (
+                    f"<polyline class={column} fill='none' stroke-width='1.5' vector-effect='non-scaling-stroke' "
+                    f"{style} points='{points}'/>"
+                )
+            if runs:
+                legend.append(_legend_entry(column, v, series))
+    grid = "".join(
+        f"<line x1='0' x2='{WIDTH}' y1='{HEIGHT * (1 - level)}' y2='{HEIGHT * (1 - level)}' stroke='#ccc' "
+        "stroke-dasharray='2 4' vector-effect='non-scaling-stroke'/>"
+        for level in (0.25, 0.5, 0.75)
+    )
+    ticks = _ticks(start, start + span)
+    # On a phone (a plot of 340 px or more) only every stride-th tick is labelled: labels (~6.2 px a
+    # character at 11 px) keep 1.5 times the longest one apart, so that a label kept inside the plot at its
+    # edge does not meet its neighbour.
+    longest = max((len(label) for _, label in ticks), default=0)
+    stride = max(1, math.ceil(len(ticks) * 1.5 * 6.2 * longest / 340))
+    axis = "".join(
+        f"<span class='{_tick_class(k, x(tick) / WIDTH, stride)}' style='left:{x(tick) / WIDTH:.2%}'>"
+        f"{_e(label)}</span>"
+        for k, (tick, label) in enumerate(ticks)
+    )
+    marks = "".join(
+        f"<line x1='{x(tick):.2f}' x2='{x(tick):.2f}' y1='{HEIGHT - 4}' y2='{HEIGHT}' stroke='#888' "
+        "vector-effect='non-scaling-stroke'/>"
+        for tick, _ in ticks
     )
     return (
         f"<div class=pod><b>{_e(v.unit)}</b> <span class=small>{_e(v.bottleneck)}, "
-        f"{v.wasted_gpu_seconds / 3600:,.2f} GPU-h wasted</span><br>"
-        f"<svg viewBox='0 0 {width} {height + 18}' width='100%' role=img aria-label='timeline of {_e(v.unit)}'>"
-        f"<rect x='0' y='0' width='{width}' height='{height}' fill='#fafafa' stroke='#ccc'/>"
-        f"{bands}{lines}{ticks}</svg></div>"
+        f"{v.wasted_gpu_seconds / 3600:,.2f} GPU-h wasted; {_e(v.node)} {_e(v.gpu_model)}</span>"
+        f"<div class=plot><svg viewBox='0 0 {WIDTH} {HEIGHT}' preserveAspectRatio='none' role=img "
+        f"aria-label='timeline of {_e(v.unit)}'>"
+        f"<rect x='0' y='0' width='{WIDTH}' height='{HEIGHT}' fill='#fafafa' stroke='#ccc' "
+        f"vector-effect='non-scaling-stroke'/>{bands}{grid}{lines}{marks}</svg>"
+        f"<div class=axis>{axis}</div></div>"
+        f"<div class=small>{'; '.join(legend) or 'no samples drawn'}. Time in UTC.</div></div>"
     )
+
+
+def _tick_class(k: int, at: float, stride: int) -> str:
+    """A tick label's classes: centred on its tick, but kept inside the plot at either edge; on a narrow
+    screen, only every `stride`-th shown."""
+    edge = " start" if at < 0.06 else " end" if at > 0.94 else ""
+    return f"tick{edge}{' wide-only' if k % stride else ''}"
+
+
+def _legend_entry(column: str, v: Verdict, series: pd.DataFrame) -> str:
+    """What a line's 0-100% scale is, in the unit's own terms: memory of its capacity in GiB, power of its
+    model's limit in watts."""
+    if column == "activity":
+        return "<span class=key>&#9473;</span> activity (SM, else engine or utilization) 0-100%"
+    if column == "memory":
+        capacity = float(np.nanmax(series["capacity"].to_numpy(dtype=float)))
+        return f"<span class='key mem'>&#9476;</span> memory used, 0-{capacity / 1024**3:,.0f} GiB"
+    return f"<span class='key pow'>&#8943;</span> power, 0-{model_info(v.gpu_model).power_limit_watts:,.0f} W"
 
 
 def _runs(bins: np.ndarray, values: np.ndarray) -> list[np.ndarray]:
@@ -310,5 +401,51 @@ def _runs(bins: np.ndarray, values: np.ndarray) -> list[np.ndarray]:
     return np.split(present, np.flatnonzero(spacing > 2 * max(usual, 1.0)) + 1)
 
 
-def _time(unix: float) -> str:
-    return pd.Timestamp(unix, unit="s", tz="UTC").strftime("%m-%d %H:%M")
+#: Tick steps a time axis chooses from, in seconds: round numbers of seconds, minutes, hours and days.
+TICK_STEPS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    2 * 86400,
+    7 * 86400,
+    14 * 86400,
+    28 * 86400,
+)
+#: At most this many ticks on an axis (every other one is hidden on a narrow screen).
+MAX_TICKS = 7
+
+
+def _ticks(start: float, end: float) -> list[tuple[float, str]]:
+    """Ticks at round times inside [start, end] (UTC), at the smallest step from TICK_STEPS that gives at
+    most MAX_TICKS, each labelled with what changes at that step: seconds under a minute, hours and minutes
+    under a day, the date where the day changes (and on the first tick), the date alone from a day up."""
+    step = next((s for s in TICK_STEPS if (end - start) / s <= MAX_TICKS), TICK_STEPS[-1])
+    first = math.ceil(start / step) * step
+    out, previous_day = [], None
+    for tick in np.arange(first, end + 1e-9, step):
+        moment = pd.Timestamp(float(tick), unit="s", tz="UTC")
+        day = moment.strftime("%m-%d")
+        clock = moment.strftime("%H:%M:%S" if step < 60 else "%H:%M")
+        label = day if step >= 86400 else clock if day == previous_day else f"{day} {clock}"
+        out.append((float(tick), label))
+        previous_day = day
+    return out
+
+
+def _when(unix: float) -> str:
+    return pd.Timestamp(unix, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M:%S")

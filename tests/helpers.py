@@ -233,6 +233,13 @@ def certificate_authority(directory: Path) -> Path:
     return directory
 
 
+def gpulens(*args, **kwargs) -> subprocess.CompletedProcess:
+    """`gpulens ARGS` run as a user runs it, from the checkout: its exit code, stdout and stderr."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpulens", *args], capture_output=True, text=True, cwd=REPO, timeout=120, **kwargs
+    )
+
+
 def require_binary(name: str) -> str:
     """Path of a binary the tests run for real (Prometheus, Alertmanager, Chromium). Skips on a laptop
     without it; fails under CI=true, where .ci/run must have installed it."""

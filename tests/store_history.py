@@ -54,7 +54,7 @@ SIGNALS = (
     Series("gpu_util", "gpulens_gpu_utilization_ratio", "DCGM_FI_DEV_GPU_UTIL", 100.0),
     Series("sm_active", "gpulens_gpu_sm_active_ratio", "DCGM_FI_PROF_SM_ACTIVE", 1.0),
     Series("memory_used_bytes", "gpulens_gpu_memory_used_bytes", "DCGM_FI_DEV_FB_USED", 1 / MIB),
-    Series("power_watts", "gpulens_gpu_power_usage_watts", "DCGM_FI_DEV_POWER_USAGE", 1.0),
+    Series("power_watts", "gpulens_gpu_power_watts", "DCGM_FI_DEV_POWER_USAGE", 1.0),
 )
 
 

@@ -18,16 +18,10 @@ from gpulens.analyzer.readers import TraceError, read_trace
 from gpulens.core.bottlenecks import POD_CLASSES
 from gpulens.core.thresholds import Thresholds
 from tests.captures import FIXTURES, H100_CAPTURE, capture_sections
-from tests.helpers import REPO
+from tests.helpers import gpulens
 
 MIB = 1024**2
 DMON = FIXTURES / "dcgmi-dmon"
-
-
-def gpulens(*args, **kwargs):
-    return subprocess.run(
-        [sys.executable, "-m", "gpulens", *args], capture_output=True, text=True, cwd=REPO, timeout=120, **kwargs
-    )
 
 
 # --- readers on real recordings --------------------------------------------------------------

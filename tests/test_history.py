@@ -6,13 +6,12 @@ import csv
 import io
 import json
 import os
-import struct
 import subprocess
-import zlib
 
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
@@ -21,8 +20,7 @@ from gpulens.analyzer.history import analyze
 from gpulens.core.thresholds import Thresholds
 from gpulens.simulator.fleet import load_fleet
 from gpulens.simulator.workloads import DAY, PROFILES
-from tests.helpers import require_binary
-from tests.test_analyzer import gpulens
+from tests.helpers import gpulens, require_binary
 
 #: A day (UTC midnight) for the simulated recordings.
 MIDNIGHT = 20_800 * DAY
@@ -175,49 +173,6 @@ def test_report_writes_episodes_to_json_and_csv_and_checks_its_flags(tmp_path, s
     )
 
 
-def _png_pixels(data: bytes) -> np.ndarray:
-    """RGB(A) pixels of a non-interlaced 8-bit PNG (what Chromium's screenshots are)."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks, header = 8, [], None
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        if kind == b"IHDR":
-            header = struct.unpack(">IIBBBBB", body)
-        elif kind == b"IDAT":
-            chunks.append(body)
-        pos += 12 + length
-    width, height, depth, colour, _, _, interlace = header
-    assert depth == 8 and interlace == 0 and colour in (2, 6)
-    channels = 3 if colour == 2 else 4
-    raw = zlib.decompress(b"".join(chunks))
-    stride = width * channels
-    out = np.zeros((height, stride), dtype=np.int32)
-    prior = np.zeros(stride, dtype=np.int32)
-    for y in range(height):
-        kind, line = raw[y * (stride + 1)], np.frombuffer(raw, np.uint8, stride, y * (stride + 1) + 1).astype(np.int32)
-        if kind == 0:
-            row = line
-        elif kind == 2:
-            row = (line + prior) % 256
-        else:  # sub, average, Paeth depend on the pixel to the left: decode byte by byte
-            row = np.zeros(stride, dtype=np.int32)
-            for x in range(stride):
-                left = row[x - channels] if x >= channels else 0
-                up, corner = prior[x], prior[x - channels] if x >= channels else 0
-                if kind == 1:
-                    predictor = left
-                elif kind == 3:
-                    predictor = (left + up) // 2
-                else:
-                    p = left + up - corner
-                    pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
-                    predictor = left if pa <= pb and pa <= pc else up if pb <= pc else corner
-                row[x] = (line[x] + predictor) % 256
-        out[y], prior = row, row
-    return out.reshape(height, width, channels)[:, :, :3]
-
-
 @pytest.mark.slow
 def test_the_html_report_renders_offline_in_chromium(tmp_path, serving_day):
     chromium = require_binary("chromium")
@@ -245,7 +200,8 @@ def test_the_html_report_renders_offline_in_chromium(tmp_path, serving_day):
         timeout=120,
         env=os.environ,
     )
-    pixels = _png_pixels(shot.read_bytes())
+    with Image.open(shot) as image:
+        pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
     # The idle band (#e41a1c at 35% over #fafafa) and the serving band (#ff7f00) are painted.
     for band in ((242, 172, 172), (252, 207, 163)):
         near = np.all(np.abs(pixels - np.array(band)) <= 3, axis=2)

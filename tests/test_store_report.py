@@ -278,3 +278,10 @@ def test_the_html_report_from_a_store_draws_the_timelines_a_file_of_the_same_sam
         assert drawn.count("<polyline class=activity") == drawn.count("<polyline class=memory") == 1
         assert len(re.search(r"class=activity [^>]*points='([^']*)'", drawn)[1].split()) >= 150
     assert _timelines(done.stdout) == from_file
+
+
+def test_the_stored_week_uses_the_names_the_exporter_exposes():
+    """A signal stored under a name the exporter does not expose would be read as absent (power was)."""
+    from gpulens.core import metrics
+
+    assert {s.gpulens for s in week.SIGNALS} <= {spec.name for spec in metrics.ALL}
