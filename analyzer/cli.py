@@ -632,6 +632,7 @@ def run_service(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
     from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput, Shard
+    from gpulens.analyzer.livepage import LivePage
     from gpulens.analyzer.service import AnalyzerService
     from gpulens.core.config import ConfigError, parse_duration
     from gpulens.core.web import WebConfig, parse_listen_address, serve
@@ -676,6 +677,7 @@ def run_service(args: argparse.Namespace) -> int:
         print(f"gpulens analyzer: {e}", file=sys.stderr)
         return 2
     service = AnalyzerService(source, thresholds, prices, args.interval, history=history)
+    live = LivePage(service)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(service)
     try:
@@ -686,7 +688,7 @@ def run_service(args: argparse.Namespace) -> int:
             title="gpulens analyzer",
             health=service.health,
             ready=service.ready,
-            routes={"/api/v1/verdicts": service.verdicts_json},
+            routes={"/": live.page, "/api/v1/page": live.changes, "/api/v1/verdicts": service.verdicts_json},
             exposition=service.exposition,
         )
     except ConfigError as e:
@@ -697,7 +699,8 @@ def run_service(args: argparse.Namespace) -> int:
     host, port = address[0], server.server_address[1]
     reading = f"Prometheus at {args.prometheus}" if args.prometheus else f"{len(args.exporters)} exporter(s)"
     log.info(
-        "serving on %s:%d (/metrics, /api/v1/verdicts); judging the last %g s of %s every %g s",
+        "serving on %s:%d (the page of verdicts at /, /metrics, /api/v1/verdicts); judging the last %g s of %s "
+        "every %g s",
         host or "*",
         port,
         args.window,

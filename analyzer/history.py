@@ -215,6 +215,8 @@ class Ledger:
         """From `start` to `end` (unix seconds) judged `verdict`, covering `covered` GPU-seconds that wasted
         `waste` GPU-seconds and `cost` money. `joins`: it follows the last episode without a gap, which it
         continues if the class is the same."""
+        self.latest[verdict.bottleneck] = verdict
+        self.gpus.update(verdict.gpus)
         last = self.episodes[-1] if self.episodes else None
         if joins and last is not None and last.bottleneck == verdict.bottleneck:
             last.extend(end, verdict.confidence, waste)
@@ -244,17 +246,20 @@ class Ledger:
         activity = None if math.isnan(mean_activity) else float(mean_activity)
         waste = (1.0 - activity) * covered if activity is not None and BY_NAME[verdict.bottleneck].waste else 0.0
         cost = waste / 3600 * model_info(verdict.gpu_model, prices).price_per_hour
-        self.latest[verdict.bottleneck] = verdict
-        self.gpus.update(verdict.gpus)
-        if activity is not None:
-            self.judged_seconds += covered
-            self.busy_seconds += activity * covered
-            self.idle_seconds += (0.0 if math.isnan(idle) else float(idle)) * covered
+        self.account(covered, activity, idle)
         end = float(ts_max + verdict.sample_seconds)
         self.record(verdict, float(ts_min), end, covered, waste, cost, joins=self.last_slot == k - 1)
         if self.first_slot is None:
             self.first_slot = k
         self.last_slot = k
+
+    def account(self, covered: float, activity: float | None, idle: float) -> None:
+        """`covered` GPU-seconds at mean `activity` (0-1; None where the input has no activity signal), a
+        share `idle` of them idle (NaN: unknown): what the span's mean activity and sparse use read."""
+        if activity is not None:
+            self.judged_seconds += covered
+            self.busy_seconds += activity * covered
+            self.idle_seconds += (0.0 if math.isnan(idle) else float(idle)) * covered
 
     def merge(self, later: Ledger) -> None:
         """Add the ledger of the next piece of the span (its slots all after this one's)."""

@@ -31,7 +31,7 @@ MAX_TIMELINES = 40
 #: Points per timeline: bins of the span, each the mean of its samples.
 POINTS = 360
 
-_STYLE = """
+STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px auto;padding:0 16px;color:#222;max-width:1200px}
 h1{font-size:22px}h2{font-size:17px;margin-top:28px}.scroll{overflow-x:auto}
 table{border-collapse:collapse;width:100%;margin:8px 0}td,th{border-bottom:1px solid #ddd;padding:4px 6px;
@@ -41,53 +41,77 @@ th.w{width:35%}.bar{display:inline-block;height:10px;vertical-align:middle;max-w
 .small{color:#666;font-size:12px}.pod{margin:18px 0}.summary span{display:inline-block;margin:0 28px 8px 0}
 .summary b{font-size:20px;display:block}.plot svg{display:block;width:100%;height:110px}
 .axis{position:relative;height:16px;font-size:11px;color:#666}.tick{position:absolute;white-space:nowrap;
-transform:translateX(-50%)}.tick.start{transform:none}.tick.end{transform:translateX(-100%)}.key{font-weight:bold}.key.mem{color:#1f4e9c}.key.pow{color:#b15928}
-.legend span{white-space:nowrap;margin-right:10px}
-@media (max-width:640px){body{margin:8px auto;padding:0 8px}.tick.wide-only{display:none}.summary span{margin-right:16px}
-table.pods tr:first-child{display:none}table.pods tr{display:block;border-bottom:1px solid #ccc;padding:6px 0}
+transform:translateX(-50%)}.tick.start{transform:none}.tick.end{transform:translateX(-100%)}
+.key{font-weight:bold}.key.mem{color:#1f4e9c}.key.pow{color:#b15928}.legend span{white-space:nowrap;margin-right:10px}
+@media (max-width:640px){body{margin:8px auto;padding:0 8px}.tick.wide-only{display:none}
+.summary span{margin-right:16px}table.pods thead{display:none}
+table.pods tr{display:block;border-bottom:1px solid #ccc;padding:6px 0}
 table.pods td{display:block;border:0;padding:2px 0;text-align:left}
 table.pods td[data-label]::before{content:attr(data-label) ": ";color:#666}}
 """
+TITLE = "gpulens: why are the GPUs idle?"
+TIMELINES_NOTE = (
+    "<p class=small>Bands: the class of each episode. Lines, each from 0 (bottom) to 100% (top) of its own "
+    "scale: activity, memory used of the GPU's capacity, and power drawn of its model's limit; a gap in the "
+    "data is a gap in the lines.</p>"
+)
 
 
-def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = "gpulens: why are the GPUs idle?") -> str:
+def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = TITLE) -> str:
     """The report for `verdicts` (most waste first), with timelines drawn from `samples` (unit_samples()
     of a trace, or TimelineBins.samples() of a report read in pieces)."""
-    verdicts = sorted(verdicts, key=lambda v: -v.wasted_gpu_seconds)
-    parts = [
+    verdicts = by_waste(verdicts)
+    drawn = verdicts[:MAX_TIMELINES]
+    return page(
+        title,
+        f"<div id=summary>{fleet_summary(verdicts)}</div>",
+        f"<div id=waste>{waste_tables(verdicts)}</div>",
+        "<h2>Pods</h2>",
+        pod_table("".join(pod_row(v) for v in verdicts)),
+        f"<h2>Timelines: {_drawn_heading(len(drawn))}</h2>",
+        TIMELINES_NOTE,
+        f"<div id=timelines>{timelines(drawn, samples)}</div>",
+    )
+
+
+def page(title: str, *parts: str, head: str = "") -> str:
+    """A whole page: its title, the style and class legend, and `parts`."""
+    return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        "<meta name=viewport content='width=device-width, initial-scale=1'>",
-        f"<title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{_e(title)}</h1>",
-        _summary(verdicts),
-        _legend(),
+        "<meta name=viewport content='width=device-width, initial-scale=1'>"
+        f"<title>{_e(title)}</title><style>{STYLE}</style>{head}</head><body>"
+        f"<h1>{_e(title)}</h1>{_legend()}{''.join(parts)}</body></html>\n"
+    )
+
+
+def by_waste(verdicts: Iterable[Verdict]) -> list[Verdict]:
+    """Most waste first; ties by name, so that a page's order is stable from one refresh to the next."""
+    return sorted(verdicts, key=lambda v: (-v.wasted_gpu_seconds, v.unit))
+
+
+def waste_tables(verdicts: list[Verdict]) -> str:
+    """The waste by class, namespace, workload and team (where teams are known)."""
+    parts = [
         "<h2>Waste by class</h2>",
         _waste_table(verdicts, "class", "class"),
         "<h2>Waste by namespace</h2>",
         _waste_table(verdicts, "namespace", "namespace"),
         "<h2>Waste by workload</h2>",
         _waste_table(verdicts, "owner", "workload (namespace/kind/name)"),
-        *(["<h2>Waste by team</h2>", _waste_table(verdicts, "team", "team")] if any(v.team for v in verdicts) else []),
-        "<h2>Pods</h2>",
-        _pod_table(verdicts),
-        f"<h2>Timelines: {_drawn_heading(min(MAX_TIMELINES, len(verdicts)))}</h2>",
-        "<p class=small>Bands: the class of each episode. Lines, each from 0 (bottom) to 100% (top) of its own "
-        "scale: activity, memory used of the GPU's capacity, and power drawn of its model's limit; a gap in "
-        "the data is a gap in the lines.</p>",
     ]
-    series = _series(samples, verdicts[:MAX_TIMELINES])
-    for v in verdicts[:MAX_TIMELINES]:
-        parts.append(_timeline(v, series.get(v.unit)))
-    parts.append("</body></html>\n")
+    if any(v.team for v in verdicts):
+        parts += ["<h2>Waste by team</h2>", _waste_table(verdicts, "team", "team")]
     return "".join(parts)
+
+
+def timelines(drawn: list[Verdict], samples: pd.DataFrame) -> str:
+    """The timelines of `drawn`, from `samples`."""
+    series = _series(samples, drawn)
+    return "".join(_timeline(v, series.get(v.unit)) for v in drawn)
 
 
 def _e(text: object) -> str:
     return html.escape(str(text))
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _drawn_heading(count: int) -> str:
@@ -96,10 +120,10 @@ def _drawn_heading(count: int) -> str:
 
 def drawn_units(verdicts: list[Verdict]) -> list[str]:
     """The units whose timelines the report draws: the MAX_TIMELINES that wasted the most."""
-    return [v.unit for v in sorted(verdicts, key=lambda v: -v.wasted_gpu_seconds)[:MAX_TIMELINES]]
+    return [v.unit for v in by_waste(verdicts)[:MAX_TIMELINES]]
 
 
-def _summary(verdicts: list[Verdict]) -> str:
+def fleet_summary(verdicts: list[Verdict]) -> str:
     """The headline: the pods (the GPUs, where the data names no pods), those with a problem in the span, the
     GPUs no pod holds by kind, and the GPU-hours sampled and wasted: the sums of the waste tables below."""
     pods = [v for v in verdicts if v.pod]
@@ -152,23 +176,27 @@ def _waste_table(verdicts: list[Verdict], dimension: str, heading: str) -> str:
     return f"<div class=scroll><table>{head}{rows or '<tr><td colspan=4>No waste.</td></tr>'}</table></div>"
 
 
-def _pod_table(verdicts: list[Verdict]) -> str:
-    """A row per pod (and GPU no pod holds); on a narrow screen each row stacks into a card, its figures
-    labelled, rather than squeezing the fix into a column a word wide."""
-    rows = []
-    for v in verdicts:
-        shares = ", ".join(f"{name} {part.share:.0%}" for name, part in v.by_class.items())
-        rows.append(
-            f"<tr><td>{_e(v.unit)}<div class=small>{_e(v.node)} {_e(v.gpu_model)}</div></td>"
-            f"<td><span class=chip style='background:{COLOURS[v.bottleneck]}'></span>{_e(v.bottleneck)}"
-            f"<div class=small>confidence {v.confidence:.2f}</div></td>"
-            f"<td data-label='time by class'>{_e(shares)}</td>"
-            f"<td class=n data-label='GPU-h wasted'>{v.wasted_gpu_seconds / 3600:,.2f}</td>"
-            f"<td class=n data-label='cost'>${v.wasted_cost:,.2f}</td><td class=small>{_e(v.recommendation)}</td></tr>"
-        )
+def pod_table(rows: str) -> str:
+    """The table of pods (and GPUs no pod holds) around `rows` (pod_row()s); on a narrow screen each row
+    stacks into a card, its figures labelled, rather than squeezing the fix into a column a word wide."""
     return (
-        "<div class=scroll><table class=pods><tr><th>pod or GPU</th><th>headline</th><th>time by class</th>"
-        f"<th class=n>GPU-h wasted</th><th class=n>cost</th><th>what to do</th></tr>{''.join(rows)}</table></div>"
+        "<div class=scroll><table class=pods><thead><tr><th>pod or GPU</th><th>headline</th><th>time by class</th>"
+        "<th class=n>GPU-h wasted</th><th class=n>cost</th><th>what to do</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
+    )
+
+
+def pod_row(v: Verdict, now: Verdict | None = None) -> str:
+    """One unit's row: its headline over the span (and, live, its class `now`), time by class, waste, fix."""
+    shares = ", ".join(f"{name} {part.share:.0%}" for name, part in v.by_class.items())
+    current = f"<div class=small>now: {_e(now.bottleneck)}</div>" if now is not None else ""
+    return (
+        f"<tr data-unit='{_e(v.unit)}'><td>{_e(v.unit)}<div class=small>{_e(v.node)} {_e(v.gpu_model)}</div></td>"
+        f"<td><span class=chip style='background:{COLOURS[v.bottleneck]}'></span>{_e(v.bottleneck)}"
+        f"<div class=small>confidence {v.confidence:.2f}</div>{current}</td>"
+        f"<td data-label='time by class'>{_e(shares)}</td>"
+        f"<td class=n data-label='GPU-h wasted'>{v.wasted_gpu_seconds / 3600:,.2f}</td>"
+        f"<td class=n data-label='cost'>${v.wasted_cost:,.2f}</td><td class=small>{_e(v.recommendation)}</td></tr>"
     )
 
 
@@ -226,50 +254,100 @@ class TimelineBins:
     units (11 KiB each), not the span. Each piece is summed in one pass over its samples, whatever the
     number of units in it."""
 
-    def __init__(self, start: float, end: float, step: float):
+    def __init__(self, start: float, end: float, step: float, dtype: type = np.float64):
         self.start = start
         self.width = max(step, (end - start) / POINTS)  # seconds a bin covers
         self.bins = min(POINTS, int((end - start) // self.width) + 1)
         #: unit -> its row of `sums`.
         self.rows: dict[str, int] = {}
         #: Per unit row and bin: the sums of each of TIMELINE_COLUMNS, then their counts.
-        self.sums = np.zeros((0, 2 * len(TIMELINE_COLUMNS), self.bins))
+        self.sums: np.ndarray = np.zeros((0, 2 * len(TIMELINE_COLUMNS), self.bins), dtype=dtype)
+
+    def _bins(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The bin of each sample at unix seconds `ts`, and which samples to keep: all, in the span's bins."""
+        return np.clip(((ts - self.start) // self.width).astype(np.int64), 0, self.bins - 1), np.ones(len(ts), bool)
+
+    def _middles(self, bins: np.ndarray) -> np.ndarray:
+        """Unix seconds of the middle of `bins`."""
+        return self.start + (bins + 0.5) * self.width
+
+    def _order(self) -> np.ndarray:
+        """The bins in time order."""
+        return np.arange(self.bins)
 
     def add(self, samples: pd.DataFrame) -> None:
         if samples.empty:
             return
+        bins, keep = self._bins(samples["ts"].to_numpy(dtype=float))
         codes, names = pd.factorize(samples["unit"])
         rows = np.array([self.rows.setdefault(str(name), len(self.rows)) for name in names])
         if len(self.rows) > len(self.sums):
-            grown = np.zeros((max(len(self.rows), 2 * len(self.sums)), *self.sums.shape[1:]))
+            grown = np.zeros((max(len(self.rows), 2 * len(self.sums)), *self.sums.shape[1:]), dtype=self.sums.dtype)
             grown[: len(self.sums)] = self.sums
             self.sums = grown
-        bins = np.clip(((samples["ts"].to_numpy() - self.start) // self.width).astype(np.int64), 0, self.bins - 1)
         cells = rows[codes] * self.bins + bins
         size = len(self.sums) * self.bins
         counts = len(TIMELINE_COLUMNS)
         for k, column in enumerate(TIMELINE_COLUMNS):
             values = samples[column].to_numpy(dtype=float)
-            seen = ~np.isnan(values)
+            seen = keep & ~np.isnan(values)
             self.sums[:, k] += np.bincount(cells[seen], weights=values[seen], minlength=size).reshape(-1, self.bins)
             self.sums[:, k + counts] += np.bincount(cells[seen], minlength=size).reshape(-1, self.bins)
 
     def samples(self, units: Iterable[str]) -> pd.DataFrame:
-        """unit_samples() of `units`: one row per bin that had samples, at the bin's middle."""
+        """unit_samples() of `units`: one row per bin that had samples, at the bin's middle, oldest first."""
         parts = []
-        counts = len(TIMELINE_COLUMNS)
+        counts, order = len(TIMELINE_COLUMNS), self._order()
         for unit in units:
             row = self.rows.get(unit)
             if row is None:
                 continue
-            sums = self.sums[row]
+            sums = self.sums[row][:, order].astype(float)
             with np.errstate(invalid="ignore", divide="ignore"):
                 means = sums[:counts] / sums[counts:]
             held = sums[counts:].sum(axis=0) > 0
-            middles = self.start + (np.flatnonzero(held) + 0.5) * self.width
             columns = {c: means[k][held] for k, c in enumerate(TIMELINE_COLUMNS)}
-            parts.append(pd.DataFrame({"unit": unit, "ts": middles, **columns}))
+            parts.append(pd.DataFrame({"unit": unit, "ts": self._middles(order[held]), **columns}))
         return pd.concat(parts, ignore_index=True) if parts else unit_samples(pd.DataFrame())
+
+
+class RollingTimelines(TimelineBins):
+    """TimelineBins of the last `span` seconds, moving on with the samples: the live service's timelines.
+    A ring of bins: a bin the newest samples reach again is cleared first. In float32 (a timeline is
+    drawn in 100 px, not read to 7 digits): 11.5 KiB a unit."""
+
+    def __init__(self, span: float, step: float):
+        super().__init__(0.0, span, step, dtype=np.float32)
+        #: The bin of time (unix seconds // width) each slot of the ring holds; -1: none yet.
+        self.held = np.full(self.bins, -1, dtype=np.int64)
+
+    def _bins(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        when = (ts // self.width).astype(np.int64)  # the bin of time of each sample
+        slots = when % self.bins
+        latest = np.full(self.bins, -1, dtype=np.int64)
+        np.maximum.at(latest, slots, when)
+        # A slot that a newer bin of time reaches holds that bin from now on: its old sums are cleared.
+        moved = latest > self.held
+        self.sums[:, :, moved] = 0
+        self.held = np.maximum(self.held, latest)
+        # Samples older than the ring reaches, or than what their slot now holds, are not drawn.
+        return slots, (when > self.held.max() - self.bins) & (when == self.held[slots])
+
+    def _order(self) -> np.ndarray:
+        """The slots that hold a bin of the last `span`, oldest first."""
+        current = np.flatnonzero((self.held >= 0) & (self.held > self.held.max() - self.bins))
+        return current[np.argsort(self.held[current])]
+
+    def _middles(self, bins: np.ndarray) -> np.ndarray:
+        return (self.held[bins] + 0.5) * self.width
+
+    def retain(self, units: set[str]) -> None:
+        """Forget every unit but `units` (those the service's history still holds)."""
+        kept = [(unit, row) for unit, row in self.rows.items() if unit in units]
+        if len(kept) == len(self.rows):
+            return
+        self.sums = self.sums[[row for _, row in kept]].copy()
+        self.rows = {unit: k for k, (unit, _) in enumerate(kept)}
 
 
 def trace_timelines(trace: pd.DataFrame, verdicts: list[Verdict]) -> pd.DataFrame:
@@ -351,8 +429,7 @@ def _timeline(v: Verdict, series: pd.DataFrame | None) -> str:
     longest = max((len(label) for _, label in ticks), default=0)
     stride = max(1, math.ceil(len(ticks) * 1.5 * 6.2 * longest / 340))
     axis = "".join(
-        f"<span class='{_tick_class(k, x(tick) / WIDTH, stride)}' style='left:{x(tick) / WIDTH:.2%}'>"
-        f"{_e(label)}</span>"
+        f"<span class='{_tick_class(k, x(tick) / WIDTH, stride)}' style='left:{x(tick) / WIDTH:.2%}'>{_e(label)}</span>"
         for k, (tick, label) in enumerate(ticks)
     )
     marks = "".join(

@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import pandas as pd
 
 from gpulens.analyzer import owners
 from gpulens.analyzer.classify import Verdict, classify
 from gpulens.analyzer.history import Ledger
 from gpulens.analyzer.live import AnalyzerInput, InputError
+from gpulens.analyzer.report import RollingTimelines, unit_samples
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES, WASTEFUL
 from gpulens.core.exposition import Exposition, Families
@@ -47,6 +50,12 @@ Workload = tuple[str, str, str, str, str]
 
 def unit_of(v: Verdict) -> Unit:
     return (v.namespace, v.pod, v.node) if v.pod else ("", v.unit, v.node)
+
+
+def unit_name(unit: Unit) -> str:
+    """A history's unit as Verdict.unit names it."""
+    namespace, pod, _ = unit
+    return f"{namespace}/{pod}" if namespace else pod
 
 
 def last_sample(v: Verdict) -> float:
@@ -99,6 +108,14 @@ class AnalyzerService:
         #: Seconds of each pod's past kept, and the pods' histories.
         self.history_seconds = history
         self.history: dict[Unit, Ledger] = {}
+        #: Each unit's activity, memory and power over the history, for the page at / (one bin a cycle at
+        #: least), and the newest sample added to them.
+        self.timelines = RollingTimelines(history, interval)
+        self._drawn_until = -math.inf
+        #: Successful cycles so far: the page at / asks what changed since the one it shows.
+        self.cycles = 0
+        #: Held while a cycle changes the history, and while a page reads it.
+        self.lock = threading.Lock()
         self._problems = ProblemLog(log)
         self._stop = threading.Event()
         #: time.monotonic() when the loop last ended a cycle (or started): liveness.
@@ -135,7 +152,7 @@ class AnalyzerService:
         return True
 
     def _judge(self, frame: pd.DataFrame, started: float) -> None:
-        """Verdicts for the window's frame; the history and waste counters move on with the current ones."""
+        """Verdicts for the window's frame; the history, timelines and waste counters move on with them."""
         verdicts = classify(frame, self.thresholds, self.prices, self.source.node_prices())
         verdicts = owners.apply(verdicts, self.source.owners({(v.namespace, v.pod) for v in verdicts if v.pod}))
         stale = self._stale(verdicts)
@@ -145,32 +162,39 @@ class AnalyzerService:
         elapsed = self.interval if self.state.produced_at is None else now - self.state.produced_at
         seconds, cost = dict(self.state.wasted_seconds), dict(self.state.wasted_cost)
         workload_seconds, workload_cost = dict(self.state.workload_seconds), dict(self.state.workload_cost)
-        for v in verdicts:
-            if v.window_seconds <= 0 or unit_of(v) in stale:
-                continue
-            share = elapsed / v.window_seconds
-            self._remember(v, now - elapsed, now, share)
-            if v.bottleneck not in WASTEFUL:
-                continue  # healthy headroom, or time the data cannot judge: no waste by cause
-            key = (v.namespace, v.bottleneck)
-            seconds[key] = seconds.get(key, 0.0) + v.wasted_gpu_seconds * share
-            cost[key] = cost.get(key, 0.0) + v.wasted_cost * share
-            workload = (v.namespace, v.owner_kind, v.owner or v.pod, v.team, v.bottleneck)
-            workload_seconds[workload] = workload_seconds.get(workload, 0.0) + v.wasted_gpu_seconds * share
-            workload_cost[workload] = workload_cost.get(workload, 0.0) + v.wasted_cost * share
-        self._forget(now)
-        self.state = State(
-            verdicts,
-            now,
-            now - started,
-            self.state.input_errors,
-            self.state.errors,
-            seconds,
-            cost,
-            workload_seconds,
-            workload_cost,
-            stale,
-        )
+        ts = frame["timestamp"].to_numpy() if len(frame) else np.zeros(0)
+        new = ts > self._drawn_until  # each sample drawn once, though successive windows overlap
+        with self.lock:
+            for v in verdicts:
+                if v.window_seconds <= 0 or unit_of(v) in stale:
+                    continue
+                share = elapsed / v.window_seconds
+                self._remember(v, now - elapsed, now, share)
+                if v.bottleneck not in WASTEFUL:
+                    continue  # healthy headroom, or time the data cannot judge: no waste by cause
+                key = (v.namespace, v.bottleneck)
+                seconds[key] = seconds.get(key, 0.0) + v.wasted_gpu_seconds * share
+                cost[key] = cost.get(key, 0.0) + v.wasted_cost * share
+                workload = (v.namespace, v.owner_kind, v.owner or v.pod, v.team, v.bottleneck)
+                workload_seconds[workload] = workload_seconds.get(workload, 0.0) + v.wasted_gpu_seconds * share
+                workload_cost[workload] = workload_cost.get(workload, 0.0) + v.wasted_cost * share
+            if new.any():
+                self.timelines.add(unit_samples(frame, where=new))
+                self._drawn_until = float(ts[new].max())
+            self._forget(now)
+            self.cycles += 1
+            self.state = State(
+                verdicts,
+                now,
+                now - started,
+                self.state.input_errors,
+                self.state.errors,
+                seconds,
+                cost,
+                workload_seconds,
+                workload_cost,
+                stale,
+            )
 
     def _stale(self, verdicts: list[Verdict]) -> frozenset[Unit]:
         """The pods whose newest sample is older than the window's newest by more than STALE_INTERVALS of
@@ -192,6 +216,7 @@ class AnalyzerService:
         covered = v.window_seconds * v.coverage * len(v.gpus) * share
         joins = last_end is not None and start - last_end <= 1e-6
         past.record(v, start, end, covered, v.wasted_gpu_seconds * share, v.wasted_cost * share, joins)
+        past.account(covered, v.mean_activity, math.nan if v.idle_ratio is None else v.idle_ratio)
 
     def _forget(self, now: float) -> None:
         oldest = now - self.history_seconds
@@ -200,6 +225,7 @@ class AnalyzerService:
             past.prune(oldest, self.MAX_EPISODES)
             if not past.episodes:
                 del self.history[unit]
+        self.timelines.retain({unit_name(unit) for unit in self.history})
 
     def run(self) -> None:
         """Cycle every interval until stop(). A failed input is asked again at the next interval (so
@@ -229,8 +255,13 @@ class AnalyzerService:
         age = self.age()
         return age is None or age > 3 * self.interval
 
-    def verdicts_json(self) -> tuple[int, str, bytes]:
-        body = {
+    def verdicts_json(self, query: Mapping[str, str] | None = None) -> tuple[int, str, bytes]:
+        with self.lock:  # a cycle may be changing the history meanwhile
+            body = self._verdicts_body()
+        return 200, "application/json", json.dumps(body).encode()
+
+    def _verdicts_body(self) -> dict:
+        return {
             "stale": self.stale(),
             "age_seconds": self.age(),
             "input": self.source.name,
@@ -253,7 +284,6 @@ class AnalyzerService:
                 for unit, past in sorted(self.history.items())
             ],
         }
-        return 200, "application/json", json.dumps(body).encode()
 
     def health(self) -> tuple[bool, str]:
         """Liveness: the loop keeps cycling (whatever the cycles find). Fails when no cycle has ended

@@ -334,7 +334,11 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         # The simulated fleet also plays its kubelet's cAdvisor, so the demo has pod CPU use.
-        routes = {"/metrics/cadvisor": source.cadvisor_text} if isinstance(source, simulated.SimulatedSource) else {}
+        routes = (
+            {"/metrics/cadvisor": lambda _query: source.cadvisor_text()}
+            if isinstance(source, simulated.SimulatedSource)
+            else {}
+        )
         server = serve(
             registry,
             address,

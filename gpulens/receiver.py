@@ -38,9 +38,9 @@ class AlertReceiver:
         self.notifications: list[dict] = []
         self._lock = threading.Lock()
         routes = {
-            "/": lambda: (200, "text/html; charset=utf-8", self.page().encode()),
-            "/text": lambda: (200, "text/plain; charset=utf-8", self.text().encode()),
-            "/api/v1/notifications": lambda: (200, "application/json", json.dumps(self.snapshot()).encode()),
+            "/": lambda _query: (200, "text/html; charset=utf-8", self.page().encode()),
+            "/text": lambda _query: (200, "text/plain; charset=utf-8", self.text().encode()),
+            "/api/v1/notifications": lambda _query: (200, "application/json", json.dumps(self.snapshot()).encode()),
         }
         self.server = serve(
             CollectorRegistry(auto_describe=False),

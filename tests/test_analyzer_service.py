@@ -234,8 +234,20 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert through.process.poll() is None
         # It said at start where it serves and what it reads.
         port = direct_url.rsplit(":", 1)[1]
-        serving = f"serving on 127.0.0.1:{port} (/metrics, /api/v1/verdicts); "
+        serving = f"serving on 127.0.0.1:{port} (the page of verdicts at /, /metrics, /api/v1/verdicts); "
         assert serving + "judging the last 60 s of 4 exporter(s) every 2 s" in direct.log
+        # Its page lists every pod and GPU it holds a history of; what changed since a cycle is a route of
+        # its own (tested in a browser in test_live_page.py).
+        page = requests.get(direct_url + "/", timeout=30)
+        assert page.headers["Content-Type"] == "text/html; charset=utf-8"
+        listed = set(re.findall(r"<tr data-unit='([^']+)'>", page.text))
+        assert set(EXPECTED) | set(unheld) <= listed
+        cycle = int(re.search(r"<body data-cycle=(\d+)>", page.text)[1])
+        everything = requests.get(direct_url + "/api/v1/page", params={"since": "-1"}, timeout=30).json()
+        assert everything["full"] is True and set(everything["rows"]) == set(everything["order"]) >= listed
+        assert everything["cycle"] >= cycle
+        bad = requests.get(direct_url + "/api/v1/page", params={"since": "yesterday"}, timeout=30)
+        assert (bad.status_code, bad.text) == (400, "since: give the cycle the page shows (an integer)\n")
         assert f"judging the last 60 s of Prometheus at {prometheus.url} every 2 s" in through.log
     finally:
         prometheus.stop()

@@ -247,7 +247,7 @@ def test_an_idle_connection_is_closed_and_the_cap_closes_connections_past_it(tmp
 def test_clients_hanging_up_mid_answer_are_quiet(tmp_path, capfd, caplog):
     body = b"x" * (16 << 20)  # larger than any socket buffer: the server is still writing when they hang up
     caplog.set_level(logging.INFO)
-    with serving(tmp_path, "", routes={"/big": lambda: (200, "text/plain", body)}) as address:
+    with serving(tmp_path, "", routes={"/big": lambda _query: (200, "text/plain", body)}) as address:
         host, port = address.split(":")
         for _ in range(50):
             client = socket.create_connection((host, int(port)), timeout=5)

@@ -43,7 +43,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -370,9 +371,12 @@ class _RateLimit:
 IDLE_TIMEOUT_SECONDS = 30.0
 #: Connections served at once; more are closed on arrival. Well above a fleet's scrapers of one node.
 MAX_CONNECTIONS = 512
+#: Query parameters a GET may carry: the routes read one or two; more is a client to refuse, not to parse.
+MAX_QUERY_FIELDS = 20
 
 
-Route = Callable[[], tuple[int, str, bytes]]
+#: A GET handler: (the query's parameters, each its last value) -> (status, content type, body).
+Route = Callable[[Mapping[str, str]], tuple[int, str, bytes]]
 #: A POST handler: (path, request body) -> (status, content type, body).
 PostHandler = Callable[[str, bytes], tuple[int, str, bytes]]
 
@@ -467,7 +471,12 @@ def serve(
                     body = gzip.compress(body, compresslevel=1) if gzipped else body
                 self._send(200, content_type, body, {"Content-Encoding": "gzip"} if gzipped else {})
             elif path in get_routes:
-                code, content_type, body = get_routes[path]()
+                try:
+                    query = urllib.parse.parse_qsl(self.path.partition("?")[2], max_num_fields=MAX_QUERY_FIELDS)
+                except ValueError:
+                    self._send(400, "text/plain; charset=utf-8", f"More than {MAX_QUERY_FIELDS} parameters\n".encode())
+                    return
+                code, content_type, body = get_routes[path](dict(query))
                 self._send(code, content_type, body)
             elif path == "/":
                 links = "".join(
