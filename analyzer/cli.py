@@ -10,9 +10,11 @@ import logging
 import os
 import re
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpulens.core import catalog, flags
+from gpulens.core.bottlenecks import INSUFFICIENT_FILE
 from gpulens.core.config import write_atomically
 from gpulens.core.flags import Subcommands
 from gpulens.core.thresholds import Thresholds
@@ -92,6 +94,12 @@ def register(commands: Subcommands) -> None:
         type=flags.duration,
         default=30.0,
         help="seconds between saved dcgm-exporter scrapes (their files carry no time)",
+    )
+    p.add_argument(
+        "--scrape-start",
+        default="",
+        help="when the first saved dcgm-exporter scrape was taken: RFC 3339 or unix seconds (default: the "
+        "first scrape file's modification time)",
     )
     _store_flags(p, step_help="with --prometheus: seconds between the points read (the scrape interval)", step=30.0)
     p.set_defaults(run=run_report)
@@ -316,6 +324,11 @@ def run_report(args: argparse.Namespace) -> int:
             trace, timelines = _read_with_progress(args, readers), None
             _warn_unknown_models(trace, prices)
             verdicts = analyze(trace, thresholds, prices, window, step)
+            # A file holds what it holds: the advice is to record more, not to check a scrape.
+            advice = INSUFFICIENT_FILE.format(min_samples=thresholds.min_samples)
+            verdicts = [
+                replace(v, recommendation=advice) if v.bottleneck == "insufficient_data" else v for v in verdicts
+            ]
     except (TraceError, ValueError, StoreError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
@@ -426,6 +439,11 @@ def _when(text: str, flag: str, or_else: str = "") -> float:
         ) from None
 
 
+def _scrape_start(args: argparse.Namespace) -> float | None:
+    """--scrape-start as unix seconds; None: the first scrape file's modification time."""
+    return _when(args.scrape_start, "--scrape-start") if args.scrape_start else None
+
+
 def _read_with_progress(args, readers):
     """Read the files with a progress bar on an interactive terminal (files of millions of rows
     take a while); silently otherwise."""
@@ -434,7 +452,7 @@ def _read_with_progress(args, readers):
     except OSError:  # the reader says what is wrong with the file, in its own words
         small = True
     if small or not sys.stderr.isatty():
-        return readers.read_files(args.files, args.scrape_interval, args.gpu_model)
+        return readers.read_files(args.files, args.scrape_interval, args.gpu_model, _scrape_start(args))
     import pandas as pd
     from rich.progress import Progress
 
@@ -442,7 +460,7 @@ def _read_with_progress(args, readers):
     with Progress(transient=True) as progress:
         task = progress.add_task("reading", total=len(args.files))
         for path in args.files:
-            frames.append(readers.read_files([path], args.scrape_interval, args.gpu_model))
+            frames.append(readers.read_files([path], args.scrape_interval, args.gpu_model, _scrape_start(args)))
             progress.advance(task)
     return pd.concat(frames, ignore_index=True)
 

@@ -353,8 +353,12 @@ def detect(path: Path) -> str:
     )
 
 
-def read_files(paths: list[str | Path], scrape_interval: float = 30.0, gpu_model: str = "") -> pd.DataFrame:
-    """All files as one trace. Scrapes of dcgm-exporter are read as one series, in the given order."""
+def read_files(
+    paths: list[str | Path], scrape_interval: float = 30.0, gpu_model: str = "", scrape_start: float | None = None
+) -> pd.DataFrame:
+    """All files as one trace. Scrapes of dcgm-exporter are read as one series, in the given order,
+    `scrape_interval` seconds apart from `scrape_start` (unix seconds; None: the first one's modification
+    time)."""
     frames, scrapes = [], []
     for path in map(Path, paths):
         kind = detect(path)
@@ -367,7 +371,7 @@ def read_files(paths: list[str | Path], scrape_interval: float = 30.0, gpu_model
         else:
             scrapes.append(path)
     if scrapes:
-        frames.append(read_dcgm_scrapes(scrapes, scrape_interval))
+        frames.append(read_dcgm_scrapes(scrapes, scrape_interval, scrape_start))
     frame = pd.concat(frames, ignore_index=True) if frames else fr.empty()
     if gpu_model:
         models = frame["gpu_model"].astype(str)
@@ -464,9 +468,15 @@ def read_dcgmi_dmon(path: Path) -> pd.DataFrame:
     return check_values(fr.normalize(pd.DataFrame(out)), path, np.frombuffer(lines, dtype=np.int64), source)
 
 
-def read_dcgm_scrapes(paths: list[Path], interval: float) -> pd.DataFrame:
-    """Saved dcgm-exporter scrapes, in the given order, `interval` seconds apart from time 0."""
-    return pd.concat([_read_scrape(path, k * interval) for k, path in enumerate(paths)], ignore_index=True)
+def read_dcgm_scrapes(paths: list[Path], interval: float, start: float | None = None) -> pd.DataFrame:
+    """Saved dcgm-exporter scrapes, in the given order, `interval` seconds apart from `start` (unix seconds;
+    None: the first file's modification time, when it was saved)."""
+    if start is None:
+        try:
+            start = paths[0].stat().st_mtime
+        except OSError as e:
+            raise TraceError(paths[0], f"cannot read it ({e.strerror})") from e
+    return pd.concat([_read_scrape(path, start + k * interval) for k, path in enumerate(paths)], ignore_index=True)
 
 
 def _read_scrape(path: Path, timestamp: float) -> pd.DataFrame:

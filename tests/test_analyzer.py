@@ -81,19 +81,50 @@ def test_a_recording_with_a_hole_is_insufficient_data_not_a_guess():
     assert (verdict.bottleneck, verdict.evidence["samples_per_gpu"]) == ("insufficient_data", "24 < 30")
 
 
+SCRAPES = [
+    FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape1.prom",
+    FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape2.prom",
+]
+
+
 def test_saved_dcgm_exporter_scrapes_are_one_series():
-    frame = readers.read_files(
-        [
-            FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape1.prom",
-            FIXTURES / "dcgm-exporter" / "a100-no-mig-scrape2.prom",
-        ],
-        scrape_interval=30,
-    )
-    assert list(frame.timestamp) == [0.0, 30.0]
+    # They carry no time: the first was taken when its file was written, the next a scrape interval later.
+    frame = readers.read_files(SCRAPES, scrape_interval=30)
+    saved = SCRAPES[0].stat().st_mtime
+    assert list(frame.timestamp) == [saved, saved + 30.0]
+    frame = readers.read_files(SCRAPES, scrape_interval=30, scrape_start=1763719200.0)
+    assert list(frame.timestamp) == [1763719200.0, 1763719230.0]
     assert list(frame.pcie_tx_bytes_per_second) == [16503.0, 16503.0]
     assert frame.memory_total_bytes.iloc[0] == 40384 * MIB
     pods = readers.read_files([FIXTURES / "dcgm-exporter" / "t4x2-one-pod.prom"])
     assert sorted(pods.pod) == ["", "runai-reservation-gpu-qa-mig-worker-gpu-1-kvltw"]
+
+
+def test_a_report_of_saved_scrapes_is_dated_and_advises_recording_more():
+    done = gpulens(
+        "report",
+        *map(str, SCRAPES),
+        "--scrape-interval",
+        "15s",
+        "--scrape-start",
+        "2025-11-21T10:00:00Z",
+        "--format",
+        "json",
+    )
+    assert done.returncode == 0, done.stderr
+    [verdict] = json.loads(done.stdout)["verdicts"]
+    assert verdict["bottleneck"] == "insufficient_data" and verdict["evidence"]["samples_per_gpu"] == "2 < 30"
+    # Two scrapes 15 s apart from 10:00:00, each sample covering its interval: not 1970.
+    [episode] = verdict["episodes"]
+    assert (episode["start"], episode["end"]) == (1763719200.0, 1763719230.0)
+    assert verdict["recommendation"].startswith("Not enough samples in the files to judge: a verdict needs 30 per GPU")
+    assert "check that the exporter" not in verdict["recommendation"]
+    bad = gpulens("report", *map(str, SCRAPES), "--scrape-start", "lunchtime")
+    assert (bad.returncode, bad.stderr) == (
+        2,
+        "gpulens report: --scrape-start 'lunchtime' is not a time: give RFC 3339 (2026-11-23T00:00:00Z) or unix "
+        "seconds\n",
+    )
 
 
 # --- the trace format ------------------------------------------------------------------------

@@ -63,8 +63,8 @@ INSUFFICIENT_LIVE = (
     "scrape this GPU."
 )
 INSUFFICIENT_FILE = (
-    "Not enough samples in the file to judge: record longer (a verdict needs min_samples per GPU over "
-    "the window), or sample more often."
+    "Not enough samples in the files to judge: a verdict needs {min_samples} per GPU in its window "
+    "(min_samples). Record for longer, or more often (nvidia-smi -l, dcgmi dmon -d, more saved scrapes)."
 )
 
 BOTTLENECKS: tuple[Bottleneck, ...] = (
