@@ -34,7 +34,7 @@ from gpulens.receiver import AlertReceiver
 from gpulens.simulator.fleet import DEFAULT_FLEET, fleet_from_file
 
 if TYPE_CHECKING:
-    from rich.console import Group
+    from rich.console import Console, Group
 
 log = logging.getLogger("gpulens.demo")
 
@@ -486,16 +486,15 @@ def _table(stack: Stack) -> Group:
     by_subject: dict[str, list[str]] = {}
     for (alertname, subject, path), _ in firing.items():
         by_subject.setdefault(subject, []).append(f"{alertname.removeprefix('Gpulens')} ({path.rsplit('/', 1)[-1]})")
-    table = Table(title="gpulens demo: pods on the simulated fleet", expand=False)
-    for column in ("pod", "node", "GPUs", "bottleneck", "confidence", "activity", "wasted $/h", "alerts"):
+    table = Table(title="gpulens demo: pods (and GPUs no pod holds) on the simulated fleet", expand=False)
+    for column in ("pod or GPU", "node", "GPUs", "bottleneck", "confidence", "activity", "wasted $/h", "alerts"):
         table.add_column(
             column, justify="right" if column in ("GPUs", "confidence", "activity", "wasted $/h") else "left"
         )
-    # A fixed order (by pod), not by waste: rows that swap places every refresh make the table flicker.
-    for v in sorted(_verdicts(stack), key=lambda v: (v.get("namespace", ""), v.get("pod", ""))):
-        if not v.get("pod"):
-            continue
-        name = f"{v['namespace']}/{v['pod']}"
+    # A fixed order (by name; GPUs no pod holds, "gpu:<node>/<GPU>", after the pods), not by waste: rows
+    # that swap places every refresh make the table flicker.
+    for v in sorted(_verdicts(stack), key=lambda v: (not v.get("pod"), v.get("unit", ""))):
+        name = v.get("unit", "")
         hourly = v["wasted_cost"] * 3600 / v["window_seconds"] if v.get("window_seconds") else 0.0
         activity = "-" if v.get("mean_activity") is None else f"{v['mean_activity']:.0%}"
         table.add_row(
@@ -512,13 +511,13 @@ def _table(stack: Stack) -> Group:
     return Group(table, *(["GPU and node alerts:", *others] if others else []))
 
 
-def _show_live(stack: Stack, stopping: threading.Event, duration: float) -> None:
+def _show_live(stack: Stack, stopping: threading.Event, duration: float, console: Console | None = None) -> None:
     """Refresh the table every 2 s (in place on a terminal, every 30 s as plain text otherwise)
     until Ctrl-C, `duration`, or a child exiting."""
     from rich.console import Console
     from rich.live import Live
 
-    console = Console()
+    console = console or Console()
     if not console.is_terminal:
         console = Console(width=160)  # a log file: no need to squeeze the table into 80 columns
     started = time.monotonic()
@@ -535,8 +534,11 @@ def _show_live(stack: Stack, stopping: threading.Event, duration: float) -> None
         return not (duration and time.monotonic() - started >= duration)
 
     if console.is_terminal:
-        # Redrawn only when the data is read again (every 2 s), not by a timer in between.
-        with Live(_table(stack), console=console, auto_refresh=False) as live:
+        # Redrawn only when the data is read again (every 2 s), not by a timer in between, on a screen of its
+        # own (the terminal's alternate screen, given back at the end): each frame is drawn from the top, cut to
+        # the terminal's height, so that no line of an earlier, taller frame stays behind (tmux, small windows).
+        live = Live(_table(stack), console=console, auto_refresh=False, screen=True, vertical_overflow="ellipsis")
+        with live:
             while running():
                 stopping.wait(2)
                 live.update(_table(stack), refresh=True)

@@ -1,10 +1,12 @@
 """`gpulens demo` as a user runs it: it starts, says where everything is, and Ctrl-C (SIGINT) stops
 it cleanly, leaving no process behind. The stack it runs is tested in tests/test_stack.py."""
 
+import io
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -172,3 +174,39 @@ def test_the_alert_receiver_shows_each_notification_as_a_person_reads_it(tmp_pat
     assert "host_stall (80%): Save asynchronously." in cells[0][5]
     assert cells[0][6] == '<a href="https://runbooks.example/gpulens#gpulenspodhoststall">runbook</a>'
     assert "<script>x" not in dom and "javascript:" not in dom
+
+
+def test_the_live_table_redraws_in_place_on_a_terminal(tmp_path):
+    """On a terminal the table is drawn on a screen of its own, each frame from the top and cut to the
+    terminal's height: nothing of an earlier frame stays behind. Pods and GPUs no pod holds, by name."""
+    from rich.console import Console
+
+    from gpulens.demo import Stack, _show_live, _table, _verdicts
+
+    stack = Stack(tmp_path / "demo", with_prometheus=False, scrape_interval=1).start()
+    try:
+        wait_until(
+            lambda: any(not v["pod"] for v in _verdicts(stack)), 120, what="the demo's analyzer to judge the fleet"
+        )
+        out = io.StringIO()
+        # A terminal shorter than the table (19 rows): the frames are cut, not scrolled.
+        console = Console(file=out, force_terminal=True, width=120, height=16, color_system=None)
+        _show_live(stack, threading.Event(), 4.5, console)
+        verdicts, whole = _verdicts(stack), io.StringIO()
+        Console(file=whole, width=200).print(_table(stack))
+    finally:
+        stack.stop()
+    text = out.getvalue()
+    # The alternate screen, entered once and given back at the end.
+    assert text.count("\x1b[?1049h") == 1 and text.count("\x1b[?1049l") == 1
+    assert text.index("\x1b[?1049h") < text.index("\x1b[?1049l")
+    frames = [frame for frame in text.split("\x1b[H") if "gpulens demo" in frame]
+    assert len(frames) >= 2  # the first, and a redraw 2 s later
+    for frame in frames:
+        # Each frame drawn from the top (cursor home), within the terminal's 16 lines.
+        assert frame.startswith(" ") and len(frame.rstrip("\n").split("\n")) <= 16
+    assert "pod or GPU" in frames[0] and "research/notebook-alice-0" in frames[0]
+    # Its rows, whole: every pod, then the GPUs no pod holds by their one name.
+    names = re.findall(r"^│ (\S+)", whole.getvalue(), re.M)
+    assert names[-2:] == [u for u in sorted(v["unit"] for v in verdicts if not v["pod"])]
+    assert names[:-2] == sorted(v["unit"] for v in verdicts if v["pod"])
