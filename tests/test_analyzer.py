@@ -100,6 +100,7 @@ def test_saved_dcgm_exporter_scrapes_are_one_series():
     assert sorted(pods.pod) == ["", "runai-reservation-gpu-qa-mig-worker-gpu-1-kvltw"]
 
 
+@pytest.mark.slow
 def test_a_report_of_saved_scrapes_is_dated_and_advises_recording_more():
     done = gpulens(
         "report",
@@ -277,6 +278,7 @@ def test_thresholds_come_from_one_overridable_config(tmp_path):
         Thresholds.load(path)
 
 
+@pytest.mark.slow
 def test_eval_on_unseen_seeds_at_coarse_sampling_over_a_day():
     report = evaluate(seed=1000, per_class=3, intervals=(15.0, 60.0), spans=(3600.0, 86400.0), per_day_profile=2)
     # Every class of a pod's samples; the classes of a GPU no pod holds come from the attribution
@@ -318,6 +320,7 @@ def test_the_table_fits_the_columns_it_is_given(tmp_path):
     assert any("memory_held_bytes: 0.8 GiB" in line for line in table)
 
 
+@pytest.mark.slow
 def test_report_json_csv_and_table(tmp_path):
     frame = pd.concat(
         [
@@ -501,6 +504,7 @@ def test_sparse_use_of_an_hour_or_more_is_idle_and_no_burst_is_claimed_unseen(se
         assert f"({blips} bursts of work between them)" in v.evidence["quiet_fraction"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["starvation_high", "starvation_low", "idle_activity"])
 def test_a_threshold_the_exporters_histogram_cannot_honour_is_refused_saying_why(tmp_path, name):
     """The exporter counts activity between scrapes at fixed histogram bounds: moving one of the three

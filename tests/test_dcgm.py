@@ -62,7 +62,7 @@ class FakeDcgmExporter:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
     def serve(self, name: str) -> None:
         self.body, self.mode = (DCGM / name).read_bytes(), "ok"

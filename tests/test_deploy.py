@@ -223,6 +223,7 @@ def test_the_prometheusrule_holds_the_generated_rules_and_promtool_accepts_them(
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 def test_docker_compose_accepts_the_file_and_everything_it_mounts_exists():
     compose = require_binary("docker-compose")
     for profiles in ("sim", "gpu"):

@@ -24,6 +24,9 @@ from gpulens.core.trace import ALL_COLUMNS
 from gpulens.core.web import WebConfig
 from gpulens.simulator.fleet import load_fleet
 
+#: Hypothesis runs hundreds of inputs a property: the full lane's, not the edit-test loop's.
+pytestmark = pytest.mark.slow
+
 FUZZ = settings(
     max_examples=250,
     deadline=None,

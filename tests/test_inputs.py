@@ -157,6 +157,7 @@ def test_a_dcgm_exporter_scrape_without_gpu_labels_is_named_not_a_traceback(tmp_
     assert len(readers.read_files([path])) == 1
 
 
+@pytest.mark.slow
 def test_a_missing_file_at_a_terminal_is_one_line_and_exit_2(tmp_path):
     # At a terminal `report` shows a progress bar for large files, which once looked at the file first.
     leader, follower = pty.openpty()

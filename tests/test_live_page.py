@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from gpulens.analyzer.livepage import LivePage
@@ -24,6 +25,7 @@ def rows(dom: str) -> dict[str, str]:
     return dict(re.findall(r'<tr data-unit="([^"]+)">(.*?)</tr>', dom, re.S))
 
 
+@pytest.mark.slow
 def test_the_analyzers_page_shows_each_pod_and_patches_itself_in_chromium(tmp_path):
     chromium = require_binary("chromium")
     # A job that finishes at 01:00 and keeps its GPU, a serving replica and a healthy job, every 15 s; a

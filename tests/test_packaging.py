@@ -23,6 +23,7 @@ for name in ("exporter", "dashboards"):
 """
 
 
+@pytest.mark.slow
 def test_only_gpulens_is_installed_and_a_users_own_alerts_package_imports(tmp_path):
     # The user's project, outside this repository, has packages named like gpulens' parts.
     for name in ("alerts", "analyzer"):

@@ -217,6 +217,7 @@ def test_a_header_flag_that_is_not_a_header_is_refused(header):
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_report_span_that_cannot_be_read_is_one_line_naming_the_flag(args, message):
     done = subprocess.run(
         [sys.executable, "-m", "gpulens", "report", *args], capture_output=True, text=True, cwd=REPO, timeout=60
