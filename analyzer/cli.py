@@ -619,11 +619,27 @@ def _columns() -> int:
 _BYTES = re.compile(r"\b\d{7,}\b")
 
 
+#: Evidence that opens with a measure, maybe compared with its threshold: "0.95 of samples >= 0.5".
+_MEASURE = re.compile(r"^(\d+(?:\.\d+)?)((?:[^<>:(]*?) [<>]=? )?(\d+(?:\.\d+)?)?")
+
+
+#: How the measure of an evidence key is shown, by the key's ending.
+_UNITS = {"_fraction": lambda number: f"{float(number):.0%}", "_seconds": lambda number: f"{number} s"}
+
+
 def _in_units(key: str, value: str) -> str:
-    """Evidence as a person reads it: byte counts of memory keys in GiB."""
-    if "bytes" not in key:
+    """Evidence as a person reads it: byte counts of memory keys in GiB, and the measure a key names (and the
+    threshold it is compared with) in % for a fraction, in s for seconds. JSON keeps the raw numbers."""
+    if "bytes" in key:
+        return _BYTES.sub(lambda m: f"{int(m.group()) / 2**30:.1f} GiB", value)
+    unit = next((shown for ending, shown in _UNITS.items() if key.endswith(ending)), None)
+    match = _MEASURE.match(value) if unit else None
+    if unit is None or match is None:
         return value
-    return _BYTES.sub(lambda m: f"{int(m.group()) / 2**30:.1f} GiB", value)
+    measure, between, threshold = match.groups()
+    if between and threshold:
+        return unit(measure) + between + unit(threshold) + value[match.end() :]
+    return unit(measure) + value[len(measure) :]
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -320,6 +320,24 @@ def test_the_table_fits_the_columns_it_is_given(tmp_path):
     assert any("memory_held_bytes: 0.8 GiB" in line for line in table)
 
 
+@pytest.mark.parametrize(
+    ("key", "raw", "shown"),
+    [
+        ("idle_for_seconds", "300 >= 300 (activity < 0.01)", "300 s >= 300 s (activity < 0.01)"),
+        ("stalled_fraction", "0.95 of samples >= 0.2: one rank", "95% of samples >= 20%: one rank"),
+        ("sample_interval_seconds", "57: too coarse to time single bursts", "57 s: too coarse to time single bursts"),
+        ("memory_held_bytes", "33299559872", "31.0 GiB"),
+        # What is not a measure stays as the analyzer wrote it.
+        ("stalling_gpu", "GPU-1 (rank 0)", "GPU-1 (rank 0)"),
+        ("quiet_fraction", "n/a", "n/a"),
+    ],
+)
+def test_the_table_shows_evidence_in_units(key, raw, shown):
+    from gpulens.analyzer.cli import _in_units
+
+    assert _in_units(key, raw) == shown
+
+
 @pytest.mark.slow
 def test_report_json_csv_and_table(tmp_path):
     frame = pd.concat(
