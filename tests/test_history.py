@@ -296,7 +296,7 @@ def _series(exposition: bytes, openmetrics: bool) -> list[tuple[str, tuple]]:
 def test_the_analyzers_metrics_never_carry_a_series_twice(openmetrics):
     """Two GPUs no pod holds on one node, beside a pod: each was exposed as the pod series of namespace ""
     and pod "" with its own values, which Prometheus drops as duplicates. A GPU no pod holds is not a pod:
-    its verdict is in the JSON API, and no pod series names it."""
+    no pod series names it; its own series are keyed by node and GPU."""
     trace = fleet_trace(["idle", "idle", "healthy_training"], 15.0, 1).astype({"namespace": str, "pod": str})
     unheld = trace["pod"] != "healthy_training-2"
     trace.loc[unheld, ["namespace", "pod"]] = ""
@@ -307,6 +307,12 @@ def test_the_analyzers_metrics_never_carry_a_series_twice(openmetrics):
     assert pods == {"healthy_training-2"}
     body = json.loads(service.verdicts_json()[2])
     assert sorted(len(v["gpus"]) for v in body["verdicts"] if not v["pod"]) == [1, 1]
+    unheld_gpus = {v["gpus"][0] for v in body["verdicts"] if not v["pod"]}
+    states = [dict(labels) for name, labels in series if name == "gpulens_gpu_without_pod"]
+    # Each GPU no pod holds: one series per state of its StateSet, on its own node and GPU.
+    assert sorted((s["gpu"], s["bottleneck"]) for s in states) == sorted(
+        (gpu, state) for gpu in unheld_gpus for state in ("unallocated", "held_without_pod")
+    )
 
 
 def test_a_ledger_keeps_at_most_its_newest_episodes_and_its_totals_follow():
