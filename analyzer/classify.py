@@ -579,7 +579,7 @@ def _saves(f: PodFeatures, t: Thresholds) -> Finding | None:
     if cause != "checkpoint" or not f.high_share > t.starvation_tail:
         return None
     evidence = {"stalled_fraction": f"{_fmt(f.stalled_share)} of samples >= {t.stall_share}", "stalls": shape}
-    return Finding("host_stall", t.confidence_straggler, evidence, STALL_CAUSES["checkpoint"])
+    return Finding("host_stall", t.confidence_saves, evidence, STALL_CAUSES["checkpoint"])
 
 
 def _stall_shape(f: PodFeatures, t: Thresholds) -> tuple[str, str]:

@@ -302,7 +302,7 @@ class Stack:
         plan = self.plan
         assert plan is not None, "start() the stack first"
         out = {f"exporter {node}": f"http://{address}/metrics" for node, address in plan.exporters.items()}
-        out["analyzer"] = f"http://{plan.analyzer}/api/v1/verdicts"
+        out["analyzer"] = f"http://{plan.analyzer}/"  # its page of verdicts; JSON at /api/v1/verdicts
         # Only links that answer on this system: Debian's Prometheus serves its classic UI alone
         # (/alerts is 404), and Debian's Alertmanager ships without its web UI's script (its API works).
         if plan.prometheus:

@@ -211,6 +211,8 @@ class Thresholds:
     #: rank to name; uneven activity without power to say who waits.
     confidence_stall: float = 0.8
     confidence_straggler: float = 0.7
+    #: A rank alone whose long stalls at a steady period its own samples time (saves from this rank).
+    confidence_saves: float = 0.7
     confidence_waiting: float = 0.6
     confidence_uneven: float = 0.5
     #: Data starvation with its bursts timed; untimed (too few bursts); more with the CPU at its limit; from
