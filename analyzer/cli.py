@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gpulens.analyzer.classify import Verdict
+    from gpulens.analyzer.plan import Plan, Use
     from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.store import StoreAuth
     from gpulens.core.mixin import MixinConfig
@@ -294,7 +295,9 @@ def _config(args: argparse.Namespace) -> tuple[Thresholds, dict[str, float]]:
 def run_report(args: argparse.Namespace) -> int:
     # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
     from gpulens.analyzer import readers
-    from gpulens.analyzer.history import analyze
+    from gpulens.analyzer.features import UnitKeys
+    from gpulens.analyzer.history import analyze, sample_interval
+    from gpulens.analyzer.plan import Use, make_plan
     from gpulens.analyzer.readers import TraceError
     from gpulens.analyzer.store import StoreError
     from gpulens.core.config import parse_duration
@@ -308,7 +311,7 @@ def run_report(args: argparse.Namespace) -> int:
         if bool(args.files) == bool(args.prometheus):
             raise ValueError("give files to read, or --prometheus URL --since DURATION: one of the two")
         if args.prometheus:
-            verdicts, timelines = _report_from_store(args, thresholds, prices, window, step)
+            verdicts, timelines, use = _report_from_store(args, thresholds, prices, window, step)
             trace = None
         else:
             given = {"--since": args.since, "--until": args.until, "--team-label": args.team_label}
@@ -329,24 +332,26 @@ def run_report(args: argparse.Namespace) -> int:
             verdicts = [
                 replace(v, recommendation=advice) if v.bottleneck == "insufficient_data" else v for v in verdicts
             ]
+            use = Use.of_trace(trace, sample_interval(trace, UnitKeys.of(trace)) if len(trace) else 1.0, thresholds)
     except (TraceError, ValueError, StoreError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
     verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
+    plan = make_plan(verdicts, use, thresholds, prices)
     if args.format == "json":
-        text = json.dumps(_json(verdicts), indent=2) + "\n"
+        text = json.dumps(_json(verdicts, plan), indent=2) + "\n"
     elif args.format == "csv":
         text = _csv(verdicts) if args.by == "pod" else _csv_sums(verdicts, args.by)
     elif args.format == "html":
         from gpulens.analyzer import report
 
         if timelines is not None:
-            text = report.render(verdicts, timelines.samples(report.drawn_units(verdicts)))
+            text = report.render(verdicts, timelines.samples(report.drawn_units(verdicts)), plan)
         else:
             assert trace is not None
-            text = report.render(verdicts, report.trace_timelines(trace, verdicts))
+            text = report.render(verdicts, report.trace_timelines(trace, verdicts), plan)
     else:
-        text = _table(verdicts, to_terminal=not args.out and sys.stdout.isatty())
+        text = _table(verdicts, plan, to_terminal=not args.out and sys.stdout.isatty())
     if args.out:
         try:
             write_atomically(args.out, text)
@@ -381,13 +386,14 @@ def _report_from_store(
     prices: dict[str, float],
     window: float | None,
     slide: float | None,
-) -> tuple[list[Verdict], TimelineBins | None]:
-    """The verdicts of `--prometheus URL --since ... --until ...`, with a progress bar on a terminal, and
-    for an HTML report what its timelines draw."""
+) -> tuple[list[Verdict], TimelineBins | None, Use]:
+    """The verdicts of `--prometheus URL --since ... --until ...`, with a progress bar on a terminal, for
+    an HTML report what its timelines draw, and for the plan what each unit used."""
     import time
 
     from gpulens.analyzer import span
     from gpulens.analyzer.owners import OwnerReader
+    from gpulens.analyzer.plan import Use
     from gpulens.analyzer.readers import format_timestamp
     from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.series import SeriesReader
@@ -410,9 +416,11 @@ def _report_from_store(
     owners = OwnerReader(store, args.team_label)
     the_span = span.Span.aligned(since, until, args.query_step)
     timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if args.format == "html" else None
+    use = Use(the_span.start, the_span.end, the_span.step, thresholds)
     try:
         if not sys.stderr.isatty():
-            return span.report(reader, the_span, thresholds, prices, window, slide, None, owners, timelines), timelines
+            verdicts = span.report(reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use)
+            return verdicts, timelines, use
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
@@ -423,7 +431,8 @@ def _report_from_store(
                 read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
                 bar.update(task, completed=p.seconds_done, read=read)
 
-            return span.report(reader, the_span, thresholds, prices, window, slide, show, owners, timelines), timelines
+            verdicts = span.report(reader, the_span, thresholds, prices, window, slide, show, owners, timelines, use)
+            return verdicts, timelines, use
     finally:
         store.close()
 
@@ -465,8 +474,9 @@ def _read_with_progress(args, readers):
     return pd.concat(frames, ignore_index=True)
 
 
-def _json(verdicts: list[Verdict]) -> dict:
-    """The JSON report: the verdicts, and their waste summed by class, namespace, owner and team."""
+def _json(verdicts: list[Verdict], plan: Plan) -> dict:
+    """The JSON report: the verdicts, their waste summed by class, namespace, owner and team, and the plan:
+    one object per action, then its sums, what it did not plan and why, and what it assumed."""
     from dataclasses import asdict
 
     from gpulens.analyzer.summary import DIMENSIONS, waste_by
@@ -474,6 +484,13 @@ def _json(verdicts: list[Verdict]) -> dict:
     return {
         "verdicts": [v.to_dict() for v in verdicts],
         "waste": {dimension: [asdict(s) for s in waste_by(verdicts, dimension)] for dimension in DIMENSIONS},
+        "plan": [asdict(a) for a in plan.actions],
+        "plan_summary": {
+            "span_seconds": plan.span_seconds,
+            "total": asdict(plan.total),
+            "by_team": [asdict(s) for s in plan.by_team],
+            "not_planned": [asdict(n) for n in plan.not_planned],
+        },
     }
 
 
@@ -538,7 +555,7 @@ def _csv(verdicts: list[Verdict]) -> str:
     return out.getvalue()
 
 
-def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
+def _table(verdicts: list[Verdict], plan: Plan, to_terminal: bool) -> str:
     """The pods as a table that fits the terminal (COLUMNS when piped, else 160 columns): one line per
     evidence item and the fix's first sentence, cut with an ellipsis (the full texts are in the JSON),
     numbers right-aligned, sizes in GiB."""
@@ -589,6 +606,27 @@ def _table(verdicts: list[Verdict], to_terminal: bool) -> str:
             v.recommendation.split(". ")[0].split(": ")[0],
         )
     console.print(table)
+    if plan.actions:
+        changes = Table(
+            title=f"What to change: {plan.total.gpus_now:g} GPUs become {plan.total.gpus_after:g}, saving "
+            f"${plan.total.saving_usd_per_30d:,.0f} per 30 days (in full: --format json or html)"
+        )
+        for column, width in (("workload", 30), ("action", 16), ("GPUs", 13), ("$ / 30 d", 9), ("conf", 4)):
+            right = column in ("GPUs", "$ / 30 d", "conf")
+            changes.add_column(
+                column, width=width, justify="right" if right else "left", no_wrap=right, overflow="fold"
+            )
+        changes.add_column("change", no_wrap=True, overflow="ellipsis")
+        for a in plan.actions:
+            changes.add_row(
+                a.owner,
+                a.action,
+                f"{a.gpus_now:g} -> {a.gpus_after:g}",
+                f"{a.saving_usd_per_30d:,.0f}",
+                f"{a.confidence:.2f}",
+                a.what,
+            )
+        console.print(changes)
     from gpulens.analyzer.summary import waste_by
 
     for dimension in ("owner", "team"):

@@ -10,6 +10,7 @@ import html
 import math
 from collections import Counter
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -21,6 +22,9 @@ from gpulens.analyzer.history import sample_interval
 from gpulens.analyzer.summary import waste_by
 from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
 from gpulens.core.catalog import model_info
+
+if TYPE_CHECKING:
+    from gpulens.analyzer.plan import Plan
 
 #: One colour per class (core/bottlenecks.py).
 COLOURS = {b.name: b.colour for b in BOTTLENECKS}
@@ -57,20 +61,52 @@ TIMELINES_NOTE = (
 )
 
 
-def render(verdicts: list[Verdict], samples: pd.DataFrame, title: str = TITLE) -> str:
-    """The report for `verdicts` (most waste first), with timelines drawn from `samples` (unit_samples()
-    of a trace, or TimelineBins.samples() of a report read in pieces)."""
+def render(verdicts: list[Verdict], samples: pd.DataFrame, plan: Plan | None = None, title: str = TITLE) -> str:
+    """The report for `verdicts` (most waste first), opening with the `plan`, with timelines drawn from
+    `samples` (unit_samples() of a trace, or TimelineBins.samples() of a report read in pieces)."""
     verdicts = by_waste(verdicts)
     drawn = verdicts[:MAX_TIMELINES]
     return page(
         title,
         f"<div id=summary>{fleet_summary(verdicts)}</div>",
+        *([plan_section(plan)] if plan is not None else []),
         f"<div id=waste>{waste_tables(verdicts)}</div>",
         "<h2>Pods</h2>",
         pod_table("".join(pod_row(v) for v in verdicts)),
         f"<h2>Timelines: {_drawn_heading(len(drawn))}</h2>",
         TIMELINES_NOTE,
         f"<div id=timelines>{timelines(drawn, samples)}</div>",
+    )
+
+
+def plan_section(plan: Plan) -> str:
+    """What to change: the plan's actions, most saving first, with their totals, and what it left alone."""
+    total = plan.total
+    if not plan.actions:
+        return "<h2>What to change</h2><p>Nothing: no workload has a change to propose.</p>"
+    teams = ", ".join(
+        f"{_e(s.key)} ${s.saving_usd_per_30d:,.0f}"
+        for s in plan.by_team
+        if s.key != "(no team)" or len(plan.by_team) > 1
+    )
+    rows = "".join(
+        f"<tr><td>{_e(a.owner)}<div class=small>{_e(a.team or '')}</div></td>"
+        f"<td><b>{_e(a.action)}</b>: {_e(a.what)}<div class=small>"
+        f"{_e('; '.join(f'{k}: {v}' for k, v in {**a.evidence, **a.assumptions}.items()))}</div></td>"
+        f"<td class=n data-label='GPUs'>{a.gpus_now:g} &rarr; {a.gpus_after:g}</td>"
+        f"<td class=n data-label='per 30 days'>${a.saving_usd_per_30d:,.0f}</td>"
+        f"<td class=n data-label='confidence'>{a.confidence:.2f}</td></tr>"
+        for a in plan.actions
+    )
+    skipped = "".join(f"<li>{_e(n.owner)}: {_e(n.reason)}</li>" for n in plan.not_planned)
+    return (
+        "<h2>What to change</h2>"
+        f"<p><b>{total.actions}</b> change{'s' if total.actions != 1 else ''}: {total.gpus_now:g} GPUs held become "
+        f"{total.gpus_after:g}, saving <b>${total.saving_usd_per_30d:,.0f}</b> per 30 days "
+        f"(${total.saving_usd_span:,.2f} over the span){f'; by team: {teams}' if teams else ''}.</p>"
+        "<div class=scroll><table class=pods><thead><tr><th>workload</th><th>change</th><th class=n>GPUs</th>"
+        f"<th class=n>saves / 30 d</th><th class=n>confidence</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        + (f"<p class=small>Not planned:</p><ul class=small>{skipped}</ul>" if skipped else "")
     )
 
 
@@ -254,14 +290,23 @@ class TimelineBins:
     units (11 KiB each), not the span. Each piece is summed in one pass over its samples, whatever the
     number of units in it."""
 
-    def __init__(self, start: float, end: float, step: float, dtype: type = np.float64):
+    def __init__(
+        self,
+        start: float,
+        end: float,
+        step: float,
+        dtype: type = np.float64,
+        points: int = POINTS,
+        columns: tuple[str, ...] = TIMELINE_COLUMNS,
+    ):
         self.start = start
-        self.width = max(step, (end - start) / POINTS)  # seconds a bin covers
-        self.bins = min(POINTS, int((end - start) // self.width) + 1)
+        self.width = max(step, (end - start) / points)  # seconds a bin covers
+        self.bins = min(points, int((end - start) // self.width) + 1)
+        self.columns = columns
         #: unit -> its row of `sums`.
         self.rows: dict[str, int] = {}
-        #: Per unit row and bin: the sums of each of TIMELINE_COLUMNS, then their counts.
-        self.sums: np.ndarray = np.zeros((0, 2 * len(TIMELINE_COLUMNS), self.bins), dtype=dtype)
+        #: Per unit row and bin: the sums of each of `columns`, then their counts.
+        self.sums: np.ndarray = np.zeros((0, 2 * len(columns), self.bins), dtype=dtype)
 
     def _bins(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The bin of each sample at unix seconds `ts`, and which samples to keep: all, in the span's bins."""
@@ -287,8 +332,8 @@ class TimelineBins:
             self.sums = grown
         cells = rows[codes] * self.bins + bins
         size = len(self.sums) * self.bins
-        counts = len(TIMELINE_COLUMNS)
-        for k, column in enumerate(TIMELINE_COLUMNS):
+        counts = len(self.columns)
+        for k, column in enumerate(self.columns):
             values = samples[column].to_numpy(dtype=float)
             seen = keep & ~np.isnan(values)
             self.sums[:, k] += np.bincount(cells[seen], weights=values[seen], minlength=size).reshape(-1, self.bins)
@@ -297,7 +342,7 @@ class TimelineBins:
     def samples(self, units: Iterable[str]) -> pd.DataFrame:
         """unit_samples() of `units`: one row per bin that had samples, at the bin's middle, oldest first."""
         parts = []
-        counts, order = len(TIMELINE_COLUMNS), self._order()
+        counts, order = len(self.columns), self._order()
         for unit in units:
             row = self.rows.get(unit)
             if row is None:
@@ -306,7 +351,7 @@ class TimelineBins:
             with np.errstate(invalid="ignore", divide="ignore"):
                 means = sums[:counts] / sums[counts:]
             held = sums[counts:].sum(axis=0) > 0
-            columns = {c: means[k][held] for k, c in enumerate(TIMELINE_COLUMNS)}
+            columns = {c: means[k][held] for k, c in enumerate(self.columns)}
             parts.append(pd.DataFrame({"unit": unit, "ts": self._middles(order[held]), **columns}))
         return pd.concat(parts, ignore_index=True) if parts else unit_samples(pd.DataFrame())
 

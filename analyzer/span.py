@@ -24,6 +24,7 @@ from gpulens.analyzer.classify import Verdict, judge
 from gpulens.analyzer.features import UnitKeys, pod_features
 from gpulens.analyzer.history import Ledger, default_window, ledgers
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
+from gpulens.analyzer.plan import Use
 from gpulens.analyzer.report import TimelineBins, unit_samples
 from gpulens.analyzer.series import SeriesReader, Window
 from gpulens.core.thresholds import Thresholds
@@ -63,6 +64,12 @@ class Span:
         return cls(first, last, step)
 
 
+def _gather(samples: pd.DataFrame, timelines: TimelineBins | None, use: Use | None) -> None:
+    for gatherer in (timelines, use):
+        if gatherer is not None:
+            gatherer.add(samples)
+
+
 def report(
     reader: SeriesReader,
     span: Span,
@@ -73,11 +80,13 @@ def report(
     on_progress: Callable[[Progress], None] | None = None,
     owners: OwnerReader | None = None,
     timelines: TimelineBins | None = None,
+    use: Use | None = None,
 ) -> list[Verdict]:
     """Each unit's headline verdict over `span`, read through `reader` piece by piece. window and slide
     are seconds (None: default_window() for the step, as for a file sampled at that interval). With
     `owners`, each verdict names its pod's workload and team, as kube-state-metrics said in the span;
-    `timelines` gathers what an HTML report draws, each sample once."""
+    `timelines` gathers what an HTML report draws, and `use` what each unit used (for the plan), each
+    sample once."""
     auto_window, auto_slide = default_window(span.step, t)
     window = window or auto_window
     slide = slide or min(auto_slide, window)
@@ -86,8 +95,7 @@ def report(
     progress = Progress(span_seconds=span.end - span.start)
     if span.end - span.start < window:  # one window: classify() the whole span
         frame = _read(reader, span.start, span.end, span.step, progress)
-        if timelines is not None:
-            timelines.add(unit_samples(frame))
+        _gather(unit_samples(frame), timelines, use)
         _report(progress, on_progress, span.end - span.start)
         verdicts = judge(pod_features(frame, t), t, prices) if len(frame) else []
         return owners_mod.apply(verdicts, _owners(owners, frame, span.end, span.end - span.start))
@@ -100,9 +108,9 @@ def report(
         read_from, read_to = max(span.start, counted_from - window), min(span.end, counted_to + window)
         frame = _read(reader, read_from, read_to, span.step, progress)
         keys = UnitKeys.of(frame) if len(frame) else None
-        if timelines is not None:  # the piece's own samples: those around it are its neighbours'
+        if timelines is not None or use is not None:  # the piece's own samples: those around it are its neighbours'
             counted = frame["timestamp"].between(counted_from, counted_to, inclusive="left").to_numpy()
-            timelines.add(unit_samples(frame, keys=keys, where=counted))
+            _gather(unit_samples(frame, keys=keys, where=counted), timelines, use)
         pieces = ledgers(frame, t, prices, window, slide, span.start, (counted_from, counted_to), keys=keys)
         for unit, ledger in pieces.items():
             if unit in totals:

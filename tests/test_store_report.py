@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from gpulens.analyzer import frame as fr
 from gpulens.analyzer import report as html_report
 from gpulens.analyzer.history import analyze
 from tests import store_history as week
@@ -285,3 +286,39 @@ def test_the_stored_week_uses_the_names_the_exporter_exposes():
     from gpulens.core import metrics
 
     assert {s.gpulens for s in week.SIGNALS} <= {spec.name for spec in metrics.ALL}
+
+
+def test_the_plan_from_a_store_is_the_plan_from_a_file_of_the_same_samples(stores, trace, tmp_path):
+    """Read from Prometheus in pieces, the week's plan proposes what a file of the same samples does: the
+    same actions on the same units, with the same GPUs and savings."""
+    gpulens, dcgm = LAYOUTS["gpulens"]
+    done = report(
+        stores["prometheus"],
+        *("--since", "2025-11-09T00:00:00Z", "--until", str(LAST), "--prometheus.step", "5m"),
+        *("--prometheus.selector", gpulens, "--prometheus.dcgm-selector", dcgm, "--format", "json"),
+    )
+    assert done.returncode == 0, done.stderr
+    fr.write_trace(trace, tmp_path / "week.csv")
+    from_file = subprocess.run(
+        [sys.executable, "-m", "gpulens", "report", str(tmp_path / "week.csv"), "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert from_file.returncode == 0, from_file.stderr
+
+    def changes(document: dict) -> list[tuple]:
+        return sorted(
+            (a["units"], a["action"], a["what"], a["gpus_now"], a["gpus_after"], a["saving_usd_per_30d"])
+            for a in document["plan"]
+        )
+
+    planned = changes(json.loads(done.stdout))
+    assert planned == changes(json.loads(from_file.stdout))
+    # The week: the GPU no pod holds, the notebooks culled after an hour idle, and the serving replica.
+    assert {(units[0].split("/")[0], action) for units, action, *_ in planned} == {
+        ("gpu:gpu-node-a", "release_capacity"),
+        ("research", "release"),
+        ("serve", "cheaper_gpu"),
+    }

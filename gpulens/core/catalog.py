@@ -10,7 +10,12 @@ Sources:
 - link capacities per direction, from NVIDIA's figures: PCIe Gen3 x16 15.8 GB/s, Gen4 31.5, Gen5 63;
   NVLink 25 GB/s per link per direction on A100 and H100/H200 (12 and 18 links);
 - memory as NVML reports it (MiB), clocks and power limits: NVIDIA's datasheets and nvidia-smi
-  captures; reserved memory and idle power are typical readings, used only by the simulator.
+  captures; reserved memory and idle power are typical readings, used only by the simulator;
+- dense FP16/BF16 tensor TFLOPS (without sparsity), the figure a right-sizing plan compares models by:
+  NVIDIA's datasheets (H100 SXM5 and H200 989, A100 312, L40S 362, L4 121, T4 65); 0 where the catalogue
+  has no figure (A10G: AWS publishes none), and the plan then proposes no move to or from that model;
+- MIG profiles: NVIDIA's MIG User Guide, "Supported MIG Profiles" (a slice of n/7 of the GPU's compute
+  and its memory in GB, as the profile's name says).
 """
 
 from __future__ import annotations
@@ -23,6 +28,30 @@ from gpulens.core.schema import MapOf, Number, Text, validate
 
 MIB = 1024**2
 GB = 1e9
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """A MIG profile ("1g.10gb"): `sevenths` of the GPU's compute (its GPU slices) and its memory."""
+
+    name: str
+    sevenths: int
+    memory_bytes: float
+
+    @property
+    def compute_share(self) -> float:
+        return self.sevenths / 7
+
+
+def _mig(*names: str) -> tuple[MigProfile, ...]:
+    """Profiles by name ("1g.10gb": 1 slice of 7, 10 GB), smallest first."""
+    return tuple(MigProfile(n, int(n.split("g.")[0]), float(n.split("g.")[1].removesuffix("gb")) * GB) for n in names)
+
+
+#: NVIDIA MIG User Guide, "Supported MIG Profiles" (without the +me media-engine variants).
+MIG_80GB = _mig("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")
+MIG_40GB = _mig("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")
+MIG_141GB = _mig("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")
 
 
 @dataclass(frozen=True)
@@ -49,6 +78,10 @@ class GpuModel:
     pcie_width: int
     #: Hopper and newer: NVML's GPM gives SM activity without DCGM.
     has_gpm: bool
+    #: Dense FP16/BF16 tensor TFLOPS; 0: unknown.
+    dense_fp16_tflops: float = 0.0
+    #: The MIG profiles the model offers, smallest first; none on models without MIG.
+    mig_profiles: tuple[MigProfile, ...] = ()
 
     @property
     def nvlink_bytes_per_second(self) -> float:
@@ -78,6 +111,8 @@ MODELS: dict[str, GpuModel] = {
         5,
         16,
         True,
+        989.0,
+        MIG_141GB,
     ),
     "H100-SXM5-80GB": GpuModel(
         "NVIDIA H100 80GB HBM3",
@@ -96,6 +131,8 @@ MODELS: dict[str, GpuModel] = {
         5,
         16,
         True,
+        989.0,
+        MIG_80GB,
     ),
     "A100-SXM4-80GB": GpuModel(
         "NVIDIA A100-SXM4-80GB",
@@ -114,6 +151,8 @@ MODELS: dict[str, GpuModel] = {
         4,
         16,
         False,
+        312.0,
+        MIG_80GB,
     ),
     "A100-SXM4-40GB": GpuModel(
         "NVIDIA A100-SXM4-40GB",
@@ -132,6 +171,8 @@ MODELS: dict[str, GpuModel] = {
         4,
         16,
         False,
+        312.0,
+        MIG_40GB,
     ),
     "A100-PCIE-40GB": GpuModel(
         "NVIDIA A100-PCIE-40GB",
@@ -150,18 +191,52 @@ MODELS: dict[str, GpuModel] = {
         4,
         16,
         False,
+        312.0,
+        MIG_40GB,
     ),
     "L40S": GpuModel(
-        "NVIDIA L40S", "L40S", 1.50, False, 31.5 * GB, 0, 0.0, 46068 * MIB, 513 * MIB, 2520, 9001, 350, 35, 4, 16, False
+        "NVIDIA L40S",
+        "L40S",
+        1.50,
+        False,
+        31.5 * GB,
+        0,
+        0.0,
+        46068 * MIB,
+        513 * MIB,
+        2520,
+        9001,
+        350,
+        35,
+        4,
+        16,
+        False,
+        362.0,
     ),
     "A10G": GpuModel(
         "NVIDIA A10G", "A10G", 1.00, False, 31.5 * GB, 0, 0.0, 23028 * MIB, 479 * MIB, 1710, 6251, 300, 15, 4, 16, False
     ),
     "L4": GpuModel(
-        "NVIDIA L4", "L4", 0.80, False, 31.5 * GB, 0, 0.0, 23034 * MIB, 471 * MIB, 2040, 6251, 72, 16, 4, 16, False
+        "NVIDIA L4",
+        "L4",
+        0.80,
+        False,
+        31.5 * GB,
+        0,
+        0.0,
+        23034 * MIB,
+        471 * MIB,
+        2040,
+        6251,
+        72,
+        16,
+        4,
+        16,
+        False,
+        121.0,
     ),
     "T4": GpuModel(
-        "Tesla T4", "T4", 0.50, False, 15.8 * GB, 0, 0.0, 15360 * MIB, 255 * MIB, 1590, 5000, 70, 10, 3, 16, False
+        "Tesla T4", "T4", 0.50, False, 15.8 * GB, 0, 0.0, 15360 * MIB, 255 * MIB, 1590, 5000, 70, 10, 3, 16, False, 65.0
     ),
 }
 

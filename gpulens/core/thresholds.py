@@ -160,6 +160,23 @@ class Thresholds:
     healthy_sm: float = 0.8
     #: Below this mean activity a GPU is likely used ineffectively. (NVIDIA: < 0.5)
     ineffective_sm: float = 0.5
+    # --- the right-sizing plan (analyzer/plan.py) -----------------------------------------------------
+    #: Capacity a plan keeps above the measured peak (memory, activity, load): 15%. (tool: the Kubernetes
+    #: VPA recommender's default safety margin, --recommendation-margin-fraction 0.15)
+    plan_headroom: float = 0.15
+    #: Load is measured as activity averaged over bins of this many seconds (or the sampling interval, if
+    #: longer): what a replica count can follow. (proposal: a minute; the HPA reacts every 15 s)
+    plan_load_bin_seconds: float = 60.0
+    #: A serving workload's replicas carry its summed load at this percentile of the bins ... (proposal)
+    plan_load_percentile: float = 0.95
+    #: ... at this activity each: the rest absorbs bursts within a bin. (proposal: an HPA-style target)
+    plan_replica_activity: float = 0.7
+    #: Idle notebook kernels are culled after this long. (tool: Zero to JupyterHub's cull.timeout default)
+    plan_cull_seconds: float = 3600.0
+    #: A plan over less than this span has not seen a weekly pattern (weekends, batch days): its actions'
+    #: confidence is capped at plan_short_confidence and it says so. (proposal: a week)
+    plan_trusted_span_seconds: float = 7 * 86400.0
+    plan_short_confidence: float = 0.6
     # --- alerting: the generated Prometheus rules of alerts/rules.py; durations are PromQL durations ----
     #: Page when a pod's SM activity stays under this ratio (issue 6: 30% for 30 minutes).
     alert_low_sm: float = 0.3

@@ -1,0 +1,489 @@
+"""The right-sizing plan: per workload, what to change and what it saves, from the verdicts over a span and
+the use measured in it (Use: each unit's activity in bins, and its peak memory).
+
+One action a workload, the first that applies:
+- not planned: too little data (insufficient_data), a GPU at fault (throttling, NVLink faults, a process
+  outside any pod), or nothing to change (healthy);
+- fix: its problem is its code, its input or its placement (data starvation, host stalls, memory bandwidth,
+  fragmentation, interconnect, placement): the waste fixing it recovers and the fix, never a smaller GPU;
+- release: idle through the span; for a notebook, cull: its kernel culled after plan_cull_seconds idle;
+- fewer_replicas: a serving workload of two replicas or more: the replicas that carry its summed load at
+  plan_load_percentile at plan_replica_activity each, and its peak with plan_headroom;
+- mig, cheaper_gpu or time_slicing: a workload whose peak memory and peak activity (with plan_headroom)
+  fit a MIG profile of its GPU, a cheaper catalogue model, or a time-sliced share: the largest saving;
+- release_capacity: the GPUs no pod holds on a node.
+
+Savings are the cost of the GPU capacity freed at the verdicts' prices (--prices, else the catalogue's),
+over the span and per 30 days; a plan never proposes less capacity than the measured peak needs with
+plan_headroom. Packing the freed slices into whole GPUs and nodes is not in this version.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from gpulens.analyzer.classify import NO_POD, Verdict
+from gpulens.analyzer.report import TimelineBins, unit_samples
+from gpulens.core.catalog import MODELS, GpuModel, model_info
+from gpulens.core.thresholds import Thresholds
+
+#: Bins of use kept per unit over a span: memory that follows the units (8 KiB each), not the span.
+MAX_BINS = 1024
+MONTH_HOURS = 30 * 24
+#: Classes whose waste is the code's, the input's or the placement's: fixed, not resized.
+FIX = frozenset({"data_starvation", "host_stall", "memory_bandwidth", "memory_fragmentation", "interconnect"})
+#: Classes of a GPU at fault, or a process outside any pod: repaired, not planned.
+FAULTS = frozenset({"throttling", "held_without_pod"})
+#: Classes a smaller share of a GPU, or fewer replicas, can serve.
+OVERSIZED = frozenset({"overprovisioned_serving", "wrong_gpu_type"})
+#: Owners whose pods are replicas of one another.
+REPLICATED = frozenset({"Deployment", "ReplicaSet", "StatefulSet"})
+#: Pod names of a Deployment ("name-<replicaset hash>-<5 chars>") and of a StatefulSet ("name-<ordinal>"),
+#: to group replicas where kube-state-metrics is not read (files).
+_DEPLOYMENT_POD = re.compile(r"^(.+)-[a-z0-9]{6,10}-[a-z0-9]{5}$")
+_STATEFULSET_POD = re.compile(r"^(.+)-\d+$")
+_NOTEBOOK = re.compile(r"notebook|jupyter", re.IGNORECASE)
+
+
+class Use:
+    """What each unit used over a span, added a piece at a time (unit_samples()): its mean activity per GPU
+    in bins of plan_load_bin_seconds (or the sampling step; at most MAX_BINS over the span), and the
+    most memory one of its GPUs held."""
+
+    def __init__(self, start: float, end: float, step: float, t: Thresholds):
+        width = max(t.plan_load_bin_seconds, step, (end - start) / MAX_BINS)
+        self.bins = TimelineBins(start, end, width, np.float32, points=MAX_BINS, columns=("activity",))
+        self.peak_memory: dict[str, float] = {}
+
+    @classmethod
+    def of_trace(cls, trace: pd.DataFrame, step: float, t: Thresholds) -> Use:
+        """The use in a trace sampled every `step` seconds."""
+        if trace.empty:
+            return cls(0.0, step, step, t)
+        ts = trace["timestamp"]
+        use = cls(float(ts.min()), float(ts.max()), step, t)
+        use.add(unit_samples(trace))
+        return use
+
+    @property
+    def bin_seconds(self) -> float:
+        return self.bins.width
+
+    def add(self, samples: pd.DataFrame) -> None:
+        if samples.empty:
+            return
+        self.bins.add(samples)
+        memory = pd.Series(samples["memory"].to_numpy() * samples["capacity"].to_numpy())
+        for unit, peak in memory.groupby(samples["unit"].to_numpy()).max().items():
+            if not math.isnan(peak):
+                self.peak_memory[str(unit)] = max(self.peak_memory.get(str(unit), 0.0), float(peak))
+
+    def activity(self, unit: str) -> np.ndarray:
+        """The unit's mean activity per GPU in each bin, in time order; NaN where it has no sample."""
+        row = self.bins.rows.get(unit)
+        if row is None:
+            return np.full(self.bins.bins, np.nan)
+        sums = self.bins.sums[row].astype(float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return sums[0] / sums[1]
+
+
+@dataclass
+class Action:
+    """One workload's change: what to do, the GPUs it holds now and after, and what that saves."""
+
+    namespace: str
+    #: The workload as reports name it (Verdict.workload), its team, and its units (pods or GPUs).
+    owner: str
+    team: str
+    action: str
+    #: The change in words ("run 1 replica instead of 8").
+    what: str
+    gpu_model: str
+    gpus_now: float
+    gpus_after: float
+    saving_usd_span: float
+    saving_usd_per_30d: float
+    confidence: float
+    units: list[str]
+    #: What was measured, and what was assumed (percentile, headroom, price and its source, span).
+    evidence: dict[str, str] = field(default_factory=dict)
+    assumptions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class NotPlanned:
+    owner: str
+    units: list[str]
+    reason: str
+
+
+@dataclass
+class PlanSum:
+    """Actions summed: by team, or the fleet's ("" key)."""
+
+    key: str
+    actions: int = 0
+    gpus_now: float = 0.0
+    gpus_after: float = 0.0
+    saving_usd_span: float = 0.0
+    saving_usd_per_30d: float = 0.0
+
+
+@dataclass
+class Plan:
+    actions: list[Action]
+    not_planned: list[NotPlanned]
+    span_seconds: float
+    #: The fleet's total, and the teams', most saving first.
+    total: PlanSum
+    by_team: list[PlanSum]
+
+
+def make_plan(verdicts: list[Verdict], use: Use, t: Thresholds, prices: dict[str, float] | None = None) -> Plan:
+    """The plan for `verdicts` (their headlines over the span) and the `use` measured in it."""
+    span = max((v.window_seconds for v in verdicts), default=0.0)
+    planner = _Planner(use, t, prices or {}, span)
+    actions: list[Action] = []
+    skipped: list[NotPlanned] = []
+    unheld: dict[str, list[Verdict]] = defaultdict(list)
+    groups: dict[tuple[str, str, str], list[Verdict]] = defaultdict(list)
+    for v in verdicts:
+        if not v.pod and v.bottleneck == "unallocated":
+            unheld[v.node].append(v)
+        else:
+            groups[_workload(v)].append(v)
+    for (namespace, kind, name), members in sorted(groups.items()):
+        done, left = planner.replicas(namespace, kind, name, members)
+        actions += done
+        skipped += left
+    for node, gpus in sorted(unheld.items()):
+        actions.append(planner.unallocated(node, gpus))
+    actions.sort(key=lambda a: (-a.saving_usd_per_30d, a.owner))
+    return Plan(actions, skipped, span, _sum("", actions), _by_team(actions))
+
+
+def _workload(v: Verdict) -> tuple[str, str, str]:
+    """(namespace, owner kind, owner name): kube-state-metrics' where read, else from the pod's name
+    (kind "Deployment?" or "StatefulSet?": inferred), else the pod alone."""
+    if not v.pod:
+        return ("", "", v.unit)
+    if v.owner_kind:
+        return (v.namespace, v.owner_kind, v.owner)
+    for kind, pattern in (("Deployment?", _DEPLOYMENT_POD), ("StatefulSet?", _STATEFULSET_POD)):
+        if match := pattern.match(v.pod):
+            return (v.namespace, kind, match[1])
+    return (v.namespace, "Pod", v.pod)
+
+
+def _sum(key: str, actions: Iterable[Action]) -> PlanSum:
+    total = PlanSum(key)
+    for a in actions:
+        total.actions += 1
+        total.gpus_now += a.gpus_now
+        total.gpus_after += a.gpus_after
+        total.saving_usd_span += a.saving_usd_span
+        total.saving_usd_per_30d += a.saving_usd_per_30d
+    return _rounded(total)
+
+
+def _rounded(s: PlanSum) -> PlanSum:
+    return PlanSum(
+        s.key,
+        s.actions,
+        round(s.gpus_now, 3),
+        round(s.gpus_after, 3),
+        round(s.saving_usd_span, 2),
+        round(s.saving_usd_per_30d, 2),
+    )
+
+
+def _by_team(actions: list[Action]) -> list[PlanSum]:
+    teams: dict[str, list[Action]] = defaultdict(list)
+    for a in actions:
+        teams[a.team or "(no team)"].append(a)
+    return sorted(
+        (_sum(team, members) for team, members in teams.items()), key=lambda s: (-s.saving_usd_per_30d, s.key)
+    )
+
+
+class _Planner:
+    def __init__(self, use: Use, t: Thresholds, prices: dict[str, float], span: float):
+        self.use, self.t, self.prices, self.span = use, t, prices, span
+
+    # --- what every action says ------------------------------------------------------------------
+    def _model(self, v: Verdict) -> GpuModel:
+        return model_info(v.gpu_model, self.prices)
+
+    def _price_source(self, v: Verdict) -> str:
+        model = self._model(v)
+        named = any(key in v.gpu_model for key in self.prices)
+        return f"${model.price_per_hour:.2f}/GPU-h ({'--prices' if named else 'the catalogue'})"
+
+    def _confidence(self, members: list[Verdict]) -> tuple[float, dict[str, str]]:
+        confidence = min(v.confidence for v in members)
+        notes = {"span": f"{self.span / 3600:.1f} h of samples"}
+        if self.span < self.t.plan_trusted_span_seconds:
+            confidence = min(confidence, self.t.plan_short_confidence)
+            notes["span"] += (
+                f" < {self.t.plan_trusted_span_seconds / 86400:g} d: a weekly pattern (weekends, batch days) is not "
+                "seen; plan again over a week"
+            )
+        return round(confidence, 2), notes
+
+    def _action(
+        self,
+        members: list[Verdict],
+        action: str,
+        what: str,
+        gpus_after: float,
+        saving_span: float,
+        per_hour: float,
+        **evidence: str,
+    ) -> Action:
+        """An action on `members`: `saving_span` USD over the span, `per_hour` USD an hour from now on."""
+        first = members[0]
+        confidence, assumptions = self._confidence(members)
+        assumptions["price"] = self._price_source(first)
+        return Action(
+            namespace=first.namespace,
+            owner=first.workload if first.pod else first.unit,
+            team=first.team,
+            action=action,
+            what=what,
+            gpu_model=first.gpu_model,
+            gpus_now=float(sum(len(v.gpus) for v in members)),
+            gpus_after=round(gpus_after, 3),
+            saving_usd_span=round(saving_span, 2),
+            saving_usd_per_30d=round(per_hour * MONTH_HOURS, 2),
+            confidence=confidence,
+            units=[v.unit for v in members],
+            evidence=dict(evidence),
+            assumptions=assumptions,
+        )
+
+    def _rate(self, saving_span: float) -> float:
+        """USD an hour, from what the span shows."""
+        return saving_span / (self.span / 3600) if self.span else 0.0
+
+    def _held_hours(self, members: list[Verdict]) -> float:
+        """GPU-hours the units' samples cover."""
+        return sum(v.window_seconds * v.coverage * len(v.gpus) for v in members) / 3600
+
+    # --- workloads ------------------------------------------------------------------------------
+    def replicas(
+        self, namespace: str, kind: str, name: str, members: list[Verdict]
+    ) -> tuple[list[Action], list[NotPlanned]]:
+        """A workload's action: fewer replicas where it has several serving ones, else each unit's own."""
+        serving = [v for v in members if v.bottleneck in OVERSIZED | {"idle"}]
+        if (
+            len(members) >= 2
+            and kind.rstrip("?") in REPLICATED
+            and not _NOTEBOOK.search(name)
+            and len(serving) == len(members)
+            and any(v.bottleneck in OVERSIZED for v in members)
+        ):
+            action = self._fewer_replicas(namespace, kind, name, members)
+            if action is not None:
+                return [action], []
+        done, skipped = [], []
+        for v in members:
+            outcome = self.unit(v)
+            if isinstance(outcome, Action):
+                done.append(outcome)
+            elif outcome is not None:
+                skipped.append(outcome)
+        return done, skipped
+
+    def _fewer_replicas(self, namespace: str, kind: str, name: str, members: list[Verdict]) -> Action | None:
+        t = self.t
+        per_replica = max(len(v.gpus) for v in members)
+        loads = np.array([self.use.activity(v.unit) * len(v.gpus) for v in members])
+        seen = ~np.isnan(loads).all(axis=0)
+        if not seen.any():
+            return None
+        load = np.nansum(loads[:, seen], axis=0)  # GPUs' worth of work in each bin
+        at_percentile, peak = float(np.quantile(load, t.plan_load_percentile)), float(load.max())
+        after = max(
+            1,
+            math.ceil(at_percentile / t.plan_replica_activity / per_replica - 1e-9),
+            math.ceil(peak * (1 + t.plan_headroom) / per_replica - 1e-9),
+        )
+        if after >= len(members):
+            return None
+        price = self._model(members[0]).price_per_hour
+        freed_share = 1 - after / len(members)
+        inferred = " (inferred from the pods' names)" if kind.endswith("?") else ""
+        return self._action(
+            members,
+            "fewer_replicas",
+            f"run {after} replica{'s' if after > 1 else ''} instead of {len(members)}, scaled on request rate "
+            "or queue depth (KEDA, HPA)",
+            float(after * per_replica),
+            self._held_hours(members) * freed_share * price,
+            (sum(len(v.gpus) for v in members) - after * per_replica) * price,
+            replicas=f"{len(members)} of {kind.rstrip('?')} {namespace}/{name}{inferred}",
+            load=(
+                f"the replicas' summed activity over {self.use.bin_seconds:.0f} s bins: "
+                f"p{t.plan_load_percentile * 100:g} {at_percentile:.3g}, peak {peak:.3g} GPUs' worth"
+            ),
+            sizing=(
+                f"p{t.plan_load_percentile * 100:g} at {t.plan_replica_activity:.0%} a replica, and the peak with "
+                f"{t.plan_headroom:.0%} headroom"
+            ),
+        )
+
+    def unit(self, v: Verdict) -> Action | NotPlanned | None:
+        """One unit's action, why it has none, or None (healthy: nothing to change)."""
+        name = v.bottleneck
+        if name == "healthy":
+            return None
+        if name == "insufficient_data":
+            return NotPlanned(v.workload, [v.unit], "too little data to plan on")
+        if name in FAULTS or "nvlink_faults" in v.evidence:
+            return NotPlanned(
+                v.workload, [v.unit], f"{name}: a GPU at fault or a process outside any pod; repair first"
+            )
+        if name in FIX or name == "poor_placement":
+            return self._action(
+                [v],
+                "fix",
+                v.recommendation.split(". ")[0],
+                float(len(v.gpus)),
+                v.wasted_cost,
+                self._rate(v.wasted_cost),
+                waste=f"{v.wasted_gpu_seconds / 3600:.2f} GPU-h (${v.wasted_cost:.2f}) to {name}: its code, input or "
+                "placement, not its GPU's size",
+            )
+        if name == "idle":
+            return self._release(v)
+        return self._smaller(v) or NotPlanned(v.workload, [v.unit], "no smaller share of a GPU fits its peak")
+
+    def _release(self, v: Verdict) -> Action:
+        price = self._model(v).price_per_hour
+        if _NOTEBOOK.search(v.pod):
+            # Each idle spell past the cull time is time a culled kernel would not have held.
+            cull = self.t.plan_cull_seconds
+            idle = sum(max(0.0, e.end - e.start - cull) for e in v.episodes if e.bottleneck == "idle")
+            return self._action(
+                [v],
+                "release",
+                f"cull its kernel after {cull / 3600:g} h idle (JupyterHub idle-culler, Kubeflow culling)",
+                len(v.gpus) * (1 - idle / self.span) if self.span else 0.0,
+                idle * len(v.gpus) / 3600 * price,
+                self._rate(idle * len(v.gpus) / 3600 * price),
+                idle=f"{idle / 3600:.1f} h of idle spells past {cull / 3600:g} h",
+            )
+        return self._action(
+            [v],
+            "release",
+            "release its GPUs (scale to zero, or end the job)",
+            0.0,
+            self._held_hours([v]) * price,
+            len(v.gpus) * price,
+            idle=f"idle {1 - (v.mean_activity or 0.0):.0%} of the span",
+        )
+
+    def _smaller(self, v: Verdict) -> Action | None:
+        """The share of a GPU, or the cheaper model, its peak fits with headroom: the largest saving."""
+        t, model = self.t, self._model(v)
+        activity = self.use.activity(v.unit)
+        memory = self.use.peak_memory.get(v.unit, math.nan)
+        if np.isnan(activity).all() or math.isnan(memory):
+            return None
+        peak = float(np.nanmax(activity))
+        need_compute, need_memory = peak * (1 + t.plan_headroom), memory * (1 + t.plan_headroom)
+        gpus, hours = len(v.gpus), self._held_hours([v])
+        measured = {
+            "peak": f"activity {peak:.1%} of a {model.name} (mean over {self.use.bin_seconds:.0f} s), memory "
+            f"{memory / 2**30:.1f} GiB",
+            "headroom": f"{t.plan_headroom:.0%} above both",
+        }
+        options: list[Action] = []
+        mig = next(
+            (p for p in model.mig_profiles if p.memory_bytes >= need_memory and p.compute_share >= need_compute), None
+        )
+        if mig is not None:
+            options.append(
+                self._action(
+                    [v],
+                    "mig",
+                    f"a MIG {mig.name} slice of its {model.name}",
+                    gpus * mig.compute_share,
+                    hours * (1 - mig.compute_share) * model.price_per_hour,
+                    gpus * (1 - mig.compute_share) * model.price_per_hour,
+                    **measured,
+                    fits=f"{mig.name}: {mig.sevenths}/7 of the compute, {mig.memory_bytes / 1e9:g} GB (NVIDIA's MIG "
+                    "profiles)",
+                )
+            )
+        need_tflops = need_compute * model.dense_fp16_tflops
+        cheaper = _cheaper(model, need_tflops, need_memory, self.prices)
+        if cheaper is not None:
+            delta = model.price_per_hour - cheaper.price_per_hour
+            options.append(
+                self._action(
+                    [v],
+                    "cheaper_gpu",
+                    f"move to {cheaper.name} (${delta:.2f}/GPU-h less)",
+                    float(gpus),
+                    hours * delta,
+                    gpus * delta,
+                    **measured,
+                    fits=f"{cheaper.name}: {cheaper.dense_fp16_tflops:g} >= {need_tflops:.3g} "
+                    f"dense FP16 TFLOPS, {cheaper.memory_total_bytes / 2**30:.0f} GiB (NVIDIA's datasheets)",
+                )
+            )
+        share = max(need_compute, need_memory / model.memory_total_bytes)
+        slices = min(8, math.floor(1 / share)) if share > 0 else 8
+        if slices >= 2 and mig is None:
+            options.append(
+                self._action(
+                    [v],
+                    "time_slicing",
+                    f"share its GPU with {slices - 1} other such pods (time-slicing, replicas: {slices})",
+                    gpus / slices,
+                    hours * (1 - 1 / slices) * model.price_per_hour,
+                    gpus * (1 - 1 / slices) * model.price_per_hour,
+                    **measured,
+                    fits=f"1/{slices} of the GPU carries the peak; no memory isolation: each must stay under "
+                    f"{model.memory_total_bytes / slices / 2**30:.0f} GiB",
+                )
+            )
+        return max(options, key=lambda a: a.saving_usd_per_30d, default=None)
+
+    def unallocated(self, node: str, gpus: list[Verdict]) -> Action:
+        price = self._model(gpus[0]).price_per_hour
+        action = self._action(
+            gpus,
+            "release_capacity",
+            f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''} on {node} no pod holds: let pending pods use them, or "
+            "shrink the node pool",
+            0.0,
+            self._held_hours(gpus) * price,
+            len(gpus) * price,
+            unallocated=", ".join(v.gpus[0] for v in gpus),
+        )
+        action.owner, action.namespace = f"{NO_POD} {node}", ""
+        return action
+
+
+def _cheaper(model: GpuModel, tflops: float, memory: float, prices: dict[str, float]) -> GpuModel | None:
+    """The cheapest catalogue model, cheaper than `model`, with `tflops` dense FP16 and `memory` bytes; None
+    where the catalogue has no compute figure for `model`."""
+    if not model.dense_fp16_tflops:
+        return None
+    candidates = [
+        model_info(m.name, prices)
+        for m in MODELS.values()
+        if m.dense_fp16_tflops >= tflops and m.memory_total_bytes >= memory
+    ]
+    cheaper = [m for m in candidates if m.price_per_hour < model.price_per_hour]
+    return min(cheaper, key=lambda m: (m.price_per_hour, m.name), default=None)

@@ -1,0 +1,157 @@
+"""The right-sizing plan on constructed fleets, with the plans worked out by hand from the catalogue's
+figures (NVIDIA's MIG profiles and datasheets) and the thresholds; and its promise as a property: a plan
+never proposes less capacity than the measured peak needs with its headroom."""
+
+import math
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpulens.analyzer import frame as fr
+from gpulens.analyzer.evaluate import Scenario, scenario_trace
+from gpulens.analyzer.history import analyze
+from gpulens.analyzer.plan import Use, make_plan
+from gpulens.core.catalog import MODELS
+from gpulens.core.thresholds import Thresholds
+
+T = Thresholds()
+START = 1_800_000_000.0
+GIB = 2**30
+
+
+def pod(name: str, model: str, activity: np.ndarray, memory: float, step: float, gpu: str = "") -> pd.DataFrame:
+    """One GPU of pod `name` ("namespace/pod"), sampled every `step` seconds: utilization and SM activity
+    `activity` (one value a sample), `memory` bytes used."""
+    namespace, pod_name = name.split("/")
+    catalogue = MODELS[model]
+    return pd.DataFrame(
+        {
+            "timestamp": START + step * np.arange(len(activity)),
+            "gpu": gpu or f"GPU-{name}",
+            "node": "node-a",
+            "gpu_model": catalogue.name,
+            "namespace": namespace,
+            "pod": pod_name,
+            "gpu_util": np.minimum(activity * 1.05, 1.0),
+            "sm_active": activity,
+            "memory_used_bytes": memory,
+            "memory_total_bytes": float(catalogue.memory_total_bytes),
+        }
+    )
+
+
+def planned(frames: list[pd.DataFrame], step: float):
+    trace = fr.normalize(pd.concat(frames, ignore_index=True))
+    verdicts = analyze(trace, T)
+    return verdicts, make_plan(verdicts, Use.of_trace(trace, step, T), T)
+
+
+def test_eight_replicas_whose_bursts_never_overlap_need_one():
+    """8 replicas of a Deployment, each busy 5% of the time (3 s requests at 95%, at random, never two at
+    once), a 20 GiB model held: one replica carries them all."""
+    rng = np.random.default_rng(7)
+    minutes, step = 12 * 60, 1.0  # 720 minutes: bins of a minute (a span holds at most MAX_BINS)
+    busy = np.zeros((8, minutes * 60))
+    for minute in range(minutes):
+        # 8 of the minute's twenty 3 s slots, each to a replica drawn at random: a replica serves 0 to 8
+        # requests a minute, one a minute on average, and never two replicas at once.
+        starts = rng.choice(np.arange(0, 60, 3), size=8, replace=False)
+        for replica, start in zip(rng.integers(0, 8, size=8), starts, strict=True):
+            busy[replica, minute * 60 + start : minute * 60 + start + 3] = 0.95
+    frames = [pod(f"serve/llm-7d9f8c6b5d-{k}bcde", "H100-SXM5-80GB", busy[k], 20 * GIB, step) for k in range(8)]
+    verdicts, plan = planned(frames, step)
+    assert {v.bottleneck for v in verdicts} == {"overprovisioned_serving"}
+    [action] = plan.actions
+    assert (action.action, action.gpus_now, action.gpus_after) == ("fewer_replicas", 8.0, 1.0)
+    assert action.owner == "serve/llm-7d9f8c6b5d-0bcde"  # no owners read: the first pod names the group
+    assert action.evidence["replicas"] == "8 of Deployment serve/llm (inferred from the pods' names)"
+    # Each minute carries 8 x 3 s at 95%: 0.38 GPUs' worth, at every percentile.
+    assert action.evidence["load"] == "the replicas' summed activity over 60 s bins: p95 0.38, peak 0.38 GPUs' worth"
+    # 7 H100s freed at the catalogue's $4.00 an hour, for 30 days.
+    assert action.saving_usd_per_30d == 7 * 4.00 * 720
+    assert action.assumptions["price"] == "$4.00/GPU-h (the catalogue)"
+    assert action.assumptions["span"].startswith("12.0 h of samples < 7 d: a weekly pattern")
+    assert action.confidence == T.plan_short_confidence
+
+
+def test_a_small_model_on_an_h100_gets_its_smallest_mig_slice():
+    """6 GiB at 8% of an H100 80GB: 1g.10gb (1/7 of the compute >= 9.2%, 10 GB >= 6.9 GiB with 15%) saves
+    6/7 of $4.00 an hour, more than an L4 ($3.20 less an hour), which would carry it too."""
+    step = 30.0
+    activity = np.full(12 * 120, 0.08)  # 12 hours
+    _, plan = planned([pod("apps/embedder-0", "H100-SXM5-80GB", activity, 6 * GIB, step)], step)
+    [action] = plan.actions
+    assert (action.action, action.what) == ("mig", "a MIG 1g.10gb slice of its NVIDIA H100 80GB HBM3")
+    assert action.gpus_after == round(1 / 7, 3)
+    assert action.saving_usd_per_30d == round(6 / 7 * 4.00 * 720, 2)
+    assert action.evidence["peak"] == "activity 8.0% of a NVIDIA H100 80GB HBM3 (mean over 60 s), memory 6.0 GiB"
+
+
+def test_a_light_job_on_an_a100_moves_to_a_cheaper_model():
+    """10 GB at 15% of an A100 40GB: 53.8 TFLOPS and 11.5 GB with 15% headroom. A T4 (65 TFLOPS, 15 GiB,
+    $0.50) carries it for $1.50 an hour less; the MIG slice that fits (3g.20gb) would save only 4/7 of $2.00."""
+    step = 30.0
+    activity = np.full(12 * 120, 0.15)  # 12 hours
+    verdicts, plan = planned([pod("batch/etl-0", "A100-SXM4-40GB", activity, 10e9, step)], step)
+    assert [v.bottleneck for v in verdicts] == ["wrong_gpu_type"]
+    [action] = plan.actions
+    assert (action.action, action.what) == ("cheaper_gpu", "move to Tesla T4 ($1.50/GPU-h less)")
+    assert (action.gpus_now, action.gpus_after) == (1.0, 1.0)
+    assert action.saving_usd_per_30d == 1.50 * 720
+    assert action.evidence["fits"] == "Tesla T4: 65 >= 53.8 dense FP16 TFLOPS, 15 GiB (NVIDIA's datasheets)"
+
+
+def test_an_idle_notebook_is_released_after_the_cull_time():
+    """An hour of work, then 47 hours idle: culled after an hour idle, its GPU is free for 46 of them."""
+    step = 30.0
+    notebook = np.zeros(2 * 24 * 120)
+    notebook[:120] = 0.6
+    [verdict], plan = planned([pod("research/notebook-alice-0", "A100-SXM4-40GB", notebook, 12 * GIB, step)], step)
+    [action] = plan.actions
+    assert (action.action, action.gpus_now) == ("release", 1.0)
+    assert action.what == "cull its kernel after 1 h idle (JupyterHub idle-culler, Kubeflow culling)"
+    [idle] = [e for e in verdict.episodes if e.bottleneck == "idle"]
+    recovered = (idle.end - idle.start - T.plan_cull_seconds) / 3600
+    assert action.evidence["idle"] == f"{recovered:.1f} h of idle spells past 1 h"
+    assert action.saving_usd_span == round(recovered * 2.00, 2)  # an A100 40GB at the catalogue's $2.00
+
+
+def test_a_data_starved_job_gets_its_input_fix_and_its_waste_not_a_smaller_gpu():
+    trace = scenario_trace(Scenario("data_starvation", "A100-SXM4-40GB", 1, 0.0, True, False, 11))
+    verdicts = analyze(trace, T)
+    plan = make_plan(verdicts, Use.of_trace(trace, 1.0, T), T)
+    [verdict], [action] = verdicts, plan.actions
+    assert verdict.bottleneck == "data_starvation"
+    assert (action.action, action.gpus_now, action.gpus_after) == ("fix", 1.0, 1.0)
+    assert action.what == verdict.recommendation.split(". ")[0]
+    assert action.saving_usd_span == round(verdict.wasted_cost, 2)
+    assert action.evidence["waste"].startswith(f"{verdict.wasted_gpu_seconds / 3600:.2f} GPU-h")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    replicas=st.integers(2, 8),
+    duty=st.floats(0.01, 0.6),
+    burst=st.floats(0.3, 1.0),
+    seed=st.integers(0, 2**16),
+)
+def test_fewer_replicas_never_carry_less_than_the_measured_peak_with_headroom(replicas, duty, burst, seed):
+    """Whatever the replicas' load, the GPUs a plan keeps carry the peak bin's summed load with headroom."""
+    rng = np.random.default_rng(seed)
+    step, samples = 60.0, 24 * 60
+    frames = [
+        pod(f"serve/api-{k}", "L4", np.where(rng.random(samples) < duty, burst, 0.0), 4 * GIB, step)
+        for k in range(replicas)
+    ]
+    trace = fr.normalize(pd.concat(frames, ignore_index=True))
+    verdicts = analyze(trace, T)
+    use = Use.of_trace(trace, step, T)
+    plan = make_plan(verdicts, use, T)
+    load = np.nansum([use.activity(v.unit) for v in verdicts if v.pod], axis=0)
+    for action in plan.actions:
+        if action.action == "fewer_replicas":
+            assert action.gpus_after >= load.max() * (1 + T.plan_headroom) - 1e-9
+            assert action.gpus_after >= math.ceil(np.quantile(load, T.plan_load_percentile) / T.plan_replica_activity)
+        assert action.gpus_after <= action.gpus_now
