@@ -490,6 +490,7 @@ def _json(verdicts: list[Verdict], plan: Plan) -> dict:
             "total": asdict(plan.total),
             "by_team": [asdict(s) for s in plan.by_team],
             "not_planned": [asdict(n) for n in plan.not_planned],
+            "fleet": [asdict(p) for p in plan.fleet],
         },
     }
 
@@ -562,6 +563,7 @@ def _table(verdicts: list[Verdict], plan: Plan, to_terminal: bool) -> str:
     from rich.console import Console
     from rich.table import Table
 
+    from gpulens.analyzer.report import fleet_line
     from gpulens.core.bottlenecks import CLASSES
 
     buffer = io.StringIO()
@@ -627,6 +629,7 @@ def _table(verdicts: list[Verdict], plan: Plan, to_terminal: bool) -> str:
                 a.what,
             )
         console.print(changes)
+        console.print(fleet_line(plan))
     from gpulens.analyzer.summary import waste_by
 
     for dimension in ("owner", "team"):

@@ -25,6 +25,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -95,6 +96,23 @@ class Use:
             return sums[0] / sums[1]
 
 
+@dataclass(frozen=True)
+class Need:
+    """What a unit needs after its change: a `share` of one GPU of a model, whole or shared ("whole", "mig",
+    "time-slicing": shares are packed onto GPUs of their own kind only)."""
+
+    gpu_model: str
+    share: float
+    sharing: str = "whole"
+    #: The GPU ("node/uuid") a unit keeps as it is: units that held one GPU in turn need it once.
+    board: str = ""
+
+
+def kept(v: Verdict) -> list[Need]:
+    """The GPUs a unit keeps as they are."""
+    return [Need(v.gpu_model, 1.0, "whole", f"{v.node}/{gpu.split('/')[0]}") for gpu in v.gpus]
+
+
 @dataclass
 class Action:
     """One workload's change: what to do, the GPUs it holds now and after, and what that saves."""
@@ -116,6 +134,8 @@ class Action:
     #: What was measured, and what was assumed (percentile, headroom, price and its source, span).
     evidence: dict[str, str] = field(default_factory=dict)
     assumptions: dict[str, str] = field(default_factory=dict)
+    #: The GPUs (or shares of one) its units need after the change, which the fleet's packing places.
+    needs: list[Need] = field(default_factory=list)
 
 
 @dataclass
@@ -138,6 +158,23 @@ class PlanSum:
 
 
 @dataclass
+class Packed:
+    """One GPU model of the fleet after the plan: every unit's need (changed or not) packed onto its GPUs,
+    first-fit decreasing, and what that frees. Freed GPUs below zero are GPUs to add (a cheaper model the
+    fleet does not have yet); nodes are freed whole, assuming pods may move between nodes of the model."""
+
+    gpu_model: str
+    gpus_present: int
+    nodes_present: int
+    gpus_needed: int
+    #: The least GPUs any packing could use: the whole GPUs, and each kind of share's sum rounded up.
+    lower_bound: int
+    gpus_freed: int
+    nodes_freed: int
+    saving_usd_per_30d: float
+
+
+@dataclass
 class Plan:
     actions: list[Action]
     not_planned: list[NotPlanned]
@@ -145,6 +182,8 @@ class Plan:
     #: The fleet's total, and the teams', most saving first.
     total: PlanSum
     by_team: list[PlanSum]
+    #: Per GPU model, the fleet's GPUs and nodes the actions free once packed.
+    fleet: list[Packed] = field(default_factory=list)
 
 
 def make_plan(verdicts: list[Verdict], use: Use, t: Thresholds, prices: dict[str, float] | None = None) -> Plan:
@@ -167,7 +206,61 @@ def make_plan(verdicts: list[Verdict], use: Use, t: Thresholds, prices: dict[str
     for node, gpus in sorted(unheld.items()):
         actions.append(planner.unallocated(node, gpus))
     actions.sort(key=lambda a: (-a.saving_usd_per_30d, a.owner))
-    return Plan(actions, skipped, span, _sum("", actions), _by_team(actions))
+    fleet = pack(verdicts, actions, prices or {})
+    return Plan(actions, skipped, span, _sum("", actions), _by_team(actions), fleet)
+
+
+def pack(verdicts: list[Verdict], actions: list[Action], prices: dict[str, float]) -> list[Packed]:
+    """Each model's GPUs after the plan: the actions' needs, and the whole GPUs of every unit no action
+    changes, packed first-fit decreasing onto the GPUs of the model."""
+    changed = {unit for a in actions for unit in a.units}
+    needs = [n for a in actions for n in a.needs]
+    needs += [n for v in verdicts if v.unit not in changed for n in kept(v)]
+    present: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    nodes: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    for v in verdicts:
+        for gpu in v.gpus:
+            board = gpu.split("/")[0]  # a MIG instance's board
+            present[v.gpu_model].add((v.node, board))
+            nodes[v.gpu_model][v.node].add(board)
+    out = []
+    for model in sorted(set(present) | {n.gpu_model for n in needs}):
+        mine = [n for n in needs if n.gpu_model == model]
+        boards = {n.board for n in mine if n.sharing == "whole" and n.board}
+        whole = len(boards) + sum(1 for n in mine if n.sharing == "whole" and not n.board)
+        needed, bound = whole, whole
+        for sharing in ("mig", "time-slicing"):
+            shares = [Fraction(n.share).limit_denominator(64) for n in mine if n.sharing == sharing]
+            needed += _first_fit_decreasing(shares)
+            bound += math.ceil(sum(shares, Fraction(0)))
+        have = len(present.get(model, ()))
+        per_node = min((len(gpus) for gpus in nodes[model].values()), default=0)
+        freed = have - needed
+        out.append(
+            Packed(
+                model,
+                have,
+                len(nodes[model]),
+                needed,
+                bound,
+                freed,
+                freed // per_node if per_node and freed > 0 else 0,
+                round(freed * model_info(model, prices).price_per_hour * MONTH_HOURS, 2),
+            )
+        )
+    return out
+
+
+def _first_fit_decreasing(shares: list[Fraction]) -> int:
+    """GPUs that hold `shares` (each at most 1), placed largest first on the first GPU with room."""
+    free: list[Fraction] = []
+    for share in sorted(shares, reverse=True):
+        room = next((k for k, left in enumerate(free) if left >= share), None)
+        if room is None:
+            free.append(1 - share)
+        else:
+            free[room] -= share
+    return len(free)
 
 
 def _workload(v: Verdict) -> tuple[str, str, str]:
@@ -246,9 +339,11 @@ class _Planner:
         gpus_after: float,
         saving_span: float,
         per_hour: float,
+        needs: list[Need] | None = None,
         **evidence: str,
     ) -> Action:
-        """An action on `members`: `saving_span` USD over the span, `per_hour` USD an hour from now on."""
+        """An action on `members`: `saving_span` USD over the span, `per_hour` USD an hour from now on; `needs`
+        what they need after it (None: their GPUs, whole, as now)."""
         first = members[0]
         confidence, assumptions = self._confidence(members)
         assumptions["price"] = self._price_source(first)
@@ -267,6 +362,7 @@ class _Planner:
             units=[v.unit for v in members],
             evidence=dict(evidence),
             assumptions=assumptions,
+            needs=[n for v in members for n in kept(v)] if needs is None else needs,
         )
 
     def _rate(self, saving_span: float) -> float:
@@ -329,6 +425,7 @@ class _Planner:
             float(after * per_replica),
             self._held_hours(members) * freed_share * price,
             (sum(len(v.gpus) for v in members) - after * per_replica) * price,
+            [Need(members[0].gpu_model, 1.0)] * (after * per_replica),
             replicas=f"{len(members)} of {kind.rstrip('?')} {namespace}/{name}{inferred}",
             load=(
                 f"the replicas' summed activity over {self.use.bin_seconds:.0f} s bins: "
@@ -388,6 +485,7 @@ class _Planner:
             0.0,
             self._held_hours([v]) * price,
             len(v.gpus) * price,
+            [],
             idle=f"idle {1 - (v.mean_activity or 0.0):.0%} of the span",
         )
 
@@ -419,6 +517,7 @@ class _Planner:
                     gpus * mig.compute_share,
                     hours * (1 - mig.compute_share) * model.price_per_hour,
                     gpus * (1 - mig.compute_share) * model.price_per_hour,
+                    [Need(v.gpu_model, mig.compute_share, "mig")] * gpus,
                     **measured,
                     fits=f"{mig.name}: {mig.sevenths}/7 of the compute, {mig.memory_bytes / 1e9:g} GB (NVIDIA's MIG "
                     "profiles)",
@@ -436,6 +535,7 @@ class _Planner:
                     float(gpus),
                     hours * delta,
                     gpus * delta,
+                    [Need(cheaper.name, 1.0)] * gpus,
                     **measured,
                     fits=f"{cheaper.name}: {cheaper.dense_fp16_tflops:g} >= {need_tflops:.3g} "
                     f"dense FP16 TFLOPS, {cheaper.memory_total_bytes / 2**30:.0f} GiB (NVIDIA's datasheets)",
@@ -452,6 +552,7 @@ class _Planner:
                     gpus / slices,
                     hours * (1 - 1 / slices) * model.price_per_hour,
                     gpus * (1 - 1 / slices) * model.price_per_hour,
+                    [Need(v.gpu_model, 1 / slices, "time-slicing")] * gpus,
                     **measured,
                     fits=f"1/{slices} of the GPU carries the peak; no memory isolation: each must stay under "
                     f"{model.memory_total_bytes / slices / 2**30:.0f} GiB",
@@ -469,6 +570,7 @@ class _Planner:
             0.0,
             self._held_hours(gpus) * price,
             len(gpus) * price,
+            [],
             unallocated=", ".join(v.gpus[0] for v in gpus),
         )
         action.owner, action.namespace = f"{NO_POD} {node}", ""

@@ -104,9 +104,29 @@ def plan_section(plan: Plan) -> str:
         f"<p><b>{total.actions}</b> change{'s' if total.actions != 1 else ''}: {total.gpus_now:g} GPUs held become "
         f"{total.gpus_after:g}, saving <b>${total.saving_usd_per_30d:,.0f}</b> per 30 days "
         f"(${total.saving_usd_span:,.2f} over the span){f'; by team: {teams}' if teams else ''}.</p>"
+        f"<p>{_e(fleet_line(plan))}</p>"
         "<div class=scroll><table class=pods><thead><tr><th>workload</th><th>change</th><th class=n>GPUs</th>"
         f"<th class=n>saves / 30 d</th><th class=n>confidence</th></tr></thead><tbody>{rows}</tbody></table></div>"
         + (f"<p class=small>Not planned:</p><ul class=small>{skipped}</ul>" if skipped else "")
+    )
+
+
+def fleet_line(plan: Plan) -> str:
+    """The fleet after the plan, in one sentence: the GPUs and whole nodes freed once packed, per model."""
+    parts = []
+    for p in plan.fleet:
+        if p.gpus_freed > 0:
+            nodes = f" ({p.nodes_freed} whole node{'s' if p.nodes_freed != 1 else ''})" if p.nodes_freed else ""
+            parts.append(f"{p.gpus_freed} of {p.gpus_present} {p.gpu_model}{nodes}")
+        elif p.gpus_freed < 0:
+            parts.append(f"{-p.gpus_freed} {p.gpu_model} to add")
+    if not parts:
+        return "Packed onto the GPUs present, the plan frees no whole GPU."
+    saving = sum(p.saving_usd_per_30d for p in plan.fleet)
+    slack = sum(p.gpus_needed - p.lower_bound for p in plan.fleet)
+    return (
+        f"Packed onto the GPUs present (first-fit decreasing, {slack} GPU{'s' if slack != 1 else ''} above the "
+        f"lower bound), it frees {'; '.join(parts)}: ${saving:,.0f} per 30 days."
     )
 
 

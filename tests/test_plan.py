@@ -21,7 +21,9 @@ START = 1_800_000_000.0
 GIB = 2**30
 
 
-def pod(name: str, model: str, activity: np.ndarray, memory: float, step: float, gpu: str = "") -> pd.DataFrame:
+def pod(
+    name: str, model: str, activity: np.ndarray, memory: float, step: float, gpu: str = "", node: str = "node-a"
+) -> pd.DataFrame:
     """One GPU of pod `name` ("namespace/pod"), sampled every `step` seconds: utilization and SM activity
     `activity` (one value a sample), `memory` bytes used."""
     namespace, pod_name = name.split("/")
@@ -29,8 +31,8 @@ def pod(name: str, model: str, activity: np.ndarray, memory: float, step: float,
     return pd.DataFrame(
         {
             "timestamp": START + step * np.arange(len(activity)),
-            "gpu": gpu or f"GPU-{name}",
-            "node": "node-a",
+            "gpu": gpu or f"GPU-{name.replace('/', '-')}",
+            "node": node,
             "gpu_model": catalogue.name,
             "namespace": namespace,
             "pod": pod_name,
@@ -128,6 +130,22 @@ def test_a_data_starved_job_gets_its_input_fix_and_its_waste_not_a_smaller_gpu()
     assert action.what == verdict.recommendation.split(". ")[0]
     assert action.saving_usd_span == round(verdict.wasted_cost, 2)
     assert action.evidence["waste"].startswith(f"{verdict.wasted_gpu_seconds / 3600:.2f} GPU-h")
+
+
+def test_the_fleet_packs_the_slices_and_frees_whole_gpus_and_nodes():
+    """Eight small models, one on each H100 of two 4-GPU nodes, each moved to a 1g.10gb slice: 8/7 of a GPU,
+    packed first-fit decreasing onto 2 GPUs (the lower bound), which frees 6 GPUs: one whole node."""
+    step = 30.0
+    names = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    frames = [
+        pod(f"apps/{name}", "H100-SXM5-80GB", np.full(12 * 120, 0.08), 6 * GIB, step, node=f"node-{k // 4}")
+        for k, name in enumerate(names)
+    ]
+    _, plan = planned(frames, step)
+    assert [a.action for a in plan.actions] == ["mig"] * 8
+    [h100] = plan.fleet
+    assert (h100.gpus_present, h100.nodes_present, h100.gpus_needed, h100.lower_bound) == (8, 2, 2, 2)
+    assert (h100.gpus_freed, h100.nodes_freed, h100.saving_usd_per_30d) == (6, 1, 6 * 4.00 * 720)
 
 
 @settings(max_examples=40, deadline=None)

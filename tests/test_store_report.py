@@ -316,6 +316,14 @@ def test_the_plan_from_a_store_is_the_plan_from_a_file_of_the_same_samples(store
 
     planned = changes(json.loads(done.stdout))
     assert planned == changes(json.loads(from_file.stdout))
+    fleet = json.loads(done.stdout)["plan_summary"]["fleet"]
+    assert fleet == json.loads(from_file.stdout)["plan_summary"]["fleet"]
+    # Packed: the trainer keeps its H100, and so do the notebooks, which held one GPU in turn; the GPU no
+    # pod holds and the replica's (moving to an L4, which the fleet does not have) are freed.
+    assert [(p["gpu_model"], p["gpus_present"], p["gpus_needed"], p["gpus_freed"]) for p in fleet] == [
+        ("NVIDIA H100 80GB HBM3", 4, 2, 2),
+        ("NVIDIA L4", 0, 1, -1),
+    ]
     # The week: the GPU no pod holds, the notebooks culled after an hour idle, and the serving replica.
     assert {(units[0].split("/")[0], action) for units, action, *_ in planned} == {
         ("gpu:gpu-node-a", "release_capacity"),
