@@ -416,7 +416,7 @@ def _report_from_store(
     owners = OwnerReader(store, args.team_label)
     the_span = span.Span.aligned(since, until, args.query_step)
     timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if args.format == "html" else None
-    use = Use(the_span.start, the_span.end, the_span.step, thresholds)
+    use = Use.over(the_span.start, the_span.end, the_span.step, thresholds)
     try:
         if not sys.stderr.isatty():
             verdicts = span.report(reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use)
@@ -484,14 +484,7 @@ def _json(verdicts: list[Verdict], plan: Plan) -> dict:
     return {
         "verdicts": [v.to_dict() for v in verdicts],
         "waste": {dimension: [asdict(s) for s in waste_by(verdicts, dimension)] for dimension in DIMENSIONS},
-        "plan": [asdict(a) for a in plan.actions],
-        "plan_summary": {
-            "span_seconds": plan.span_seconds,
-            "total": asdict(plan.total),
-            "by_team": [asdict(s) for s in plan.by_team],
-            "not_planned": [asdict(n) for n in plan.not_planned],
-            "fleet": [asdict(p) for p in plan.fleet],
-        },
+        **plan.to_dict(),
     }
 
 
@@ -763,7 +756,12 @@ def run_service(args: argparse.Namespace) -> int:
             title="gpulens analyzer",
             health=service.health,
             ready=service.ready,
-            routes={"/": live.page, "/api/v1/page": live.changes, "/api/v1/verdicts": service.verdicts_json},
+            routes={
+                "/": live.page,
+                "/api/v1/page": live.changes,
+                "/api/v1/verdicts": service.verdicts_json,
+                "/api/v1/plan": service.plan_json,
+            },
             exposition=service.exposition,
         )
     except ConfigError as e:
@@ -774,7 +772,8 @@ def run_service(args: argparse.Namespace) -> int:
     host, port = address[0], server.server_address[1]
     reading = f"Prometheus at {args.prometheus}" if args.prometheus else f"{len(args.exporters)} exporter(s)"
     log.info(
-        "serving on %s:%d (the page of verdicts at /, /metrics, /api/v1/verdicts); judging the last %g s of %s "
+        "serving on %s:%d (the page of verdicts at /, /metrics, /api/v1/verdicts, /api/v1/plan); judging the "
+        "last %g s of %s "
         "every %g s",
         host or "*",
         port,

@@ -32,7 +32,7 @@ KEEP_CYCLES = 100
 #: (kubectl proxy, an ingress prefix); same-origin requests carry the page's credentials.
 _SCRIPT = """
 (() => {
-  const table = document.querySelector('table.pods tbody');
+  const table = document.querySelector('#units tbody');
   const rows = new Map([...table.rows].map(r => [r.dataset.unit, r]));
   const parse = html => { const t = document.createElement('tbody'); t.innerHTML = html; return t.firstElementChild; };
   async function refresh() {
@@ -136,11 +136,12 @@ class LivePage:
 
     def _next(self, previous: Snapshot) -> Snapshot:
         service = self.service
+        plan = service.plan()
         with service.lock:
             cycle, state = service.cycles, service.state
             over_history = report.by_waste(past.verdict(service.thresholds) for past in service.history.values())
             drawn = over_history[:DRAWN]
-            samples = service.timelines.samples([v.unit for v in drawn])
+            samples = service.use.bins.samples([v.unit for v in drawn])
         now: dict[str, Verdict] = {v.unit: v for v in state.verdicts}
         listed = over_history[:MAX_ROWS]
         rows = {v.unit: report.pod_row(v, now.get(v.unit)) for v in listed}
@@ -154,7 +155,7 @@ class LivePage:
                 f"Verdicts of {when} (cycle {cycle}), judged every {service.interval:g} s over the last "
                 f"{service.history_seconds / 3600:g} h kept; this page refreshes itself.{stale}"
             ),
-            "summary": report.fleet_summary(over_history),
+            "summary": report.fleet_summary(over_history) + report.plan_section(plan),
             "waste": report.waste_tables(over_history),
             "listed": (
                 f"The {len(listed)} that wasted the most of {len(over_history)}; every verdict is in "

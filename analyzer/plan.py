@@ -24,7 +24,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -54,22 +54,28 @@ _NOTEBOOK = re.compile(r"notebook|jupyter", re.IGNORECASE)
 
 
 class Use:
-    """What each unit used over a span, added a piece at a time (unit_samples()): its mean activity per GPU
-    in bins of plan_load_bin_seconds (or the sampling step; at most MAX_BINS over the span), and the
-    most memory one of its GPUs held."""
+    """What each unit used, added a piece at a time (unit_samples()): its mean activity per GPU in the bins
+    of `bins` (a report's span, or the live service's RollingTimelines), and the most memory one of its
+    GPUs held."""
 
-    def __init__(self, start: float, end: float, step: float, t: Thresholds):
-        width = max(t.plan_load_bin_seconds, step, (end - start) / MAX_BINS)
-        self.bins = TimelineBins(start, end, width, np.float32, points=MAX_BINS, columns=("activity",))
+    def __init__(self, bins: TimelineBins):
+        self.bins = bins
         self.peak_memory: dict[str, float] = {}
+
+    @classmethod
+    def over(cls, start: float, end: float, step: float, t: Thresholds) -> Use:
+        """For a report of the span from `start` to `end` sampled every `step` seconds: bins of
+        plan_load_bin_seconds, or the step, and at most MAX_BINS over the span."""
+        width = max(t.plan_load_bin_seconds, step, (end - start) / MAX_BINS)
+        return cls(TimelineBins(start, end, width, np.float32, points=MAX_BINS, columns=("activity",)))
 
     @classmethod
     def of_trace(cls, trace: pd.DataFrame, step: float, t: Thresholds) -> Use:
         """The use in a trace sampled every `step` seconds."""
         if trace.empty:
-            return cls(0.0, step, step, t)
+            return cls.over(0.0, step, step, t)
         ts = trace["timestamp"]
-        use = cls(float(ts.min()), float(ts.max()), step, t)
+        use = cls.over(float(ts.min()), float(ts.max()), step, t)
         use.add(unit_samples(trace))
         return use
 
@@ -86,14 +92,21 @@ class Use:
             if not math.isnan(peak):
                 self.peak_memory[str(unit)] = max(self.peak_memory.get(str(unit), 0.0), float(peak))
 
+    def retain(self, units: set[str]) -> None:
+        """Forget every unit but `units` (a live service's, as its history forgets them)."""
+        self.bins.retain(units)
+        self.peak_memory = {unit: peak for unit, peak in self.peak_memory.items() if unit in units}
+
     def activity(self, unit: str) -> np.ndarray:
         """The unit's mean activity per GPU in each bin, in time order; NaN where it has no sample."""
+        order = self.bins.order()
         row = self.bins.rows.get(unit)
         if row is None:
-            return np.full(self.bins.bins, np.nan)
-        sums = self.bins.sums[row].astype(float)
+            return np.full(len(order), np.nan)
+        k, counts = self.bins.columns.index("activity"), len(self.bins.columns)
+        sums = self.bins.sums[row][:, order].astype(float)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return sums[0] / sums[1]
+            return sums[k] / sums[k + counts]
 
 
 @dataclass(frozen=True)
@@ -184,6 +197,20 @@ class Plan:
     by_team: list[PlanSum]
     #: Per GPU model, the fleet's GPUs and nodes the actions free once packed.
     fleet: list[Packed] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        """The JSON of the plan: `plan`, one object per action, and `plan_summary`, its sums, what it did not
+        plan and why, and the fleet once packed."""
+        return {
+            "plan": [asdict(a) for a in self.actions],
+            "plan_summary": {
+                "span_seconds": self.span_seconds,
+                "total": asdict(self.total),
+                "by_team": [asdict(s) for s in self.by_team],
+                "not_planned": [asdict(n) for n in self.not_planned],
+                "fleet": [asdict(p) for p in self.fleet],
+            },
+        }
 
 
 def make_plan(verdicts: list[Verdict], use: Use, t: Thresholds, prices: dict[str, float] | None = None) -> Plan:

@@ -236,7 +236,7 @@ def pod_table(rows: str) -> str:
     """The table of pods (and GPUs no pod holds) around `rows` (pod_row()s); on a narrow screen each row
     stacks into a card, its figures labelled, rather than squeezing the fix into a column a word wide."""
     return (
-        "<div class=scroll><table class=pods><thead><tr><th>pod or GPU</th><th>headline</th><th>time by class</th>"
+        "<div class=scroll><table class=pods id=units><thead><tr><th>pod or GPU</th><th>headline</th><th>time by class</th>"
         "<th class=n>GPU-h wasted</th><th class=n>cost</th><th>what to do</th></tr></thead>"
         f"<tbody>{rows}</tbody></table></div>"
     )
@@ -336,9 +336,17 @@ class TimelineBins:
         """Unix seconds of the middle of `bins`."""
         return self.start + (bins + 0.5) * self.width
 
-    def _order(self) -> np.ndarray:
+    def order(self) -> np.ndarray:
         """The bins in time order."""
         return np.arange(self.bins)
+
+    def retain(self, units: set[str]) -> None:
+        """Forget every unit but `units` (those the service's history still holds)."""
+        kept = [(unit, row) for unit, row in self.rows.items() if unit in units]
+        if len(kept) == len(self.rows):
+            return
+        self.sums = self.sums[[row for _, row in kept]].copy()
+        self.rows = {unit: k for k, (unit, _) in enumerate(kept)}
 
     def add(self, samples: pd.DataFrame) -> None:
         if samples.empty:
@@ -362,7 +370,7 @@ class TimelineBins:
     def samples(self, units: Iterable[str]) -> pd.DataFrame:
         """unit_samples() of `units`: one row per bin that had samples, at the bin's middle, oldest first."""
         parts = []
-        counts, order = len(self.columns), self._order()
+        counts, order = len(self.columns), self.order()
         for unit in units:
             row = self.rows.get(unit)
             if row is None:
@@ -398,21 +406,13 @@ class RollingTimelines(TimelineBins):
         # Samples older than the ring reaches, or than what their slot now holds, are not drawn.
         return slots, (when > self.held.max() - self.bins) & (when == self.held[slots])
 
-    def _order(self) -> np.ndarray:
+    def order(self) -> np.ndarray:
         """The slots that hold a bin of the last `span`, oldest first."""
         current = np.flatnonzero((self.held >= 0) & (self.held > self.held.max() - self.bins))
         return current[np.argsort(self.held[current])]
 
     def _middles(self, bins: np.ndarray) -> np.ndarray:
         return (self.held[bins] + 0.5) * self.width
-
-    def retain(self, units: set[str]) -> None:
-        """Forget every unit but `units` (those the service's history still holds)."""
-        kept = [(unit, row) for unit, row in self.rows.items() if unit in units]
-        if len(kept) == len(self.rows):
-            return
-        self.sums = self.sums[[row for _, row in kept]].copy()
-        self.rows = {unit: k for k, (unit, _) in enumerate(kept)}
 
 
 def trace_timelines(trace: pd.DataFrame, verdicts: list[Verdict]) -> pd.DataFrame:

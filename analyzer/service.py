@@ -31,6 +31,7 @@ from gpulens.analyzer import owners
 from gpulens.analyzer.classify import Verdict, classify
 from gpulens.analyzer.history import Ledger
 from gpulens.analyzer.live import AnalyzerInput, InputError
+from gpulens.analyzer.plan import Plan, Use, make_plan
 from gpulens.analyzer.report import RollingTimelines, unit_samples
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES, WASTEFUL
@@ -108,10 +109,11 @@ class AnalyzerService:
         #: Seconds of each pod's past kept, and the pods' histories.
         self.history_seconds = history
         self.history: dict[Unit, Ledger] = {}
-        #: Each unit's activity, memory and power over the history, for the page at / (one bin a cycle at
-        #: least), and the newest sample added to them.
-        self.timelines = RollingTimelines(history, interval)
+        #: Each unit's activity, memory and power over the history (one bin a cycle at least), and its peak
+        #: memory: the timelines of the page at /, and the use the plan sizes; the newest sample added.
+        self.use = Use(RollingTimelines(history, interval))
         self._drawn_until = -math.inf
+        self._plan: tuple[int, Plan] | None = None
         #: Successful cycles so far: the page at / asks what changed since the one it shows.
         self.cycles = 0
         #: Held while a cycle changes the history, and while a page reads it.
@@ -179,7 +181,7 @@ class AnalyzerService:
                 workload_seconds[workload] = workload_seconds.get(workload, 0.0) + v.wasted_gpu_seconds * share
                 workload_cost[workload] = workload_cost.get(workload, 0.0) + v.wasted_cost * share
             if new.any():
-                self.timelines.add(unit_samples(frame, where=new))
+                self.use.add(unit_samples(frame, where=new))
                 self._drawn_until = float(ts[new].max())
             self._forget(now)
             self.cycles += 1
@@ -225,7 +227,7 @@ class AnalyzerService:
             past.prune(oldest, self.MAX_EPISODES)
             if not past.episodes:
                 del self.history[unit]
-        self.timelines.retain({unit_name(unit) for unit in self.history})
+        self.use.retain({unit_name(unit) for unit in self.history})
 
     def run(self) -> None:
         """Cycle every interval until stop(). A failed input is asked again at the next interval (so
@@ -284,6 +286,17 @@ class AnalyzerService:
                 for unit, past in sorted(self.history.items())
             ],
         }
+
+    def plan(self) -> Plan:
+        """The plan over the history kept, made once a cycle by the first that asks (/metrics, the API)."""
+        with self.lock:
+            if self._plan is None or self._plan[0] != self.cycles:
+                verdicts = [past.verdict(self.thresholds) for past in self.history.values()]
+                self._plan = (self.cycles, make_plan(verdicts, self.use, self.thresholds, self.prices))
+            return self._plan[1]
+
+    def plan_json(self, query: Mapping[str, str] | None = None) -> tuple[int, str, bytes]:
+        return 200, "application/json", json.dumps(self.plan().to_dict()).encode()
 
     def health(self) -> tuple[bool, str]:
         """Liveness: the loop keeps cycling (whatever the cycles find). Fails when no cycle has ended
@@ -350,6 +363,11 @@ class AnalyzerService:
         for (namespace, bottleneck), seconds in sorted(state.wasted_seconds.items()):
             out.add(m.WASTED_GPU_SECONDS, (namespace, bottleneck), seconds)
             out.add(m.WASTED_COST, (namespace, bottleneck), state.wasted_cost[(namespace, bottleneck)])
+        for action in self.plan().actions:
+            changed = (action.namespace, action.owner, action.team, action.action)
+            out.add(m.PLAN_SAVING, changed, action.saving_usd_per_30d)
+            out.add(m.PLAN_GPUS, changed + ("now",), action.gpus_now)
+            out.add(m.PLAN_GPUS, changed + ("after",), action.gpus_after)
         for workload, seconds in sorted(state.workload_seconds.items()):
             out.add(m.WORKLOAD_WASTED_GPU_SECONDS, workload, seconds)
             out.add(m.WORKLOAD_WASTED_COST, workload, state.workload_cost[workload])

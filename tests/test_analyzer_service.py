@@ -234,7 +234,7 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert through.process.poll() is None
         # It said at start where it serves and what it reads.
         port = direct_url.rsplit(":", 1)[1]
-        serving = f"serving on 127.0.0.1:{port} (the page of verdicts at /, /metrics, /api/v1/verdicts); "
+        serving = f"serving on 127.0.0.1:{port} (the page of verdicts at /, /metrics, /api/v1/verdicts, /api/v1/plan); "
         assert serving + "judging the last 60 s of 4 exporter(s) every 2 s" in direct.log
         # Its page lists every pod and GPU it holds a history of; what changed since a cycle is a route of
         # its own (tested in a browser in test_live_page.py).

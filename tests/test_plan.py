@@ -2,6 +2,7 @@
 figures (NVIDIA's MIG profiles and datasheets) and the thresholds; and its promise as a property: a plan
 never proposes less capacity than the measured peak needs with its headroom."""
 
+import json
 import math
 
 import numpy as np
@@ -173,3 +174,43 @@ def test_fewer_replicas_never_carry_less_than_the_measured_peak_with_headroom(re
             assert action.gpus_after >= load.max() * (1 + T.plan_headroom) - 1e-9
             assert action.gpus_after >= math.ceil(np.quantile(load, T.plan_load_percentile) / T.plan_replica_activity)
         assert action.gpus_after <= action.gpus_now
+
+
+def test_the_live_service_plans_over_its_history_and_exposes_the_savings():
+    """The analyzer's plan over its history: the eight replicas become one, in its API and its metrics
+    (one series a workload, not a pod)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpulens.analyzer.service import AnalyzerService
+    from tests.test_history import Replay
+
+    rng = np.random.default_rng(3)
+    minutes = 3 * 60
+    busy = np.zeros((8, minutes * 60))
+    for minute in range(minutes):
+        starts = rng.choice(np.arange(0, 60, 3), size=8, replace=False)
+        for replica, start in zip(rng.integers(0, 8, size=8), starts, strict=True):
+            busy[replica, minute * 60 + start : minute * 60 + start + 3] = 0.95
+    trace = fr.normalize(
+        pd.concat([pod(f"serve/llm-7d9f8c6b5d-{k}bcde", "H100-SXM5-80GB", busy[k], 20 * GIB, 1.0) for k in range(8)])
+    )
+    now = [START + 600.0]
+    service = AnalyzerService(Replay(trace, 600, lambda: now[0]), T, {}, 300, lambda: now[0], 86400)
+    while now[0] <= START + minutes * 60:
+        assert service.cycle()
+        now[0] += 300
+    [action] = service.plan().actions
+    assert (action.action, action.gpus_now, action.gpus_after) == ("fewer_replicas", 8.0, 1.0)
+    assert json.loads(service.plan_json({})[2]) == json.loads(json.dumps(service.plan().to_dict()))
+    exposed = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(service.render_text().decode())
+        for s in family.samples
+        if s.name.startswith("gpulens_plan_")
+    }
+    workload = (("action", "fewer_replicas"), ("namespace", "serve"), ("owner", action.owner), ("team", ""))
+    assert exposed == {
+        ("gpulens_plan_saving_dollars", workload): 7 * 4.00 * 720,
+        ("gpulens_plan_gpus", tuple(sorted((*workload, ("state", "now"))))): 8.0,
+        ("gpulens_plan_gpus", tuple(sorted((*workload, ("state", "after"))))): 1.0,
+    }

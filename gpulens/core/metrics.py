@@ -811,6 +811,30 @@ WORKLOAD_WASTED_COST = _spec(
     labels=WORKLOAD_LABELS,
     group="analyzer",
 )
+#: A workload the plan changes: its namespace, its owner as reports name it (namespace/Kind/name), its team,
+#: and the action. One series a workload with an action: bounded by the workloads, not the pods.
+PLAN_LABELS = ("namespace", "owner", "team", "action")
+PLAN_SAVING = _spec(
+    "plan_saving_dollars",
+    "gauge",
+    "",
+    "What the right-sizing plan's action on the workload saves per 30 days, at the prices in use (OpenCost, "
+    "--prices, the catalogue), from its use over the analyzer's history (gpulens report: the same plan over "
+    "any span).",
+    "analyzer plan",
+    labels=PLAN_LABELS,
+    group="analyzer",
+)
+PLAN_GPUS = _spec(
+    "plan_gpus",
+    "gauge",
+    "",
+    "GPUs the workload holds now, and would after the plan's action (state now or after; a share of one GPU "
+    "for a MIG slice or time-slicing).",
+    "analyzer plan",
+    labels=PLAN_LABELS + ("state",),
+    group="analyzer",
+)
 ANALYZER_LAST_SUCCESS = _spec(
     "analyzer_last_success_timestamp_seconds",
     "gauge",

@@ -176,6 +176,7 @@ class Thresholds:
     #: A plan over less than this span has not seen a weekly pattern (weekends, batch days): its actions'
     #: confidence is capped at plan_short_confidence and it says so. (proposal: a week)
     plan_trusted_span_seconds: float = 7 * 86400.0
+    #: ... the cap. (proposal: as unsure as a signature that lacks its profiling fields)
     plan_short_confidence: float = 0.6
     # --- alerting: the generated Prometheus rules of alerts/rules.py; durations are PromQL durations ----
     #: Page when a pod's SM activity stays under this ratio (issue 6: 30% for 30 minutes).
