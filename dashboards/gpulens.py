@@ -185,6 +185,51 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             ],
             s.RATIO,
         ),
+        s.row("What you could save"),
+        s.stat(
+            "Could save per 30 days",
+            "What the analyzer's right-sizing plan saves per 30 days, at its prices, if every action is taken: "
+            "release idle GPUs, fewer serving replicas, MIG slices, cheaper models, fixes (its /api/v1/plan "
+            "says each action's evidence and assumptions; gpulens report gives the plan over any span).",
+            [target(f"sum({metric('plan_saving_dollars')}{{{analyzer}}})")],
+            s.DOLLARS,
+            width=6,
+        ),
+        s.stat(
+            "GPUs the plan gives back",
+            "GPUs the workloads hold now less those they would hold after the plan's actions (shares of a "
+            "GPU count as shares).",
+            [
+                target(
+                    f'sum({metric("plan_gpus")}{{{analyzer},state="now"}}) '
+                    f'- sum({metric("plan_gpus")}{{{analyzer},state="after"}})'
+                )
+            ],
+            s.COUNT,
+            width=6,
+            decimals=1,
+        ),
+        s.bar_gauge(
+            "Could save per 30 days, by team",
+            "The plan's savings summed by team (the team label the analyzer reads; empty without it).",
+            [target(f"sum by (team) ({metric('plan_saving_dollars')}{{{analyzer}}})", "{{team}}", instant=True)],
+            s.DOLLARS,
+            width=12,
+            max_value=None,
+        ),
+        s.table(
+            "The changes that save the most",
+            "The plan's actions on workloads, most saving first: what to do and what it saves per 30 days.",
+            [
+                target(
+                    f"topk(15, {metric('plan_saving_dollars')}{{{analyzer}}})",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            s.DOLLARS,
+            hide=("__name__",),
+        ),
         s.row("Waste"),
         s.bar_gauge(
             "Idle GPU-hours by namespace",
