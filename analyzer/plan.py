@@ -444,7 +444,7 @@ class _Planner:
         price = self._model(members[0]).price_per_hour
         freed_share = 1 - after / len(members)
         inferred = " (inferred from the pods' names)" if kind.endswith("?") else ""
-        return self._action(
+        action = self._action(
             members,
             "fewer_replicas",
             f"run {after} replica{'s' if after > 1 else ''} instead of {len(members)}, scaled on request rate "
@@ -463,6 +463,8 @@ class _Planner:
                 f"{t.plan_headroom:.0%} headroom"
             ),
         )
+        action.owner = f"{namespace}/{kind.rstrip('?')}/{name}"  # the workload, not one of its pods
+        return action
 
     def unit(self, v: Verdict) -> Action | NotPlanned | None:
         """One unit's action, why it has none, or None (healthy: nothing to change)."""

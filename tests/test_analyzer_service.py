@@ -35,6 +35,9 @@ EXPECTED = {
     "nlp/gpt-pretrain-0": "host_stall",  # its first rank checkpoints while the second waits at low power
     "nlp/llama-pretrain-worker-1": "host_stall",  # waits in collectives on ranks in other pods
     "vision/swin-ddp-0": "host_stall",  # a straggler: the others wait for its second rank every step
+    # Two replicas of a Deployment, each a sliver of an H100 (the plan makes them one).
+    "serving/chat-api-6c8f9d7b54-x2k4p": "wrong_gpu_type",
+    "serving/chat-api-6c8f9d7b54-m7q9z": "wrong_gpu_type",
 }
 ANALYSIS = ["--analysis.window", "60", "--analysis.interval", "2"]
 
@@ -246,6 +249,14 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         everything = requests.get(direct_url + "/api/v1/page", params={"since": "-1"}, timeout=30).json()
         assert everything["full"] is True and set(everything["rows"]) == set(everything["order"]) >= listed
         assert everything["cycle"] >= cycle
+        # Its plan over the history it keeps: the Deployment's two replicas become one (its owner inferred
+        # from the pods' names: no kube-state-metrics here), the idle notebook's kernel is culled.
+        plan = requests.get(direct_url + "/api/v1/plan", timeout=30).json()
+        actions = {a["owner"]: a for a in plan["plan"]}
+        chat = actions["serving/Deployment/chat-api"]
+        assert (chat["action"], chat["gpus_now"], chat["gpus_after"]) == ("fewer_replicas", 2.0, 1.0)
+        assert chat["evidence"]["replicas"] == "2 of Deployment serving/chat-api (inferred from the pods' names)"
+        assert actions["research/notebook-alice-0"]["action"] == "release"
         bad = requests.get(direct_url + "/api/v1/page", params={"since": "yesterday"}, timeout=30)
         assert (bad.status_code, bad.text) == (400, "since: give the cycle the page shows (an integer)\n")
         assert f"judging the last 60 s of Prometheus at {prometheus.url} every 2 s" in through.log

@@ -68,7 +68,7 @@ def test_eight_replicas_whose_bursts_never_overlap_need_one():
     assert {v.bottleneck for v in verdicts} == {"overprovisioned_serving"}
     [action] = plan.actions
     assert (action.action, action.gpus_now, action.gpus_after) == ("fewer_replicas", 8.0, 1.0)
-    assert action.owner == "serve/llm-7d9f8c6b5d-0bcde"  # no owners read: the first pod names the group
+    assert action.owner == "serve/Deployment/llm"  # no owners read: inferred from the pods' names
     assert action.evidence["replicas"] == "8 of Deployment serve/llm (inferred from the pods' names)"
     # Each minute carries 8 x 3 s at 95%: 0.38 GPUs' worth, at every percentile.
     assert action.evidence["load"] == "the replicas' summed activity over 60 s bins: p95 0.38, peak 0.38 GPUs' worth"
