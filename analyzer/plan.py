@@ -15,7 +15,8 @@ One action a workload, the first that applies:
 
 Savings are the cost of the GPU capacity freed at the verdicts' prices (--prices, else the catalogue's),
 over the span and per 30 days; a plan never proposes less capacity than the measured peak needs with
-plan_headroom. Packing the freed slices into whole GPUs and nodes is not in this version.
+plan_headroom. pack() then places every unit's need after the plan onto each model's GPUs: the whole GPUs
+and nodes the plan frees, which the actions' shares of a GPU alone do not say.
 """
 
 from __future__ import annotations
@@ -311,17 +312,13 @@ def _sum(key: str, actions: Iterable[Action]) -> PlanSum:
         total.gpus_after += a.gpus_after
         total.saving_usd_span += a.saving_usd_span
         total.saving_usd_per_30d += a.saving_usd_per_30d
-    return _rounded(total)
-
-
-def _rounded(s: PlanSum) -> PlanSum:
     return PlanSum(
-        s.key,
-        s.actions,
-        round(s.gpus_now, 3),
-        round(s.gpus_after, 3),
-        round(s.saving_usd_span, 2),
-        round(s.saving_usd_per_30d, 2),
+        key,
+        total.actions,
+        round(total.gpus_now, 3),
+        round(total.gpus_after, 3),
+        round(total.saving_usd_span, 2),
+        round(total.saving_usd_per_30d, 2),
     )
 
 

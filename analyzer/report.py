@@ -236,8 +236,8 @@ def pod_table(rows: str) -> str:
     """The table of pods (and GPUs no pod holds) around `rows` (pod_row()s); on a narrow screen each row
     stacks into a card, its figures labelled, rather than squeezing the fix into a column a word wide."""
     return (
-        "<div class=scroll><table class=pods id=units><thead><tr><th>pod or GPU</th><th>headline</th><th>time by class</th>"
-        "<th class=n>GPU-h wasted</th><th class=n>cost</th><th>what to do</th></tr></thead>"
+        "<div class=scroll><table class=pods id=units><thead><tr><th>pod or GPU</th><th>headline</th>"
+        "<th>time by class</th><th class=n>GPU-h wasted</th><th class=n>cost</th><th>what to do</th></tr></thead>"
         f"<tbody>{rows}</tbody></table></div>"
     )
 
