@@ -74,9 +74,10 @@ def register(commands: Subcommands) -> None:
     p.add_argument("--out", default="", help="write to this file (atomically) instead of stdout")
     p.add_argument(
         "--by",
-        choices=["pod", "class", "namespace", "owner", "team"],
+        choices=["pod", "class", "namespace", "owner", "team", "plan"],
         default="pod",
-        help="with --format csv: a row per pod, or the waste summed by class, namespace, owner (workload) or team",
+        help="with --format csv: a row per pod, the waste summed by class, namespace, owner (workload) or team, "
+        "or the plan: a row per action",
     )
     p.add_argument(
         "--team-label",
@@ -341,7 +342,10 @@ def run_report(args: argparse.Namespace) -> int:
     if args.format == "json":
         text = json.dumps(_json(verdicts, plan), indent=2) + "\n"
     elif args.format == "csv":
-        text = _csv(verdicts) if args.by == "pod" else _csv_sums(verdicts, args.by)
+        if args.by == "plan":
+            text = _csv_plan(plan)
+        else:
+            text = _csv(verdicts) if args.by == "pod" else _csv_sums(verdicts, args.by)
     elif args.format == "html":
         from gpulens.analyzer import report
 
@@ -500,6 +504,25 @@ def _csv_sums(verdicts: list[Verdict], dimension: str) -> str:
     for total in waste_by(verdicts, dimension):
         row = asdict(total)
         writer.writerow({dimension if k == "key" else k: value for k, value in row.items()})
+    return out.getvalue()
+
+
+def _csv_plan(plan: Plan) -> str:
+    """The plan, a row per action; its evidence and assumptions as "key: value; ..." text."""
+    from dataclasses import asdict
+
+    from gpulens.analyzer.plan import Action
+
+    out = io.StringIO()
+    fields = [f for f in Action.__dataclass_fields__ if f != "needs"]
+    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
+    writer.writeheader()
+    for action in plan.actions:
+        row = asdict(action)
+        row["units"] = " ".join(action.units)
+        for key in ("evidence", "assumptions"):
+            row[key] = "; ".join(f"{k}: {v}" for k, v in row[key].items())
+        writer.writerow(row)
     return out.getvalue()
 
 

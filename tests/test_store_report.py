@@ -5,6 +5,8 @@ ServiceMonitor (exported_pod), dcgm-exporter with honorLabels (pod), and gpulens
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import subprocess
@@ -316,6 +318,18 @@ def test_the_plan_from_a_store_is_the_plan_from_a_file_of_the_same_samples(store
 
     planned = changes(json.loads(done.stdout))
     assert planned == changes(json.loads(from_file.stdout))
+    # The CSV of the plan: the JSON's actions, a row each.
+    as_csv = subprocess.run(
+        [sys.executable, "-m", "gpulens", "report", str(tmp_path / "week.csv"), "--format", "csv", "--by", "plan"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    rows = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert [(r["owner"], r["action"], float(r["saving_usd_per_30d"])) for r in rows] == [
+        (a["owner"], a["action"], a["saving_usd_per_30d"]) for a in json.loads(from_file.stdout)["plan"]
+    ]
     fleet = json.loads(done.stdout)["plan_summary"]["fleet"]
     assert fleet == json.loads(from_file.stdout)["plan_summary"]["fleet"]
     # Packed: the trainer keeps its H100, and so do the notebooks, which held one GPU in turn; the GPU no
