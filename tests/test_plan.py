@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -149,6 +150,7 @@ def test_the_fleet_packs_the_slices_and_frees_whole_gpus_and_nodes():
     assert (h100.gpus_freed, h100.nodes_freed, h100.saving_usd_per_30d) == (6, 1, 6 * 4.00 * 720)
 
 
+@pytest.mark.slow  # Hypothesis: the full lane's
 @settings(max_examples=40, deadline=None)
 @given(
     replicas=st.integers(2, 8),
