@@ -34,10 +34,13 @@ throttle_seconds: 20
 
 #: (alert, subject) for every simulated problem: pods by namespace/name, GPUs by node/index.
 EXPECTED_ALERTS = {
-    # SM activity under 30 %: data starvation (15-24 %), idle, light inference on an H100, interconnect.
+    # SM activity under 30 %: data starvation (15-24 %), idle, light inference on an H100 (the embedder and
+    # the chat-api Deployment's two replicas), interconnect.
     ("GpulensPodLowSmActivity", "nlp/bert-finetune-0"),
     ("GpulensPodLowSmActivity", "research/notebook-alice-0"),
     ("GpulensPodLowSmActivity", "serving/embedder-0"),
+    ("GpulensPodLowSmActivity", "serving/chat-api-6c8f9d7b54-x2k4p"),
+    ("GpulensPodLowSmActivity", "serving/chat-api-6c8f9d7b54-m7q9z"),
     ("GpulensPodLowSmActivity", "vision/allreduce-bench-0"),
     ("GpulensPodGpuIdle", "research/notebook-alice-0"),
     ("GpulensPodDataStarvation", "nlp/bert-finetune-0"),
