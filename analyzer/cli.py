@@ -333,7 +333,8 @@ def run_report(args: argparse.Namespace) -> int:
             verdicts = [
                 replace(v, recommendation=advice) if v.bottleneck == "insufficient_data" else v for v in verdicts
             ]
-            use = Use.of_trace(trace, sample_interval(trace, UnitKeys.of(trace)) if len(trace) else 1.0, thresholds)
+            keys = UnitKeys.of(trace) if len(trace) else None
+            use = Use.of_trace(trace, sample_interval(trace, keys) if keys else 1.0, thresholds, keys)
     except (TraceError, ValueError, StoreError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
@@ -585,13 +586,16 @@ def _table(verdicts: list[Verdict], plan: Plan, to_terminal: bool) -> str:
     buffer = io.StringIO()
     console = Console(file=buffer, width=None if to_terminal else _columns(), force_terminal=to_terminal)
     console.width = max(console.width, MIN_TABLE_COLUMNS)
-    table = Table(title="GPU bottleneck by pod over the span (most waste first; GPU-h wasted)", show_lines=True)
+    table = Table(
+        title="GPU bottleneck by pod (and GPU no pod holds) over the span (most waste first; GPU-h wasted)",
+        show_lines=True,
+    )
     # Fixed widths for the short columns, and what is left to the evidence and the fix (3:2), each line of
     # which is cut with an ellipsis rather than wrapped: a table of seven pods stays a screen, not pages.
-    fixed = {"pod / node": 26, "bottleneck": max(map(len, CLASSES)) + 1, "GPU-h": 6, "cost $": 9}
+    fixed = {"pod or GPU / node": 26, "bottleneck": max(map(len, CLASSES)) + 1, "GPU-h": 6, "cost $": 9}
     left = max(console.width - sum(fixed.values()) - 3 * (len(fixed) + 2) - 1, 30)
     for column, width in fixed.items():
-        wraps, right = column == "pod / node", column in ("GPU-h", "cost $")
+        wraps, right = column == "pod or GPU / node", column in ("GPU-h", "cost $")
         table.add_column(
             column,
             width=width,

@@ -136,11 +136,11 @@ class LivePage:
 
     def _next(self, previous: Snapshot) -> Snapshot:
         service = self.service
-        plan = service.plan()
-        with service.lock:
-            cycle, state = service.cycles, service.state
-            over_history = report.by_waste(past.verdict(service.thresholds) for past in service.history.values())
-            drawn = over_history[:DRAWN]
+        view = service.over_history()
+        cycle, state, plan = view.cycle, view.state, view.plan
+        over_history = report.by_waste(view.verdicts)
+        drawn = over_history[:DRAWN]
+        with service.lock:  # the next cycle may be adding to them
             samples = service.use.bins.samples([v.unit for v in drawn])
         now: dict[str, Verdict] = {v.unit: v for v in state.verdicts}
         listed = over_history[:MAX_ROWS]

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from gpulens.analyzer.classify import NO_POD, Verdict
+from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.report import TimelineBins, unit_samples
 from gpulens.core.catalog import MODELS, GpuModel, model_info
 from gpulens.core.thresholds import Thresholds
@@ -45,6 +46,8 @@ FIX = frozenset({"data_starvation", "host_stall", "memory_bandwidth", "memory_fr
 FAULTS = frozenset({"throttling", "held_without_pod"})
 #: Classes a smaller share of a GPU, or fewer replicas, can serve.
 OVERSIZED = frozenset({"overprovisioned_serving", "wrong_gpu_type"})
+#: Classes a replica of an over-provisioned serving workload can have.
+SERVING = OVERSIZED | {"idle"}
 #: Owners whose pods are replicas of one another.
 REPLICATED = frozenset({"Deployment", "ReplicaSet", "StatefulSet"})
 #: Pod names of a Deployment ("name-<replicaset hash>-<5 chars>") and of a StatefulSet ("name-<ordinal>"),
@@ -71,13 +74,14 @@ class Use:
         return cls(TimelineBins(start, end, width, np.float32, points=MAX_BINS, columns=("activity",)))
 
     @classmethod
-    def of_trace(cls, trace: pd.DataFrame, step: float, t: Thresholds) -> Use:
-        """The use in a trace sampled every `step` seconds."""
+    def of_trace(cls, trace: pd.DataFrame, step: float, t: Thresholds, keys: UnitKeys | None = None) -> Use:
+        """The use in a trace sampled every `step` seconds (`keys`: UnitKeys.of(trace), where the caller has
+        it)."""
         if trace.empty:
             return cls.over(0.0, step, step, t)
         ts = trace["timestamp"]
         use = cls.over(float(ts.min()), float(ts.max()), step, t)
-        use.add(unit_samples(trace))
+        use.add(unit_samples(trace, keys=keys))
         return use
 
     @property
@@ -402,7 +406,7 @@ class _Planner:
         self, namespace: str, kind: str, name: str, members: list[Verdict]
     ) -> tuple[list[Action], list[NotPlanned]]:
         """A workload's action: fewer replicas where it has several serving ones, else each unit's own."""
-        serving = [v for v in members if v.bottleneck in OVERSIZED | {"idle"}]
+        serving = [v for v in members if v.bottleneck in SERVING]
         if (
             len(members) >= 2
             and kind.rstrip("?") in REPLICATED

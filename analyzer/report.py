@@ -210,7 +210,10 @@ def fleet_summary(verdicts: list[Verdict]) -> str:
 
 
 #: The kinds of GPU no pod holds, as the headline counts them.
-UNHELD_LABELS = {"unallocated": "no pod holds (unallocated)", "held_without_pod": "used by no pod (held without a pod)"}
+UNHELD_LABELS = {
+    "unallocated": "no pod holds (unallocated)",
+    "held_without_pod": "used outside any pod (held without a pod)",
+}
 
 
 def _legend() -> str:

@@ -82,6 +82,17 @@ class State:
     stale: frozenset[Unit] = frozenset()
 
 
+@dataclass(frozen=True)
+class HistoryView:
+    """One cycle's view of the history: the state it ended with, each unit's verdict over the history
+    (Ledger.verdict) and the plan made of them."""
+
+    cycle: int
+    state: State
+    verdicts: list[Verdict]
+    plan: Plan
+
+
 class AnalyzerService:
     #: Liveness fails after this many intervals without a cycle ending.
     LIVENESS_INTERVALS = 5
@@ -113,7 +124,7 @@ class AnalyzerService:
         #: memory: the timelines of the page at /, and the use the plan sizes; the newest sample added.
         self.use = Use(RollingTimelines(history, interval))
         self._drawn_until = -math.inf
-        self._plan: tuple[int, Plan] | None = None
+        self._view: HistoryView | None = None
         #: Successful cycles so far: the page at / asks what changed since the one it shows.
         self.cycles = 0
         #: Held while a cycle changes the history, and while a page reads it.
@@ -287,13 +298,18 @@ class AnalyzerService:
             ],
         }
 
-    def plan(self) -> Plan:
-        """The plan over the history kept, made once a cycle by the first that asks (/metrics, the API)."""
+    def over_history(self) -> HistoryView:
+        """Each unit's verdict over the history kept, and the plan made of them: once a cycle, by the first
+        that asks (/metrics, the page at /, the API), so that all of them show the same cycle."""
         with self.lock:
-            if self._plan is None or self._plan[0] != self.cycles:
+            if self._view is None or self._view.cycle != self.cycles:
                 verdicts = [past.verdict(self.thresholds) for past in self.history.values()]
-                self._plan = (self.cycles, make_plan(verdicts, self.use, self.thresholds, self.prices))
-            return self._plan[1]
+                plan = make_plan(verdicts, self.use, self.thresholds, self.prices)
+                self._view = HistoryView(self.cycles, self.state, verdicts, plan)
+            return self._view
+
+    def plan(self) -> Plan:
+        return self.over_history().plan
 
     def plan_json(self, query: Mapping[str, str] | None = None) -> tuple[int, str, bytes]:
         return 200, "application/json", json.dumps(self.plan().to_dict()).encode()
