@@ -191,7 +191,7 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             "What the analyzer's right-sizing plan saves per 30 days, at its prices, if every action is taken: "
             "release idle GPUs, fewer serving replicas, MIG slices, cheaper models, fixes (its /api/v1/plan "
             "says each action's evidence and assumptions; gpulens report gives the plan over any span).",
-            [target(f"sum({metric('plan_saving_dollars')}{{{analyzer}}})")],
+            [target(f"sum({metric('plan_monthly_saving_dollars')}{{{analyzer}}})")],
             s.DOLLARS,
             width=6,
         ),
@@ -212,7 +212,11 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         s.bar_gauge(
             "Could save per 30 days, by team",
             "The plan's savings summed by team (the team label the analyzer reads; empty without it).",
-            [target(f"sum by (team) ({metric('plan_saving_dollars')}{{{analyzer}}})", "{{team}}", instant=True)],
+            [
+                target(
+                    f"sum by (team) ({metric('plan_monthly_saving_dollars')}{{{analyzer}}})", "{{team}}", instant=True
+                )
+            ],
             s.DOLLARS,
             width=12,
             max_value=None,
@@ -222,7 +226,7 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             "The plan's actions on workloads, most saving first: what to do and what it saves per 30 days.",
             [
                 target(
-                    f"topk(15, {metric('plan_saving_dollars')}{{{analyzer}}})",
+                    f"topk(15, {metric('plan_monthly_saving_dollars')}{{{analyzer}}})",
                     instant=True,
                     table=True,
                 )

@@ -212,7 +212,7 @@ def test_the_live_service_plans_over_its_history_and_exposes_the_savings():
     }
     workload = (("action", "fewer_replicas"), ("namespace", "serve"), ("owner", action.owner), ("team", ""))
     assert exposed == {
-        ("gpulens_plan_saving_dollars", workload): 7 * 4.00 * 720,
+        ("gpulens_plan_monthly_saving_dollars", workload): 7 * 4.00 * 720,
         ("gpulens_plan_gpus", tuple(sorted((*workload, ("state", "now"))))): 8.0,
         ("gpulens_plan_gpus", tuple(sorted((*workload, ("state", "after"))))): 1.0,
     }

@@ -815,10 +815,10 @@ WORKLOAD_WASTED_COST = _spec(
 #: and the action. One series a workload with an action: bounded by the workloads, not the pods.
 PLAN_LABELS = ("namespace", "owner", "team", "action")
 PLAN_SAVING = _spec(
-    "plan_saving_dollars",
+    "plan_monthly_saving_dollars",
     "gauge",
     "",
-    "What the right-sizing plan's action on the workload saves per 30 days, at the prices in use (OpenCost, "
+    "What the right-sizing plan's action on the workload saves a month (30 days), at the prices in use (OpenCost, "
     "--prices, the catalogue), from its use over the analyzer's history (gpulens report: the same plan over "
     "any span).",
     "analyzer plan",
