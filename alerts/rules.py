@@ -17,17 +17,14 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+from gpulens.core import metrics as m
 from gpulens.core import mixin
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.config import duration_seconds, prometheus_duration
 from gpulens.core.mixin import MixinConfig, metric
 
-#: XIDs the application causes (NVIDIA's XID catalogue): 13 graphics engine exception (an illegal
-#: address, an assert in a kernel), 31 GPU memory page fault, 43 the GPU stopped processing (a user
-#: application fault), 45 preemptive cleanup (the process was killed). The workload owner's business;
-#: every other XID is the node owner's (48 DBE, 63/64 row remapping, 74 NVLink, 79 off the bus, 92,
-#: 94/95 ECC, 119 GSP, and codes not yet catalogued).
-APPLICATION_XIDS = ("13", "31", "43", "45")
+#: XIDs the application causes, as the xid label writes them (core/metrics.py has the catalogue).
+APPLICATION_XIDS = tuple(str(code) for code in m.APPLICATION_XIDS)
 
 
 @dataclass(frozen=True)
@@ -283,12 +280,6 @@ GPU the others wait for and the stalls' shape.
     ]
 
 
-def _new_errors(selector: str, window: str) -> str:
-    """Counter series that grew within `window`, including ones that first appeared in it (increase()
-    needs two samples, so a counter born at 1 would be missed)."""
-    return f"(increase({selector}[{window}]) > 0 or ({selector} unless {selector} offset {window}))"
-
-
 def _xid_selector(c: MixinConfig, match: str) -> str:
     return f'{metric("gpu_xid_errors_total")}{{{c.exporter},xid{match}"{"|".join(APPLICATION_XIDS)}"}}'
 
@@ -298,9 +289,9 @@ def _application_xid_alert(c: MixinConfig) -> Alert:
     pods share (time-slicing) tickets each of them; a GPU no pod holds keeps its node and GPU labels."""
     w = c.thresholds.alert_rate_window
     xids = _xid_selector(c, "=~")
-    recent = _new_errors(xids, w)
+    recent = mixin.new_errors(xids, w)
     pods = f"max by (node, namespace, pod, gpu, uuid) ({metric('gpu_pod_info')}{{{c.exporter}}})"
-    codes_query = _new_errors(xids.replace("}", ",uuid=%[1]q}"), w)
+    codes_query = mixin.new_errors(xids.replace("}", ",uuid=%[1]q}"), w)
     codes = (
         f"{{{{ range $i, $x := printf `{codes_query}` $labels.uuid | query }}}}"
         "{{ if $i }}, {{ end }}{{ $x.Labels.xid }}{{ end }}"
@@ -381,7 +372,7 @@ never alerts.
         ),
         Alert(
             "GpulensGpuXidFault",
-            _new_errors(_xid_selector(c, "!~"), w),
+            mixin.new_errors(_xid_selector(c, "!~"), w),
             60,
             "critical",
             "gpu",

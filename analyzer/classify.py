@@ -16,6 +16,7 @@ This module judges one window; gpulens.analyzer.history slides windows across ho
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 
@@ -25,6 +26,7 @@ from gpulens.analyzer.features import PodFeatures, PodGpu, pod_features
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STALL_CAUSES
 from gpulens.core.catalog import GpuModel, model_info
+from gpulens.core.metrics import APPLICATION_XIDS, describe_xid
 from gpulens.core.thresholds import Thresholds
 
 
@@ -116,6 +118,8 @@ NO_POD = "(no pod)"
 
 #: The evidence key of sparse use called idle (_sparse): history.py lets it judge the start of the data.
 SPARSE = "busy_fraction"
+#: The evidence key of a hardware XID on a unit's GPUs (_hardware_xid): the plan leaves such units alone.
+XID_FAULTS = "xid_faults"
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
     )
     name, confidence = found.bottleneck, found.confidence
     # Overlays first, so that their evidence leads whatever the primary class is.
-    evidence = {**(throttled or {}), **found.evidence}
+    evidence = {**_hardware_xid(f), **(throttled or {}), **found.evidence}
     not_judged = _not_judged(f, t)
     if not_judged and name != "insufficient_data" and not without_pod:
         evidence["not_judged"] = not_judged
@@ -262,6 +266,19 @@ def _throttled(f: PodFeatures, t: Thresholds) -> dict[str, str] | None:
     if not math.isnan(f.clock_share):
         evidence["sm_clock_vs_max"] = _fmt(f.clock_share)
     return evidence
+
+
+def _hardware_xid(f: PodFeatures) -> dict[str, str]:
+    """A hardware XID on the unit's GPUs: evidence that the GPU, its driver or its links are at fault, which
+    no change to the workload mends (the plan leaves such units alone). Empty without one."""
+    if not f.hardware_xid > 0:
+        return {}
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(f.hardware_xid_last))
+    return {
+        XID_FAULTS: f"{describe_xid(f.hardware_xid)} reported, the last at {when}: hardware, driver or NVLink "
+        f"trouble by NVIDIA's XID catalogue (the application's are {', '.join(map(str, APPLICATION_XIDS))}); "
+        "dcgm-exporter repeats a GPU's last XID until it restarts, so from it the XID may predate the window"
+    }
 
 
 def _oversized(f: PodFeatures, t: Thresholds, info: GpuModel, activity: float | None) -> bool:

@@ -332,6 +332,7 @@ class _Signals:
         self.restarts = column("restarts_total")
         self.numa, self.pcie_root, self.nvlink_group = (column(c) for c in ("numa_node", "pcie_root", "nvlink_group"))
         self.links_down = column("nvlink_links_down")
+        self.xid = column("hardware_xid")
         self.crc, self.replay, self.recovery = (column(c) for c in tr.NVLINK_ERROR_RATES)
         # Before each busy sample, how long the GPU had been without work since its previous busy
         # sample (or its first sample): the pauses while it worked.
@@ -488,6 +489,9 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             # GPU's last work (a pod busy on its CPU is not idle).
             "activity_at_cpu_limit": U.mean(np.where(s.cpu >= t.cpu_saturated, s.act, np.nan)),
             "cpu_at_limit_after_work": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu) & ~(ts <= lb)),
+            # The highest hardware XID code reported in the window, and when the last one came.
+            "hardware_xid": U.max(s.xid),
+            "hardware_xid_last": U.max(np.where(s.xid > 0, ts, np.nan)),
             "numa_nodes": _spread(U, s.numa),
             "pcie_roots": _spread(U, s.pcie_root),
             "nvlink_groups": _spread(U, s.nvlink_group),
@@ -667,6 +671,11 @@ class PodFeatures(NamedTuple):
     numa_nodes: float
     pcie_roots: float
     nvlink_groups: float
+    #: The highest hardware XID (core/metrics.py) its GPUs reported: 0 or NaN for none (NaN where the input
+    #: has no XIDs, and from a store, which answers only the steps with one); the unix time of the last
+    #: sample with one.
+    hardware_xid: float
+    hardware_xid_last: float
     gpu_activity_min: float
     gpu_activity_max: float
     #: Each GPU of a multi-GPU unit; () for one GPU.

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from gpulens.core.config import atomic_output
-from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, SHAPE, SIGNALS
+from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, SHAPE, SIGNALS, XIDS
 
 
 def empty() -> pd.DataFrame:
@@ -28,9 +28,9 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
     frame = frame.copy(deep=False)
     for column in ["gpu"] + IDENTITY:
         frame[column] = _identity(frame[column]) if column in frame else _blank(len(frame))
-    # The LINKS and SHAPE groups are kept only where the input has them: a day of a fleet from other
+    # The LINKS, XIDS and SHAPE groups are kept only where the input has them: a day of a fleet from other
     # tools does not pay six empty columns for each.
-    groups = [column for group in (LINKS, SHAPE) if any(c in frame for c in group) for column in group]
+    groups = [column for group in (LINKS, XIDS, SHAPE) if any(c in frame for c in group) for column in group]
     for column in SIGNALS + groups:
         if column not in frame:
             frame[column] = np.nan

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from gpulens.analyzer import frame as fr
-from gpulens.analyzer.classify import SPARSE, ClassShare, Episode, Verdict, judge
+from gpulens.analyzer.classify import SPARSE, XID_FAULTS, ClassShare, Episode, Verdict, judge
 from gpulens.analyzer.features import UnitKeys, pod_features
 from gpulens.analyzer.readers import format_timestamp
 from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
@@ -208,6 +208,9 @@ class Ledger:
     #: The first slot added, and the newest: an episode goes on only into the next slot.
     first_slot: int | None = None
     last_slot: int | None = None
+    #: The newest hardware XID evidence of any window (classify.XID_FAULTS), with its window's end (unix
+    #: seconds): a GPU at fault stays so whatever the windows after it were judged.
+    xid_fault: tuple[float, str] | None = None
 
     def record(
         self, verdict: Verdict, start: float, end: float, covered: float, waste: float, cost: float, joins: bool
@@ -217,6 +220,8 @@ class Ledger:
         continues if the class is the same."""
         self.latest[verdict.bottleneck] = verdict
         self.gpus.update(verdict.gpus)
+        if XID_FAULTS in verdict.evidence:
+            self.xid_fault = (end, verdict.evidence[XID_FAULTS])
         last = self.episodes[-1] if self.episodes else None
         if joins and last is not None and last.bottleneck == verdict.bottleneck:
             last.extend(end, verdict.confidence, waste)
@@ -265,6 +270,7 @@ class Ledger:
         """Add the ledger of the next piece of the span (its slots all after this one's)."""
         self.latest.update(later.latest)
         self.gpus |= later.gpus
+        self.xid_fault = later.xid_fault or self.xid_fault
         self.busy_seconds += later.busy_seconds
         self.idle_seconds += later.idle_seconds
         self.judged_seconds += later.judged_seconds
@@ -288,6 +294,8 @@ class Ledger:
         """Drop the episodes that ended before `oldest`, and all but the newest `keep`."""
         drop = next((i for i, e in enumerate(self.episodes) if e.end >= oldest), len(self.episodes))
         drop = max(drop, len(self.episodes) - keep)
+        if self.xid_fault is not None and self.xid_fault[0] < oldest:
+            self.xid_fault = None
         del self.episodes[:drop], self.episode_seconds[:drop], self.episode_cost[:drop], self.episode_weight[:drop]
 
     def totals(self) -> tuple[dict[str, float], dict[str, float], dict[str, float], dict[str, float]]:
@@ -325,11 +333,13 @@ class Ledger:
         span = episodes[-1].end - episodes[0].start
         gpus = sorted(self.gpus)
         wasted = wasted_by_class[name]
+        fault = {XID_FAULTS: self.xid_fault[1]} if self.xid_fault else {}
         evidence = {
             "history": f"{by_class[name].share:.0%} of {total / len(gpus) / 3600:.1f} h sampled"
             + (f", wasting {wasted / 3600:.1f} GPU-h" if wasted else "")
             + f"; latest: {episodes[-1].bottleneck} since {format_timestamp(episodes[-1].start)}",
-            **base.evidence,
+            **fault,
+            **{key: value for key, value in base.evidence.items() if key != XID_FAULTS},
         }
         sampled = self.judged_seconds / len(gpus)
         busy = 1.0 - self.idle_seconds / self.judged_seconds if self.judged_seconds else math.nan
@@ -345,6 +355,7 @@ class Ledger:
                 SPARSE: f"{busy:.3g} of the {sampled / 3600:.3g} h sampled < {t.sparse_busy_share}: sparse use (rare "
                 "notebook cells, a replica with no requests) is idle",
                 "history": f"windows of the span, each too short to tell, were judged {windows}",
+                **fault,
                 **kept,
             }
         return replace(

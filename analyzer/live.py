@@ -123,6 +123,7 @@ class ExporterInput:
         self.session = requests.Session()
         self._rows: collections.deque = collections.deque()
         self._rates = tr.CounterRates()
+        self._xids = tr.NewXids()
         self._shape_totals: dict[tuple[str, str], Totals] = {}
         self._lock = threading.Lock()
         self.last_error = ""
@@ -175,6 +176,7 @@ class ExporterInput:
         errors: dict[tuple[str, str], float] = {}  # NVLink error totals by (uuid, trace column)
         reports_clock_events: set[str] = set()  # devices with clock-event series: no bit set means 0
         shape: dict[str, dict[str, float]] = {}  # the activity histogram's totals, by uuid
+        xids: dict[str, dict[str, float]] = {}  # XID counts by uuid and code
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 uuid = s.labels.get("uuid")
@@ -192,6 +194,8 @@ class ExporterInput:
                 elif s.name == m.NVLINK_ERRORS.name and s.labels.get("type") in _ERROR_COLUMN:
                     key = (uuid, _ERROR_COLUMN[s.labels["type"]])
                     errors[key] = errors.get(key, 0.0) + s.value
+                elif s.name == m.XID_ERRORS.name:
+                    xids.setdefault(uuid, {})[s.labels.get("xid", "")] = s.value
                 elif s.name == m.CLOCK_EVENT_ACTIVE.name:
                     reports_clock_events.add(uuid)
                     if s.value == 1:
@@ -216,6 +220,9 @@ class ExporterInput:
                 devices[uuid].update(tr.shape_row(self._shape_totals.get((node, uuid)), totals))
                 self._shape_totals[(node, uuid)] = totals
         for uuid, row in devices.items():
+            code = self._xids.code((node, uuid), xids.get(uuid, {}))
+            if code is not None and len(row) > 3:  # on the rows of GPUs that report
+                row["hardware_xid"] = code
             row.update(pods.get(uuid, {}))
             if uuid in reports_clock_events:
                 row.setdefault("clock_event_reasons", 0)

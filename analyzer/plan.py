@@ -31,7 +31,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer.classify import NO_POD, Verdict
+from gpulens.analyzer.classify import NO_POD, XID_FAULTS, Verdict
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.report import TimelineBins, unit_samples
 from gpulens.core.catalog import MODELS, GpuModel, model_info
@@ -474,6 +474,10 @@ class _Planner:
             return None
         if name == "insufficient_data":
             return NotPlanned(v.workload, [v.unit], "too little data to plan on")
+        if XID_FAULTS in v.evidence:
+            return NotPlanned(
+                v.workload, [v.unit], f"a hardware XID on its GPU: {v.evidence[XID_FAULTS]}; repair first"
+            )
         if name in FAULTS or "nvlink_faults" in v.evidence:
             return NotPlanned(
                 v.workload, [v.unit], f"{name}: a GPU at fault or a process outside any pod; repair first"

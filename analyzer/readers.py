@@ -518,6 +518,7 @@ def _read_scrape(path: Path, timestamp: float) -> pd.DataFrame:
                 "temperature_celsius": value.get(m.TEMPERATURE),
                 "sm_clock_hertz": value.get(m.SM_CLOCK),
                 "clock_event_reasons": d.clock_event_reasons,
+                "hardware_xid": None if d.last_xid is None else (d.last_xid if m.is_hardware_xid(d.last_xid) else 0),
             }
         )
     # A scrape's rows have no lines of their own: an impossible value is named by its row (the GPUs in

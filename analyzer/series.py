@@ -289,6 +289,18 @@ class SeriesReader:
 
         for expr, column, weight in self._gpulens_queries():
             add(expr, column, weight)
+        # The hardware XIDs counted at each step, one series per code: written lowest code first, so that
+        # where a GPU counted several the highest stays.
+        xids = self.store.query_range(
+            mixin.hardware_xids(
+                self._sel(m.XID_ERRORS.name, mixin.HARDWARE_XID_MATCHER), self.rate_window(), "instance, uuid"
+            ),
+            start,
+            end,
+            self.step,
+        )
+        xids = sorted((x for x in xids if x["metric"].get("xid", "").isdigit()), key=lambda x: int(x["metric"]["xid"]))
+        self.last_points += gpus.add(xids, "hardware_xid", lambda labels: float(labels["xid"]), summed=False)
         pod_labels = ("namespace", "pod", "container")
         held = self.store.query_range(
             f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._sel(m.GPU_POD_INFO.name)})",
@@ -303,6 +315,7 @@ class SeriesReader:
         for column, source in mixin.dcgm_columns().items():
             add(f"max by ({by}) ({source.selector(self._matchers('dcgm'))}) * {source.scale!r}", column, key=dcgm_gpu)
         add(mixin.dcgm_memory_total(self._matchers("dcgm"), by), "memory_total_bytes", key=dcgm_gpu)
+        add(mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
         labels = ", ".join((*mixin.DCGM_HARDWARE_LABELS, *(n for ns in mixin.DCGM_POD_LABELS.values() for n in ns)))
         identity = self.store.query_range(
             f"group by ({by}, {labels}) ({mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}})",

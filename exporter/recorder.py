@@ -32,7 +32,6 @@ class Recorder:
     MAX_PENDING_BYTES, oldest dropped past it, said once) to be written, in order, once writes succeed
     again. Logged once when it starts and once when it clears."""
 
-    COLUMNS = tr.ALL_COLUMNS
     #: Rows kept while the file cannot be written: about an hour of an 8-GPU node at 1 s.
     MAX_PENDING_BYTES = 16 << 20
 
@@ -40,21 +39,32 @@ class Recorder:
         self.path = path
         self.node = node
         new = not os.path.exists(path) or os.path.getsize(path) == 0
+        #: The file's layout: today's, or that of a recording an older gpulens began (its columns kept, so
+        #: the file stays one table; what it lacks is not recorded).
+        self.columns = tr.ALL_COLUMNS
         if not new:
             with open(path, newline="") as existing:
                 header = next(csv.reader(existing), [])
-            if header != self.COLUMNS:
+            if header not in (tr.ALL_COLUMNS, tr.LEGACY_COLUMNS):
                 raise RecordError(
                     f"--record {path} holds a trace with other columns (written by another gpulens version, "
                     "or not a trace): appending would mix two layouts; record to a new file"
                 )
+            if header == tr.LEGACY_COLUMNS:
+                log.warning(
+                    "--record %s was begun by an older gpulens: appending in its layout, without the "
+                    "hardware_xid column; record to a new file to have it",
+                    path,
+                )
+            self.columns = header
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         #: Lines (CSV text) not yet in the file, oldest first, and how many were dropped past the bound.
         self._pending: list[str] = []
         if new:
-            os.write(self._fd, _csv_lines([self.COLUMNS]).encode())  # at start: a failure is the CLI's error
+            os.write(self._fd, _csv_lines([self.columns]).encode())  # at start: a failure is the CLI's error
         self.dropped_rows = 0
         self._rates = tr.CounterRates()
+        self._xids = tr.NewXids(from_zero=True)  # the exporter counts the XIDs it saw since it started
         self._shape_totals: dict[str, Totals] = {}
         self._problems = ProblemLog(log)
 
@@ -66,10 +76,11 @@ class Recorder:
         pods = snapshot.attribution.pods_by_uuid if snapshot.attribution else None
         groups = {column: of(node.topology) for column, of in GROUPS.items()}
         rows = []
+        by_uuid = {d.uuid: d for d in node.devices}
         for d in node.devices:
             if not d.up:
                 continue
-            row: dict[str, object] = dict.fromkeys(self.COLUMNS, "")
+            row: dict[str, object] = dict.fromkeys(tr.ALL_COLUMNS, "")
             row.update(timestamp=f"{now:.3f}", gpu=d.uuid, node=self.node, gpu_model=d.model)
             holders = (pods or {}).get(d.uuid) or [p.pod for p in d.processes if p.pod]
             if holders:
@@ -87,12 +98,16 @@ class Recorder:
                 row[column] = group.get(d.uuid, "")
             if d.clock_event_reasons is not None:
                 row["clock_event_reasons"] = str(d.clock_event_reasons)
+            board = by_uuid.get(d.parent_uuid, d)  # XIDs are the physical GPU's, and so its instances'
+            if board.xids_watched:
+                xid_counts = {labels[0]: count for labels, count in board.values.get(m.XID_ERRORS, {}).items()}
+                row["hardware_xid"] = f"{self._xids.code(d.uuid, xid_counts):g}"
             shape = snapshot.shapes.get(d.uuid)
             if shape is not None:
                 totals = shape.totals()
                 row.update(tr.shape_row(self._shape_totals.get(d.uuid), totals))
                 self._shape_totals[d.uuid] = totals
-            rows.append([row[c] for c in self.COLUMNS])
+            rows.append([row[c] for c in self.columns])
         if rows:
             self._pending.append(_csv_lines(rows))
         self._flush()

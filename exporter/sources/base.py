@@ -59,6 +59,9 @@ class DeviceSample:
     values: dict[m.MetricSpec, dict[Labels, float]] = field(default_factory=dict)
     processes: list[ProcessSample] = field(default_factory=list)
     clock_event_reasons: int | None = None
+    #: Whether the source counts this GPU's XID events (NVML's event watcher, the simulator): then a GPU
+    #: without gpulens_gpu_xid_errors_total counts had none, rather than none known.
+    xids_watched: bool = False
     #: Every activity sample the driver kept since the last read: (unix seconds, activity 0-1), oldest
     #: first, at the driver's own rate (nvmlDeviceGetSamples). None where the driver keeps none: the
     #: sampler then takes activity() once per tick.

@@ -145,6 +145,7 @@ class NvmlSource(Source):
         self._discovered_at = 0.0
         self._xids: Counter[tuple[str, str]] = Counter()
         self._xid_lock = threading.Lock()
+        self._xids_watched: set[str] = set()  # the GPUs registered for XID events
         self._stop = threading.Event()
         self._problems = ProblemLog(log)
         self._xid_guard = LoopGuard(log, "watching for XID events")
@@ -534,6 +535,7 @@ class NvmlSource(Source):
             s.set(m.ROW_REMAP_PENDING, 1 if pending else 0)
             s.set(m.ROW_REMAP_FAILED, 1 if failed else 0)
         with self._xid_lock:
+            s.xids_watched = d.uuid in self._xids_watched
             for (uuid, xid), count in self._xids.items():
                 if uuid == d.uuid:
                     s.set(m.XID_ERRORS, count, xid)
@@ -684,6 +686,8 @@ class NvmlSource(Source):
                 try:
                     nvml.nvmlDeviceRegisterEvents(d.handle, nvml.nvmlEventTypeXidCriticalError, event_set)
                     handles[_handle_key(d.handle)] = d.uuid
+                    with self._xid_lock:
+                        self._xids_watched.add(d.uuid)
                 except nvml.NVMLError as e:
                     self._problems.problem(f"xid{d.uuid}", f"GPU {d.gpu}: XID events unavailable: {e}")
         while not self._stop.is_set():

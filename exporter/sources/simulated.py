@@ -170,6 +170,7 @@ class SimulatedSource(Source):
             d.set(m.ECC_ERRORS, 0, kind)
         for cause in ("correctable", "uncorrectable"):
             d.set(m.REMAPPED_ROWS, 0, cause)
+        d.xids_watched = True
         if a.xid:
             d.set(m.XID_ERRORS, int(c["xid"] + 1e-9), str(a.xid))  # 30 x (1/30) is 9.999...
         d.set(m.ROW_REMAP_PENDING, 0)

@@ -101,6 +101,9 @@ FIELDS: list[Field] = [
 ]
 BY_NAME: dict[str, Field] = {name: f for f in FIELDS for name in f.names}
 _FB_FREE = "DCGM_FI_DEV_FB_FREE"
+#: The code of the GPU's last XID (0: none yet), a gauge dcgm-exporter keeps until it restarts
+#: (NVIDIA/dcgm-exporter#500): it says that the GPU reported that XID since then, not when.
+XID_FIELD = "DCGM_FI_DEV_XID_ERRORS"
 
 
 # --- parsing -------------------------------------------------------------------------------------
@@ -195,6 +198,7 @@ class DcgmDevice:
     values: dict[tuple[m.MetricSpec, tuple[str, ...]], float] = field(default_factory=dict)
     rates: dict[m.MetricSpec, float] = field(default_factory=dict)  # bytes per second
     clock_event_reasons: int | None = None
+    last_xid: int | None = None  # XID_FIELD, on the GPU and each of its instances
     pod: PodRef | None = None
 
 
@@ -210,7 +214,7 @@ def devices_from_rows(rows: list[Row]) -> dict[tuple[str, int | None], DcgmDevic
         gi = int(gi_text) if gi_text.isascii() and gi_text.isdigit() else None  # "²".isdigit() too
         gpu = _label(labels, "gpu", "GPU")
         f = BY_NAME.get(name)
-        if name == _FB_FREE:
+        if name in (_FB_FREE, XID_FIELD):
             f_board = False
         elif f is None:
             continue
@@ -235,7 +239,9 @@ def devices_from_rows(rows: list[Row]) -> dict[tuple[str, int | None], DcgmDevic
                     pod,
                     _label(labels, "exported_container", "container"),
                 )
-        if f is None:  # DCGM_FI_DEV_FB_FREE, for the total below
+        if name == XID_FIELD:
+            device.last_xid = int(value)
+        elif f is None:  # DCGM_FI_DEV_FB_FREE, for the total below
             free[key] = value * MIB
         elif f.spec is None:  # the clock-event reasons bitmask
             device.clock_event_reasons = int(value)

@@ -440,6 +440,38 @@ XID_ERRORS = _spec(
     labels=DEVICE_LABELS + ("xid",),
     group="errors",
 )
+#: XIDs the application causes (NVIDIA's XID catalogue, docs.nvidia.com/deploy/xid-errors): 13 graphics
+#: engine exception (an illegal address, an assert in a kernel), 31 GPU memory page fault, 43 the GPU
+#: stopped processing (a user application fault), 45 preemptive cleanup (the process was killed). The
+#: workload owner's business; every other XID is the node owner's (hardware, driver or NVLink trouble).
+APPLICATION_XIDS = (13, 31, 43, 45)
+#: What the hardware XIDs seen most often mean (NVIDIA's XID catalogue), for evidence a person reads.
+HARDWARE_XIDS = {
+    48: "double-bit ECC error",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed",
+    74: "NVLink error",
+    79: "the GPU fell off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+def is_hardware_xid(code: float) -> bool:
+    """Whether an XID code points at the GPU, its driver or its links rather than the application: any
+    code above 0 that is not one of APPLICATION_XIDS (codes NVIDIA has not catalogued yet included)."""
+    return code > 0 and code not in APPLICATION_XIDS
+
+
+def describe_xid(code: float) -> str:
+    """'XID 79 (the GPU fell off the bus)', or 'XID 150' for a code without a description here."""
+    meaning = HARDWARE_XIDS.get(int(code))
+    return f"XID {code:.0f}" + (f" ({meaning})" if meaning else "")
+
+
 ECC_ERRORS = _spec(
     "gpu_ecc_errors_total",
     "counter",

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpulens.core import dcgm, trace
-from gpulens.core.metrics import BY_NAME, CLOCK_EVENT_REASONS, PREFIX
+from gpulens.core.metrics import APPLICATION_XIDS, BY_NAME, CLOCK_EVENT_REASONS, PREFIX
 from gpulens.core.thresholds import Thresholds
 
 
@@ -221,6 +221,29 @@ def dcgm_memory_total(matchers: str, by: str) -> str:
         f"max by ({by}) (DCGM_FI_DEV_FB_{kind}{sel})" for kind in ("TOTAL", "USED", "FREE", "RESERVED")
     )
     return f"({total} or ({used} + {free} + ({reserved} or {used} * 0))) * {dcgm.MIB}"
+
+
+def new_errors(selector: str, window: str) -> str:
+    """Counter series that grew within `window`, including ones that first appeared in it (increase()
+    needs two samples, so a counter born at 1 would be missed)."""
+    return f"(increase({selector}[{window}]) > 0 or ({selector} unless {selector} offset {window}))"
+
+
+#: The matcher that keeps gpulens_gpu_xid_errors_total's hardware codes (metrics.is_hardware_xid).
+HARDWARE_XID_MATCHER = f'xid!~"{"|".join(str(code) for code in APPLICATION_XIDS)}"'
+
+
+def hardware_xids(selector: str, window: str, by: str) -> str:
+    """1 for each (`by`, xid) whose counter (`selector`, HARDWARE_XID_MATCHER among its matchers) counted an
+    XID within `window`: the xid label names the code."""
+    return f"max by ({by}, xid) ({new_errors(selector, window)} > bool 0)"
+
+
+def dcgm_hardware_xid(matchers: str, by: str) -> str:
+    """dcgm-exporter's last XID of each GPU, where it is a hardware one (its value is the code)."""
+    sel = f"{{{matchers}}}" if matchers else ""
+    application = " ".join(f"!= {code}" for code in APPLICATION_XIDS)
+    return f"max by ({by}) ({dcgm.XID_FIELD}{sel} > 0 {application})"
 
 
 # --- recording rules: level:metric:operations ------------------------------------------------------

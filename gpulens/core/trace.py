@@ -20,6 +20,8 @@ links     pcie_root, nvlink_group                   the GPU's PCIe root complex 
           nvlink_links_down                         NVLinks down on the GPU
           nvlink_crc_errors_per_second, nvlink_replay_errors_per_second, nvlink_recovery_errors_per_second
                                                     (LINKS below)
+faults    hardware_xid                              the hardware XID the GPU reported since its previous
+                                                    row, 0 for none (XIDS below)
 shape     activity_samples, activity_idle_ratio, activity_low_ratio, activity_high_ratio,
           activity_transitions, steady_bursts       since the GPU's previous row (SHAPE below)
 
@@ -79,6 +81,11 @@ LINKS = [
     "nvlink_replay_errors_per_second",
     "nvlink_recovery_errors_per_second",
 ]
+#: The hardware or driver XID (core/metrics.py is_hardware_xid) a GPU reported since its previous row: its
+#: code, the highest where several came, 0 for none. From gpulens' counters, a new event; from
+#: dcgm-exporter's DCGM_FI_DEV_XID_ERRORS, the GPU's last code, which it repeats until it restarts. A group,
+#: kept only where the input has it.
+XIDS = ["hardware_xid"]
 #: The shape of the activity since the GPU's previous row (core/activity.py), from the exporter's
 #: histogram and counters: every driver sample the row stands for, not just its average. A group: all
 #: present (traces from gpulens exporters, directly or through Prometheus) or none (other tools' files).
@@ -91,7 +98,9 @@ SHAPE = [
     "steady_bursts",  # bursts among them that repeated the previous period
 ]
 #: Every column a trace file may hold, in the order gpulens writes them.
-ALL_COLUMNS = COLUMNS + LINKS + SHAPE
+ALL_COLUMNS = COLUMNS + LINKS + XIDS + SHAPE
+#: The columns recordings of gpulens before XIDS have: the recorder appends to them in their own layout.
+LEGACY_COLUMNS = COLUMNS + LINKS + SHAPE
 
 
 def shape_row(before: Totals | None, after: Totals) -> dict[str, float]:
@@ -121,6 +130,31 @@ class CounterRates:
         if previous and now > previous[0] and value >= previous[1]:
             return (value - previous[1]) / (now - previous[0])
         return None
+
+
+class NewXids:
+    """The hardware XID a GPU reported between its consecutive readings of gpulens_gpu_xid_errors_total, by
+    any key: the highest code whose count rose, 0 for none. A code's counter is born at its first event, so
+    a code missing from the previous reading counts from 0. The first reading of a key is a baseline (None)
+    unless `from_zero`: the recorder runs in the exporter, whose counts start with it."""
+
+    def __init__(self, from_zero: bool = False) -> None:
+        self.from_zero = from_zero
+        self._previous: dict[object, dict[str, float]] = {}
+
+    def code(self, key: object, counts: dict[str, float]) -> float | None:
+        """`counts`: the GPU's count by xid label now."""
+        previous = self._previous.get(key)
+        self._previous[key] = counts
+        if previous is None and not self.from_zero:
+            return None
+        previous = previous or {}
+        risen = [
+            int(code)
+            for code, count in counts.items()
+            if code.isdigit() and m.is_hardware_xid(int(code)) and count > previous.get(code, 0.0)
+        ]
+        return float(max(risen, default=0))
 
 
 #: Trace column <- the exporter gauge it is read from (by the recorder and the live inputs).
