@@ -15,7 +15,7 @@ from tests.helpers import REPO, GpulensProcess, Prometheus, free_port, samples, 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
 pytestmark = pytest.mark.slow
 
-NODES = ["sim-h100-a", "sim-a100-b", "sim-l40s-c", "sim-h100-d"]
+NODES = ["sim-h100-a", "sim-a100-b", "sim-l40s-c", "sim-h100-d", "sim-a100-e"]
 #: The demo fleet's pods and the class each one's profile must be given.
 EXPECTED = {
     "vision/resnet-ddp-0": "healthy",
@@ -38,6 +38,11 @@ EXPECTED = {
     # Two replicas of a Deployment, each a sliver of an H100 (the plan makes them one).
     "serving/chat-api-6c8f9d7b54-x2k4p": "wrong_gpu_type",
     "serving/chat-api-6c8f9d7b54-m7q9z": "wrong_gpu_type",
+    # The notebook node: kernels left open, a small model called from a notebook, a notebook training.
+    "research/notebook-bob-0": "idle",
+    "research/notebook-carol-0": "wrong_gpu_type",
+    "research/notebook-dave-0": "healthy",
+    "research/notebook-erin-0": "idle",
 }
 ANALYSIS = ["--analysis.window", "60", "--analysis.interval", "2"]
 
@@ -238,7 +243,7 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         # It said at start where it serves and what it reads.
         port = direct_url.rsplit(":", 1)[1]
         serving = f"serving on 127.0.0.1:{port} (the page of verdicts at /, /metrics, /api/v1/verdicts, /api/v1/plan); "
-        assert serving + "judging the last 60 s of 4 exporter(s) every 2 s" in direct.log
+        assert serving + "judging the last 60 s of 5 exporter(s) every 2 s" in direct.log
         # Its page lists every pod and GPU it holds a history of; what changed since a cycle is a route of
         # its own (tested in a browser in test_live_page.py).
         page = requests.get(direct_url + "/", timeout=30)
@@ -250,13 +255,21 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert everything["full"] is True and set(everything["rows"]) == set(everything["order"]) >= listed
         assert everything["cycle"] >= cycle
         # Its plan over the history it keeps: the Deployment's two replicas become one (its owner inferred
-        # from the pods' names: no kube-state-metrics here), the idle notebook's kernel is culled.
+        # from the pods' names: no kube-state-metrics here), the idle notebooks' kernels are culled, and
+        # the notebook calling a small model moves to a MIG slice: SM activity 0.55 x 12% + 1% = 7.6% and
+        # 3.2-7.2 GB, with 15% headroom, fit 1g.10gb (1/7 of an A100 80GB), which saves 6/7 of $2.50 an
+        # hour, more than a T4 ($2.00 less) would.
         plan = requests.get(direct_url + "/api/v1/plan", timeout=30).json()
         actions = {a["owner"]: a for a in plan["plan"]}
         chat = actions["serving/Deployment/chat-api"]
         assert (chat["action"], chat["gpus_now"], chat["gpus_after"]) == ("fewer_replicas", 2.0, 1.0)
         assert chat["evidence"]["replicas"] == "2 of Deployment serving/chat-api (inferred from the pods' names)"
-        assert actions["research/notebook-alice-0"]["action"] == "release"
+        for notebook in ("alice", "bob", "erin"):
+            assert actions[f"research/notebook-{notebook}-0"]["action"] == "release"
+        carol = actions["research/notebook-carol-0"]
+        assert (carol["action"], carol["gpus_after"]) == ("mig", round(1 / 7, 3))
+        assert carol["what"].startswith("a MIG 1g.10gb slice of its")
+        assert "research/notebook-dave-0" not in actions  # a notebook training in earnest: nothing to change
         bad = requests.get(direct_url + "/api/v1/page", params={"since": "yesterday"}, timeout=30)
         assert (bad.status_code, bad.text) == (400, "since: give the cycle the page shows (an integer)\n")
         assert f"judging the last 60 s of Prometheus at {prometheus.url} every 2 s" in through.log
@@ -323,7 +336,7 @@ def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet_in_prometheu
     assert set(whole) == set(EXPECTED)
     assert first.keys() & second.keys() == set()
     assert first | second == whole
-    assert {node for node, _ in first.values()} == {"sim-l40s-c"}
+    assert {node for node, _ in first.values()} == {"sim-l40s-c", "sim-a100-e"}
     assert {node for node, _ in second.values()} == {"sim-h100-a", "sim-a100-b", "sim-h100-d"}
 
 

@@ -43,6 +43,12 @@ EXPECTED_ALERTS = {
     ("GpulensPodLowSmActivity", "serving/chat-api-6c8f9d7b54-m7q9z"),
     ("GpulensPodLowSmActivity", "vision/allreduce-bench-0"),
     ("GpulensPodGpuIdle", "research/notebook-alice-0"),
+    # The notebook node: two kernels left open on idle GPUs, one calling a small model on an A100.
+    ("GpulensPodLowSmActivity", "research/notebook-bob-0"),
+    ("GpulensPodLowSmActivity", "research/notebook-carol-0"),
+    ("GpulensPodLowSmActivity", "research/notebook-erin-0"),
+    ("GpulensPodGpuIdle", "research/notebook-bob-0"),
+    ("GpulensPodGpuIdle", "research/notebook-erin-0"),
     ("GpulensPodDataStarvation", "nlp/bert-finetune-0"),
     ("GpulensPodMemoryFragmentation", "nlp/llm-sft-0"),
     # Host stalls: ranks waiting at low power. The one waiting on other pods 75% of the time has SMs busy
