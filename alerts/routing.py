@@ -7,10 +7,12 @@ GPU, node and exporter alerts, each namespace's owner its pods' alerts, the defa
 owner has a receiver for pages (severity critical) and one for tickets (everything else).
 
 Grouping and muting follow kube-prometheus and the issue this came from: pod alerts are grouped by
-cluster, namespace, cause (`bottleneck`) and alert, so a hundred replicas with one problem make one
-notification; GPU alerts by cluster, node and alert. While the low-SM page fires for a pod, its class
-tickets are muted (the page carries the same verdict); while a node's exporter is down, its pod and GPU
-alerts are muted (they are blind); while a GPU is lost, its other faults are.
+cluster, namespace and alert, so a hundred replicas with one problem make one notification (each class
+ticket is an alert of its own; the page carries its pods' causes as annotations, which must not split
+it, since a label that changes restarts an alert's `for:`); GPU alerts by cluster, node and alert. While
+the low-SM page fires for a pod, its class tickets are muted (the page carries the same verdict); while a
+node's exporter is down, its pod and GPU alerts are muted (they are blind); while a GPU is lost, its
+other faults are.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ CLASS_ALERTS = (
     "GpulensPodHostStall",
 )
 #: `cluster` is the external label multi-cluster setups (Thanos, Mimir) add; absent, it groups nothing apart.
-POD_GROUPING = ["cluster", "namespace", "bottleneck", "alertname"]
+POD_GROUPING = ["cluster", "namespace", "alertname"]
 NODE_GROUPING = ["cluster", "node", "alertname"]
 
 

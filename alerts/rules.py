@@ -7,8 +7,8 @@ deployment overrides it per alert, alerts/routing.py) and `component` (pod, gpu,
 what routing and inhibition match on), and annotations `summary`, `description`, `runbook_url` and
 `dashboard_url`. Pod alerts also carry the analyzer's verdict for the pod (`confidence`, `evidence`,
 `recommendation`), looked up when the alert is evaluated, so the page already says why and what to
-try; the low-SM page carries the cause as its `bottleneck` label, so that Alertmanager groups a
-namespace's pages by cause, and the namespace's waste for that cause.
+try; the low-SM page carries the cause as its `bottleneck` annotation (not a label: a changing verdict
+must not restart its `for:`), and the namespace's waste for that cause.
 """
 
 from __future__ import annotations
@@ -102,23 +102,24 @@ def verdict_annotations(c: MixinConfig) -> dict[str, str]:
     }
 
 
-def waste_annotation(c: MixinConfig) -> str:
-    """What the alert's namespace loses to the alert's cause a day, in GPU-hours and money, from the
-    analyzer's waste counters over the alert rate window (the analyzer adds to them every cycle, so a
-    short window is smooth and needs no hour of history): the same for every pod of one notification group."""
+def waste_annotation(c: MixinConfig, cause: str = "$labels.bottleneck") -> str:
+    """What the alert's namespace loses to a cause (`cause`: a template value, the alert's bottleneck label
+    by default) a day, in GPU-hours and money, from the analyzer's waste counters over the alert rate window
+    (the analyzer adds to them every cycle, so a short window is smooth and needs no hour of history): the
+    same for every pod of the namespace with that cause."""
     window = c.thresholds.alert_rate_window
     labels = f"{c.analyzer},namespace=%q,bottleneck=%q"
-    args = "$labels.namespace $labels.bottleneck"
+    args = f"$labels.namespace {cause}"
     hours = f"sum(rate({metric('wasted_gpu_seconds_total')}{{{labels}}}[{window}])) * 86400 / 3600"
     money = f"sum(rate({metric('wasted_cost_dollars_total')}{{{labels}}}[{window}])) * 86400"
     return (
         f"{{{{ with printf `{hours}` {args} | query }}}}"
-        "Pods of {{ $labels.namespace }} whose cause is {{ $labels.bottleneck }} waste "
+        f"Pods of {{{{ $labels.namespace }}}} whose cause is {{{{ {cause} }}}} waste "
         '{{ . | first | value | printf "%.1f" }} GPU-hours'
         f"{{{{ with printf `{money}` {args} | query }}}}"
         ' (${{ . | first | value | printf "%.2f" }})'
         f"{{{{ end }}}} a day (the analyzer's count over the last {window})."
-        "{{ else }}The analyzer has counted no waste for {{ $labels.namespace }} and {{ $labels.bottleneck }} yet."
+        f"{{{{ else }}}}The analyzer has counted no waste for {{{{ $labels.namespace }}}} and {{{{ {cause} }}}} yet."
         "{{ end }}"
     )
 
@@ -162,15 +163,23 @@ def _verdict_alert(c: MixinConfig, name: str, bottleneck: str, summary: str, run
 
 
 def low_activity_page(c: MixinConfig) -> str:
-    """The page's expression: pods whose mean activity is under alert_low_sm, labelled with the cause
-    the analyzer gives (NO_VERDICT without one). topk keeps one verdict per pod, so that a second
-    analyzer replica can never make the join many-to-many and the rule fail."""
-    low = f"{mixin.POD_ACTIVITY_AVG} < {c.thresholds.alert_low_sm}"
-    info = f"{metric('pod_bottleneck_info')}{{{c.analyzer}}}"
-    verdict = f"topk by (namespace, pod) (1, max by (namespace, pod, bottleneck) ({info}))"
+    """The page's expression: pods whose mean activity is under alert_low_sm, on activity alone. The
+    analyzer's verdict is in the annotations, read when the alert is evaluated: as a label it would be part
+    of the alert's identity, and a verdict that changes between two causes would restart the `for:` each
+    time, so that the pod is never paged."""
+    return f"{mixin.POD_ACTIVITY_AVG} < {c.thresholds.alert_low_sm}"
+
+
+def _cause_waste(c: MixinConfig) -> str:
+    """What the alert pod's current cause costs its namespace a day (waste_annotation for the class the
+    analyzer now gives the pod), or why it cannot be said."""
+    selector = f"{metric('pod_bottleneck_info')}{{{c.analyzer},namespace=%q,pod=%q}}"
+    cause = f"{{{{ with printf `{selector}` $labels.namespace $labels.pod | query }}}}"
     return (
-        f"({low}) * on (namespace, pod) group_left (bottleneck) {verdict}"
-        f' or on (namespace, pod) label_replace({low}, "bottleneck", "{NO_VERDICT}", "", "")'
+        cause
+        + '{{ $cause := . | first | label "bottleneck" }}'
+        + waste_annotation(c, "$cause")
+        + "{{ else }}The analyzer has no verdict for this pod: its cause's waste is unknown.{{ end }}"
     )
 
 
@@ -191,16 +200,18 @@ def _pod_alerts(c: MixinConfig) -> list[Alert]:
             "critical",
             "pod",
             f"{POD} keeps its GPUs' SMs busy only {{{{ $value | humanizePercentage }}}} of the time: "
-            f"{{{{ $labels.bottleneck }}}}",
+            + _verdict(c, "bottleneck", NO_VERDICT),
             f"SM activity of {POD} on {{{{ $labels.node }}}} has stayed under {pct} for {low_for}. "
             + _verdict_sentence(c),
             f"""The pod holds GPUs but uses a small part of them: averaged over its GPUs and {w}, SMs held a
 warp less than {pct} of the time, for {low_for}. NVIDIA: SM activity >= 0.8 is necessary for
 effective use, < 0.5 likely ineffective.
 
-Alertmanager groups these pages by namespace and cause (the `bottleneck` label: the analyzer's class for
-the pod, `{NO_VERDICT}` without one), so a hundred replicas with one problem make one notification. The
-`waste` annotation says what that cause costs the namespace a day.
+The page fires on SM activity alone: the analyzer's verdict (its class in the `bottleneck` annotation,
+`{NO_VERDICT}` without one, with its confidence, evidence and fix) is read each time the alert is evaluated,
+so a verdict that changes while the pod stays underused never postpones the page. Alertmanager groups
+these pages by namespace, so a hundred replicas make one notification. The `waste` annotation says what
+the pod's current cause costs the namespace a day.
 
 1. Read the `bottleneck` label and the `recommendation` annotation: the analyzer's verdict for this pod
    (`gpulens_pod_bottleneck_info`), with the `evidence` and thresholds it crossed.
@@ -211,10 +222,13 @@ the pod, `{NO_VERDICT}` without one), so a hundred replicas with one problem mak
    `overprovisioned_serving`: the replica serves requests in bursts; run fewer replicas or share the GPU
    (MIG, time-slicing), but do not simply delete it: that would take the service down.
 4. If the cause is `{NO_VERDICT}`, the analyzer is down or has not seen the pod: see GpulensAnalyzerDown.
-   When the analyzer changes its verdict, the page for the old cause resolves and the new one waits its
-   {low_for} again.""",
+   When the analyzer changes its verdict, the page stays and its annotations follow the new cause.""",
             _pod_link(c, mixin.POD_SM_PANEL),
-            annotations={**verdict_annotations(c), "waste": waste_annotation(c)},
+            annotations={
+                "bottleneck": _verdict(c, "bottleneck", NO_VERDICT),
+                **verdict_annotations(c),
+                "waste": _cause_waste(c),
+            },
         ),
         Alert(
             "GpulensPodGpuIdle",

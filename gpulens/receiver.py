@@ -153,8 +153,8 @@ def _alert_row(alert: dict) -> str:
     status = str(alert.get("status", "?"))
     subject = _subject(labels)
     says = _e(annotations.get("summary", ""))
-    if labels.get("bottleneck") and annotations.get("recommendation"):
-        verdict = f"{labels['bottleneck']} ({annotations.get('confidence', '?')}): {annotations['recommendation']}"
+    verdict = _verdict(labels, annotations)
+    if verdict:
         says += f"<br><span class=small>{_e(verdict)}</span>"
     links = " ".join(
         f"<a href='{_e(annotations[key])}'>{name}</a>"
@@ -181,11 +181,18 @@ def describe(alert: dict, path: str) -> str:
     labels, annotations = alert.get("labels", {}), alert.get("annotations", {})
     subject = _subject(labels)
     line = f"[{alert.get('status', '?')}] {path.rsplit('/', 1)[-1]}: {labels.get('alertname', '?')} {subject}"
-    if labels.get("bottleneck") and annotations.get("recommendation"):
-        line += f" | {labels['bottleneck']} ({annotations.get('confidence', '?')}): {annotations['recommendation']}"
-    else:
-        line += f" | {annotations.get('summary', '')}"
+    line += f" | {_verdict(labels, annotations) or annotations.get('summary', '')}"
     return line
+
+
+def _verdict(labels: dict, annotations: dict) -> str:
+    """'class (confidence): fix' of an alert that carries the analyzer's verdict, else "". A class ticket
+    has its class as a label; the page, as an annotation (a label would restart its `for:` when the
+    verdict changes)."""
+    cause = labels.get("bottleneck") or annotations.get("bottleneck")
+    if not (cause and annotations.get("recommendation")):
+        return ""
+    return f"{cause} ({annotations.get('confidence', '?')}): {annotations['recommendation']}"
 
 
 def register(commands: Subcommands) -> None:

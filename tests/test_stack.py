@@ -145,7 +145,7 @@ def test_the_low_sm_page_for_the_starved_pod_reaches_the_webhook_with_why_and_wh
     assert annotations["dashboard_url"].endswith(
         "/d/gpulens-pod?var-cluster=&var-namespace=nlp&var-pod=bert-finetune-0&viewPanel=101"
     )
-    assert alert["labels"]["bottleneck"] == "data_starvation"
+    assert annotations["bottleneck"] == "data_starvation" and "bottleneck" not in alert["labels"]
     # The pod's class ticket fires in Prometheus too, and Alertmanager mutes it while the page fires.
     am_alerts = requests.get(f"http://{stack.plan.alertmanager}/api/v2/alerts", timeout=5).json()
     [ticket] = [
