@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import pytest
+import requests
 import yaml
 
 from gpulens.alerts import cli, routing, rules
@@ -14,7 +15,7 @@ from gpulens.cli import main
 from gpulens.core import mixin
 from gpulens.core.mixin import MixinConfig
 from gpulens.receiver import AlertReceiver
-from tests.helpers import REPO, Alertmanager, require_binary, wait_until
+from tests.helpers import REPO, Alertmanager, VictoriaMetrics, free_port, require_binary, wait_until
 
 EXPORTER = 'job="gpulens-exporter",instance="n1:9848",node="n1"'
 ANALYZER = 'job="gpulens-analyzer",instance="analyzer:9849"'
@@ -1091,3 +1092,81 @@ def test_the_receiver_reads_the_verdict_of_the_page_from_its_annotations_and_of_
     assert (
         describe(unjudged, "/alerts/pages") == "[firing] pages: GpulensPodLowSmActivity nlp/gpt | nlp/gpt is underused"
     )
+
+
+@pytest.mark.slow
+def test_victoriametrics_vmalert_loads_the_rules_and_pages_with_the_verdict(generated, tmp_path):
+    """The generated rules in vmalert (Debian's victoria-metrics), not only Prometheus: it parses every
+    expression and template of the default rules (-dryRun); and rules generated with a 10 s page, evaluated
+    by vmalert on a real VictoriaMetrics holding the last ten minutes of two pods (recording rules written
+    back through its remote write), page the pod at 10% SM with the analyzer's verdict and links as
+    Prometheus renders them, and not the pod at 90%. (Its replay mode cannot run the `query` templates the
+    annotations use, so this runs live.)"""
+    vmalert = require_binary("vmalert")
+    checked = subprocess.run(
+        [vmalert, f"-rule={generated / cli.RULES_FILE}", "-dryRun"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert checked.returncode == 0 and "fatal" not in checked.stderr, checked.stderr
+    thresholds = tmp_path / "thresholds.yaml"
+    thresholds.write_text("alert_rate_window: 1m\nalert_low_sm_for: 10s\n")
+    fast = tmp_path / "fast"
+    assert main(["alerts", "--out", str(fast), "--thresholds", str(thresholds)]) == 0
+    now = int(time.time())
+    lines = []
+    for n, (pod, busy) in enumerate((("bert", 0.1), ("resnet", 0.9))):
+        for k in range(-60, 61):  # every 10 s, from ten minutes ago to ten minutes ahead of the test
+            ms = (now + 10 * k) * 1000
+            lines.append(f"gpulens_gpu_sm_active_seconds_total{{{gpu(n)}}} {busy * 10 * (k + 60):g} {ms}")
+            lines.append(f"gpulens_gpu_pod_info{{{gpu(n, namespace='nlp', pod=pod, container='main')}}} 1 {ms}")
+    lines.append(
+        f'gpulens_pod_bottleneck_info{{{ANALYZER},namespace="nlp",pod="bert",node="n1",bottleneck="data_starvation",'
+        f'secondary="",evidence="switches_per_minute=12.0 >= 2.0",recommendation="{STARVING_FIX}"}} 1 {now * 1000}'
+    )
+    store = VictoriaMetrics(tmp_path, ("-search.latencyOffset=0s",))
+    port = free_port()
+    log = open(tmp_path / "vmalert.log", "w")
+    evaluator = subprocess.Popen(
+        [
+            vmalert,
+            f"-rule={fast / cli.RULES_FILE}",
+            f"-datasource.url={store.url}",
+            f"-remoteWrite.url={store.url}",
+            "-remoteWrite.flushInterval=500ms",
+            "-notifier.url=http://127.0.0.1:1",  # delivery is Alertmanager's test; this one reads vmalert's API
+            "-evaluationInterval=2s",
+            f"-httpListenAddr=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    try:
+        store.load("\n".join(lines) + "\n")
+
+        def firing() -> list[dict]:
+            try:
+                answer = requests.get(f"http://127.0.0.1:{port}/api/v1/alerts", timeout=2).json()
+            except (requests.RequestException, ValueError):
+                return []
+            alerts = answer["data"]["alerts"] or []
+            return [a for a in alerts if a["name"] == routing.PAGE and a["state"] == "firing"]
+
+        [page] = wait_until(firing, 60, interval=0.5, what="vmalert to fire the page")
+    finally:
+        evaluator.terminate()
+        evaluator.wait(timeout=10)
+        log.close()
+        store.stop()
+    assert page["labels"] == {
+        "alertgroup": "gpulens.alerts",
+        "alertname": routing.PAGE,
+        "severity": "critical",
+        "component": "pod",
+        "namespace": "nlp",
+        "pod": "bert",
+        "node": "n1",
+    }
+    annotations = page["annotations"]
+    assert annotations["summary"] == "nlp/bert keeps its GPUs' SMs busy only 10% of the time: data_starvation"
+    assert (annotations["bottleneck"], annotations["recommendation"]) == ("data_starvation", STARVING_FIX)
+    assert annotations["dashboard_url"] == pod_link("nlp", "bert", mixin.POD_SM_PANEL)

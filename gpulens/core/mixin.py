@@ -354,9 +354,11 @@ def panel_ids(dashboard: tuple[str, str]) -> dict[str, int]:
 def dashboard_link(c: MixinConfig, target: tuple[str, str] | Panel, **variables: str) -> str:
     """URL of a dashboard (or of one panel of it, opened alone) with its variables set; values may be
     alert templates ({{ $labels.pod }}). The alert's `cluster` label (set by Thanos or Mimir users'
-    external labels; empty otherwise) selects the dashboard's cluster."""
+    external labels; empty otherwise) selects the dashboard's cluster. It is written `with`, not printed
+    as it is: an absent label prints as "" in Prometheus but as "<no value>" in vmalert."""
     (uid, _), view = (target.dashboard, f"&viewPanel={target.id}") if isinstance(target, Panel) else (target, "")
-    query = "&".join(f"var-{name}={value}" for name, value in {"cluster": "{{ $labels.cluster }}", **variables}.items())
+    cluster = "{{ with $labels.cluster }}{{ . }}{{ end }}"
+    query = "&".join(f"var-{name}={value}" for name, value in {"cluster": cluster, **variables}.items())
     return f"{c.grafana_url}/d/{uid}?{query}{view}"
 
 
