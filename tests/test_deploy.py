@@ -274,3 +274,72 @@ def test_compose_configs_pass_promtool_and_amtool():
         [amtool, "check-config", "deploy/compose/alertmanager.yml"], cwd=REPO, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def restricted_violations(pod: dict) -> set[str]:
+    """What in a pod spec the Pod Security Standards' `restricted` level forbids (kubernetes.io/docs/concepts/
+    security/pod-security-standards: host namespaces, hostPath volumes, privilege escalation, root, added
+    capabilities but NET_BIND_SERVICE, a seccomp profile other than RuntimeDefault or Localhost)."""
+    found = {name for name in ("hostPID", "hostIPC", "hostNetwork") if pod.get(name)}
+    found |= {f"hostPath volume {v['name']}" for v in pod.get("volumes", []) if "hostPath" in v}
+    pod_context = pod.get("securityContext", {})
+    for container in pod["containers"] + pod.get("initContainers", []):
+        context = {**pod_context, **container.get("securityContext", {})}
+        if context.get("privileged"):
+            found.add("privileged")
+        if context.get("allowPrivilegeEscalation") is not False:
+            found.add("allowPrivilegeEscalation")
+        if context.get("runAsNonRoot") is not True or context.get("runAsUser") == 0:
+            found.add("runs as root")
+        capabilities = context.get("capabilities", {})
+        if "ALL" not in capabilities.get("drop", []) or set(capabilities.get("add", [])) - {"NET_BIND_SERVICE"}:
+            found.add("capabilities")
+        if context.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            found.add("seccompProfile")
+    return found
+
+
+def test_the_analyzer_meets_restricted_and_the_exporter_breaks_it_only_where_it_says_why():
+    analyzer = by_kind("Deployment")["gpulens-analyzer"]["spec"]["template"]["spec"]
+    assert restricted_violations(analyzer) == set()
+    exporter = by_kind("DaemonSet")["gpulens-exporter"]["spec"]["template"]["spec"]
+    # Exactly the privileges exporter.yaml explains beside each (the test above): nothing else, and a
+    # seccomp profile as `restricted` wants.
+    assert restricted_violations(exporter) == {
+        "hostPID",
+        "hostPath volume pod-resources",
+        "hostPath volume proc",
+        "hostPath volume var-log",
+        "runs as root",
+    }
+    namespace = next(m for m in MANIFESTS if m["kind"] == "Namespace")["metadata"]["labels"]
+    assert namespace["pod-security.kubernetes.io/warn"] == "restricted"
+
+
+def test_only_prometheus_reaches_gpulens_and_the_analyzer_reaches_only_prometheus():
+    policies = by_kind("NetworkPolicy")
+    workloads = {"gpulens-exporter": by_kind("DaemonSet"), "gpulens-analyzer": by_kind("Deployment")}
+    for name, policy in policies.items():
+        template = workloads[name][name]["spec"]["template"]
+        assert policy["spec"]["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+        [rule] = policy["spec"]["ingress"]
+        ports = {p["name"] for p in template["spec"]["containers"][0]["ports"]}
+        assert [p["port"] for p in rule["ports"]] == ["metrics"] and "metrics" in ports
+        [source] = rule["from"]
+        assert source["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+    analyzer = policies["gpulens-analyzer"]["spec"]
+    assert analyzer["policyTypes"] == ["Ingress", "Egress"]
+    args = by_kind("Deployment")["gpulens-analyzer"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    url = next(a for a in args if a.startswith("--input.prometheus="))
+    prometheus, dns = analyzer["egress"]
+    assert [p["port"] for p in prometheus["ports"]] == [int(url.rsplit(":", 1)[1])]
+    assert prometheus["to"][0]["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "monitoring"}
+    assert ".monitoring.svc:" in url  # the namespace the policy lets it reach
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+
+
+def test_a_drain_takes_down_at_most_one_analyzer():
+    [budget] = by_kind("PodDisruptionBudget").values()
+    template = by_kind("Deployment")["gpulens-analyzer"]["spec"]["template"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
