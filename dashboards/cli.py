@@ -10,7 +10,10 @@ from gpulens.core.flags import Subcommands
 
 
 def register(commands: Subcommands) -> None:
-    p = commands.add_parser("dashboards", help="write the Grafana dashboards (JSON, for file provisioning)")
+    p = commands.add_parser(
+        "dashboards",
+        help="write the Grafana dashboards (JSON, for file provisioning; a kustomization for the Grafana sidecar)",
+    )
     mixin.add_flags(p)
     p.set_defaults(run=run)
 
@@ -18,4 +21,8 @@ def register(commands: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpulens.dashboards import gpulens  # grafanalib: only for this command, not every gpulens process
 
-    return write_generated("dashboards", args.out, lambda: gpulens.generate(mixin.config_from(args)))
+    def generate() -> dict[str, str]:
+        boards = gpulens.generate(mixin.config_from(args))
+        return {**boards, "kustomization.yaml": gpulens.sidecar_kustomization(list(boards))}
+
+    return write_generated("dashboards", args.out, generate)

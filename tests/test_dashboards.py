@@ -22,8 +22,12 @@ def panels(board):
     return [p for p in board["panels"] if p["type"] != "row"]
 
 
+#: What `gpulens dashboards --out DIR` writes: the dashboards and the kustomization for Grafana's sidecar.
+WRITTEN = {**GENERATED, "kustomization.yaml": dashboards.sidecar_kustomization(list(GENERATED))}
+
+
 def test_committed_dashboards_are_current():
-    for name, text in GENERATED.items():
+    for name, text in WRITTEN.items():
         assert (REPO / "dashboards" / "generated" / name).read_text() == text, (
             f"dashboards/generated/{name} is stale: run `gpulens dashboards --out dashboards/generated`"
         )
@@ -32,7 +36,7 @@ def test_committed_dashboards_are_current():
 def test_generation_is_deterministic_and_the_cli_writes_the_same(tmp_path):
     assert dashboards.generate(mixin.MixinConfig()) == GENERATED
     assert main(["dashboards", "--out", str(tmp_path)]) == 0
-    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == GENERATED
+    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == WRITTEN
 
 
 def test_stable_uids_titles_and_variables():

@@ -143,6 +143,9 @@ def test_kustomize_applies_the_namespace_and_priority_class_before_what_needs_th
 def test_the_operator_objects_are_their_own_part_labelled_for_kube_prometheus_stack():
     operator = kustomize(OPERATOR)
     assert sorted((m["kind"], m["metadata"]["name"]) for m in operator) == [
+        ("ConfigMap", "gpulens-fleet-dashboard"),
+        ("ConfigMap", "gpulens-node-dashboard"),
+        ("ConfigMap", "gpulens-pod-dashboard"),
         ("PrometheusRule", "gpulens"),
         ("ServiceMonitor", "gpulens-analyzer"),
         ("ServiceMonitor", "gpulens-exporter"),
@@ -168,6 +171,7 @@ def test_every_alert_links_the_grafana_set_in_the_settings(tmp_path):
     # A user's copy of the tree with their Grafana set.
     shutil.copytree(REPO / "deploy", tmp_path / "deploy")
     shutil.copytree(REPO / "alerts" / "generated", tmp_path / "alerts" / "generated")
+    shutil.copytree(REPO / "dashboards" / "generated", tmp_path / "dashboards" / "generated")
     settings = tmp_path / "deploy" / "kubernetes" / "prometheus-operator" / "settings.yaml"
     settings.write_text(settings.read_text().replace("https://grafana.example.com", "https://grafana.corp.example"))
     links = alert_links(tmp_path / "deploy" / "kubernetes" / "prometheus-operator")
@@ -343,3 +347,22 @@ def test_a_drain_takes_down_at_most_one_analyzer():
     template = by_kind("Deployment")["gpulens-analyzer"]["spec"]["template"]
     assert budget["spec"]["maxUnavailable"] == 1
     assert budget["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+
+
+def test_the_dashboards_reach_grafanas_sidecar_as_configmaps_of_the_generated_json():
+    """kube-prometheus-stack's Grafana sidecar loads ConfigMaps labelled grafana_dashboard (grafana chart's
+    sidecar.dashboards.label) into the folder their grafana_folder annotation names (its folderAnnotation):
+    one ConfigMap per dashboard, each what `gpulens dashboards` generates, under the 256 KiB that
+    `kubectl apply` can keep of an object in its last-applied annotation."""
+    from gpulens.dashboards import gpulens as dashboards
+
+    generated = dashboards.generate(mixin.MixinConfig())
+    maps = {m["metadata"]["name"]: m for m in kustomize(OPERATOR) if m["kind"] == "ConfigMap"}
+    boards = {n: m for n, m in maps.items() if m["metadata"]["labels"].get("grafana_dashboard") == "1"}
+    assert set(boards) == {f"{name.removesuffix('.json')}-dashboard" for name in generated}
+    for name, text in generated.items():
+        board = boards[f"{name.removesuffix('.json')}-dashboard"]
+        assert board["data"] == {name: text}
+        assert board["metadata"]["annotations"] == {"grafana_folder": "gpulens"}
+        assert board["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        assert len(text.encode()) < 256 * 1024
