@@ -61,6 +61,9 @@ class AlertSettings:
     nodes: Owner | None = None
     #: (regular expression on the namespace, owner), first match wins.
     namespaces: tuple[tuple[str, Owner], ...] = ()
+    #: False for the default receivers (one webhook for pages, one for tickets), whose URLs a
+    #: Kubernetes deployment sets in its settings rather than here.
+    receivers_from_file: bool = False
 
     @classmethod
     def load(cls, path: str, webhook_url: str) -> AlertSettings:
@@ -92,6 +95,7 @@ class AlertSettings:
         return cls(
             severities=document.get("severities", {}),
             receivers=receivers,
+            receivers_from_file="receivers" in document,
             default=owner(owners["default"], "owners.default") if "default" in owners else cls.default,
             nodes=owner(owners["nodes"], "owners.nodes") if "nodes" in owners else None,
             namespaces=tuple(
@@ -133,55 +137,209 @@ def _schema() -> Record:
     )
 
 
-def _matcher(label: str, op: str, value: str) -> str:
-    """An Alertmanager matcher with the value quoted and escaped (json quoting is Alertmanager's)."""
-    return f"{label}{op}{json.dumps(value)}"
+@dataclass(frozen=True)
+class Matcher:
+    """One label matcher of a route or an inhibition, written in either of the forms below."""
+
+    label: str
+    op: str  # =, !=, =~ or !~
+    value: str
+
+    def text(self) -> str:
+        """Alertmanager's form, the value quoted and escaped (json quoting is Alertmanager's)."""
+        return f"{self.label}{self.op}{json.dumps(self.value)}"
+
+    def resource(self) -> dict:
+        """The AlertmanagerConfig resource's form."""
+        return {"name": self.label, "matchType": self.op, "value": self.value}
 
 
-def _by_severity(owner: Owner) -> list[dict]:
-    return [{"receiver": owner.pages, "matchers": [_matcher("severity", "=", "critical")]}, {"receiver": owner.tickets}]
+@dataclass(frozen=True)
+class Route:
+    """A node of the routing tree; empty fields are inherited from the parent, as in Alertmanager."""
+
+    receiver: str = ""
+    matchers: tuple[Matcher, ...] = ()
+    group_by: tuple[str, ...] = ()
+    routes: tuple[Route, ...] = ()
+
+
+@dataclass(frozen=True)
+class Inhibition:
+    """While an alert matching `source` fires, alerts matching `target` with the same `equal` labels are muted."""
+
+    source: Matcher
+    target: Matcher
+    equal: tuple[str, ...]
+
+
+#: kube-prometheus' timings, on the root route: a group's first notification waits 30 s for its siblings.
+TIMINGS = {"group_wait": "30s", "group_interval": "5m", "repeat_interval": "12h"}
+
+
+def _by_severity(owner: Owner) -> tuple[Route, ...]:
+    return (Route(owner.pages, (Matcher("severity", "=", "critical"),)), Route(owner.tickets))
+
+
+def routing_tree(settings: AlertSettings) -> Route:
+    """The routing tree: GPU and exporter alerts to the nodes' owner, pod alerts to their namespace's
+    owner, the rest to the default owner; pages (critical) and tickets apart under each owner."""
+    node_route = Route(
+        matchers=(Matcher("component", "=~", "gpu|exporter"),),
+        group_by=tuple(NODE_GROUPING),
+        routes=_by_severity(settings.nodes or settings.default),
+    )
+    namespace_routes = tuple(
+        Route(matchers=(Matcher("namespace", "=~", pattern),), routes=_by_severity(owner))
+        for pattern, owner in settings.namespaces
+    )
+    return Route(
+        settings.default.tickets,
+        group_by=tuple(POD_GROUPING),
+        routes=(node_route, *namespace_routes, _by_severity(settings.default)[0]),
+    )
+
+
+INHIBITIONS = (
+    Inhibition(
+        Matcher("alertname", "=", PAGE),
+        Matcher("alertname", "=~", "|".join(CLASS_ALERTS)),
+        ("cluster", "namespace", "pod"),
+    ),
+    Inhibition(
+        Matcher("alertname", "=", "GpulensExporterDown"),
+        Matcher("component", "=~", "pod|gpu"),
+        ("cluster", "node"),
+    ),
+    Inhibition(
+        Matcher("alertname", "=", "GpulensGpuLost"),
+        Matcher("alertname", "=~", "GpulensGpuThrottled|GpulensGpuXidFault"),
+        ("cluster", "uuid"),
+    ),
+)
+
+
+def _route_config(route: Route, root: bool = False) -> dict:
+    return {
+        **({"receiver": route.receiver} if route.receiver else {}),
+        **({"matchers": [m.text() for m in route.matchers]} if route.matchers else {}),
+        **({"group_by": list(route.group_by)} if route.group_by else {}),
+        **(TIMINGS if root else {}),
+        **({"routes": [_route_config(r) for r in route.routes]} if route.routes else {}),
+    }
 
 
 def alertmanager_config(settings: AlertSettings) -> dict:
-    """The Alertmanager config: receivers, the routing tree by owner and severity, and inhibitions."""
-    routes: list[dict] = [
-        {
-            "matchers": [_matcher("component", "=~", "gpu|exporter")],
-            "group_by": NODE_GROUPING,
-            "routes": _by_severity(settings.nodes or settings.default),
-        }
-    ]
-    routes += [
-        {"matchers": [_matcher("namespace", "=~", pattern)], "routes": _by_severity(owner)}
-        for pattern, owner in settings.namespaces
-    ]
-    routes.append(_by_severity(settings.default)[0])
+    """The Alertmanager config (alertmanager.yml): receivers, the routing tree and the inhibitions."""
     return {
-        "route": {
-            "receiver": settings.default.tickets,
-            "group_by": POD_GROUPING,
-            # kube-prometheus' timings: a group's first notification waits 30 s for its siblings.
-            "group_wait": "30s",
-            "group_interval": "5m",
-            "repeat_interval": "12h",
-            "routes": routes,
-        },
+        "route": _route_config(routing_tree(settings), root=True),
         "receivers": [{"name": name, **body} for name, body in settings.receivers.items()],
         "inhibit_rules": [
             {
-                "source_matchers": [_matcher("alertname", "=", PAGE)],
-                "target_matchers": [_matcher("alertname", "=~", "|".join(CLASS_ALERTS))],
-                "equal": ["cluster", "namespace", "pod"],
-            },
-            {
-                "source_matchers": [_matcher("alertname", "=", "GpulensExporterDown")],
-                "target_matchers": [_matcher("component", "=~", "pod|gpu")],
-                "equal": ["cluster", "node"],
-            },
-            {
-                "source_matchers": [_matcher("alertname", "=", "GpulensGpuLost")],
-                "target_matchers": [_matcher("alertname", "=~", "GpulensGpuThrottled|GpulensGpuXidFault")],
-                "equal": ["cluster", "uuid"],
-            },
+                "source_matchers": [rule.source.text()],
+                "target_matchers": [rule.target.text()],
+                "equal": list(rule.equal),
+            }
+            for rule in INHIBITIONS
         ],
+    }
+
+
+#: The Secret holding what an AlertmanagerConfig takes only from a Secret (API keys, Slack URLs, passwords).
+RECEIVER_SECRET = "gpulens-alertmanager"
+#: Per Alertmanager integration: the fields the Prometheus operator's AlertmanagerConfig (v1alpha1) takes
+#: only as a reference into a Secret. Integrations not listed here have no AlertmanagerConfig form yet.
+SECRET_FIELDS: dict[str, tuple[str, ...]] = {
+    "webhook_configs": (),
+    "slack_configs": ("api_url",),
+    "pagerduty_configs": ("routing_key", "service_key"),
+    "email_configs": ("auth_password", "auth_secret"),
+    "opsgenie_configs": ("api_key",),
+    "msteams_configs": ("webhook_url",),
+    "telegram_configs": ("bot_token",),
+}
+#: Alertmanager field names whose AlertmanagerConfig spelling is not plain camelCase.
+_RESOURCE_SPELLING = {
+    "api_url": "apiURL",
+    "client_url": "clientURL",
+    "icon_url": "iconURL",
+    "image_url": "imageURL",
+    "thumb_url": "thumbURL",
+    "chat_id": "chatID",
+    "message_thread_id": "messageThreadID",
+    "require_tls": "requireTLS",
+}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return _RESOURCE_SPELLING.get(name, head + "".join(word.capitalize() for word in rest))
+
+
+def secret_key(receiver: str, field_name: str) -> str:
+    """The key in RECEIVER_SECRET of one receiver's secret field (a Secret key allows [-._a-zA-Z0-9])."""
+    return re.sub(r"[^-._a-zA-Z0-9]", "-", f"{receiver}-{field_name}".replace("_", "-"))
+
+
+def _receiver_resource(name: str, body: dict, where: str) -> dict:
+    """One receiver in the AlertmanagerConfig's form; ConfigError for what that form cannot carry."""
+    resource: dict = {"name": name}
+    for integration, configs in body.items():
+        if integration not in SECRET_FIELDS:
+            raise ConfigError(
+                f"{where}.{integration}: the Prometheus operator's AlertmanagerConfig is generated for "
+                f"{', '.join(SECRET_FIELDS)}; use one of those or load alertmanager.yml into Alertmanager directly"
+            )
+        converted = []
+        for i, config in enumerate(configs):
+            entry: dict = {}
+            for key, value in config.items():
+                if isinstance(value, dict):
+                    raise ConfigError(
+                        f"{where}.{integration}[{i}].{key}: the AlertmanagerConfig takes it in another form; "
+                        "drop it from the settings, or load alertmanager.yml into Alertmanager directly"
+                    )
+                if key in SECRET_FIELDS[integration]:
+                    entry[_camel(key)] = {"name": RECEIVER_SECRET, "key": secret_key(name, key)}
+                else:
+                    entry[_camel(key)] = value
+            converted.append(entry)
+        resource[_camel(integration)] = converted
+    return resource
+
+
+def _route_resource(route: Route, root: bool = False) -> dict:
+    return {
+        **({"receiver": route.receiver} if route.receiver else {}),
+        **({"matchers": [m.resource() for m in route.matchers]} if route.matchers else {}),
+        **({"groupBy": list(route.group_by)} if route.group_by else {}),
+        **({_camel(key): value for key, value in TIMINGS.items()} if root else {}),
+        **({"routes": [_route_resource(r) for r in route.routes]} if route.routes else {}),
+    }
+
+
+def alertmanager_config_resource(settings: AlertSettings, namespace: str = "gpulens") -> dict:
+    """The same routing as an AlertmanagerConfig (monitoring.coreos.com/v1alpha1) for the Prometheus operator.
+
+    Secret fields (API keys, Slack URLs) become references into the Secret RECEIVER_SECRET. The
+    operator confines such a resource to alerts labelled with its own namespace unless the Alertmanager
+    sets `alertmanagerConfigMatcherStrategy: {type: None}` (README, "With the Prometheus operator")."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1alpha1",
+        "kind": "AlertmanagerConfig",
+        "metadata": {"name": "gpulens", "namespace": namespace, "labels": {"app.kubernetes.io/part-of": "gpulens"}},
+        "spec": {
+            "route": _route_resource(routing_tree(settings), root=True),
+            "receivers": [
+                _receiver_resource(name, body, f"receivers.{name}") for name, body in settings.receivers.items()
+            ],
+            "inhibitRules": [
+                {
+                    "sourceMatch": [rule.source.resource()],
+                    "targetMatch": [rule.target.resource()],
+                    "equal": list(rule.equal),
+                }
+                for rule in INHIBITIONS
+            ],
+        },
     }

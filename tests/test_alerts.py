@@ -986,6 +986,19 @@ def test_settings_route_each_alert_to_its_owner(tmp_path):
             "GpulensPodLowSmActivity: expected one of critical, warning, got 'page'",
         ),
         ("owners: {namespaces: [{match: 'nlp(', pages: pages, tickets: tickets}]}\n", "expected a regular expression"),
+        # What the Prometheus operator's AlertmanagerConfig cannot carry in Alertmanager's form.
+        (
+            "receivers: {a: {discord_configs: [{webhook_url: 'http://x'}]}}\n"
+            "owners: {default: {pages: a, tickets: a}}\n",
+            "receivers.a.discord_configs: the Prometheus operator's AlertmanagerConfig is generated for "
+            "webhook_configs, slack_configs, pagerduty_configs, email_configs, opsgenie_configs, msteams_configs, "
+            "telegram_configs; use one of those or load alertmanager.yml into Alertmanager directly",
+        ),
+        (
+            "receivers: {a: {webhook_configs: [{url: 'http://x', http_config: {proxy_url: 'http://p'}}]}}\n"
+            "owners: {default: {pages: a, tickets: a}}\n",
+            "receivers.a.webhook_configs[0].http_config: the AlertmanagerConfig takes it in another form",
+        ),
     ],
 )
 def test_bad_settings_are_refused_naming_the_fix(tmp_path, capsys, settings, message):
