@@ -23,8 +23,8 @@ from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.config import duration_seconds, prometheus_duration
 from gpulens.core.mixin import MixinConfig, metric
 
-#: XIDs the application causes, as the xid label writes them (core/metrics.py has the catalogue).
-APPLICATION_XIDS = tuple(str(code) for code in m.APPLICATION_XIDS)
+#: XIDs the application causes, as the texts list them (core/metrics.py has the catalogue).
+APPLICATION_XIDS = ", ".join(str(code) for code in m.APPLICATION_XIDS)
 
 
 @dataclass(frozen=True)
@@ -295,7 +295,7 @@ GPU the others wait for and the stalls' shape.
 
 
 def _xid_selector(c: MixinConfig, match: str) -> str:
-    return f'{metric("gpu_xid_errors_total")}{{{c.exporter},xid{match}"{"|".join(APPLICATION_XIDS)}"}}'
+    return f"{metric('gpu_xid_errors_total')}{{{c.exporter},{mixin.xid_matcher(match)}}}"
 
 
 def _application_xid_alert(c: MixinConfig) -> Alert:
@@ -321,7 +321,7 @@ def _application_xid_alert(c: MixinConfig) -> Alert:
         f"{holder} made {GPU} report application XIDs",
         f'The driver reported XID {codes} ({{{{ $value | printf "%.0f" }}}} in the last {w}) on {GPU}, held by '
         f"{holder}: the program on it faulted. The GPU itself is fine.",
-        f"""XIDs {", ".join(APPLICATION_XIDS)} are the application's (NVIDIA's XID catalogue): 13 an exception in a
+        f"""XIDs {APPLICATION_XIDS} are the application's (NVIDIA's XID catalogue): 13 an exception in a
 kernel (an illegal address, an assert), 31 a GPU memory page fault, 43 the GPU stopped the faulting program,
 45 the process was killed and its work cleaned up. The node is healthy; the ticket goes to the namespace.
 
@@ -394,7 +394,7 @@ never alerts.
             f"The driver reported XID {{{{ $labels.xid }}}} on {GPU} within the last {w}. It is not one an "
             f"application causes: the GPU, its memory, its links or the driver are at fault.",
             f"""The NVIDIA driver logged an XID that points at the GPU, its memory, NVLink or the driver (every XID but
-the application's {", ".join(APPLICATION_XIDS)}, which ticket the namespace as GpulensPodApplicationXid). It fires
+the application's {APPLICATION_XIDS}, which ticket the namespace as GpulensPodApplicationXid). It fires
 after one minute, so a fault is on the node owner's screen before the next job lands on the GPU.
 
 1. `dmesg | grep -i xid` on the node; NVIDIA's XID catalogue says what the code means.

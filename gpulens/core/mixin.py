@@ -229,8 +229,13 @@ def new_errors(selector: str, window: str) -> str:
     return f"(increase({selector}[{window}]) > 0 or ({selector} unless {selector} offset {window}))"
 
 
-#: The matcher that keeps gpulens_gpu_xid_errors_total's hardware codes (metrics.is_hardware_xid).
-HARDWARE_XID_MATCHER = f'xid!~"{"|".join(str(code) for code in APPLICATION_XIDS)}"'
+def xid_matcher(op: str) -> str:
+    """The matcher on gpulens_gpu_xid_errors_total's xid label for the application's codes: `=~` keeps
+    them, `!~` the hardware and driver codes (metrics.is_hardware_xid)."""
+    return f'xid{op}"{"|".join(str(code) for code in APPLICATION_XIDS)}"'
+
+
+HARDWARE_XID_MATCHER = xid_matcher("!~")
 
 
 def hardware_xids(selector: str, window: str, by: str) -> str:
