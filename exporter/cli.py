@@ -23,6 +23,7 @@ from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources import simulated
 from gpulens.exporter.sources.base import Source, SourceUnavailable
+from gpulens.exporter.sources.nvml_calls import COLLECTORS
 from gpulens.simulator import fleet
 from gpulens.simulator.workloads import PROFILES
 
@@ -194,6 +195,15 @@ def register(commands: Subcommands) -> None:
         default=1.0,
         help="run the simulated workloads this many times faster than real time",
     )
+    for name, what in COLLECTORS.items():
+        flags.add(
+            p,
+            f"--collector.{name}",
+            dest=f"collector_{name}",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help=f"read {what} (NVML source)",
+        )
     flags.add(
         p,
         "--record",
@@ -240,7 +250,8 @@ def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
             args.procfs,
             args.var_log,
         )
-        nvml = NvmlSource(rediscover_seconds=args.rediscover_interval)
+        collectors = frozenset(name for name in COLLECTORS if getattr(args, f"collector_{name}"))
+        nvml = NvmlSource(rediscover_seconds=args.rediscover_interval, collectors=collectors)
         if fetcher is None:
             return nvml, attribution
         from gpulens.exporter.sources.dcgm import MergedSource

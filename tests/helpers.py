@@ -25,12 +25,15 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE_NVML_SOURCE = REPO / "tests" / "fake_nvml" / "fake_nvml.c"
 
 
-def build_fake_nvml(out_dir: Path) -> Path:
-    """Compile tests/fake_nvml/fake_nvml.c into out_dir/libnvidia-ml.so.1 with gcc."""
+def build_fake_nvml(out_dir: Path, driver_branch: int | None = None) -> Path:
+    """Compile tests/fake_nvml/fake_nvml.c into out_dir/libnvidia-ml.so.1 with gcc; with `driver_branch`,
+    as a driver of that branch, without the entry points added since (the file's header lists them)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     library = out_dir / "libnvidia-ml.so.1"
+    branch = [f"-DDRIVER_BRANCH={driver_branch}"] if driver_branch else []
     subprocess.run(
-        ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-o", str(library), str(FAKE_NVML_SOURCE), "-lpthread"],
+        ["gcc", "-shared", "-fPIC", "-O2", "-Wall", "-Werror", *branch, "-o", str(library), str(FAKE_NVML_SOURCE)]
+        + ["-lpthread"],
         check=True,
     )
     return library

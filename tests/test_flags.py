@@ -58,6 +58,11 @@ def test_environment_durations_and_switches_are_read_as_the_flags_are(monkeypatc
     with pytest.raises(SystemExit):
         cli.main(["exporter"])
     assert "GPULENS_ONCE='maybe': expected true or false" in capsys.readouterr().err
+    # A collector switched off by its variable, as --no-collector.xid would; the flag still wins.
+    monkeypatch.setenv("GPULENS_COLLECTOR_XID", "false")
+    assert cli.build_parser().parse_args(["exporter"]).collector_xid is False
+    assert cli.build_parser().parse_args(["exporter", "--collector.xid"]).collector_xid is True
+    assert cli.build_parser().parse_args(["exporter"]).collector_gpm is True
 
 
 def test_help_shows_each_default_and_its_environment_variable(capsys):

@@ -15,7 +15,7 @@ import requests
 
 from tests import captures
 from tests.fake_kubelet import FakeKubelet
-from tests.helpers import REPO, samples, start_nvml_exporter, value, wait_until
+from tests.helpers import REPO, FakeNvml, build_fake_nvml, samples, start_nvml_exporter, value, wait_until
 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
 pytestmark = pytest.mark.slow
@@ -620,3 +620,124 @@ def test_a_gpu_with_more_processes_than_the_kept_buffer_reports_every_one(fake_n
     assert "5099" not in memory
     busy = [labels for name, labels in parsed if name == "gpulens_process_busy_seconds_total"]
     assert len(busy) == 100
+
+
+@pytest.fixture(scope="session")
+def older_drivers(tmp_path_factory) -> dict[int, object]:
+    """The fake library as drivers of older branches: the directory holding each."""
+    return {
+        branch: build_fake_nvml(tmp_path_factory.mktemp(f"fake-nvml-{branch}"), driver_branch=branch).parent
+        for branch in (470, 450)
+    }
+
+
+def collector_series(parsed, name: str) -> dict[str, float]:
+    return {dict(labels)["collector"]: v for (metric, labels), v in parsed.items() if metric == name}
+
+
+@pytest.mark.parametrize(
+    "branch, processes_call",
+    [(470, "nvmlDeviceGetComputeRunningProcesses_v2"), (450, "nvmlDeviceGetComputeRunningProcesses")],
+)
+def test_an_older_driver_is_read_through_the_older_version_of_each_call(
+    older_drivers, tmp_path, branch, processes_call
+):
+    """The T4 capture on a driver that lacks the newest entry points: each value comes through the newest
+    version that driver has, and nothing is reported failing."""
+    gpu, _ = captures.t4_with_processes()
+    gpu["clock_event_reasons"] = 0x4  # sw_power_cap
+    gpu["gpm"] = 1  # the board could; the driver has no GPM
+    nvml = FakeNvml(older_drivers[branch], tmp_path / "nvml-state")
+    nvml.write([gpu], driver_version=f"{branch}.256.02", nvml_version=f"11.{branch}.256.02")
+    result = run_once(nvml)
+    assert result.returncode == 0, result.stderr
+    parsed = samples(result.stdout)
+    # nvidia-smi's capture: 1032 MiB used and 388 MiB reserved. The first nvmlDeviceGetMemoryInfo has no
+    # reserved: what the driver reserves is in its used, as nvidia-smi showed it on those drivers.
+    assert value(parsed, "gpulens_gpu_memory_used_bytes", gpu="0") == (1032 + 388) * MIB
+    assert value(parsed, "gpulens_gpu_memory_reserved_bytes", gpu="0") is None
+    assert value(parsed, "gpulens_gpu_memory_total_bytes", gpu="0") == 15360 * MIB
+    assert value(parsed, "gpulens_process_memory_used_bytes", pid="5762") == 1005 * MIB
+    assert value(parsed, "gpulens_gpu_clock_event_active", gpu="0", reason="sw_power_cap") == 1
+    assert value(parsed, "gpulens_gpu_clock_event_active", gpu="0", reason="hw_slowdown") == 0
+    assert value(parsed, "gpulens_gpu_sm_active_ratio", gpu="0") is None
+    assert collector_series(parsed, "gpulens_exporter_collector_success") == dict.fromkeys(
+        ("nvml", "processes", "nvlink", "gpm", "xid", "topology", "kubelet"), 1.0
+    ) | {"kubelet": 0.0}
+    for newer, older in (
+        ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"),
+        ("nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"),
+        ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+    ):
+        assert f"the NVIDIA driver has no {newer} (Function Not Found): using {older}" in result.stderr
+    assert result.stderr.count("the NVIDIA driver has no") == (4 if branch == 450 else 3)
+    assert f"using {processes_call}" in result.stderr and "failed" not in result.stderr
+
+
+def test_collectors_switched_off_read_nothing_and_report_nothing(fake_nvml):
+    gpus, driver = capture_state("h100")
+    gpus[0].update({"nvlink_links": 18, "xids": "", "proc0.pid": 4242, "proc0.name": "python", "proc0.memory": MIB})
+    fake_nvml.write(gpus, driver_version=driver)
+    every = samples(run_once(fake_nvml).stdout)
+    off = ("--no-collector.processes", "--no-collector.nvlink", "--no-collector.gpm", "--no-collector.topology")
+    result = run_once(fake_nvml, *off, "--no-collector.xid")
+    assert result.returncode == 0, result.stderr
+    fewer = samples(result.stdout)
+    assert set(collector_series(every, "gpulens_exporter_collector_success")) == {
+        "nvml",
+        "processes",
+        "nvlink",
+        "gpm",
+        "xid",
+        "topology",
+        "kubelet",
+    }
+    assert set(collector_series(fewer, "gpulens_exporter_collector_success")) == {"nvml", "kubelet"}
+    gone = {metric for metric, _ in every} - {metric for metric, _ in fewer}
+    assert gone == {
+        "gpulens_process_info",
+        "gpulens_process_memory_used_bytes",
+        "gpulens_process_utilization_ratio",
+        "gpulens_process_busy_seconds_total",
+        "gpulens_process_idle_seconds_total",
+        "gpulens_gpu_nvlink_links",
+        "gpulens_gpu_nvlink_links_down",
+        "gpulens_gpu_nvlink_transmit_bytes_total",
+        "gpulens_gpu_nvlink_receive_bytes_total",
+        "gpulens_gpu_nvlink_errors_total",
+        "gpulens_gpu_sm_active_ratio",
+        "gpulens_gpu_sm_active_seconds_total",
+        "gpulens_gpu_sm_occupancy_ratio",
+        "gpulens_gpu_tensor_active_ratio",
+        "gpulens_gpu_dram_active_ratio",
+        "gpulens_gpu_graphics_engine_active_ratio",
+        "gpulens_gpu_fp64_active_ratio",
+        "gpulens_gpu_fp32_active_ratio",
+        "gpulens_gpu_fp16_active_ratio",
+    }
+    # What stays is read as before: the PCIe counters share the NVLink collector's driver call.
+    for metric in ("gpulens_gpu_power_watts", "gpulens_gpu_pcie_transmit_bytes_total", "gpulens_gpu_memory_used_bytes"):
+        assert value(fewer, metric, gpu="0") == value(every, metric, gpu="0")
+
+
+def test_a_failing_collector_reports_itself_and_only_itself(fake_nvml):
+    gpus = _two_gpus()
+    gpus[1]["flaky"] = "nvmlDeviceGetComputeRunningProcesses_v3"
+    fake_nvml.write(gpus)
+    exporter, url = start_nvml_exporter(fake_nvml)
+    try:
+        failures = lambda: collector_series(  # noqa: E731
+            samples(requests.get(url + "/metrics").text), "gpulens_exporter_collector_failures_total"
+        )
+        wait_until(lambda: failures()["processes"] >= 2, timeout=30, what="two failed runs of the processes collector")
+        counted = failures()
+        assert {name: n for name, n in counted.items() if name not in ("processes", "kubelet")} == {
+            "nvml": 0,
+            "nvlink": 0,
+            "gpm": 0,
+            "xid": 0,
+            "topology": 0,
+        }
+        assert exporter.log.count("GPU 1: nvmlDeviceGetComputeRunningProcesses_v3 failed") == 1
+    finally:
+        exporter.stop()

@@ -192,7 +192,7 @@ class MergedSource(Source):
         return node
 
     def statuses(self) -> dict[str, CollectorStatus]:
-        return {self.fetcher.name: self.fetcher.status}
+        return {**self.nvml.statuses(), self.fetcher.name: self.fetcher.status}
 
     def loop_errors(self) -> int:
         return self.nvml.loop_errors()

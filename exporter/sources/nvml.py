@@ -1,11 +1,13 @@
 """The NVML source: reads every GPU and MIG instance through nvidia-ml-py (pynvml).
 
-Every NVML failure is judged in one place, `NvmlSource._failed` (through `call`, or directly in the
-per-tick loops):
-- NOT_SUPPORTED / FUNCTION_NOT_FOUND (older driver) mean "this GPU does not have it": the metric is
-  omitted, never exported as 0 or NaN, and a plain board read is not retried until rediscovery;
-- GPU_IS_LOST means the GPU fell off the bus: the device is reported down and keeps only its up series;
-- any other error drops that one value for this tick and is logged once, not every second.
+Every NVML failure is judged in one place, the choke point of nvml_calls.py: NOT_SUPPORTED or
+FUNCTION_NOT_FOUND (an older driver) mean "this GPU does not have it" and the metric is omitted (a plain
+board read is not retried until rediscovery); GPU_IS_LOST reports the device down, with only its up
+series; any other error drops that one value for this tick and is logged once, not every second. Calls
+that drivers have in several versions are made in the newest the driver has (nvml_calls.Versioned).
+
+The read groups beyond the basics are collectors, as node_exporter has them (`--collector.NAME`,
+COLLECTORS): each can be switched off, and each reports its success and duration.
 
 The array answers (field values, utilization samples, processes, per-process samples) are read with one
 driver call each into buffers each GPU keeps (nvml_buffers.py) and unpacked from the raw bytes.
@@ -24,13 +26,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from gpulens.core import metrics as m
-from gpulens.core.status import LoopGuard, ProblemLog
+from gpulens.core.status import CollectorStatus, LoopGuard, ProblemLog
 from gpulens.core.topology import Pair
 from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSample, Source, SourceUnavailable
-from gpulens.exporter.sources.nvml_buffers import DeviceBuffers
+from gpulens.exporter.sources.nvml_buffers import RUNNING_PROCESSES, DeviceBuffers
+from gpulens.exporter.sources.nvml_calls import COLLECTORS, DeviceLost, NvmlCalls, Outcome, Version, Versioned
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +62,10 @@ _GPM_ANSWERS = struct.Struct("=" + "4xId24x" * len(_GPM_METRICS))
 #: the 8-byte nvmlValue_t union, read as unsigned long long (an unsigned int value is its low half: NVIDIA hosts
 #: are little-endian).
 _FIELD_VALUE = struct.Struct("=28xIQ")
-#: Of an nvmlProcessInfo_t (pid, padding, usedGpuMemory, gpuInstanceId, computeInstanceId): pid and usedGpuMemory.
-_PROCESS_INFO = struct.Struct("=I4xQ8x")
+#: Of an nvmlProcessInfo_t (pid, padding, usedGpuMemory, gpuInstanceId, computeInstanceId): pid and usedGpuMemory,
+#: by the version of the running-processes call that filled it (the first version's has only those two).
+_PROCESS_INFO = {version: struct.Struct("=I4xQ8x") for version in RUNNING_PROCESSES[:-1]}
+_PROCESS_INFO[RUNNING_PROCESSES[-1]] = struct.Struct("=I4xQ")
 _NOT_AVAILABLE = 0xFFFFFFFFFFFFFFFF  # NVML_VALUE_NOT_AVAILABLE as an unsigned long long
 #: Of an nvmlProcessUtilizationSample_t (pid, padding, timeStamp, smUtil, memUtil, encUtil, decUtil): pid,
 #: timeStamp and smUtil.
@@ -78,10 +84,6 @@ _GPM_MIN_SPACING_SECONDS = 0.1
 #: One plain board read: the spec it feeds, the pynvml function, its arguments after the device handle, the
 #: factor to base units, and the spec's extra label values.
 _BoardRead = tuple[m.MetricSpec, Callable[..., Any], tuple[Any, ...], float, tuple[str, ...]]
-
-
-class DeviceLost(Exception):
-    """The GPU answered NVML_ERROR_GPU_IS_LOST."""
 
 
 @dataclass
@@ -137,15 +139,23 @@ class _Device:
 class NvmlSource(Source):
     name = "nvml"
 
-    def __init__(self, event_wait_ms: int = 500, rediscover_seconds: float = 60.0):
+    def __init__(
+        self,
+        event_wait_ms: int = 500,
+        rediscover_seconds: float = 60.0,
+        collectors: frozenset[str] = frozenset(COLLECTORS),
+    ):
         #: Devices are re-enumerated this often, to see MIG reconfiguration and GPUs coming back.
         self.rediscover_seconds = rediscover_seconds
+        #: The enabled collectors of COLLECTORS.
+        self.collectors = collectors
         self._event_wait_ms = event_wait_ms
         self._devices: list[_Device] = []
         self._discovered_at = 0.0
         self._xids: Counter[tuple[str, str]] = Counter()
         self._xid_lock = threading.Lock()
         self._xids_watched: set[str] = set()  # the GPUs registered for XID events
+        self._xid_failing = False  # the XID watcher could not register a GPU, or its last wait failed
         self._stop = threading.Event()
         self._problems = ProblemLog(log)
         self._xid_guard = LoopGuard(log, "watching for XID events")
@@ -180,10 +190,36 @@ class NvmlSource(Source):
             raise SourceUnavailable(
                 f"NVML failed to initialise: {e}; check that nvidia-smi works on this node, or use --source=simulated"
             ) from e
+        self.calls = NvmlCalls(pynvml, self._problems, tuple(self.collectors))
+        # The XID watcher's thread sorts its own calls: its failures must not count against whichever
+        # collector the sampler's thread is reading at that moment.
+        self._xid_calls = NvmlCalls(pynvml, self._problems)
+        self._memory = Versioned(
+            pynvml,
+            [
+                Version(
+                    "nvmlDeviceGetMemoryInfo_v2", partial(pynvml.nvmlDeviceGetMemoryInfo, version=pynvml.nvmlMemory_v2)
+                ),
+                # The first version has no `reserved`: its `used` includes what the driver reserves.
+                Version("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo),
+            ],
+        )
+        self._clock_reasons = Versioned(
+            pynvml,
+            [
+                Version("nvmlDeviceGetCurrentClocksEventReasons", pynvml.nvmlDeviceGetCurrentClocksEventReasons),
+                Version("nvmlDeviceGetCurrentClocksThrottleReasons", pynvml.nvmlDeviceGetCurrentClocksThrottleReasons),
+            ],
+        )
+        self._processes = Versioned(
+            pynvml,
+            [Version(name, partial(DeviceBuffers.running_processes, version=name)) for name in RUNNING_PROCESSES],
+        )
         self.driver_version = self._optional(pynvml.nvmlSystemGetDriverVersion) or ""
         self.nvml_version = self._optional(pynvml.nvmlSystemGetNVMLVersion) or ""
         self._discover()
-        threading.Thread(target=self._watch_xids, name="gpulens-xid", daemon=True).start()
+        if "xid" in self.collectors:
+            threading.Thread(target=self._watch_xids, name="gpulens-xid", daemon=True).start()
 
     def close(self) -> None:
         self._stop.set()
@@ -194,11 +230,12 @@ class NvmlSource(Source):
         except Exception:  # shutting down after a lost GPU may fail; nothing to do about it
             pass
 
-    def _optional(self, fn, *args):
-        try:
-            return fn(*args)
-        except self.nvml.NVMLError:
-            return None
+    def _optional(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A call made outside any GPU's tick (discovery, the system's names): None where it fails."""
+        return self.calls.call(fn, *args)
+
+    def statuses(self) -> dict[str, CollectorStatus]:
+        return dict(self.calls.statuses)
 
     # --- discovery -----------------------------------------------------------------------------
     def _discover(self) -> None:
@@ -207,7 +244,9 @@ class NvmlSource(Source):
         for d in self._devices:
             self._free_gpm(d)
         devices: list[_Device] = []
-        count = nvml.nvmlDeviceGetCount()
+        count = self._optional(nvml.nvmlDeviceGetCount)
+        if count is None:
+            raise RuntimeError("nvmlDeviceGetCount failed (the log line above says why)")
         for index in range(count):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -245,7 +284,10 @@ class NvmlSource(Source):
         self._keep_missing(devices)
         self._devices = devices
         self._discovered_at = time.monotonic()
-        self._topology = self._read_topology([d for d in devices if d.handle is not None and d.mig_mode != "instance"])
+        if "topology" in self.collectors:
+            with self.calls.collector("topology"):
+                gpus = [d for d in devices if d.handle is not None and d.mig_mode != "instance"]
+                self._topology = self._read_topology(gpus)
 
     def _keep_missing(self, devices: list[_Device]) -> None:
         """GPUs enumerated before but not now (fallen off the bus, unbound) stay in `devices`, without a
@@ -274,9 +316,8 @@ class NvmlSource(Source):
         found = []
         limit = self._optional(nvml.nvmlDeviceGetMaxMigDeviceCount, parent.handle) or 0
         for i in range(limit):
-            try:
-                handle = nvml.nvmlDeviceGetMigDeviceHandleByIndex(parent.handle, i)
-            except nvml.NVMLError:
+            handle = self._optional(nvml.nvmlDeviceGetMigDeviceHandleByIndex, parent.handle, i)
+            if handle is None:
                 continue  # an empty slot: NVML_ERROR_NOT_FOUND
             gi = self._optional(nvml.nvmlDeviceGetGpuInstanceId, handle)
             name = self._optional(nvml.nvmlDeviceGetName, handle) or ""
@@ -302,7 +343,9 @@ class NvmlSource(Source):
     def _discover_links(self, gpu: _Device) -> None:
         """How many NVLinks the GPU has, and the fields to read each tick."""
         nvml = self.nvml
-        count = self._optional(nvml.nvmlDeviceGetFieldValues, gpu.handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
+        count = None
+        if "nvlink" in self.collectors:
+            count = self._optional(nvml.nvmlDeviceGetFieldValues, gpu.handle, [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
         if count is not None and count[0].nvmlReturn == nvml.NVML_SUCCESS:
             gpu.nvlink_links = count[0].value.uiVal
         gpu.counter_fields = [(m.PCIE_TRANSMIT, 1.0, ()), (m.PCIE_RECEIVE, 1.0, ())]
@@ -321,10 +364,10 @@ class NvmlSource(Source):
             ]
 
     def _gpm_supported(self, handle: Any) -> bool:
-        try:
-            return bool(self.nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
-        except (self.nvml.NVMLError, AttributeError):
+        if "gpm" not in self.collectors:
             return False
+        support = self._optional(self.nvml.nvmlGpmQueryDeviceSupport, handle)
+        return support is not None and bool(support.isSupportedDevice)
 
     def _read_topology(self, gpus: list[_Device]) -> list[Pair]:
         pairs = []
@@ -379,27 +422,13 @@ class NvmlSource(Source):
                         "it fell off the bus or needs a reset; its series are withdrawn",
                     )
             devices.append(sample)
+        self.calls.end_tick()
         return NodeSample(devices, self.driver_version, self.nvml_version, self._topology)
 
     def call(self, d: _Device, fn: Callable[..., Any], *args: Any) -> Any:
-        """The NVML choke point: value, or None where unsupported or failing this tick."""
-        try:
-            return fn(*args)
-        except self.nvml.NVMLError as e:
-            self._failed(d, fn, e)
-            return None
-
-    def _failed(self, d: _Device, fn: Callable[..., Any], e: Any) -> bool:
-        """What an NVML error means: True where the GPU does not have the call (NOT_SUPPORTED, or
-        FUNCTION_NOT_FOUND on an older driver); DeviceLost raised where it fell off the bus; any other
-        error logged once (not every second) and False."""
-        code = e.value
-        if code in (self.nvml.NVML_ERROR_NOT_SUPPORTED, self.nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
-            return True
-        if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
-            raise DeviceLost() from e
-        self._problems.problem(f"{d.uuid}:{fn.__name__}", f"GPU {d.gpu}: {fn.__name__} failed: {e}")
-        return False
+        """A read of GPU `d` through the choke point: its value, or None where unsupported or failing
+        this tick; DeviceLost raised where the GPU fell off the bus."""
+        return self.calls.call(fn, *args, device=d.gpu)
 
     def _read(self, d: _Device, s: DeviceSample) -> None:
         nvml, h, call = self.nvml, d.handle, self.call
@@ -411,15 +440,19 @@ class NvmlSource(Source):
             if util is not None and d.mig_mode != "enabled":
                 s.set(m.UTILIZATION, util.gpu / 100)
                 s.set(m.MEMORY_CONTROLLER_UTILIZATION, util.memory / 100)
-        memory = call(d, nvml.nvmlDeviceGetMemoryInfo, h, nvml.nvmlMemory_v2)
+        memory = call(d, self._memory, h)
         if memory is not None:
             s.set(m.MEMORY_USED, memory.used)
             s.set(m.MEMORY_TOTAL, memory.total)
-            s.set(m.MEMORY_RESERVED, memory.reserved)
-        self._read_gpm(d, s)
+            s.set(m.MEMORY_RESERVED, getattr(memory, "reserved", None))  # not in the first version
+        if d.gpm_supported:
+            with self.calls.collector("gpm"):
+                self._read_gpm(d, s)
         if not instance:
             self._read_board(d, s)
-        self._read_processes(d, s)
+        if "processes" in self.collectors:
+            with self.calls.collector("processes"):
+                self._read_processes(d, s)
 
     def _read_utilization_samples(self, d: _Device, s: DeviceSample) -> None:
         """Every utilization sample the driver kept since the last read (it samples every 1/6 s to 1 s,
@@ -453,15 +486,12 @@ class NvmlSource(Source):
         try:
             value_type, raw = d.buffers.samples(kind, seen or 0)
         except nvml.NVMLError as e:
-            if e.value == nvml.NVML_ERROR_NOT_FOUND:
+            outcome = self.calls.sort(e, "nvmlDeviceGetSamples", d.gpu)
+            if outcome is Outcome.NOTHING:
                 d.samples_seen.setdefault(kind, 0)  # an empty buffer: whatever comes next is new
                 return []
-            if e.value == nvml.NVML_ERROR_GPU_IS_LOST:
-                raise DeviceLost() from e
-            if e.value in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+            if outcome is Outcome.UNSUPPORTED:
                 d.samples_unsupported.add(kind)
-            else:
-                self._problems.problem(f"{d.uuid}:samples", f"GPU {d.gpu}: nvmlDeviceGetSamples failed: {e}")
             return None
         layout = _SAMPLE_LAYOUTS.get(value_type, _SAMPLE_LAYOUTS[1])
         unpacked = sorted(layout.iter_unpack(raw))
@@ -509,7 +539,11 @@ class NvmlSource(Source):
         nvml, h, call = self.nvml, d.handle, self.call
         fields = call(d, d.buffers.field_values, d.board_fields)
         if fields is not None:
-            self._read_links(d, s, fields)
+            if "nvlink" in self.collectors:
+                with self.calls.collector("nvlink"):
+                    self._read_links(d, s, fields)
+            else:
+                self._read_counters(d, s, fields)
         # The plain reads without the choke point's frame per call (this runs for every GPU every second);
         # failures take the same path, and a read the GPU refuses is not tried again until rediscovery.
         values, refused = s.values, []
@@ -520,13 +554,13 @@ class NvmlSource(Source):
             try:
                 value = fn(h, *args)
             except nvml.NVMLError as e:
-                if self._failed(d, fn, e):
+                if self.calls.sort(e, fn.__name__, d.gpu) is Outcome.UNSUPPORTED:
                     refused.append(read)
                 continue
             values.setdefault(spec, {})[labels] = value * factor
         for read in refused:
             d.board_reads.remove(read)
-        s.clock_event_reasons = call(d, nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        s.clock_event_reasons = call(d, self._clock_reasons, h)
         rows = call(d, nvml.nvmlDeviceGetRemappedRows, h)
         if rows is not None:
             correctable, uncorrectable, pending, failed = rows
@@ -534,20 +568,29 @@ class NvmlSource(Source):
             s.set(m.REMAPPED_ROWS, uncorrectable, "uncorrectable")
             s.set(m.ROW_REMAP_PENDING, 1 if pending else 0)
             s.set(m.ROW_REMAP_FAILED, 1 if failed else 0)
-        with self._xid_lock:
-            s.xids_watched = d.uuid in self._xids_watched
-            for (uuid, xid), count in self._xids.items():
-                if uuid == d.uuid:
-                    s.set(m.XID_ERRORS, count, xid)
+        if "xid" in self.collectors:
+            with self.calls.collector("xid"), self._xid_lock:
+                if self._xid_failing:
+                    self.calls.mark_failed()
+                s.xids_watched = d.uuid in self._xids_watched
+                for (uuid, xid), count in self._xids.items():
+                    if uuid == d.uuid:
+                        s.set(m.XID_ERRORS, count, xid)
 
-    def _read_links(self, d: _Device, s: DeviceSample, fields: bytes) -> None:
-        """PCIe and NVLink traffic, NVLink errors and the state of every link, from one field-values read
-        (unpacked from the raw array: pynvml's structures convert every attribute read in Python)."""
+    def _read_counters(self, d: _Device, s: DeviceSample, fields: bytes) -> list[tuple[int, int]]:
+        """The PCIe (and NVLink) counters of one field-values read, unpacked from the raw array (pynvml's
+        structures convert every attribute read in Python); returns every (nvmlReturn, value) read."""
         ok, out = self.nvml.NVML_SUCCESS, s.values
         values = list(_FIELD_VALUE.iter_unpack(fields))  # (nvmlReturn, value): the counters, then the states
         for (ret, value), (spec, factor, labels) in zip(values, d.counter_fields, strict=False):
             if ret == ok:
                 out.setdefault(spec, {})[labels] = value * factor
+        return values
+
+    def _read_links(self, d: _Device, s: DeviceSample, fields: bytes) -> None:
+        """PCIe and NVLink traffic, NVLink errors and the state of every link, from one field-values read."""
+        ok = self.nvml.NVML_SUCCESS
+        values = self._read_counters(d, s, fields)
         s.set(m.NVLINK_LINKS, d.nvlink_links)
         if not d.nvlink_links:
             return
@@ -589,7 +632,7 @@ class NvmlSource(Source):
             taken = self.call(d, nvml.nvmlGpmSampleGet, d.handle, sample)
         now = time.monotonic()
         if taken is None:
-            nvml.nvmlGpmSampleFree(sample)
+            self._optional(nvml.nvmlGpmSampleFree, sample)
             return
         previous, spacing = d.gpm_previous, now - d.gpm_previous_at
         if previous is not None and spacing >= _GPM_MIN_SPACING_SECONDS:
@@ -609,10 +652,10 @@ class NvmlSource(Source):
                     if ret == nvml.NVML_SUCCESS:
                         s.values[spec] = {(): round(min(max(percent / 100, 0.0), 1.0), 6)}
         elif previous is not None:
-            nvml.nvmlGpmSampleFree(sample)  # too close to the previous one: keep the older sample
+            self._optional(nvml.nvmlGpmSampleFree, sample)  # too close to the previous one: keep the older sample
             return
         if previous is not None:
-            nvml.nvmlGpmSampleFree(previous)
+            self._optional(nvml.nvmlGpmSampleFree, previous)
         d.gpm_previous, d.gpm_previous_at = sample, now
 
     def _free_gpm(self, d: _Device) -> None:
@@ -624,10 +667,10 @@ class NvmlSource(Source):
         nvml = self.nvml
         if d.mig_mode == "enabled":
             return  # processes are reported on the MIG instances they run in
-        raw = self.call(d, d.buffers.running_processes)
+        raw = self.call(d, self._processes, d.buffers)
         if raw is None:
             return
-        processes = list(_PROCESS_INFO.iter_unpack(raw))  # (pid, GPU memory in bytes)
+        processes = list(_PROCESS_INFO[self._processes.version].iter_unpack(raw))  # (pid, GPU memory in bytes)
         # Per PID, the driver's samples newer than the last read (the driver filters by lastSeenTimeStamp):
         # (unix seconds, SM share 0-1). The first read returns whatever the driver kept before the exporter
         # started: averaged into the gauge, but not samples of ours.
@@ -638,9 +681,8 @@ class NvmlSource(Source):
             try:
                 raw = d.buffers.process_utilization(seen)
             except nvml.NVMLError as e:
-                if e.value == nvml.NVML_ERROR_GPU_IS_LOST:
-                    raise DeviceLost() from e
-                if e.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: no samples since last time = no activity
+                # NOTHING (NOT_FOUND): no samples since last time, that is no activity.
+                if self.calls.sort(e, "nvmlDeviceGetProcessUtilization", d.gpu) is not Outcome.NOTHING:
                     by_pid = None
             else:
                 newest = seen
@@ -674,37 +716,42 @@ class NvmlSource(Source):
 
     # --- XID events ----------------------------------------------------------------------------
     def _watch_xids(self) -> None:
-        nvml = self.nvml
-        try:
-            event_set = nvml.nvmlEventSetCreate()
-        except nvml.NVMLError as e:
-            self._problems.problem("xid", f"XID events unavailable: {e}")
+        nvml, calls = self.nvml, self._xid_calls
+        event_set = calls.call(nvml.nvmlEventSetCreate)
+        if event_set is None:
+            self._xid_failing = True  # logged by the choke point: XID events are unavailable
             return
         handles: dict[int, str] = {}
+        unwatched = False
         for d in self._devices:
             if d.handle is not None and d.mig_mode != "instance":
                 try:
                     nvml.nvmlDeviceRegisterEvents(d.handle, nvml.nvmlEventTypeXidCriticalError, event_set)
-                    handles[_handle_key(d.handle)] = d.uuid
-                    with self._xid_lock:
-                        self._xids_watched.add(d.uuid)
                 except nvml.NVMLError as e:
-                    self._problems.problem(f"xid{d.uuid}", f"GPU {d.gpu}: XID events unavailable: {e}")
+                    # A GPU that cannot be watched (UNSUPPORTED or not) leaves its XIDs unknown: a failure.
+                    calls.sort(e, f"nvmlDeviceRegisterEvents (GPU {d.gpu})")
+                    unwatched = True
+                    continue
+                handles[_handle_key(d.handle)] = d.uuid
+                with self._xid_lock:
+                    self._xids_watched.add(d.uuid)
         while not self._stop.is_set():
-            if not self._xid_guard.call(lambda: self._wait_for_xid(event_set, handles)):
+            if not self._xid_guard.call(lambda: self._wait_for_xid(event_set, handles, unwatched)):
                 self._stop.wait(self._xid_guard.delay(1.0))
-        self._optional(nvml.nvmlEventSetFree, event_set)
+        calls.call(nvml.nvmlEventSetFree, event_set)
 
-    def _wait_for_xid(self, event_set: Any, handles: dict[int, str]) -> None:
+    def _wait_for_xid(self, event_set: Any, handles: dict[int, str], unwatched: bool) -> None:
         """Wait up to the event wait time for one XID event and count it."""
         nvml = self.nvml
         try:
             event = nvml.nvmlEventSetWait(event_set, self._event_wait_ms)
         except nvml.NVMLError as e:
-            if e.value != nvml.NVML_ERROR_TIMEOUT:
-                self._problems.problem("xidwait", f"waiting for XID events failed: {e}")
+            failed = self._xid_calls.sort(e, "nvmlEventSetWait") is Outcome.FAILED
+            self._xid_failing = unwatched or failed
+            if failed:
                 self._stop.wait(1.0)
             return
+        self._xid_failing = unwatched
         uuid = handles.get(_handle_key(event.device))
         if uuid is not None and event.eventType == nvml.nvmlEventTypeXidCriticalError:
             with self._xid_lock:

@@ -20,6 +20,21 @@ _INITIAL_ENTRIES = 64
 _GROWTHS = 5
 
 
+class ProcessInfoV1(ctypes.Structure):
+    """nvmlProcessInfo_v1_t (nvml.h), what the first nvmlDeviceGetComputeRunningProcesses fills: 16 bytes."""
+
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong)]
+
+
+#: The versions of the running-processes call, newest first. _v2 and _v3 fill the same 24-byte
+#: nvmlProcessInfo_t (pid, usedGpuMemory, gpuInstanceId, computeInstanceId); the first, ProcessInfoV1.
+RUNNING_PROCESSES = (
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetComputeRunningProcesses",
+)
+
+
 class DeviceBuffers:
     """The buffers of one GPU or MIG instance (`handle`), for the reads the sampler makes every tick."""
 
@@ -66,12 +81,13 @@ class DeviceBuffers:
             lambda buffer, count: fn(self._handle, buffer, count, since),
         )
 
-    def running_processes(self) -> bytes:
-        """nvmlDeviceGetComputeRunningProcesses_v3: the nvmlProcessInfo_t array of the compute processes."""
-        fn = self._function("nvmlDeviceGetComputeRunningProcesses_v3")
-        return self._fill(
-            "processes", self._nvml.c_nvmlProcessInfo_v3_t, lambda buffer, count: fn(self._handle, count, buffer)
-        )
+    def running_processes(self, version: str = RUNNING_PROCESSES[0]) -> bytes:
+        """The compute processes, by the `version` of RUNNING_PROCESSES given: the array of its
+        nvmlProcessInfo_t (ProcessInfoV1 for the first version); NVML_ERROR_FUNCTION_NOT_FOUND where
+        the driver lacks that version."""
+        fn = self._function(version)
+        element = ProcessInfoV1 if version == RUNNING_PROCESSES[-1] else self._nvml.c_nvmlProcessInfo_v2_t
+        return self._fill(version, element, lambda buffer, count: fn(self._handle, count, buffer))
 
     def _function(self, name: str) -> Any:
         # pynvml's cached lookup in the library it loaded; NVML_ERROR_FUNCTION_NOT_FOUND on an older driver.

@@ -52,13 +52,15 @@ def add(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
     if help_text != argparse.SUPPRESS:
         default = kwargs.get("default")
         silent = default in (None, "", False) or kwargs.get("action") == "store_true" or "(default" in help_text
+        if kwargs.get("action") is argparse.BooleanOptionalAction:  # --no-NAME is listed beside it
+            silent = "(default" in help_text
         shown = "" if silent else f" (default {default})"
         kwargs["help"] = f"{help_text}{shown} [env {name}]"
     parser.add_argument(flag, **kwargs)
 
 
 def _from_environment(name: str, value: str, kwargs: dict[str, Any]) -> Any:
-    if kwargs.get("action") == "store_true":
+    if kwargs.get("action") in ("store_true", argparse.BooleanOptionalAction):
         if value.strip().lower() in _TRUE:
             return True
         if value.strip().lower() in _FALSE:

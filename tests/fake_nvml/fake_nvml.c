@@ -19,8 +19,21 @@
  * Faults, per GPU: lost=1 (every call answers NVML_ERROR_GPU_IS_LOST), not_supported=<fn>,<fn>
  * (NVML_ERROR_NOT_SUPPORTED), flaky=<fn> (every other call fails with NVML_ERROR_UNKNOWN),
  * hang=<fn> with hang_ms=<ms> (the call blocks that long). Globally: init_error=<nvmlReturn_t>.
+ *
+ * Older drivers: compiled with -DDRIVER_BRANCH=<branch>, the library lacks the entry points NVIDIA added
+ * after that branch, as the driver's own library does, so pynvml answers NVML_ERROR_FUNCTION_NOT_FOUND
+ * for them. Older entry points stay, as they do in every driver:
+ *   < 535: no nvmlDeviceGetCurrentClocksEventReasons (only its older name, ...ClocksThrottleReasons);
+ *   < 520: no GPM (nvmlGpm*);
+ *   < 510: no nvmlDeviceGetComputeRunningProcesses_v3 and no nvmlDeviceGetMemoryInfo_v2;
+ *   < 470: no nvmlDeviceGetComputeRunningProcesses_v2: only the first version, with the 16-byte
+ *          nvmlProcessInfo_v1_t.
+ * The default is a current driver, with all of them.
  */
 #define _GNU_SOURCE
+#ifndef DRIVER_BRANCH
+#define DRIVER_BRANCH 580
+#endif
 #include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -506,11 +519,26 @@ typedef struct {
     unsigned long long total, reserved, free, used;
 } nvmlMemory_v2_t;
 
+#if DRIVER_BRANCH >= 510
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(void *h, nvmlMemory_v2_t *mem) {
     BEGIN("nvmlDeviceGetMemoryInfo_v2", h);
     mem->total = d->memory_total;
     mem->reserved = d->memory_reserved;
     mem->used = d->memory_used;
+    mem->free = d->memory_total - d->memory_reserved - d->memory_used;
+    END(NVML_SUCCESS);
+}
+#endif
+
+typedef struct {
+    unsigned long long total, free, used;
+} nvmlMemory_t;
+
+/* The first version: what the driver reserves counts as used (total = free + used). */
+nvmlReturn_t nvmlDeviceGetMemoryInfo(void *h, nvmlMemory_t *mem) {
+    BEGIN("nvmlDeviceGetMemoryInfo", h);
+    mem->total = d->memory_total;
+    mem->used = d->memory_reserved + d->memory_used;
     mem->free = d->memory_total - d->memory_reserved - d->memory_used;
     END(NVML_SUCCESS);
 }
@@ -636,7 +664,10 @@ GETTER(nvmlDeviceGetMaxPcieLinkWidth, unsigned, d->pcie_width_max)
 GETTER(nvmlDeviceGetPowerUsage, unsigned, d->power_mw)
 GETTER(nvmlDeviceGetEnforcedPowerLimit, unsigned, d->power_limit_mw)
 GETTER(nvmlDeviceGetTotalEnergyConsumption, unsigned long long, d->energy_mj)
+#if DRIVER_BRANCH >= 535
 GETTER(nvmlDeviceGetCurrentClocksEventReasons, unsigned long long, d->clock_event_reasons)
+#endif
+GETTER(nvmlDeviceGetCurrentClocksThrottleReasons, unsigned long long, d->clock_event_reasons)
 
 nvmlReturn_t nvmlDeviceGetClockInfo(void *h, int type, unsigned *mhz) {
     BEGIN("nvmlDeviceGetClockInfo", h);
@@ -683,24 +714,49 @@ typedef struct {
     unsigned gpuInstanceId, computeInstanceId;
 } nvmlProcessInfo_t;
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *h, unsigned *count, nvmlProcessInfo_t *infos) {
-    BEGIN("nvmlDeviceGetComputeRunningProcesses_v3", h);
+typedef struct {
+    unsigned pid;
+    unsigned long long usedGpuMemory;
+} nvmlProcessInfo_v1_t;
+
+/* Every version: `v1` fills nvmlProcessInfo_v1_t entries, the others nvmlProcessInfo_t. */
+static nvmlReturn_t running_processes(const char *fn, void *h, unsigned *count, void *out, int v1) {
+    BEGIN(fn, h);
     device_t *gpu = d->is_mig ? d->parent : d;
     unsigned n = 0;
     for (int i = 0; i < gpu->nproc; i++) {
         proc_t *p = &gpu->procs[i];
         if (d->is_mig && p->gi != d->gi) continue;
-        if (infos && n < *count) {
-            infos[n].pid = p->pid;
-            infos[n].usedGpuMemory = p->memory;
-            infos[n].gpuInstanceId = gpu->mig_mode ? p->gi : 0xFFFFFFFFu;
-            infos[n].computeInstanceId = gpu->mig_mode ? 0 : 0xFFFFFFFFu;
+        if (out && n < *count && v1) {
+            nvmlProcessInfo_v1_t *info = &((nvmlProcessInfo_v1_t *)out)[n];
+            info->pid = p->pid;
+            info->usedGpuMemory = p->memory;
+        } else if (out && n < *count) {
+            nvmlProcessInfo_t *info = &((nvmlProcessInfo_t *)out)[n];
+            info->pid = p->pid;
+            info->usedGpuMemory = p->memory;
+            info->gpuInstanceId = gpu->mig_mode ? p->gi : 0xFFFFFFFFu;
+            info->computeInstanceId = gpu->mig_mode ? 0 : 0xFFFFFFFFu;
         }
         n++;
     }
     nvmlReturn_t rc = n > *count ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
     *count = n;
     END(rc);
+}
+
+#if DRIVER_BRANCH >= 510
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(void *h, unsigned *count, nvmlProcessInfo_t *infos) {
+    return running_processes("nvmlDeviceGetComputeRunningProcesses_v3", h, count, infos, 0);
+}
+#endif
+#if DRIVER_BRANCH >= 470
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(void *h, unsigned *count, nvmlProcessInfo_t *infos) {
+    return running_processes("nvmlDeviceGetComputeRunningProcesses_v2", h, count, infos, 0);
+}
+#endif
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(void *h, unsigned *count, nvmlProcessInfo_v1_t *infos) {
+    return running_processes("nvmlDeviceGetComputeRunningProcesses", h, count, infos, 1);
 }
 
 typedef struct {
@@ -821,6 +877,8 @@ nvmlReturn_t nvmlEventSetWait_v2(void *set, nvmlEventData_t *data, unsigned time
 
 /* ---- GPM (Hopper+) ------------------------------------------------------------------------- */
 
+#if DRIVER_BRANCH >= 520 /* to the end of the file */
+
 typedef struct {
     device_t *device;
     double values[MAX_GPM];
@@ -899,3 +957,4 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *request) {
     }
     return NVML_SUCCESS;
 }
+#endif

@@ -1,0 +1,160 @@
+"""The NVML choke point: what an NVML error means, decided in one place for every call, and the older
+versions of a call that a driver may have instead of the newest.
+
+Every NVML call of the exporter (pynvml's wrappers, the raw C calls of nvml_buffers.py, GPM, the XID
+event wait) has its failure sorted by `NvmlCalls.sort`, as nvitop's `nvmlQuery` does for nvitop:
+- NOT_SUPPORTED, or FUNCTION_NOT_FOUND (a driver older than the call): UNSUPPORTED. The GPU or driver
+  does not have it: its metric is omitted, never exported as 0 or NaN.
+- NOT_FOUND: NOTHING to report (an empty sample buffer, an empty MIG slot): a valid, empty answer.
+- TIMEOUT: an event wait that saw no event.
+- GPU_IS_LOST: `DeviceLost` is raised. The GPU fell off the bus: it is reported down.
+- anything else: FAILED, logged once (not every second) until that call succeeds on that GPU, and
+  counted against the collector that made the call.
+
+`Versioned` makes a call in the newest version the driver has. Drivers keep the older entry points when
+they add a newer one, and fleets run driver branches several years apart: a driver without
+`nvmlDeviceGetComputeRunningProcesses_v3` has `_v2` (or only the first version), one without
+`nvmlDeviceGetMemoryInfo_v2` has the first, one without `nvmlDeviceGetCurrentClocksEventReasons` has
+`...ThrottleReasons` under its older name. The first version a driver has is used from then on.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from gpulens.core.status import CollectorStatus, ProblemLog
+
+log = logging.getLogger(__name__)
+
+#: The NVML read groups that can be switched off (--no-collector.NAME), and what each reads. Each has
+#: its own gpulens_exporter_collector_{success,duration_seconds,failures_total}{collector="NAME"}.
+COLLECTORS = {
+    "processes": "each process's GPU memory and SM use",
+    "nvlink": "NVLink traffic, errors and link states",
+    "gpm": "GPM's SM, tensor and DRAM activity (Hopper and newer)",
+    "xid": "XID error events",
+    "topology": "how the GPUs connect (topology and peer-to-peer paths, at each rediscovery)",
+}
+
+
+class Outcome(enum.Enum):
+    """What an NVML error means (see the module docstring)."""
+
+    UNSUPPORTED = "unsupported"
+    NOTHING = "nothing"
+    TIMEOUT = "timeout"
+    FAILED = "failed"
+
+
+class DeviceLost(Exception):
+    """The GPU answered NVML_ERROR_GPU_IS_LOST."""
+
+
+@dataclass(frozen=True)
+class Version:
+    """One version of a call: its NVML name (for the log) and the function making it."""
+
+    name: str
+    call: Callable[..., Any]
+
+
+class Versioned:
+    """One NVML call in the versions drivers may have, newest first. A version the driver lacks
+    (FUNCTION_NOT_FOUND, or ARGUMENT_VERSION_MISMATCH for a versioned structure it does not know) is
+    dropped, once, with a log line, and the next is tried; the last one's failure is the call's."""
+
+    def __init__(self, nvml: Any, versions: Sequence[Version]):
+        self._nvml = nvml
+        self._versions = list(versions)
+        self._missing = (nvml.NVML_ERROR_FUNCTION_NOT_FOUND, nvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+
+    @property
+    def version(self) -> str:
+        """The NVML name of the version in use (the newest the driver has, as far as known)."""
+        return self._versions[0].name
+
+    def __call__(self, *args: Any) -> Any:
+        while True:
+            version = self._versions[0]
+            try:
+                return version.call(*args)
+            except self._nvml.NVMLError as e:
+                if e.value not in self._missing or len(self._versions) == 1:
+                    raise
+                self._versions.pop(0)
+                log.info("the NVIDIA driver has no %s (%s): using %s", version.name, e, self._versions[0].name)
+
+
+class NvmlCalls:
+    """Sorts every NVML failure (`sort`) and times and judges the exporter's NVML read groups, the
+    collectors of `--collector.NAME` (`collector`), for their gpulens_exporter_collector_* series."""
+
+    def __init__(self, nvml: Any, problems: ProblemLog, collectors: Sequence[str] = ()):
+        self._nvml = nvml
+        self._problems = problems
+        self._unsupported = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        #: The collector whose reads are being made (the sampler's thread), and its failures so far.
+        self._current = ""
+        self._failed = False
+        #: Each collector's duration (seconds) and failure in the tick being read, then its last status.
+        self._tick: dict[str, list[float]] = {}
+        #: Every enabled collector is reported, in COLLECTORS' order, from the start: one with nothing to
+        #: read (GPM on a GPU before Hopper) succeeds in no time.
+        self.statuses = {name: CollectorStatus(True, 0.0, 0) for name in COLLECTORS if name in collectors}
+
+    def sort(self, error: Any, what: str, device: str = "") -> Outcome:
+        """What `error` (a pynvml NVMLError) of the call `what` on GPU `device` means. Raises
+        DeviceLost for GPU_IS_LOST where a GPU is named; a failure is logged once per call and GPU."""
+        code = error.value
+        if code in self._unsupported:
+            return Outcome.UNSUPPORTED
+        if code == self._nvml.NVML_ERROR_NOT_FOUND:
+            return Outcome.NOTHING
+        if code == self._nvml.NVML_ERROR_TIMEOUT:
+            return Outcome.TIMEOUT
+        if code == self._nvml.NVML_ERROR_GPU_IS_LOST and device:
+            raise DeviceLost() from error
+        self._failed = True
+        where = f"GPU {device}: " if device else ""
+        self._problems.problem(f"{device}:{what}", f"{where}{what} failed: {error}")
+        return Outcome.FAILED
+
+    def mark_failed(self) -> None:
+        """Count a failure seen elsewhere (the XID watcher's thread) against the current collector."""
+        self._failed = True
+
+    def call(self, fn: Callable[..., Any], *args: Any, device: str = "") -> Any:
+        """`fn(*args)`, or None when it fails (sorted as above; DeviceLost raised)."""
+        try:
+            return fn(*args)
+        except self._nvml.NVMLError as e:
+            self.sort(e, fn.version if isinstance(fn, Versioned) else fn.__name__, device)
+            return None
+
+    @contextmanager
+    def collector(self, name: str) -> Iterator[None]:
+        """Time the reads inside as collector `name`'s and note whether any of them failed; a collector
+        runs once per GPU in a tick, and its status adds the runs up (`end_tick`)."""
+        outer, outer_failed = self._current, self._failed
+        self._current, self._failed = name, False
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = self._tick.setdefault(name, [0.0, 0.0])
+            spent[0] += time.perf_counter() - started
+            spent[1] = max(spent[1], float(self._failed))
+            self._current, self._failed = outer, outer_failed
+
+    def end_tick(self) -> None:
+        """Publish the tick's statuses: a collector succeeded if none of its reads failed."""
+        for name, (seconds, failed) in self._tick.items():
+            previous = self.statuses.get(name, CollectorStatus())
+            self.statuses[name] = CollectorStatus(not failed, seconds, previous.failures + int(failed))
+        self._tick = {}
