@@ -86,6 +86,27 @@ def _scrapers(document: dict) -> list[str]:
     return out
 
 
+def _attacks(document: dict) -> list[str]:
+    f = document["figures"]
+    out = [
+        f"**Under attack** (`benchmarks/attacks.py`): {f['scrapers']} scrapers and a probe, once a second for "
+        f"{f['seconds']} s under each attack, against the exporter with basic auth (bcrypt cost 10), "
+        f"{f['gpus']} GPUs; an error is an answer not whole within {f['timeout_s']:g} s; none is the same run "
+        "without an attack. " + _machine(document),
+        "",
+        "| attack | scrapes | errors | p50 | p99 | p99 / none | probe errors | probe p99 | exporter RSS |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    baseline = f["rows"][0]["p99_ms"]
+    for r in f["rows"]:
+        out.append(
+            f"| {r['attack']} | {r['scrapes']:,} | {r['errors']:,} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms | "
+            f"{r['p99_ms'] / baseline:.2f} | {r['probe_errors']:,} | {r['probe_p99_ms']:.1f} ms | "
+            f"{r['rss_mib']:.0f} MiB |"
+        )
+    return out
+
+
 def _analyzer(cycle: dict, day: dict) -> list[str]:
     c, d = cycle["figures"], day["figures"]
     return [
@@ -189,6 +210,7 @@ def render() -> str:
     lines = [BEGIN, ""]
     lines += _exporter(results.load("exporter")) + [""]
     lines += _scrapers(results.load("scrapers")) + [""]
+    lines += _attacks(results.load("attacks")) + [""]
     lines += _analyzer(results.load("analyzer-cycle"), results.load("analyzer-day")) + [""]
     lines += _input(results.load("analyzer-input")) + [""]
     lines += _sizing(results.load("analyzer-cycle"), results.load("analyzer-input")) + [""]

@@ -8,6 +8,7 @@ import logging
 import socket
 import ssl
 import struct
+import threading
 import time
 
 import bcrypt
@@ -18,7 +19,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from gpulens.core import web
 from gpulens.core.config import ConfigError
 from gpulens.core.web import WebConfig, serve
-from tests.helpers import certificate, certificate_authority
+from tests.helpers import certificate, certificate_authority, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -173,7 +174,13 @@ def test_inline_certificate_key_and_a_single_curve(pki):
         ),
         (
             'http_server_config:\n  headers:\n    Content-Security-Policy: "none\\r\\nSet-Cookie: a=b"\n',
-            "http_server_config.headers.Content-Security-Policy: expected a header value on one line",
+            "http_server_config.headers.Content-Security-Policy: expected a header value in ISO-8859-1 "
+            "(HTTP/1.1 cannot send other characters) on one line",
+        ),
+        # Refused at start: sent as a header, it would fail every answer at run time.
+        (
+            "http_server_config:\n  headers:\n    Content-Security-Policy: \"default-src 'self' \u2014 strict\"\n",
+            "http_server_config.headers.Content-Security-Policy: expected a header value in ISO-8859-1",
         ),
         ("http_server_config:\n  headers:\n    X-Evil: a\n", "http_server_config.headers: unknown key(s) X-Evil"),
         (
@@ -228,20 +235,192 @@ def test_rate_limit_answers_429_but_never_to_the_probes(tmp_path):
         assert requests.get(f"http://{address}/healthz", timeout=5).status_code == 200
 
 
-def test_an_idle_connection_is_closed_and_the_cap_closes_connections_past_it(tmp_path, monkeypatch, caplog):
+def connect(address: str) -> socket.socket:
+    host, port = address.split(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def until_closed(client: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection."""
+    received = b""
+    try:
+        while chunk := client.recv(65536):
+            received += chunk
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def closed_by_server(client: socket.socket) -> bool:
+    """True once the server has closed the connection (after any answer it sent)."""
+    until_closed(client)
+    return True
+
+
+def test_an_idle_kept_alive_connection_is_closed(tmp_path, monkeypatch):
     monkeypatch.setattr(web, "IDLE_TIMEOUT_SECONDS", 0.5)
-    monkeypatch.setattr(web, "MAX_CONNECTIONS", 3)
     with serving(tmp_path, "") as address:
-        host, port = address.split(":")
-        idle = [socket.create_connection((host, int(port)), timeout=5) for _ in range(3)]
-        time.sleep(0.2)
-        extra = socket.create_connection((host, int(port)), timeout=5)
-        assert extra.recv(1) == b""  # closed on arrival: three connections are all it serves
-        assert "more than 3 connections at once: closing new ones" in caplog.text
+        client = connect(address)
+        client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert client.recv(4096).startswith(b"HTTP/1.1 200")
         started = time.monotonic()
-        assert [s.recv(1) for s in idle] == [b""] * 3  # each closed after half a second of silence
-        assert time.monotonic() - started < 5
+        assert closed_by_server(client) and time.monotonic() - started < 5  # after half a second of silence
+
+
+def test_slowloris_is_shed_and_scrapes_and_probes_are_still_served(tmp_path, monkeypatch, caplog):
+    """Every slot held by a client trickling an unfinished head: a scrape takes the oldest one's slot,
+    and a head that is not whole HEAD_TIMEOUT_SECONDS after its first byte is ended however it trickles."""
+    monkeypatch.setattr(web, "MAX_CONNECTIONS", 3)
+    monkeypatch.setattr(web, "HEAD_TIMEOUT_SECONDS", 1.0)
+    with serving(tmp_path, "") as address:
+        attackers = [connect(address) for _ in range(3)]
+        for attacker in attackers:
+            attacker.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and never the blank line
         assert requests.get(f"http://{address}/metrics", timeout=5).status_code == 200
+        assert requests.get(f"http://{address}/healthz", timeout=5).status_code == 200
+        assert "3 connections open at once: closing the oldest idle or unfinished ones" in caplog.text
+        assert closed_by_server(attackers[0])  # the oldest, shed for the scrape
+        # One byte every 0.2 s, each well within the idle timeout: ended by the head's own deadline.
+        trickler, started = connect(address), time.monotonic()
+        trickler.sendall(b"GET /metrics HTTP/1.1\r\n")
+        with pytest.raises(OSError):
+            for _ in range(50):  # 10 s at most
+                trickler.sendall(b"X")
+                time.sleep(0.2)  # the attack's own pace
+        assert time.monotonic() - started < 5
+
+
+def test_a_full_server_of_busy_answers_closes_new_connections(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(web, "MAX_CONNECTIONS", 2)
+    release, entered = threading.Event(), []
+
+    def slow(_query):
+        entered.append(1)
+        release.wait(10)
+        return 200, "text/plain", b"done\n"
+
+    with serving(tmp_path, "", routes={"/slow": slow}) as address:
+        busy = [connect(address) for _ in range(2)]
+        for client in busy:
+            client.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        wait_until(lambda: len(entered) == 2, timeout=5, what="both answers under way")
+        assert connect(address).recv(1) == b""  # closed on arrival: no slot is idle or unfinished
+        assert "2 connections busy at once: closing new ones" in caplog.text
+        release.set()
+        assert [client.recv(4096).split(b"\r\n")[0] for client in busy] == [b"HTTP/1.1 200 OK"] * 2
+        assert requests.get(f"http://{address}/metrics", timeout=5).status_code == 200
+
+
+def test_a_head_past_its_byte_bound_is_refused_without_buffering_it(tmp_path):
+    with serving(tmp_path, "") as address:
+        client = connect(address)
+        client.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 1000 + b"\r\n")
+        for _ in range(16):  # 16 KiB in lines of 1 KiB: under the library's 64 KiB a line, over the head's bound
+            client.sendall(b"X-Pad: " + b"a" * 1000 + b"\r\n")
+        answer = client.recv(4096)
+        assert answer.startswith(b"HTTP/1.1 431") and b"Request head larger than 16384 bytes" in answer
+        assert requests.get(f"http://{address}/metrics", timeout=5).status_code == 200
+
+
+def test_a_body_cannot_ride_into_the_next_request(tmp_path):
+    """A GET with a body is refused and its connection closed: the body is never read as a request."""
+    with serving(tmp_path, "", routes={"/secret": lambda _query: (200, "text/plain", b"secret\n")}) as address:
+        client = connect(address)
+        smuggled = b"GET /secret HTTP/1.1\r\nHost: x\r\n\r\n"
+        client.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(smuggled) + smuggled)
+        answers = until_closed(client)
+        assert answers.startswith(b"HTTP/1.1 400") and answers.count(b"HTTP/1.1") == 1
+        assert b"A GET request carries no body" in answers and b"secret" not in answers
+
+
+@pytest.mark.parametrize(
+    "headers, status, message",
+    [
+        ({"Content-Length": "-1"}, 400, b"Content-Length must be one number of bytes"),
+        ({"Content-Length": "12abc"}, 400, b"Content-Length must be one number of bytes"),
+        ({"Content-Length": "99999999999999999999"}, 400, b"Content-Length must be one number of bytes"),
+        ({"Content-Length": "2000000"}, 413, b"A body of 1048576 bytes at most"),
+        ({"Transfer-Encoding": "chunked"}, 411, b"Send the body with a Content-Length"),
+        ({}, 411, b"Send the body with a Content-Length"),
+    ],
+)
+def test_odd_bodies_are_refused_naming_the_fix(tmp_path, headers, status, message):
+    received = []
+    post = lambda path, body: received.append(body) or (200, "text/plain", b"ok\n")  # noqa: E731
+    with serving(tmp_path, "", post=post) as address:
+        client = connect(address)
+        head = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+        client.sendall(f"POST /alerts HTTP/1.1\r\nHost: x\r\n{head}\r\n".encode())
+        answer = until_closed(client)
+        assert answer.startswith(b"HTTP/1.1 %d" % status) and message in answer and received == []
+        ok = requests.post(f"http://{address}/alerts", data=b"{}", timeout=5)
+        assert ok.status_code == 200 and received == [b"{}"]
+
+
+def test_a_bcrypt_flood_never_slows_the_scraper_nor_the_probes(tmp_path, monkeypatch):
+    """Wrong passwords do not evict the scraper's verified credentials, probes never run bcrypt, and no
+    more than BCRYPT_WAITING requests wait for it (one here): the rest are told to retry (429) at once."""
+    monkeypatch.setattr(web, "BCRYPT_WAITING", 1)
+    hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
+    real, runs, gate = bcrypt.checkpw, [], threading.Event()
+    gate.set()
+
+    def checkpw(password, hashed_password):
+        runs.append(password)
+        gate.wait(10)
+        return real(password, hashed_password)
+
+    monkeypatch.setattr(bcrypt, "checkpw", checkpw)
+    with serving(tmp_path, f"basic_auth_users:\n  prometheus: '{hashed}'\n") as address:
+        url = f"http://{address}"
+        assert requests.get(f"{url}/metrics", headers=basic("prometheus", b"s3cret"), timeout=5).status_code == 200
+        runs.clear()
+        for i in range(3 * web._Authenticator.CACHE_SIZE):  # wrong passwords, each new
+            assert requests.get(f"{url}/metrics", headers=basic("prometheus", b"%d" % i), timeout=5).status_code == 401
+        assert len(runs) == 3 * web._Authenticator.CACHE_SIZE
+        runs.clear()
+        assert requests.get(f"{url}/metrics", headers=basic("prometheus", b"s3cret"), timeout=5).status_code == 200
+        for probe in ("/healthz", "/readyz"):
+            assert requests.get(url + probe, headers=basic("prometheus", b"wrong"), timeout=5).text == "ok\n"
+        assert runs == []  # the scraper from the cache; the probes never ask bcrypt
+        # bcrypt held up: the one request it may hold waits, the next is refused at once.
+        gate.clear()
+        waiting = threading.Thread(target=requests.get, args=(f"{url}/metrics",), kwargs={"headers": basic("x", b"y")})
+        waiting.start()
+        wait_until(lambda: len(runs) == 1, timeout=5, what="one bcrypt run under way")
+        refused_now = requests.get(f"{url}/metrics", headers=basic("y", b"z"), timeout=5)
+        assert (refused_now.status_code, refused_now.headers["Retry-After"]) == (429, "1")
+        assert requests.get(f"{url}/metrics", headers=basic("prometheus", b"s3cret"), timeout=5).status_code == 200
+        gate.set()
+        waiting.join(10)
+
+
+def test_checks_of_every_cost_take_as_long_as_the_costliest():
+    """Users of different bcrypt costs are not told apart by time: a cheaper check is padded (with a
+    sleep: no CPU) to the time the costliest one takes. Time here is bcrypt's own count of rounds."""
+    now, slept = [0.0], []
+    real = bcrypt.checkpw
+
+    def clock():
+        return now[0]
+
+    def counting(password, hashed):
+        now[0] += 2 ** int(hashed.split(b"$")[2])  # bcrypt's work: 2^cost rounds
+        return real(password, hashed)
+
+    users = {
+        "cheap": bcrypt.hashpw(b"a", bcrypt.gensalt(rounds=4)),
+        "dear": bcrypt.hashpw(b"b", bcrypt.gensalt(rounds=6)),
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bcrypt, "checkpw", counting)
+        auth = web._Authenticator(users, clock=clock, sleep=slept.append)
+        assert auth.slowest == 2**6  # measured on the decoy, at the highest cost
+        for user, password in (("cheap", b"a"), ("dear", b"b"), ("nobody", b"c"), ("cheap", b"wrong")):
+            slept.clear()
+            started = now[0]
+            auth.allowed("Basic " + base64.b64encode(f"{user}:".encode() + password).decode())
+            assert now[0] - started + sum(slept) == 2**6, user
 
 
 def test_clients_hanging_up_mid_answer_are_quiet(tmp_path, capfd, caplog):

@@ -23,8 +23,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,8 +98,7 @@ class NvmlCalls:
         self._nvml = nvml
         self._problems = problems
         self._unsupported = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-        #: The collector whose reads are being made (the sampler's thread), and its failures so far.
-        self._current = ""
+        #: Whether a read has failed in the collector run under way (the sampler's thread).
         self._failed = False
         #: Each collector's duration (seconds) and failure in the tick being read, then its last status.
         self._tick: dict[str, list[float]] = {}
@@ -137,20 +135,10 @@ class NvmlCalls:
             self.sort(e, fn.version if isinstance(fn, Versioned) else fn.__name__, device)
             return None
 
-    @contextmanager
-    def collector(self, name: str) -> Iterator[None]:
-        """Time the reads inside as collector `name`'s and note whether any of them failed; a collector
-        runs once per GPU in a tick, and its status adds the runs up (`end_tick`)."""
-        outer, outer_failed = self._current, self._failed
-        self._current, self._failed = name, False
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            spent = self._tick.setdefault(name, [0.0, 0.0])
-            spent[0] += time.perf_counter() - started
-            spent[1] = max(spent[1], float(self._failed))
-            self._current, self._failed = outer, outer_failed
+    def collector(self, name: str) -> _CollectorRun:
+        """A context timing the reads inside as collector `name`'s and noting whether any of them
+        failed; a collector runs once per GPU in a tick, and its status adds the runs up (`end_tick`)."""
+        return _CollectorRun(self, name)
 
     def end_tick(self) -> None:
         """Publish the tick's statuses: a collector succeeded if none of its reads failed."""
@@ -158,3 +146,25 @@ class NvmlCalls:
             previous = self.statuses.get(name, CollectorStatus())
             self.statuses[name] = CollectorStatus(not failed, seconds, previous.failures + int(failed))
         self._tick = {}
+
+
+class _CollectorRun:
+    """One run of a collector (NvmlCalls.collector): a plain context manager, as it wraps every read
+    group of every GPU every second."""
+
+    __slots__ = ("_calls", "_name", "_outer_failed", "_started")
+
+    def __init__(self, calls: NvmlCalls, name: str):
+        self._calls, self._name = calls, name
+
+    def __enter__(self) -> None:
+        calls = self._calls
+        self._outer_failed, calls._failed = calls._failed, False
+        self._started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        calls = self._calls
+        spent = calls._tick.setdefault(self._name, [0.0, 0.0])
+        spent[0] += time.perf_counter() - self._started
+        spent[1] = max(spent[1], float(calls._failed))
+        calls._failed = self._outer_failed

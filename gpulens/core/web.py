@@ -24,8 +24,17 @@ refused naming the field and why:
     rate_limit: {interval: 100ms, burst: 10}   # beyond it: 429 (never for /healthz, /readyz)
 
 Connections: HTTP/1.1 kept alive between scrapes, a backlog of 1,024, at most MAX_CONNECTIONS open at
-once, each closed after IDLE_TIMEOUT_SECONDS without progress; a client hanging up is a debug line,
-never a traceback. /metrics bodies come from an Exposition: rendered once, shared by every scraper.
+once. A request's head (request line and headers) must arrive whole within HEAD_TIMEOUT_SECONDS of its
+first byte (of the connection's accept, for its first request), however slowly it trickles, and hold at
+most MAX_HEAD_BYTES; a kept-alive connection may wait IDLE_TIMEOUT_SECONDS for its next request. When
+every slot is taken, a new connection takes the slot of the oldest one that is idle between requests or
+still sending its head: a client that ties connections up without finishing requests (slowloris) is shed,
+and scrapes and probes are still served. A GET carries no body; a POST's is read in full (at most
+MAX_BODY_BYTES, by its Content-Length), so nothing of one request is read as the next. Basic auth never
+runs bcrypt for a probe, runs it for at most BCRYPT_WAITING requests at once (429 beyond), and a scraper
+whose credentials were verified once is answered from a cache that wrong passwords cannot evict. A client
+hanging up is a debug line, never a traceback. /metrics bodies come from an Exposition: rendered once,
+shared by every scraper.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import base64
 import gzip
 import hashlib
 import html
+import io
 import ipaddress
 import logging
 import re
@@ -48,6 +58,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import cast
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -116,10 +127,19 @@ _HEADERS: dict[str, tuple[str, ...] | None] = {
 }
 
 
+def _latin1(value: str) -> bool:
+    """HTTP/1.1 sends header values as ISO-8859-1: anything else would fail every answer, not the start."""
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _header(values: tuple[str, ...] | None) -> Text:
-    """A header's value: one of `values` in any case, or any one-line text."""
+    """A header's value: one of `values` in any case, or any one-line ISO-8859-1 text."""
     if values is None:
-        return Text(what="a header value")
+        return Text(valid=_latin1, what="a header value in ISO-8859-1 (HTTP/1.1 cannot send other characters)")
     return Text(valid=lambda v: v.lower() in values, what=f"one of {', '.join(values)}")
 
 
@@ -296,54 +316,101 @@ def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 
 class _Authenticator:
-    """Checks basic-auth credentials against bcrypt hashes as exporter-toolkit does: every first check
-    of a user and password costs one bcrypt run, for a user that does not exist too (against a decoy
-    hash of the same cost), so the time an answer takes does not tell which users exist; answers are
-    then cached, good and bad, by a hash of user, password and stored hash (bcrypt is slow on purpose,
-    and a scraper sends the same credentials every time); bcrypt runs one at a time, so a flood of
-    wrong passwords costs one core, not all."""
+    """Checks basic-auth credentials against bcrypt hashes as exporter-toolkit does, and keeps doing so
+    under a flood of wrong ones.
+
+    Timing tells nothing: every first check of a user and password costs one bcrypt run, for a user
+    that does not exist too (against a decoy hash of the highest cost), and a check of a cheaper hash
+    is padded to the time the slowest cost takes, so users of different costs are not told apart.
+    Answers are cached by a hash of user, password and stored hash (bcrypt is slow on purpose, and a
+    scraper sends the same credentials every time): good and bad answers apart, so that wrong passwords
+    never evict the scraper's good one. bcrypt runs one at a time (a flood costs one core, not all) for
+    at most BCRYPT_WAITING requests; more are refused at once (`allowed` is then None)."""
 
     CACHE_SIZE = 100
 
-    def __init__(self, users: dict[str, bytes]):
+    def __init__(
+        self,
+        users: dict[str, bytes],
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.users = users
-        self._cache: dict[bytes, bool] = {}
+        self._good: dict[bytes, None] = {}
+        self._bad: dict[bytes, None] = {}
         self._lock = threading.Lock()
         self._bcrypt = threading.Lock()
+        self._waiting = 0
+        self._clock, self._sleep = clock, sleep
         self._decoy = b""
+        #: Seconds the costliest check took (the decoy's, at start): every check lasts at least that.
+        self.slowest = 0.0
         if users:
             import bcrypt
 
             cost = max(int(h.split(b"$")[2]) for h in users.values())
             self._decoy = bcrypt.hashpw(b"decoy", bcrypt.gensalt(rounds=cost))
+            started = clock()
+            bcrypt.checkpw(b"decoy", self._decoy)
+            self.slowest = clock() - started
 
-    def allowed(self, header: str | None) -> bool:
-        if not self.users:
-            return True
+    def _key(self, header: str | None) -> tuple[bytes, bytes, bytes | None] | None:
+        """(cache key, password, stored hash) of a Basic Authorization header; None if it is not one."""
         if not header or not header.startswith("Basic "):
-            return False
+            return None
         try:
             user, _, password_text = base64.b64decode(header[6:], validate=True).decode().partition(":")
         except (ValueError, UnicodeDecodeError):
-            return False
+            return None
         password = password_text.encode()
         hashed = self.users.get(user)
-        key = hashlib.sha256(b"\0".join((user.encode(), password, hashed or b""))).digest()
+        return hashlib.sha256(b"\0".join((user.encode(), password, hashed or b""))).digest(), password, hashed
+
+    def known(self, header: str | None) -> bool:
+        """True for credentials already verified, without running bcrypt (for the probes)."""
+        if not self.users:
+            return True
+        key = self._key(header)
         with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None:
-            return cached
+            return key is not None and key[0] in self._good
+
+    def allowed(self, header: str | None) -> bool | None:
+        """True for good credentials (or basic auth off), False for others, None when too many checks
+        are already waiting for bcrypt (answer 429: try again)."""
+        if not self.users:
+            return True
+        checked = self._key(header)
+        if checked is None:
+            return False
+        key, password, hashed = checked
+        with self._lock:
+            if key in self._good:
+                return True
+            if key in self._bad:
+                return False
+            if self._waiting >= BCRYPT_WAITING:
+                return None
+            self._waiting += 1
         import bcrypt
 
-        with self._bcrypt:
-            # bcrypt reads 72 bytes at most; a longer password is refused (as Go's bcrypt does) after
-            # the same work as any other.
-            matches = bcrypt.checkpw(password[:72], hashed or self._decoy)
+        try:
+            with self._bcrypt:
+                started = self._clock()
+                # bcrypt reads 72 bytes at most; a longer password is refused (as Go's bcrypt does) after
+                # the same work as any other.
+                matches = bcrypt.checkpw(password[:72], hashed or self._decoy)
+                spent = self._clock() - started
+        finally:
+            with self._lock:
+                self._waiting -= 1
+        if spent < self.slowest:
+            self._sleep(self.slowest - spent)  # outside the lock: padding costs no one else time
         good = hashed is not None and matches and len(password) <= 72
         with self._lock:
-            if len(self._cache) >= self.CACHE_SIZE:
-                del self._cache[next(iter(self._cache))]
-            self._cache[key] = good
+            cache = self._good if good else self._bad
+            if len(cache) >= self.CACHE_SIZE:
+                del cache[next(iter(cache))]
+            cache[key] = None
         return good
 
 
@@ -367,12 +434,127 @@ class _RateLimit:
             return True
 
 
-#: Seconds a connection may sit without sending (its request) or receiving (the answer) before it is closed.
+#: Seconds a connection may sit without sending (its next request) or receiving (the answer) before it is
+#: closed.
 IDLE_TIMEOUT_SECONDS = 30.0
-#: Connections served at once; more are closed on arrival. Well above a fleet's scrapers of one node.
+#: Seconds a request's head (and a POST's body) may take to arrive in full, from its first byte, or from
+#: the accept for a connection's first request (its TLS handshake included): Go's ReadHeaderTimeout.
+HEAD_TIMEOUT_SECONDS = 10.0
+#: Bytes a request's head may hold in all (a scrape's is about 300, a browser's 2 KiB); more: 431.
+MAX_HEAD_BYTES = 16 * 1024
+#: Bytes a POST's body may hold (an Alertmanager webhook of a few hundred alerts); more: 413.
+MAX_BODY_BYTES = 1024 * 1024
+#: POST bodies read at once, so that bodies in memory stay under 16 MiB; more: 503.
+MAX_BODIES = 16
+#: Connections served at once. Past it, a new connection takes the slot of the oldest idle or unfinished
+#: one (see the module docstring), or is closed on arrival if every one is busy answering.
 MAX_CONNECTIONS = 512
+#: Requests that may wait for bcrypt at once (one runs, the others queue); more are answered 429.
+BCRYPT_WAITING = 4
 #: Query parameters a GET may carry: the routes read one or two; more is a client to refuse, not to parse.
 MAX_QUERY_FIELDS = 20
+
+
+class _HeadTooLarge(Exception):
+    """The request head holds more than MAX_HEAD_BYTES."""
+
+
+class _HeadReader:
+    """The connection's reader while a request head is read: at most `budget` bytes in all, line by line
+    as the standard library reads a head (its own bound is 100 lines of 64 KiB: 6.4 MiB a connection)."""
+
+    def __init__(self, reader: io.BufferedIOBase, budget: int):
+        self._reader, self._left = reader, budget
+
+    def readline(self, limit: int = -1) -> bytes:
+        if self._left < 0:
+            raise _HeadTooLarge
+        line = self._reader.readline(self._left + 1 if limit < 0 else min(limit, self._left + 1))
+        self._left -= len(line)
+        if self._left < 0:
+            raise _HeadTooLarge
+        return line
+
+
+class _Slot:
+    """One open connection: its socket, what it is doing, and since when (time.monotonic())."""
+
+    __slots__ = ("sock", "state", "since")
+
+    #: Waiting for or reading a request (head, or a POST's body); between two requests; answering.
+    RECEIVING, IDLE, BUSY = "receiving", "idle", "busy"
+
+    def __init__(self, sock: socket.socket, now: float):
+        self.sock, self.state, self.since = sock, self.RECEIVING, now
+
+
+class _Slots:
+    """The server's MAX_CONNECTIONS slots, and the watch that ends a head (or body) that takes longer
+    than HEAD_TIMEOUT_SECONDS: its connection is shut down, which ends the blocked read in its thread."""
+
+    def __init__(self, capacity: int, clock: Callable[[], float] = time.monotonic):
+        self.capacity, self._clock = capacity, clock
+        self._open: dict[int, _Slot] = {}
+        self._lock = threading.Lock()
+        self._problems = ProblemLog(log)
+        self._stop = threading.Event()
+        #: Threads serving connections, shed ones still unwinding included: at most twice the capacity.
+        self.threads = 0
+
+    def admit(self, sock: socket.socket) -> _Slot | None:
+        """A slot for a new connection, shedding the oldest idle or unfinished one when all are taken;
+        None (close it) when every one is busy answering or too many threads are still unwinding."""
+        with self._lock:
+            if self.threads >= 2 * self.capacity:
+                return None
+            if len(self._open) >= self.capacity:
+                waiting = [slot for slot in self._open.values() if slot.state != _Slot.BUSY]
+                if not waiting:
+                    self._problems.problem("cap", f"{self.capacity} connections busy at once: closing new ones")
+                    return None
+                victim = min(waiting, key=lambda slot: (slot.state != _Slot.IDLE, slot.since))
+                self._problems.problem(
+                    "shed", f"{self.capacity} connections open at once: closing the oldest idle or unfinished ones"
+                )
+                self._drop(victim)
+            else:
+                self._problems.resolved("cap", f"fewer than {self.capacity} connections busy again")
+            slot = self._open[id(sock)] = _Slot(sock, self._clock())
+            self.threads += 1
+            return slot
+
+    def set(self, slot: _Slot, state: str) -> None:
+        with self._lock:
+            slot.state, slot.since = state, self._clock()
+
+    def release(self, slot: _Slot) -> None:
+        with self._lock:
+            self._open.pop(id(slot.sock), None)
+            self.threads -= 1
+
+    def _drop(self, slot: _Slot) -> None:
+        """Shut a connection down (its thread's read returns at once) and free its slot. Lock held."""
+        self._open.pop(id(slot.sock), None)
+        try:
+            slot.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed by its client
+
+    def watch(self) -> None:
+        """Until close(): end every head or body that has taken longer than HEAD_TIMEOUT_SECONDS."""
+        while not self._stop.wait(min(HEAD_TIMEOUT_SECONDS / 4, 1.0)):
+            deadline = self._clock() - HEAD_TIMEOUT_SECONDS
+            with self._lock:
+                for slot in [s for s in self._open.values() if s.state == _Slot.RECEIVING and s.since < deadline]:
+                    log.debug("a request head took over %g s: closing its connection", HEAD_TIMEOUT_SECONDS)
+                    self._drop(slot)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+#: The slot of the connection the current thread serves (set before its handler is made).
+_serving = threading.local()
 
 
 #: A GET handler: (the query's parameters, each its last value) -> (status, content type, body).
@@ -406,6 +588,8 @@ def serve(
     get_routes = dict(routes or {})
     auth = _Authenticator(config.users)
     limit = _RateLimit(*config.rate_limit) if config.rate_limit else None
+    slots = _Slots(MAX_CONNECTIONS)
+    bodies = threading.BoundedSemaphore(MAX_BODIES)
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpulens"
@@ -416,8 +600,61 @@ def serve(
         # delayed ACK of the head, 40 ms a scrape on Linux once the connection is kept alive.
         disable_nagle_algorithm = True
         # A client that sends nothing, or stops reading, for this long is let go: a stalled or malicious
-        # client holds a thread no longer than that.
+        # client holds a thread no longer than that (a request's head and body: HEAD_TIMEOUT_SECONDS).
         timeout = IDLE_TIMEOUT_SECONDS
+
+        def setup(self):
+            super().setup()
+            self.slot: _Slot = _serving.slot
+            self.served = 0
+
+        def handle_one_request(self):
+            """The standard library's, with the wait for a kept-alive connection's next request apart from
+            the reading of its head, which is bounded in bytes here and in time by the slots' watch."""
+            try:
+                if self.served:
+                    slots.set(self.slot, _Slot.IDLE)
+                    if not cast(io.BufferedReader, self.rfile).peek(1):  # the client closed its kept-alive connection
+                        self.close_connection = True
+                        return
+                    slots.set(self.slot, _Slot.RECEIVING)
+                reader = self.rfile
+                self.rfile = cast(io.BufferedIOBase, _HeadReader(reader, MAX_HEAD_BYTES))
+                try:
+                    self.raw_requestline = self.rfile.readline(65537)
+                    if not self.raw_requestline:
+                        self.close_connection = True
+                        return
+                    parsed = self.parse_request()
+                except _HeadTooLarge:
+                    self.rfile = reader
+                    self.send_error(431, f"Request head larger than {MAX_HEAD_BYTES} bytes")
+                    return
+                finally:
+                    self.rfile = reader
+                if not parsed:
+                    return
+                self.served += 1
+                if self.command != "POST" and ("Transfer-Encoding" in self.headers or self._length() != 0):
+                    # Left unread, a body would be read as the next request: refused, the connection closed.
+                    self.send_error(400, f"A {self.command} request carries no body")
+                    return
+                slots.set(self.slot, _Slot.BUSY)
+                method = getattr(self, "do_" + self.command, None)
+                if method is None:
+                    self.send_error(501, f"Unsupported method ({self.command!r})")
+                    return
+                method()
+                self.wfile.flush()
+            except TimeoutError:  # idle for IDLE_TIMEOUT_SECONDS, or a client not reading its answer
+                self.close_connection = True
+
+        def _length(self) -> int | None:
+            """The request's Content-Length (0 where absent); None where it is not one number of bytes."""
+            values = self.headers.get_all("Content-Length") or ["0"]
+            if len(set(values)) != 1 or not re.fullmatch(r"[0-9]{1,12}", values[0]):
+                return None
+            return int(values[0])
 
         def log_message(self, format, *args):  # access logs would drown the useful ones
             if log.isEnabledFor(logging.DEBUG):  # formatted only when shown: this runs on every scrape
@@ -434,12 +671,17 @@ def serve(
                 self.wfile.write(body)
 
         def _authorized(self) -> bool:
-            """True when basic auth is off or the credentials are good; else answers 401."""
-            if auth.allowed(self.headers.get("Authorization")):
+            """True when basic auth is off or the credentials are good; else answers 401 (429 when too
+            many checks wait for bcrypt already)."""
+            allowed = auth.allowed(self.headers.get("Authorization"))
+            if allowed:
                 return True
-            self._send(
-                401, "text/plain; charset=utf-8", b"Unauthorized\n", {"WWW-Authenticate": 'Basic realm="gpulens"'}
-            )
+            if allowed is None:
+                self._send(429, "text/plain; charset=utf-8", b"Too Many Requests\n", {"Retry-After": "1"})
+            else:
+                self._send(
+                    401, "text/plain; charset=utf-8", b"Unauthorized\n", {"WWW-Authenticate": 'Basic realm="gpulens"'}
+                )
             return False
 
         def _admitted(self) -> bool:
@@ -453,7 +695,7 @@ def serve(
             path = self.path.split("?", 1)[0]
             if path in ("/healthz", "/readyz"):  # never rate-limited: a refused probe restarts the pod
                 ok, reason = (health if path == "/healthz" else ready or health)()
-                if not auth.allowed(self.headers.get("Authorization")):
+                if not auth.known(self.headers.get("Authorization")):  # never bcrypt: probes are not limited
                     reason = "ok" if ok else "failing (authenticate to see why)"
                 self._send(200 if ok else 503, "text/plain; charset=utf-8", (reason + "\n").encode())
                 return
@@ -493,14 +735,38 @@ def serve(
         do_HEAD = do_GET
 
         def do_POST(self):
+            # Answered without its body read, the connection must close: the body would be the next request.
+            self.close_connection = True
             if not self._admitted() or not self._authorized():
                 return
             if post is None:
                 self._send(405, "text/plain; charset=utf-8", b"Method Not Allowed\n", {"Allow": "GET, HEAD"})
                 return
-            length = int(self.headers.get("Content-Length") or 0)
-            code, content_type, body = post(self.path.split("?", 1)[0], self.rfile.read(length))
-            self._send(code, content_type, body)
+            length = self._length()
+            plain = "text/plain; charset=utf-8"
+            if "Transfer-Encoding" in self.headers or "Content-Length" not in self.headers:
+                self._send(411, plain, b"Send the body with a Content-Length (no chunked encoding)\n")
+                return
+            if length is None:
+                self._send(400, plain, b"Content-Length must be one number of bytes\n")
+                return
+            if length > MAX_BODY_BYTES:
+                self._send(413, plain, f"A body of {MAX_BODY_BYTES} bytes at most\n".encode())
+                return
+            if not bodies.acquire(blocking=False):
+                self._send(503, plain, b"Too many bodies being sent at once\n", {"Retry-After": "1"})
+                return
+            try:
+                slots.set(self.slot, _Slot.RECEIVING)  # the body, as the head, within HEAD_TIMEOUT_SECONDS
+                body = self.rfile.read(length)
+                slots.set(self.slot, _Slot.BUSY)
+            finally:
+                bodies.release()
+            if len(body) < length:
+                return  # the client went away mid-body
+            self.close_connection = False
+            code, content_type, answer = post(self.path.split("?", 1)[0], body)
+            self._send(code, content_type, answer)
 
     class Server(ThreadingHTTPServer):
         daemon_threads = True
@@ -508,33 +774,41 @@ def serve(
         # several Prometheus replicas, a dashboard refresh): the kernel queues this many instead.
         request_queue_size = 1024
         address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
-        _connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        _problems = ProblemLog(log)
 
         def process_request(self, request, client_address):
-            # One thread a connection, at most MAX_CONNECTIONS at once: past that a connection is closed at
-            # once (and said once), so a flood cannot exhaust the process's threads and memory.
-            if not self._connections.acquire(blocking=False):
-                self._problems.problem("cap", f"more than {MAX_CONNECTIONS} connections at once: closing new ones")
+            # One thread a connection, in one of MAX_CONNECTIONS slots (_Slots says whose slot a new one
+            # takes when they are all taken), so a flood cannot exhaust the process's threads and memory.
+            slot = slots.admit(request)
+            if slot is None:
                 self.shutdown_request(request)
                 return
-            self._problems.resolved("cap", f"fewer than {MAX_CONNECTIONS} connections again")
+            thread = threading.Thread(target=self.serve_connection, args=(request, client_address, slot))
+            thread.daemon = True
             try:
-                super().process_request(request, client_address)
+                thread.start()
             except BaseException:
-                self._connections.release()
+                slots.release(slot)
+                self.shutdown_request(request)
                 raise
 
-        def process_request_thread(self, request, client_address):
+        def serve_connection(self, request, client_address, slot):
+            _serving.slot = slot
             try:
-                super().process_request_thread(request, client_address)
+                self.finish_request(request, client_address)
+            except Exception:
+                self.handle_error(request, client_address)
             finally:
-                self._connections.release()
+                slots.release(slot)
+                self.shutdown_request(request)
+
+        def server_close(self):
+            slots.close()
+            super().server_close()
 
         def finish_request(self, request, client_address):
             # The TLS handshake runs here, in the connection's own thread, so that one slow or
             # broken client cannot stall the accept loop and every other scrape with it.
-            if config.ssl_context is not None:
+            if config.ssl_context is not None:  # within HEAD_TIMEOUT_SECONDS of the accept, as a head
                 request.settimeout(IDLE_TIMEOUT_SECONDS)
                 try:
                     request = config.ssl_context.wrap_socket(request, server_side=True)
@@ -564,4 +838,5 @@ def serve(
             f"cannot listen on {host or '*'}:{port}: {e.strerror}; choose another --web.listen-address"
         ) from e
     threading.Thread(target=server.serve_forever, name="gpulens-http", daemon=True).start()
+    threading.Thread(target=slots.watch, name="gpulens-http-heads", daemon=True).start()
     return server
