@@ -31,7 +31,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
 from gpulens.analyzer.series import SeriesReader, Window
-from gpulens.analyzer.store import Store, StoreAuth, StoreError
+from gpulens.analyzer.store import (
+    MAX_ANSWER_BYTES,
+    AnswerLate,
+    AnswerTooBig,
+    Store,
+    StoreAuth,
+    StoreError,
+    read_answer,
+)
 from gpulens.core import metrics as m
 from gpulens.core import mixin
 from gpulens.core import trace as tr
@@ -149,13 +157,15 @@ class ExporterInput:
         for node, url in self.targets:
             status = self._status[url]
             try:
-                response = self.session.get(url, timeout=self.timeout)
-                response.raise_for_status()
-                status.read_bytes += len(response.content)
-                rows.extend(self._rows_from(node, response.text, now))
-            except requests.RequestException as e:
+                with self.session.get(url, timeout=self.timeout, stream=True) as response:
+                    response.raise_for_status()
+                    content = read_answer(response, MAX_ANSWER_BYTES, time.monotonic() + self.timeout)
+                status.read_bytes += len(content)
+                rows.extend(self._rows_from(node, content.decode("utf-8", "replace"), now))
+            except (requests.RequestException, AnswerTooBig, AnswerLate) as e:
                 status.failed()
-                self.last_error = redact(f"cannot scrape exporter {url}: {e}")
+                problem = f"did not answer whole within {self.timeout:g} s" if isinstance(e, AnswerLate) else e
+                self.last_error = redact(f"cannot scrape exporter {url}: {problem}")
             except Exception as e:  # an answer the reader did not foresee: this target fails, the loop goes on
                 status.failed()
                 self.last_error = redact(f"exporter {url} answered what gpulens cannot read: {e!r}")

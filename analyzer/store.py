@@ -14,6 +14,10 @@ What it takes care of, so that its callers see series or one clear error:
   a doubling backoff (RETRIES times, honouring Retry-After); Thanos is asked for `partial_response=false`
   so that a store behind it that fails makes the query fail rather than answer in part, and an answer
   that still carries warnings (an incomplete result) is retried and then refused.
+- Answers bounded in size and requests in time: an answer is read as it arrives, at most
+  MAX_ANSWER_BYTES once decoded (past it a range is asked again in halves, an instant query refused, so
+  that a store answering millions of series cannot take the analyzer's memory), and a request ends
+  --prometheus.timeout after it began however slowly the store trickles its answer.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ from gpulens.core.config import ConfigError, redact
 #: Prometheus' limit of points per series in one range query (promql: "exceeded maximum resolution of
 #: 11,000 points per timeseries"); VictoriaMetrics' default is 30,000, Thanos and Mimir pass Prometheus'.
 MAX_POINTS_PER_SERIES = 11_000
+#: Bytes of one answer, decoded, that the client reads (about ten times that once parsed): past it a range
+#: query is asked again in halves, an instant query refused. 10,000 GPUs' ten-minute window is about 15 MB.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 #: Times a failure that may pass (429, 502-504, a time-out, a refused connection) is retried by a report.
 #: The live analyzer retries once: its next cycle is the next try.
 RETRIES = 3
@@ -134,6 +141,7 @@ class Store:
         timeout: float = 30.0,
         max_points: int = MAX_POINTS_PER_SERIES,
         retries: int = RETRIES,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
         sleep: Callable[[float], None] = time.sleep,
     ):
         self.url = url.rstrip("/")
@@ -141,6 +149,7 @@ class Store:
         self.timeout = timeout
         self.max_points = max_points
         self.retries = retries
+        self.max_answer_bytes = max_answer_bytes
         self.sleep = sleep
         self.read_bytes = 0
         self.session = requests.Session()
@@ -167,7 +176,7 @@ class Store:
         try:
             return self._api("query", {"query": expr, "time": _time(at)})
         except _TooBig as e:
-            raise StoreError(f"{self.name} refuses {expr!r}: {e.reason}. {_RAISE_THE_LIMIT}") from None
+            raise StoreError(f"{self.name} refuses {expr!r}: {e.reason}. {e.fix}") from None
 
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
         """A range query's series from `start` to `end` (unix seconds, on the step grid), cut into ranges
@@ -189,9 +198,7 @@ class Store:
         except _TooBig as e:
             steps = round((end - start) / step)
             if steps < 1:
-                raise StoreError(
-                    f"{self.name} refuses {expr!r} even for a single step: {e.reason}. {_RAISE_THE_LIMIT}"
-                ) from None
+                raise StoreError(f"{self.name} refuses {expr!r} even for a single step: {e.reason}. {e.fix}") from None
             middle = start + (steps // 2) * step
             return _joined(self._range(expr, start, middle, step), self._range(expr, middle + step, end, step))
 
@@ -203,16 +210,25 @@ class Store:
         for attempt in range(self.retries + 1):
             wait = RETRY_SECONDS * 2**attempt
             try:
-                response = self.session.post(
+                deadline = time.monotonic() + self.timeout
+                with self.session.post(
                     f"{self.url}/api/v1/{endpoint}",
                     data=params,
                     headers=self._bearer(),
                     timeout=self.timeout,
                     verify=self._verify,
                     cert=self._cert,
-                )
-            except requests.Timeout:
-                problem = f"{self.name} did not answer {expr!r} within {self.timeout:g} s"
+                    stream=True,
+                ) as response:
+                    content = read_answer(response, self.max_answer_bytes, deadline)
+            except AnswerTooBig as e:
+                raise _TooBig(
+                    str(e),
+                    "Select fewer GPUs (--prometheus.selector, --prometheus.dcgm-selector) or share them "
+                    "between analyzers (--shard.count)",
+                ) from None
+            except (requests.Timeout, AnswerLate):
+                problem = f"{self.name} did not answer {expr!r} whole within {self.timeout:g} s"
                 fix = (
                     "the store is overloaded or the query too large: raise --prometheus.timeout or read a shorter span"
                 )
@@ -226,8 +242,8 @@ class Store:
                 problem = redact(f"cannot reach {self.name}: {e}")
                 fix = "check the URL and that the store is up"
             else:
-                self.read_bytes += len(response.content)
-                outcome = self._outcome(response, expr)
+                self.read_bytes += len(content)
+                outcome = self._outcome(response, content, expr)
                 if isinstance(outcome, list):
                     return outcome
                 problem, fix, retry_after = outcome
@@ -238,21 +254,24 @@ class Store:
         tries = f" (tried {self.retries + 1} times)" if self.retries else ""
         raise StoreError(f"{problem}{tries}: {fix}")
 
-    def _outcome(self, response: requests.Response, expr: str) -> list[dict] | tuple[str, str, float | None]:
-        """The series of a good answer; _TooBig or StoreError for a final refusal; (problem, fix, seconds
-        to wait or None) for one worth retrying."""
+    def _outcome(
+        self, response: requests.Response, content: bytes, expr: str
+    ) -> list[dict] | tuple[str, str, float | None]:
+        """The series of a good answer (`content`, its body); _TooBig or StoreError for a final refusal;
+        (problem, fix, seconds to wait or None) for one worth retrying."""
         status = response.status_code
-        if status in (401, 403) or (status == 400 and _AUTH_REFUSED.search(response.text[:300])):
+        text = content[:300].decode("utf-8", "replace")
+        if status in (401, 403) or (status == 400 and _AUTH_REFUSED.search(text)):
             raise StoreError(
                 f"{self.name} refused the credentials (HTTP {status}) for {expr!r}: check "
                 "--prometheus.bearer-token-file or --prometheus.basic-auth.*, and the tenant header "
                 "(--prometheus.header 'X-Scope-OrgID: ...') where the store has tenants"
             )
         try:
-            body = orjson.loads(response.content)
+            body = orjson.loads(content)
         except orjson.JSONDecodeError:
             body = None
-        error = self._scrub(str(body.get("error", "")) if isinstance(body, dict) else response.text[:300].strip())
+        error = self._scrub(str(body.get("error", "")) if isinstance(body, dict) else text.strip())
         if body is not None and not isinstance(body, dict):
             error = "not an object of the Prometheus HTTP API"
         if status in _RETRY_STATUS:
@@ -263,7 +282,7 @@ class Store:
                 float(retry_after) if retry_after.isdigit() else None,
             )
         if _TOO_BIG.search(error):
-            raise _TooBig(error)
+            raise _TooBig(error, _RAISE_THE_LIMIT)
         if body is None:
             raise StoreError(
                 f"{self.name} answered HTTP {status} with no JSON to {expr!r}: is this the Prometheus HTTP API? "
@@ -313,11 +332,34 @@ class Store:
 
 
 class _TooBig(Exception):
-    """The store refused a query for its size: a smaller range may pass."""
+    """A query too big for the store or for gpulens: a smaller range may pass. `fix` for when none does."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, fix: str):
         super().__init__(reason)
-        self.reason = reason
+        self.reason, self.fix = reason, fix
+
+
+class AnswerTooBig(Exception):
+    """An answer larger than its reader takes (read_answer)."""
+
+
+class AnswerLate(Exception):
+    """An answer that did not arrive whole within its request's time (read_answer)."""
+
+
+def read_answer(response: requests.Response, max_bytes: int, deadline: float) -> bytes:
+    """The body of a streamed answer, decoded, read as it arrives: AnswerTooBig past `max_bytes`,
+    AnswerLate past `deadline` (time.monotonic()), checked between the server's writes however small, so
+    that neither a huge answer nor one trickled a byte at a time can hold the reader."""
+    parts, size = [], 0
+    while chunk := response.raw.read1(1 << 16, decode_content=True):
+        size += len(chunk)
+        if size > max_bytes:
+            raise AnswerTooBig(f"its answer is larger than the {max_bytes:,} bytes gpulens reads at once")
+        if time.monotonic() > deadline:
+            raise AnswerLate
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _joined(first: list[dict], second: list[dict]) -> list[dict]:

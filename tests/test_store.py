@@ -4,8 +4,12 @@ refuses long ranges, and a scripted API for the failures real stores cannot be m
 
 from __future__ import annotations
 
+import json
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import requests
@@ -73,6 +77,22 @@ def test_a_range_longer_than_the_store_allows_is_read_in_halves(victoria):
     assert values(series) == [float(k) for k in range(600)]
     # Cut beforehand to the points a store takes: the same series, whatever the cut.
     assert values(Store(victoria.url, max_points=64).query_range("gpu_test", T0, T0 + 599, 1)) == values(series)
+
+
+@pytest.mark.slow
+def test_an_answer_larger_than_gpulens_reads_is_asked_in_halves_or_refused(victoria):
+    """A store answering more than max_answer_bytes (a selector matching millions of series) cannot take
+    the analyzer's memory: a range is asked again in halves until each answer fits, an instant query is
+    refused naming the bound and the fix."""
+    series = Store(victoria.url, max_points=100, max_answer_bytes=2_000).query_range("gpu_test", T0, T0 + 599, 1)
+    assert values(series) == [float(k) for k in range(600)]
+    with pytest.raises(StoreError) as refused:
+        Store(victoria.url, max_answer_bytes=10).query("gpu_test", T0)
+    assert str(refused.value) == (
+        f"Prometheus at {victoria.url} refuses 'gpu_test': its answer is larger than the 10 bytes gpulens reads at "
+        "once. Select fewer GPUs (--prometheus.selector, --prometheus.dcgm-selector) or share them between "
+        "analyzers (--shard.count)"
+    )
 
 
 @pytest.mark.slow
@@ -338,3 +358,36 @@ def test_a_reader_that_runs_for_long_forgets_the_pods_and_gpus_gone_from_its_win
         prometheus.stop()
     assert largest <= 2 * 11 + 64 + 5  # the window's 10 pods and "none", twice, and a cycle's new ones
     assert ("n2", "GPU-d") not in reader.dcgm.models and ("n2", "GPU-d") not in reader.dcgm.nodes
+
+
+def test_a_store_trickling_its_answer_is_cut_at_the_requests_time():
+    """A byte every 50 ms never trips a timeout per read: the request's own time ends it."""
+    body = json.dumps(ANSWER).encode()
+    sent: list[int] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def trickle() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+            connection.sendall(head)
+            try:
+                for byte in body:
+                    connection.sendall(bytes([byte]))
+                    sent.append(byte)
+                    time.sleep(0.05)  # the trickle itself
+            except OSError:
+                pass  # the client has gone
+
+    server = threading.Thread(target=trickle, daemon=True)
+    server.start()
+    with listener, pytest.raises(StoreError) as late:
+        Store(f"http://127.0.0.1:{port}", timeout=0.5, retries=0).query("up", T0)
+    assert str(late.value) == (
+        f"Prometheus at http://127.0.0.1:{port} did not answer 'up' whole within 0.5 s: the store is overloaded or "
+        "the query too large: raise --prometheus.timeout or read a shorter span"
+    )
+    assert len(sent) < len(body)
+    server.join(10)
