@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import logging
 import os
 import re
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpulens.core import catalog, flags
 from gpulens.core.bottlenecks import INSUFFICIENT_FILE
-from gpulens.core.config import write_atomically
+from gpulens.core.config import finite_json, write_atomically
 from gpulens.core.flags import Subcommands
 from gpulens.core.thresholds import Thresholds
 
@@ -341,7 +340,7 @@ def run_report(args: argparse.Namespace) -> int:
     verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
     plan = make_plan(verdicts, use, thresholds, prices)
     if args.format == "json":
-        text = json.dumps(_json(verdicts, plan), indent=2) + "\n"
+        text = finite_json(_json(verdicts, plan), indent=2) + "\n"
     elif args.format == "csv":
         if args.by == "plan":
             text = _csv_plan(plan)

@@ -6,6 +6,7 @@ normalize(), so the features and the classifier see one shape whatever the data 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,33 @@ import numpy as np
 import pandas as pd
 
 from gpulens.core.config import atomic_output
-from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, SHAPE, SIGNALS, XIDS
+from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, RATIOS, SHAPE, SIGNALS, XIDS
+
+#: Times a trace may hold: unix seconds from 1970 to the end of year 9999 (the last RFC 3339 can write).
+LATEST_TIMESTAMP = 253402300800.0
+#: Columns holding identifiers, which may be negative (NVML's -1 for an unknown CPU socket).
+IDS = {"numa_node", "pcie_root", "nvlink_group"}
+RATIO_COLUMNS = RATIOS + [c for c in SHAPE if c.endswith("_ratio")]
+#: The largest value of a column that any GPU (or its pod) reports, with room to spare; above it a value
+#: is a broken exporter's or pipeline's (1e308 watts). Every other number: at most LARGEST.
+MAXIMA = {
+    "memory_used_bytes": 2.0**44,  # 16 TiB: over 50 times the largest GPU's memory (B300, 288 GB)
+    "memory_total_bytes": 2.0**44,
+    "power_watts": 1e4,  # 10 kW: 7 times a B300's 1.4 kW
+    "temperature_celsius": 200.0,  # GPUs shut down near 100 C
+    "sm_clock_hertz": 1e10,  # 10 GHz: over 3 times any GPU's boost clock
+    "sm_clock_max_hertz": 1e10,
+}
+LARGEST = 1e15  # a petabyte a second, a quadrillion events: no GPU counter comes near
+
+#: What is wrong with a value, by the kind `impossible` gives: the text errors and logs say after it.
+PROBLEMS = {
+    "gpu": "empty; every row needs its GPU's UUID or index",
+    "timestamp": "{value} is not a time from 1970 to 9999",
+    "ratio": "{value} is not a ratio from 0 to 1 (percentages must be divided by 100)",
+    "value": "{value} is not a value a GPU reports",
+    "memory": "{value} is more memory than the GPU has ({total})",
+}
 
 
 def empty() -> pd.DataFrame:
@@ -77,3 +104,54 @@ def write_trace(frame: pd.DataFrame, path: str | Path) -> None:
             frame.to_parquet(tmp, index=False)
         else:
             frame.to_csv(tmp, index=False)
+
+
+def impossible(frame: pd.DataFrame) -> Iterator[tuple[str, str, np.ndarray]]:
+    """Each (column, kind of PROBLEMS, rows) of values no GPU can report in a normalized frame: the one
+    set of rules every input is held to. Files are refused for them (readers.check_values); the live
+    inputs and Prometheus leave them out (without_impossible). NaN is a missing value, never impossible."""
+    yield "gpu", "gpu", frame["gpu"].eq("").to_numpy(dtype=bool, na_value=False)
+    stamps = frame["timestamp"].to_numpy()
+    yield "timestamp", "timestamp", ~((stamps >= 0) & (stamps < LATEST_TIMESTAMP))
+    for column in frame.columns.intersection(RATIO_COLUMNS):
+        values = frame[column].to_numpy()
+        yield column, "ratio", (values < 0) | (values > 1)
+    for column in frame.columns.difference(["timestamp", "gpu"] + IDENTITY + RATIO_COLUMNS):
+        values = frame[column].to_numpy()
+        negative = (values < 0) & (column not in IDS)
+        yield column, "value", np.isinf(values) | negative | (np.abs(values) > MAXIMA.get(column, LARGEST))
+    used, total = frame["memory_used_bytes"].to_numpy(), frame["memory_total_bytes"].to_numpy()
+    yield "memory_used_bytes", "memory", used > total
+
+
+def without_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int], str]:
+    """`frame` with the values no GPU can report (`impossible`) left out: a row without a GPU or a time is
+    dropped, any other value blanked (missing, as if not sampled). Also the count left out by column, and
+    the first one as a log line names it: "sm_active of GPU-1 on node-a at 1762646400: inf is not ..."."""
+    counts: dict[str, int] = {}
+    first = ""
+    drop = np.zeros(len(frame), dtype=bool)
+    blanks: dict[str, np.ndarray] = {}
+    for column, kind, rows in impossible(frame):
+        if not rows.any():
+            continue
+        counts[column] = counts.get(column, 0) + int(rows.sum())
+        if not first:
+            i = int(np.argmax(rows))
+            value = frame[column].iat[i]
+            total = frame["memory_total_bytes"].iat[i]
+            problem = PROBLEMS[kind].format(
+                value=f"{value:g}" if isinstance(value, float) else repr(value), total=f"{total:g}"
+            )
+            where = f"{frame['gpu'].iat[i]} on {frame['node'].iat[i]} at {frame['timestamp'].iat[i]:.0f}"
+            first = f"{column} of {where}: {problem}"
+        if kind in ("gpu", "timestamp"):
+            drop |= rows
+        else:
+            blanks[column] = blanks.get(column, np.zeros(len(frame), dtype=bool)) | rows
+    if not counts:
+        return frame, counts, first
+    frame = frame.copy(deep=False)
+    for column, rows in blanks.items():
+        frame[column] = np.where(rows, np.nan, frame[column].to_numpy())
+    return frame[~drop].reset_index(drop=True), counts, first

@@ -46,7 +46,7 @@ from gpulens.core import trace as tr
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND, Totals
 from gpulens.core.config import redact
 from gpulens.core.mixin import MixinConfig
-from gpulens.core.status import LoopGuard
+from gpulens.core.status import LoopGuard, ProblemLog
 from gpulens.core.topology import GROUPS, Pair
 
 log = logging.getLogger(__name__)
@@ -86,10 +86,36 @@ class TargetStatus:
         self.up, self.failures = False, self.failures + 1
 
 
+class ValueChecks:
+    """The values an input answered that no GPU can report (frame.impossible): left out of its frames,
+    counted, and said once while they keep coming."""
+
+    def __init__(self, source: str):
+        self.source = source
+        #: Values left out since the start.
+        self.left_out = 0
+        self._problems = ProblemLog(log)
+
+    def possible(self, frame: pd.DataFrame) -> pd.DataFrame:
+        frame, counts, first = fr.without_impossible(frame)
+        if counts:
+            self.left_out += sum(counts.values())
+            self._problems.problem(
+                "impossible",
+                f"{self.source} answered values no GPU can report ({', '.join(sorted(counts))}): left out of the "
+                f"verdicts, as if not sampled; the first: {first}",
+            )
+        else:
+            self._problems.resolved("impossible", f"{self.source} answers only values a GPU can report again")
+        return frame
+
+
 class AnalyzerInput(Protocol):
     """Where the analyzer service reads its window from: Prometheus, or exporters directly."""
 
     name: str
+    #: What the input answered that no GPU can report.
+    checks: ValueChecks
 
     def start(self) -> None: ...
 
@@ -136,6 +162,7 @@ class ExporterInput:
         self._lock = threading.Lock()
         self.last_error = ""
         self._status = {url: TargetStatus() for _, url in targets}
+        self.checks = ValueChecks(f"the {len(targets)} exporters")
         self._stop = threading.Event()
 
     @staticmethod
@@ -252,7 +279,7 @@ class ExporterInput:
             rows = list(self._rows)
         if not rows and any(status.failures for status in self._status.values()):
             raise InputError(self.last_error)
-        return fr.normalize(pd.DataFrame(rows)) if rows else fr.empty()
+        return self.checks.possible(fr.normalize(pd.DataFrame(rows)) if rows else fr.empty())
 
     def start(self) -> None:
         threading.Thread(target=self._run, name="gpulens-exporter-input", daemon=True).start()
@@ -328,6 +355,7 @@ class PrometheusInput:
         team_label: str = "",
     ):
         self.store = Store(url, auth, timeout, retries=1)
+        self.checks = ValueChecks(self.store.name)
         self.url = self.store.url
         #: This replica's share of the nodes; None judges them all.
         self.shard = shard
@@ -355,7 +383,7 @@ class PrometheusInput:
     def window_frame(self) -> pd.DataFrame:
         before = self.store.read_bytes
         try:
-            frame = self._window_frame()
+            frame = self.checks.possible(self._window_frame())
         except StoreError as e:
             self._failed()
             raise InputError(str(e)) from None

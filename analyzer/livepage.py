@@ -6,7 +6,6 @@ the cycle it shows: the summary and tables, and only the rows that changed, neve
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING
 from gpulens.analyzer import report
 from gpulens.analyzer.classify import Verdict
 from gpulens.analyzer.readers import format_timestamp
+from gpulens.core.config import finite_json
 
 if TYPE_CHECKING:
     from gpulens.analyzer.service import AnalyzerService
@@ -115,7 +115,7 @@ class LivePage:
             return 400, "text/plain; charset=utf-8", b"since: give the cycle the page shows (an integer)\n"
         snap = self._current()
         if since == snap.cycle:
-            return 200, "application/json", json.dumps({"cycle": snap.cycle}).encode()
+            return 200, "application/json", finite_json({"cycle": snap.cycle}).encode()
         full = since < snap.since or since > snap.cycle
         body = {
             "cycle": snap.cycle,
@@ -125,7 +125,7 @@ class LivePage:
             "removed": [] if full else [u for u, cycle in snap.removed.items() if cycle > since],
             "order": snap.order,
         }
-        return 200, "application/json", json.dumps(body).encode()
+        return 200, "application/json", finite_json(body).encode()
 
     def _current(self) -> Snapshot:
         """The snapshot of the newest cycle, made once a cycle by the first request that needs it."""

@@ -34,7 +34,7 @@ import pandas as pd
 from gpulens.analyzer import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
-from gpulens.core.trace import ALL_COLUMNS, IDENTITY, RATIOS, SHAPE
+from gpulens.core.trace import ALL_COLUMNS, IDENTITY
 
 MIB = 1024**2
 #: The longest line read from a text file. Trace lines are well under 1 KiB; a longer line is a file of
@@ -42,11 +42,6 @@ MIB = 1024**2
 MAX_LINE_CHARS = 1 << 20
 #: The largest saved scrape read: dcgm-exporter answers about 100 KiB for eight GPUs.
 MAX_SCRAPE_BYTES = 64 << 20
-#: Times a trace may hold: unix seconds from 1970 to the end of year 9999 (the last RFC 3339 can write).
-LATEST_TIMESTAMP = 253402300800.0
-#: Columns holding identifiers, which may be negative (NVML's -1 for an unknown CPU socket).
-_IDS = {"numa_node", "pcie_root", "nvlink_group"}
-_SHAPE_RATIOS = [c for c in SHAPE if c.endswith("_ratio")]
 
 # nvidia-smi query-gpu column (without unit) -> (trace column, factor)
 _SMI = {
@@ -192,33 +187,15 @@ def check_values(
         place = {"row": i + 1} if lines is None else {"line": int(lines[i])}
         raise TraceError(path, problem.format(value=shown, factor=factor, row=i), column=label, **place)
 
-    # Compared as the column's own (Arrow) strings: to_numpy() first would make a Python string of every row.
-    empty = frame["gpu"].eq("").to_numpy(dtype=bool, na_value=False)
-    check(empty, "gpu", "empty; every row needs its GPU's UUID or index")
-    stamps = frame["timestamp"].to_numpy()
-    check(~((stamps >= 0) & (stamps < LATEST_TIMESTAMP)), "timestamp", "{value} is not a time from 1970 to 9999")
-    for column in frame.columns.intersection(RATIOS + _SHAPE_RATIOS):
-        values = frame[column].to_numpy()
-        percent = source.get(column, ("", 1.0))[1] == 0.01
-        check(
-            (values < 0) | (values > 1),
-            column,
-            "{value} is not a percentage from 0 to 100"
-            if percent
-            else "{value} is not a ratio from 0 to 1 (percentages must be divided by 100)",
-        )
-    for column in frame.columns.difference(["timestamp", "gpu"] + IDENTITY + RATIOS + _SHAPE_RATIOS):
-        values = frame[column].to_numpy()
-        check(np.isinf(values) | ((values < 0) & (column not in _IDS)), column, "{value} is not a value a GPU reports")
-    used, total = frame["memory_used_bytes"].to_numpy(), frame["memory_total_bytes"].to_numpy()
-    over = used > total
-    if over.any():
-        factor = source.get("memory_total_bytes", ("", 1.0))[1]
-        check(
-            over,
-            "memory_used_bytes",
-            f"{{value}} is more memory than the GPU has ({total[over][0] / factor:g})",
-        )
+    for column, kind, rows in fr.impossible(frame):
+        problem = fr.PROBLEMS[kind]
+        if kind == "ratio" and source.get(column, ("", 1.0))[1] == 0.01:
+            problem = "{value} is not a percentage from 0 to 100"
+        elif kind == "memory" and rows.any():
+            factor = source.get("memory_total_bytes", ("", 1.0))[1]
+            total = frame["memory_total_bytes"].to_numpy()[rows][0] / factor
+            problem = problem.replace("{total}", f"{total:g}")
+        check(rows, column, problem)
     return frame
 
 

@@ -282,7 +282,7 @@ def unit_samples(
     if where is not None:
         rows &= where
     drawn = trace[rows]
-    # Each GPU's power limit (its model's; NaN for a MIG instance), looked up once per GPU, not per row.
+    # Each GPU's power limit (its model's; NaN for a MIG instance or an unknown model), looked up once per GPU.
     codes, gpus = pd.factorize(drawn["gpu"])
     first = np.zeros(len(gpus), dtype=np.int64)
     first[codes[::-1]] = np.arange(len(codes))[::-1]
@@ -291,8 +291,10 @@ def unit_samples(
         [
             math.nan if is_mig(str(m), str(g)) else model_info(str(m)).power_limit_watts
             for m, g in zip(models, gpus, strict=True)
-        ]
+        ],
+        dtype=np.float64,
     )
+    limit[~(limit > 0)] = math.nan  # a model the catalogue does not know has no limit: its power is not drawn
     power = drawn["power_watts"].to_numpy(dtype=float) / limit[codes]
     capacity = drawn["memory_total_bytes"].to_numpy()
     return pd.DataFrame(

@@ -16,7 +16,6 @@ MAX_EPISODES, and episodes (and pods) older than the history are dropped.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -35,6 +34,7 @@ from gpulens.analyzer.plan import Plan, Use, make_plan
 from gpulens.analyzer.report import RollingTimelines, unit_samples
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES, WASTEFUL
+from gpulens.core.config import finite_json
 from gpulens.core.exposition import Exposition, Families
 from gpulens.core.status import MAX_BACKOFF_SECONDS, ProblemLog, backoff
 from gpulens.core.thresholds import Thresholds
@@ -185,12 +185,21 @@ class AnalyzerService:
                 self._remember(v, now - elapsed, now, share)
                 if v.bottleneck not in WASTEFUL:
                     continue  # healthy headroom, or time the data cannot judge: no waste by cause
+                wasted, spent = v.wasted_gpu_seconds * share, v.wasted_cost * share
+                if not (math.isfinite(wasted) and math.isfinite(spent) and wasted >= 0 and spent >= 0):
+                    # Counters only grow: a verdict that would make one fall or jump to infinity is a bug.
+                    self._problems.problem(
+                        "waste",
+                        f"a verdict of {v.unit} wastes {v.wasted_gpu_seconds!r} GPU-seconds and {v.wasted_cost!r} "
+                        "USD (a bug: please report it): not counted",
+                    )
+                    continue
                 key = (v.namespace, v.bottleneck)
-                seconds[key] = seconds.get(key, 0.0) + v.wasted_gpu_seconds * share
-                cost[key] = cost.get(key, 0.0) + v.wasted_cost * share
+                seconds[key] = seconds.get(key, 0.0) + wasted
+                cost[key] = cost.get(key, 0.0) + spent
                 workload = (v.namespace, v.owner_kind, v.owner or v.pod, v.team, v.bottleneck)
-                workload_seconds[workload] = workload_seconds.get(workload, 0.0) + v.wasted_gpu_seconds * share
-                workload_cost[workload] = workload_cost.get(workload, 0.0) + v.wasted_cost * share
+                workload_seconds[workload] = workload_seconds.get(workload, 0.0) + wasted
+                workload_cost[workload] = workload_cost.get(workload, 0.0) + spent
             if new.any():
                 self.use.add(unit_samples(frame, where=new))
                 self._drawn_until = float(ts[new].max())
@@ -271,7 +280,7 @@ class AnalyzerService:
     def verdicts_json(self, query: Mapping[str, str] | None = None) -> tuple[int, str, bytes]:
         with self.lock:  # a cycle may be changing the history meanwhile
             body = self._verdicts_body()
-        return 200, "application/json", json.dumps(body).encode()
+        return 200, "application/json", finite_json(body).encode()
 
     def _verdicts_body(self) -> dict:
         return {
@@ -312,7 +321,7 @@ class AnalyzerService:
         return self.over_history().plan
 
     def plan_json(self, query: Mapping[str, str] | None = None) -> tuple[int, str, bytes]:
-        return 200, "application/json", json.dumps(self.plan().to_dict()).encode()
+        return 200, "application/json", finite_json(self.plan().to_dict()).encode()
 
     def health(self) -> tuple[bool, str]:
         """Liveness: the loop keeps cycling (whatever the cycles find). Fails when no cycle has ended
@@ -393,6 +402,7 @@ class AnalyzerService:
             out.add(m.ANALYZER_VERDICT_AGE, (), age)
             out.add(m.ANALYZER_CYCLE_DURATION, (), state.cycle_seconds)
         out.add(m.ANALYZER_INPUT_ERRORS, (self.source.name,), state.input_errors)
+        out.add(m.ANALYZER_INPUT_IMPOSSIBLE_VALUES, (self.source.name,), self.source.checks.left_out)
         for target, status in sorted(self.source.target_status().items()):
             out.add(m.ANALYZER_INPUT_UP, (self.source.name, target), 1 if status.up else 0)
             out.add(m.ANALYZER_INPUT_READ_BYTES, (self.source.name, target), status.read_bytes)

@@ -13,12 +13,14 @@ The store's own limits (points per series, samples per query) are the store clie
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pandas as pd
 
+from gpulens.analyzer import frame as fr
 from gpulens.analyzer import owners as owners_mod
 from gpulens.analyzer.classify import Verdict, judge
 from gpulens.analyzer.features import UnitKeys, pod_features
@@ -28,6 +30,8 @@ from gpulens.analyzer.plan import Use
 from gpulens.analyzer.report import TimelineBins, unit_samples
 from gpulens.analyzer.series import SeriesReader, Window
 from gpulens.core.thresholds import Thresholds
+
+log = logging.getLogger(__name__)
 
 #: Rows (GPUs x steps) a piece holds: about 0.6 GiB of trace frame with every column, and its grid.
 PIECE_ROWS = 2_000_000
@@ -46,6 +50,9 @@ class Progress:
     gpus: set[str] = field(default_factory=set)
     #: Rows (GPUs x steps) of the largest piece read: what memory follows, whatever the span.
     largest_piece_rows: int = 0
+    #: Values read that no GPU can report (frame.impossible), left out of the verdicts, and the first one.
+    impossible_values: int = 0
+    first_impossible: str = ""
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ def report(
         _gather(unit_samples(frame), timelines, use)
         _report(progress, on_progress, span.end - span.start)
         verdicts = judge(pod_features(frame, t), t, prices) if len(frame) else []
+        _say_impossible(progress, reader)
         return owners_mod.apply(verdicts, _owners(owners, frame, span.end, span.end - span.start))
     totals: dict[str, Ledger] = {}
     owned: dict[PodKey, Owner] = {}
@@ -122,7 +130,18 @@ def report(
         if progress.gpus:
             piece = _piece_seconds(PIECE_ROWS / len(progress.gpus) * span.step - 2 * window, slide, window)
         counted_from = counted_to
+    _say_impossible(progress, reader)
     return owners_mod.apply([ledger.verdict(t) for ledger in totals.values()], owned)
+
+
+def _say_impossible(progress: Progress, reader: SeriesReader) -> None:
+    if progress.impossible_values:
+        log.warning(
+            "%s holds %d values no GPU can report, left out of the verdicts (as if not sampled); the first: %s",
+            reader.store.name,
+            progress.impossible_values,
+            progress.first_impossible,
+        )
 
 
 def _owners(owners: OwnerReader | None, frame: pd.DataFrame, at: float, lookback: float) -> dict[PodKey, Owner]:
@@ -146,7 +165,9 @@ def _read(reader: SeriesReader, start: float, end: float, step: float, progress:
     held.move_to(end)
     before = reader.store.read_bytes
     reader.read(held, start, end)
-    frame = reader.frame(held, end - start + step)
+    frame, impossible, first = fr.without_impossible(reader.frame(held, end - start + step))
+    progress.impossible_values += sum(impossible.values())
+    progress.first_impossible = progress.first_impossible or first
     progress.bytes_read += reader.store.read_bytes - before
     progress.gpus.update(frame["gpu"].unique())
     progress.largest_piece_rows = max(progress.largest_piece_rows, len(frame))

@@ -310,6 +310,34 @@ def test_any_text_as_a_yaml_config(text):
             pass
 
 
+_LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefgh", "bcdefghi", strict=True)
+)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        # A few hundred bytes that expand to 9^9 values: hung report and the exporter, taking GiB.
+        (_LAUGHS.encode(), "its aliases expand to more than 100,000 values: write it without nested aliases (*name)"),
+        (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested deeper than gpulens reads: flatten it"),
+        (b"alert_low_sm: 0.3 # r\xe9sum\xe9\n", "not UTF-8 text (byte 21): save it as UTF-8"),
+    ],
+    ids=["alias bomb", "deep nesting", "latin-1"],
+)
+def test_a_yaml_config_that_would_hang_or_crash_is_refused_in_one_line(tmp_path, content, message):
+    (tmp_path / "t.yaml").write_bytes(content)
+    for loader, flag in ((Thresholds.load, "--thresholds"), (catalog.load_prices, "--prices")):
+        with pytest.raises(ConfigError) as error:
+            loader(str(tmp_path / "t.yaml"))
+        assert str(error.value) == f"{flag} {tmp_path / 't.yaml'}: {message}"
+
+
+def test_aliases_that_expand_to_little_are_read_as_yaml_reads_them(tmp_path):
+    (tmp_path / "t.yaml").write_text("A100: &price 1.5\nH100: *price\n")
+    assert catalog.load_prices(str(tmp_path / "t.yaml")) == {"A100": 1.5, "H100": 1.5}
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
@@ -412,3 +440,15 @@ def test_any_bytes_as_the_kubelets_pod_list(content):
         list(_allocations(content, ("*",)))
     except ValueError:
         pass  # the client's KubeletError names it
+
+
+def test_answers_and_reports_write_json_without_nan_or_infinity():
+    """Python's json writes NaN and Infinity, which JSON parsers refuse: every answer writes null."""
+    import json
+
+    from gpulens.core.config import finite_json
+
+    document = {"mean": math.inf, "waste": [1.5, -math.inf, math.nan], "nested": ({"confidence": math.nan},)}
+    text = finite_json(document)
+    assert text == '{"mean": null, "waste": [1.5, null, null], "nested": [{"confidence": null}]}'
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))["waste"][0] == 1.5

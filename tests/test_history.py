@@ -17,6 +17,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.history import analyze
+from gpulens.analyzer.live import ValueChecks
 from gpulens.core.thresholds import Thresholds
 from gpulens.simulator.fleet import load_fleet
 from gpulens.simulator.workloads import DAY, PROFILES
@@ -216,6 +217,7 @@ class Replay:
 
     def __init__(self, trace: pd.DataFrame, window: float, clock):
         self.trace, self.window, self.clock = trace, window, clock
+        self.checks = ValueChecks("the replay")
 
     def start(self) -> None: ...
 

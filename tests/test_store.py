@@ -391,3 +391,46 @@ def test_a_store_trickling_its_answer_is_cut_at_the_requests_time():
     )
     assert len(sent) < len(body)
     server.join(10)
+
+
+@pytest.mark.slow
+def test_values_no_gpu_can_report_are_left_out_named_and_counted(tmp_path, caplog):
+    """A broken exporter's +Inf, 1e308 watts and negative utilisation reach Prometheus as they are. The
+    live input and a report leave them out (as if not sampled), count them and name the first; NaN is a
+    missing sample, not an error. The same values in a file refuse it (test_inputs.py)."""
+    from gpulens.analyzer import span
+    from gpulens.analyzer.live import PrometheusInput
+    from gpulens.analyzer.series import SeriesReader
+    from gpulens.core.thresholds import Thresholds
+
+    broken = {3: "+Inf", 4: "-0.5", 5: "NaN"}  # GPU-2's utilisation at those minutes; GPU-1's is 0.5
+    lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]
+    for uuid in ("GPU-1", "GPU-2"):
+        for k in range(10):
+            value = broken.get(k, "0.5") if uuid == "GPU-2" else "0.5"
+            lines.append(f'gpulens_gpu_utilization_ratio{{instance="n1",uuid="{uuid}"}} {value} {T0 + 60 * k}')
+    lines += ["# TYPE gpulens_gpu_power_watts gauge"]
+    lines += [f'gpulens_gpu_power_watts{{instance="n1",uuid="GPU-2"}} {"1e308" if k == 6 else 300} {T0 + 60 * k}'
+              for k in range(10)]  # fmt: skip
+    prometheus = BackfilledPrometheus(tmp_path, "\n".join(lines) + "\n# EOF\n")
+    try:
+        source = PrometheusInput(prometheus.url, window=540, step=60, clock=lambda: T0 + 540)
+        frame = source.window_frame()
+        reader = SeriesReader(Store(prometheus.url), 60.0)
+        span.report(reader, span.Span(T0, T0 + 540, 60.0), Thresholds())
+    finally:
+        prometheus.stop()
+    gpu2 = frame[frame["gpu"] == "GPU-2"].sort_values("timestamp")
+    assert list(gpu2["gpu_util"].fillna(-1)) == [0.5, 0.5, 0.5, -1, -1, -1, 0.5, 0.5, 0.5, 0.5]
+    assert list(gpu2["power_watts"].fillna(-1)) == [300.0] * 6 + [-1] + [300.0] * 3
+    assert list(frame[frame["gpu"] == "GPU-1"]["gpu_util"]) == [0.5] * 10
+    assert source.checks.left_out == 3  # +Inf, -0.5 and 1e308; NaN is missing, not impossible
+    said = [r.getMessage() for r in caplog.records if "no GPU can report" in r.getMessage()]
+    assert said == [
+        f"Prometheus at {prometheus.url} answered values no GPU can report (gpu_util, power_watts): left out of "
+        f"the verdicts, as if not sampled; the first: gpu_util of GPU-2 on n1 at {T0 + 180}: inf is not a ratio "
+        "from 0 to 1 (percentages must be divided by 100)",
+        f"Prometheus at {prometheus.url} holds 3 values no GPU can report, left out of the verdicts (as if not "
+        f"sampled); the first: gpu_util of GPU-2 on n1 at {T0 + 180}: inf is not a ratio from 0 to 1 (percentages "
+        "must be divided by 100)",
+    ]

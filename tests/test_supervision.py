@@ -116,7 +116,7 @@ class ScriptedPrometheus:
 
 def signal(uuid: str, t: float) -> float:
     """What ScriptedPrometheus answers for every signal of GPU `uuid` at unix time `t`."""
-    return t % 1000 / 1000 + (uuid == "GPU-B")
+    return t % 1000 / 2000 + 0.5 * (uuid == "GPU-B")  # a ratio, as every signal may be
 
 
 def test_the_window_held_between_cycles_is_read_whole_after_a_failure_and_forgets_gpus_that_left():

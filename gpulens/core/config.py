@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
 from collections.abc import Callable, Iterator
@@ -14,17 +15,63 @@ class ConfigError(ValueError):
     """A flag or configuration file is wrong. The message names the value and how to fix it."""
 
 
+#: Nodes a YAML config may hold once its aliases are expanded: a thousand times the largest config gpulens
+#: reads. A few hundred bytes of nested aliases (a "billion laughs") expand past any memory.
+MAX_YAML_NODES = 100_000
+
+
 def read_yaml(path: str | Path, flag: str) -> Any:
-    """The YAML document in `path`, given with `flag`; ConfigError naming both when it cannot be
-    read or parsed."""
+    """The YAML document in `path`, given with `flag`; ConfigError naming both when it cannot be read or
+    parsed, is not UTF-8, nests deeper than Python reads, or expands past MAX_YAML_NODES nodes."""
     import yaml  # here: most runs read no YAML, and a node's exporter should not load it
 
     try:
-        return yaml.safe_load(Path(path).read_text())
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{flag} {path}: cannot read it ({e.strerror})") from e
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{flag} {path}: not UTF-8 text (byte {e.start}): save it as UTF-8") from None
+    try:
+        loader = yaml.SafeLoader(text)  # refuses characters YAML does not allow, here already
     except yaml.YAMLError as e:
         raise ConfigError(f"{flag} {path}: not valid YAML: {e}") from e
+    try:
+        node = loader.get_single_node()
+        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
+            raise ConfigError(
+                f"{flag} {path}: its aliases expand to more than {MAX_YAML_NODES:,} values: write it without "
+                "nested aliases (*name)"
+            )
+        return None if node is None else loader.construct_document(node)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{flag} {path}: not valid YAML: {e}") from e
+    except RecursionError:
+        raise ConfigError(f"{flag} {path}: nested deeper than gpulens reads: flatten it") from None
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(root: Any) -> int:
+    """Values in a composed YAML document with every alias expanded, counted without expanding them (each
+    node's size once: an alias is the same node object)."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    pending = [(root, False)]
+    while pending:  # iterative: a deep document must not exhaust the stack here either
+        node, children_done = pending.pop()
+        if id(node) in sizes:
+            continue
+        if isinstance(node, yaml.ScalarNode):
+            sizes[id(node)] = 1
+            continue
+        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if children_done:
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+        else:
+            pending.append((node, True))
+            pending.extend((c, False) for c in children if id(c) not in sizes)
+    return sizes[id(root)]
 
 
 #: A Prometheus duration: one or more number-unit pairs, largest unit first (1h30m).
@@ -128,3 +175,19 @@ _URL_CREDENTIALS = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
 def redact(text: str) -> str:
     """`text` with the credentials of every URL in it replaced, for logs, errors and API answers."""
     return _URL_CREDENTIALS.sub(r"\1<redacted>@", text)
+
+
+def finite_json(document: Any, indent: int | None = None) -> str:
+    """JSON as every gpulens answer and report writes it: NaN and infinities (a value not known, or a bug)
+    as null. JSON has neither, and Python's json would write NaN and Infinity, which parsers refuse."""
+
+    def finite(value: Any) -> Any:
+        if isinstance(value, float):
+            return value if math.isfinite(value) else None
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [finite(v) for v in value]
+        return value
+
+    return json.dumps(finite(document), indent=indent, allow_nan=False)

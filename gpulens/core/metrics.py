@@ -904,6 +904,17 @@ ANALYZER_INPUT_ERRORS = _spec(
     labels=("input",),
     group="analyzer",
 )
+ANALYZER_INPUT_IMPOSSIBLE_VALUES = _spec(
+    "analyzer_input_impossible_values_total",
+    "counter",
+    "",
+    "Values the analyzer's input answered that no GPU can report (NaN is missing, not impossible; infinite, "
+    "negative, a ratio over 1, more memory than the GPU has, 1e308 watts), by input: left out of the "
+    "verdicts as if not sampled, and the first logged once with its GPU, node and time.",
+    "analyzer",
+    labels=("input",),
+    group="analyzer",
+)
 
 ANALYZER_INPUT_UP = _spec(
     "analyzer_input_up",
