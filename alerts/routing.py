@@ -105,12 +105,40 @@ class AlertSettings:
         )
 
 
+#: What Python's regular expressions have and Alertmanager's (Go's RE2) do not: a matcher using one
+#: would pass here and be refused by Alertmanager (amtool check-config) after the files are written.
+_NOT_RE2 = {
+    "(?=": "lookahead",
+    "(?!": "negative lookahead",
+    "(?<=": "lookbehind",
+    "(?<!": "negative lookbehind",
+    "(?P=": "a named backreference",
+    "(?(": "a conditional",
+    "(?>": "an atomic group",
+    "(?#": "a comment",
+}
+_BACKREFERENCE = re.compile(r"(?<!\\)\\[1-9]")
+_POSSESSIVE = re.compile(r"[*+?}][+]")
+
+
 def _is_regex(text: str) -> bool:
+    """A regular expression both Python and Alertmanager (Go's RE2) read the same way."""
     try:
         re.compile(text)
     except re.error:
         return False
-    return True
+    return _re2_problem(text) is None
+
+
+def _re2_problem(text: str) -> str | None:
+    for construct, name in _NOT_RE2.items():
+        if construct in text:
+            return name
+    if _BACKREFERENCE.search(text):
+        return "a backreference"
+    if _POSSESSIVE.search(text):
+        return "a possessive quantifier"
+    return None
 
 
 def _schema() -> Record:
@@ -126,7 +154,14 @@ def _schema() -> Record:
                     "nodes": Record(owner, required=("pages", "tickets")),
                     "namespaces": ListOf(
                         Record(
-                            {"match": Text(valid=_is_regex, what="a regular expression on the namespace"), **owner},
+                            {
+                                "match": Text(
+                                    valid=_is_regex,
+                                    what="a regular expression on the namespace, in the syntax Alertmanager "
+                                    "reads (Go's RE2: no lookaround, backreferences or possessive quantifiers)",
+                                ),
+                                **owner,
+                            },
                             required=("match", "pages", "tickets"),
                         )
                     ),

@@ -10,6 +10,7 @@ import os
 import re
 import sys
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulens.core import catalog, flags
@@ -466,16 +467,21 @@ def _read_with_progress(args, readers):
         small = True
     if small or not sys.stderr.isatty():
         return readers.read_files(args.files, args.scrape_interval, args.gpu_model, _scrape_start(args))
-    import pandas as pd
     from rich.progress import Progress
 
+    # Scrapes are one series over all their files, in order: read together, after the other files.
+    scrapes = [path for path in args.files if readers.detect(Path(path)) == "dcgm-exporter"]
     frames = []
     with Progress(transient=True) as progress:
         task = progress.add_task("reading", total=len(args.files))
         for path in args.files:
-            frames.append(readers.read_files([path], args.scrape_interval, args.gpu_model, _scrape_start(args)))
-            progress.advance(task)
-    return pd.concat(frames, ignore_index=True)
+            if path not in scrapes:
+                frames.append((path, readers.read_files([path])))
+                progress.advance(task)
+        if scrapes:
+            frames.append((scrapes[0], readers.read_files(scrapes, args.scrape_interval, "", _scrape_start(args))))
+            progress.advance(task, len(scrapes))
+    return readers.combine(frames, args.gpu_model)
 
 
 def _json(verdicts: list[Verdict], plan: Plan) -> dict:

@@ -495,6 +495,13 @@ class _Planner:
             )
         if name == "idle":
             return self._release(v)
+        if not self._model(v).memory_total_bytes:
+            return NotPlanned(
+                v.workload,
+                [v.unit],
+                f"its GPU model ({v.gpu_model or 'unnamed'}) is not in gpulens' catalogue: what share of it the peak "
+                "needs is unknown; name the model (--gpu-model)",
+            )
         return self._smaller(v) or NotPlanned(v.workload, [v.unit], "no smaller share of a GPU fits its peak")
 
     def _release(self, v: Verdict) -> Action:

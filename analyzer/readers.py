@@ -20,9 +20,11 @@ take gigabytes of memory for one line.
 from __future__ import annotations
 
 import csv
+import logging
 import math
 import re
 from array import array
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +37,8 @@ from gpulens.analyzer import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
 from gpulens.core.trace import ALL_COLUMNS, IDENTITY
+
+log = logging.getLogger(__name__)
 
 MIB = 1024**2
 #: The longest line read from a text file. Trace lines are well under 1 KiB; a longer line is a file of
@@ -110,8 +114,20 @@ def format_timestamp(unix: float) -> str:
 
 
 # --- text, bounded ----------------------------------------------------------------------------------
+def _cut_short(path: Path, what: str) -> None:
+    """Say that the last line of `path` has no end of line, and is skipped: every writer ends its rows with
+    one, so it is a row cut short (a crash while writing), which read would be a smaller number."""
+    log.warning(
+        "%s: its last line has no end of line: a %s cut short (a crash while writing?) is skipped, not read as "
+        "a smaller number; end the file with a newline if it is whole",
+        path,
+        what,
+    )
+
+
 def _lines(path: Path) -> Iterator[str]:
-    """The lines of a UTF-8 text file (a byte-order mark dropped), none longer than MAX_LINE_CHARS."""
+    """The lines of a UTF-8 text file (a byte-order mark dropped), none longer than MAX_LINE_CHARS. A last
+    line without an end of line (past the header) is skipped as cut short (_cut_short)."""
     try:
         handle = open(path, encoding="utf-8-sig", newline="")
     except OSError as e:
@@ -131,6 +147,9 @@ def _lines(path: Path) -> Iterator[str]:
                 return
             if len(line) > MAX_LINE_CHARS and not line.endswith(("\n", "\r")):
                 raise TraceError(path, f"a line longer than {MAX_LINE_CHARS // 1024} KiB: not a trace", line=number)
+            if number > 1 and not line.endswith(("\n", "\r")):  # only the last line can lack one
+                _cut_short(path, "row")
+                return
             yield line
 
 
@@ -153,10 +172,16 @@ def _header(path: Path, rows: Iterator[tuple[int, list[str]]], what: str) -> lis
     if first is None:
         raise TraceError(path, f"empty file; {what} starts with a header line")
     header = [h.strip() for h in first[1]]
-    repeated = sorted({h for h in header if header.count(h) > 1})
+    repeated = sorted(name for name, count in Counter(header).items() if count > 1)  # linear: headers may be huge
     if repeated:
-        raise TraceError(path, f"column(s) {', '.join(repeated)} appear more than once in the header", line=first[0])
+        raise TraceError(path, f"column(s) {_some(repeated)} appear more than once in the header", line=first[0])
     return header
+
+
+def _some(names: list[str], shown: int = 10) -> str:
+    """Names as an error lists them: the first `shown`, and how many more."""
+    more = f" and {len(names) - shown:,} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _column(header: list[str], name: str) -> str:
@@ -214,11 +239,12 @@ def _read_trace_csv(path: Path) -> pd.DataFrame:
             raise TraceError(
                 path, f"required column '{required}' missing from the header ({', '.join(header)})", line=1
             )
-    unknown = [h for h in header if h not in ALL_COLUMNS]
+    known = set(ALL_COLUMNS)
+    unknown = [h for h in header if h not in known]
     if unknown:
         raise TraceError(
             path,
-            f"unknown column(s) {', '.join(unknown)}; the trace columns are listed in docs/trace-format.md",
+            f"unknown column(s) {_some(unknown)}; the trace columns are listed in docs/trace-format.md",
             line=1,
         )
     numeric = [i for i, h in enumerate(header) if h not in IDENTITY and h not in ("timestamp", "gpu")]
@@ -336,25 +362,68 @@ def read_files(
     """All files as one trace. Scrapes of dcgm-exporter are read as one series, in the given order,
     `scrape_interval` seconds apart from `scrape_start` (unix seconds; None: the first one's modification
     time)."""
-    frames, scrapes = [], []
+    frames: list[tuple[str, pd.DataFrame]] = []
+    scrapes = []
     for path in map(Path, paths):
         kind = detect(path)
         if kind == "trace":
-            frames.append(read_trace(path))
+            frames.append((str(path), read_trace(path)))
         elif kind == "nvidia-smi":
-            frames.append(read_nvidia_smi(path))
+            frames.append((str(path), read_nvidia_smi(path)))
         elif kind == "dcgmi-dmon":
-            frames.append(read_dcgmi_dmon(path))
+            frames.append((str(path), read_dcgmi_dmon(path)))
         else:
             scrapes.append(path)
     if scrapes:
-        frames.append(read_dcgm_scrapes(scrapes, scrape_interval, scrape_start))
-    frame = pd.concat(frames, ignore_index=True) if frames else fr.empty()
+        frames.append((str(scrapes[0]), read_dcgm_scrapes(scrapes, scrape_interval, scrape_start)))
+    return combine(frames, gpu_model)
+
+
+def combine(parts: list[tuple[str, pd.DataFrame]], gpu_model: str = "") -> pd.DataFrame:
+    """The frames read from files (each with its file's name) as one trace. A row that repeats another of
+    the same GPU and time (the same file given twice, logs that overlap) is kept once; two that disagree
+    refuse the read, naming both (TraceError): judged, they would make the GPU switch at every sample.
+    `gpu_model` names the GPUs whose files did not."""
+    frame = pd.concat([part for _, part in parts], ignore_index=True) if parts else fr.empty()
     if gpu_model:
         models = frame["gpu_model"].astype(str)
         frame["gpu_model"] = models.where(models != "", gpu_model)
     # Files name different GPUs and pods: the concatenation's identity columns are categorical again.
-    return fr.normalize(frame)
+    frame = fr.normalize(frame)
+    key = ["node", "gpu", "timestamp"]
+    repeated = frame.duplicated(subset=key, keep=False).to_numpy()
+    if not repeated.any():
+        return frame
+    distinct = frame[repeated].drop_duplicates()
+    clash = distinct.duplicated(subset=key, keep=False).to_numpy()
+    if clash.any():
+        first, second = _clashing_pair(distinct[clash], key)
+        starts = np.cumsum([0] + [len(part) for _, part in parts])
+
+        def where(index: int) -> tuple[str, int]:
+            k = int(np.searchsorted(starts, index, side="right")) - 1
+            return parts[k][0], index - int(starts[k]) + 1
+
+        (first_file, first_row), (file, row) = where(first), where(second)
+        a, b = frame.loc[first], frame.loc[second]
+        differ = [c for c in frame.columns if not (a[c] == b[c] or (pd.isna(a[c]) and pd.isna(b[c])))]
+        node = f" on {a['node']}" if a["node"] else ""
+        when = format_timestamp(float(frame["timestamp"].to_numpy()[first]))
+        raise TraceError(
+            file,
+            f"GPU {a['gpu']}{node} at {when} again, with another {', '.join(differ)} "
+            f"than in {first_file}, row {first_row}: the same GPU twice, or GPUs of two nodes without their node; "
+            "give each GPU once (a node column, or one node's files per report)",
+            row=row,
+        )
+    return frame[~frame.duplicated(subset=key).to_numpy()].reset_index(drop=True)
+
+
+def _clashing_pair(rows: pd.DataFrame, key: list[str]) -> tuple[int, int]:
+    """The index labels of the first two rows of `rows` with the same key (rows sorted as in the frame)."""
+    groups = rows.groupby(key, observed=True, sort=False).indices
+    first_group = min(groups.values(), key=lambda positions: positions[0])
+    return int(rows.index[first_group[0]]), int(rows.index[first_group[1]])
 
 
 def _number(text: str) -> float:
@@ -465,6 +534,9 @@ def _read_scrape(path: Path, timestamp: float) -> pd.DataFrame:
         raise TraceError(path, f"cannot read it ({e.strerror})") from e
     except UnicodeDecodeError:
         raise TraceError(path, "not UTF-8 text") from None
+    if text and not text.endswith("\n"):  # the exposition format ends every line with one
+        _cut_short(path, "sample")
+        text = text[: text.rfind("\n") + 1]
     devices = dcgm.devices_from_rows(dcgm.parse_exposition(text).rows)
     if not devices:
         raise TraceError(

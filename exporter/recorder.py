@@ -24,6 +24,33 @@ class RecordError(Exception):
     """The --record file cannot be appended to; the message names it and the fix."""
 
 
+def _repair(path: str) -> None:
+    """Cut a recording back to its last whole row: a crash (the node's power, SIGKILL) can end it mid-row,
+    and rows appended after that half row would be read as one broken row, the file as unreadable."""
+    with open(path, "r+b") as f:
+        end = f.seek(0, os.SEEK_END)
+        at = end
+        while at > 0:
+            start = max(0, at - 65536)
+            f.seek(start)
+            block = f.read(at - start)
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                whole = start + newline + 1
+                break
+            at = start
+        else:
+            whole = 0
+        if whole < end:
+            f.truncate(whole)
+            log.warning(
+                "--record %s ended mid-row (the exporter stopped while writing): cut back to its last whole row "
+                "(%d bytes) before appending",
+                path,
+                end - whole,
+            )
+
+
 class Recorder:
     """Appends one row per device per sample; never stops the exporter.
 
@@ -57,6 +84,7 @@ class Recorder:
                     path,
                 )
             self.columns = header
+            _repair(path)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         #: Lines (CSV text) not yet in the file, oldest first, and how many were dropped past the bound.
         self._pending: list[str] = []

@@ -986,6 +986,12 @@ def test_settings_route_each_alert_to_its_owner(tmp_path):
             "GpulensPodLowSmActivity: expected one of critical, warning, got 'page'",
         ),
         ("owners: {namespaces: [{match: 'nlp(', pages: pages, tickets: tickets}]}\n", "expected a regular expression"),
+        # Python reads it, Alertmanager (Go's RE2) would refuse it after the files are written.
+        (
+            "owners: {namespaces: [{match: 'nlp(?!-test)', pages: pages, tickets: tickets}]}\n",
+            "expected a regular expression on the namespace, in the syntax Alertmanager reads (Go's RE2: no "
+            "lookaround, backreferences or possessive quantifiers)",
+        ),
         # What the Prometheus operator's AlertmanagerConfig cannot carry in Alertmanager's form.
         (
             "receivers: {a: {discord_configs: [{webhook_url: 'http://x'}]}}\n"

@@ -347,6 +347,17 @@ def test_aliases_that_expand_to_little_are_read_as_yaml_reads_them(tmp_path):
         ("min_samples: 2.5\n", "min_samples: expected a whole number of at least 1, got 2.5"),
         ("alert_low_smm: 0.3\n", "unknown key(s) alert_low_smm; did you mean alert_low_sm?"),
         ("- 0.3\n", "expected a mapping of threshold: value with keys min_samples"),
+        # Numbers that would overflow the arrays they go into, durations promtool would refuse in a rule.
+        (
+            "min_samples: 99999999999999999999999\n",
+            "min_samples: expected a whole number of at least 1, at most 9,007,199,254,740,992, got "
+            "99999999999999999999999",
+        ),
+        (
+            "alert_low_sm_for: 300y\n",
+            "alert_low_sm_for: expected a Prometheus duration such as 30s, 5m or 1h, at most 10y, got '300y'",
+        ),
+        ("min_samples: " + "9" * 5000 + "\n", "holds a number of thousands of digits: no setting takes one"),
     ],
 )
 def test_thresholds_must_be_finite_and_in_range(tmp_path, text, message):

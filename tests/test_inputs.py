@@ -246,3 +246,96 @@ def test_a_file_of_no_known_format_lists_every_format_read(tmp_path):
     path.write_text("hello\n")
     with pytest.raises(readers.TraceError, match=r"a gpulens trace CSV, or Parquet named \*\.parquet, an nvidia-smi"):
         readers.read_files([path])
+
+
+def _two_gpus_trace(tmp_path, name: str, sm_of_gpu_1: float = 0.3) -> str:
+    """Ten minutes of two GPUs of one node at 15 s: GPU 0 busy, GPU 1 at `sm_of_gpu_1`."""
+    rows = ["timestamp,gpu,node,namespace,pod,sm_active,memory_used_bytes,memory_total_bytes"]
+    for k in range(40):
+        t = 1_762_646_400 + 15 * k
+        rows.append(f"{t},GPU-0,node-a,ml,train,0.9,{40 << 30},{80 << 30}")
+        rows.append(f"{t},GPU-1,node-a,ml,notebook,{sm_of_gpu_1},{2 << 30},{80 << 30}")
+    path = tmp_path / name
+    path.write_text("\n".join(rows) + "\n")
+    return str(path)
+
+
+def test_the_same_file_given_twice_is_that_files_answer(tmp_path):
+    """Rows that repeat others (the same file twice, logs that overlap) are kept once, not judged twice."""
+    once = _two_gpus_trace(tmp_path, "a.csv")
+    alone = readers.read_files([once])
+    twice = readers.read_files([once, once])
+    pd.testing.assert_frame_equal(twice, alone)
+    # The oracle: the verdicts of the file read once, through the command users run.
+    reports = []
+    for files in ([once], [once, once]):
+        out = tmp_path / f"{len(files)}.json"
+        done = subprocess.run(
+            [sys.executable, "-m", "gpulens", "report", *files, "--format", "json", "--out", str(out)],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
+        assert done.returncode == 0, done.stderr
+        reports.append(out.read_text())
+    assert reports[1] == reports[0] and "NaN" not in reports[0]
+    # No model named: the plan cannot size a share of the GPU, and says so (it divided by zero before).
+    assert "is not in gpulens' catalogue: what share of it the peak needs is unknown" in reports[0]
+
+
+def test_two_rows_of_one_gpu_at_one_time_that_disagree_refuse_the_read_naming_both(tmp_path):
+    first = _two_gpus_trace(tmp_path, "a.csv")
+    second = _two_gpus_trace(tmp_path, "b.csv", sm_of_gpu_1=0.7)
+    with pytest.raises(TraceError) as refused:
+        readers.read_files([first, second])
+    assert str(refused.value) == (
+        f"{second}, row 2: GPU GPU-1 on node-a at 2025-11-09T00:00:00Z again, with another sm_active than in "
+        f"{first}, row 2: the same GPU twice, or GPUs of two nodes without their node; give each GPU once (a "
+        "node column, or one node's files per report)"
+    )
+
+
+def test_a_row_cut_short_at_the_end_is_skipped_not_read_as_a_smaller_number(tmp_path, caplog):
+    trace = tmp_path / "node.csv"
+    trace.write_text("timestamp,gpu,sm_active\n1762646400,GPU-0,0.55\n1762646401,GPU-0,0.5")  # was 0.57
+    assert list(read_trace(trace)["sm_active"]) == [0.55]
+    scrape = tmp_path / "dcgm.prom"
+    scrape.write_text(
+        'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-0"} 1000\nDCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-0"} 4'  # was 45
+    )
+    [row] = readers.read_dcgm_scrapes([scrape], 30.0, 1_762_646_400.0).to_dict("records")
+    assert np.isnan(row["gpu_util"]) and row["memory_used_bytes"] == 1000 * 2**20
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [str(trace), str(scrape)]
+    assert "its last line has no end of line: a row cut short" in caplog.records[0].getMessage()
+
+
+def test_a_recording_torn_by_a_crash_is_repaired_before_the_recorder_appends(tmp_path, caplog):
+    """The exporter killed mid-write leaves half a row; restarted, it cuts the file back to its last
+    whole row and appends after it, so the recording stays readable."""
+    from gpulens.core import trace as tr
+    from gpulens.exporter.recorder import Recorder
+    from tests.test_xid import _gpu, _snapshot
+
+    path = tmp_path / "node.csv"
+    row = ["1762646400.000", "GPU-a", "n1"] + [""] * (len(tr.ALL_COLUMNS) - 3)
+    whole = ",".join(tr.ALL_COLUMNS) + "\n" + ",".join(row) + "\n"
+    path.write_text(whole + "1762646401.000,GPU-a,n")  # the crash
+    recorder = Recorder(str(path), node="n1")
+    assert path.read_text() == whole
+    recorder.write(_snapshot(_gpu({})))
+    recorder.close()
+    assert list(read_trace(path)["gpu"].astype(str)) == ["GPU-a", "GPU-a"]
+    assert "ended mid-row (the exporter stopped while writing): cut back to its last whole row (22 bytes)" in (
+        caplog.text
+    )
+
+
+def test_a_header_of_a_hundred_thousand_columns_is_one_short_line(tmp_path):
+    wide = tmp_path / "wide.csv"
+    wide.write_text(",".join(["timestamp", "gpu"] + [f"c{i}" for i in range(100_000)]) + "\n")
+    with pytest.raises(TraceError) as refused:
+        read_trace(wide)
+    assert str(refused.value) == (
+        f"{wide}, line 1: unknown column(s) c0, c1, c2, c3, c4, c5, c6, c7, c8, c9 and 99,990 more; the trace "
+        "columns are listed in docs/trace-format.md"
+    )

@@ -27,7 +27,10 @@ class Invalid(Exception):
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # Python writes no integer of over 4,300 digits
+        return "a number of thousands of digits"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -69,6 +72,11 @@ class Number(Schema):
         return float(value)
 
 
+#: The largest whole number a config may hold where no bound of its own says otherwise: the largest a
+#: float holds exactly (2^53), far above any count, seed or size gpulens reads.
+LARGEST_INTEGER = 2**53
+
+
 @dataclass
 class Integer(Schema):
     """A whole number from low to high."""
@@ -89,6 +97,8 @@ class Integer(Schema):
             or (self.high is not None and value > self.high)
         ):
             raise Invalid(where, f"expected {self.describe()}, got {_shown(value)}")
+        if self.high is None and abs(value) > LARGEST_INTEGER:  # it would overflow the arrays it goes into
+            raise Invalid(where, f"expected {self.describe()}, at most {LARGEST_INTEGER:,}, got {_shown(value)}")
         return value
 
 
@@ -120,17 +130,26 @@ class Text(Schema):
         return value
 
 
+#: The longest duration a config may give: ten years. Prometheus' and Alertmanager's durations end at
+#: 292 years (nanoseconds in 64 bits); a generated rule with a longer `for:` would be refused by promtool.
+LONGEST_DURATION = 10 * 365 * 86400.0
+
+
 @dataclass
 class Duration(Schema):
-    """A duration as Prometheus writes one (30s, 5m, 1h30m) or a number of seconds, at least 0: seconds."""
+    """A duration as Prometheus writes one (30s, 5m, 1h30m) or a number of seconds, from 0 to ten years."""
 
     def describe(self) -> str:
         return "a duration such as 30s, 5m or 1h30m"
 
     def check(self, value: Any, where: str) -> float:
         if isinstance(value, str) and PROMQL_DURATION.fullmatch(value):
-            return duration_seconds(value)
-        return Number(low=0, noun=self.describe() + " or seconds").check(value, where)
+            seconds = duration_seconds(value)
+            if seconds > LONGEST_DURATION:
+                raise Invalid(where, f"expected {self.describe()}, at most 10y (3650d), got {value!r}")
+            return seconds
+        number = Number(low=0, high=LONGEST_DURATION, noun=self.describe() + " or seconds")
+        return number.check(value, where)
 
 
 @dataclass

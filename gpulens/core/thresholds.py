@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
-from gpulens.core.config import PROMQL_DURATION, ConfigError, read_yaml
-from gpulens.core.schema import Integer, Number, Record, Schema, Text, validate
+from gpulens.core.config import PROMQL_DURATION, ConfigError, duration_seconds, read_yaml
+from gpulens.core.schema import LONGEST_DURATION, Integer, Number, Record, Schema, Text, validate
 
 #: Activity under this ratio is "no work": SM / GR activity about 0 (docs/signals.md; tool: Princeton JDS
 #: uses 0%). The exporter's idle-seconds counters and its activity histogram (core/activity.py) count with it.
@@ -287,7 +287,10 @@ def _schema() -> Record:
     keys: dict[str, Schema] = {}
     for f in fields(Thresholds):
         if f.type == "str":
-            keys[f.name] = Text(valid=PROMQL_DURATION.fullmatch, what="a Prometheus duration such as 30s, 5m or 1h")
+            keys[f.name] = Text(
+                valid=lambda v: PROMQL_DURATION.fullmatch(v) and duration_seconds(v) <= LONGEST_DURATION,
+                what="a Prometheus duration such as 30s, 5m or 1h, at most 10y",
+            )
         elif f.type == "int":
             keys[f.name] = Integer(low=1)
         elif f.name.endswith(_UNIT_SUFFIXES) or f.name in _UNBOUNDED:
