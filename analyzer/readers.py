@@ -96,16 +96,23 @@ class TraceError(ValueError):
         super().__init__(f"{', '.join(where)}: {problem}")
 
 
+#: Unix seconds as tools write them (ASCII digits, an exponent allowed; a sign, inf and nan read, for the
+#: check of the times a trace may hold to refuse by name), and RFC 3339 as it is written:
+#: the other forms Python would read (week dates, "nan", digits of other scripts, a date alone, a time
+#: without its zone) are other times than the writer meant, or none.
+_UNIX_SECONDS = re.compile(r"\s*[+-]?([0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|inf|infinity|nan)\s*", re.IGNORECASE)
+_RFC3339 = re.compile(
+    r"\s*[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})\s*"
+)
+
+
 def parse_timestamp(text: str) -> float:
     """Unix seconds, or RFC 3339 (with Z or an offset) as unix seconds; ValueError for anything else."""
-    try:
+    if _UNIX_SECONDS.fullmatch(text):
         return float(text)
-    except ValueError:
-        pass
-    value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    if value.tzinfo is None:
-        raise ValueError("RFC 3339 timestamps need a time zone (Z or +hh:mm)")
-    return value.timestamp()
+    if not _RFC3339.fullmatch(text):
+        raise ValueError("neither unix seconds nor RFC 3339 with its zone (2026-11-21T10:00:00Z)")
+    return datetime.fromisoformat(text.strip().upper().replace("Z", "+00:00")).timestamp()
 
 
 def format_timestamp(unix: float) -> str:
@@ -439,6 +446,16 @@ def read_nvidia_smi(path: Path) -> pd.DataFrame:
     rows = _csv_rows(path, skip_initial_space=True)
     header = _header(path, rows, "an nvidia-smi log")
     names = [re.sub(r"\s*\[.*\]$", "", h) for h in header]
+    given: dict[str, list[str]] = {}  # what each column gives, and the columns that give it
+    for name, text in zip(names, header, strict=True):
+        active_reasons = name in ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
+        field = "clock_event_reasons" if active_reasons else _SMI.get(name, (name,))[0]
+        given.setdefault(field, []).append(text)
+    twice = next((columns for columns in given.values() if len(columns) > 1), None)
+    if twice:
+        raise TraceError(
+            path, f"columns {twice[0]!r} and {twice[1]!r} give the same value: keep one in --query-gpu", line=1
+        )
     if "timestamp" not in names:
         raise TraceError(path, "an nvidia-smi log needs the timestamp column (--query-gpu=timestamp,...)", line=1)
     identity = next((c for c in ("uuid", "index", "pci.bus_id") if c in names), None)

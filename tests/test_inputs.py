@@ -339,3 +339,33 @@ def test_a_header_of_a_hundred_thousand_columns_is_one_short_line(tmp_path):
         f"{wide}, line 1: unknown column(s) c0, c1, c2, c3, c4, c5, c6, c7, c8, c9 and 99,990 more; the trace "
         "columns are listed in docs/trace-format.md"
     )
+
+
+@pytest.mark.parametrize(
+    "stamp",
+    ["2026-W47-6T10:00:00+00:00", "2026-11-21", "2026-11-21T10:00:00", "１７６２６４６４００", "1_762_646_400"],
+    ids=["week date", "a date alone", "no zone", "fullwidth digits", "underscores"],
+)
+def test_odd_time_notations_are_refused_not_read_as_other_times(tmp_path, stamp):
+    """Python reads each of these as some time; none is unix seconds or RFC 3339 as a tool writes them."""
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"timestamp,gpu,sm_active\n{stamp},GPU-0,0.5\n")
+    with pytest.raises(TraceError) as refused:
+        read_trace(trace)
+    assert str(refused.value) == (
+        f"{trace}, line 2, column 1 (timestamp): {stamp!r} is neither unix seconds nor an RFC 3339 time"
+    )
+
+
+def test_an_nvidia_smi_log_with_two_columns_for_one_value_is_refused_naming_both(tmp_path):
+    log = tmp_path / "smi.csv"
+    log.write_text(
+        "timestamp, uuid, clocks.sm [MHz], clocks.current.sm [MHz]\n"
+        "2026/11/21 10:00:00.000, GPU-0, 1980 MHz, 1410 MHz\n"
+    )
+    with pytest.raises(TraceError) as refused:
+        readers.read_files([log])
+    assert str(refused.value) == (
+        f"{log}, line 1: columns 'clocks.sm [MHz]' and 'clocks.current.sm [MHz]' give the same value: keep one in "
+        "--query-gpu"
+    )

@@ -47,6 +47,8 @@ def read_yaml(path: str | Path, flag: str) -> Any:
         raise ConfigError(f"{flag} {path}: not valid YAML: {e}") from e
     except RecursionError:
         raise ConfigError(f"{flag} {path}: nested deeper than gpulens reads: flatten it") from None
+    except ConfigError:
+        raise
     except ValueError:  # PyYAML's int() of a number of over 4,300 digits, which Python refuses to read
         raise ConfigError(f"{flag} {path}: holds a number of thousands of digits: no setting takes one") from None
     finally:
