@@ -716,6 +716,15 @@ def run_eval(args: argparse.Namespace) -> int:
         thresholds, _ = _config(args)
         intervals = tuple(parse_duration(x, "--intervals") for x in args.intervals.split(","))
         spans = tuple(parse_duration(x, "--spans") for x in args.spans.split(","))
+        # Bounds that keep a run to hours at most: each scenario is simulated at every interval and span.
+        for flag, value, low, high in (
+            ("--per-class", args.per_class, 1, 1000),
+            ("--per-day-profile", args.per_day_profile, 0, 100),
+        ):
+            if not low <= value <= high:
+                raise ValueError(f"{flag} must be from {low} to {high}, got {value}")
+        if not 0 <= args.noise <= 1:
+            raise ValueError(f"--noise must be a ratio from 0 to 1, got {args.noise}")
     except ValueError as e:
         print(f"gpulens eval: {e}", file=sys.stderr)
         return 2

@@ -111,6 +111,20 @@ def pod_features(
     return features
 
 
+#: Units (pods, and GPUs no pod holds) one report judges at most: each costs about 20 KB while it is judged
+#: (50,000 took 1 GiB), so a million tiny pods would take 20 GB. Past it the report is refused, saying why.
+MAX_UNITS = 200_000
+
+
+def require_few_enough(units: int) -> None:
+    """ValueError, naming the bound and the fix, when a report would judge more than MAX_UNITS units."""
+    if units > MAX_UNITS:
+        raise ValueError(
+            f"{units:,} pods and GPUs without a pod to judge: one report judges at most {MAX_UNITS:,} (about 20 KB "
+            "each); report a shorter span (--since, --until) or fewer files at a time"
+        )
+
+
 @dataclass(frozen=True)
 class UnitKeys:
     """Integer codes of each row's unit and GPU (in the trace's row order), and the rows' (unit, GPU,

@@ -21,7 +21,7 @@ import pandas as pd
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import SPARSE, XID_FAULTS, ClassShare, Episode, Verdict, judge
-from gpulens.analyzer.features import UnitKeys, pod_features
+from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.readers import format_timestamp
 from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
 from gpulens.core.catalog import model_info
@@ -62,6 +62,7 @@ def analyze(
     if trace.empty:
         return []
     keys = UnitKeys.of(trace)
+    require_few_enough(int(keys.unit.max()) + 1)
     window, step = resolve_window(trace, keys, t, window, step)
     ts = trace["timestamp"].to_numpy()
     if float(ts.max()) - float(ts.min()) < window:

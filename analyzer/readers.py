@@ -255,15 +255,19 @@ def _read_trace_csv(path: Path) -> pd.DataFrame:
             line=1,
         )
     numeric = [i for i, h in enumerate(header) if h not in IDENTITY and h not in ("timestamp", "gpu")]
+    names = [i for i, h in enumerate(header) if h in IDENTITY or h == "gpu"]
     ts_index = header.index("timestamp")
-    records: list[list[Any]] = []
-    lines = array("q")
+    # Column by column as the rows are read: numbers in arrays of doubles, names as codes into each
+    # column's distinct values. A list of rows of Python objects took 14 to 19 times the file's size.
+    stamps, lines = array("d"), array("q")
+    values = {i: array("d") for i in numeric}
+    codes = {i: array("q") for i in names}
+    known_names: dict[int, dict[str, int]] = {i: {} for i in names}
     for line, fields in rows:
         if len(fields) != len(header):
             raise TraceError(path, f"{len(fields)} fields, the header has {len(header)}", line=line)
-        record: list[Any] = fields
         try:
-            record[ts_index] = parse_timestamp(record[ts_index])
+            stamps.append(parse_timestamp(fields[ts_index]))
         except ValueError:
             raise TraceError(
                 path,
@@ -272,16 +276,29 @@ def _read_trace_csv(path: Path) -> pd.DataFrame:
                 column=_column(header, "timestamp"),
             ) from None
         for i in numeric:
-            text = record[i].strip()
+            text = fields[i].strip()
             try:
-                record[i] = float(text) if text else math.nan
+                values[i].append(float(text) if text else math.nan)
             except ValueError:
                 raise TraceError(
                     path, f"{text!r} is not a number", line=line, column=f"{i + 1} ({header[i]})"
                 ) from None
-        records.append(record)
+        for i in names:
+            seen = known_names[i]
+            code = seen.get(fields[i])
+            if code is None:
+                code = seen[fields[i]] = len(seen)
+            codes[i].append(code)
         lines.append(line)
-    frame = fr.normalize(pd.DataFrame(records, columns=header))
+    columns: dict[str, Any] = {"timestamp": np.frombuffer(stamps, dtype=np.float64)}
+    columns |= {header[i]: np.frombuffer(values[i], dtype=np.float64) for i in numeric}
+    columns |= {
+        header[i]: pd.Categorical.from_codes(
+            np.frombuffer(codes[i], dtype=np.int64), categories=pd.Index(list(known_names[i]))
+        )
+        for i in names
+    }
+    frame = fr.normalize(pd.DataFrame({h: columns[h] for h in header}))
     source = {name: (f"{i + 1} ({name})", 1.0) for i, name in enumerate(header)}
     return check_values(frame, path, np.frombuffer(lines, dtype=np.int64), source)
 

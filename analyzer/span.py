@@ -23,7 +23,7 @@ import pandas as pd
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import owners as owners_mod
 from gpulens.analyzer.classify import Verdict, judge
-from gpulens.analyzer.features import UnitKeys, pod_features
+from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.history import Ledger, default_window, ledgers
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
 from gpulens.analyzer.plan import Use
@@ -125,6 +125,7 @@ def report(
                 totals[unit].merge(ledger)
             else:
                 totals[unit] = ledger
+        require_few_enough(len(totals))
         owned |= _owners(owners, frame, read_to, read_to - read_from)
         _report(progress, on_progress, counted_to - counted_from)
         if progress.gpus:

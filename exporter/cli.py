@@ -259,8 +259,11 @@ def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
         return MergedSource(nvml, fetcher), attribution
     require_positive(("--simulate.speed", args.simulate_speed), unit="factor")
     if args.simulate_gpus:
-        if args.simulate_gpus < 0:
-            raise ConfigError(f"--simulate.gpus must be positive, got {args.simulate_gpus}")
+        if not 0 < args.simulate_gpus <= 64:  # as a fleet file's nodes: one node's GPUs
+            raise ConfigError(
+                f"--simulate.gpus must be from 1 to 64 (one node's GPUs), got {args.simulate_gpus}; a larger fleet is "
+                "several nodes: --simulate.config FLEET.yaml"
+            )
         if args.simulate_model not in MODELS:
             raise ConfigError(f"--simulate.model {args.simulate_model!r} is unknown; choose one of {', '.join(MODELS)}")
         profiles = [p.strip() for p in args.simulate_profiles.split(",") if p.strip()]

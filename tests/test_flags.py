@@ -119,3 +119,21 @@ def test_defaults_of_plain_flags_are_shown():
     words = " ".join(_command_help("eval").format_help().split())
     assert "(thresholds were tuned on seeds 0-7) (default 1000)" in words
     assert "comma-separated (default 1,15,30,60)" in words
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["eval", "--per-class", "99999999999999999999"], "gpulens eval: --per-class must be from 1 to 1000"),
+        (["eval", "--noise", "nan"], "gpulens eval: --noise must be a ratio from 0 to 1, got nan"),
+        (
+            ["exporter", "--source", "simulated", "--simulate.gpus", "100000000", "--once"],
+            "--simulate.gpus must be from 1 to 64 (one node's GPUs), got 100000000",
+        ),
+    ],
+)
+def test_flag_values_that_would_run_for_ever_are_refused_at_once(capsys, argv, message):
+    """Each of these ran until killed (a hundred million simulated GPUs, 10^20 scenarios), or judged noise
+    that is not a number."""
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err

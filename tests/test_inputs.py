@@ -369,3 +369,46 @@ def test_an_nvidia_smi_log_with_two_columns_for_one_value_is_refused_naming_both
         f"{log}, line 1: columns 'clocks.sm [MHz]' and 'clocks.current.sm [MHz]' give the same value: keep one in "
         "--query-gpu"
     )
+
+
+def test_more_pods_than_a_report_can_hold_are_refused_saying_why(tmp_path, monkeypatch, capsys):
+    """A million tiny pods took the report past the machine's memory with a traceback: past MAX_UNITS
+    (lowered to 3 here) it is refused in one line with the fix."""
+    from gpulens.analyzer import features
+    from gpulens.cli import main
+
+    monkeypatch.setattr(features, "MAX_UNITS", 3)
+    trace = tmp_path / "pods.csv"
+    rows = [f"{1_762_646_400 + 15 * k},GPU-{i},ns,pod-{i},0.5" for i in range(5) for k in range(2)]
+    trace.write_text("timestamp,gpu,namespace,pod,sm_active\n" + "\n".join(rows) + "\n")
+    assert main(["report", str(trace)]) == 2
+    assert capsys.readouterr().err.endswith(
+        "gpulens report: 5 pods and GPUs without a pod to judge: one report judges at most 3 (about 20 KB each); "
+        "report a shorter span (--since, --until) or fewer files at a time\n"
+    )
+
+
+def test_a_trace_takes_a_few_times_its_size_in_memory_while_it_is_read(tmp_path):
+    """Rows are kept column by column, numbers as doubles and names as codes: a list of rows of Python
+    objects took 14 to 19 times the file's size (a 1 GB recording needed 19 GiB)."""
+    from gpulens.core import trace as tr
+
+    path = tmp_path / "day.csv"
+    filled = {"node": "n1", "gpu_model": "NVIDIA H100 80GB HBM3", "namespace": "ml", "pod": "train"}
+    filled |= {"container": "main", "gpu_util": "0.95", "sm_active": "0.61", "memory_used_bytes": "40000000000"}
+    filled |= {"memory_total_bytes": "85000000000", "power_watts": "650.2", "temperature_celsius": "60"}
+    with open(path, "w") as f:
+        f.write(",".join(tr.ALL_COLUMNS) + "\n")
+        for k in range(20_000):
+            for gpu in ("GPU-0", "GPU-1"):
+                row = filled | {"timestamp": str(1_762_646_400 + k), "gpu": gpu}
+                f.write(",".join(row.get(c, "") for c in tr.ALL_COLUMNS) + "\n")
+    size = path.stat().st_size
+    tracemalloc.start()
+    try:
+        frame = read_trace(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(frame) == 40_000 and frame["power_watts"].iloc[-1] == 650.2
+    assert peak < 6 * size, f"{peak / size:.1f} times the file's size"
