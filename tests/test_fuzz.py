@@ -15,13 +15,20 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpulens.alerts import rules
+from gpulens.analyzer import frame as fr
 from gpulens.analyzer import readers
+from gpulens.analyzer.features import UnitKeys
+from gpulens.analyzer.history import analyze, sample_interval
+from gpulens.analyzer.plan import Use, make_plan
 from gpulens.analyzer.readers import TraceError
 from gpulens.core import catalog, dcgm
-from gpulens.core.config import ConfigError
+from gpulens.core.config import ConfigError, finite_json
+from gpulens.core.mixin import MixinConfig
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.trace import ALL_COLUMNS
 from gpulens.core.web import WebConfig
+from gpulens.exporter.sources.simulated import SimulatedSource
 from gpulens.simulator.fleet import load_fleet
 
 #: Hypothesis runs hundreds of inputs a property: the full lane's, not the edit-test loop's.
@@ -93,6 +100,35 @@ def _file(suffix: str, content: bytes) -> Path:
     return path
 
 
+#: Ten minutes of one busy GPU and one idle one, for the configs fuzzed below to be used on.
+TRACE = pd.DataFrame(
+    {
+        "timestamp": [1_762_646_400.0 + 15 * k for k in range(40) for _ in range(2)],
+        "gpu": ["GPU-0", "GPU-1"] * 40,
+        "gpu_model": ["NVIDIA H100 80GB HBM3"] * 80,
+        "namespace": ["ml"] * 80,
+        "pod": ["train", "notebook"] * 40,
+        "sm_active": [0.9, 0.0] * 40,
+        "memory_used_bytes": [40e9, 2e9] * 40,
+        "memory_total_bytes": [85e9] * 80,
+    }
+)
+
+
+def _judged(frame: pd.DataFrame, thresholds: Thresholds | None = None, prices: dict | None = None) -> None:
+    """What the fuzzed input loads is used as a report uses it: judged, planned and written as JSON, with
+    every figure finite and no waste below zero."""
+    t, frame = thresholds or Thresholds(), fr.normalize(frame)
+    verdicts = analyze(frame, t, prices)
+    for v in verdicts:
+        assert math.isfinite(v.wasted_gpu_seconds) and v.wasted_gpu_seconds >= 0, v
+        assert math.isfinite(v.wasted_cost) and v.wasted_cost >= 0, v
+    keys = UnitKeys.of(frame) if len(frame) else None
+    use = Use.of_trace(frame, sample_interval(frame, keys) if keys else 1.0, t, keys)
+    plan = make_plan(verdicts, use, t, prices or {})
+    finite_json({"verdicts": [v.to_dict() for v in verdicts], **plan.to_dict()})
+
+
 def _read(path: Path) -> None:
     try:
         frame = readers.read_files([path])
@@ -101,6 +137,7 @@ def _read(path: Path) -> None:
     # What is read is what a GPU can report: nothing infinite, no ratio outside 0-1.
     assert not frame.select_dtypes("number").isin([math.inf, -math.inf]).any().any()
     assert ((frame["gpu_util"].dropna() >= 0) & (frame["gpu_util"].dropna() <= 1)).all()
+    _judged(frame)
 
 
 @FUZZ
@@ -244,12 +281,19 @@ def test_thresholds_file(document):
         return
     for name, value in vars(thresholds).items():  # what loads is finite: no alert rule `< nan`
         assert not isinstance(value, float) or math.isfinite(value), name
+    _judged(TRACE, thresholds)
+    text = yaml.safe_dump(rules.rule_groups(MixinConfig(thresholds=thresholds)))
+    assert "nan" not in text.lower().split() and "inf" not in text.lower().split()
 
 
 @FUZZ
 @given(document=st.one_of(DOCUMENTS, st.dictionaries(st.text(max_size=8), SCALARS)))
 def test_prices_file(document):
-    _load(catalog.load_prices, document)
+    try:
+        prices = catalog.load_prices(str(_file(".yaml", yaml.safe_dump(document).encode())))
+    except ConfigError:
+        return
+    _judged(TRACE, prices=prices)
 
 
 @FUZZ
@@ -294,9 +338,14 @@ def test_web_config_file(document):
 )
 def test_fleet_file(document):
     try:
-        load_fleet(document)
+        nodes = load_fleet(document)
     except ConfigError:
-        pass
+        return
+    for node in nodes:  # what loads is simulated: one sample of each node
+        source = SimulatedSource(node)
+        source.start()
+        source.sample()
+        source.close()
 
 
 @FUZZ
