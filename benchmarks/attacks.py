@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import results  # noqa: E402
 from benchmarks.exporter import PROCESSES_PER_GPU, gpu_state, rss_mib  # noqa: E402
-from benchmarks.scrapers import GPUS, Scraper, checked, free_port, percentile  # noqa: E402
+from benchmarks.scrapers import ACCEPT, GPUS, Scraper, checked, free_port, percentile  # noqa: E402
 
 USER, PASSWORD = "prometheus", "s3cret"
 
@@ -50,30 +50,12 @@ class AuthScraper(Scraper):
         self.path = path
         self.auth = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
 
-    async def _exchange(self, started: float) -> tuple[float, bytes, bytes]:
-        for attempt in (1, 2):
-            if self.connection is None:
-                self.connection = await asyncio.open_connection("127.0.0.1", self.port)
-            reader, writer = self.connection
-            credentials = f"Authorization: Basic {self.auth}\r\n" if self.auth else ""
-            writer.write(
-                f"GET {self.path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{credentials}"
-                f"Accept: application/openmetrics-text;version=1.0.0\r\nAccept-Encoding: gzip\r\n\r\n".encode()
-            )
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except (asyncio.IncompleteReadError, ConnectionError):
-                self.close()
-                if attempt == 2:
-                    raise
-                continue
-            lines = head.lower().split(b"\r\n")
-            length = [int(line.split(b":", 1)[1]) for line in lines if line.startswith(b"content-length:")]
-            body = await reader.readexactly(length[0]) if length else await reader.read()
-            if b"connection: close" in lines:
-                self.close()
-            return time.perf_counter() - started, head, body
-        raise AssertionError("unreachable")
+    def request(self) -> bytes:
+        credentials = f"Authorization: Basic {self.auth}\r\n" if self.auth else ""  # a probe sends none
+        return (
+            f"GET {self.path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n{credentials}"
+            f"Accept: {ACCEPT}\r\nAccept-Encoding: gzip\r\n\r\n"
+        ).encode()
 
 
 def probe_checked(result: tuple[float, bytes, bytes] | str) -> float | str:

@@ -19,34 +19,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 
-#: The source files each benchmark measures, as globs from the repository root: the measured code, the
-#: benchmark itself, and what it runs against (the fake driver library).
+#: The exporter's code and what it runs against (the fake driver library).
+_EXPORTER = (
+    "exporter/**/*.py",
+    "gpulens/core/**/*.py",
+    "gpulens/cli.py",
+    "gpulens/__init__.py",
+    "tests/fake_nvml/fake_nvml.c",
+)
+#: The source files each benchmark measures, as globs from the repository root: the benchmark itself, the
+#: measured code, and what it runs against.
 SOURCES: dict[str, tuple[str, ...]] = {
-    "exporter": (
-        "benchmarks/exporter.py",
-        "exporter/**/*.py",
-        "gpulens/core/**/*.py",
-        "gpulens/cli.py",
-        "gpulens/__init__.py",
-        "tests/fake_nvml/fake_nvml.c",
-    ),
-    "scrapers": (
-        "benchmarks/scrapers.py",
-        "exporter/**/*.py",
-        "gpulens/core/**/*.py",
-        "gpulens/cli.py",
-        "gpulens/__init__.py",
-        "tests/fake_nvml/fake_nvml.c",
-    ),
-    "attacks": (
-        "benchmarks/attacks.py",
-        "benchmarks/scrapers.py",
-        "exporter/**/*.py",
-        "gpulens/core/**/*.py",
-        "gpulens/cli.py",
-        "gpulens/__init__.py",
-        "tests/fake_nvml/fake_nvml.c",
-    ),
+    "exporter": ("benchmarks/exporter.py", *_EXPORTER),
+    "scrapers": ("benchmarks/scrapers.py", *_EXPORTER),
+    "attacks": ("benchmarks/attacks.py", "benchmarks/scrapers.py", *_EXPORTER),
     "analyzer-cycle": ("benchmarks/analyzer.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "analyzer-day": ("benchmarks/analyzer.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "analyzer-input": ("benchmarks/analyzer.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),

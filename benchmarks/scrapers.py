@@ -82,18 +82,22 @@ class Scraper:
             self.close()
             return "timeout" if isinstance(e, TimeoutError) else type(e).__name__
 
+    def request(self) -> bytes:
+        """What Prometheus sends for a scrape."""
+        return (
+            f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nUser-Agent: Prometheus/2.42.0\r\n"
+            f"Accept: {ACCEPT}\r\nAccept-Encoding: gzip\r\n\r\n"
+        ).encode()
+
     async def _exchange(self, started: float) -> tuple[float, bytes, bytes]:
-        for attempt in (1, 2):  # a kept connection the server closed meanwhile: once more on a new one
+        for attempt in (1, 2):  # a kept connection the server closed or reset meanwhile: once more on a new one
             if self.connection is None:
                 self.connection = await asyncio.open_connection("127.0.0.1", self.port)
             reader, writer = self.connection
-            writer.write(
-                f"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\nUser-Agent: Prometheus/2.42.0\r\n"
-                f"Accept: {ACCEPT}\r\nAccept-Encoding: gzip\r\n\r\n".encode()
-            )
+            writer.write(self.request())
             try:
                 head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
+            except (asyncio.IncompleteReadError, ConnectionError):  # as Go's client, once more on a new one
                 self.close()
                 if attempt == 2:
                     raise
