@@ -801,9 +801,9 @@ def serve(
                 slots.release(slot)
                 self.shutdown_request(request)
 
-        def server_close(self):
-            slots.close()
-            super().server_close()
+        def shutdown(self):
+            slots.close()  # the head watch ends with the server
+            super().shutdown()
 
         def finish_request(self, request, client_address):
             # The TLS handshake runs here, in the connection's own thread, so that one slow or
