@@ -55,16 +55,21 @@ def _exporter(document: dict) -> list[str]:
     for row in figures["sizes"]:
         cells = [f"{f['generic_ms'] / f['fast_ms']:.1f}x ({f['bytes'] / 1024:,.0f} KiB)" for f in row["scrapes"]]
         out.append(f"| {row['gpus']} | " + " | ".join(cells) + " |")
+    sizes = list(figures["processes"])
     out += [
         "",
-        f"The process on {figures['process_gpus']} GPUs: from start to the first /metrics holding the GPUs (with "
-        "the kubelet, holding their pods), and resident memory after 20 scrapes; medians:",
+        "The process: from start to the first /metrics holding the last GPU's series (with the kubelet, its pod), "
+        "and resident memory after 20 scrapes; medians:",
         "",
-        "| process | start | resident |",
-        "| --- | ---: | ---: |",
+        "| process | " + " | ".join(f"start, {g} GPUs | resident, {g} GPUs" for g in sizes) + " |",
+        "| --- | " + " | ".join("---: | ---:" for _ in sizes) + " |",
     ]
-    for name, row in figures["processes"].items():
-        out.append(f"| {name} | {row['start_s']:.2f} s | {row['rss_mib']:.1f} MiB |")
+    for name in figures["processes"][sizes[0]]:
+        cells = [
+            f"{figures['processes'][g][name]['start_s']:.2f} s | {figures['processes'][g][name]['rss_mib']:.1f} MiB"
+            for g in sizes
+        ]
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
     return out
 
 
