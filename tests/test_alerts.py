@@ -917,7 +917,7 @@ def test_bad_thresholds_file_is_refused(tmp_path, capsys):
     thresholds.write_text("alert_low_sm_for: half an hour\n")
     assert main(["alerts", "--out", str(tmp_path / "out"), "--thresholds", str(thresholds)]) == 2
     assert (
-        "alert_low_sm_for: expected a Prometheus duration such as 30s, 5m or 1h, got 'half an hour'"
+        "alert_low_sm_for: expected a Prometheus duration such as 30s, 5m or 1h, at most 10y, got 'half an hour'"
         in capsys.readouterr().err
     )
     assert not (tmp_path / "out").exists()
