@@ -23,7 +23,7 @@ ALERTMANAGER_CONFIG_FILE = "gpulens-alertmanagerconfig.yaml"
 #: because its replacements must read the deployment's settings, which the including kustomization holds.
 KUSTOMIZATION_FILE = "kustomization.yaml"
 DEFAULT_WEBHOOK = "http://127.0.0.1:9850/alerts"
-#: The ConfigMap of a Kubernetes deployment's settings (deploy/kubernetes/settings.env) and the keys
+#: The ConfigMap of a Kubernetes deployment's settings (deploy/kubernetes/settings/settings.env) and the keys
 #: the generated resources read from it.
 SETTINGS = "gpulens-settings"
 GRAFANA_URL_SETTING = "grafana-url"
@@ -119,7 +119,7 @@ def generate(config: mixin.MixinConfig, settings: routing.AlertSettings | None =
         ALERTMANAGER_CONFIG_FILE: _alertmanager_config_file(header, settings),
         KUSTOMIZATION_FILE: header
         + "# The PrometheusRule and the AlertmanagerConfig with the deployment's settings filled in, for\n"
-        + "# deploy/kubernetes/prometheus-operator, which holds the settings (deploy/kubernetes/settings.env).\n"
+        + "# deploy/kubernetes/prometheus-operator, which reads the settings in deploy/kubernetes/settings/.\n"
         + dump_yaml(_component(settings)),
         ALERTMANAGER_FILE: header + dump_yaml(routing.alertmanager_config(settings)),
         RUNBOOKS_FILE: rules.runbooks_markdown(config),

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import results  # noqa: E402
 from benchmarks.exporter import PROCESSES_PER_GPU, gpu_state, rss_mib  # noqa: E402
-from benchmarks.scrapers import ACCEPT, GPUS, Scraper, checked, free_port, percentile  # noqa: E402
+from benchmarks.scrapers import ACCEPT, GPUS, Scraper, checked, free_port, paced, percentile  # noqa: E402
 
 USER, PASSWORD = "prometheus", "s3cret"
 
@@ -149,17 +149,9 @@ async def measure(port: int, attack: str, scrapers: int, seconds: int, timeout: 
     probe = AuthScraper(port, timeout, "/healthz")
     probe.auth = ""  # Kubernetes sends no credentials
     start = time.monotonic() + 3.0
-
-    async def run(client: AuthScraper, offset: float) -> list:
-        answers = []
-        for second in range(seconds):
-            await asyncio.sleep(max(0.0, start + second + offset - time.monotonic()))
-            answers.append(await client.scrape())
-        client.close()
-        return answers
-
     scrapes, probes = await asyncio.gather(
-        asyncio.gather(*(run(c, i / scrapers) for i, c in enumerate(clients))), run(probe, 0.5)
+        asyncio.gather(*(paced(c, start + i / scrapers, seconds) for i, c in enumerate(clients))),
+        paced(probe, start + 0.5, seconds),
     )
     for task in attackers:
         task.cancel()

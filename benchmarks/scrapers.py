@@ -133,21 +133,24 @@ def checked(result: tuple[float, bytes, bytes] | str) -> float | str:
     return elapsed
 
 
+async def paced(client: Scraper, start: float, seconds: int) -> list[tuple[float, bytes, bytes] | str]:
+    """`client`'s answers to a scrape once a second for `seconds`, from `start` (time.monotonic())."""
+    answers = []
+    for second in range(seconds):
+        await asyncio.sleep(max(0.0, start + second - time.monotonic()))
+        answers.append(await client.scrape())
+    client.close()
+    return answers
+
+
 async def scrapers(port: int, count: int, seconds: int, timeout: float, spread: bool) -> list[float | str]:
     """`count` scrapers, once a second for `seconds`: all at the same instant, or each at its own offset
     within the second (`spread`), as Prometheus places each target's scrapes."""
     clients = [Scraper(port, timeout) for _ in range(count)]
-
-    async def run(client: Scraper, offset: float) -> list[tuple[float, bytes, bytes] | str]:
-        answers = []
-        for second in range(seconds):
-            await asyncio.sleep(max(0.0, start + second + offset - time.monotonic()))
-            answers.append(await client.scrape())
-        client.close()
-        return answers
-
     start = time.monotonic() + 1.0
-    answers = await asyncio.gather(*(run(c, i / count if spread else 0.0) for i, c in enumerate(clients)))
+    answers = await asyncio.gather(
+        *(paced(c, start + (i / count if spread else 0.0), seconds) for i, c in enumerate(clients))
+    )
     return [checked(a) for each in answers for a in each]
 
 
