@@ -165,3 +165,30 @@ def test_openmetrics_is_served_when_the_scraper_names_a_version_gpulens_writes()
             "",
         )
     ] == [True, True, True, False, False, False, False]
+
+
+def test_the_series_prefix_cache_lets_ended_processes_go():
+    """Processes come and go on a node for months: the formatted series of those that ended are let go,
+    so the cache follows the node's series, and every scrape still writes what prometheus_client writes."""
+    from gpulens.core import exposition
+    from gpulens.core.activity import BUCKETS, ShapeCounts
+    from gpulens.core.exposition import Families
+
+    counts = ShapeCounts((1,) + (0,) * (len(BUCKETS) - 1), 1, 0.0, 0, 0)
+    for generation in range(40):  # 40 generations of 300 processes: 12,000 series ever, 300 at a time
+        families = Families()
+        for p in range(300):
+            labels = ("0", "GPU-1", str(generation * 1000 + p), "ns", f"pod-{generation}-{p}", "main")
+            families.add(m.PROCESS_MEMORY_USED, labels, float(p))
+            families.add_histogram(m.POD_ACTIVITY, labels[:2] + labels[3:], counts)
+        text = families.text()
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(type("Rows", (), {"collect": lambda self, f=families: f.metric_families()})())
+        assert text.encode() == generate_latest(registry)
+    assert len(exposition._series_prefixes) <= 2 * 300 + exposition._PREFIX_SLACK
+    assert len(exposition._histogram_prefixes) <= 2 * 300 + exposition._PREFIX_SLACK
+    # The last generation's stay formatted for the next scrape.
+    assert all(
+        (m.PROCESS_MEMORY_USED, ("0", "GPU-1", str(39_000 + p), "ns", f"pod-39-{p}", "main")) in exposition._series_prefixes
+        for p in range(300)
+    )

@@ -182,6 +182,9 @@ OPTIONAL_MODULES = (
     "gpulens.demo",
     "gpulens.alerts",
     "gpulens.analyzer",
+    "gpulens.core.mixin",  # the dashboards', alerts' and analyzer's PromQL (benchmarks/results.py: the soak)
+    "gpulens.core.trace",
+    "gpulens.core.dcgm",  # dcgm-exporter's format: --source dcgm or --dcgm.url only
     "importlib.metadata",  # the version is a literal: looking the distribution up costs a start 0.1 s
 )
 

@@ -288,6 +288,32 @@ def test_slowloris_is_shed_and_scrapes_and_probes_are_still_served(tmp_path, mon
                 trickler.sendall(b"X")
                 time.sleep(0.2)  # the attack's own pace
         assert time.monotonic() - started < 5
+        # Each attacker closed once, for a new connection or by its head's deadline (the trickler by its
+        # deadline: nothing arrived meanwhile); a scrape's own idle connection may have made room too.
+        counts = shed(address)
+        assert counts["busy"] == 0 and counts["full"] >= 1 and counts["slow_head"] >= 1
+        assert counts["full"] + counts["slow_head"] >= 4
+        assert "fewer than 3 connections open again" in caplog.text  # said once the attack is over
+        caplog.clear()
+        second = [connect(address) for _ in range(3)]
+        for attacker in second:
+            attacker.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        assert requests.get(f"http://{address}/metrics", timeout=5).status_code == 200
+        assert (
+            "3 connections open at once: closing the oldest idle or unfinished ones" in caplog.text
+        )  # a second attack is heard
+        assert closed_by_server(second[0])
+
+
+def shed(address: str) -> dict[str, int]:
+    """gpulens_http_connections_shed_total by reason, as the server's /metrics says."""
+    text = requests.get(f"http://{address}/metrics", timeout=5).text
+    return {
+        reason: int(float(line.rpartition(" ")[2]))
+        for reason in web.SHED_REASONS
+        for line in text.splitlines()
+        if line.startswith(f'gpulens_http_connections_shed_total{{reason="{reason}"}}')
+    }
 
 
 def test_a_full_server_of_busy_answers_closes_new_connections(tmp_path, monkeypatch, caplog):
@@ -308,7 +334,7 @@ def test_a_full_server_of_busy_answers_closes_new_connections(tmp_path, monkeypa
         assert "2 connections busy at once: closing new ones" in caplog.text
         release.set()
         assert [client.recv(4096).split(b"\r\n")[0] for client in busy] == [b"HTTP/1.1 200 OK"] * 2
-        assert requests.get(f"http://{address}/metrics", timeout=5).status_code == 200
+        assert shed(address) == {"full": 1, "busy": 1, "slow_head": 0}  # the scrape took an idle slot
 
 
 def test_a_head_past_its_byte_bound_is_refused_without_buffering_it(tmp_path):

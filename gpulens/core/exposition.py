@@ -82,7 +82,24 @@ class Families:
                 out.append(prefix + floatToGoString(value) + "\n")
         if openmetrics:
             out.append("# EOF\n")
+        self._sweep_prefixes()
         return "".join(out)
+
+    def _sweep_prefixes(self) -> None:
+        """Keep only this scrape's series in the prefix caches once they hold more than twice as many (plus
+        _PREFIX_SLACK): series of ended processes and pods go, so memory follows the node's series, not
+        every series it ever had, and each sweep is paid for by as many new series as it keeps."""
+        global _series_prefixes, _histogram_prefixes
+        _series_prefixes = _swept(_series_prefixes, self._rows)
+        _histogram_prefixes = _swept(_histogram_prefixes, self._histograms)
+
+
+def _swept(cache: dict, rendered: dict[m.MetricSpec, list]) -> dict:
+    """`cache` as is, or with only the keys of the rows `rendered` once it holds more than twice as many."""
+    if len(cache) <= 2 * sum(map(len, rendered.values())) + _PREFIX_SLACK:
+        return cache
+    keys = ((spec, label_values) for spec, rows in rendered.items() for label_values, _ in rows)
+    return {key: cache[key] for key in keys if key in cache}
 
 
 #: The formats served on /metrics, by what a scraper's Accept header names.
@@ -161,8 +178,6 @@ def _histogram_text(spec: m.MetricSpec, label_values: tuple[str, ...], counts: S
         plain = ",".join(f'{sorted_names[i]}="{_escape(label_values[j])}"' for i, j in enumerate(label_order))
         braces = f"{{{plain}}}" if plain else ""
         prefixes = (tuple(buckets), f"{spec.name}_count{braces} ", f"{spec.name}_sum{braces} ")
-        if len(_histogram_prefixes) >= _SERIES_PREFIX_LIMIT:
-            _histogram_prefixes.clear()
         _histogram_prefixes[(spec, label_values)] = prefixes
     bucket_prefixes, count_prefix, sum_prefix = prefixes
     for prefix, value in zip(bucket_prefixes, counts.cumulative(), strict=True):
@@ -174,9 +189,10 @@ def _histogram_text(spec: m.MetricSpec, label_values: tuple[str, ...], counts: S
 _histogram_prefixes: dict[tuple[m.MetricSpec, tuple[str, ...]], tuple[tuple[str, ...], str, str]] = {}
 
 # Formatted `name{labels} ` per series. The same series come back scrape after scrape, so formatting
-# them once is most of the render cost saved; the cache is dropped when it grows past any real node.
+# them once is most of the render cost saved; Families._sweep_prefixes lets the series that ended go.
 _series_prefixes: dict[tuple[m.MetricSpec, tuple[str, ...]], str] = {}
-_SERIES_PREFIX_LIMIT = 100_000
+#: Series the prefix caches may hold beyond twice a scrape's before they are swept.
+_PREFIX_SLACK = 1024
 
 
 def _series_prefix(spec: m.MetricSpec, label_values: tuple[str, ...]) -> str:
@@ -186,8 +202,6 @@ def _series_prefix(spec: m.MetricSpec, label_values: tuple[str, ...]) -> str:
         prefix = f"{spec.name}{{{labels}}} "
     else:
         prefix = f"{spec.name} "
-    if len(_series_prefixes) >= _SERIES_PREFIX_LIMIT:
-        _series_prefixes.clear()
     _series_prefixes[(spec, label_values)] = prefix
     return prefix
 

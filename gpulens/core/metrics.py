@@ -688,6 +688,18 @@ METRIC_SOURCE = _spec(
     labels=("metric", "source"),
     group="self",
 )
+HTTP_CONNECTIONS_SHED = _spec(
+    "http_connections_shed_total",
+    "counter",
+    "",
+    "Connections the HTTP server closed to protect its scrapes and probes, by reason: full (all slots "
+    "taken: the oldest idle or unfinished connection made room for a new one), busy (every slot busy "
+    "answering: the new connection closed), slow_head (a request head took over 10 s). Served by the "
+    "exporter and the analyzer alike; a rise is a flood or a slowloris, not a scraper's fault.",
+    "HTTP server",
+    labels=("reason",),
+    group="self",
+)
 SAMPLE_AGE = _spec(
     "exporter_sample_age_seconds",
     "gauge",

@@ -54,17 +54,19 @@ import tempfile
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import cast
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 
+from gpulens.core import metrics as m
 from gpulens.core.config import ConfigError, read_yaml
-from gpulens.core.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Exposition, negotiate
+from gpulens.core.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Exposition, Families, negotiate
 from gpulens.core.schema import Duration, Flag, Integer, ListOf, MapOf, Record, Text, validate
 from gpulens.core.status import ProblemLog
 
@@ -455,6 +457,11 @@ BCRYPT_WAITING = 4
 MAX_QUERY_FIELDS = 20
 
 
+#: Why the server closed a connection to protect the others (the reason label of
+#: gpulens_http_connections_shed_total; docs/metrics.md).
+SHED_REASONS = ("full", "busy", "slow_head")
+
+
 class _HeadTooLarge(Exception):
     """The request head holds more than MAX_HEAD_BYTES."""
 
@@ -498,6 +505,8 @@ class _Slots:
         self._lock = threading.Lock()
         self._problems = ProblemLog(log)
         self._stop = threading.Event()
+        #: Connections closed to protect the others, by reason (gpulens_http_connections_shed_total).
+        self.shed = dict.fromkeys(SHED_REASONS, 0)
         #: Threads serving connections, shed ones still unwinding included: at most twice the capacity.
         self.threads = 0
 
@@ -506,19 +515,23 @@ class _Slots:
         None (close it) when every one is busy answering or too many threads are still unwinding."""
         with self._lock:
             if self.threads >= 2 * self.capacity:
+                self.shed["busy"] += 1
                 return None
             if len(self._open) >= self.capacity:
                 waiting = [slot for slot in self._open.values() if slot.state != _Slot.BUSY]
                 if not waiting:
+                    self.shed["busy"] += 1
                     self._problems.problem("cap", f"{self.capacity} connections busy at once: closing new ones")
                     return None
                 victim = min(waiting, key=lambda slot: (slot.state != _Slot.IDLE, slot.since))
+                self.shed["full"] += 1
                 self._problems.problem(
                     "shed", f"{self.capacity} connections open at once: closing the oldest idle or unfinished ones"
                 )
                 self._drop(victim)
             else:
                 self._problems.resolved("cap", f"fewer than {self.capacity} connections busy again")
+                self._problems.resolved("shed", f"fewer than {self.capacity} connections open again")
             slot = self._open[id(sock)] = _Slot(sock, self._clock())
             self.threads += 1
             return slot
@@ -547,10 +560,28 @@ class _Slots:
             with self._lock:
                 for slot in [s for s in self._open.values() if s.state == _Slot.RECEIVING and s.since < deadline]:
                     log.debug("a request head took over %g s: closing its connection", HEAD_TIMEOUT_SECONDS)
+                    self.shed["slow_head"] += 1
                     self._drop(slot)
 
     def close(self) -> None:
         self._stop.set()
+
+    def families(self, out: Families) -> Families:
+        """`out` with the shed counter added."""
+        for reason, count in self.shed.items():
+            out.add(m.HTTP_CONNECTIONS_SHED, (reason,), count)
+        return out
+
+
+class _WithServer:
+    """A registry's metrics and the server's shed counter, for prometheus_client's encoders."""
+
+    def __init__(self, registry: CollectorRegistry, slots: _Slots):
+        self._registry, self._slots = registry, slots
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._registry.collect()
+        yield from self._slots.families(Families()).metric_families()
 
 
 #: The slot of the connection the current thread serves (set before its handler is made).
@@ -590,6 +621,13 @@ def serve(
     limit = _RateLimit(*config.rate_limit) if config.rate_limit else None
     slots = _Slots(MAX_CONNECTIONS)
     bodies = threading.BoundedSemaphore(MAX_BODIES)
+    # /metrics carries the server's own counter beside what its owner serves.
+    if exposition is not None:
+        owned = exposition
+        exposition = Exposition(
+            lambda: slots.families(owned.gather()), owned.version, owned.max_age_seconds, owned.clock
+        )
+    scraped = cast(CollectorRegistry, _WithServer(registry, slots))  # for prometheus_client's encoders
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "gpulens"
@@ -627,7 +665,6 @@ def serve(
                         return
                     parsed = self.parse_request()
                 except _HeadTooLarge:
-                    self.rfile = reader
                     self.send_error(431, f"Request head larger than {MAX_HEAD_BYTES} bytes")
                     return
                 finally:
@@ -709,7 +746,7 @@ def serve(
                     body = exposition.body(openmetrics, gzipped)
                 else:
                     encoder, content_type = choose_encoder(accept)
-                    body = encoder(registry)
+                    body = encoder(scraped)
                     body = gzip.compress(body, compresslevel=1) if gzipped else body
                 self._send(200, content_type, body, {"Content-Encoding": "gzip"} if gzipped else {})
             elif path in get_routes:
