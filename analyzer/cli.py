@@ -173,6 +173,14 @@ def register(commands: Subcommands) -> None:
     )
     flags.add(
         a,
+        "--analysis.state-file",
+        dest="state_file",
+        default="",
+        help="with --input.prometheus: a file to keep the window read in (written every minute and at shutdown), "
+        "so that a restart reads only what it missed; '' keeps none",
+    )
+    flags.add(
+        a,
         "--analysis.history",
         dest="history",
         default="1d",
@@ -776,6 +784,7 @@ def run_service(args: argparse.Namespace) -> int:
                 dcgm_selector=args.dcgm_selector,
                 config=_mixin(args, thresholds),
                 team_label=args.team_label,
+                state_file=args.state_file,
             )
         else:
             source = ExporterInput(ExporterInput.parse_targets(args.exporters), args.window, args.scrape_interval)
@@ -785,7 +794,9 @@ def run_service(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as e:
         print(f"gpulens analyzer: {e}", file=sys.stderr)
         return 2
-    service = AnalyzerService(source, thresholds, prices, args.interval, history=history)
+    # Replicas sharing a Prometheus read it each at its own point of the interval, not all at once.
+    phase = args.interval * args.shard_index / args.shard_count
+    service = AnalyzerService(source, thresholds, prices, args.interval, history=history, phase=phase)
     live = LivePage(service)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(service)

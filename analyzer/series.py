@@ -38,6 +38,12 @@ REREAD_STEPS = 2
 HARDWARE_REFRESH_SECONDS = 300.0
 #: gpulens_gpu_nvlink_errors_total's type label -> the trace column whose rate it adds to.
 _ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items() for kind in kinds}
+#: The NVLink error kinds some trace column counts, as a matcher.
+_ERROR_TYPES = f'type=~"{"|".join(sorted(_ERROR_COLUMN))}"'
+#: The activity histogram's count increase per row (read once, not a trace column: "_" matrices are not).
+_SHAPE_COUNT = "_activity_count"
+#: The SHAPE columns that are a histogram bucket's share of the samples, and the bucket's bound.
+_SHAPE_BUCKETS = {"activity_idle_ratio": IDLE_BOUND, "activity_low_ratio": LOW_BOUND, "activity_high_ratio": HIGH_BOUND}
 #: A GPU's row key: (its exporter's instance, its uuid); a pod's: (namespace, pod).
 Key = tuple[str, str]
 
@@ -74,6 +80,11 @@ class StepGrid:
     def __init__(self, step: float, points: int):
         self.step, self.points = step, points
         self.end: float | None = None  # unix seconds of the newest step held
+        #: Unix seconds of the newest step every query has read (complete()); a read that fails part way
+        #: leaves it, so the next cycle reads again from there, not the whole window.
+        self.read_until: float | None = None
+        #: Unix seconds of the oldest step read in full: the window is whole once it is at or before start.
+        self.read_from: float | None = None
         self.gpus: dict[tuple[str, str], int] = {}  # (instance, uuid) -> row
         self.values: dict[str, np.ndarray] = {}  # trace column -> (rows, points)
         self._rows = 0  # rows allocated in each matrix
@@ -83,19 +94,60 @@ class StepGrid:
         assert self.end is not None
         return self.end - (self.points - 1) * self.step
 
-    def move_to(self, end: float) -> float:
-        """Slide the grid so that its newest step is `end`; the first step the store must be asked for."""
+    def move_to(self, end: float, newest: int | None = None) -> float:
+        """Slide the grid so that its newest step is `end`; the first step the store must be asked for: the
+        first not read in full, less REREAD_STEPS; on the first cycle the whole window, or its `newest`
+        steps only (the older ones are then read by older())."""
         shift = self.points if self.end is None else round((end - self.end) / self.step)
         if not 0 <= shift < self.points:  # the first cycle, a clock that went back, or a cycle missed by a window
-            self.gpus, self.values, self._rows = {}, {}, 0
+            self.gpus, self.values, self._rows, self.read_until, self.read_from = {}, {}, 0, None, None
             shift = self.points
         kept = self.points - shift
-        first = max(0, kept - REREAD_STEPS)
+        self.end = end
+        if self.read_until is None:
+            first = 0 if newest is None else max(0, self.points - newest)
+        else:
+            unread = round((self.read_until - self.start) / self.step) + 1
+            first = min(max(0, unread - REREAD_STEPS), kept)
         for matrix in self.values.values():
             matrix[:, :kept] = matrix[:, shift:]
             matrix[:, first:] = np.nan
-        self.end = end
         return self.start + first * self.step
+
+    def older(self, steps: int, newest_from: float) -> tuple[float, float] | None:
+        """The `steps` steps before the oldest read in full (before `newest_from`, where this cycle's read
+        of the newest steps starts, on the first cycle), where the window is not whole yet; cleared, so
+        that a read of them that failed part way leaves nothing. None when the window is whole."""
+        read_from = newest_from if self.read_from is None else self.read_from
+        if read_from <= self.start:
+            return None
+        oldest = round((read_from - self.start) / self.step)
+        first = max(0, oldest - steps)
+        for matrix in self.values.values():
+            matrix[:, first:oldest] = np.nan
+        return self.start + first * self.step, self.start + (oldest - 1) * self.step
+
+    def complete(self, oldest: float) -> None:
+        """Every query has read the grid from `oldest` (or before) to its newest step."""
+        self.read_until = self.end
+        self.read_from = oldest if self.read_from is None else min(self.read_from, oldest)
+
+    def restore(
+        self,
+        end: float | None,
+        read: tuple[float | None, float | None],
+        keys: list[Key],
+        values: dict[str, np.ndarray],
+    ) -> None:
+        """Hold what a grid of the same step and points held (analyzer/state.py): its newest step, the
+        oldest and newest read in full, its keys in row order and a matrix of len(keys) rows per column."""
+        for name, matrix in values.items():
+            if matrix.shape != (len(keys), self.points) or matrix.dtype != np.float64:
+                raise ValueError(f"{name} holds {matrix.shape} {matrix.dtype}, not {len(keys)} rows of {self.points}")
+        self.end, (self.read_from, self.read_until) = end, read
+        self.gpus = {key: row for row, key in enumerate(keys)}
+        self.values = {name: np.array(matrix) for name, matrix in values.items()}
+        self._rows = len(keys)
 
     def add(
         self,
@@ -133,7 +185,7 @@ class StepGrid:
         steps, values = steps[inside], (values[:, 1] * np.repeat(factors, counts))[inside]
         for name, index in names.items():
             mine = which == index
-            matrix, at = self._matrix(name), (row[mine], steps[mine])
+            matrix, at = self.matrix(name), (row[mine], steps[mine])
             if not (weight is not None if summed is None else summed):
                 matrix[at] = values[mine]
             else:
@@ -151,7 +203,8 @@ class StepGrid:
                 self.values[name] = grown
         return row
 
-    def _matrix(self, name: str) -> np.ndarray:
+    def matrix(self, name: str) -> np.ndarray:
+        """The matrix of column `name`, made (all NaN) if the grid has none yet."""
         if name not in self.values:
             self.values[name] = np.full((self._rows, self.points), np.nan)
         return self.values[name]
@@ -213,9 +266,18 @@ class Window:
     def of(cls, step: float, points: int) -> Window:
         return cls(StepGrid(step, points), StepGrid(step, points))
 
-    def move_to(self, end: float) -> float:
-        self.pods.move_to(end)
-        return self.gpus.move_to(end)
+    def move_to(self, end: float, newest: int | None = None) -> float:
+        """Both grids to `end` (StepGrid.move_to); the first step to read (the two grids move together)."""
+        return min(self.pods.move_to(end, newest), self.gpus.move_to(end, newest))
+
+    def older(self, steps: int, newest_from: float) -> tuple[float, float] | None:
+        """StepGrid.older for both grids: the range of steps to read."""
+        pods, gpus = self.pods.older(steps, newest_from), self.gpus.older(steps, newest_from)
+        return gpus or pods
+
+    def complete(self, oldest: float) -> None:
+        self.gpus.complete(oldest)
+        self.pods.complete(oldest)
 
 
 @dataclass
@@ -289,6 +351,7 @@ class SeriesReader:
 
         for expr, column, weight in self._gpulens_queries():
             add(expr, column, weight)
+        self._shape_ratios(gpus, start, end)
         # The hardware XIDs counted at each step, one series per code: written lowest code first, so that
         # where a GPU counted several the highest stays.
         xids = self.store.query_range(
@@ -347,41 +410,67 @@ class SeriesReader:
                 (f"max by ({by_gpu}) (rate({self._sel(spec.name)}[{rate_window}]))", column, None)
                 for column, spec in tr.FROM_RATES.items()
             ),
-            # Error rates of a GPU's links add up by kind; so do the bits of the clock-event reasons active.
+            # Error rates of a GPU's links add up by kind (of the kinds a column counts only).
             (
-                f"sum by ({by_gpu}, type) (rate({self._sel(m.NVLINK_ERRORS.name)}[{rate_window}]))",
+                f"sum by ({by_gpu}, type) (rate({self._sel(m.NVLINK_ERRORS.name, _ERROR_TYPES)}[{rate_window}]))",
                 lambda labels: _ERROR_COLUMN.get(labels.get("type", "")),
                 lambda labels: 1.0,
             ),
-            (
-                f"max by ({by_gpu}, reason) ({self._sel(m.CLOCK_EVENT_ACTIVE.name)} == 1)",
-                "clock_event_reasons",
-                lambda labels: m.CLOCK_EVENT_REASONS.get(labels.get("reason", ""), 0),
-            ),
+            *self._clock_event_queries(),
             *((f"max by ({by_gpu}) ({expr})", column, None) for column, expr in self._shape_queries().items()),
         ]
 
+    def _clock_event_queries(self) -> list[tuple[str, str, None]]:
+        """The clock-event reasons as the classifier reads them (thresholds' throttle_reasons_mask): the
+        mask where any of its reasons is active at a step, 0 where none is, one series a GPU. Only the
+        mask's reasons are read (four of nine by default), and a GPU that reports them but is not
+        throttled reads 0 (known), as the exporter input reads it, rather than nothing."""
+        mask = self.config.thresholds.throttle_reasons_mask
+        if not mask:
+            return []
+        selector = self._sel(m.CLOCK_EVENT_ACTIVE.name, f'reason=~"{self.config.throttle_reasons}"')
+        return [(f"max by (instance, uuid) ({selector}) * {mask}", "clock_event_reasons", None)]
+
     def _shape_queries(self) -> dict[str, str]:
         """The SHAPE columns (core/trace.py) as PromQL: counts per row are rates times the step, so that
-        their sum over a window is the number of samples, transitions and bursts in it."""
+        their sum over a window is the number of samples, transitions and bursts in it. The histogram's
+        count is read once (into _SHAPE_COUNT) and the buckets' increases divided by it after the read
+        (_shape_ratios), as PromQL would divide them: each bucket's query no longer reads the count again."""
         window = self.rate_window()
-        count = f"increase({self._sel(m.ACTIVITY.name + '_count')}[{window}])"
 
-        def below(bound: float) -> str:
-            selector = self._sel(m.ACTIVITY.name + "_bucket", f'le="{bound:g}"')
-            return f"increase({selector}[{window}]) / ignoring(le) {count}"
+        def increase(name: str, *extra: str) -> str:
+            return f"increase({self._sel(name, *extra)}[{window}])"
 
         def per_row(name: str) -> str:
             return f"rate({self._sel(name)}[{window}]) * {self.step:g}"
 
         return {
-            "activity_samples": per_row(m.ACTIVITY.name + "_count"),
-            "activity_idle_ratio": below(IDLE_BOUND),
-            "activity_low_ratio": below(LOW_BOUND),
-            "activity_high_ratio": f"1 - ({below(HIGH_BOUND)})",
+            _SHAPE_COUNT: increase(m.ACTIVITY.name + "_count"),
+            **{
+                column: increase(m.ACTIVITY.name + "_bucket", f'le="{bound:g}"')
+                for column, bound in _SHAPE_BUCKETS.items()
+            },
             "activity_transitions": per_row(m.ACTIVITY_TRANSITIONS.name),
             "steady_bursts": per_row(m.STEADY_BURSTS.name),
         }
+
+    def _shape_ratios(self, grid: StepGrid, start: float, end: float) -> None:
+        """The SHAPE columns of the steps read from `start` to `end`: samples per row, and each bucket's share
+        of them (at or below its bound; the high one's complement), with PromQL's arithmetic (x / 0 is
+        infinite, 0 / 0 NaN, a missing count NaN)."""
+        count = grid.values.get(_SHAPE_COUNT)
+        if count is None:
+            return
+        read = slice(round((start - grid.start) / self.step), round((end - grid.start) / self.step) + 1)
+        seconds = max(4 * self.step, 60)  # rate_window()
+        n = count[:, read]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            grid.matrix("activity_samples")[:, read] = n / seconds * self.step
+            for column in _SHAPE_BUCKETS:
+                matrix = grid.matrix(column)
+                matrix[:, read] = matrix[:, read] / n
+            high = grid.matrix("activity_high_ratio")
+            high[:, read] = 1 - high[:, read]
 
     def _pod_queries(self) -> list[tuple[str, str]]:
         """Per pod, at each step: CPU used (cAdvisor), its limit (kube-state-metrics, else the CFS quota
@@ -400,6 +489,11 @@ class SeriesReader:
             ),
             ("sum by (namespace, pod) (kube_pod_container_status_restarts_total)", "restarts_total"),
         ]
+
+    def restore_pods(self, pods: list[tuple[str, str, str]]) -> None:
+        """The pod table a window's "_pod" codes index (analyzer/state.py)."""
+        self.pods = pods
+        self._pod_codes = {pod: code for code, pod in enumerate(pods)}
 
     def _pod_code(self, labels: dict, names: tuple[str, ...]) -> float:
         """The code of the pod an identity series names in `names` (namespace, pod, container): 0 for

@@ -110,8 +110,11 @@ class AnalyzerService:
         interval: float = 15.0,
         clock: Callable[[], float] = time.time,
         history: float = 86400.0,
+        phase: float = 0.0,
     ):
         self.source = source
+        #: Seconds the first cycle waits: replicas sharing a store read it at their own points of the interval.
+        self.phase = phase
         self.thresholds = thresholds
         self.prices = prices
         self.interval = interval
@@ -254,6 +257,7 @@ class AnalyzerService:
         verdicts resume within one interval of its return); an unexpected error backs off, doubling up
         to MAX_BACKOFF_SECONDS, so a bug that repeats does not spin."""
         unexpected = 0
+        self._stop.wait(self.phase)
         while not self._stop.is_set():
             errors = sum(self.state.errors.values())
             self.cycle()

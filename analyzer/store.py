@@ -188,7 +188,8 @@ class Store:
         at = start
         while at <= end:
             until = min(end, at + span)
-            result = _joined(result, self._range(expr, at, until, step))
+            piece = self._range(expr, at, until, step)
+            result = _joined(result, piece) if result else piece  # one piece (a cycle's new steps): as it came
             at = until + step
         return result
 

@@ -333,6 +333,12 @@ scrape_configs:
         assert body["status"] == "success", body
         return body["data"]["result"]
 
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        params = {"query": expr, "start": start, "end": end, "step": step}
+        body = requests.get(self.url + "/api/v1/query_range", params=params, timeout=30).json()
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
 
 class BackfilledPrometheus(_PrometheusProject):
     """A real Prometheus serving history written by `promtool tsdb create-blocks-from openmetrics`: the

@@ -363,8 +363,9 @@ def test_each_cycle_reads_only_the_steps_it_has_not_read(fleet_in_prometheus):
 
     incremental.store.query_range = recorded  # type: ignore[method-assign]
     incremental.window_frame()
-    assert {(start, stop) for start, stop, _ in ranges} == {(end - 26, end - 6)}
-    assert max(points for _, _, points in ranges) == 21  # the whole window: 20 s at 1 s, both ends
+    # The whole window (20 s at 1 s, both ends): its newest three steps, then (a small fleet) the rest at once.
+    assert {(start, stop) for start, stop, _ in ranges} == {(end - 8, end - 6), (end - 26, end - 9)}
+    assert max(points for _, _, points in ranges) == 18
     ranges.clear()
     now[0] = end
     held = incremental.window_frame()

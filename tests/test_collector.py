@@ -189,6 +189,7 @@ def test_the_series_prefix_cache_lets_ended_processes_go():
     assert len(exposition._histogram_prefixes) <= 2 * 300 + exposition._PREFIX_SLACK
     # The last generation's stay formatted for the next scrape.
     assert all(
-        (m.PROCESS_MEMORY_USED, ("0", "GPU-1", str(39_000 + p), "ns", f"pod-39-{p}", "main")) in exposition._series_prefixes
+        (m.PROCESS_MEMORY_USED, ("0", "GPU-1", str(39_000 + p), "ns", f"pod-39-{p}", "main"))
+        in exposition._series_prefixes
         for p in range(300)
     )

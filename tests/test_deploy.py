@@ -262,8 +262,9 @@ def analyzer_args(manifests: list[dict]) -> object:
         e["name"]: maps[e["valueFrom"]["configMapKeyRef"]["name"]][e["valueFrom"]["configMapKeyRef"]["key"]]
         for e in container["env"]
     }
-    [mount] = container["volumeMounts"]
-    [volume] = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    [mount] = [m for m in container["volumeMounts"] if "configMap" in volumes[m["name"]]]
+    volume = volumes[mount["name"]]
     files = {
         f"{mount['mountPath']}/{item['path']}": maps[volume["configMap"]["name"]][item["key"]]
         for item in volume["configMap"]["items"]

@@ -16,6 +16,7 @@ from prometheus_client.samples import Sample
 
 from gpulens.analyzer.classify import classify
 from gpulens.analyzer.live import PrometheusInput
+from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
 from gpulens.core.trace import SHAPE
 from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
@@ -78,6 +79,15 @@ def to_openmetrics(scrapes: list[tuple[float, str]]) -> str:
     return openmetrics_latest(Merged()).decode()  # type: ignore[arg-type]
 
 
+ACTIVITY = "gpulens_gpu_activity_ratio"
+
+
+def _share(bound: float, window: str) -> str:
+    """PromQL for the share of the activity samples at or below `bound` over `window`."""
+    count = f"increase({ACTIVITY}_count[{window}])"
+    return f'increase({ACTIVITY}_bucket{{le="{bound:g}"}}[{window}]) / ignoring(le) {count}'
+
+
 @pytest.mark.parametrize("scrape_interval", [15, 30, 60])
 def test_data_starvation_is_seen_through_prometheus_at_any_scrape_interval(tmp_path: Path, scrape_interval: int):
     promtool = require_binary("promtool")
@@ -99,6 +109,26 @@ def test_data_starvation_is_seen_through_prometheus_at_any_scrape_interval(tmp_p
             prometheus.url, window=MINUTES * 60 - 60, step=scrape_interval, clock=lambda: end, selector=""
         )
         frame = reader.window_frame()
+        # The activity shape's ratios as Prometheus divides them itself: the reader divides the buckets'
+        # increases by the count's after the read, and must land on the same values.
+        window = reader.reader.rate_window()
+        for column, expr in {
+            "activity_samples": f"rate({ACTIVITY}_count[{window}]) * {scrape_interval}",
+            "activity_idle_ratio": _share(IDLE_BOUND, window),
+            "activity_low_ratio": _share(LOW_BOUND, window),
+            "activity_high_ratio": f"1 - ({_share(HIGH_BOUND, window)})",
+        }.items():
+            expected = {
+                (s["metric"]["uuid"], float(t)): float(v)
+                for s in prometheus.query_range(
+                    f"max by (instance, uuid) ({expr})", end - reader.window, end, scrape_interval
+                )
+                for t, v in s["values"]
+            }
+            rows = zip(frame["gpu"].astype(str), frame["timestamp"], strict=True)
+            got = dict(zip(rows, frame[column], strict=True))
+            # Within float rounding: Prometheus scales rate() and increase() by one factor in another order.
+            assert {k: got[k] for k in expected} == pytest.approx(expected, rel=1e-12, nan_ok=True)
     finally:
         prometheus.stop()
     frame["node"] = "sim-h100-a"  # no pod-resources labels need joining: the exporter labels pods itself

@@ -8,10 +8,12 @@ import math
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from gpulens.analyzer import live
 from gpulens.analyzer.live import ExporterInput, InputError, PrometheusInput
 from gpulens.analyzer.service import AnalyzerService
 from gpulens.core import metrics as m
@@ -76,6 +78,8 @@ class ScriptedPrometheus:
 
     def __init__(self, gpus: dict[str, float]):
         self.gpus, self.ranges, self.fail_next = gpus, [], False
+        #: The range query (counted from the first, `answered`) to answer HTTP 500 too.
+        self.answered, self.fail_at = 0, 0
         scripted = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -86,7 +90,8 @@ class ScriptedPrometheus:
                 result: list[dict] = []
                 if self.path.endswith("query_range"):
                     start, end, step = (float(form[k]) for k in ("start", "end", "step"))
-                    if scripted.fail_next:
+                    scripted.answered += 1
+                    if scripted.fail_next or scripted.answered == scripted.fail_at:
                         scripted.fail_next = False
                         self.send_response(500)
                         self.end_headers()
@@ -119,7 +124,7 @@ def signal(uuid: str, t: float) -> float:
     return t % 1000 / 2000 + 0.5 * (uuid == "GPU-B")  # a ratio, as every signal may be
 
 
-def test_the_window_held_between_cycles_is_read_whole_after_a_failure_and_forgets_gpus_that_left():
+def test_the_window_held_between_cycles_is_read_again_only_where_a_failure_left_it_and_forgets_gpus_that_left():
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
     now = [1_800_000_000.0]
     source = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0])
@@ -136,15 +141,17 @@ def test_the_window_held_between_cycles_is_read_whole_after_a_failure_and_forget
 
     t0 = now[0]
     assert held(cycle(t0)) == expected(t0, ["GPU-A", "GPU-B"])
-    assert set(store.ranges) == {(t0 - 60, t0)}  # the first cycle reads the window whole
+    # The first cycle reads the window whole: its newest steps, then (a small fleet) the older ones at once.
+    assert set(store.ranges) == {(t0 - 30, t0), (t0 - 60, t0 - 45)}
     assert held(cycle(t0 + 15)) == expected(t0 + 15, ["GPU-A", "GPU-B"])
     assert set(store.ranges) == {(t0 - 15, t0 + 15)}  # one new step, and the newest two again
     store.fail_next = True
     with pytest.raises(InputError, match="answered HTTP 500 with no JSON"):
         cycle(t0 + 30)
-    # After a failed read part of the window was not read again: the next cycle reads it whole.
+    # The failed cycle read nothing: the next reads from the first step after t0 + 15, the newest read in
+    # full, less the two read again (t0 and t0 + 15), not the whole window (t0 - 15 on).
     assert held(cycle(t0 + 45)) == expected(t0 + 45, ["GPU-A", "GPU-B"])
-    assert set(store.ranges) == {(t0 - 15, t0 + 45)}
+    assert set(store.ranges) == {(t0, t0 + 45)}
     # GPU-B stops reporting after t0 + 45: its steps leave the window one by one, then it is gone.
     store.gpus["GPU-B"] = t0 + 45
     frame = cycle(t0 + 60)
@@ -152,6 +159,95 @@ def test_the_window_held_between_cycles_is_read_whole_after_a_failure_and_forget
     assert held(frame) == expected(t0 + 60, ["GPU-A"]) + expected(t0 + 60, ["GPU-B"])[:4]
     assert held(cycle(t0 + 120)) == expected(t0 + 120, ["GPU-A"])
     assert held(cycle(t0 + 135)) == expected(t0 + 135, ["GPU-A"])
+
+
+def test_a_read_that_fails_part_way_is_read_again_from_where_it_lacks_steps_with_nothing_half_read_kept():
+    store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
+    now = [1_800_000_000.0]
+    source = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0])
+    t0 = now[0]
+    source.window_frame()
+    now[0] = t0 + 15
+    store.fail_at = store.answered + 3  # two columns get the new step, the third query fails
+    with pytest.raises(InputError):
+        source.window_frame()
+    now[0], store.ranges = t0 + 30, []
+    frame = source.window_frame()
+    assert set(store.ranges) == {(t0 - 15, t0 + 30)}  # from t0, the newest read in full, less the two again
+    for column in ("gpu_util", "sm_active", "sm_occupancy", "power_watts"):  # first, second, third, later queries
+        assert list(zip(frame["gpu"].astype(str), frame["timestamp"], frame[column], strict=True)) == [
+            (uuid, t, signal(uuid, t)) for uuid in ("GPU-A", "GPU-B") for t in range(int(t0) - 30, int(t0) + 31, 15)
+        ]
+
+
+def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_a_few_a_cycle(monkeypatch, caplog):
+    """At 10,000 GPUs the whole window is the costliest read a replica makes: the first cycle serves
+    verdicts from the newest eighth, and each cycle after reads as many older steps as its budget allows."""
+    caplog.set_level(logging.INFO, logger="gpulens.analyzer.live")
+    monkeypatch.setattr(live, "READ_POINTS_PER_CYCLE", 1)  # a fleet so large that one step a cycle is the budget
+    store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
+    now = [1_800_000_000.0]
+    t0 = now[0]
+    source = PrometheusInput(store.url, window=600, step=15, clock=lambda: now[0])
+    frame = source.window_frame()
+    assert set(store.ranges) == {(t0 - 60, t0), (t0 - 75, t0 - 75)}  # 41 steps: the newest 5, then one older
+    assert sorted(set(frame["timestamp"])) == [t0 - 15 * k for k in range(5, -1, -1)]
+    cycles = 0
+    while frame["timestamp"].min() > now[0] - 600:
+        now[0], store.ranges, cycles = now[0] + 15, [], cycles + 1
+        frame = source.window_frame()
+        older = set(store.ranges) - {(now[0] - 30, now[0])}  # the new step and two again; then one older
+        assert len(older) <= 1 and all(end == start for start, end in older)
+    # 35 steps unread after the first cycle, two fewer a cycle: one read, one slid out of the window.
+    assert cycles == 18
+    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.live"]
+    assert said == [
+        f"Prometheus at {store.url}: reading the window newest steps first (75 s so far), the older ones a few "
+        "a cycle; verdicts meanwhile rest on the span read",
+        f"Prometheus at {store.url}: the window is whole",
+    ]
+    assert list(zip(frame["gpu"].astype(str), frame["timestamp"], frame["gpu_util"], strict=True)) == [
+        (uuid, t, signal(uuid, t)) for uuid in ("GPU-A", "GPU-B") for t in range(int(now[0]) - 600, int(now[0]) + 1, 15)
+    ]
+    now[0], store.ranges = now[0] + 15, []
+    source.window_frame()
+    assert set(store.ranges) == {(now[0] - 30, now[0])}  # whole: only the new steps
+
+
+def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="gpulens.analyzer.state")
+    store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
+    now = [1_800_000_000.0]
+    t0, kept = now[0], str(tmp_path / "analyzer.state")
+    first = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept)
+    first.window_frame()
+    first.close()  # a rollout: SIGTERM
+    now[0], store.ranges = t0 + 30, []  # back 30 s later
+    again = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept)
+    frame = again.window_frame()
+    assert set(store.ranges) == {(t0 - 15, t0 + 30)}  # the two steps missed, and two again; not t0 - 30 on
+    assert list(zip(frame["gpu"].astype(str), frame["timestamp"], frame["gpu_util"], strict=True)) == [
+        (uuid, t, signal(uuid, t)) for uuid in ("GPU-A", "GPU-B") for t in range(int(t0) - 30, int(t0) + 31, 15)
+    ]
+    # Written with another selector: not used, and said.
+    store.ranges = []
+    other = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, selector='job="x"')
+    other.window_frame()
+    assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
+    assert f"{kept} was written by another configuration" in caplog.text
+    # A file that is not one: said once, the window read from the store, the service goes on.
+    Path(kept).write_bytes(b"PK\x03\x04 torn")
+    store.ranges = []
+    broken = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept)
+    assert len(broken.window_frame()) == 10
+    assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
+    assert f"cannot read the analyzer's state file {kept}" in caplog.text
+    broken.close()
+    assert (
+        PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept)
+        .window_frame()
+        .equals(frame)
+    )
 
 
 def test_series_without_their_identifying_labels_are_skipped_not_fatal(canned):
