@@ -405,9 +405,9 @@ def _report_from_store(
     import time
 
     from gpulens.analyzer import span
+    from gpulens.analyzer.frame import format_timestamp
     from gpulens.analyzer.owners import OwnerReader
     from gpulens.analyzer.plan import Use
-    from gpulens.analyzer.readers import format_timestamp
     from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.series import SeriesReader
     from gpulens.analyzer.store import Store
@@ -568,7 +568,7 @@ _CSV_FIELDS = [
 
 
 def _csv(verdicts: list[Verdict]) -> str:
-    from gpulens.analyzer.readers import format_timestamp as when
+    from gpulens.analyzer.frame import format_timestamp as when
 
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=_CSV_FIELDS, extrasaction="ignore")

@@ -7,6 +7,7 @@ normalize(), so the features and the classifier see one shape whatever the data 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -124,10 +125,19 @@ def impossible(frame: pd.DataFrame) -> Iterator[tuple[str, str, np.ndarray]]:
     yield "memory_used_bytes", "memory", used > total
 
 
+def format_timestamp(unix: float) -> str:
+    """RFC 3339 in UTC to the second ("2026-11-21T10:00:00Z"), as readers.parse_timestamp reads it; a time
+    that is not one (infinite, NaN, out of range) as its number."""
+    try:
+        return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):
+        return f"{unix:g}"
+
+
 def without_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int], str]:
     """`frame` with the values no GPU can report (`impossible`) left out: a row without a GPU or a time is
     dropped, any other value blanked (missing, as if not sampled). Also the count left out by column, and
-    the first one as a log line names it: "sm_active of GPU-1 on node-a at 1762646400: inf is not ..."."""
+    the first one as a log line names it: "sm_active of GPU-1 on node-a at 2025-11-09T00:00:00Z: inf is not ..."."""
     counts: dict[str, int] = {}
     first = ""
     drop = np.zeros(len(frame), dtype=bool)
@@ -143,7 +153,8 @@ def without_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int
             problem = PROBLEMS[kind].format(
                 value=f"{value:g}" if isinstance(value, float) else repr(value), total=f"{total:g}"
             )
-            where = f"{frame['gpu'].iat[i]} on {frame['node'].iat[i]} at {frame['timestamp'].iat[i]:.0f}"
+            when = format_timestamp(float(frame["timestamp"].to_numpy()[i]))
+            where = f"{frame['gpu'].iat[i]} on {frame['node'].iat[i]} at {when}"
             first = f"{column} of {where}: {problem}"
         if kind in ("gpu", "timestamp"):
             drop |= rows

@@ -22,7 +22,7 @@ import pandas as pd
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import SPARSE, XID_FAULTS, ClassShare, Episode, Verdict, judge
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
-from gpulens.analyzer.readers import format_timestamp
+from gpulens.analyzer.frame import format_timestamp
 from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpulens.analyzer import report
 from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.readers import format_timestamp
+from gpulens.analyzer.frame import format_timestamp
 from gpulens.core.config import finite_json
 
 if TYPE_CHECKING:

@@ -115,11 +115,6 @@ def parse_timestamp(text: str) -> float:
     return datetime.fromisoformat(text.strip().upper().replace("Z", "+00:00")).timestamp()
 
 
-def format_timestamp(unix: float) -> str:
-    """RFC 3339 in UTC to the second ("2026-11-21T10:00:00Z"), as parse_timestamp reads it."""
-    return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 # --- text, bounded ----------------------------------------------------------------------------------
 def _cut_short(path: Path, what: str) -> None:
     """Say that the last line of `path` has no end of line, and is skipped: every writer ends its rows with
@@ -432,7 +427,7 @@ def combine(parts: list[tuple[str, pd.DataFrame]], gpu_model: str = "") -> pd.Da
         a, b = frame.loc[first], frame.loc[second]
         differ = [c for c in frame.columns if not (a[c] == b[c] or (pd.isna(a[c]) and pd.isna(b[c])))]
         node = f" on {a['node']}" if a["node"] else ""
-        when = format_timestamp(float(frame["timestamp"].to_numpy()[first]))
+        when = fr.format_timestamp(float(frame["timestamp"].to_numpy()[first]))
         raise TraceError(
             file,
             f"GPU {a['gpu']}{node} at {when} again, with another {', '.join(differ)} "

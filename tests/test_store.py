@@ -426,11 +426,12 @@ def test_values_no_gpu_can_report_are_left_out_named_and_counted(tmp_path, caplo
     assert list(frame[frame["gpu"] == "GPU-1"]["gpu_util"]) == [0.5] * 10
     assert source.checks.left_out == 3  # +Inf, -0.5 and 1e308; NaN is missing, not impossible
     said = [r.getMessage() for r in caplog.records if "no GPU can report" in r.getMessage()]
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(T0 + 180))  # the first, as RFC 3339 says it
     assert said == [
         f"Prometheus at {prometheus.url} answered values no GPU can report (gpu_util, power_watts): left out of "
-        f"the verdicts, as if not sampled; the first: gpu_util of GPU-2 on n1 at {T0 + 180}: inf is not a ratio "
+        f"the verdicts, as if not sampled; the first: gpu_util of GPU-2 on n1 at {at}: inf is not a ratio "
         "from 0 to 1 (percentages must be divided by 100)",
         f"Prometheus at {prometheus.url} holds 3 values no GPU can report, left out of the verdicts (as if not "
-        f"sampled); the first: gpu_util of GPU-2 on n1 at {T0 + 180}: inf is not a ratio from 0 to 1 (percentages "
+        f"sampled); the first: gpu_util of GPU-2 on n1 at {at}: inf is not a ratio from 0 to 1 (percentages "
         "must be divided by 100)",
     ]
