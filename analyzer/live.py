@@ -483,13 +483,15 @@ class PrometheusInput:
             self._held = Window.of(self.step, int(self.window // self.step) + 1)
             self._held_instances = self.reader.instances
         held = self._held
+        first = held.gpus.read_until is None
         start = held.move_to(end, newest=max(REREAD_STEPS + 1, held.gpus.points // 8))
         self.reader.read(held, start, end)
         points, steps = self.reader.last_points, round((end - start) / self.step) + 1
         # The older steps while the window is not whole: as many as READ_POINTS_PER_CYCLE allows at the
-        # points a step costs (all of them at once in a small fleet, a few a cycle in a large one).
+        # points a step costs (all of them at once in a small fleet, a few a cycle in a large one); a first
+        # cycle reads them only if they all fit, so that it serves within seconds.
         older = held.older(max(1, round(READ_POINTS_PER_CYCLE * steps / max(points, 1))), start)
-        if older is not None:
+        if older is not None and (not first or older[0] <= held.gpus.start):
             self.reader.read(held, *older)
             points, start = points + self.reader.last_points, older[0]
         held.complete(start)

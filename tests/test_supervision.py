@@ -190,19 +190,19 @@ def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_
     t0 = now[0]
     source = PrometheusInput(store.url, window=600, step=15, clock=lambda: now[0])
     frame = source.window_frame()
-    assert set(store.ranges) == {(t0 - 60, t0), (t0 - 75, t0 - 75)}  # 41 steps: the newest 5, then one older
-    assert sorted(set(frame["timestamp"])) == [t0 - 15 * k for k in range(5, -1, -1)]
+    assert set(store.ranges) == {(t0 - 60, t0)}  # 41 steps: the newest 5 alone, the rest does not fit
+    assert sorted(set(frame["timestamp"])) == [t0 - 15 * k for k in range(4, -1, -1)]
     cycles = 0
     while frame["timestamp"].min() > now[0] - 600:
         now[0], store.ranges, cycles = now[0] + 15, [], cycles + 1
         frame = source.window_frame()
         older = set(store.ranges) - {(now[0] - 30, now[0])}  # the new step and two again; then one older
         assert len(older) <= 1 and all(end == start for start, end in older)
-    # 35 steps unread after the first cycle, two fewer a cycle: one read, one slid out of the window.
+    # 36 steps unread after the first cycle, two fewer a cycle: one read, one slid out of the window.
     assert cycles == 18
     said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.live"]
     assert said == [
-        f"Prometheus at {store.url}: reading the window newest steps first (75 s so far), the older ones a few "
+        f"Prometheus at {store.url}: reading the window newest steps first (60 s so far), the older ones a few "
         "a cycle; verdicts meanwhile rest on the span read",
         f"Prometheus at {store.url}: the window is whole",
     ]
