@@ -534,7 +534,7 @@ class PrometheusInput:
     def _identity(self) -> dict:
         """What a state file must have been written with to be used: the same store, series and grid."""
         return {
-            "store": self.url,
+            "store": redact(self.url),
             "selector": self.reader.gpulens_selector,
             "dcgm_selector": self.reader.dcgm_selector,
             "instances": self.reader.instances,

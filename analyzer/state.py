@@ -70,7 +70,9 @@ def load(path: str, reader: SeriesReader, identity: dict) -> Window | None:
             meta = json.loads(saved["meta"].tobytes())
             if meta.get("version") != VERSION or meta.get("identity") != identity:
                 log.info(
-                    "%s was written by another configuration (%s): reading the window whole", path, meta.get("identity")
+                    "%s was written by another configuration (%s): reading the window from the store",
+                    path,
+                    meta.get("identity"),
                 )
                 return None
             window = Window.of(float(meta["step"]), int(meta["points"]))
@@ -79,15 +81,15 @@ def load(path: str, reader: SeriesReader, identity: dict) -> Window | None:
                 grid.restore(
                     held["end"],
                     (held["read_from"], held["read_until"]),
-                    [tuple(key) for key in held["keys"]],
+                    [(str(instance), str(uuid)) for instance, uuid in held["keys"]],
                     {column: saved[f"{name}.{column}"] for column in held["columns"]},
                 )
-            pods = [tuple(pod) for pod in meta["pods"]]
+            pods = [(str(namespace), str(pod), str(container)) for namespace, pod, container in meta["pods"]]
+            dcgm = [((str(instance), str(uuid)), str(model), str(node)) for instance, uuid, model, node in meta["dcgm"]]
     except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as e:
-        log.warning("cannot read the analyzer's state file %s (%s): reading the window whole from the store", path, e)
+        log.warning("cannot read the analyzer's state file %s (%s): reading the window from the store", path, e)
         return None
     reader.restore_pods(pods)
-    for instance, uuid, model, node in meta["dcgm"]:
-        reader.dcgm.models[(instance, uuid)] = model
-        reader.dcgm.nodes[(instance, uuid)] = node
+    for key, model, node in dcgm:
+        reader.dcgm.models[key], reader.dcgm.nodes[key] = model, node
     return window
