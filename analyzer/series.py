@@ -14,10 +14,12 @@ query the dashboards and alerts make too.
 
 from __future__ import annotations
 
+import collections
 import math
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +40,9 @@ REREAD_STEPS = 2
 HARDWARE_REFRESH_SECONDS = 300.0
 #: gpulens_gpu_nvlink_errors_total's type label -> the trace column whose rate it adds to.
 _ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items() for kind in kinds}
+#: Range queries asked of the store at once: two keep it evaluating the next while this process decodes
+#: and places the last (about 40% of a cycle's time at 10,000 GPUs; benchmarks/live_prometheus.py).
+QUERIES_IN_FLIGHT = 2
 #: The NVLink error kinds some trace column counts, as a matcher.
 _ERROR_TYPES = f'type=~"{"|".join(sorted(_ERROR_COLUMN))}"'
 #: The activity histogram's count increase per row (read once, not a trace column: "_" matrices are not).
@@ -334,9 +339,12 @@ class SeriesReader:
 
     # --- reading -----------------------------------------------------------------------------------
     def read(self, window: Window, start: float, end: float) -> None:
-        """Every query's steps from `start` to `end` (on the grid) into `window`."""
+        """Every query's steps from `start` to `end` (on the grid) into `window`: QUERIES_IN_FLIGHT asked at
+        once, so that the store evaluates the next while this process decodes and places the last, each
+        answer placed in the order asked."""
         gpus, pods = window.gpus, window.pods
         self.last_points = 0
+        queries: list[tuple[str, Callable[[list[dict]], int]]] = []
 
         def add(
             expr: str,
@@ -346,33 +354,35 @@ class SeriesReader:
             grid: StepGrid = gpus,
             summed: bool | None = None,
         ) -> None:
-            result = self.store.query_range(expr, start, end, self.step)
-            self.last_points += grid.add(result, column, weight, key, summed)
+            queries.append((expr, lambda result: grid.add(result, column, weight, key, summed)))
 
         for expr, column, weight in self._gpulens_queries():
             add(expr, column, weight)
-        self._shape_ratios(gpus, start, end)
         # The hardware XIDs counted at each step, one series per code: written lowest code first, so that
         # where a GPU counted several the highest stays.
-        xids = self.store.query_range(
-            mixin.hardware_xids(
-                self._sel(m.XID_ERRORS.name, mixin.HARDWARE_XID_MATCHER), self.rate_window(), "instance, uuid"
-            ),
-            start,
-            end,
-            self.step,
+        queries.append(
+            (
+                mixin.hardware_xids(
+                    self._sel(m.XID_ERRORS.name, mixin.HARDWARE_XID_MATCHER), self.rate_window(), "instance, uuid"
+                ),
+                lambda xids: gpus.add(
+                    sorted(
+                        (x for x in xids if x["metric"].get("xid", "").isdigit()), key=lambda x: int(x["metric"]["xid"])
+                    ),
+                    "hardware_xid",
+                    lambda labels: float(labels["xid"]),
+                    summed=False,
+                ),
+            )
         )
-        xids = sorted((x for x in xids if x["metric"].get("xid", "").isdigit()), key=lambda x: int(x["metric"]["xid"]))
-        self.last_points += gpus.add(xids, "hardware_xid", lambda labels: float(labels["xid"]), summed=False)
         pod_labels = ("namespace", "pod", "container")
-        held = self.store.query_range(
-            f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._sel(m.GPU_POD_INFO.name)})",
-            start,
-            end,
-            self.step,
-        )
-        self.last_points += gpus.add(
-            _newest_last(held), "_pod", weight=lambda labels: self._pod_code(labels, pod_labels), summed=False
+        queries.append(
+            (
+                f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._sel(m.GPU_POD_INFO.name)})",
+                lambda held: gpus.add(
+                    _newest_last(held), "_pod", weight=lambda labels: self._pod_code(labels, pod_labels), summed=False
+                ),
+            )
         )
         by = "instance, " + ", ".join(mixin.DCGM_GPU_LABELS)
         for column, source in mixin.dcgm_columns().items():
@@ -380,24 +390,49 @@ class SeriesReader:
         add(mixin.dcgm_memory_total(self._matchers("dcgm"), by), "memory_total_bytes", key=dcgm_gpu)
         add(mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
         labels = ", ".join((*mixin.DCGM_HARDWARE_LABELS, *(n for ns in mixin.DCGM_POD_LABELS.values() for n in ns)))
-        identity = self.store.query_range(
-            f"group by ({by}, {labels}) ({mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}})",
-            start,
-            end,
-            self.step,
+        queries.append(
+            (
+                f"group by ({by}, {labels}) ({mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}})",
+                lambda identity: self._add_dcgm_identity(gpus, identity),
+            )
         )
+        for expr, column in self._pod_queries():
+            add(expr, column, key=pod_key, grid=pods)
+        self._answered(queries, start, end)
+        self._shape_ratios(gpus, start, end)
+
+    def _answered(self, queries: list[tuple[str, Callable[[list[dict]], int]]], start: float, end: float) -> None:
+        """Each query's answer handed to its consumer (which returns the points it placed), in the order
+        asked, with QUERIES_IN_FLIGHT asked of the store at once. A failure ends the read: the queries
+        not answered yet are let go."""
+        pending: collections.deque[tuple[Future[list[dict]], Callable[[list[dict]], int]]] = collections.deque()
+        with ThreadPoolExecutor(QUERIES_IN_FLIGHT, thread_name_prefix="gpulens-query") as pool:
+            try:
+                for expr, consume in queries:
+                    pending.append((pool.submit(self.store.query_range, expr, start, end, self.step), consume))
+                    if len(pending) >= QUERIES_IN_FLIGHT:
+                        future, use = pending.popleft()
+                        self.last_points += use(future.result())
+                while pending:
+                    future, use = pending.popleft()
+                    self.last_points += use(future.result())
+            finally:
+                for future, _ in pending:
+                    future.cancel()
+
+    def _add_dcgm_identity(self, gpus: StepGrid, identity: list[dict]) -> int:
+        """dcgm-exporter's identity series: the pod that holds each GPU at each step, under the pod labels
+        the deployment's layout names (config.dcgm_pod_labels; "auto": exported_pod wherever a series has it)."""
         layout = self.config.dcgm_pod_labels
         if layout == "auto":
             layout = "exported" if any("exported_pod" in s["metric"] for s in identity) else "plain"
-        self.last_points += gpus.add(
+        return gpus.add(
             _newest_last(identity),
             "_pod",
             weight=lambda labels: self._pod_code(labels, mixin.DCGM_POD_LABELS[layout]),
             key=self._dcgm_identity,
             summed=False,
         )
-        for expr, column in self._pod_queries():
-            add(expr, column, key=pod_key, grid=pods)
 
     def _gpulens_queries(self) -> list[tuple[str, str | Callable[[dict], str | None], Callable[[dict], float] | None]]:
         rate_window, by_gpu = self.rate_window(), "instance, uuid"

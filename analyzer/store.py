@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -153,6 +154,7 @@ class Store:
         self.max_answer_bytes = max_answer_bytes
         self.sleep = sleep
         self.read_bytes = 0
+        self._counting = threading.Lock()  # queries are answered two at a time (series.QUERIES_IN_FLIGHT)
         self.session = requests.Session()
         self.session.headers.update(dict(self.auth.headers))
         # Given with each request, not set on the session: requests lets REQUESTS_CA_BUNDLE (set on many
@@ -244,7 +246,8 @@ class Store:
                 problem = redact(f"cannot reach {self.name}: {e}")
                 fix = "check the URL and that the store is up"
             else:
-                self.read_bytes += len(content)
+                with self._counting:
+                    self.read_bytes += len(content)
                 outcome = self._outcome(response, content, expr)
                 if isinstance(outcome, list):
                     return outcome
