@@ -240,7 +240,7 @@ class Cycle:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=10_000, help="GPUs in the fleet, 8 a node")
-    parser.add_argument("--cycles", type=int, default=8, help="steady cycles to measure")
+    parser.add_argument("--cycles", type=int, default=14, help="cycles to measure after the first")
     parser.add_argument("--window", type=float, default=600, help="the analysis window in seconds (shorter: a trial)")
     parser.add_argument("--only", choices=["fleet"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -317,7 +317,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
     print(f"Prometheus ingesting alone: {ingest_rate:.2f} CPU-seconds a second; {head_series:,} series", flush=True)
 
     query_log.write_text("")  # from here on: the analyzer's queries only
-    cycles: dict[str, list[Cycle]] = {"first": [], "steady": [], "restart": []}
+    cycles: dict[str, list[Cycle]] = {"first": [], "filling": [], "steady": [], "restart": []}
 
     def run(name: str, steady: int, extra: list[str]) -> None:
         analyzer = Analyzer(prometheus, ["--analysis.window", f"{args.window:g}s", *extra], work / "analyzer.log")
@@ -360,6 +360,11 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
 
     kept = ["--analysis.state-file", str(work / "analyzer.state")]
     run("first", args.cycles, kept)  # no file yet: the window read from the store, newest steps first
+    # The cycles after the first that still read older steps (their bytes above 1.5x a whole window's).
+    after, cycles["steady"] = cycles["steady"], []
+    whole = statistics.median(c.read_bytes for c in after[-3:])
+    filling = max((i + 1 for i, c in enumerate(after) if c.read_bytes > 1.5 * whole), default=0)
+    cycles["filling"], cycles["steady"] = after[:filling], after[filling:]
     asked = [json.loads(line) for line in query_log.read_text().splitlines() if line.strip()]
     run("restart", 0, kept)  # the file the first wrote at SIGTERM: only the steps missed meanwhile
     return {
@@ -370,6 +375,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
         "ingest_cpu_per_s": ingest_rate,
         "cycles": {name: [c.__dict__ for c in each] for name, each in cycles.items()},
         "queries_per_cycle": len(asked) / (1 + args.cycles),
+        "interval_s": 15.0,
         "bare": bare(prometheus, asked),
     }
 
@@ -425,6 +431,7 @@ def report(figures: dict) -> None:
     )
     print(f"{'cycle':<34} {'seconds':>8} {'Prometheus CPU-s':>17} {'MiB read':>9} {'analyzer peak MiB':>18}")
     rows = [("first (start to /readyz)", cycles["first"][0])]
+    rows += [(f"next {i + 1}, older steps too", c) for i, c in enumerate(cycles["filling"])]
     steady = cycles["steady"]
     if steady:
         middle = {k: statistics.median(c[k] for c in steady) for k in steady[0]}
@@ -437,7 +444,7 @@ def report(figures: dict) -> None:
             f"{c['peak_rss_mib']:>18.0f}"
         )
     bare = figures["bare"]
-    total = cycles["first"][0]["seconds"] + sum(c["seconds"] for c in steady)
+    total = sum(c["seconds"] for name in ("first", "filling", "steady") for c in cycles[name])
     print(
         f"\nbaseline: the analyzer's {bare['queries']} queries ({figures['queries_per_cycle']:.0f} a cycle) sent "
         f"again and decoded, nothing else: {bare['seconds']:.2f} s for {bare['bytes'] / 2**20:.0f} MiB; the "

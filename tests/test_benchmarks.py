@@ -9,6 +9,10 @@ def test_the_readmes_figures_are_rendered_from_the_results_files():
     assert readme.current_block(readme.README.read_text()) == readme.render(), "run benchmarks/readme.py"
 
 
+def test_the_sizing_pages_figures_are_rendered_from_the_results_files():
+    assert readme.current_block(readme.SIZING.read_text()) == readme.render_sizing(), "run benchmarks/readme.py"
+
+
 @pytest.mark.parametrize("name", sorted(results.SOURCES))
 def test_every_results_file_was_measured_on_the_current_code(name):
     document = results.load(name)
