@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import state
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
-from gpulens.analyzer.series import REREAD_STEPS, SeriesReader, Window
+from gpulens.analyzer.series import REREAD_STEPS, SLOW_READ_SECONDS, SeriesReader, Window
 from gpulens.analyzer.store import (
     MAX_ANSWER_BYTES,
     AnswerLate,
@@ -480,12 +480,12 @@ class PrometheusInput:
             self._held = state.load(self.state_file, self.reader, self._identity())
             self._held_instances = self.reader.instances
         if self._held is None or self.reader.instances != self._held_instances:  # the steps held are not all theirs
-            self._held = Window.of(self.step, int(self.window // self.step) + 1)
+            self._held = Window.of(self.step, int(self.window // self.step) + 1, SLOW_READ_SECONDS)
             self._held_instances = self.reader.instances
         held = self._held
         first = held.gpus.read_until is None
         start = held.move_to(end, newest=max(REREAD_STEPS + 1, held.gpus.points // 8))
-        self.reader.read(held, start, end)
+        self.reader.read(held, start, end, held.slow_from)
         points, steps = self.reader.last_points, round((end - start) / self.step) + 1
         # The older steps while the window is not whole: as many as READ_POINTS_PER_CYCLE allows at the
         # points a step costs (all of them at once in a small fleet, a few a cycle in a large one); a first

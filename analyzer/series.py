@@ -38,6 +38,16 @@ from gpulens.core.topology import GROUPS
 REREAD_STEPS = 2
 #: How often the GPUs' models and NVLink topology are read again (SeriesReader.hardware).
 HARDWARE_REFRESH_SECONDS = 300.0
+#: The trace columns that change only when a GPU's configuration or health does (its memory and top clock,
+#: its links up), or that count rare events (NVLink errors): the live analyzer reads them every
+#: SLOW_READ_SECONDS, not every cycle, and carries each GPU's newest value over the steps between. At
+#: 10,000 GPUs they are 70,000 of the 340,000 series a cycle reads of gpulens' exporters (NVLink errors:
+#: four kinds a GPU), and Prometheus' cost of a query grows with the series it reads, not the steps
+#: (benchmarks/live_prometheus.py).
+SLOW_COLUMNS = frozenset({"memory_total_bytes", "sm_clock_max_hertz", "nvlink_links_down", *tr.NVLINK_ERROR_RATES})
+#: How often the live analyzer reads the SLOW_COLUMNS: each reads four 15 s steps at once, and a value is
+#: carried at most this long (Prometheus carries a gauge's last sample five minutes).
+SLOW_READ_SECONDS = 60.0
 #: gpulens_gpu_nvlink_errors_total's type label -> the trace column whose rate it adds to.
 _ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items() for kind in kinds}
 #: Range queries asked of the store at once: two keep it evaluating the next while this process decodes
@@ -67,6 +77,11 @@ def dcgm_gpu(labels: dict) -> Key | None:
         return None
     instance = labels.get("GPU_I_ID", "")
     return (labels.get("instance", ""), f"{uuid}/gi{instance}" if instance else uuid)
+
+
+def _error_column(labels: dict) -> str | None:
+    """The trace column an NVLink error series' rate adds to (one of the SLOW_COLUMNS), by its kind."""
+    return _ERROR_COLUMN.get(labels.get("type", ""))
 
 
 def pod_key(labels: dict) -> Key | None:
@@ -99,17 +114,20 @@ class StepGrid:
         assert self.end is not None
         return self.end - (self.points - 1) * self.step
 
-    def move_to(self, end: float, newest: int | None = None) -> float:
+    def move_to(self, end: float, newest: int | None = None, reading: bool = True) -> float:
         """Slide the grid so that its newest step is `end`; the first step the store must be asked for: the
         first not read in full, less REREAD_STEPS; on the first cycle the whole window, or its `newest`
-        steps only (the older ones are then read by older())."""
+        steps only (the older ones are then read by older()). Not `reading`: the steps not read yet stay
+        unread (NaN) and those read stay (the grid is read on a later cycle)."""
         shift = self.points if self.end is None else round((end - self.end) / self.step)
         if not 0 <= shift < self.points:  # the first cycle, a clock that went back, or a cycle missed by a window
             self.gpus, self.values, self._rows, self.read_until, self.read_from = {}, {}, 0, None, None
             shift = self.points
         kept = self.points - shift
         self.end = end
-        if self.read_until is None:
+        if not reading:
+            first = kept
+        elif self.read_until is None:
             first = 0 if newest is None else max(0, self.points - newest)
         else:
             unread = round((self.read_until - self.start) / self.step) + 1
@@ -132,9 +150,11 @@ class StepGrid:
             matrix[:, first:oldest] = np.nan
         return self.start + first * self.step, self.start + (oldest - 1) * self.step
 
-    def complete(self, oldest: float) -> None:
-        """Every query has read the grid from `oldest` (or before) to its newest step."""
-        self.read_until = self.end
+    def complete(self, oldest: float, newest: bool = True) -> None:
+        """Every query has read the grid from `oldest` (or before) to its newest step (not `newest`: up to
+        the steps read before)."""
+        if newest:
+            self.read_until = self.end
         self.read_from = oldest if self.read_from is None else min(self.read_from, oldest)
 
     def restore(
@@ -233,12 +253,17 @@ class StepGrid:
         columns["timestamp"] = self.start + step * self.step
         return list(self.gpus), gpu, columns
 
-    def at(self, name: str, keys: list[Key | None], step: np.ndarray, key: np.ndarray) -> np.ndarray:
-        """The values of `name` at each (keys[key[i]], step[i]); NaN where the key or the value is missing."""
+    def at(
+        self, name: str, keys: list[Key | None], step: np.ndarray, key: np.ndarray, carried: bool = False
+    ) -> np.ndarray:
+        """The values of `name` at each (keys[key[i]], step[i]); NaN where the key or the value is missing.
+        `carried`: at the steps after the newest read, the value at the newest read."""
         matrix = self.values.get(name)
         rows = np.array([-1 if k is None else self.gpus.get(k, -1) for k in keys], dtype=np.intp)
         if matrix is None or not len(rows):
             return np.full(len(step), np.nan)
+        if carried and self.read_until is not None:
+            step = np.minimum(step, round((self.read_until - self.start) / self.step))
         row = rows[key]
         out = np.full(len(step), np.nan)
         known = row >= 0
@@ -262,27 +287,45 @@ def _newest_last(identity: list[dict]) -> list[dict]:
 
 @dataclass
 class Window:
-    """The span a reader holds: the GPUs' values and the pods' (CPU, limits, restarts), on one grid."""
+    """The span a reader holds, on one step grid: the GPUs' values, the pods' (CPU, limits, restarts), and
+    the GPUs' SLOW_COLUMNS, read every `slow_every` seconds (0: whenever the others are)."""
 
     gpus: StepGrid
     pods: StepGrid
+    slow: StepGrid
+    slow_every: float = 0.0
+    #: The first step of `slow` this read asks for; None: `slow` is not read this cycle.
+    slow_from: float | None = None
 
     @classmethod
-    def of(cls, step: float, points: int) -> Window:
-        return cls(StepGrid(step, points), StepGrid(step, points))
+    def of(cls, step: float, points: int, slow_every: float = 0.0) -> Window:
+        return cls(StepGrid(step, points), StepGrid(step, points), StepGrid(step, points), slow_every)
+
+    @property
+    def grids(self) -> dict[str, StepGrid]:
+        return {"gpus": self.gpus, "pods": self.pods, "slow": self.slow}
 
     def move_to(self, end: float, newest: int | None = None) -> float:
-        """Both grids to `end` (StepGrid.move_to); the first step to read (the two grids move together)."""
+        """The grids to `end` (StepGrid.move_to); the first step to read (the grids move together), and
+        `slow_from` where the slow columns are due."""
+        slow = self.slow
+        # Due as well where the grid cannot keep what it read (a clock gone back, a cycle missed by a window).
+        due = slow.read_until is None or not 0 <= end - slow.read_until < min(self.slow_every, slow.points * slow.step)
+        first = slow.move_to(end, newest, reading=due)
+        self.slow_from = first if due else None
         return min(self.pods.move_to(end, newest), self.gpus.move_to(end, newest))
 
     def older(self, steps: int, newest_from: float) -> tuple[float, float] | None:
-        """StepGrid.older for both grids: the range of steps to read."""
+        """StepGrid.older for the grids: the range of steps to read, the slow columns' included."""
+        self.slow.older(steps, newest_from)  # in step with the GPUs' grid: read with it
         pods, gpus = self.pods.older(steps, newest_from), self.gpus.older(steps, newest_from)
         return gpus or pods
 
     def complete(self, oldest: float) -> None:
+        """Every query has read the grids from `oldest` to their newest step (the slow columns: where due)."""
         self.gpus.complete(oldest)
         self.pods.complete(oldest)
+        self.slow.complete(oldest, newest=self.slow_from is not None)
 
 
 @dataclass
@@ -338,13 +381,15 @@ class SeriesReader:
         return f"{max(4 * self.step, 60):.0f}s"
 
     # --- reading -----------------------------------------------------------------------------------
-    def read(self, window: Window, start: float, end: float) -> None:
-        """Every query's steps from `start` to `end` (on the grid) into `window`: QUERIES_IN_FLIGHT asked at
-        once, so that the store evaluates the next while this process decodes and places the last, each
-        answer placed in the order asked."""
+    def read(self, window: Window, start: float, end: float, slow_from: float | None | bool = True) -> None:
+        """Every query's steps from `start` to `end` (on the grid) into `window`, the SLOW_COLUMNS' from
+        `slow_from` (True: from `start`; None: not read): QUERIES_IN_FLIGHT asked at once, so that the store
+        evaluates the next while this process decodes and places the last, each answer placed in the
+        order asked."""
         gpus, pods = window.gpus, window.pods
+        slow_start = start if slow_from is True else slow_from
         self.last_points = 0
-        queries: list[tuple[str, Callable[[list[dict]], int]]] = []
+        queries: list[tuple[str, float, Callable[[list[dict]], int]]] = []
 
         def add(
             expr: str,
@@ -354,7 +399,13 @@ class SeriesReader:
             grid: StepGrid = gpus,
             summed: bool | None = None,
         ) -> None:
-            queries.append((expr, lambda result: grid.add(result, column, weight, key, summed)))
+            if column is _error_column or column in SLOW_COLUMNS:
+                if slow_start is None:
+                    return
+                grid, first = window.slow, float(slow_start)
+            else:
+                first = start
+            queries.append((expr, first, lambda result: grid.add(result, column, weight, key, summed)))
 
         for expr, column, weight in self._gpulens_queries():
             add(expr, column, weight)
@@ -365,6 +416,7 @@ class SeriesReader:
                 mixin.hardware_xids(
                     self._sel(m.XID_ERRORS.name, mixin.HARDWARE_XID_MATCHER), self.rate_window(), "instance, uuid"
                 ),
+                start,
                 lambda xids: gpus.add(
                     sorted(
                         (x for x in xids if x["metric"].get("xid", "").isdigit()), key=lambda x: int(x["metric"]["xid"])
@@ -379,6 +431,7 @@ class SeriesReader:
         queries.append(
             (
                 f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._sel(m.GPU_POD_INFO.name)})",
+                start,
                 lambda held: gpus.add(
                     _newest_last(held), "_pod", weight=lambda labels: self._pod_code(labels, pod_labels), summed=False
                 ),
@@ -393,22 +446,23 @@ class SeriesReader:
         queries.append(
             (
                 f"group by ({by}, {labels}) ({mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}})",
+                start,
                 lambda identity: self._add_dcgm_identity(gpus, identity),
             )
         )
         for expr, column in self._pod_queries():
             add(expr, column, key=pod_key, grid=pods)
-        self._answered(queries, start, end)
+        self._answered(queries, end)
         self._shape_ratios(gpus, start, end)
 
-    def _answered(self, queries: list[tuple[str, Callable[[list[dict]], int]]], start: float, end: float) -> None:
-        """Each query's answer handed to its consumer (which returns the points it placed), in the order
-        asked, with QUERIES_IN_FLIGHT asked of the store at once. A failure ends the read: the queries
-        not answered yet are let go."""
+    def _answered(self, queries: list[tuple[str, float, Callable[[list[dict]], int]]], end: float) -> None:
+        """Each query's answer (from its start to `end`) handed to its consumer (which returns the points it
+        placed), in the order asked, with QUERIES_IN_FLIGHT asked of the store at once. A failure ends the
+        read: the queries not answered yet are let go."""
         pending: collections.deque[tuple[Future[list[dict]], Callable[[list[dict]], int]]] = collections.deque()
         with ThreadPoolExecutor(QUERIES_IN_FLIGHT, thread_name_prefix="gpulens-query") as pool:
             try:
-                for expr, consume in queries:
+                for expr, start, consume in queries:
                     pending.append((pool.submit(self.store.query_range, expr, start, end, self.step), consume))
                     if len(pending) >= QUERIES_IN_FLIGHT:
                         future, use = pending.popleft()
@@ -448,7 +502,7 @@ class SeriesReader:
             # Error rates of a GPU's links add up by kind (of the kinds a column counts only).
             (
                 f"sum by ({by_gpu}, type) (rate({self._sel(m.NVLINK_ERRORS.name, _ERROR_TYPES)}[{rate_window}]))",
-                lambda labels: _ERROR_COLUMN.get(labels.get("type", "")),
+                _error_column,
                 lambda labels: 1.0,
             ),
             *self._clock_event_queries(),
@@ -615,7 +669,11 @@ class SeriesReader:
             categories, inverse = np.unique([p[j] for p in self.pods], return_inverse=True)
             frame[column] = pd.Categorical.from_codes(inverse[code], categories=pd.Index(categories))
         window.pods.rows()  # forgets the pods gone for a whole window
+        window.slow.rows()  # and the GPUs
         step = np.rint((columns["timestamp"] - window.pods.start) / self.step).astype(np.intp)
+        # The slow columns at the steps after their last read: each GPU's newest value read.
+        for column in window.slow.values:
+            frame[column] = window.slow.at(column, list(keys), step, gpu, carried=True)
         pod_keys = [(ns, pod) if pod else None for ns, pod, _ in self.pods]
         for column in ("cpu_usage_cores", "cpu_limit_cores", "restarts_total"):
             frame[column] = window.pods.at(column, pod_keys, step, code)

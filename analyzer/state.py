@@ -26,7 +26,7 @@ from gpulens.core.config import atomic_output
 log = logging.getLogger(__name__)
 
 #: The file's layout; a file of another version is not used.
-VERSION = 1
+VERSION = 2
 
 
 def save(path: str, window: Window, reader: SeriesReader, identity: dict) -> None:
@@ -34,7 +34,7 @@ def save(path: str, window: Window, reader: SeriesReader, identity: dict) -> Non
     match for the file to be used) to `path`, atomically."""
     arrays: dict[str, np.ndarray] = {}
     grids = {}
-    for name, grid in (("gpus", window.gpus), ("pods", window.pods)):
+    for name, grid in window.grids.items():
         rows = len(grid.gpus)
         grids[name] = {
             "end": grid.end,
@@ -50,6 +50,7 @@ def save(path: str, window: Window, reader: SeriesReader, identity: dict) -> Non
         "identity": identity,
         "step": window.gpus.step,
         "points": window.gpus.points,
+        "slow_every": window.slow_every,
         "grids": grids,
         "pods": reader.pods,
         "dcgm": [[*key, reader.dcgm.models.get(key, ""), reader.dcgm.nodes.get(key, "")] for key in reader.dcgm.models],
@@ -75,8 +76,8 @@ def load(path: str, reader: SeriesReader, identity: dict) -> Window | None:
                     meta.get("identity"),
                 )
                 return None
-            window = Window.of(float(meta["step"]), int(meta["points"]))
-            for name, grid in (("gpus", window.gpus), ("pods", window.pods)):
+            window = Window.of(float(meta["step"]), int(meta["points"]), float(meta["slow_every"]))
+            for name, grid in window.grids.items():
                 held = meta["grids"][name]
                 grid.restore(
                     held["end"],

@@ -7,6 +7,7 @@ import logging
 import math
 import re
 import threading
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -78,6 +79,8 @@ class ScriptedPrometheus:
 
     def __init__(self, gpus: dict[str, float]):
         self.gpus, self.ranges, self.fail_next = gpus, [], False
+        #: Each range query answered: its PromQL, start and end.
+        self.asked: list[tuple[str, float, float]] = []
         #: The range query (counted from the first, `answered`) to answer HTTP 500 too.
         self.answered, self.fail_at = 0, 0
         scripted = self
@@ -97,11 +100,14 @@ class ScriptedPrometheus:
                         self.end_headers()
                         return
                     scripted.ranges.append((start, end))
+                    scripted.asked.append((urllib.parse.unquote_plus(form["query"]), start, end))
                     steps = [start + k * step for k in range(int((end - start) // step) + 1)]
+                    # A GPU's memory is 1 more than every signal (a ratio): never less than the memory it uses.
+                    more = 1.0 if "memory_total" in urllib.parse.unquote_plus(form["query"]) else 0.0
                     result = [
                         {
                             "metric": {"instance": "node-a:9848", "uuid": uuid},
-                            "values": [[t, str(signal(uuid, t))] for t in steps if t <= last],
+                            "values": [[t, str(signal(uuid, t) + more)] for t in steps if t <= last],
                         }
                         for uuid, last in scripted.gpus.items()
                     ]
@@ -117,6 +123,14 @@ class ScriptedPrometheus:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+
+#: The queries of the slow columns (analyzer/series.py SLOW_COLUMNS), gpulens' and dcgm-exporter's, read
+#: once a minute.
+SLOW_QUERY = re.compile(
+    r"gpulens_gpu_(memory_total_bytes|sm_clock_max_hertz|nvlink_links_down|nvlink_errors_total)\b"
+    r"|DCGM_FI_DEV_(MAX_SM_CLOCK|FB_TOTAL)\b"
+)
 
 
 def signal(uuid: str, t: float) -> float:
@@ -155,10 +169,42 @@ def test_the_window_held_between_cycles_is_read_again_only_where_a_failure_left_
     # GPU-B stops reporting after t0 + 45: its steps leave the window one by one, then it is gone.
     store.gpus["GPU-B"] = t0 + 45
     frame = cycle(t0 + 60)
-    assert set(store.ranges) == {(t0 + 30, t0 + 60)}
+    # The slow columns too, a minute after the first cycle read them (to t0): from t0.
+    assert set(store.ranges) == {(t0 + 30, t0 + 60), (t0, t0 + 60)}
     assert held(frame) == expected(t0 + 60, ["GPU-A"]) + expected(t0 + 60, ["GPU-B"])[:4]
     assert held(cycle(t0 + 120)) == expected(t0 + 120, ["GPU-A"])
     assert held(cycle(t0 + 135)) == expected(t0 + 135, ["GPU-A"])
+
+
+def test_the_slow_columns_are_read_once_a_minute_and_each_gpus_newest_value_carried_over_the_steps_between():
+    """A GPU's memory, top clock, links up and NVLink errors change with its configuration or health, not
+    by the scrape: at 10,000 GPUs they are a fifth of the series a cycle reads. They are read each minute,
+    and the steps between carry the newest value read, until the next read replaces them."""
+    store = ScriptedPrometheus({"GPU-A": math.inf})
+    now = [1_800_000_000.0]
+    t0 = now[0]
+    source = PrometheusInput(store.url, window=120, step=15, clock=lambda: now[0])
+
+    def slow_ranges() -> set[tuple[float, float]]:
+        return {(start, end) for query, start, end in store.asked if SLOW_QUERY.search(query)}
+
+    def links_down(frame: pd.DataFrame) -> list[tuple[float, float]]:
+        return list(zip(frame["timestamp"], frame["nvlink_links_down"], strict=True))
+
+    source.window_frame()
+    assert slow_ranges() == {(t0 - 30, t0), (t0 - 120, t0 - 45)}  # as the others: the newest steps first
+    for k in (1, 2, 3):
+        now[0], store.asked = t0 + 15 * k, []
+        frame = source.window_frame()
+        assert slow_ranges() == set()
+        newest = [(t0 + 15 * j, signal("GPU-A", t0)) for j in range(1, k + 1)]
+        assert links_down(frame)[-k - 2 :] == [(t, signal("GPU-A", t)) for t in (t0 - 15, t0)] + newest
+    now[0], store.asked = t0 + 60, []
+    frame = source.window_frame()
+    # A minute on: the steps since the last read, and the newest two of that read again; nothing carried.
+    assert slow_ranges() == {(t0 - 15, t0 + 60)}
+    assert links_down(frame) == [(t, signal("GPU-A", t)) for t in range(int(t0) - 60, int(t0) + 61, 15)]
+    assert len([query for query, _, _ in store.asked if SLOW_QUERY.search(query)]) == 6  # 4 gpulens, 2 dcgm
 
 
 def test_a_read_that_fails_part_way_is_read_again_from_where_it_lacks_steps_with_nothing_half_read_kept():
@@ -194,9 +240,10 @@ def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_
     assert sorted(set(frame["timestamp"])) == [t0 - 15 * k for k in range(4, -1, -1)]
     cycles = 0
     while frame["timestamp"].min() > now[0] - 600:
-        now[0], store.ranges, cycles = now[0] + 15, [], cycles + 1
+        now[0], store.asked, cycles = now[0] + 15, [], cycles + 1
         frame = source.window_frame()
-        older = set(store.ranges) - {(now[0] - 30, now[0])}  # the new step and two again; then one older
+        asked = {(start, end) for query, start, end in store.asked if not SLOW_QUERY.search(query)}
+        older = asked - {(now[0] - 30, now[0])}  # the new step and two again; then one older
         assert len(older) <= 1 and all(end == start for start, end in older)
     # 36 steps unread after the first cycle, two fewer a cycle: one read, one slid out of the window.
     assert cycles == 18
@@ -239,15 +286,14 @@ def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_pa
     Path(kept).write_bytes(b"PK\x03\x04 torn")
     store.ranges = []
     broken = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept)
-    assert len(broken.window_frame()) == 10
+    frame = broken.window_frame()
+    assert len(frame) == 10
     assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
     assert f"cannot read the analyzer's state file {kept}" in caplog.text
     broken.close()
-    assert (
-        PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept)
-        .window_frame()
-        .equals(frame)
-    )
+    # The window it wrote at close is the window the next start holds.
+    restored = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept).window_frame()
+    pd.testing.assert_frame_equal(restored, frame)
 
 
 def test_series_without_their_identifying_labels_are_skipped_not_fatal(canned):
