@@ -390,6 +390,7 @@ class PrometheusInput:
         self.state_file = state_file
         self._state_written_at = -math.inf
         self._state_loaded = False
+        self._state_problems = ProblemLog(log)
         self._reading = threading.Lock()
         self._last_points = 0
         self._filling = False  # the window held is not whole yet (first cycles, or after a long gap)
@@ -532,7 +533,9 @@ class PrometheusInput:
         )
 
     def _identity(self) -> dict:
-        """What a state file must have been written with to be used: the same store, series and grid."""
+        """What a state file must have been written with to be used: the same store, series and grid, and
+        the settings that change the values read (not the verdicts' thresholds, links or severities)."""
+        config = self.reader.config
         return {
             "store": redact(self.url),
             "selector": self.reader.gpulens_selector,
@@ -540,17 +543,22 @@ class PrometheusInput:
             "instances": self.reader.instances,
             "step": self.step,
             "window": self.window,
-            "mixin": repr(self.reader.config),
+            "throttle_reasons_mask": config.thresholds.throttle_reasons_mask,
+            "dcgm_pod_labels": config.dcgm_pod_labels,
+            "exporter_pods": config.exporter_pods,
         }
 
     def _write_state(self) -> None:
-        """The window held, to the state file; a failure is said and the service goes on."""
+        """The window held, to the state file; a failure is said once (and once when writes work again), and
+        the service goes on."""
         if self._held is None:
             return
         try:
             state.save(self.state_file, self._held, self.reader, self._identity() | {"instances": self._held_instances})
         except ConfigError as e:
-            log.warning("cannot keep the window across restarts: %s", e)
+            self._state_problems.problem("write", f"cannot keep the window across restarts: {e}")
+        else:
+            self._state_problems.resolved("write", f"the window is kept across restarts again, in {self.state_file}")
         self._state_written_at = time.monotonic()
 
     def start(self) -> None:

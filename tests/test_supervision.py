@@ -19,6 +19,7 @@ from gpulens.analyzer.live import ExporterInput, InputError, PrometheusInput
 from gpulens.analyzer.service import AnalyzerService
 from gpulens.core import metrics as m
 from gpulens.core.config import redact
+from gpulens.core.mixin import MixinConfig
 from gpulens.core.status import MAX_BACKOFF_SECONDS, LoopGuard
 from gpulens.core.thresholds import Thresholds
 from gpulens.exporter.attribution import attributor
@@ -276,6 +277,16 @@ def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_pa
     assert list(zip(frame["gpu"].astype(str), frame["timestamp"], frame["gpu_util"], strict=True)) == [
         (uuid, t, signal(uuid, t)) for uuid in ("GPU-A", "GPU-B") for t in range(int(t0) - 30, int(t0) + 31, 15)
     ]
+    # Other verdict thresholds, links or severities read the same values: the window kept is used.
+    store.ranges = []
+    settings = MixinConfig(grafana_url="https://grafana.example", thresholds=Thresholds(alert_low_sm=0.5))
+    PrometheusInput(store.url, window=60, clock=lambda: now[0], state_file=kept, config=settings).window_frame()
+    assert set(store.ranges) == {(t0 + 15, t0 + 30)}  # the newest two again only
+    # Another throttle mask reads other values: not used, and said.
+    store.ranges = []
+    settings = MixinConfig(thresholds=Thresholds(throttle_reasons_mask=8))
+    PrometheusInput(store.url, window=60, clock=lambda: now[0], state_file=kept, config=settings).window_frame()
+    assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
     # Written with another selector: not used, and said.
     store.ranges = []
     other = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, selector='job="x"')
@@ -294,6 +305,27 @@ def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_pa
     # The window it wrote at close is the window the next start holds.
     restored = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept).window_frame()
     pd.testing.assert_frame_equal(restored, frame)
+
+
+def test_a_state_file_that_cannot_be_written_is_said_once_and_once_when_it_can_again(tmp_path, caplog):
+    store = ScriptedPrometheus({"GPU-A": math.inf})
+    kept = tmp_path / "analyzer.state"
+    kept.mkdir()  # a directory where the file should be: no rename onto it
+    now = [1_800_000_000.0]
+    source = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=str(kept))
+    source.window_frame()
+    source.close()  # the first write (a cycle's comes once a minute)
+    source.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.live"]
+    assert said == [
+        f"cannot keep the window across restarts: --analysis.state-file {kept}: cannot write it (Is a directory); "
+        "choose a writable directory"
+    ]
+    kept.rmdir()
+    source.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.live"]
+    assert said[1:] == [f"the window is kept across restarts again, in {kept}"]
+    assert kept.is_file()
 
 
 def test_series_without_their_identifying_labels_are_skipped_not_fatal(canned):
