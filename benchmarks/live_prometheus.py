@@ -1,6 +1,6 @@
 """The live analyzer against a real Prometheus holding a 10,000-GPU fleet: what a cycle costs both sides.
 
-Run: .venv/bin/python benchmarks/live_prometheus.py [--gpus 10000] [--cycles 8]   (needs Debian's prometheus)
+Run: .venv/bin/python benchmarks/live_prometheus.py [--gpus 10000] [--cycles 14]   (needs Debian's prometheus)
 
 The path production takes, end to end:
 - a fleet of gpulens exporters, one target a node of 8 GPUs, each answering what the real exporter
@@ -10,13 +10,15 @@ The path production takes, end to end:
 - a real Prometheus scraping every target every 15 s, as the GPU Operator's ServiceMonitors do;
 - the real `gpulens analyzer` service reading it (`--input.prometheus`), its default 10-minute window at
   a 15 s step and a 15 s cycle, started once the store holds a whole window, with a state file
-  (`--analysis.state-file`); stopped with SIGTERM after its steady cycles and started again.
+  (`--analysis.state-file`); stopped with SIGTERM after its steady cycles and started again, then once
+  more at a 60 s interval (`--analysis.interval 60s`).
 
 Printed per cycle: the analyzer's seconds (its own gpulens_analyzer_cycle_duration_seconds; the first to
 /readyz, from the start of the process), the CPU-seconds Prometheus spent meanwhile beyond what it spends
 ingesting (its own process_cpu_seconds_total, less its rate over a minute without the analyzer), the bytes
-read, and the analyzer's peak resident memory; then a restart. The baseline in the same run, the floor of
-the client side: the same queries (Prometheus' query log) sent again and decoded, nothing else.
+read, and the analyzer's peak resident memory. Two floors in the same run:
+- the client's: the same queries (Prometheus' query log) sent again and decoded, nothing else;
+- Prometheus': each steady cycle's series selectors only counted, a cycle each 15 s (select_only).
 
 Ratios, not absolute times, carry across machines. The figures are written to
 benchmarks/results/live-prometheus.json.
@@ -27,8 +29,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,10 +47,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks import results  # noqa: E402
-from benchmarks.scrapers import free_port  # noqa: E402
+from tests.helpers import GpulensProcess, free_port  # noqa: E402
 
 GPUS_PER_NODE = 8
 SCRAPE_SECONDS = 15
+#: Seconds between two queries of the log that belong to different cycles (a cycle's follow each other).
+CYCLE_GAP_SECONDS = 4.0
+#: A series selector with its matchers in a query (every one the analyzer asks has matchers: its selector).
+SELECTOR = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\{[^{}]*\}|\{__name__[^{}]*\}")
 #: Seconds between the two samples of the node the fleet plays.
 TEMPLATE_SPAN = 60.0
 
@@ -193,40 +199,32 @@ def wait(condition, timeout: float, what: str, every: float = 0.5):
     raise SystemExit(f"timed out after {timeout:g} s waiting for {what}")
 
 
-class Analyzer:
-    """A `gpulens analyzer` process reading the Prometheus at `prometheus`."""
+class Analyzer(GpulensProcess):
+    """A `gpulens analyzer` process reading the Prometheus at `prometheus`, its log in `workdir`."""
 
-    def __init__(self, prometheus: str, extra: list[str], log: Path):
+    def __init__(self, prometheus: str, extra: list[str], workdir: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [
-            sys.executable, "-m", "gpulens", "--log.level", "warning", "analyzer", "--input.prometheus", prometheus,
-            "--prometheus.selector", 'job="gpulens-exporter"', "--prometheus.timeout", "120s",
-            "--web.listen-address", f"127.0.0.1:{self.port}", *extra,
-        ]  # fmt: skip
-        self.log = log.open("ab")
         self.started = time.monotonic()
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self.log)
+        super().__init__(
+            [
+                "--log.level", "warning", "analyzer", "--input.prometheus", prometheus,
+                "--prometheus.selector", 'job="gpulens-exporter"', "--prometheus.timeout", "120s",
+                "--web.listen-address", f"127.0.0.1:{self.port}", *extra,
+            ],
+            workdir=workdir,
+        )  # fmt: skip
 
     def metric(self, name: str) -> float:
         return scalar(self.url + "/metrics", name)
 
     def ready(self) -> bool:
         if self.process.poll() is not None:
-            raise SystemExit(f"the analyzer exited with {self.process.returncode}; see its log")
+            raise SystemExit(f"the analyzer exited with {self.process.returncode}; see {self.log_path}")
         try:
             return requests.get(self.url + "/readyz", timeout=5).status_code == 200
         except requests.RequestException:
             return False
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
 
 
 @dataclass
@@ -241,6 +239,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=10_000, help="GPUs in the fleet, 8 a node")
     parser.add_argument("--cycles", type=int, default=14, help="cycles to measure after the first")
+    parser.add_argument("--minute-cycles", type=int, default=4, help="cycles to measure at a 60 s interval")
     parser.add_argument("--window", type=float, default=600, help="the analysis window in seconds (shorter: a trial)")
     parser.add_argument("--only", choices=["fleet"], help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
@@ -248,8 +247,8 @@ def main() -> int:
     if args.only == "fleet":
         serve_fleet(args.port, args.gpus)
         return 0
-    if not 8 <= args.gpus <= 200_000 or not 1 <= args.cycles <= 100:
-        parser.error("--gpus must be within 8..200000 and --cycles within 1..100")
+    if not 8 <= args.gpus <= 200_000 or not 1 <= args.cycles <= 100 or not 1 <= args.minute_cycles <= 100:
+        parser.error("--gpus must be within 8..200000, --cycles and --minute-cycles within 1..100")
     prometheus_binary = shutil.which("prometheus")
     if prometheus_binary is None:
         raise SystemExit("needs Prometheus on the PATH (Debian: apt install prometheus)")
@@ -317,17 +316,18 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
     print(f"Prometheus ingesting alone: {ingest_rate:.2f} CPU-seconds a second; {head_series:,} series", flush=True)
 
     query_log.write_text("")  # from here on: the analyzer's queries only
-    cycles: dict[str, list[Cycle]] = {"first": [], "filling": [], "steady": [], "restart": []}
+    cycles: dict[str, list[Cycle]] = {"first": [], "filling": [], "steady": [], "restart": [], "minute": []}
 
-    def run(name: str, steady: int, extra: list[str]) -> None:
-        analyzer = Analyzer(prometheus, ["--analysis.window", f"{args.window:g}s", *extra], work / "analyzer.log")
+    def run(first: str, steady: int, extra: list[str], then: str = "steady") -> None:
+        """An analyzer started: its first cycle into cycles[first], the `steady` cycles after into cycles[then]."""
+        analyzer = Analyzer(prometheus, ["--analysis.window", f"{args.window:g}s", *extra], work)
         analyzers.append(analyzer)
         cpu = prometheus_cpu(prometheus)
         wait(analyzer.ready, 600, "the analyzer's first verdicts", every=0.2)
         now = time.monotonic()
         spent = prometheus_cpu(prometheus) - cpu - ingest_rate * (now - analyzer.started)
         read = analyzer.metric("gpulens_analyzer_input_read_bytes_total")
-        cycles[name].append(Cycle(now - analyzer.started, spent, read, resident_peak_mib(analyzer.process.pid)))
+        cycles[first].append(Cycle(now - analyzer.started, spent, read, resident_peak_mib(analyzer.process.pid)))
         last, cpu, at = (
             analyzer.metric("gpulens_analyzer_last_success_timestamp_seconds"),
             prometheus_cpu(prometheus),
@@ -347,7 +347,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
                 prometheus_cpu(prometheus),
                 analyzer.metric("gpulens_analyzer_input_read_bytes_total"),
             )
-            cycles["steady"].append(
+            cycles[then].append(
                 Cycle(
                     analyzer.metric("gpulens_analyzer_cycle_duration_seconds"),
                     cpu_now - cpu - ingest_rate * (now - at),
@@ -360,13 +360,12 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
 
     kept = ["--analysis.state-file", str(work / "analyzer.state")]
     run("first", args.cycles, kept)  # no file yet: the window read from the store, newest steps first
-    # The cycles after the first that still read older steps (their bytes above 1.5x a whole window's).
-    after, cycles["steady"] = cycles["steady"], []
-    whole = statistics.median(c.read_bytes for c in after[-3:])
-    filling = max((i + 1 for i, c in enumerate(after) if c.read_bytes > 1.5 * whole), default=0)
-    cycles["filling"], cycles["steady"] = after[:filling], after[filling:]
+    cycles["filling"], cycles["steady"] = filling_and_steady(cycles["steady"])
     asked = [json.loads(line) for line in query_log.read_text().splitlines() if line.strip()]
+    floor = select_only(prometheus, by_cycle(asked)[-len(cycles["steady"]) :], ingest_rate)
     run("restart", 0, kept)  # the file the first wrote at SIGTERM: only the steps missed meanwhile
+    # Verdicts each minute instead of each 15 s: what a cycle and Prometheus' cores cost then.
+    run("restart", args.minute_cycles, [*kept, "--analysis.interval", "60s"], then="minute")
     return {
         "gpus": nodes * GPUS_PER_NODE,
         "nodes": nodes,
@@ -376,8 +375,62 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
         "cycles": {name: [c.__dict__ for c in each] for name, each in cycles.items()},
         "queries_per_cycle": len(asked) / (1 + args.cycles),
         "interval_s": 15.0,
+        "minute_interval_s": 60.0,
         "bare": bare(prometheus, asked),
+        "select_only": floor,
     }
+
+
+def filling_and_steady(after: list[Cycle]) -> tuple[list[Cycle], list[Cycle]]:
+    """The cycles after the first, split where the window became whole: at the first cycle that read no
+    more than 1.5x the median bytes of the run's second half (a whole window's cycle reads only its new
+    steps; one now and then reads more, when the slow columns, the hardware or the owners are read)."""
+    whole = statistics.median(c.read_bytes for c in after[len(after) // 2 :])
+    filling = next((i for i, c in enumerate(after) if c.read_bytes <= 1.5 * whole), len(after))
+    return after[:filling], after[filling:]
+
+
+def by_cycle(asked: list[dict]) -> list[list[dict]]:
+    """Query log entries in the cycles that asked them: a cycle's queries follow each other within
+    seconds, and cycles are an interval apart."""
+    cycles: list[list[dict]] = []
+    last = -math.inf
+    for entry in sorted(asked, key=lambda e: e["ts"]):
+        at = float(_unix(entry["ts"]))
+        if at - last > CYCLE_GAP_SECONDS:
+            cycles.append([])
+        cycles[-1].append(entry)
+        last = at
+    return cycles
+
+
+def select_only(prometheus: str, cycles: list[list[dict]], ingest_rate: float) -> dict:
+    """The floor of Prometheus' side: each steady cycle's queries asked again, one a 15 s interval, each
+    series selector in them only counted (`count(selector)` over the same steps): Prometheus selects and
+    reads the same series, evaluates nothing and answers one number. Its CPU-seconds a cycle, as the
+    analyzer's are measured (from one cycle's start to the next's, less ingesting)."""
+    session = requests.Session()
+    spent: list[float] = []
+    selected = 0
+    for entries in cycles:
+        time.sleep(SCRAPE_SECONDS - time.time() % SCRAPE_SECONDS + 3)  # where the analyzer's cycles start
+        cpu, at = prometheus_cpu(prometheus), time.monotonic()
+        for entry in entries:
+            params = entry["params"]
+            start, end = _unix(params["start"]), _unix(params["end"])
+            for selector in SELECTOR.findall(params["query"]):
+                if params.get("step"):
+                    form = {"query": f"count({selector})", "start": start, "end": end, "step": params["step"]}
+                    answer = session.post(prometheus + "/api/v1/query_range", data=form, timeout=300).json()
+                    counts = [float(s["values"][-1][1]) for s in answer["data"]["result"]]
+                else:  # an instant query (the hardware, the owners)
+                    form = {"query": f"count({selector})", "time": end}
+                    answer = session.post(prometheus + "/api/v1/query", data=form, timeout=300).json()
+                    counts = [float(s["value"][1]) for s in answer["data"]["result"]]
+                selected += int(sum(counts))
+        time.sleep(max(0.0, SCRAPE_SECONDS - 1 - (time.monotonic() - at)))  # the GC the cycle set off, too
+        spent.append(prometheus_cpu(prometheus) - cpu - ingest_rate * (time.monotonic() - at))
+    return {"prometheus_cpu_s": spent, "series_per_cycle": selected / max(1, len(cycles))}
 
 
 def _answers(prometheus: str) -> bool:
@@ -438,6 +491,13 @@ def report(figures: dict) -> None:
         worst = {k: max(c[k] for c in steady) for k in steady[0]}
         rows += [(f"steady, median of {len(steady)}", middle), (f"steady, worst of {len(steady)}", worst)]
     rows += [("restart (start to /readyz)", cycles["restart"][0])]
+    minute = cycles["minute"]
+    rows += [
+        (
+            f"at a 60 s interval, median of {len(minute)}",
+            {k: statistics.median(c[k] for c in minute) for k in minute[0]},
+        )
+    ]
     for label, c in rows:
         print(
             f"{label:<34} {c['seconds']:>8.2f} {c['prometheus_cpu_s']:>17.2f} {c['read_bytes'] / 2**20:>9.1f} "
@@ -449,6 +509,12 @@ def report(figures: dict) -> None:
         f"\nbaseline: the analyzer's {bare['queries']} queries ({figures['queries_per_cycle']:.0f} a cycle) sent "
         f"again and decoded, nothing else: {bare['seconds']:.2f} s for {bare['bytes'] / 2**20:.0f} MiB; the "
         f"analyzer's cycles took {total:.2f} s ({total / bare['seconds']:.2f}x)"
+    )
+    floor = figures["select_only"]
+    print(
+        f"floor: the steady cycles' {floor['series_per_cycle']:,.0f} series only selected and counted, nothing "
+        f"evaluated or answered: {statistics.median(floor['prometheus_cpu_s']):.2f} Prometheus CPU-s a cycle "
+        f"(median of {len(floor['prometheus_cpu_s'])})"
     )
     print("\nPrometheus' evaluation time by query over the run (its query log), the costliest:")
     for expr, seconds in bare["costliest"]:

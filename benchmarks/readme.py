@@ -159,25 +159,14 @@ def _input(document: dict) -> list[str]:
     ]
 
 
-def _filling_and_steady(figures: dict) -> tuple[list[dict], list[dict]]:
-    """The cycles after the first, split where the window became whole: the first cycle that read no more
-    than 1.5x the median bytes of the run's second half (a whole window's cycle reads only its new steps;
-    one now and then reads more, when the hardware or the owners are read again or a step was missed).
-    The results file's own split (benchmarks/live_prometheus.py) took the last such cycle instead."""
-    after = figures["cycles"]["filling"] + figures["cycles"]["steady"]
-    whole = statistics.median(c["read_bytes"] for c in after[len(after) // 2 :])
-    filling = next((i for i, c in enumerate(after) if c["read_bytes"] <= 1.5 * whole), len(after))
-    return after[:filling], after[filling:]
-
-
 def _live(document: dict) -> list[str]:
     """The live analyzer against a real Prometheus (benchmarks/live_prometheus.py)."""
     f = document["figures"]
     cycles = f["cycles"]
-    filling, steady = _filling_and_steady(f)
+    filling, steady, minute = cycles["filling"], cycles["steady"], cycles["minute"]
 
-    def median(key: str) -> float:
-        return statistics.median(c[key] for c in steady)
+    def median(of: list[dict]) -> dict:
+        return {key: statistics.median(c[key] for c in of) for key in of[0]}
 
     def row(label: str, c: dict) -> str:
         return (
@@ -185,7 +174,7 @@ def _live(document: dict) -> list[str]:
             f"{c['peak_rss_mib']:,.0f} |"
         )
 
-    bare = f["bare"]
+    bare, floor = f["bare"], f["select_only"]
     total = sum(c["seconds"] for name in ("first", "filling", "steady") for c in cycles[name])
     out = [
         f"**The live analyzer on a real Prometheus** (`benchmarks/live_prometheus.py`): {f['gpus']:,} GPUs on "
@@ -199,12 +188,17 @@ def _live(document: dict) -> list[str]:
         "| --- | ---: | ---: | ---: | ---: |",
         row("first, start to /readyz (the newest eighth of the window)", cycles["first"][0]),
         *(row(f"next {i + 1}: new steps, and older ones", c) for i, c in enumerate(filling)),
-        row(f"steady, the window whole (median of {len(steady)})", {k: median(k) for k in steady[0]}),
+        row(f"steady, the window whole (median of {len(steady)})", median(steady)),
         row(f"steady, the worst of {len(steady)}", {k: max(c[k] for c in steady) for k in steady[0]}),
         row("restart with the state file, start to /readyz", cycles["restart"][0]),
+        row(f"steady at `--analysis.interval 60s` (median of {len(minute)})", median(minute)),
         "",
-        f"The baseline, in the same run: the analyzer's {bare['queries']} queries sent again and decoded, nothing "
-        f"else, took {bare['seconds']:.1f} s; its cycles took {total:.1f} s ({total / bare['seconds']:.2f}x).",
+        f"The baselines, in the same run: the analyzer's {bare['queries']} queries sent again and decoded, "
+        f"nothing else, took {bare['seconds']:.1f} s; its cycles took {total:.1f} s "
+        f"({total / bare['seconds']:.2f}x). Prometheus only selecting and counting the "
+        f"{floor['series_per_cycle']:,.0f} series of each steady cycle, evaluating and answering nothing, spent "
+        f"{statistics.median(floor['prometheus_cpu_s']):.1f} CPU-s a cycle (median of "
+        f"{len(floor['prometheus_cpu_s'])}): the cost of reading these series every 15 s, whatever the queries.",
     ]
     return out
 
@@ -213,28 +207,34 @@ def _sizing(live: dict) -> list[str]:
     """GPUs per replica, Prometheus cores and bytes for 10,000 and 100,000 GPUs, from the live run (the
     arithmetic: docs/sizing.md)."""
     f = live["figures"]
-    _, steady = _filling_and_steady(f)
+    steady = f["cycles"]["steady"]
     seconds = max(c["seconds"] for c in steady)
     cpu = statistics.median(c["prometheus_cpu_s"] for c in steady)
     read = statistics.median(c["read_bytes"] for c in steady)
     interval = f["interval_s"]
     per_replica = int(f["gpus"] * (interval / 2) / seconds // 500 * 500)
     cores = cpu / interval  # Prometheus cores a replica's cycles keep busy, per f["gpus"] GPUs
+    minute = f["cycles"]["minute"]
+    minute_cpu = statistics.median(c["prometheus_cpu_s"] for c in minute)
+    minute_cores = minute_cpu / f["minute_interval_s"]
     lines = [
         f"Sizing (docs/sizing.md), from the real-Prometheus run: a replica judges up to {per_replica:,} GPUs within "
         f"half of a {interval:g} s interval (its worst steady cycle, {seconds:.1f} s at {f['gpus']:,} GPUs, scaled "
         f"by GPUs). Prometheus spends {cpu:.1f} CPU-seconds a cycle answering it: {cores:.2f} cores per "
-        f"{f['gpus']:,} GPUs at a {interval:g} s interval, beside what it spends ingesting.",
+        f"{f['gpus']:,} GPUs at a {interval:g} s interval, beside what it spends ingesting; at a "
+        f"{f['minute_interval_s']:g} s interval {minute_cpu:.1f} CPU-seconds a cycle, {minute_cores:.2f} cores. "
+        f"Only selecting the series a steady cycle reads, evaluating and answering nothing, costs Prometheus "
+        f"{statistics.median(f['select_only']['prometheus_cpu_s']):.1f} CPU-seconds a cycle.",
         "",
         f"| GPUs | replicas (`--shard.count`) | Prometheus cores for the analyzer, at {interval:g} s "
-        "| read per cycle | a first cycle |",
-        "| ---: | ---: | ---: | ---: | ---: |",
+        f"| at {f['minute_interval_s']:g} s | read per cycle, at {interval:g} s | a first cycle |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for gpus in (10_000, 100_000):
         scale = gpus / f["gpus"]
         lines.append(
-            f"| {gpus:,} | {math.ceil(gpus / per_replica)} | {cores * scale:.1f} | {read * scale / 2**20:,.0f} MiB | "
-            f"{f['cycles']['first'][0]['seconds']:.0f} s a replica |"
+            f"| {gpus:,} | {math.ceil(gpus / per_replica)} | {cores * scale:.1f} | {minute_cores * scale:.1f} | "
+            f"{read * scale / 2**20:,.0f} MiB | {f['cycles']['first'][0]['seconds']:.0f} s a replica |"
         )
     return lines
 

@@ -142,9 +142,11 @@ class GpulensProcess:
     """`python -m gpulens ARGS` as a child process, its log captured in a file."""
 
     def __init__(self, args: list[str], env: dict[str, str] | None = None, workdir: Path | None = None):
-        # Under pytest's temporary tree (conftest.py sets PROCESS_LOGS), never a folder of /tmp left behind.
-        assert PROCESS_LOGS is not None, "tests/conftest.py's process_logs fixture sets PROCESS_LOGS"
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="gpulens-", dir=PROCESS_LOGS))
+        if workdir is None:
+            # Under pytest's temporary tree (conftest.py sets PROCESS_LOGS), never a folder of /tmp left behind.
+            assert PROCESS_LOGS is not None, "tests/conftest.py's process_logs fixture sets PROCESS_LOGS"
+            workdir = Path(tempfile.mkdtemp(prefix="gpulens-", dir=PROCESS_LOGS))
+        self.workdir = workdir
         self.log_path = self.workdir / f"gpulens-{os.getpid()}-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
