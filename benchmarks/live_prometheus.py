@@ -51,6 +51,8 @@ from tests.helpers import GpulensProcess, free_port  # noqa: E402
 
 GPUS_PER_NODE = 8
 SCRAPE_SECONDS = 15
+#: Seconds the analyzer is given from SIGTERM to exit (Kubernetes gives a pod 30 by default).
+STOP_TIMEOUT_SECONDS = 30.0
 #: Seconds between two queries of the log that belong to different cycles (a cycle's follow each other).
 CYCLE_GAP_SECONDS = 4.0
 #: A series selector with its matchers in a query (every one the analyzer asks has matchers: its selector).
@@ -317,6 +319,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
 
     query_log.write_text("")  # from here on: the analyzer's queries only
     cycles: dict[str, list[Cycle]] = {"first": [], "filling": [], "steady": [], "restart": [], "minute": []}
+    stops: list[float] = []  # seconds from SIGTERM to exit, each start
 
     def run(first: str, steady: int, extra: list[str], then: str = "steady") -> None:
         """An analyzer started: its first cycle into cycles[first], the `steady` cycles after into cycles[then]."""
@@ -356,7 +359,12 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
                 )
             )
             last, cpu, at, read = newer, cpu_now, now, read_now
-        analyzer.stop()
+        # SIGTERM: the cycle under way ends and the window is written to the state file, then the process
+        # exits; a kill before that would leave the next start an older file.
+        stopping = time.monotonic()
+        if analyzer.stop(timeout=STOP_TIMEOUT_SECONDS) != 0:
+            raise SystemExit(f"the analyzer did not exit cleanly on SIGTERM; see {analyzer.log_path}")
+        stops.append(time.monotonic() - stopping)
 
     kept = ["--analysis.state-file", str(work / "analyzer.state")]
     run("first", args.cycles, kept)  # no file yet: the window read from the store, newest steps first
@@ -378,6 +386,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
         "minute_interval_s": 60.0,
         "bare": bare(prometheus, asked),
         "select_only": floor,
+        "stop_seconds": stops,
     }
 
 
@@ -516,6 +525,8 @@ def report(figures: dict) -> None:
         f"evaluated or answered: {statistics.median(floor['prometheus_cpu_s']):.2f} Prometheus CPU-s a cycle "
         f"(median of {len(floor['prometheus_cpu_s'])})"
     )
+    stop = max(figures["stop_seconds"])
+    print(f"SIGTERM to exit, the cycle under way ended and the state file written: {stop:.1f} s at most")
     print("\nPrometheus' evaluation time by query over the run (its query log), the costliest:")
     for expr, seconds in bare["costliest"]:
         print(f"  {seconds:8.2f} s  {expr[:150]}")

@@ -172,11 +172,12 @@ class GpulensProcess:
 
         wait_until(ready, timeout, what=f"gpulens to serve {url}")
 
-    def stop(self) -> int:
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, then SIGKILL after `timeout` seconds; the exit status."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(timeout=10)
+                self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
