@@ -190,7 +190,13 @@ def _live(document: dict) -> list[str]:
         *(row(f"next {i + 1}: new steps, and older ones", c) for i, c in enumerate(filling)),
         row(f"steady, the window whole (median of {len(steady)})", median(steady)),
         row(f"steady, the worst of {len(steady)}", {k: max(c[k] for c in steady) for k in steady[0]}),
-        row("restart with the state file, start to /readyz", cycles["restart"][0]),
+        # The first restart comes after the floor's cycles (Prometheus alone), the second at once after a stop.
+        row("restart with the state file at once after a stop, start to /readyz", cycles["restart"][-1]),
+        row(
+            f"restart with the state file after {len(floor['prometheus_cpu_s'])} intervals down "
+            "(the steps missed meanwhile too)",
+            cycles["restart"][0],
+        ),
         row(f"steady at `--analysis.interval 60s` (median of {len(minute)})", median(minute)),
         "",
         f"The baselines, in the same run: the analyzer's {bare['queries']} queries sent again and decoded, "
