@@ -346,7 +346,7 @@ def test_each_cycle_reads_only_the_steps_it_has_not_read(fleet_in_prometheus):
     import pandas as pd
 
     from gpulens.analyzer.live import PrometheusInput
-    from gpulens.analyzer.series import REREAD_STEPS
+    from gpulens.analyzer.series import REREAD_STEPS, SLOW_COLUMNS
 
     prometheus = fleet_in_prometheus
     end = float(int(time.time()) - 5)  # steps whose scrapes have all landed: both readers see the same data
@@ -373,9 +373,18 @@ def test_each_cycle_reads_only_the_steps_it_has_not_read(fleet_in_prometheus):
     assert REREAD_STEPS == 2
     assert {(start, stop) for start, stop, _ in ranges} == {(end - 7, end)}
     assert max(points for _, _, points in ranges) == 8
-    whole = PrometheusInput(prometheus.url, window=20, step=1, selector='job="fleet"', clock=lambda: end)
-    pd.testing.assert_frame_equal(held, whole.window_frame())
+    whole = PrometheusInput(prometheus.url, window=20, step=1, selector='job="fleet"', clock=lambda: end).window_frame()
+    slow = sorted(SLOW_COLUMNS & set(held.columns))
+    pd.testing.assert_frame_equal(held.drop(columns=slow), whole.drop(columns=slow))
     assert len(held) == 21 * held["gpu"].nunique() > 0  # every GPU at every step
+    # The slow columns are read once a minute: the six steps after their last read (at end - 6) carry each
+    # GPU's value read then.
+    assert "nvlink_crc_errors_per_second" in slow
+    read_then = whole[whole["timestamp"] == end - 6].set_index("gpu")[slow]
+    expected = whole[slow].copy()
+    later = (whole["timestamp"] > end - 6).to_numpy()
+    expected.loc[later, :] = read_then.loc[whole.loc[later, "gpu"]].to_numpy()
+    pd.testing.assert_frame_equal(held[slow], expected)
 
 
 def require_promtool():
