@@ -173,6 +173,16 @@ def register(commands: Subcommands) -> None:
     )
     flags.add(
         a,
+        "--prometheus.read-parts",
+        dest="read_parts",
+        type=int,
+        default=4,
+        help="with --input.prometheus: the parts the queries are split into, read in turns: a cycle of one step "
+        "reads one, so Prometheus' cost a cycle falls as much, and verdicts rest on the steps every part has "
+        "read (3 steps behind the newest at 4); 1 reads every query every cycle",
+    )
+    flags.add(
+        a,
         "--analysis.state-file",
         dest="state_file",
         default="",
@@ -763,6 +773,8 @@ def run_service(args: argparse.Namespace) -> int:
                 f"--shard.index {args.shard_index} of --shard.count {args.shard_count}: give a count of 1 or more "
                 "and an index from 0 to count - 1"
             )
+        if args.read_parts < 1:
+            raise ValueError(f"--prometheus.read-parts {args.read_parts}: give 1 (every query every cycle) or more")
         if args.shard_count > 1 and not args.prometheus:
             raise ValueError(
                 "--shard.count needs --input.prometheus: with --input.exporter, give each replica its own exporters"
@@ -785,6 +797,7 @@ def run_service(args: argparse.Namespace) -> int:
                 config=_mixin(args, thresholds),
                 team_label=args.team_label,
                 state_file=args.state_file,
+                parts=args.read_parts,
             )
         else:
             source = ExporterInput(ExporterInput.parse_targets(args.exporters), args.window, args.scrape_interval)

@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import state
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
-from gpulens.analyzer.series import REREAD_STEPS, SLOW_READ_SECONDS, SeriesReader, Window
+from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Window
 from gpulens.analyzer.store import (
     MAX_ANSWER_BYTES,
     AnswerLate,
@@ -364,6 +364,7 @@ class PrometheusInput:
         config: MixinConfig | None = None,
         team_label: str = "",
         state_file: str = "",
+        parts: int = READ_PARTS,
     ):
         self.store = Store(url, auth, timeout, retries=1)
         self.checks = ValueChecks(self.store.name)
@@ -377,6 +378,8 @@ class PrometheusInput:
         self.clock = clock  # the window ends now: unix seconds
         self.window = window
         self.step = step
+        #: The parts the queries are split into, read in turns (analyzer/series.py READ_PARTS).
+        self.parts = parts
         self.reader = SeriesReader(self.store, step, config, selector, dcgm_selector)
         self._owner_reader = OwnerReader(self.store, team_label)
         self._owners: dict[PodKey, Owner] = {}
@@ -481,23 +484,24 @@ class PrometheusInput:
             self._held = state.load(self.state_file, self.reader, self._identity())
             self._held_instances = self.reader.instances
         if self._held is None or self.reader.instances != self._held_instances:  # the steps held are not all theirs
-            self._held = Window.of(self.step, int(self.window // self.step) + 1, SLOW_READ_SECONDS)
+            self._held = Window.of(self.step, int(self.window // self.step) + 1, self.parts)
             self._held_instances = self.reader.instances
         held = self._held
-        first = held.gpus.read_until is None
+        first = held.read_from is None
         start = held.move_to(end, newest=max(REREAD_STEPS + 1, held.gpus.points // 8))
-        self.reader.read(held, start, end, held.slow_from)
+        self.reader.read(held, held.due, end)
         points, steps = self.reader.last_points, round((end - start) / self.step) + 1
         # The older steps while the window is not whole: as many as READ_POINTS_PER_CYCLE allows at the
-        # points a step costs (all of them at once in a small fleet, a few a cycle in a large one); a first
-        # cycle reads them only if they all fit, so that it serves within seconds.
-        older = held.older(max(1, round(READ_POINTS_PER_CYCLE * steps / max(points, 1))), start)
-        if older is not None and (not first or older[0] <= held.gpus.start):
+        # points a step of every part costs (all of them at once in a small fleet, a few a cycle in a large
+        # one); a first cycle reads them only if they all fit, so that it serves within seconds.
+        step_points = points / steps * held.parts / len(held.due)
+        older = held.older(max(1, round(READ_POINTS_PER_CYCLE / max(step_points, 1))), start)
+        if older is not None and (not first or older[0] <= held.start):
             self.reader.read(held, *older)
             points, start = points + self.reader.last_points, older[0]
         held.complete(start)
-        read_from = held.gpus.read_from
-        filling = read_from is not None and read_from > held.gpus.start
+        read_from = held.read_from
+        filling = read_from is not None and read_from > held.start
         if filling and not self._filling:
             log.info(
                 "%s: reading the window newest steps first (%.0f s so far), the older ones a few a cycle; "
@@ -543,6 +547,7 @@ class PrometheusInput:
             "instances": self.reader.instances,
             "step": self.step,
             "window": self.window,
+            "parts": self.reader.parts(self.parts),
             "throttle_reasons_mask": config.thresholds.throttle_reasons_mask,
             "dcgm_pod_labels": config.dcgm_pod_labels,
             "exporter_pods": config.exporter_pods,

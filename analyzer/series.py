@@ -15,6 +15,7 @@ query the dashboards and alerts make too.
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import re
 import time
@@ -38,16 +39,12 @@ from gpulens.core.topology import GROUPS
 REREAD_STEPS = 2
 #: How often the GPUs' models and NVLink topology are read again (SeriesReader.hardware).
 HARDWARE_REFRESH_SECONDS = 300.0
-#: The trace columns that change only when a GPU's configuration or health does (its memory and top clock,
-#: its links up), or that count rare events (NVLink errors): the live analyzer reads them every
-#: SLOW_READ_SECONDS, not every cycle, and carries each GPU's newest value over the steps between. At
-#: 10,000 GPUs they are 70,000 of the 340,000 series a cycle reads of gpulens' exporters (NVLink errors:
-#: four kinds a GPU), and Prometheus' cost of a query grows with the series it reads, not the steps
-#: (benchmarks/live_prometheus.py).
-SLOW_COLUMNS = frozenset({"memory_total_bytes", "sm_clock_max_hertz", "nvlink_links_down", *tr.NVLINK_ERROR_RATES})
-#: How often the live analyzer reads the SLOW_COLUMNS: each reads four 15 s steps at once, and a value is
-#: carried at most this long (Prometheus carries a gauge's last sample five minutes).
-SLOW_READ_SECONDS = 60.0
+#: The parts the live analyzer splits its queries into (Window): a cycle reads the part read least
+#: recently, so each is read every four steps (a minute at 15 s) and a cycle reads a quarter of the series.
+#: Prometheus' cost of a query grows with the series it reads, not the steps, so a cycle costs it about a
+#: quarter; the verdicts then rest on the steps every part has read, three steps (45 s) before the newest
+#: (benchmarks/live_prometheus.py, docs/sizing.md).
+READ_PARTS = 4
 #: gpulens_gpu_nvlink_errors_total's type label -> the trace column whose rate it adds to.
 _ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items() for kind in kinds}
 #: Range queries asked of the store at once: two keep it evaluating the next while this process decodes
@@ -80,7 +77,7 @@ def dcgm_gpu(labels: dict) -> Key | None:
 
 
 def _error_column(labels: dict) -> str | None:
-    """The trace column an NVLink error series' rate adds to (one of the SLOW_COLUMNS), by its kind."""
+    """The trace column an NVLink error series' rate adds to, by its kind."""
     return _ERROR_COLUMN.get(labels.get("type", ""))
 
 
@@ -89,24 +86,62 @@ def pod_key(labels: dict) -> Key | None:
     return (labels.get("namespace", ""), pod) if pod else None
 
 
+def _part_key(column: str | Callable[[dict], str | None]) -> str:
+    """What ties a query to the others that must be read with it: the column it writes (gpulens' and
+    dcgm-exporter's queries of a column write one matrix, cleared as one), the NVLink error kinds' columns
+    as one, and the activity histogram's count with its buckets (their ratios are taken after a read)."""
+    if column is _error_column:
+        return "nvlink_errors"
+    assert isinstance(column, str)
+    return _SHAPE_COUNT if column in _SHAPE_BUCKETS else column
+
+
+@dataclass(frozen=True)
+class _Query:
+    """A range query of a read: the key of the queries read with it (_part_key), the family of series it
+    reads (gpulens, dcgm, pods), its expression, what places its answer in a part's matrices (part, answer
+    -> the points placed), and its weight: what it costs the store per GPU, relative to a gauge's query."""
+
+    key: str
+    family: str
+    expr: str
+    place: Callable[[int, list[dict]], int]
+    weight: float
+
+
+def _parts(queries: list[_Query], parts: int) -> dict[str, int]:
+    """Each query key's part of `parts`: the heaviest keys first (ties: the first asked), each to the part
+    that weighs least so far (ties: the lowest), so that each part costs the store about as much. A key
+    weighs what its heaviest family's queries do: a GPU reports through gpulens' exporter or dcgm-exporter,
+    and a fleet mostly through one."""
+    by_family: dict[str, dict[str, float]] = {}
+    for query in queries:
+        family = by_family.setdefault(query.key, {})
+        family[query.family] = family.get(query.family, 0.0) + query.weight
+    weights = {key: max(families.values()) for key, families in by_family.items()}
+    load = [0.0] * parts
+    part_of: dict[str, int] = {}
+    for key in sorted(weights, key=lambda k: -weights[k]):
+        part_of[key] = min(range(parts), key=lambda p: (load[p], p))
+        load[part_of[key]] += weights[key]
+    return part_of
+
+
 class StepGrid:
     """Values on the store's step grid, kept from cycle to cycle so that each cycle queries only the steps
     it has not read (and the newest REREAD_STEPS again): the points a cycle reads grow with the analysis
     interval, not the window. One row per key (a GPU: its exporter's `instance` and its uuid; a pod: its
     namespace and name), one column per step, one matrix per trace column; NaN where the store had no
-    value. Matrices whose name starts with "_" hold identity (the code of a GPU's pod at each step): they
-    say nothing of whether the GPU reported."""
+    value. Each matrix belongs to the part of the queries that writes it (Window). Matrices whose name
+    starts with "_" hold identity (the code of a GPU's pod at each step): they say nothing of whether the
+    GPU reported."""
 
     def __init__(self, step: float, points: int):
         self.step, self.points = step, points
         self.end: float | None = None  # unix seconds of the newest step held
-        #: Unix seconds of the newest step every query has read (complete()); a read that fails part way
-        #: leaves it, so the next cycle reads again from there, not the whole window.
-        self.read_until: float | None = None
-        #: Unix seconds of the oldest step read in full: the window is whole once it is at or before start.
-        self.read_from: float | None = None
         self.gpus: dict[tuple[str, str], int] = {}  # (instance, uuid) -> row
         self.values: dict[str, np.ndarray] = {}  # trace column -> (rows, points)
+        self.part_of: dict[str, int] = {}  # trace column -> the part of the queries that writes it
         self._rows = 0  # rows allocated in each matrix
 
     @property
@@ -114,64 +149,45 @@ class StepGrid:
         assert self.end is not None
         return self.end - (self.points - 1) * self.step
 
-    def move_to(self, end: float, newest: int | None = None, reading: bool = True) -> float:
-        """Slide the grid so that its newest step is `end`; the first step the store must be asked for: the
-        first not read in full, less REREAD_STEPS; on the first cycle the whole window, or its `newest`
-        steps only (the older ones are then read by older()). Not `reading`: the steps not read yet stay
-        unread (NaN) and those read stay (the grid is read on a later cycle)."""
+    def index(self, at: float) -> int:
+        """The step of unix time `at` (on the grid)."""
+        return round((at - self.start) / self.step)
+
+    def slide(self, end: float) -> int:
+        """Slide the grid so that its newest step is `end`; the steps kept (the new ones are NaN). None are
+        on the first slide, after a clock that went back, or a slide by a whole window: the grid is emptied."""
         shift = self.points if self.end is None else round((end - self.end) / self.step)
-        if not 0 <= shift < self.points:  # the first cycle, a clock that went back, or a cycle missed by a window
-            self.gpus, self.values, self._rows, self.read_until, self.read_from = {}, {}, 0, None, None
+        if not 0 <= shift < self.points:
+            self.gpus, self.values, self.part_of, self._rows = {}, {}, {}, 0
             shift = self.points
         kept = self.points - shift
         self.end = end
-        if not reading:
-            first = kept
-        elif self.read_until is None:
-            first = 0 if newest is None else max(0, self.points - newest)
-        else:
-            unread = round((self.read_until - self.start) / self.step) + 1
-            first = min(max(0, unread - REREAD_STEPS), kept)
         for matrix in self.values.values():
             matrix[:, :kept] = matrix[:, shift:]
-            matrix[:, first:] = np.nan
-        return self.start + first * self.step
+            matrix[:, kept:] = np.nan
+        return kept
 
-    def older(self, steps: int, newest_from: float) -> tuple[float, float] | None:
-        """The `steps` steps before the oldest read in full (before `newest_from`, where this cycle's read
-        of the newest steps starts, on the first cycle), where the window is not whole yet; cleared, so
-        that a read of them that failed part way leaves nothing. None when the window is whole."""
-        read_from = newest_from if self.read_from is None else self.read_from
-        if read_from <= self.start:
-            return None
-        oldest = round((read_from - self.start) / self.step)
-        first = max(0, oldest - steps)
-        for matrix in self.values.values():
-            matrix[:, first:oldest] = np.nan
-        return self.start + first * self.step, self.start + (oldest - 1) * self.step
-
-    def complete(self, oldest: float, newest: bool = True) -> None:
-        """Every query has read the grid from `oldest` (or before) to its newest step (not `newest`: up to
-        the steps read before)."""
-        if newest:
-            self.read_until = self.end
-        self.read_from = oldest if self.read_from is None else min(self.read_from, oldest)
+    def clear(self, first: int, last: int | None = None, part: int | None = None) -> None:
+        """NaN in steps `first` to `last` (excluded; None: the newest included) of the matrices of `part`
+        (None: all): steps about to be read again, so that a read that fails part way leaves nothing."""
+        for name, matrix in self.values.items():
+            if part is None or self.part_of[name] == part:
+                matrix[:, first:last] = np.nan
 
     def restore(
-        self,
-        end: float | None,
-        read: tuple[float | None, float | None],
-        keys: list[Key],
-        values: dict[str, np.ndarray],
+        self, end: float | None, keys: list[Key], values: dict[str, np.ndarray], part_of: dict[str, int]
     ) -> None:
-        """Hold what a grid of the same step and points held (analyzer/state.py): its newest step, the
-        oldest and newest read in full, its keys in row order and a matrix of len(keys) rows per column."""
+        """Hold what a grid of the same step and points held (analyzer/state.py): its newest step, its keys in
+        row order, a matrix of len(keys) rows per column and the part each column belongs to."""
         for name, matrix in values.items():
             if matrix.shape != (len(keys), self.points) or matrix.dtype != np.float64:
                 raise ValueError(f"{name} holds {matrix.shape} {matrix.dtype}, not {len(keys)} rows of {self.points}")
-        self.end, (self.read_from, self.read_until) = end, read
+        if values.keys() != part_of.keys():
+            raise ValueError(f"the columns {sorted(values)} belong to the parts of {sorted(part_of)}")
+        self.end = end
         self.gpus = {key: row for row, key in enumerate(keys)}
         self.values = {name: np.array(matrix) for name, matrix in values.items()}
+        self.part_of = {name: int(part) for name, part in part_of.items()}
         self._rows = len(keys)
 
     def add(
@@ -181,8 +197,10 @@ class StepGrid:
         weight: Callable[[dict], float] | None = None,
         key: Callable[[dict], Key | None] = gpulens_gpu,
         summed: bool | None = None,
+        part: int = 0,
     ) -> int:
-        """A range query's series into `column` (or the column each one's labels name); with `weight`
+        """A range query's series into `column` (or the column each one's labels name), a matrix of `part`
+        (the part of the queries that asked it); with `weight`
         (labels -> factor), the series of a key add up (weight x value) instead; `key` (labels -> the row's
         key, None to skip the series) places each series. `summed=False` keeps weight x value without
         adding up (an identity code). The points read.
@@ -210,7 +228,7 @@ class StepGrid:
         steps, values = steps[inside], (values[:, 1] * np.repeat(factors, counts))[inside]
         for name, index in names.items():
             mine = which == index
-            matrix, at = self.matrix(name), (row[mine], steps[mine])
+            matrix, at = self.matrix(name, part), (row[mine], steps[mine])
             if not (weight is not None if summed is None else summed):
                 matrix[at] = values[mine]
             else:
@@ -228,15 +246,17 @@ class StepGrid:
                 self.values[name] = grown
         return row
 
-    def matrix(self, name: str) -> np.ndarray:
-        """The matrix of column `name`, made (all NaN) if the grid has none yet."""
+    def matrix(self, name: str, part: int = 0) -> np.ndarray:
+        """The matrix of column `name`, made (all NaN, a matrix of `part`) if the grid has none yet."""
         if name not in self.values:
             self.values[name] = np.full((self._rows, self.points), np.nan)
+            self.part_of[name] = part
         return self.values[name]
 
-    def rows(self) -> tuple[list[tuple[str, str]], np.ndarray, dict[str, np.ndarray]]:
-        """The GPUs with any value in the window (others are forgotten), and the window as rows in (GPU,
-        time) order: each row's GPU (an index into the GPUs) and its trace columns, timestamp included."""
+    def rows(self, until: float) -> tuple[list[tuple[str, str]], np.ndarray, dict[str, np.ndarray]]:
+        """The GPUs with any value in the window (others are forgotten), and the window up to step `until`
+        (unix seconds) as rows in (GPU, time) order: each row's GPU (an index into the GPUs) and its trace
+        columns, timestamp included."""
         held = len(self.gpus)
         present = np.zeros((held, self.points), dtype=bool)
         for name, matrix in self.values.items():
@@ -248,22 +268,17 @@ class StepGrid:
             self.gpus = {key: row for row, key in enumerate(kept)}
             self.values = {name: matrix[:held][keep] for name, matrix in self.values.items()}
             self._rows, present = len(self.gpus), present[keep]
-        gpu, step = np.nonzero(present)
+        gpu, step = np.nonzero(present[:, : self.index(until) + 1])
         columns = {name: matrix[gpu, step] for name, matrix in self.values.items()}  # "_" ones included
         columns["timestamp"] = self.start + step * self.step
         return list(self.gpus), gpu, columns
 
-    def at(
-        self, name: str, keys: list[Key | None], step: np.ndarray, key: np.ndarray, carried: bool = False
-    ) -> np.ndarray:
-        """The values of `name` at each (keys[key[i]], step[i]); NaN where the key or the value is missing.
-        `carried`: at the steps after the newest read, the value at the newest read."""
+    def at(self, name: str, keys: list[Key | None], step: np.ndarray, key: np.ndarray) -> np.ndarray:
+        """The values of `name` at each (keys[key[i]], step[i]); NaN where the key or the value is missing."""
         matrix = self.values.get(name)
         rows = np.array([-1 if k is None else self.gpus.get(k, -1) for k in keys], dtype=np.intp)
         if matrix is None or not len(rows):
             return np.full(len(step), np.nan)
-        if carried and self.read_until is not None:
-            step = np.minimum(step, round((self.read_until - self.start) / self.step))
         row = rows[key]
         out = np.full(len(step), np.nan)
         known = row >= 0
@@ -287,45 +302,88 @@ def _newest_last(identity: list[dict]) -> list[dict]:
 
 @dataclass
 class Window:
-    """The span a reader holds, on one step grid: the GPUs' values, the pods' (CPU, limits, restarts), and
-    the GPUs' SLOW_COLUMNS, read every `slow_every` seconds (0: whenever the others are)."""
+    """The span a reader holds, on one step grid: the GPUs' values and the pods' (CPU, limits, restarts).
+    The queries are split into `parts` (SeriesReader assigns them); a live cycle reads the parts read least
+    recently, so that each is read every `parts` steps: Prometheus' cost of a query grows with the series it
+    reads, not the steps, so four parts cost a quarter a cycle (benchmarks/live_prometheus.py). The window
+    shows the steps every part has read (`whole_until`)."""
 
     gpus: StepGrid
     pods: StepGrid
-    slow: StepGrid
-    slow_every: float = 0.0
-    #: The first step of `slow` this read asks for; None: `slow` is not read this cycle.
-    slow_from: float | None = None
+    parts: int = 1
+    #: Per part, unix seconds of the newest step its queries have all read (complete()); None: not read. A
+    #: read that fails part way leaves it, so the next cycle reads again from there, not the whole window.
+    read_until: list[float | None] = field(default_factory=list)
+    #: Unix seconds of the oldest step every part has read: the window is whole once it is at or before start.
+    read_from: float | None = None
+    #: The parts this cycle reads (move_to), and the first step (unix seconds) each asks for.
+    due: dict[int, float] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, step: float, points: int, slow_every: float = 0.0) -> Window:
-        return cls(StepGrid(step, points), StepGrid(step, points), StepGrid(step, points), slow_every)
+    def of(cls, step: float, points: int, parts: int = 1) -> Window:
+        return cls(StepGrid(step, points), StepGrid(step, points), parts, [None] * parts)
 
     @property
     def grids(self) -> dict[str, StepGrid]:
-        return {"gpus": self.gpus, "pods": self.pods, "slow": self.slow}
+        return {"gpus": self.gpus, "pods": self.pods}
+
+    @property
+    def start(self) -> float:
+        return self.gpus.start
+
+    @property
+    def whole_until(self) -> float | None:
+        """Unix seconds of the newest step every part has read; None before any read completed."""
+        if any(until is None for until in self.read_until):
+            return None
+        return min(until for until in self.read_until if until is not None)
 
     def move_to(self, end: float, newest: int | None = None) -> float:
-        """The grids to `end` (StepGrid.move_to); the first step to read (the grids move together), and
-        `slow_from` where the slow columns are due."""
-        slow = self.slow
-        # Due as well where the grid cannot keep what it read (a clock gone back, a cycle missed by a window).
-        due = slow.read_until is None or not 0 <= end - slow.read_until < min(self.slow_every, slow.points * slow.step)
-        first = slow.move_to(end, newest, reading=due)
-        self.slow_from = first if due else None
-        return min(self.pods.move_to(end, newest), self.gpus.move_to(end, newest))
+        """Slide the grids so that their newest step is `end` and choose the parts to read (`due`): those never
+        read, those not read for `parts` steps, and as many of the least recently read as steps have passed.
+        Each reads from its first step not read in full, less REREAD_STEPS; on the first cycle the whole
+        window, or its `newest` steps only (the older ones are then read by older()). The first step to read."""
+        moved = self.gpus.points if self.gpus.end is None else round((end - self.gpus.end) / self.gpus.step)
+        kept = min(grid.slide(end) for grid in self.grids.values())
+        if not kept:
+            self.read_until, self.read_from = [None] * self.parts, None
+        grid = self.gpus
+        last_read = [-math.inf if until is None else until for until in self.read_until]
+        oldest_first = sorted(range(self.parts), key=lambda p: (last_read[p], p))
+        due = set(oldest_first[: min(self.parts, max(1, moved))])
+        due.update(p for p, until in enumerate(last_read) if until <= end - self.parts * grid.step)
+        self.due = {}
+        for part in sorted(due):
+            until = self.read_until[part]
+            if until is None:
+                first = 0 if newest is None else max(0, grid.points - newest)
+            else:
+                first = min(max(0, grid.index(until) + 1 - REREAD_STEPS), kept)
+            for held in self.grids.values():
+                held.clear(first, part=part)
+            self.due[part] = grid.start + first * grid.step
+        return min(self.due.values())
 
     def older(self, steps: int, newest_from: float) -> tuple[float, float] | None:
-        """StepGrid.older for the grids: the range of steps to read, the slow columns' included."""
-        self.slow.older(steps, newest_from)  # in step with the GPUs' grid: read with it
-        pods, gpus = self.pods.older(steps, newest_from), self.gpus.older(steps, newest_from)
-        return gpus or pods
+        """The `steps` steps before the oldest read in full (before `newest_from`, where this cycle's read
+        of the newest steps starts, on the first cycle), where the window is not whole yet; cleared, so
+        that a read of them that failed part way leaves nothing. None when the window is whole. Every
+        part reads them."""
+        read_from = newest_from if self.read_from is None else self.read_from
+        if read_from <= self.start:
+            return None
+        oldest = self.gpus.index(read_from)
+        first = max(0, oldest - steps)
+        for grid in self.grids.values():
+            grid.clear(first, oldest)
+        return self.start + first * self.gpus.step, self.start + (oldest - 1) * self.gpus.step
 
     def complete(self, oldest: float) -> None:
-        """Every query has read the grids from `oldest` to their newest step (the slow columns: where due)."""
-        self.gpus.complete(oldest)
-        self.pods.complete(oldest)
-        self.slow.complete(oldest, newest=self.slow_from is not None)
+        """The due parts have read the grids from their first step to the newest, and every part from
+        `oldest` (or before)."""
+        for part in self.due:
+            self.read_until[part] = self.gpus.end
+        self.read_from = oldest if self.read_from is None else min(self.read_from, oldest)
 
 
 @dataclass
@@ -381,17 +439,44 @@ class SeriesReader:
         return f"{max(4 * self.step, 60):.0f}s"
 
     # --- reading -----------------------------------------------------------------------------------
-    def read(self, window: Window, start: float, end: float, slow_from: float | None | bool = True) -> None:
-        """Every query's steps from `start` to `end` (on the grid) into `window`, the SLOW_COLUMNS' from
-        `slow_from` (True: from `start`; None: not read): QUERIES_IN_FLIGHT asked at once, so that the store
-        evaluates the next while this process decodes and places the last, each answer placed in the
-        order asked."""
-        gpus, pods = window.gpus, window.pods
-        slow_start = start if slow_from is True else slow_from
+    def read(self, window: Window, start: float | dict[int, float], end: float) -> None:
+        """The queries' steps to `end` (on the grid) into `window`: every part's from `start`, or (a dict:
+        Window.due) the parts it names, each from its own first step. QUERIES_IN_FLIGHT are asked at once,
+        so that the store evaluates the next while this process decodes and places the last, each answer
+        placed in the order asked."""
+        firsts = start if isinstance(start, dict) else dict.fromkeys(range(window.parts), start)
+        queries = self._queries(window)
+        part_of = _parts(queries, window.parts)
         self.last_points = 0
-        queries: list[tuple[str, float, Callable[[list[dict]], int]]] = []
+        self._answered(
+            [
+                (query.expr, firsts[part], functools.partial(query.place, part))
+                for query in queries
+                if (part := part_of[query.key]) in firsts
+            ],
+            end,
+        )
+        shape = part_of[_SHAPE_COUNT]
+        if shape in firsts:
+            self._shape_ratios(window.gpus, firsts[shape], end, shape)
+
+    def parts(self, count: int) -> dict[str, int]:
+        """The part of `count` each query key is read in (what a state file's reads mean)."""
+        return _parts(self._queries(Window.of(self.step, 1, count)), count)
+
+    def _queries(self, window: Window) -> list[_Query]:
+        """Every range query of a read, in the order asked, with what places its answer in `window`."""
+        gpus = window.gpus
+        queries: list[_Query] = []
+
+        def ask(family: str, key: str, expr: str, place: Callable[[int, list[dict]], int], series: float = 1) -> None:
+            # Prometheus allocates about 1.5 times as much for a rate over a GPU's series as for its gauge
+            # (benchmarks/live_prometheus.py): the weight that balances the parts.
+            rated = "rate(" in expr or "increase(" in expr
+            queries.append(_Query(key, family, expr, place, series * (1.5 if rated else 1.0)))
 
         def add(
+            family: str,
             expr: str,
             column: str | Callable[[dict], str | None],
             weight: Callable[[dict], float] | None = None,
@@ -399,61 +484,74 @@ class SeriesReader:
             grid: StepGrid = gpus,
             summed: bool | None = None,
         ) -> None:
-            if column is _error_column or column in SLOW_COLUMNS:
-                if slow_start is None:
-                    return
-                grid, first = window.slow, float(slow_start)
-            else:
-                first = start
-            queries.append((expr, first, lambda result: grid.add(result, column, weight, key, summed)))
+            ask(
+                family,
+                _part_key(column),
+                expr,
+                lambda part, result: grid.add(result, column, weight, key, summed, part),
+                self._series_per_gpu(column),
+            )
 
         for expr, column, weight in self._gpulens_queries():
-            add(expr, column, weight)
+            add("gpulens", expr, column, weight)
         # The hardware XIDs counted at each step, one series per code: written lowest code first, so that
         # where a GPU counted several the highest stays.
-        queries.append(
-            (
-                mixin.hardware_xids(
-                    self._sel(m.XID_ERRORS.name, mixin.HARDWARE_XID_MATCHER), self.rate_window(), "instance, uuid"
+        ask(
+            "gpulens",
+            "hardware_xid",
+            mixin.hardware_xids(
+                self._sel(m.XID_ERRORS.name, mixin.HARDWARE_XID_MATCHER), self.rate_window(), "instance, uuid"
+            ),
+            lambda part, xids: gpus.add(
+                sorted(
+                    (x for x in xids if x["metric"].get("xid", "").isdigit()), key=lambda x: int(x["metric"]["xid"])
                 ),
-                start,
-                lambda xids: gpus.add(
-                    sorted(
-                        (x for x in xids if x["metric"].get("xid", "").isdigit()), key=lambda x: int(x["metric"]["xid"])
-                    ),
-                    "hardware_xid",
-                    lambda labels: float(labels["xid"]),
-                    summed=False,
-                ),
-            )
+                "hardware_xid",
+                lambda labels: float(labels["xid"]),
+                summed=False,
+                part=part,
+            ),
         )
         pod_labels = ("namespace", "pod", "container")
-        queries.append(
-            (
-                f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._sel(m.GPU_POD_INFO.name)})",
-                start,
-                lambda held: gpus.add(
-                    _newest_last(held), "_pod", weight=lambda labels: self._pod_code(labels, pod_labels), summed=False
-                ),
-            )
+        ask(
+            "gpulens",
+            "_pod",
+            f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._sel(m.GPU_POD_INFO.name)})",
+            lambda part, held: gpus.add(
+                _newest_last(held),
+                "_pod",
+                weight=lambda labels: self._pod_code(labels, pod_labels),
+                summed=False,
+                part=part,
+            ),
         )
         by = "instance, " + ", ".join(mixin.DCGM_GPU_LABELS)
         for column, source in mixin.dcgm_columns().items():
-            add(f"max by ({by}) ({source.selector(self._matchers('dcgm'))}) * {source.scale!r}", column, key=dcgm_gpu)
-        add(mixin.dcgm_memory_total(self._matchers("dcgm"), by), "memory_total_bytes", key=dcgm_gpu)
-        add(mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
-        labels = ", ".join((*mixin.DCGM_HARDWARE_LABELS, *(n for ns in mixin.DCGM_POD_LABELS.values() for n in ns)))
-        queries.append(
-            (
-                f"group by ({by}, {labels}) ({mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}})",
-                start,
-                lambda identity: self._add_dcgm_identity(gpus, identity),
+            add(
+                "dcgm",
+                f"max by ({by}) ({source.selector(self._matchers('dcgm'))}) * {source.scale!r}",
+                column,
+                key=dcgm_gpu,
             )
+        add("dcgm", mixin.dcgm_memory_total(self._matchers("dcgm"), by), "memory_total_bytes", key=dcgm_gpu)
+        add("dcgm", mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
+        labels = ", ".join((*mixin.DCGM_HARDWARE_LABELS, *(n for ns in mixin.DCGM_POD_LABELS.values() for n in ns)))
+        ask(
+            "dcgm",
+            "_pod",
+            f"group by ({by}, {labels}) ({mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}})",
+            lambda part, identity: self._add_dcgm_identity(gpus, identity, part),
         )
         for expr, column in self._pod_queries():
-            add(expr, column, key=pod_key, grid=pods)
-        self._answered(queries, end)
-        self._shape_ratios(gpus, start, end)
+            add("pods", expr, column, key=pod_key, grid=window.pods)
+        return queries
+
+    def _series_per_gpu(self, column: str | Callable[[dict], str | None]) -> float:
+        """The series a query of `column` reads per GPU: the clock-event reasons read, the NVLink error
+        kinds, else one."""
+        if column == "clock_event_reasons":
+            return float(self.config.throttle_reasons.count("|") + 1)
+        return float(len(_ERROR_COLUMN)) if column is _error_column else 1.0
 
     def _answered(self, queries: list[tuple[str, float, Callable[[list[dict]], int]]], end: float) -> None:
         """Each query's answer (from its start to `end`) handed to its consumer (which returns the points it
@@ -474,7 +572,7 @@ class SeriesReader:
                 for future, _ in pending:
                     future.cancel()
 
-    def _add_dcgm_identity(self, gpus: StepGrid, identity: list[dict]) -> int:
+    def _add_dcgm_identity(self, gpus: StepGrid, identity: list[dict], part: int) -> int:
         """dcgm-exporter's identity series: the pod that holds each GPU at each step, under the pod labels
         the deployment's layout names (config.dcgm_pod_labels; "auto": exported_pod wherever a series has it)."""
         layout = self.config.dcgm_pod_labels
@@ -486,6 +584,7 @@ class SeriesReader:
             weight=lambda labels: self._pod_code(labels, mixin.DCGM_POD_LABELS[layout]),
             key=self._dcgm_identity,
             summed=False,
+            part=part,
         )
 
     def _gpulens_queries(self) -> list[tuple[str, str | Callable[[dict], str | None], Callable[[dict], float] | None]]:
@@ -543,7 +642,7 @@ class SeriesReader:
             "steady_bursts": per_row(m.STEADY_BURSTS.name),
         }
 
-    def _shape_ratios(self, grid: StepGrid, start: float, end: float) -> None:
+    def _shape_ratios(self, grid: StepGrid, start: float, end: float, part: int) -> None:
         """The SHAPE columns of the steps read from `start` to `end`: samples per row, and each bucket's share
         of them (at or below its bound; the high one's complement), with PromQL's arithmetic (x / 0 is
         infinite, 0 / 0 NaN, a missing count NaN)."""
@@ -554,7 +653,7 @@ class SeriesReader:
         seconds = max(4 * self.step, 60)  # rate_window()
         n = count[:, read]
         with np.errstate(divide="ignore", invalid="ignore"):
-            grid.matrix("activity_samples")[:, read] = n / seconds * self.step
+            grid.matrix("activity_samples", part)[:, read] = n / seconds * self.step
             for column in _SHAPE_BUCKETS:
                 matrix = grid.matrix(column)
                 matrix[:, read] = matrix[:, read] / n
@@ -641,11 +740,13 @@ class SeriesReader:
         """The window's rows as a trace frame: a row per GPU and step with a value, the GPU's model, node
         and topology, the pod that held it at that step, and that pod's CPU and restarts. A GPU that
         reports through gpulens' exporter too keeps only gpulens' rows."""
-        keys, gpu, columns = window.gpus.rows()
+        assert window.gpus.end is not None
+        # A one-off read (a report's piece) completes nothing: it shows every step.
+        until = window.gpus.end if window.whole_until is None else window.whole_until
+        keys, gpu, columns = window.gpus.rows(until)
         if not len(gpu):
             return fr.empty()
-        assert window.gpus.end is not None
-        hardware = self.hardware([k for k in keys if k not in self.dcgm.models], window.gpus.end, lookback)
+        hardware = self.hardware([k for k in keys if k not in self.dcgm.models], until, lookback)
         from_gpulens = {k[1] for k in keys if k not in self.dcgm.models}
         dropped = np.array([k in self.dcgm.models and k[1].split("/")[0] in from_gpulens for k in keys], dtype=bool)
         if dropped.any():
@@ -668,12 +769,8 @@ class SeriesReader:
         for j, column in enumerate(("namespace", "pod", "container")):
             categories, inverse = np.unique([p[j] for p in self.pods], return_inverse=True)
             frame[column] = pd.Categorical.from_codes(inverse[code], categories=pd.Index(categories))
-        window.pods.rows()  # forgets the pods gone for a whole window
-        window.slow.rows()  # and the GPUs
+        window.pods.rows(until)  # forgets the pods gone for a whole window
         step = np.rint((columns["timestamp"] - window.pods.start) / self.step).astype(np.intp)
-        # The slow columns at the steps after their last read: each GPU's newest value read.
-        for column in window.slow.values:
-            frame[column] = window.slow.at(column, list(keys), step, gpu, carried=True)
         pod_keys = [(ns, pod) if pod else None for ns, pod, _ in self.pods]
         for column in ("cpu_usage_cores", "cpu_limit_cores", "restarts_total"):
             frame[column] = window.pods.at(column, pod_keys, step, code)

@@ -26,7 +26,7 @@ from gpulens.core.config import atomic_output
 log = logging.getLogger(__name__)
 
 #: The file's layout; a file of another version is not used.
-VERSION = 2
+VERSION = 3
 
 
 def save(path: str, window: Window, reader: SeriesReader, identity: dict) -> None:
@@ -36,13 +36,7 @@ def save(path: str, window: Window, reader: SeriesReader, identity: dict) -> Non
     grids = {}
     for name, grid in window.grids.items():
         rows = len(grid.gpus)
-        grids[name] = {
-            "end": grid.end,
-            "read_from": grid.read_from,
-            "read_until": grid.read_until,
-            "keys": list(grid.gpus),
-            "columns": sorted(grid.values),
-        }
+        grids[name] = {"end": grid.end, "keys": list(grid.gpus), "part_of": grid.part_of}
         for column, matrix in grid.values.items():
             arrays[f"{name}.{column}"] = matrix[:rows]
     meta = {
@@ -50,7 +44,9 @@ def save(path: str, window: Window, reader: SeriesReader, identity: dict) -> Non
         "identity": identity,
         "step": window.gpus.step,
         "points": window.gpus.points,
-        "slow_every": window.slow_every,
+        "parts": window.parts,
+        "read_until": window.read_until,
+        "read_from": window.read_from,
         "grids": grids,
         "pods": reader.pods,
         "dcgm": [[*key, reader.dcgm.models.get(key, ""), reader.dcgm.nodes.get(key, "")] for key in reader.dcgm.models],
@@ -76,14 +72,18 @@ def load(path: str, reader: SeriesReader, identity: dict) -> Window | None:
                     meta.get("identity"),
                 )
                 return None
-            window = Window.of(float(meta["step"]), int(meta["points"]), float(meta["slow_every"]))
+            window = Window.of(float(meta["step"]), int(meta["points"]), int(meta["parts"]))
+            read_until = [None if until is None else float(until) for until in meta["read_until"]]
+            if len(read_until) != window.parts:
+                raise ValueError(f"{len(read_until)} parts read, not {window.parts}")
+            window.read_until, window.read_from = read_until, meta["read_from"]
             for name, grid in window.grids.items():
                 held = meta["grids"][name]
                 grid.restore(
                     held["end"],
-                    (held["read_from"], held["read_until"]),
                     [(str(instance), str(uuid)) for instance, uuid in held["keys"]],
-                    {column: saved[f"{name}.{column}"] for column in held["columns"]},
+                    {column: saved[f"{name}.{column}"] for column in held["part_of"]},
+                    held["part_of"],
                 )
             pods = [(str(namespace), str(pod), str(container)) for namespace, pod, container in meta["pods"]]
             dcgm = [((str(instance), str(uuid)), str(model), str(node)) for instance, uuid, model, node in meta["dcgm"]]

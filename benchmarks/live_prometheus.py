@@ -393,7 +393,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
 def filling_and_steady(after: list[Cycle]) -> tuple[list[Cycle], list[Cycle]]:
     """The cycles after the first, split where the window became whole: at the first cycle that read no
     more than 1.5x the median bytes of the run's second half (a whole window's cycle reads only its new
-    steps; one now and then reads more, when the slow columns, the hardware or the owners are read)."""
+    steps of a part of the queries; one now and then reads more, when the hardware or the owners are read)."""
     whole = statistics.median(c.read_bytes for c in after[len(after) // 2 :])
     filling = next((i for i, c in enumerate(after) if c.read_bytes <= 1.5 * whole), len(after))
     return after[:filling], after[filling:]

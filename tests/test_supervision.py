@@ -18,6 +18,7 @@ from gpulens.analyzer import live
 from gpulens.analyzer.live import ExporterInput, InputError, PrometheusInput
 from gpulens.analyzer.service import AnalyzerService
 from gpulens.core import metrics as m
+from gpulens.core import trace as tr
 from gpulens.core.config import redact
 from gpulens.core.mixin import MixinConfig
 from gpulens.core.status import MAX_BACKOFF_SECONDS, LoopGuard
@@ -126,14 +127,6 @@ class ScriptedPrometheus:
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
 
 
-#: The queries of the slow columns (analyzer/series.py SLOW_COLUMNS), gpulens' and dcgm-exporter's, read
-#: once a minute.
-SLOW_QUERY = re.compile(
-    r"gpulens_gpu_(memory_total_bytes|sm_clock_max_hertz|nvlink_links_down|nvlink_errors_total)\b"
-    r"|DCGM_FI_DEV_(MAX_SM_CLOCK|FB_TOTAL)\b"
-)
-
-
 def signal(uuid: str, t: float) -> float:
     """What ScriptedPrometheus answers for every signal of GPU `uuid` at unix time `t`."""
     return t % 1000 / 2000 + 0.5 * (uuid == "GPU-B")  # a ratio, as every signal may be
@@ -142,7 +135,8 @@ def signal(uuid: str, t: float) -> float:
 def test_the_window_held_between_cycles_is_read_again_only_where_a_failure_left_it_and_forgets_gpus_that_left():
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
     now = [1_800_000_000.0]
-    source = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0])
+    # Every query every cycle (one part): the parts' turns are the next test's.
+    source = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], parts=1)
 
     def cycle(at: float) -> pd.DataFrame:
         now[0], store.ranges = at, []
@@ -170,48 +164,79 @@ def test_the_window_held_between_cycles_is_read_again_only_where_a_failure_left_
     # GPU-B stops reporting after t0 + 45: its steps leave the window one by one, then it is gone.
     store.gpus["GPU-B"] = t0 + 45
     frame = cycle(t0 + 60)
-    # The slow columns too, a minute after the first cycle read them (to t0): from t0.
-    assert set(store.ranges) == {(t0 + 30, t0 + 60), (t0, t0 + 60)}
+    assert set(store.ranges) == {(t0 + 30, t0 + 60)}
     assert held(frame) == expected(t0 + 60, ["GPU-A"]) + expected(t0 + 60, ["GPU-B"])[:4]
     assert held(cycle(t0 + 120)) == expected(t0 + 120, ["GPU-A"])
     assert held(cycle(t0 + 135)) == expected(t0 + 135, ["GPU-A"])
 
 
-def test_the_slow_columns_are_read_once_a_minute_and_each_gpus_newest_value_carried_over_the_steps_between():
-    """A GPU's memory, top clock, links up and NVLink errors change with its configuration or health, not
-    by the scrape: at 10,000 GPUs they are a fifth of the series a cycle reads. They are read each minute,
-    and the steps between carry the newest value read, until the next read replaces them."""
-    store = ScriptedPrometheus({"GPU-A": math.inf})
+def test_each_query_is_read_once_a_minute_a_quarter_of_them_a_cycle_and_the_verdicts_rest_on_what_all_have_read(
+    tmp_path,
+):
+    """Prometheus' cost of a query grows with the series it reads, not the steps: at a 15 s interval a
+    cycle reads the quarter of the queries read least recently, each from its last read (less two steps),
+    and the frame ends at the newest step every query has read, 45 s before the newest, value for value."""
+    store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
     now = [1_800_000_000.0]
-    t0 = now[0]
-    source = PrometheusInput(store.url, window=120, step=15, clock=lambda: now[0])
+    t0, kept = now[0], str(tmp_path / "analyzer.state")
+    source = PrometheusInput(store.url, window=120, step=15, clock=lambda: now[0], state_file=kept)
 
-    def slow_ranges() -> set[tuple[float, float]]:
-        return {(start, end) for query, start, end in store.asked if SLOW_QUERY.search(query)}
+    def cycle(at: float) -> pd.DataFrame:
+        now[0], store.asked = at, []
+        return source.window_frame()
 
-    def links_down(frame: pd.DataFrame) -> list[tuple[float, float]]:
-        return list(zip(frame["timestamp"], frame["nvlink_links_down"], strict=True))
+    def asked() -> dict[str, tuple[float, float]]:
+        return {query: (start, end) for query, start, end in store.asked}
 
-    source.window_frame()
-    assert slow_ranges() == {(t0 - 30, t0), (t0 - 120, t0 - 45)}  # as the others: the newest steps first
-    for k in (1, 2, 3):
-        now[0], store.asked = t0 + 15 * k, []
-        frame = source.window_frame()
-        assert slow_ranges() == set()
-        newest = [(t0 + 15 * j, signal("GPU-A", t0)) for j in range(1, k + 1)]
-        assert links_down(frame)[-k - 2 :] == [(t, signal("GPU-A", t)) for t in (t0 - 15, t0)] + newest
-    now[0], store.asked = t0 + 60, []
-    frame = source.window_frame()
-    # A minute on: the steps since the last read, and the newest two of that read again; nothing carried.
-    assert slow_ranges() == {(t0 - 15, t0 + 60)}
-    assert links_down(frame) == [(t, signal("GPU-A", t)) for t in range(int(t0) - 60, int(t0) + 61, 15)]
-    assert len([query for query, _, _ in store.asked if SLOW_QUERY.search(query)]) == 6  # 4 gpulens, 2 dcgm
+    def exact(frame: pd.DataFrame, until: float) -> bool:
+        """Every GPU at every step of the window up to `until`, each gauge and rate as scripted."""
+        steps = range(int(now[0]) - 120, int(until) + 1, 15)
+        expected = [(uuid, float(t)) for uuid in ("GPU-A", "GPU-B") for t in steps]
+        if list(zip(frame["gpu"].astype(str), frame["timestamp"], strict=True)) != expected:
+            return False
+        values = [signal(uuid, t) for uuid, t in expected]
+        columns = [*tr.FROM_GAUGES, *tr.FROM_RATES]
+        more = {"memory_total_bytes": 1.0}  # as scripted: memory is 1 more than every signal
+        return all(list(frame[c]) == [v + more.get(c, 0.0) for v in values] for c in columns if c in frame)
+
+    assert exact(cycle(t0), t0)
+    every = set(asked())
+    assert {(start, end) for _, start, end in store.asked} == {(t0 - 30, t0), (t0 - 120, t0 - 45)}
+    parts = []
+    for k in (1, 2, 3, 4):  # a quarter each, from the newest two steps read (t0 - 15, t0) to the newest
+        frame = cycle(t0 + 15 * k)
+        parts.append(set(asked()))
+        assert set(asked().values()) == {(t0 - 15, t0 + 15 * k)}
+        assert exact(frame, t0 + 15 * (k - 3) if k == 4 else t0)  # up to the step every part has read
+    assert set().union(*parts) == every and sum(map(len, parts)) == len(every)
+    # The fifth cycle reads the first quarter again, from the newest two steps it read (t0, t0 + 15).
+    frame = cycle(t0 + 75)
+    assert set(asked()) == parts[0] and set(asked().values()) == {(t0, t0 + 75)}
+    assert exact(frame, t0 + 30)
+    # A failed cycle leaves its part unread: the next reads it with the part due then, each from its own.
+    store.fail_next = True
+    with pytest.raises(InputError):
+        cycle(t0 + 90)
+    frame = cycle(t0 + 105)
+    assert asked() == {**dict.fromkeys(parts[1], (t0 + 15, t0 + 105)), **dict.fromkeys(parts[2], (t0 + 30, t0 + 105))}
+    assert exact(frame, t0 + 60)
+    # A restart two minutes later: every part is due, from the window's first step (each part's last read
+    # has left it); the frame is whole again.
+    source.close()
+    source = PrometheusInput(store.url, window=120, step=15, clock=lambda: now[0], state_file=kept)
+    frame = cycle(t0 + 225)
+    assert set(asked()) == every and set(asked().values()) == {(t0 + 105, t0 + 225)}
+    assert exact(frame, t0 + 225)
+    # A minute's interval reads every part every cycle.
+    frame = cycle(t0 + 285)
+    assert set(asked()) == every and set(asked().values()) == {(t0 + 210, t0 + 285)}
+    assert exact(frame, t0 + 285)
 
 
 def test_a_read_that_fails_part_way_is_read_again_from_where_it_lacks_steps_with_nothing_half_read_kept():
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
     now = [1_800_000_000.0]
-    source = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0])
+    source = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], parts=1)
     t0 = now[0]
     source.window_frame()
     now[0] = t0 + 15
@@ -235,7 +260,7 @@ def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
     now = [1_800_000_000.0]
     t0 = now[0]
-    source = PrometheusInput(store.url, window=600, step=15, clock=lambda: now[0])
+    source = PrometheusInput(store.url, window=600, step=15, clock=lambda: now[0], parts=1)
     frame = source.window_frame()
     assert set(store.ranges) == {(t0 - 60, t0)}  # 41 steps: the newest 5 alone, the rest does not fit
     assert sorted(set(frame["timestamp"])) == [t0 - 15 * k for k in range(4, -1, -1)]
@@ -243,7 +268,7 @@ def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_
     while frame["timestamp"].min() > now[0] - 600:
         now[0], store.asked, cycles = now[0] + 15, [], cycles + 1
         frame = source.window_frame()
-        asked = {(start, end) for query, start, end in store.asked if not SLOW_QUERY.search(query)}
+        asked = {(start, end) for query, start, end in store.asked}
         older = asked - {(now[0] - 30, now[0])}  # the new step and two again; then one older
         assert len(older) <= 1 and all(end == start for start, end in older)
     # 36 steps unread after the first cycle, two fewer a cycle: one read, one slid out of the window.
@@ -267,11 +292,12 @@ def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_pa
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
     now = [1_800_000_000.0]
     t0, kept = now[0], str(tmp_path / "analyzer.state")
-    first = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept)
+    # Every query every cycle (one part); a restart with parts due is the test above's.
+    first = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1)
     first.window_frame()
     first.close()  # a rollout: SIGTERM
     now[0], store.ranges = t0 + 30, []  # back 30 s later
-    again = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept)
+    again = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1)
     frame = again.window_frame()
     assert set(store.ranges) == {(t0 - 15, t0 + 30)}  # the two steps missed, and two again; not t0 - 30 on
     assert list(zip(frame["gpu"].astype(str), frame["timestamp"], frame["gpu_util"], strict=True)) == [
@@ -280,30 +306,42 @@ def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_pa
     # Other verdict thresholds, links or severities read the same values: the window kept is used.
     store.ranges = []
     settings = MixinConfig(grafana_url="https://grafana.example", thresholds=Thresholds(alert_low_sm=0.5))
-    PrometheusInput(store.url, window=60, clock=lambda: now[0], state_file=kept, config=settings).window_frame()
+    PrometheusInput(
+        store.url, window=60, clock=lambda: now[0], state_file=kept, parts=1, config=settings
+    ).window_frame()
     assert set(store.ranges) == {(t0 + 15, t0 + 30)}  # the newest two again only
     # Another throttle mask reads other values: not used, and said.
     store.ranges = []
     settings = MixinConfig(thresholds=Thresholds(throttle_reasons_mask=8))
-    PrometheusInput(store.url, window=60, clock=lambda: now[0], state_file=kept, config=settings).window_frame()
+    PrometheusInput(
+        store.url, window=60, clock=lambda: now[0], state_file=kept, parts=1, config=settings
+    ).window_frame()
+    assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
+    # Read in four parts, not one: the parts' reads the file holds are not this reader's; not used.
+    store.ranges = []
+    PrometheusInput(store.url, window=60, clock=lambda: now[0], state_file=kept).window_frame()
     assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
     # Written with another selector: not used, and said.
     store.ranges = []
-    other = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, selector='job="x"')
+    other = PrometheusInput(
+        store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1, selector='job="x"'
+    )
     other.window_frame()
     assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
     assert f"{kept} was written by another configuration" in caplog.text
     # A file that is not one: said once, the window read from the store, the service goes on.
     Path(kept).write_bytes(b"PK\x03\x04 torn")
     store.ranges = []
-    broken = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept)
+    broken = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1)
     frame = broken.window_frame()
     assert len(frame) == 10
     assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
     assert f"cannot read the analyzer's state file {kept}" in caplog.text
     broken.close()
     # The window it wrote at close is the window the next start holds.
-    restored = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept).window_frame()
+    restored = PrometheusInput(
+        store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1
+    ).window_frame()
     pd.testing.assert_frame_equal(restored, frame)
 
 
