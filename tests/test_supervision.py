@@ -101,11 +101,12 @@ class ScriptedPrometheus:
                         self.send_response(500)
                         self.end_headers()
                         return
+                    query = urllib.parse.unquote_plus(form["query"])
                     scripted.ranges.append((start, end))
-                    scripted.asked.append((urllib.parse.unquote_plus(form["query"]), start, end))
+                    scripted.asked.append((query, start, end))
                     steps = [start + k * step for k in range(int((end - start) // step) + 1)]
                     # A GPU's memory is 1 more than every signal (a ratio): never less than the memory it uses.
-                    more = 1.0 if "memory_total" in urllib.parse.unquote_plus(form["query"]) else 0.0
+                    more = 1.0 if "memory_total" in query else 0.0
                     result = [
                         {
                             "metric": {"instance": "node-a:9848", "uuid": uuid},
@@ -266,10 +267,9 @@ def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_
     assert sorted(set(frame["timestamp"])) == [t0 - 15 * k for k in range(4, -1, -1)]
     cycles = 0
     while frame["timestamp"].min() > now[0] - 600:
-        now[0], store.asked, cycles = now[0] + 15, [], cycles + 1
+        now[0], store.ranges, cycles = now[0] + 15, [], cycles + 1
         frame = source.window_frame()
-        asked = {(start, end) for query, start, end in store.asked}
-        older = asked - {(now[0] - 30, now[0])}  # the new step and two again; then one older
+        older = set(store.ranges) - {(now[0] - 30, now[0])}  # the new step and two again; then one older
         assert len(older) <= 1 and all(end == start for start, end in older)
     # 36 steps unread after the first cycle, two fewer a cycle: one read, one slid out of the window.
     assert cycles == 18
