@@ -760,8 +760,9 @@ def run_service(args: argparse.Namespace) -> int:
 
     from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput, Shard
     from gpulens.analyzer.livepage import LivePage
+    from gpulens.analyzer.series import MAX_READ_PARTS
     from gpulens.analyzer.service import AnalyzerService
-    from gpulens.core.config import ConfigError, parse_duration
+    from gpulens.core.config import ConfigError, parse_duration, redact
     from gpulens.core.web import WebConfig, parse_listen_address, serve
 
     try:
@@ -773,8 +774,10 @@ def run_service(args: argparse.Namespace) -> int:
                 f"--shard.index {args.shard_index} of --shard.count {args.shard_count}: give a count of 1 or more "
                 "and an index from 0 to count - 1"
             )
-        if args.read_parts < 1:
-            raise ValueError(f"--prometheus.read-parts {args.read_parts}: give 1 (every query every cycle) or more")
+        if not 1 <= args.read_parts <= MAX_READ_PARTS:
+            raise ValueError(
+                f"--prometheus.read-parts {args.read_parts}: give 1 (every query every cycle) to {MAX_READ_PARTS}"
+            )
         if args.shard_count > 1 and not args.prometheus:
             raise ValueError(
                 "--shard.count needs --input.prometheus: with --input.exporter, give each replica its own exporters"
@@ -835,7 +838,7 @@ def run_service(args: argparse.Namespace) -> int:
     service.start()
     log = logging.getLogger("gpulens.analyzer")
     host, port = address[0], server.server_address[1]
-    reading = f"Prometheus at {args.prometheus}" if args.prometheus else f"{len(args.exporters)} exporter(s)"
+    reading = f"Prometheus at {redact(args.prometheus)}" if args.prometheus else f"{len(args.exporters)} exporter(s)"
     log.info(
         "serving on %s:%d (the page of verdicts at /, /metrics, /api/v1/verdicts, /api/v1/plan); judging the "
         "last %g s of %s "

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol, TextIO, cast
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -156,6 +156,7 @@ class ExporterInput:
         self.interval = interval
         self.timeout = timeout
         self.session = requests.Session()
+        self.session.headers["Accept-Encoding"] = "gzip, deflate"  # what read_answer inflates within its bound
         self._rows: collections.deque = collections.deque()
         self._rates = tr.CounterRates()
         self._xids = tr.NewXids()
@@ -393,6 +394,7 @@ class PrometheusInput:
         self.state_file = state_file
         self._state_written_at = -math.inf
         self._state_loaded = False
+        self._state_lock: TextIO | None = None  # the state file's lock, held while the process lives
         self._state_problems = ProblemLog(log)
         self._reading = threading.Lock()
         self._last_points = 0
@@ -419,6 +421,7 @@ class PrometheusInput:
             raise InputError(str(e)) from None
         except (KeyError, IndexError, TypeError, ValueError) as e:
             self._failed()
+            self._held = None  # what it holds may be what is malformed: the next cycle reads the window anew
             raise InputError(redact(f"Prometheus at {self.url} answered with a malformed sample: {e!r}")) from e
         finally:
             self._status.read_bytes += self.store.read_bytes - before
@@ -481,10 +484,19 @@ class PrometheusInput:
             self.reader.instances = "instance=~" + json.dumps("|".join(re.escape(i) for i in instances))
         if self._held is None and self.state_file and not self._state_loaded:  # a restart: what it held before
             self._state_loaded = True
-            self._held = state.load(self.state_file, self.reader, self._identity())
-            self._held_instances = self.reader.instances
+            self._state_lock = state.lock(self.state_file)
+            if self._state_lock is None:
+                log.error(
+                    "another analyzer holds the state file %s: give each replica its own --analysis.state-file "
+                    "(a StatefulSet's volume); this one keeps no state",
+                    self.state_file,
+                )
+                self.state_file = ""
+            else:
+                self._held = state.load(self.state_file, self.reader, self._identity(), self._empty_window())
+                self._held_instances = self.reader.instances
         if self._held is None or self.reader.instances != self._held_instances:  # the steps held are not all theirs
-            self._held = Window.of(self.step, int(self.window // self.step) + 1, self.parts)
+            self._held = self._empty_window()
             self._held_instances = self.reader.instances
         held = self._held
         first = held.read_from is None
@@ -514,6 +526,9 @@ class PrometheusInput:
         self._filling = filling
         self._last_points = points
         return self.reader.frame(held, self.window)
+
+    def _empty_window(self) -> Window:
+        return Window.of(self.step, int(self.window // self.step) + 1, self.parts)
 
     def _shard_instances(self, shard: Shard, end: float) -> list[str]:
         """The exporters (their `instance`) of the nodes `shard` owns, from one instant query per family.
@@ -570,8 +585,13 @@ class PrometheusInput:
         """Nothing to run in the background: every cycle queries the window it needs."""
 
     def close(self) -> None:
-        """Keep the window for the next start (after the cycle under way, if any), then let the store go."""
+        """Keep the window for the next start (after the cycle under way, if any), then let the store go. A
+        cycle waiting to retry gives up at once, so a shutdown waits for one request at most."""
+        self.store.interrupt()
         if self.state_file:
             with self._reading:
                 self._write_state()
+        if self._state_lock is not None:
+            self._state_lock.close()
+            self._state_lock = None
         self.store.close()

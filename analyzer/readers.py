@@ -22,7 +22,9 @@ from __future__ import annotations
 import csv
 import logging
 import math
+import os
 import re
+import stat
 from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -298,11 +300,42 @@ def _read_trace_csv(path: Path) -> pd.DataFrame:
     return check_values(frame, path, np.frombuffer(lines, dtype=np.int64), source)
 
 
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.0f} MiB"
+
+
+def available_memory() -> int:
+    """Bytes this process may still take: the kernel's MemAvailable, less where an address-space limit
+    (ulimit -v) is lower."""
+    import resource
+
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    return available if limit == resource.RLIM_INFINITY else min(available, limit)
+
+
 def _read_parquet(path: Path) -> pd.DataFrame:
     import pyarrow.parquet as pq
 
     try:
+        # What the file unpacks to, from its footer, before any of it is read: Parquet compresses a column
+        # of repeated values to almost nothing, so a file of megabytes can hold gigabytes of rows.
+        layout = pq.ParquetFile(path).metadata
+        needed, available = layout.num_rows * layout.num_columns * 8, available_memory()
+        if needed > available:
+            raise TraceError(
+                path,
+                f"holds {layout.num_rows:,} rows of {layout.num_columns} columns, about {_mib(needed)} once read, more "
+                f"than the {_mib(available)} of memory available: report on a shorter span or fewer GPUs (split the "
+                "file), or on a machine with more memory",
+            )
         table = pq.read_table(path)
+    except TraceError:
+        raise
     except Exception as e:  # pyarrow raises several types; all mean "not a readable Parquet trace"
         raise TraceError(path, f"not a readable Parquet file ({e})") from e
     names = table.column_names
@@ -353,8 +386,30 @@ def _parquet_times(path: Path, stamps: pd.Series) -> pd.Series:
     return pd.Series(values, index=stamps.index, dtype="float64")
 
 
+#: What a path that is not a regular file is, as the error names it.
+_NOT_FILES = (
+    (stat.S_ISFIFO, "a FIFO (a named pipe, or a shell's <(...))"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
 def detect(path: Path) -> str:
-    """The format of a file, from its first line (see the module's docstring)."""
+    """The format of a file, from its first line (see the module's docstring). Only a regular file: a FIFO
+    or a device would block or never end, and each file is opened more than once (its format, then its rows)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = stat.S_IFREG  # a file that is not there: its reader says so, in its own words
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _NOT_FILES if test(mode)), "not a regular file")
+        raise TraceError(
+            path,
+            f"{kind}: gpulens reads a file, and reads it more than once (for its format, then its rows); "
+            "write what it holds to a file and give that",
+        )
     if path.suffix == ".parquet":
         return "trace"
     first = next(_lines(path), "")

@@ -45,6 +45,9 @@ HARDWARE_REFRESH_SECONDS = 300.0
 #: quarter; the verdicts then rest on the steps every part has read, three steps (45 s) before the newest
 #: (benchmarks/live_prometheus.py, docs/sizing.md).
 READ_PARTS = 4
+#: The most parts a reader takes: past it a query would be read less than once every 16 steps, and the
+#: verdicts would lag as many (and there are not many more queries than that to split).
+MAX_READ_PARTS = 16
 #: gpulens_gpu_nvlink_errors_total's type label -> the trace column whose rate it adds to.
 _ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items() for kind in kinds}
 #: Range queries asked of the store at once: two keep it evaluating the next while this process decodes

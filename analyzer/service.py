@@ -28,6 +28,7 @@ import pandas as pd
 
 from gpulens.analyzer import owners
 from gpulens.analyzer.classify import Verdict, classify
+from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.history import Ledger
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.analyzer.plan import Plan, Use, make_plan
@@ -127,6 +128,8 @@ class AnalyzerService:
         #: memory: the timelines of the page at /, and the use the plan sizes; the newest sample added.
         self.use = Use(RollingTimelines(history, interval))
         self._drawn_until = -math.inf
+        #: Unix seconds of the newest sample whose time the waste counters and the history hold.
+        self._counted_until: float | None = None
         self._view: HistoryView | None = None
         #: Successful cycles so far: the page at / asks what changed since the one it shows.
         self.cycles = 0
@@ -173,18 +176,24 @@ class AnalyzerService:
         verdicts = owners.apply(verdicts, self.source.owners({(v.namespace, v.pod) for v in verdicts if v.pod}))
         stale = self._stale(verdicts)
         now = self.clock()
-        # Waste counters grow by each pod's waste rate over its window times the time since the last
-        # cycle, so their rate() is the waste per second however the cycle is timed.
-        elapsed = self.interval if self.state.produced_at is None else now - self.state.produced_at
         seconds, cost = dict(self.state.wasted_seconds), dict(self.state.wasted_cost)
         workload_seconds, workload_cost = dict(self.state.workload_seconds), dict(self.state.workload_cost)
         ts = frame["timestamp"].to_numpy() if len(frame) else np.zeros(0)
         new = ts > self._drawn_until  # each sample drawn once, though successive windows overlap
+        keys = UnitKeys.of(frame) if len(frame) else None
+        seen = self._newly_seen(frame, ts, keys)
         with self.lock:
             for v in verdicts:
                 if v.window_seconds <= 0 or unit_of(v) in stale:
                     continue
-                share = elapsed / v.window_seconds
+                # The waste and the history of a cycle are those of the time its new samples cover, a share of
+                # what the window's samples cover: time that was not seen (an outage, a gap, a clock that
+                # jumped) counts for nothing, and the counters' rate() is the waste per second however the
+                # cycle is timed.
+                elapsed = seen.get(v.unit, 0) * v.sample_seconds / max(1, len(v.gpus))
+                if elapsed <= 0:
+                    continue
+                share = min(1.0, elapsed / (v.window_seconds * max(v.coverage, 1e-9)))
                 self._remember(v, now - elapsed, now, share)
                 if v.bottleneck not in WASTEFUL:
                     continue  # healthy headroom, or time the data cannot judge: no waste by cause
@@ -204,7 +213,7 @@ class AnalyzerService:
                 workload_seconds[workload] = workload_seconds.get(workload, 0.0) + wasted
                 workload_cost[workload] = workload_cost.get(workload, 0.0) + spent
             if new.any():
-                self.use.add(unit_samples(frame, where=new))
+                self.use.add(unit_samples(frame, keys=keys, where=new))
                 self._drawn_until = float(ts[new].max())
             self._forget(now)
             self.cycles += 1
@@ -220,6 +229,21 @@ class AnalyzerService:
                 workload_cost,
                 stale,
             )
+
+    def _newly_seen(self, frame: pd.DataFrame, ts: np.ndarray, keys: UnitKeys | None) -> dict[str, int]:
+        """Per unit (as verdicts name it), its samples (a GPU's each) that no cycle before has counted: after
+        the newest counted, and on the first cycle those of its last interval only (the window before it
+        was counted by whatever ran before: a restart must not count it twice)."""
+        if keys is None:
+            return {}
+        newest = float(ts.max())
+        since = newest - self.interval if self._counted_until is None else self._counted_until
+        self._counted_until = max(newest, since)
+        rows = ts > since
+        if not rows.any():
+            return {}
+        counts = np.bincount(keys.unit[rows], minlength=int(keys.unit.max()) + 1)
+        return {str(name): int(count) for name, count in zip(keys.names(frame), counts, strict=True) if count}
 
     def _stale(self, verdicts: list[Verdict]) -> frozenset[Unit]:
         """The pods whose newest sample is older than the window's newest by more than STALE_INTERVALS of

@@ -11,22 +11,29 @@ What it takes care of, so that its callers see series or one clear error:
   or chunks, Prometheus more than `--query.max-samples`. A range is cut to MAX_POINTS_PER_SERIES
   points beforehand, and halved again when the store still refuses it for size.
 - Failures that pass: 429, 502, 503 and 504 answers, time-outs and refused connections are retried with
-  a doubling backoff (RETRIES times, honouring Retry-After); Thanos is asked for `partial_response=false`
+  a doubling backoff (RETRIES times, honouring Retry-After up to --prometheus.timeout: a store cannot
+  make a report or a cycle wait longer than a request may take); Thanos is asked for `partial_response=false`
   so that a store behind it that fails makes the query fail rather than answer in part, and an answer
   that still carries warnings (an incomplete result) is retried and then refused.
 - Answers bounded in size and requests in time: an answer is read as it arrives, at most
   MAX_ANSWER_BYTES once decoded (past it a range is asked again in halves, an instant query refused, so
   that a store answering millions of series cannot take the analyzer's memory), and a request ends
-  --prometheus.timeout after it began however slowly the store trickles its answer.
+  --prometheus.timeout after it began however slowly the store trickles its answer. Compressed answers
+  are inflated only as far as that bound, so a small gzip bomb costs no more than a large answer.
+- Redirects are not followed: the credentials and headers (an API key) would go with them to whatever
+  host the store names. A redirect is an error naming where it points, so the URL can be given instead.
 """
 
 from __future__ import annotations
 
+import email.utils
 import gc
+import math
 import os
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +70,9 @@ _RAISE_THE_LIMIT = (
     "(--prometheus.selector, --prometheus.dcgm-selector)"
 )
 _RETRY_STATUS = {429, 502, 503, 504}
+_NOT_THE_API = (
+    "is this the Prometheus HTTP API? (Thanos Query, Mimir's /prometheus prefix and VictoriaMetrics serve it)"
+)
 #: Refusals of the credentials by a store that does not answer 401 or 403 for them: vmauth answers 400
 #: "cannot find the provided auth token"; Mimir answers 401 "no org id" without a tenant.
 _AUTH_REFUSED = re.compile(r"auth token|unauthori[sz]ed|invalid credentials|no org id", re.IGNORECASE)
@@ -144,7 +154,7 @@ class Store:
         max_points: int = MAX_POINTS_PER_SERIES,
         retries: int = RETRIES,
         max_answer_bytes: int = MAX_ANSWER_BYTES,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
     ):
         self.url = url.rstrip("/")
         self.auth = auth or StoreAuth()
@@ -152,11 +162,15 @@ class Store:
         self.max_points = max_points
         self.retries = retries
         self.max_answer_bytes = max_answer_bytes
-        self.sleep = sleep
+        #: Set by interrupt(): waits between retries end at once, and no further attempt is made.
+        self._interrupted = threading.Event()
+        self.sleep = sleep or self._interrupted.wait
         self.read_bytes = 0
         self._counting = threading.Lock()  # queries are answered two at a time (series.QUERIES_IN_FLIGHT)
         self.session = requests.Session()
-        self.session.headers.update(dict(self.auth.headers))
+        # Only the encodings read_answer inflates within its bound (requests would also offer br and zstd
+        # where their modules are installed).
+        self.session.headers.update({"Accept-Encoding": "gzip, deflate", **dict(self.auth.headers)})
         # Given with each request, not set on the session: requests lets REQUESTS_CA_BUNDLE (set on many
         # systems) override a session's CA, and the store's own CA would be silently ignored.
         self._verify: str | bool = self.auth.ca_file or True
@@ -172,7 +186,13 @@ class Store:
         return f"Prometheus at {redact(self.url)}"
 
     def close(self) -> None:
+        self.interrupt()
         self.session.close()
+
+    def interrupt(self) -> None:
+        """End a wait between retries now and make no further attempt (a shutdown): the query under way
+        raises StoreError once its request ends."""
+        self._interrupted.set()
 
     def query(self, expr: str, at: float) -> list[dict]:
         """An instant query's series at unix time `at`."""
@@ -212,6 +232,8 @@ class Store:
         params = {**params, "partial_response": "false"}
         expr = params["query"]
         for attempt in range(self.retries + 1):
+            if self._interrupted.is_set():
+                raise StoreError(f"{self.name}: stopped before {expr!r} was answered (gpulens is shutting down)")
             wait = RETRY_SECONDS * 2**attempt
             try:
                 deadline = time.monotonic() + self.timeout
@@ -223,6 +245,7 @@ class Store:
                     verify=self._verify,
                     cert=self._cert,
                     stream=True,
+                    allow_redirects=False,
                 ) as response:
                     content = read_answer(response, self.max_answer_bytes, deadline)
             except AnswerTooBig as e:
@@ -248,24 +271,30 @@ class Store:
             else:
                 with self._counting:
                     self.read_bytes += len(content)
-                outcome = self._outcome(response, content, expr)
+                outcome = self._outcome(response, content, expr, endpoint)
                 if isinstance(outcome, list):
                     return outcome
                 problem, fix, retry_after = outcome
                 if retry_after is not None:
-                    wait = max(wait, retry_after)
+                    wait = max(wait, min(retry_after, self.timeout))
             if attempt < self.retries:
                 self.sleep(wait)
         tries = f" (tried {self.retries + 1} times)" if self.retries else ""
         raise StoreError(f"{problem}{tries}: {fix}")
 
     def _outcome(
-        self, response: requests.Response, content: bytes, expr: str
+        self, response: requests.Response, content: bytes, expr: str, endpoint: str
     ) -> list[dict] | tuple[str, str, float | None]:
         """The series of a good answer (`content`, its body); _TooBig or StoreError for a final refusal;
         (problem, fix, seconds to wait or None) for one worth retrying."""
         status = response.status_code
         text = content[:300].decode("utf-8", "replace")
+        if 300 <= status < 400:
+            raise StoreError(
+                f"{self.name} redirects {expr!r} (HTTP {status}) to {redact(response.headers.get('Location', '?'))}: "
+                "gpulens follows no redirect, since the credentials and headers would go with it to the host it "
+                "names; give the URL it points to as the store's URL"
+            )
         if status in (401, 403) or (status == 400 and _AUTH_REFUSED.search(text)):
             raise StoreError(
                 f"{self.name} refused the credentials (HTTP {status}) for {expr!r}: check "
@@ -280,19 +309,15 @@ class Store:
         if body is not None and not isinstance(body, dict):
             error = "not an object of the Prometheus HTTP API"
         if status in _RETRY_STATUS:
-            retry_after = response.headers.get("Retry-After", "")
             return (
                 f"{self.name} answered HTTP {status} to {expr!r}" + (f" ({error})" if error else ""),
                 "the store is overloaded or restarting: try again later, or read a shorter span",
-                float(retry_after) if retry_after.isdigit() else None,
+                retry_after_seconds(response.headers.get("Retry-After", "")),
             )
         if _TOO_BIG.search(error):
             raise _TooBig(error, _RAISE_THE_LIMIT)
         if body is None:
-            raise StoreError(
-                f"{self.name} answered HTTP {status} with no JSON to {expr!r}: is this the Prometheus HTTP API? "
-                "(Thanos Query, Mimir's /prometheus prefix and VictoriaMetrics serve it)"
-            )
+            raise StoreError(f"{self.name} answered HTTP {status} with no JSON to {expr!r}: {_NOT_THE_API}")
         if not isinstance(body, dict) or body.get("status") != "success":
             raise StoreError(f"{self.name} refused {expr!r}: {error or 'no reason given'} (HTTP {status})")
         warnings = body.get("warnings")
@@ -304,11 +329,26 @@ class Store:
                 None,
             )
         data = body.get("data")
-        result = data.get("result") if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            data = {}
+        result = data.get("result")
         if not isinstance(result, list) or not all(
             isinstance(s, dict) and isinstance(s.get("metric"), dict) for s in result
         ):
             raise StoreError(f"{self.name} answered {expr!r} without a list of series in data.result")
+        kind, wanted = data.get("resultType"), "matrix" if endpoint == "query_range" else "vector"
+        if kind != wanted:
+            raise StoreError(
+                f"{self.name} answered {expr!r} with a {kind!r} where the Prometheus HTTP API gives a {wanted!r}: "
+                f"{_NOT_THE_API}"
+            )
+        values = "values" if kind == "matrix" else "value"
+        for series in result:
+            if not isinstance(series.get(values), list) or not all(type(v) is str for v in series["metric"].values()):
+                raise StoreError(
+                    f"{self.name} answered {expr!r} with a series that is not one of the Prometheus HTTP API "
+                    f"(label values that are not strings, or no {values!r}): {_shown(series)}"
+                )
         return result
 
     def _scrub(self, text: str) -> str:
@@ -367,18 +407,52 @@ class AnswerLate(Exception):
 
 
 def read_answer(response: requests.Response, max_bytes: int, deadline: float) -> bytes:
-    """The body of a streamed answer, decoded, read as it arrives: AnswerTooBig past `max_bytes`,
-    AnswerLate past `deadline` (time.monotonic()), checked between the server's writes however small, so
-    that neither a huge answer nor one trickled a byte at a time can hold the reader."""
+    """The body of a streamed answer, inflated (gzip or deflate), read as it arrives: AnswerTooBig past
+    `max_bytes` once inflated, AnswerLate past `deadline` (time.monotonic()), checked between the server's
+    writes however small, so that neither a huge answer, nor a small one that inflates to gigabytes, nor
+    one trickled a byte at a time can hold the reader. Inflating is done here, a bounded piece at a time,
+    not by urllib3, which inflates each piece it reads whole."""
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("identity", "gzip", "x-gzip", "deflate", ""):
+        raise AnswerTooBig(f"its answer is in the {encoding!r} encoding, which gpulens does not read")
+    # wbits 32 + 15: a gzip or zlib stream, as its header says (servers send both as "deflate").
+    inflater = None if encoding in ("identity", "") else zlib.decompressobj(32 + zlib.MAX_WBITS)
     parts, size = [], 0
-    while chunk := response.raw.read1(1 << 16, decode_content=True):
-        size += len(chunk)
-        if size > max_bytes:
-            raise AnswerTooBig(f"its answer is larger than the {max_bytes:,} bytes gpulens reads at once")
+    while raw := response.raw.read1(1 << 16, decode_content=False):
+        while raw:
+            if inflater is None:
+                chunk, raw = raw, b""
+            else:
+                chunk, raw = inflater.decompress(raw, max_bytes - size + 1), inflater.unconsumed_tail
+            size += len(chunk)
+            if size > max_bytes:
+                raise AnswerTooBig(f"its answer is larger than the {max_bytes:,} bytes gpulens reads at once")
+            parts.append(chunk)
         if time.monotonic() > deadline:
             raise AnswerLate
-        parts.append(chunk)
+    if inflater is not None:
+        parts.append(inflater.flush())  # what the input already given still holds: at most a few bytes
     return b"".join(parts)
+
+
+def retry_after_seconds(header: str) -> float | None:
+    """Seconds a Retry-After header asks to wait (RFC 9110: a number of seconds or an HTTP date); None when
+    it is absent or neither."""
+    header = header.strip()
+    if header.isdigit():
+        return float(header)
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError, IndexError):
+        return None
+    seconds = when.timestamp() - time.time()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _shown(series: dict) -> str:
+    """A series of an answer as an error shows it: its first 200 characters."""
+    text = repr(series)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _joined(first: list[dict], second: list[dict]) -> list[dict]:

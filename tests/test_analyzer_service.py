@@ -392,7 +392,9 @@ def require_promtool():
 
 
 def test_prometheus_down_from_the_start():
-    proc, url = start_analyzer([f"--input.prometheus=http://127.0.0.1:{free_port()}", "--analysis.interval", "0.5"])
+    # With credentials in the URL: they reach neither the start-up line nor the errors.
+    store = f"127.0.0.1:{free_port()}"
+    proc, url = start_analyzer([f"--input.prometheus=http://admin:S3cretPass@{store}", "--analysis.interval", "0.5"])
     try:
         wait_until(
             lambda: value(
@@ -414,8 +416,10 @@ def test_prometheus_down_from_the_start():
         }
         time.sleep(2)  # backing off, not spinning
         assert proc.log.count("cannot reach Prometheus") == 1
+        assert f"judging the last 600 s of Prometheus at http://<redacted>@{store} every 0.5 s" in proc.log
     finally:
         proc.stop()
+    assert "S3cretPass" not in proc.log
 
 
 @pytest.mark.parametrize(
@@ -439,7 +443,11 @@ def test_prometheus_down_from_the_start():
         ),
         (
             ["--input.prometheus=http://p:9090", "--prometheus.read-parts=0"],
-            "--prometheus.read-parts 0: give 1 (every query every cycle) or more",
+            "--prometheus.read-parts 0: give 1 (every query every cycle) to 16",
+        ),
+        (
+            ["--input.prometheus=http://p:9090", "--prometheus.read-parts=10000000000"],
+            "--prometheus.read-parts 10000000000: give 1 (every query every cycle) to 16",
         ),
         (
             ["--input.exporter=http://e:9848/metrics", "--shard.count=2"],

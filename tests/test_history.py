@@ -259,7 +259,12 @@ def test_the_live_service_keeps_each_pods_day_with_bounded_memory():
         ("healthy", 5.0, 60.0),
         ("idle", 60.0, 180.0),
     ]
-    assert {name: part.share for name, part in past.by_class().items()} == {"idle": 0.6857, "healthy": 0.3143}
+    # Shares of the time seen: the job's last sample (at 01:00, as it finishes) is missing, so the cycle at
+    # 01:05 saw 285 s, not 300 (11 healthy cycles of 300 s, 23 idle ones and that one).
+    assert {name: part.share for name, part in past.by_class().items()} == {
+        "idle": round((23 * 300 + 285) / (34 * 300 + 285), 4),
+        "healthy": round(11 * 300 / (34 * 300 + 285), 4),
+    }
     assert past.headline(Thresholds()) == "idle"
     # Waste is counted for the idle hours only: the hour of healthy training left headroom, not waste.
     assert set(service.state.wasted_seconds) == {("sd", "idle")}
@@ -267,12 +272,17 @@ def test_the_live_service_keeps_each_pods_day_with_bounded_memory():
     body = json.loads(service.verdicts_json()[2])
     [pod] = body["history"]
     assert (pod["headline"], [e["bottleneck"] for e in pod["episodes"]]) == ("idle", ["healthy", "idle"])
-    # Two idle hours, less half of the first five minutes: the cycle that first sees idle wastes at its
-    # window's rate, and that window was half busy (the waste counters work the same way).
-    assert pod["by_class"]["idle"] == {"share": 0.6857, "wasted_gpu_seconds": 7200.0 - 142.5, "wasted_cost": 7.842}
+    # Two idle hours, less half of the first five minutes and the 15 s not seen: the cycle that first sees
+    # idle wastes at its window's rate, and that window was half busy (the waste counters work the same way).
+    assert pod["by_class"]["idle"] == {
+        "share": 0.6853,
+        "wasted_gpu_seconds": 7200.0 - 142.5 - 15,
+        "wasted_cost": 7.8254,
+    }
+    assert service.state.wasted_seconds == {("sd", "idle"): 7200.0 - 142.5 - 15}
     assert (
         'gpulens_pod_bottleneck_time_ratio{bottleneck="idle",namespace="sd",node="node-a",pod="training_finished-0"} '
-        "0.6857" in service.render_text().decode().splitlines()
+        "0.6853" in service.render_text().decode().splitlines()
     )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(service)  # the fast renderers write what prometheus_client's encoders would
@@ -362,3 +372,76 @@ def test_sparse_use_over_a_span_is_idle_even_where_no_window_saw_an_hour_of_it(b
         # The span's evidence, not the serving windows' it overrules ("work comes in bursts").
         assert v.evidence["history"].startswith("windows of the span, each too short to tell, were judged ")
         assert "quiet_fraction" not in v.evidence and "mean_activity" not in v.evidence
+
+
+class Outage(Replay):
+    """The replay, with the store down (an input error) from `down` to `up` (unix seconds of the clock), and
+    no samples taken meanwhile: what an hour's outage of Prometheus leaves."""
+
+    def __init__(self, trace: pd.DataFrame, window: float, clock, down: float, up: float):
+        ts = trace["timestamp"]
+        super().__init__(trace[(ts < down) | (ts >= up)], window, clock)
+        self.down, self.up = down, up
+
+    def window_frame(self) -> pd.DataFrame:
+        from gpulens.analyzer.live import InputError
+
+        if self.down <= self.clock() < self.up:
+            raise InputError("Prometheus at http://prom:9090 is down")
+        return super().window_frame()
+
+
+def test_waste_and_history_count_only_the_time_the_samples_cover_across_an_outage():
+    from gpulens.analyzer.service import AnalyzerService
+
+    trace = fleet_trace(["idle"], 15.0, 3)
+    now = [MIDNIGHT + 600.0]
+    down, up = MIDNIGHT + 3600.0, MIDNIGHT + 7200.0
+    service = AnalyzerService(Outage(trace, 600, lambda: now[0], down, up), Thresholds(), {}, 60, lambda: now[0])
+    wasted = []
+    while now[0] <= MIDNIGHT + 9000:
+        assert service.cycle() == (not down <= now[0] < up)
+        wasted.append(service.state.wasted_seconds.get(("sd", "idle"), 0.0))
+        now[0] += 60
+    per_cycle = np.diff(wasted)
+    # An idle GPU wastes each second seen, 60 s a cycle. The store went down at 01:00 (the last cycle that
+    # read it ran at 00:59); back at 02:00 with no samples of the hour, the cycles count nothing until the
+    # window holds enough samples to judge (02:07), then 60 s a cycle again: never the hour not seen.
+    assert set(per_cycle[:49]) == {60.0} and per_cycle.max() == 60.0
+    assert wasted[-1] == 60 + 49 * 60 + 23 * 60  # the first cycle counts its own interval
+    [(_, past)] = service.history.items()
+    assert [(e.bottleneck, e.start - MIDNIGHT, e.end - MIDNIGHT) for e in past.episodes] == [
+        ("idle", 540.0, 3540.0),
+        # A gap for the hour not seen; one sample (a second's worth: its interval is not known yet) is too
+        # little to judge, and the window is judged again from 02:07.
+        ("insufficient_data", 7199.0, 7620.0),
+        ("idle", 7620.0, 9000.0),
+    ]
+
+
+class Advancing(Replay):
+    """The replay of the newest window of data as of its own time, which moves on by one interval a call
+    whatever the service's clock says: a host whose clock jumps while Prometheus scrapes on."""
+
+    def __init__(self, trace: pd.DataFrame, window: float, start: float, interval: float):
+        super().__init__(trace, window, lambda: self.at)
+        self.at, self.interval = start, interval
+
+    def window_frame(self) -> pd.DataFrame:
+        frame = super().window_frame()
+        self.at += self.interval
+        return frame
+
+
+def test_a_clock_that_jumps_a_day_counts_no_day_of_waste():
+    from gpulens.analyzer.service import AnalyzerService
+
+    trace = fleet_trace(["idle"], 15.0, 2)
+    now = [MIDNIGHT + 600.0]
+    service = AnalyzerService(Advancing(trace, 600, now[0], 60), Thresholds(), {}, 60, lambda: now[0])
+    wasted = []
+    for cycle in range(10):
+        now[0] += 86400 if cycle == 5 else 60  # NTP steps the host's clock a day ahead
+        assert service.cycle()
+        wasted.append(service.state.wasted_seconds[("sd", "idle")])
+    assert set(np.diff(wasted).round(6)) == {60.0}  # each cycle the minute it saw, the jump's too

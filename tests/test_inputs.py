@@ -3,6 +3,7 @@ quirks (a byte-order mark, native Parquet times) read; memory bounded per line."
 
 import os
 import pty
+import stat
 import subprocess
 import sys
 import tracemalloc
@@ -412,3 +413,51 @@ def test_a_trace_takes_a_few_times_its_size_in_memory_while_it_is_read(tmp_path)
         tracemalloc.stop()
     assert len(frame) == 40_000 and frame["power_watts"].iloc[-1] == 650.2
     assert peak < 6 * size, f"{peak / size:.1f} times the file's size"
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        (os.mkfifo, "a FIFO (a named pipe, or a shell's <(...))"),
+        # /dev/null's own numbers, made in the test's folder: never the system's device.
+        (lambda p: os.mknod(p, stat.S_IFCHR | 0o600, os.makedev(1, 3)), "a character device"),
+        (os.mkdir, "a directory"),
+    ],
+)
+def test_an_input_that_is_not_a_file_is_refused_at_once_naming_what_it_is(tmp_path, make, kind):
+    path = tmp_path / "trace.csv"
+    make(path)
+    result = subprocess.run(
+        [sys.executable, "-m", "gpulens", "report", str(path)], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr.strip() == (
+        f"gpulens report: {path}: {kind}: gpulens reads a file, and reads it more than once (for its format, then "
+        "its rows); write what it holds to a file and give that"
+    )
+
+
+def test_a_parquet_file_that_would_unpack_past_the_memory_available_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # A million rows of one GPU: 23 MiB once read (3 columns of 8 bytes), 4 MiB on disk.
+    rows = 1_000_000
+    table = pa.table(
+        {"timestamp": np.arange(rows, dtype=np.float64), "gpu": ["GPU-1"] * rows, "gpu_util": [0.5] * rows}
+    )
+    path = tmp_path / "trace.parquet"
+    pq.write_table(table, path)
+    monkeypatch.setattr(readers, "available_memory", lambda: 16 << 20)  # as if 16 MiB were left
+    tracemalloc.start()
+    try:
+        with pytest.raises(TraceError) as refused:
+            readers.read_files([path])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert str(refused.value) == (
+        f"{path}: holds 1,000,000 rows of 3 columns, about 23 MiB once read, more than the 16 MiB of memory "
+        "available: report on a shorter span or fewer GPUs (split the file), or on a machine with more memory"
+    )
+    assert peak < 4 << 20, peak  # the footer only

@@ -4,12 +4,16 @@ refuses long ranges, and a scripted API for the failures real stores cannot be m
 
 from __future__ import annotations
 
+import email.utils
+import gzip
 import json
 import socket
 import subprocess
 import sys
 import threading
 import time
+import tracemalloc
+import zlib
 
 import pytest
 import requests
@@ -24,6 +28,7 @@ from tests.helpers import (
     VictoriaMetrics,
     certificate,
     certificate_authority,
+    wait_until,
 )
 
 #: A minute of one series: 0, 1, ... 59 at one-second steps, from this unix second.
@@ -152,6 +157,7 @@ def scripted():
 
 
 ANSWER = {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {}, "values": [[T0, "1"]]}]}}
+INSTANT_ANSWER = {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [T0, "1"]}]}}
 
 
 def test_an_overloaded_store_is_asked_again_after_the_time_it_names(scripted):
@@ -182,7 +188,7 @@ def test_a_partial_answer_is_never_taken_for_a_whole_one(scripted):
 
 
 def test_a_tenant_header_goes_with_every_query(scripted):
-    server = scripted([(200, ANSWER, {}), (200, ANSWER, {})])
+    server = scripted([(200, ANSWER, {}), (200, INSTANT_ANSWER, {})])
     store = Store(server.url, StoreAuth(headers=(StoreAuth.parse_header("X-Scope-OrgID: team-a"),)))
     store.query_range("up", T0, T0, 1)
     store.query("up", T0)
@@ -435,3 +441,68 @@ def test_values_no_gpu_can_report_are_left_out_named_and_counted(tmp_path, caplo
         f"sampled); the first: gpu_util of GPU-2 on n1 at {at}: inf is not a ratio from 0 to 1 (percentages "
         "must be divided by 100)",
     ]
+
+
+def test_a_store_asking_to_wait_for_ever_is_waited_on_no_longer_than_a_request_may_take(scripted):
+    # Retry-After in seconds and as an HTTP date, a day ahead: each wait is cut to --prometheus.timeout.
+    tomorrow = email.utils.formatdate(time.time() + 86400, usegmt=True)
+    server = scripted(
+        [(503, "busy", {"Retry-After": "100000"}), (503, "busy", {"Retry-After": tomorrow}), (200, ANSWER, {})]
+    )
+    waits: list[float] = []
+    assert values(Store(server.url, timeout=5, sleep=waits.append).query_range("up", T0, T0, 1)) == [1.0]
+    assert waits == [5.0, 5.0]
+
+
+def test_a_shutdown_ends_a_wait_between_retries_at_once(scripted):
+    server = scripted([(503, "busy", {"Retry-After": "30"})])
+    store = Store(server.url, timeout=30, retries=3)
+    failed: list[str] = []
+
+    def query() -> None:
+        with pytest.raises(StoreError) as stopped:
+            store.query_range("up", T0, T0, 1)
+        failed.append(str(stopped.value))
+
+    asking = threading.Thread(target=query)
+    asking.start()
+    wait_until(lambda: len(server.requests) == 1, 10, what="the first request")
+    store.interrupt()  # SIGTERM: the analyzer's close()
+    asking.join(5)
+    assert not asking.is_alive()
+    assert failed == [f"Prometheus at {server.url}: stopped before 'up' was answered (gpulens is shutting down)"]
+    assert len(server.requests) == 1
+
+
+def test_a_redirect_is_not_followed_so_credentials_stay_with_the_store_they_were_given_for(scripted, tmp_path):
+    elsewhere = scripted([(200, ANSWER, {})])
+    store = scripted([(302, "", {"Location": elsewhere.url + "/api/v1/query_range"})])
+    key = StoreAuth.parse_header("X-Api-Key: s3cret-key")
+    with pytest.raises(StoreError) as refused:
+        Store(store.url, StoreAuth(headers=(key,)), retries=0).query_range("up", T0, T0, 1)
+    assert str(refused.value) == (
+        f"Prometheus at {store.url} redirects 'up' (HTTP 302) to {elsewhere.url}/api/v1/query_range: gpulens "
+        "follows no redirect, since the credentials and headers would go with it to the host it names; give the URL "
+        "it points to as the store's URL"
+    )
+    assert elsewhere.requests == [] and [h["X-Api-Key"] for h, _ in store.requests] == ["s3cret-key"]
+
+
+def test_a_gzip_bomb_is_inflated_no_further_than_the_answers_bound(scripted):
+    # 256 MiB of spaces (valid JSON whitespace) compress to about 250 KiB; gpulens reads at most 4 MiB of it.
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = b"".join(squeeze.compress(b" " * (1 << 20)) for _ in range(256)) + squeeze.flush()
+    server = scripted([(200, bomb, {"Content-Encoding": "gzip", "Content-Type": "application/json"})])
+    tracemalloc.start()
+    try:
+        with pytest.raises(StoreError) as refused:
+            Store(server.url, max_answer_bytes=4 << 20).query("up", T0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert "its answer is larger than the 4,194,304 bytes gpulens reads at once" in str(refused.value)
+    assert peak < 16 << 20, peak  # the bound and a piece, not the 256 MiB (urllib3 inflates 64 KiB to 64 MiB)
+    # A gzipped answer within the bound reads as it would plain.
+    whole = gzip.compress(json.dumps(INSTANT_ANSWER).encode())
+    server = scripted([(200, whole, {"Content-Encoding": "gzip"})])
+    assert Store(server.url).query("up", T0) == INSTANT_ANSWER["data"]["result"]

@@ -7,10 +7,13 @@ import logging
 import math
 import re
 import threading
+import tracemalloc
 import urllib.parse
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -60,8 +63,20 @@ def canned():
             "refused 'max by (instance, uuid) (gpulens_gpu_utilization_ratio)': bad_data",
         ),
         (
-            {"status": "success", "data": {"result": [{"metric": {"uuid": "GPU-1"}, "values": [["x", "1"]]}]}},
+            {
+                "status": "success",
+                "data": {"resultType": "matrix", "result": [{"metric": {"uuid": "GPU-1"}, "values": [["x", "1"]]}]},
+            },
             "answered with a malformed sample: ValueError",
+        ),
+        (
+            {"status": "success", "data": {"resultType": "vector", "result": [{"metric": {}, "value": [1, "1"]}]}},
+            "with a 'vector' where the Prometheus HTTP API gives a 'matrix': is this the Prometheus HTTP API?",
+        ),
+        (
+            {"status": "success", "data": {"resultType": "matrix", "result": [{"metric": {"uuid": 7}, "values": []}]}},
+            "with a series that is not one of the Prometheus HTTP API (label values that are not strings, or no "
+            "'values'): {'metric': {'uuid': 7}, 'values': []}",
         ),
     ],
 )
@@ -114,7 +129,8 @@ class ScriptedPrometheus:
                         }
                         for uuid, last in scripted.gpus.items()
                     ]
-                body = json.dumps({"status": "success", "data": {"result": result}}).encode()
+                kind = "matrix" if self.path.endswith("query_range") else "vector"
+                body = json.dumps({"status": "success", "data": {"resultType": kind, "result": result}}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -287,6 +303,96 @@ def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_
     assert set(store.ranges) == {(now[0] - 30, now[0])}  # whole: only the new steps
 
 
+def _state_with(path: Path, **meta_changes) -> None:
+    """Rewrite the state file at `path` with fields of its description changed (what a bad disk, a hand edit
+    or an attacker with the volume could leave)."""
+    with np.load(path, allow_pickle=False) as saved:
+        arrays = {name: saved[name] for name in saved.files}
+    meta = json.loads(arrays["meta"].tobytes()) | meta_changes
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+    with path.open("wb") as f:
+        np.savez(f, **arrays)
+
+
+@pytest.mark.parametrize(
+    ("damage", "reason"),
+    [
+        (lambda p: _state_with(p, read_from="yesterday"), 'read_from is "yesterday", not a time or null'),
+        (lambda p: _state_with(p, read_until=[[1]]), "read_until is [[1]], not 1 times or nulls"),
+        (lambda p: _state_with(p, parts=3e9), "parts is 3000000000.0, not this analyzer's 1"),
+        (lambda p: _state_with(p, pods=[["a", 1, "c"]]), "pods is not a list of [namespace, pod, container]"),
+        (lambda p: _state_with(p, grids={"gpus": []}), "grids.gpus is missing"),
+        (lambda p: p.write_bytes(b""), "File is not a zip file"),
+        (
+            # A matrix member that inflates to 64 MiB where its two rows of five steps hold 80 bytes.
+            lambda p: _zip_member(p, "gpus.gpu_util.npy", 64 << 20),
+            "gpus.gpu_util.npy holds 67,108,864 bytes, more than 2 rows of 5",
+        ),
+    ],
+)
+def test_a_damaged_state_file_is_said_once_and_the_window_read_from_the_store(tmp_path, caplog, damage, reason):
+    store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
+    now = [1_800_000_000.0]
+    kept = tmp_path / "analyzer.state"
+    first = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=str(kept), parts=1)
+    whole = first.window_frame()
+    first.close()
+    damage(kept)
+    store.ranges = []
+    again = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=str(kept), parts=1)
+    tracemalloc.start()
+    try:
+        frame = again.window_frame()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        again.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.state"]
+    assert said == [f"cannot read the analyzer's state file {kept} ({reason}): reading the window from the store"]
+    assert set(store.ranges) == {(now[0] - 30, now[0]), (now[0] - 60, now[0] - 45)}  # whole, as on a first start
+    pd.testing.assert_frame_equal(frame, whole)
+    assert peak < 32 << 20, peak  # nothing the file claims is allocated
+
+
+def _zip_member(path: Path, member: str, size: int) -> None:
+    """Replace `member` of the .npz at `path` by one of `size` zero bytes, deflated (a few KiB on disk)."""
+    with zipfile.ZipFile(path) as archive:
+        members = {name: archive.read(name) for name in archive.namelist()}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, bytes(size) if name == member else data)
+
+
+def test_two_replicas_given_one_state_file_never_tear_it(tmp_path, caplog):
+    store = ScriptedPrometheus({"GPU-A": math.inf})
+    now = [1_800_000_000.0]
+    kept = tmp_path / "analyzer.state"
+    replicas = [
+        PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=str(kept), parts=1)
+        for _ in range(2)
+    ]
+    try:
+        for replica in replicas:
+            replica.window_frame()
+        said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "gpulens.analyzer.live"]
+        assert said == [
+            (
+                "ERROR",
+                f"another analyzer holds the state file {kept}: give each replica its own --analysis.state-file (a "
+                "StatefulSet's volume); this one keeps no state",
+            )
+        ]
+    finally:
+        for replica in replicas:
+            replica.close()
+    # The file is the first replica's, whole: the next start reads only the steps it missed.
+    store.ranges = []
+    restart = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=str(kept), parts=1)
+    restart.window_frame()
+    restart.close()
+    assert set(store.ranges) == {(now[0] - 15, now[0])}
+
+
 def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="gpulens.analyzer.state")
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
@@ -297,51 +403,47 @@ def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_pa
     first.window_frame()
     first.close()  # a rollout: SIGTERM
     now[0], store.ranges = t0 + 30, []  # back 30 s later
-    again = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1)
-    frame = again.window_frame()
+
+    def restart(**settings) -> pd.DataFrame:
+        """A new process on the file: its first cycle, then SIGTERM (which writes the file and lets it go)."""
+        source = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, **settings)
+        try:
+            return source.window_frame()
+        finally:
+            source.close()
+
+    frame = restart(parts=1)
     assert set(store.ranges) == {(t0 - 15, t0 + 30)}  # the two steps missed, and two again; not t0 - 30 on
     assert list(zip(frame["gpu"].astype(str), frame["timestamp"], frame["gpu_util"], strict=True)) == [
         (uuid, t, signal(uuid, t)) for uuid in ("GPU-A", "GPU-B") for t in range(int(t0) - 30, int(t0) + 31, 15)
     ]
     # Other verdict thresholds, links or severities read the same values: the window kept is used.
     store.ranges = []
-    settings = MixinConfig(grafana_url="https://grafana.example", thresholds=Thresholds(alert_low_sm=0.5))
-    PrometheusInput(
-        store.url, window=60, clock=lambda: now[0], state_file=kept, parts=1, config=settings
-    ).window_frame()
+    restart(parts=1, config=MixinConfig(grafana_url="https://grafana.example", thresholds=Thresholds(alert_low_sm=0.5)))
     assert set(store.ranges) == {(t0 + 15, t0 + 30)}  # the newest two again only
     # Another throttle mask reads other values: not used, and said.
     store.ranges = []
-    settings = MixinConfig(thresholds=Thresholds(throttle_reasons_mask=8))
-    PrometheusInput(
-        store.url, window=60, clock=lambda: now[0], state_file=kept, parts=1, config=settings
-    ).window_frame()
+    restart(parts=1, config=MixinConfig(thresholds=Thresholds(throttle_reasons_mask=8)))
     assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
+    assert "differs in throttle_reasons_mask" in caplog.text  # the settings that differ, by name
     # Read in four parts, not one: the parts' reads the file holds are not this reader's; not used.
     store.ranges = []
-    PrometheusInput(store.url, window=60, clock=lambda: now[0], state_file=kept).window_frame()
+    restart()
     assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
     # Written with another selector: not used, and said.
     store.ranges = []
-    other = PrometheusInput(
-        store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1, selector='job="x"'
-    )
-    other.window_frame()
+    restart(parts=1, selector='job="x"')
     assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
     assert f"{kept} was written by another configuration" in caplog.text
     # A file that is not one: said once, the window read from the store, the service goes on.
     Path(kept).write_bytes(b"PK\x03\x04 torn")
     store.ranges = []
-    broken = PrometheusInput(store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1)
-    frame = broken.window_frame()
+    frame = restart(parts=1)
     assert len(frame) == 10
     assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
     assert f"cannot read the analyzer's state file {kept}" in caplog.text
-    broken.close()
     # The window it wrote at close is the window the next start holds.
-    restored = PrometheusInput(
-        store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1
-    ).window_frame()
+    restored = restart(parts=1)
     pd.testing.assert_frame_equal(restored, frame)
 
 
