@@ -329,6 +329,10 @@ def run_report(args: argparse.Namespace) -> int:
             raise ValueError(f"--step {args.step} is longer than --window {args.window}: windows would skip data")
         if bool(args.files) == bool(args.prometheus):
             raise ValueError("give files to read, or --prometheus URL --since DURATION: one of the two")
+        if args.out and (read := next((f for f in args.files if _same_file(args.out, f)), None)):
+            raise ValueError(f"--out {args.out} is {read}, which the report reads: name another file for the report")
+        if args.out and os.path.isdir(args.out):  # said before a long read, not after
+            raise ValueError(f"--out {args.out}: it is a directory; name a file")
         if args.prometheus:
             verdicts, timelines, use = _report_from_store(args, thresholds, prices, window, step)
             trace = None
@@ -384,6 +388,14 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (through links too); False where either is not there."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _warn_unknown_models(trace: pd.DataFrame, prices: dict[str, float]) -> None:

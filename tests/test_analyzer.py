@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 
@@ -562,3 +563,55 @@ def test_the_html_report_draws_gaps_as_gaps_and_counts_in_words():
     assert page.count("<polyline class=activity") == page.count("<polyline class=memory") == 2
     assert "<b>1</b>pod</span>" in page and "<h2>Timelines: the pod</h2>" in page
     assert "<th class=n>GPU-h wasted</th><th class=n>cost</th>" in page
+
+
+@pytest.mark.slow
+def test_report_out_replaces_regular_files_only_and_never_its_input(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,gpu,gpu_util\n" + "".join(f"{t},GPU-1,0.5\n" for t in range(0, 600, 15)))
+    expected = gpulens("report", str(trace), "--format", "json").stdout
+    # A device (made here with /dev/null's numbers, never the system's) is written in place, not replaced.
+    device = tmp_path / "null"
+    os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    assert gpulens("report", str(trace), "--format", "json", "--out", str(device)).returncode == 0
+    assert stat.S_ISCHR(device.stat().st_mode)
+    # A link to the process's stdout (as /dev/stdout is) prints the report there.
+    link = tmp_path / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    result = gpulens("report", str(trace), "--format", "json", "--out", str(link))
+    assert (result.returncode, result.stdout) == (0, expected) and link.is_symlink()
+    # A link to a file: the file is replaced, with its permissions; the link stays a link.
+    target, link = tmp_path / "kept.json", tmp_path / "latest.json"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    link.symlink_to(target)
+    assert gpulens("report", str(trace), "--format", "json", "--out", str(link)).returncode == 0
+    assert link.is_symlink() and target.read_text() == expected and stat.S_IMODE(target.stat().st_mode) == 0o640
+    # Temporary names planted beside the report (links to a file of the victim's) are neither followed nor used.
+    victim, out = tmp_path / "victim", tmp_path / "report.json"
+    victim.write_text("untouched\n")
+    for name in (".report.json.tmp", *(f".report.json.{i:012x}.tmp" for i in range(4))):
+        (tmp_path / name).symlink_to(victim)
+    assert gpulens("report", str(trace), "--format", "json", "--out", str(out)).returncode == 0
+    assert victim.read_text() == "untouched\n" and out.read_text() == expected
+    assert sorted(p.name for p in tmp_path.glob(".report.json*")) == sorted(
+        [".report.json.tmp", *(f".report.json.{i:012x}.tmp" for i in range(4))]
+    )  # the planted ones only: nothing of gpulens' left behind
+    # The report's own input, under any name: refused before anything is read or written.
+    alias = tmp_path / "alias.csv"
+    alias.symlink_to(trace)
+    before = trace.read_bytes()
+    result = gpulens("report", str(trace), "--out", str(alias))
+    assert (result.returncode, result.stderr) == (
+        2,
+        f"gpulens report: --out {alias} is {trace}, which the report reads: name another file for the report\n",
+    )
+    assert trace.read_bytes() == before
+    # A directory, or a path under a file: one line naming the flag.
+    for bad, reason in (
+        (tmp_path, "it is a directory; name a file"),
+        (trace / "x.json", "cannot write it (Not a directory)"),
+    ):
+        result = gpulens("report", str(trace), "--out", str(bad))
+        last = result.stderr.splitlines()[-1]
+        assert result.returncode == 2 and last.startswith(f"gpulens report: --out {bad}: {reason}"), result.stderr

@@ -458,8 +458,7 @@ def test_a_state_file_that_cannot_be_written_is_said_once_and_once_when_it_can_a
     source.close()
     said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.live"]
     assert said == [
-        f"cannot keep the window across restarts: --analysis.state-file {kept}: cannot write it (Is a directory); "
-        "choose a writable directory"
+        f"cannot keep the window across restarts: --analysis.state-file {kept}: it is a directory; name a file"
     ]
     kept.rmdir()
     source.close()

@@ -463,3 +463,38 @@ def test_clients_hanging_up_mid_answer_are_quiet(tmp_path, capfd, caplog):
         assert requests.get(f"http://{address}/healthz", timeout=5).status_code == 200
     assert "Traceback" not in capfd.readouterr().err
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_post_asking_to_close_is_closed_once_answered(tmp_path):
+    """`Connection: close` on a POST (Alertmanager's webhooks, curl) was held open until the idle timeout."""
+    post = lambda path, body: (200, "text/plain", b"ok\n")  # noqa: E731
+    with serving(tmp_path, "", post=post) as address:
+        client = connect(address)  # a recv waits 5 s at most: a connection held open fails the test
+        client.sendall(b"POST /alerts HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}")
+        answer = until_closed(client)
+        assert answer.startswith(b"HTTP/1.1 200") and answer.endswith(b"\r\n\r\nok\n")
+        # Kept alive where not asked to close: a second request on the same connection is answered.
+        client = connect(address)
+        request = b"POST /alerts HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+        client.sendall(request + request.replace(b"Host: x", b"Host: x\r\nConnection: close"))
+        assert until_closed(client).count(b"HTTP/1.1 200") == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "answer"),
+    [
+        # HTTP/0.9: no version, and an answer of a bare body, without a status or headers.
+        (b"GET /metrics\r\n", b"HTTP/1.1 400 HTTP/0.9 is not served: send HTTP/1.1 or HTTP/1.0\r\n"),
+        # A malformed request line is answered with a status line too.
+        (b"GET / HTTP/1.1 extra\r\nHost: x\r\n\r\n", b"HTTP/1.1 400 "),
+        # The absolute form, which RFC 9112 has servers accept (proxies send it).
+        (b"GET http://node-a:9848/healthz HTTP/1.1\r\nHost: node-a:9848\r\n\r\n", b"HTTP/1.1 200 OK\r\n"),
+        (b"GET HTTPS://node-a/healthz?x=1 HTTP/1.1\r\nHost: node-a\r\nConnection: close\r\n\r\n", b"HTTP/1.1 200 OK"),
+    ],
+)
+def test_request_lines_are_read_as_http_1_1_reads_them(tmp_path, line, answer):
+    with serving(tmp_path, "") as address:
+        client = connect(address)
+        client.sendall(line)
+        received = client.recv(65536)
+        assert received.startswith(answer), received

@@ -5,7 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
+import secrets
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -132,22 +135,54 @@ def require_positive(*flags: tuple[str, float], unit: str = "number of seconds")
             raise ConfigError(f"{flag} must be a positive {unit}, got {value}")
 
 
+#: Tries at a fresh temporary name before giving up (each is random: a clash means something plants them).
+_TEMPORARY_TRIES = 8
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | Path, flag: str = "--out") -> Iterator[Path]:
-    """A temporary path beside `path` to write to; it replaces `path` when the block succeeds and is
-    removed when it fails, so a reader (Prometheus reloading its rules, Grafana its dashboards,
-    `gpulens report` a trace) never sees half a file and a failure leaves the old one whole. The one
-    way gpulens writes a file. ConfigError naming `flag` when the directory is not writable."""
+    """A path to write `path`'s new content to. For a regular file (or a new one), a temporary file beside
+    it, created afresh (never one planted there, nor a link followed) and renamed over it when the block
+    succeeds, removed when it fails: a reader (Prometheus reloading its rules, Grafana its dashboards,
+    `gpulens report` a trace) never sees half a file and a failure leaves the old one whole; a link is
+    kept, and the file it points to replaced, with its permissions. For a device or a FIFO (/dev/null,
+    /dev/stdout, a pipe), the path itself, written in place: renaming over it would replace the system's
+    device with a file. The one way gpulens writes a file. ConfigError naming `flag` when it cannot be
+    written (a directory, a parent that is a file, no permission)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp: Path | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mode: int | None = path.stat().st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and stat.S_ISDIR(mode):
+            raise ConfigError(f"{flag} {path}: it is a directory; name a file")
+        if mode is not None and not stat.S_ISREG(mode):
+            yield path
+            return
+        target = path.resolve() if path.is_symlink() else path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(_TEMPORARY_TRIES):
+            candidate = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+            try:  # O_EXCL: a name that exists, a planted link included, is never opened
+                os.close(os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666))
+            except FileExistsError:
+                continue
+            tmp = candidate
+            break
+        else:
+            raise ConfigError(f"{flag} {path}: {_TEMPORARY_TRIES} temporary names beside it were taken; remove them")
         yield tmp
-        tmp.replace(path)
+        if mode is not None:
+            os.chmod(tmp, stat.S_IMODE(mode))  # the file replaced keeps its permissions
+        tmp.replace(target)
     except OSError as e:
-        raise ConfigError(f"{flag} {path}: cannot write it ({e.strerror}); choose a writable directory") from e
+        reason = e.strerror or type(e).__name__
+        raise ConfigError(f"{flag} {path}: cannot write it ({reason}); choose a writable directory") from e
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 def write_atomically(path: str | Path, text: str, flag: str = "--out") -> None:

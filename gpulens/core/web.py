@@ -640,6 +640,9 @@ def serve(
         # A client that sends nothing, or stops reading, for this long is let go: a stalled or malicious
         # client holds a thread no longer than that (a request's head and body: HEAD_TIMEOUT_SECONDS).
         timeout = IDLE_TIMEOUT_SECONDS
+        # Errors found before a request line's version is read are answered with a status line and headers
+        # (the standard library's default, HTTP/0.9, answers them with a bare body).
+        default_request_version = "HTTP/1.1"
 
         def setup(self):
             super().setup()
@@ -663,6 +666,11 @@ def serve(
                     if not self.raw_requestline:
                         self.close_connection = True
                         return
+                    if len(self.raw_requestline.split()) == 2:  # "GET /": HTTP/0.9, a body with no status
+                        self.request_version, self.close_connection = self.protocol_version, True
+                        self.command, self.requestline = "", self.raw_requestline.decode("latin-1").rstrip()
+                        self.send_error(400, "HTTP/0.9 is not served: send HTTP/1.1 or HTTP/1.0")
+                        return
                     parsed = self.parse_request()
                 except _HeadTooLarge:
                     self.send_error(431, f"Request head larger than {MAX_HEAD_BYTES} bytes")
@@ -671,6 +679,10 @@ def serve(
                     self.rfile = reader
                 if not parsed:
                     return
+                if not self.path.startswith("/"):  # absolute-form (RFC 9112 3.2.2), which a server must accept
+                    target = urllib.parse.urlsplit(self.path)
+                    if target.scheme.lower() in ("http", "https"):
+                        self.path = (target.path or "/") + (f"?{target.query}" if target.query else "")
                 self.served += 1
                 if self.command != "POST" and ("Transfer-Encoding" in self.headers or self._length() != 0):
                     # Left unread, a body would be read as the next request: refused, the connection closed.
@@ -772,6 +784,7 @@ def serve(
         do_HEAD = do_GET
 
         def do_POST(self):
+            asked_to_close = self.close_connection  # Connection: close (or HTTP/1.0 without keep-alive)
             # Answered without its body read, the connection must close: the body would be the next request.
             self.close_connection = True
             if not self._admitted() or not self._authorized():
@@ -801,7 +814,7 @@ def serve(
                 bodies.release()
             if len(body) < length:
                 return  # the client went away mid-body
-            self.close_connection = False
+            self.close_connection = asked_to_close
             code, content_type, answer = post(self.path.split("?", 1)[0], body)
             self._send(code, content_type, answer)
 
