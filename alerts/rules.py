@@ -131,15 +131,15 @@ def alerts(c: MixinConfig) -> list[Alert]:
 
 
 def _pod_link(c: MixinConfig, panel: mixin.Panel) -> str:
-    return mixin.dashboard_link(c, panel, namespace="{{ $labels.namespace }}", pod="{{ $labels.pod }}")
+    return mixin.dashboard_link(c, panel, namespace="namespace", pod="pod")
 
 
 def _gpu_link(c: MixinConfig, panel: mixin.Panel) -> str:
-    return mixin.dashboard_link(c, panel, node="{{ $labels.node }}", gpu="{{ $labels.gpu }}")
+    return mixin.dashboard_link(c, panel, node="node", gpu="gpu")
 
 
 def _node_link(c: MixinConfig, panel: mixin.Panel) -> str:
-    return mixin.dashboard_link(c, panel, node="{{ $labels.node }}")
+    return mixin.dashboard_link(c, panel, node="node")
 
 
 def _verdict_alert(c: MixinConfig, name: str, bottleneck: str, summary: str, runbook: str) -> Alert:

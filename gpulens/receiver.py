@@ -11,12 +11,15 @@ https://prometheus.io/docs/alerting/latest/configuration/#webhook_config.
 from __future__ import annotations
 
 import argparse
+import collections
 import html
 import json
 import logging
+import re
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
@@ -28,19 +31,157 @@ log = logging.getLogger("gpulens.receiver")
 
 #: Notifications kept; older ones are dropped (a demo runs for hours at most).
 KEEP = 1000
+#: Bytes of webhook bodies kept, at most: past it the oldest notifications are dropped, so that large
+#: webhooks (the server takes bodies of up to 1 MiB) cannot take more than a few times this in memory.
+KEEP_BYTES = 8 * 1024 * 1024
+#: An RFC 3339 time as Alertmanager writes startsAt and endsAt (Go's time.Time: up to nanoseconds).
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})")
+_STATUSES = ("firing", "resolved")
+
+
+class NotAWebhook(ValueError):
+    """A body that is not an Alertmanager webhook payload (version 4): the message names the field."""
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert of a notification, as Alertmanager's webhook sends it."""
+
+    status: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    starts_at: str = ""
+    ends_at: str = ""
+
+    @property
+    def subject(self) -> str:
+        """What the alert is about: namespace/pod, else its node, GPU and reason labels."""
+        if self.labels.get("pod"):
+            namespace = self.labels.get("namespace")
+            return f"{namespace}/{self.labels['pod']}" if namespace else self.labels["pod"]
+        return " ".join(
+            f"{k}={self.labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if self.labels.get(k)
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "labels": self.labels,
+            "annotations": self.annotations,
+            "startsAt": self.starts_at,
+            "endsAt": self.ends_at,
+        }
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One webhook: where Alertmanager routed it (the path), when it arrived (unix seconds), its status,
+    group, the annotations its alerts share, its alerts, and its body's size (what it counts against
+    KEEP_BYTES)."""
+
+    path: str
+    received: float
+    status: str
+    group_labels: dict[str, str]
+    common_annotations: dict[str, str]
+    alerts: list[Alert]
+    size: int
+
+    @classmethod
+    def parse(cls, path: str, body: bytes, received: float) -> Notification:
+        """The notification a body holds; NotAWebhook naming the first field that is not what Alertmanager
+        sends (the fields gpulens shows: status, groupLabels, commonAnnotations, and each alert's status,
+        labels, annotations, startsAt and endsAt; others are ignored)."""
+        try:
+            payload = json.loads(body)
+        except ValueError as e:
+            raise NotAWebhook(f"not JSON ({e})") from None
+        if not isinstance(payload, dict):
+            raise NotAWebhook("not a JSON object")
+        alerts = payload.get("alerts")
+        if not isinstance(alerts, list):
+            raise NotAWebhook("alerts: expected a list of alerts")
+        return cls(
+            path,
+            received,
+            _status(payload.get("status"), "status"),
+            _strings(payload.get("groupLabels", {}), "groupLabels"),
+            _strings(payload.get("commonAnnotations", {}), "commonAnnotations"),
+            [_alert(alert, f"alerts[{i}]") for i, alert in enumerate(alerts)],
+            len(body),
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path,
+            "received": self.received,
+            "status": self.status,
+            "groupLabels": self.group_labels,
+            "commonAnnotations": self.common_annotations,
+            "alerts": [alert.to_dict() for alert in self.alerts],
+        }
+
+
+def _alert(value: object, where: str) -> Alert:
+    if not isinstance(value, dict):
+        raise NotAWebhook(f"{where}: expected an object")
+    labels = _strings(value.get("labels"), f"{where}.labels")
+    return Alert(
+        _status(value.get("status"), f"{where}.status"),
+        labels,
+        _strings(value.get("annotations", {}), f"{where}.annotations"),
+        _time(value.get("startsAt", ""), f"{where}.startsAt"),
+        _time(value.get("endsAt", ""), f"{where}.endsAt"),
+    )
+
+
+def _status(value: object, where: str) -> str:
+    if value not in _STATUSES:
+        raise NotAWebhook(f"{where}: expected firing or resolved, got {_shown(value)}")
+    return str(value)
+
+
+def _strings(value: object, where: str) -> dict[str, str]:
+    """A map of label or annotation names to values, all strings."""
+    if not isinstance(value, dict):
+        raise NotAWebhook(f"{where}: expected an object of strings, got {_shown(value)}")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise NotAWebhook(f"{where}.{key}: expected a string, got {_shown(item)}")
+    return value
+
+
+def _time(value: object, where: str) -> str:
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not _RFC3339.fullmatch(value):
+        raise NotAWebhook(f"{where}: expected an RFC 3339 time, got {_shown(value)}")
+    return value
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value) if value is not None else "nothing"
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 class AlertReceiver:
     """Receives Alertmanager webhooks on POST /alerts/<receiver> (the demo routes `pages` and
-    `tickets` there) and keeps them, newest last. Serves from the moment it is made."""
+    `tickets` there) and keeps them, newest last, within KEEP and KEEP_BYTES. Serves from the moment it
+    is made. It checks what it is sent: a webhook it could not show is refused (400 naming the field),
+    never kept to break its pages."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0):
-        self.notifications: list[dict] = []
+        self.notifications: collections.deque[Notification] = collections.deque()
+        self._kept_bytes = 0
         self._lock = threading.Lock()
         routes = {
             "/": lambda _query: (200, "text/html; charset=utf-8", self.page().encode()),
             "/text": lambda _query: (200, "text/plain; charset=utf-8", self.text().encode()),
-            "/api/v1/notifications": lambda _query: (200, "application/json", json.dumps(self.snapshot()).encode()),
+            "/api/v1/notifications": lambda _query: (
+                200,
+                "application/json",
+                json.dumps([n.to_dict() for n in self.snapshot()]).encode(),
+            ),
         }
         self.server = serve(
             CollectorRegistry(auto_describe=False),
@@ -55,48 +196,44 @@ class AlertReceiver:
 
     def _receive(self, path: str, body: bytes) -> tuple[int, str, bytes]:
         try:
-            payload = json.loads(body)
-            if not isinstance(payload, dict) or not isinstance(payload.get("alerts"), list):
-                raise ValueError("no 'alerts' list")
-        except ValueError as e:
-            return 400, "text/plain", f"not an Alertmanager webhook payload: {e}\n".encode()
-        payload["path"] = path
-        payload["received"] = time.time()
-        self.add(payload)
+            notification = Notification.parse(path, body, time.time())
+        except NotAWebhook as e:
+            return 400, "text/plain; charset=utf-8", f"not an Alertmanager webhook payload: {e}\n".encode()
+        self.add(notification)
         return 200, "text/plain", b"ok\n"
 
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
 
-    def add(self, payload: dict) -> None:
+    def add(self, notification: Notification) -> None:
         with self._lock:
-            self.notifications.append(payload)
-            del self.notifications[:-KEEP]
-        for alert in payload["alerts"]:
-            log.info("%s", describe(alert, payload.get("path", "")))
+            self.notifications.append(notification)
+            self._kept_bytes += notification.size
+            while len(self.notifications) > KEEP or (self._kept_bytes > KEEP_BYTES and len(self.notifications) > 1):
+                self._kept_bytes -= self.notifications.popleft().size
+        for alert in notification.alerts:
+            log.info("%s", describe(alert, notification.path))
 
-    def snapshot(self) -> list[dict]:
+    def snapshot(self) -> list[Notification]:
         with self._lock:
             return list(self.notifications)
 
-    def firing(self) -> dict[tuple[str, str, str], dict]:
+    def firing(self) -> dict[tuple[str, str, str], Alert]:
         """The alerts firing now, per (alertname, namespace/pod or node, receiver path), from the
         latest notification that mentioned each."""
-        current: dict[tuple[str, str, str], dict] = {}
-        for payload in self.snapshot():
-            for alert in payload["alerts"]:
-                labels = alert.get("labels", {})
-                subject = f"{labels['namespace']}/{labels['pod']}" if labels.get("pod") else labels.get("node", "")
-                key = (labels.get("alertname", ""), subject, payload.get("path", ""))
-                if alert.get("status") == "firing":
+        current: dict[tuple[str, str, str], Alert] = {}
+        for notification in self.snapshot():
+            for alert in notification.alerts:
+                key = (alert.labels.get("alertname", ""), alert.subject, notification.path)
+                if alert.status == "firing":
                     current[key] = alert
                 else:
                     current.pop(key, None)
         return current
 
     def text(self) -> str:
-        lines = [describe(alert, payload.get("path", "")) for payload in self.snapshot() for alert in payload["alerts"]]
+        lines = [describe(alert, n.path) for n in self.snapshot() for alert in n.alerts]
         return "\n".join(lines or ["no notifications yet"]) + "\n"
 
     def page(self) -> str:
@@ -113,15 +250,15 @@ class AlertReceiver:
         notifications = self.snapshot()[::-1]
         if not notifications:
             parts.append("<p>No notifications yet.</p>")
-        for payload in notifications:
-            group = ", ".join(f"{k}={v}" for k, v in sorted((payload.get("groupLabels") or {}).items()))
+        for n in notifications:
+            group = ", ".join(f"{k}={v}" for k, v in sorted(n.group_labels.items()))
             parts.append(
-                f"<section><h2>{_e(str(payload.get('status', '?')))}: {_e(payload.get('path', '').rsplit('/', 1)[-1])}"
-                f" <span class=small>received {_e(_when(payload.get('received')))}; group {_e(group or '(none)')}"
+                f"<section><h2>{_e(n.status)}: {_e(n.path.rsplit('/', 1)[-1])}"
+                f" <span class=small>received {_e(_when(n.received))}; group {_e(group or '(none)')}"
                 "</span></h2><table><tr><th>status</th><th>alert</th><th>subject</th><th>started</th>"
                 "<th>resolved</th><th>what it says</th><th>links</th></tr>"
             )
-            for alert in payload["alerts"]:
+            for alert in n.alerts:
                 parts.append(_alert_row(alert))
             parts.append("</table></section>")
         parts.append("</body></html>")
@@ -140,59 +277,45 @@ def _e(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def _when(value: object) -> str:
+def _when(value: float | str) -> str:
     """A unix time, or Alertmanager's RFC 3339 time, as UTC to the second ("" for none or the zero time)."""
-    if isinstance(value, (int, float)):
+    if isinstance(value, float):
         return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
-    text = str(value or "")
-    return "" if not text or text.startswith("0001-") else text.replace("T", " ")[:19] + " UTC"
+    return "" if not value or value.startswith("0001-") else value.replace("T", " ")[:19] + " UTC"
 
 
-def _alert_row(alert: dict) -> str:
-    labels, annotations = alert.get("labels", {}), alert.get("annotations", {})
-    status = str(alert.get("status", "?"))
-    subject = _subject(labels)
-    says = _e(annotations.get("summary", ""))
-    verdict = _verdict(labels, annotations)
+def _alert_row(alert: Alert) -> str:
+    says = _e(alert.annotations.get("summary", ""))
+    verdict = _verdict(alert)
     if verdict:
         says += f"<br><span class=small>{_e(verdict)}</span>"
     links = " ".join(
-        f"<a href='{_e(annotations[key])}'>{name}</a>"
+        f"<a href='{_e(alert.annotations[key])}'>{name}</a>"
         for key, name in (("runbook_url", "runbook"), ("dashboard_url", "dashboard"))
-        if str(annotations.get(key, "")).startswith(("http://", "https://"))
+        if alert.annotations.get(key, "").startswith(("http://", "https://"))
     )
-    ended = _when(alert.get("endsAt")) if status == "resolved" else ""
+    ended = _when(alert.ends_at) if alert.status == "resolved" else ""
     return (
-        f"<tr><td class={_e(status)}>{_e(status)}</td><td>{_e(labels.get('alertname', '?'))}</td>"
-        f"<td>{_e(subject)}</td><td>{_e(_when(alert.get('startsAt')))}</td><td>{_e(ended)}</td>"
+        f"<tr><td class={_e(alert.status)}>{_e(alert.status)}</td><td>{_e(alert.labels.get('alertname', '?'))}</td>"
+        f"<td>{_e(alert.subject)}</td><td>{_e(_when(alert.starts_at))}</td><td>{_e(ended)}</td>"
         f"<td>{says}</td><td>{links}</td></tr>"
     )
 
 
-def _subject(labels: dict) -> str:
-    """What an alert is about: namespace/pod, else its node, GPU and reason labels."""
-    if labels.get("pod"):
-        return f"{labels.get('namespace')}/{labels.get('pod')}"
-    return " ".join(f"{k}={labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if labels.get(k))
-
-
-def describe(alert: dict, path: str) -> str:
+def describe(alert: Alert, path: str) -> str:
     """One line: status, where it was routed, the alert and what the analyzer says."""
-    labels, annotations = alert.get("labels", {}), alert.get("annotations", {})
-    subject = _subject(labels)
-    line = f"[{alert.get('status', '?')}] {path.rsplit('/', 1)[-1]}: {labels.get('alertname', '?')} {subject}"
-    line += f" | {_verdict(labels, annotations) or annotations.get('summary', '')}"
-    return line
+    line = f"[{alert.status}] {path.rsplit('/', 1)[-1]}: {alert.labels.get('alertname', '?')} {alert.subject}"
+    return line + f" | {_verdict(alert) or alert.annotations.get('summary', '')}"
 
 
-def _verdict(labels: dict, annotations: dict) -> str:
+def _verdict(alert: Alert) -> str:
     """'class (confidence): fix' of an alert that carries the analyzer's verdict, else "". A class ticket
     has its class as a label; the page, as an annotation (a label would restart its `for:` when the
     verdict changes)."""
-    cause = labels.get("bottleneck") or annotations.get("bottleneck")
-    if not (cause and annotations.get("recommendation")):
+    cause = alert.labels.get("bottleneck") or alert.annotations.get("bottleneck")
+    if not (cause and alert.annotations.get("recommendation")):
         return ""
-    return f"{cause} ({annotations.get('confidence', '?')}): {annotations['recommendation']}"
+    return f"{cause} ({alert.annotations.get('confidence', '?')}): {alert.annotations['recommendation']}"
 
 
 def register(commands: Subcommands) -> None:

@@ -2,9 +2,11 @@
 on its signature (positive case) and not on a healthy target or a brief dip (negative case), with the
 analyzer's verdict in the annotations. Default thresholds: 30 % SM for 30 min, 5 min rate window."""
 
+import dataclasses
 import re
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 import requests
@@ -29,8 +31,12 @@ def pod_link(ns, pod, panel):
     return f"http://localhost:3000/d/gpulens-pod?var-cluster=&var-namespace={ns}&var-pod={pod}&viewPanel={panel.id}"
 
 
-def gpu_link(n, panel):
-    return f"http://localhost:3000/d/gpulens-node?var-cluster=&var-node=n1&var-gpu={n}&viewPanel={panel.id}"
+def gpu_link(n, panel, cluster=""):
+    query = urllib.parse.urlencode({"var-cluster": cluster, "var-node": "n1", "var-gpu": n})  # Go's urlquery's
+    return f"http://localhost:3000/d/gpulens-node?{query}&viewPanel={panel.id}"
+
+
+CLUSTER = "eu west&1#b"
 
 
 def node_link(node, panel):
@@ -347,7 +353,9 @@ def gpu_alert(name, n, summary, description, severity="warning", **labels):
             "uuid": f"GPU-{n}",
             **labels,
         },
-        "exp_annotations": annotations(name, summary, description, gpu_link(n, GPU_PANELS[name])),
+        "exp_annotations": annotations(
+            name, summary, description, gpu_link(n, GPU_PANELS[name], labels.get("cluster", ""))
+        ),
     }
 
 
@@ -388,7 +396,8 @@ GPU_TESTS = {
         {"series": f"gpulens_gpu_nvlink_links_down{{{gpu(5)}}}", "values": "0x40"},
         {"series": f"gpulens_gpu_nvlink_errors_total{{{gpu(5, type='crc_flit')}}}", "values": "0+600x40"},
         # GPU 0 lost from minute 6; GPU 1 one failed sample at minute 6.
-        {"series": f"gpulens_gpu_up{{{gpu(0)}}}", "values": "1x5 0x30"},
+        # In a cluster whose name (a Thanos external label: any text) would cut a link: it is percent-encoded.
+        {"series": f"gpulens_gpu_up{{{gpu(0, cluster=CLUSTER)}}}", "values": "1x5 0x30"},
         {"series": f"gpulens_gpu_up{{{gpu(1)}}}", "values": "1x5 0 1x30"},
     ],
     "alert_rule_test": [
@@ -514,6 +523,7 @@ GPU_TESTS = {
                     "NVML can no longer read GPU 0 (GPU-0) on n1 (for example NVML_ERROR_GPU_IS_LOST, XID 79). "
                     "Pods on it are stuck or failing.",
                     severity="critical",
+                    cluster=CLUSTER,
                 )
             ],
         },
@@ -986,11 +996,14 @@ def test_settings_route_each_alert_to_its_owner(tmp_path):
             "GpulensPodLowSmActivity: expected one of critical, warning, got 'page'",
         ),
         ("owners: {namespaces: [{match: 'nlp(', pages: pages, tickets: tickets}]}\n", "expected a regular expression"),
-        # Python reads it, Alertmanager (Go's RE2) would refuse it after the files are written.
-        (
-            "owners: {namespaces: [{match: 'nlp(?!-test)', pages: pages, tickets: tickets}]}\n",
-            "expected a regular expression on the namespace, in the syntax Alertmanager reads (Go's RE2: no "
-            "lookaround, backreferences or possessive quantifiers)",
+        # Python reads them, Alertmanager (Go's RE2) would refuse them after the files are written.
+        *(
+            (
+                f"owners: {{namespaces: [{{match: '{match}', pages: pages, tickets: tickets}}]}}\n",
+                "expected a regular expression on the namespace, in the syntax Alertmanager reads (Go's RE2: no "
+                "lookaround, backreferences, possessive quantifiers, \\Z or verbose mode)",
+            )
+            for match in ("nlp(?!-test)", "nlp\\Z", "(?x) nlp", "(nlp)-\\1", "nlp.*+")
         ),
         # What the Prometheus operator's AlertmanagerConfig cannot carry in Alertmanager's form.
         (
@@ -1053,7 +1066,7 @@ def test_alertmanager_sends_one_page_per_namespace_and_mutes_the_class_ticket(tm
         wait_until(lambda: len(receiver.snapshot()) >= 3, 30, what="three notifications")
         time.sleep(3)  # and no more
         sent = sorted(
-            (n["path"], n["groupLabels"].get("namespace"), n["groupLabels"].get("alertname"), len(n["alerts"]))
+            (n.path, n.group_labels.get("namespace"), n.group_labels.get("alertname"), len(n.alerts))
             for n in receiver.snapshot()
         )
         assert sent == [
@@ -1061,8 +1074,8 @@ def test_alertmanager_sends_one_page_per_namespace_and_mutes_the_class_ticket(tm
             ("/alerts/pages", "serving", "GpulensPodLowSmActivity", 101),
             ("/alerts/tickets", "nlp", "GpulensPodDataStarvation", 1),
         ]
-        [tickets] = [n for n in receiver.snapshot() if n["path"] == "/alerts/tickets"]
-        assert [a["labels"]["pod"] for a in tickets["alerts"]] == ["t5"]
+        [tickets] = [n for n in receiver.snapshot() if n.path == "/alerts/tickets"]
+        assert [a.labels["pod"] for a in tickets.alerts] == ["t5"]
         [muted] = [
             a
             for a in alertmanager.alerts()
@@ -1095,26 +1108,24 @@ def test_the_runbooks_point_to_a_readme_section_that_exists():
 
 
 def test_the_receiver_reads_the_verdict_of_the_page_from_its_annotations_and_of_a_ticket_from_its_label():
-    from gpulens.receiver import describe
+    from gpulens.receiver import Alert, describe
 
     verdict = {"confidence": "80%", "recommendation": "Save asynchronously.", "summary": "nlp/gpt is underused"}
-    page_alert = {
-        "status": "firing",
-        "labels": {"alertname": routing.PAGE, "namespace": "nlp", "pod": "gpt"},
-        "annotations": {**verdict, "bottleneck": "host_stall"},
-    }
-    ticket_alert = {
-        "status": "firing",
-        "labels": {"alertname": "GpulensPodHostStall", "namespace": "nlp", "pod": "gpt", "bottleneck": "host_stall"},
-        "annotations": verdict,
-    }
+    page_alert = Alert(
+        "firing", {"alertname": routing.PAGE, "namespace": "nlp", "pod": "gpt"}, {**verdict, "bottleneck": "host_stall"}
+    )
+    ticket_alert = Alert(
+        "firing",
+        {"alertname": "GpulensPodHostStall", "namespace": "nlp", "pod": "gpt", "bottleneck": "host_stall"},
+        verdict,
+    )
     assert describe(page_alert, "/alerts/pages") == (
         "[firing] pages: GpulensPodLowSmActivity nlp/gpt | host_stall (80%): Save asynchronously."
     )
     assert describe(ticket_alert, "/alerts/tickets") == (
         "[firing] tickets: GpulensPodHostStall nlp/gpt | host_stall (80%): Save asynchronously."
     )
-    unjudged = {**page_alert, "annotations": {"summary": "nlp/gpt is underused"}}
+    unjudged = dataclasses.replace(page_alert, annotations={"summary": "nlp/gpt is underused"})
     assert (
         describe(unjudged, "/alerts/pages") == "[firing] pages: GpulensPodLowSmActivity nlp/gpt | nlp/gpt is underused"
     )
@@ -1196,3 +1207,51 @@ def test_victoriametrics_vmalert_loads_the_rules_and_pages_with_the_verdict(gene
     assert annotations["summary"] == "nlp/bert keeps its GPUs' SMs busy only 10% of the time: data_starvation"
     assert (annotations["bottleneck"], annotations["recommendation"]) == ("data_starvation", STARVING_FIX)
     assert annotations["dashboard_url"] == pod_link("nlp", "bert", mixin.POD_SM_PANEL)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        # Each passed promtool and meant something else, or failed only when the rules were loaded.
+        (
+            "--exporter.job",
+            'gpulens-exporter",job!="',
+            "a job name may not hold '\"': it would end the PromQL string it is written in",
+        ),
+        (
+            "--analyzer.job",
+            "gpulens-%analyzer",
+            "a job name may not hold '%': it would be a verb of the printf that builds an alert template's query",
+        ),
+        (
+            "--dcgm.job",
+            "dcgm`x",
+            "a job name may not hold '`': it would end the raw string of an alert template's query",
+        ),
+        (
+            "--dcgm.job",
+            "dcgm{{x}}",
+            "a job name may not hold '{': it would open a Go template action or a PromQL selector",
+        ),
+        ("--grafana.url", "javascript:alert(1)", "give an http:// or https:// URL with a host"),
+        (
+            "--runbook.url",
+            "https://wiki/{{$labels.pod}}",
+            "a URL may not hold '{': it would open a Go template action or a PromQL selector",
+        ),
+        ("--grafana.url", "https://grafana/a b", "a URL may not hold ' '; percent-encode it"),
+    ],
+)
+def test_settings_that_would_break_the_text_they_land_in_are_refused(tmp_path, capsys, flag, value, message):
+    assert main(["alerts", "--out", str(tmp_path / "out"), flag, value]) == 2
+    assert capsys.readouterr().err == f"gpulens alerts: {flag} {value!r}: {message}\n"
+    assert not (tmp_path / "out").exists()
+    # The same settings reach the dashboards, and are refused there too.
+    assert main(["dashboards", "--out", str(tmp_path / "out"), flag, value]) == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_job_name_grafana_reads_is_written_as_a_promql_string():
+    """Job names of Kubernetes service monitors hold slashes: fine in every text they land in."""
+    c = MixinConfig(exporter_job="serviceMonitor/monitoring/gpulens/0")
+    assert c.exporter == 'job="serviceMonitor/monitoring/gpulens/0"'

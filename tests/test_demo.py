@@ -2,12 +2,14 @@
 it cleanly, leaving no process behind. The stack it runs is tested in tests/test_stack.py."""
 
 import io
+import json
 import re
 import signal
 import subprocess
 import sys
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -211,3 +213,70 @@ def test_the_live_table_redraws_in_place_on_a_terminal(tmp_path):
     names = re.findall(r"^│ (\S+)", whole.getvalue(), re.M)
     assert names[-2:] == [u for u in sorted(v["unit"] for v in verdicts if not v["pod"])]
     assert names[:-2] == sorted(v["unit"] for v in verdicts if v["pod"])
+
+
+GOOD_ALERT = {
+    "status": "firing",
+    "labels": {"alertname": "GpulensPodIdle", "namespace": "nlp", "pod": "gpt-0"},
+    "annotations": {"summary": "nlp/gpt-0 is idle"},
+    "startsAt": "2026-11-24T10:00:00.123456789Z",
+    "endsAt": "0001-01-01T00:00:00Z",
+}
+
+
+@pytest.mark.parametrize(
+    ("alert", "refusal"),
+    [
+        ({"labels": {**GOOD_ALERT["labels"], "alertname": 7}}, "alerts[0].labels.alertname: expected a string, got 7"),
+        ({"annotations": {"summary": ["a", "b"]}}, 'alerts[0].annotations.summary: expected a string, got ["a", "b"]'),
+        ({"startsAt": 1e300}, "alerts[0].startsAt: expected an RFC 3339 time, got 1e+300"),
+        ({"startsAt": "NaN"}, 'alerts[0].startsAt: expected an RFC 3339 time, got "NaN"'),
+        ({"status": "maybe"}, 'alerts[0].status: expected firing or resolved, got "maybe"'),
+        ({"labels": None}, "alerts[0].labels: expected an object of strings, got nothing"),
+    ],
+)
+def test_the_alert_receiver_refuses_webhooks_it_could_not_show_and_keeps_serving(alert, refusal):
+    from gpulens.receiver import AlertReceiver
+
+    receiver = AlertReceiver()
+    try:
+        bad = {"status": "firing", "alerts": [{**GOOD_ALERT, **alert}]}
+        answer = requests.post(f"{receiver.url}/alerts/pages", json=bad, timeout=5)
+        assert (answer.status_code, answer.text) == (400, f"not an Alertmanager webhook payload: {refusal}\n")
+        good = {"status": "firing", "alerts": [GOOD_ALERT, {**GOOD_ALERT, "labels": {"alertname": "X", "pod": "p"}}]}
+        assert requests.post(f"{receiver.url}/alerts/pages", json=good, timeout=5).status_code == 200
+        # Every page answers, the pod without a namespace included.
+        for path in ("/", "/text", "/api/v1/notifications"):
+            assert requests.get(receiver.url + path, timeout=5).status_code == 200
+        assert requests.get(receiver.url + "/text", timeout=5).text == (
+            "[firing] pages: GpulensPodIdle nlp/gpt-0 | nlp/gpt-0 is idle\n[firing] pages: X p | nlp/gpt-0 is idle\n"
+        )
+        [kept] = requests.get(receiver.url + "/api/v1/notifications", timeout=5).json()
+        assert kept["alerts"][0]["startsAt"] == "2026-11-24T10:00:00.123456789Z"
+    finally:
+        receiver.stop()
+
+
+def test_the_alert_receiver_keeps_megabytes_of_webhooks_not_gigabytes():
+    """Webhooks of a MiB each (the largest body the server reads): the oldest are let go past KEEP_BYTES."""
+    from gpulens import receiver as module
+
+    receiver = module.AlertReceiver()
+    labels = {f"label_{i}": "x" * 100 for i in range(60)}
+    body = json.dumps(
+        {"status": "firing", "alerts": [{**GOOD_ALERT, "labels": {**GOOD_ALERT["labels"], **labels}}] * 140}
+    ).encode()
+    assert 1_000_000 < len(body) <= 1 << 20
+    tracemalloc.start()
+    try:
+        with requests.Session() as session:
+            for _ in range(40):
+                answer = session.post(f"{receiver.url}/alerts/pages", data=body, timeout=30)
+                assert answer.status_code == 200
+        current, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        receiver.stop()
+    kept = receiver.snapshot()
+    assert len(kept) == module.KEEP_BYTES // len(body)  # the newest that fit
+    assert current < 4 * module.KEEP_BYTES, current  # 40 MiB were sent; 1,000 of them would have kept 9.7 GiB

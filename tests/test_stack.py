@@ -137,15 +137,15 @@ def test_the_low_sm_page_for_the_starved_pod_reaches_the_webhook_with_why_and_wh
         time.sleep(2)
     alert = page()
     assert alert is not None, f"no page for nlp/bert-finetune-0; the receiver got: {stack.receiver.text()}"
-    annotations = alert["annotations"]
+    annotations = alert.annotations
     assert annotations["recommendation"] == RECOMMENDATIONS["data_starvation"]
     assert "busy_idle_switches_per_minute" in annotations["evidence"]
     assert re.fullmatch(r"\d+(\.\d+)?%", annotations["confidence"])
-    assert alert["labels"]["severity"] == "critical"
+    assert alert.labels["severity"] == "critical"
     assert annotations["dashboard_url"].endswith(
         "/d/gpulens-pod?var-cluster=&var-namespace=nlp&var-pod=bert-finetune-0&viewPanel=101"
     )
-    assert annotations["bottleneck"] == "data_starvation" and "bottleneck" not in alert["labels"]
+    assert annotations["bottleneck"] == "data_starvation" and "bottleneck" not in alert.labels
     # The pod's class ticket fires in Prometheus too, and Alertmanager mutes it while the page fires.
     am_alerts = requests.get(f"http://{stack.plan.alertmanager}/api/v2/alerts", timeout=5).json()
     [ticket] = [
@@ -156,10 +156,10 @@ def test_the_low_sm_page_for_the_starved_pod_reaches_the_webhook_with_why_and_wh
     assert ticket["status"]["state"] == "suppressed" and ticket["status"]["inhibitedBy"], ticket["status"]
     # Healthy pods never page: not now, not in any notification so far.
     paged = {
-        f"{a['labels'].get('namespace')}/{a['labels'].get('pod')}"
+        f"{a.labels.get('namespace')}/{a.labels.get('pod')}"
         for n in stack.receiver.snapshot()
-        for a in n["alerts"]
-        if n["path"] == "/alerts/pages"
+        for a in n.alerts
+        if n.path == "/alerts/pages"
     }
     assert not paged & HEALTHY, f"healthy pods paged: {paged & HEALTHY}"
 

@@ -36,7 +36,7 @@ def test_a_hundred_low_activity_replicas_make_one_page_with_their_cause(stack):
         return [
             n
             for n in stack.receiver.snapshot()
-            if n["path"] == "/alerts/pages" and n["groupLabels"].get("namespace") == "serving"
+            if n.path == "/alerts/pages" and n.group_labels.get("namespace") == "serving"
         ]
 
     deadline = time.monotonic() + 300
@@ -46,13 +46,13 @@ def test_a_hundred_low_activity_replicas_make_one_page_with_their_cause(stack):
     pages = serving_pages()
     assert len(pages) == 1, f"{len(pages)} pages for namespace serving; the receiver got:\n{stack.receiver.text()}"
     [page] = pages
-    assert page["groupLabels"] == {"namespace": "serving", "alertname": "GpulensPodLowSmActivity"}
-    assert sorted(a["labels"]["pod"] for a in page["alerts"]) == sorted(f"llm-replica-{i}" for i in range(100))
+    assert page.group_labels == {"namespace": "serving", "alertname": "GpulensPodLowSmActivity"}
+    assert sorted(a.labels["pod"] for a in page.alerts) == sorted(f"llm-replica-{i}" for i in range(100))
     # What every replica shares reaches the notification's common annotations: the cause and the fix. The
     # waste is the namespace's for that cause on each alert, as of when Prometheus last sent it: replicas
     # that began firing at different evaluations were sent at different times, so its figure may differ.
-    common = page["commonAnnotations"]
+    common = page.common_annotations
     assert common["bottleneck"] == "wrong_gpu_type", common
     assert common["recommendation"] == RECOMMENDATIONS["wrong_gpu_type"], common
-    for alert in page["alerts"]:
-        assert alert["annotations"]["waste"].startswith("Pods of serving whose cause is wrong_gpu_type waste ")
+    for alert in page.alerts:
+        assert alert.annotations["waste"].startswith("Pods of serving whose cause is wrong_gpu_type waste ")

@@ -17,10 +17,14 @@ Label conventions the queries rely on:
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gpulens.core import dcgm, trace
+from gpulens.core.config import ConfigError
 from gpulens.core.metrics import APPLICATION_XIDS, BY_NAME, CLOCK_EVENT_REASONS, PREFIX
 from gpulens.core.thresholds import Thresholds
 
@@ -32,6 +36,58 @@ def metric(name: str) -> str:
     if full not in BY_NAME:
         raise KeyError(f"{full} is not in gpulens/core/metrics.py; rename it here too")
     return full
+
+
+# --- what settings may hold -------------------------------------------------------------------------
+#: The flag of each MixinConfig field a deployment sets (settings.env sets the same flags).
+FLAGS = {
+    "exporter_job": "--exporter.job",
+    "analyzer_job": "--analyzer.job",
+    "dcgm_job": "--dcgm.job",
+    "grafana_url": "--grafana.url",
+    "runbook_url": "--runbook.url",
+}
+#: Characters a setting written into generated text may not hold, and the text each would break: a job
+#: name lands in PromQL strings, in the Go templates of alert annotations (inside printf formats, in raw
+#: strings) and in links; a URL in annotations and links.
+_BREAKS = {
+    '"': "would end the PromQL string it is written in",
+    "\\": "would escape the next character of the PromQL string it is written in",
+    "`": "would end the raw string of an alert template's query",
+    "%": "would be a verb of the printf that builds an alert template's query",
+    "{": "would open a Go template action or a PromQL selector",
+    "}": "would close a Go template action or a PromQL selector",
+}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_text(value: str, flag: str, what: str) -> None:
+    """ConfigError naming `flag` when `value` is empty, over 256 characters, or holds a character that would
+    break the PromQL, template or link it is written into (_BREAKS), or a control character."""
+    if not value or len(value) > 256:
+        raise ConfigError(f"{flag} {value[:80]!r}: give {what} of 1 to 256 characters")
+    broken = next((f"{c!r}: it {why}" for c, why in _BREAKS.items() if c in value), None)
+    if broken is None and _CONTROL.search(value):
+        broken = "a control character: it would end the line it is written in"
+    if broken:
+        raise ConfigError(f"{flag} {value!r}: {what} may not hold {broken}")
+
+
+def check_url(value: str, flag: str) -> None:
+    """ConfigError naming `flag` unless `value` is an http(s) URL with a host, safe to write into alert
+    annotations and links (check_text; no space, quote or angle bracket: receivers show links in HTML)."""
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{flag} {value[:80]!r}: give an http:// or https:// URL with a host")
+    for c in " '<>":
+        if c in value:
+            raise ConfigError(f"{flag} {value!r}: a URL may not hold {c!r}; percent-encode it")
+    check_text(value.replace("%", ""), flag, "a URL")  # %XX is a URL's own escape: links are not printf formats
+
+
+def promql_string(value: str) -> str:
+    """`value` as a PromQL string literal (PromQL reads Go's escapes, which JSON's are a subset of)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -58,20 +114,28 @@ class MixinConfig:
     #: pod labels gets the scrape target's (the dcgm-exporter pod's) instead. A regex on the pod name.
     exporter_pods: str = "nvidia-dcgm-exporter-.*|dcgm-exporter-.*|gpulens-exporter-.*"
 
+    def __post_init__(self) -> None:
+        """Refuse what would end or change the PromQL, the alert templates or the links it is written into:
+        the one check of every setting they are generated from, whatever gave it (a flag, settings.env)."""
+        for name in ("exporter_job", "analyzer_job", "dcgm_job"):
+            check_text(getattr(self, name), FLAGS[name], "a job name")
+        for name in ("grafana_url", "runbook_url"):
+            check_url(getattr(self, name), FLAGS[name])
+
     @property
     def exporter(self) -> str:
         """Label matcher selecting the exporters' series."""
-        return f'job="{self.exporter_job}"'
+        return f"job={promql_string(self.exporter_job)}"
 
     @property
     def dcgm(self) -> str:
         """Label matcher selecting dcgm-exporter's series."""
-        return f'job="{self.dcgm_job}"'
+        return f"job={promql_string(self.dcgm_job)}"
 
     @property
     def analyzer(self) -> str:
         """Label matcher selecting the analyzer's series."""
-        return f'job="{self.analyzer_job}"'
+        return f"job={promql_string(self.analyzer_job)}"
 
     @property
     def throttle_reasons(self) -> str:
@@ -203,7 +267,7 @@ def dcgm_pods(c: MixinConfig) -> str:
         f'label_replace(label_replace({{__name__=~"{names}",{c.dcgm},exported_pod!=""}}, "namespace", "$1", '
         '"exported_namespace", "(.*)"), "pod", "$1", "exported_pod", "(.*)")'
     )
-    plain = f'{{__name__=~"{names}",{c.dcgm},exported_pod="",pod!="",pod!~"{c.exporter_pods}"}}'
+    plain = f'{{__name__=~"{names}",{c.dcgm},exported_pod="",pod!="",pod!~{promql_string(c.exporter_pods)}}}'
     return " or ".join(dcgm_device(rows, board=False, by=POD_GPU_BY, how="group") for rows in (exported, plain))
 
 
@@ -356,14 +420,18 @@ def panel_ids(dashboard: tuple[str, str]) -> dict[str, int]:
     return {p.title: p.id for p in PANELS if p.dashboard == dashboard}
 
 
-def dashboard_link(c: MixinConfig, target: tuple[str, str] | Panel, **variables: str) -> str:
-    """URL of a dashboard (or of one panel of it, opened alone) with its variables set; values may be
-    alert templates ({{ $labels.pod }}). The alert's `cluster` label (set by Thanos or Mimir users'
-    external labels; empty otherwise) selects the dashboard's cluster. It is written `with`, not printed
-    as it is: an absent label prints as "" in Prometheus but as "<no value>" in vmalert."""
+def dashboard_link(c: MixinConfig, target: tuple[str, str] | Panel, **labels: str) -> str:
+    """An alert annotation's URL of a dashboard (or of one panel of it, opened alone), each variable set to
+    the alert's label named (`pod="pod"`: var-pod is the alert's pod), percent-encoded (text/template's
+    urlquery): a value with & or # would otherwise set another variable or cut the link. The alert's
+    `cluster` label (set by Thanos or Mimir users' external labels; empty otherwise) selects the
+    dashboard's cluster. Labels are written `with`, not printed as they are: an absent label prints as ""
+    in Prometheus but as "<no value>" in vmalert."""
     (uid, _), view = (target.dashboard, f"&viewPanel={target.id}") if isinstance(target, Panel) else (target, "")
-    cluster = "{{ with $labels.cluster }}{{ . }}{{ end }}"
-    query = "&".join(f"var-{name}={value}" for name, value in {"cluster": cluster, **variables}.items())
+    query = "&".join(
+        f"var-{name}={{{{ with $labels.{label} }}}}{{{{ . | urlquery }}}}{{{{ end }}}}"
+        for name, label in {"cluster": "cluster", **labels}.items()
+    )
     return f"{c.grafana_url}/d/{uid}?{query}{view}"
 
 
