@@ -453,11 +453,52 @@ def read_files(
     return combine(frames, gpu_model)
 
 
+def _refuse_one_gpu_told_twice(parts: list[tuple[str, pd.DataFrame]]) -> None:
+    """TraceError when a GPU UUID is in two files over overlapping spans, one on another node than the other
+    or one knowing the pods that held it and the other not, naming both files and what each says."""
+    seen: dict[str, tuple[str, float, float, frozenset[str], frozenset[str]]] = {}
+    for name, part in parts:
+        if part.empty:
+            continue
+        uuids = part["gpu"].astype(str).str.startswith(("GPU-", "MIG-")).to_numpy()
+        if not uuids.any():
+            continue
+        rows = part.loc[uuids, ["gpu", "node", "namespace", "pod", "timestamp"]].astype({"gpu": str})
+        for key, held in rows.groupby("gpu", sort=False):
+            gpu, first, last = str(key), float(held["timestamp"].min()), float(held["timestamp"].max())
+            nodes = frozenset(held["node"].astype(str))
+            pods = frozenset(f"{ns}/{pod}" for ns, pod in zip(held["namespace"], held["pod"], strict=True) if pod)
+            if gpu not in seen:
+                seen[gpu] = (name, first, last, nodes, pods)
+                continue
+            other, other_first, other_last, other_nodes, other_pods = seen[gpu]
+            overlap = first <= other_last and other_first <= last
+            if overlap and (nodes != other_nodes or bool(pods) != bool(other_pods)):
+                raise TraceError(
+                    name,
+                    f"GPU {gpu} is also in {other} over the same span, {_told(other_nodes, other_pods)} there and "
+                    f"{_told(nodes, pods)} here: two records of one GPU would count it twice, once as a GPU no pod "
+                    "holds; give one of the files (a gpulens recording has the node and the pods)",
+                )
+
+
+def _told(nodes: frozenset[str], pods: frozenset[str]) -> str:
+    """What a file says of a GPU: its node and the pods that held it (the first three)."""
+    where = f"on {', '.join(sorted(nodes))}" if any(nodes) else "on no node"
+    named = sorted(pods)
+    held = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+    return f"{where}, held by {held}" if named else f"{where}, held by no pod"
+
+
 def combine(parts: list[tuple[str, pd.DataFrame]], gpu_model: str = "") -> pd.DataFrame:
     """The frames read from files (each with its file's name) as one trace. A row that repeats another of
     the same GPU and time (the same file given twice, logs that overlap) is kept once; two that disagree
     refuse the read, naming both (TraceError): judged, they would make the GPU switch at every sample.
-    `gpu_model` names the GPUs whose files did not."""
+    `gpu_model` names the GPUs whose files did not. One GPU (by UUID, which no two GPUs share) recorded
+    by two files over one span as held by different pods or on different nodes (a gpulens trace and an
+    nvidia-smi log of the same GPU: the log knows no node or pod) refuses the read: judged, the same GPU
+    would be counted twice, once as a phantom no pod holds."""
+    _refuse_one_gpu_told_twice(parts)
     frame = pd.concat([part for _, part in parts], ignore_index=True) if parts else fr.empty()
     if gpu_model:
         models = frame["gpu_model"].astype(str)

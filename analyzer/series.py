@@ -205,8 +205,9 @@ class StepGrid:
         """A range query's series into `column` (or the column each one's labels name), a matrix of `part`
         (the part of the queries that asked it); with `weight`
         (labels -> factor), the series of a key add up (weight x value) instead; `key` (labels -> the row's
-        key, None to skip the series) places each series. `summed=False` keeps weight x value without
-        adding up (an identity code). The points read.
+        key, None to skip the series) places each series. `summed=False` keeps the weight itself where the
+        series' value is not 0 (0 where it is), without adding up: an identity code (the answers of `group`
+        and `> bool 0` are 1; a store answering another value must not make another code). The points read.
         All of a query's points are converted and placed at once: per-series numpy calls would cost
         more than the points at 10,000 GPUs."""
         names: dict[str, int] = {}
@@ -228,11 +229,14 @@ class StepGrid:
         steps = np.rint((values[:, 0] - self.start) / self.step).astype(np.intp)
         inside = (steps >= 0) & (steps < self.points)
         row, which = np.repeat(rows, counts)[inside], np.repeat(columns, counts)[inside]
-        steps, values = steps[inside], (values[:, 1] * np.repeat(factors, counts))[inside]
+        keep = not (weight is not None if summed is None else summed)
+        raw = values[:, 1]
+        scale = raw if weight is None or not keep else np.where(np.isnan(raw), np.nan, (raw != 0).astype(np.float64))
+        steps, values = steps[inside], (scale * np.repeat(factors, counts))[inside]
         for name, index in names.items():
             mine = which == index
             matrix, at = self.matrix(name, part), (row[mine], steps[mine])
-            if not (weight is not None if summed is None else summed):
+            if keep:
                 matrix[at] = values[mine]
             else:
                 matrix[at] = np.where(np.isnan(matrix[at]), 0.0, matrix[at])
@@ -768,10 +772,14 @@ class SeriesReader:
             frame[column] = pd.Categorical(values).take(gpu)
         for column, group in hardware.groups.items():
             frame[column] = np.array([group.get(k[1], np.nan) for k in keys], dtype=np.float64)[gpu]
-        code = np.nan_to_num(columns.get("_pod", np.zeros(len(gpu))), nan=0.0).astype(np.intp)
+        held = columns.get("_pod", np.zeros(len(gpu)))
+        # A code outside the pod table (a store answering a value where it had 1) is no pod, not an IndexError.
+        code = np.where((held >= 0) & (held < len(self.pods)), held, 0.0).astype(np.intp)
         for j, column in enumerate(("namespace", "pod", "container")):
-            categories, inverse = np.unique([p[j] for p in self.pods], return_inverse=True)
-            frame[column] = pd.Categorical.from_codes(inverse[code], categories=pd.Index(categories))
+            # Names stay Python strings (object): numpy's fixed-width text would make every name as wide as
+            # the longest, four bytes a character (a pod of 1 MiB of name made each of thousands 4 MiB).
+            names = pd.Categorical(pd.array([p[j] for p in self.pods], dtype=object))
+            frame[column] = pd.Categorical.from_codes(names.codes[code], categories=names.categories)
         window.pods.rows(until)  # forgets the pods gone for a whole window
         step = np.rint((columns["timestamp"] - window.pods.start) / self.step).astype(np.intp)
         pod_keys = [(ns, pod) if pod else None for ns, pod, _ in self.pods]

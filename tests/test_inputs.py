@@ -6,7 +6,9 @@ import pty
 import stat
 import subprocess
 import sys
+import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -294,6 +296,34 @@ def test_two_rows_of_one_gpu_at_one_time_that_disagree_refuse_the_read_naming_bo
         f"{first}, row 2: the same GPU twice, or GPUs of two nodes without their node; give each GPU once (a "
         "node column, or one node's files per report)"
     )
+
+
+def test_one_gpu_in_a_recording_and_an_nvidia_smi_log_of_the_same_span_is_refused_not_counted_twice(tmp_path):
+    """The recording knows the GPU's node and pod, the log neither: read together, the GPU was judged twice,
+    once as a GPU no pod holds. Logs of other spans of the same GPU, and a second recording, still read."""
+    t0 = 1_762_646_400
+    recording = tmp_path / "node-a.csv"
+    recording.write_text(
+        "timestamp,gpu,node,namespace,pod,gpu_util\n"
+        + "".join(f"{t0 + k * 15},GPU-1,node-a,nlp,bert-0,0.9\n" for k in range(40))
+    )
+
+    def log(name: str, start: int) -> Path:
+        path = tmp_path / name
+        stamps = (time.strftime("%Y/%m/%d %H:%M:%S.000", time.gmtime(start + k * 15)) for k in range(40))
+        path.write_text("timestamp, uuid, utilization.gpu [%]\n" + "".join(f"{s}, GPU-1, 90 %\n" for s in stamps))
+        return path
+
+    during, later = log("during.csv", t0 + 5), log("later.csv", t0 + 3600)
+    with pytest.raises(TraceError) as refused:
+        readers.read_files([recording, during])
+    assert str(refused.value) == (
+        f"{during}: GPU GPU-1 is also in {recording} over the same span, on node-a, held by nlp/bert-0 there and on "
+        "no node, held by no pod here: two records of one GPU would count it twice, once as a GPU no pod holds; give "
+        "one of the files (a gpulens recording has the node and the pods)"
+    )
+    assert len(readers.read_files([recording, later])) == 80
+    assert len(readers.read_files([recording, recording])) == 40
 
 
 def test_a_row_cut_short_at_the_end_is_skipped_not_read_as_a_smaller_number(tmp_path, caplog):

@@ -2,6 +2,7 @@
 of the exporter's loops, inputs that fail and return. Real HTTP servers answer what a broken Prometheus,
 exporter or dcgm-exporter would; a real gRPC server plays the kubelet."""
 
+import contextlib
 import json
 import logging
 import math
@@ -10,6 +11,7 @@ import threading
 import tracemalloc
 import urllib.parse
 import zipfile
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -685,3 +687,66 @@ def test_a_bug_in_the_dcgm_loop_is_counted_and_the_reader_goes_on(monkeypatch, c
     tracebacks = [r for r in caplog.records if r.exc_info]
     assert len(tracebacks) == 1 and "unexpected error reading dcgm-exporter at http://<redacted>@" in caplog.text
     assert "hunter2" not in caplog.text
+
+
+@contextlib.contextmanager
+def answering(result: list[dict]) -> Iterator[str]:
+    """A store's URL answering every range query with `result` (a matrix) and every instant query with
+    nothing."""
+    ranged = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+    instant = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
+
+    class Store(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            body = ranged if self.path.endswith("query_range") else instant
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Store)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+T = 1_800_000_000
+POD_SERIES = {"instance": "n1:9848", "uuid": "GPU-1", "namespace": "nlp", "pod": "bert-0", "container": "main"}
+
+
+@pytest.mark.parametrize("value", ["7", "-3", "1e308", "2.5"])
+def test_a_pod_identity_of_an_odd_value_names_its_pod_not_another(value):
+    """gpulens_gpu_pod_info is 1 and `group` answers 1; a store answering another value (a broken exporter,
+    a proxy) made the value a code of another pod, or one past the pod table (an IndexError a cycle)."""
+    with answering([{"metric": POD_SERIES, "values": [[T, value]]}]) as url:
+        frame = PrometheusInput(url, window=60, step=15, clock=lambda: T).window_frame()
+    assert list(zip(frame["namespace"].astype(str), frame["pod"].astype(str), strict=True)) == [("nlp", "bert-0")]
+
+
+def test_a_pod_name_of_a_megabyte_costs_a_megabyte_not_a_megabyte_a_pod():
+    """Pod names are kept as the strings they are: as numpy's fixed-width text, each of 200 pods took the
+    width of the longest, four bytes a character: 800 MiB for one name of 1 MiB."""
+    result = [
+        {
+            "metric": {**POD_SERIES, "uuid": f"GPU-{i}", "pod": f"p{i}" + ("x" * (1 << 20) if i == 7 else "")},
+            "values": [[T, "1"]],
+        }
+        for i in range(200)
+    ]
+    with answering(result) as url:
+        source = PrometheusInput(url, window=60, step=15, clock=lambda: T, parts=1)
+        tracemalloc.start()
+        try:
+            frame = source.window_frame()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert frame["pod"].astype(str).str.len().max() == (1 << 20) + 2 and len(frame) == 200
+    assert peak < 64 << 20, peak  # answers of 1 MiB, read a few at once
