@@ -1251,7 +1251,7 @@ def test_settings_that_would_break_the_text_they_land_in_are_refused(tmp_path, c
     assert not (tmp_path / "out").exists()
 
 
-def test_a_job_name_grafana_reads_is_written_as_a_promql_string():
+def test_a_job_name_of_a_service_monitor_is_written_as_a_promql_string():
     """Job names of Kubernetes service monitors hold slashes: fine in every text they land in."""
     c = MixinConfig(exporter_job="serviceMonitor/monitoring/gpulens/0")
     assert c.exporter == 'job="serviceMonitor/monitoring/gpulens/0"'
