@@ -116,13 +116,19 @@ def pod_features(
 MAX_UNITS = 200_000
 
 
-def require_few_enough(units: int) -> None:
-    """ValueError, naming the bound and the fix, when a report would judge more than MAX_UNITS units."""
+def require_few_enough(units: int, counted: str = "pods and GPUs without a pod to judge") -> None:
+    """ValueError, naming the bound and the fix, when a report would judge more than MAX_UNITS units
+    (`units` of what `counted` says)."""
     if units > MAX_UNITS:
-        raise ValueError(
-            f"{units:,} pods and GPUs without a pod to judge: one report judges at most {MAX_UNITS:,} (about 20 KB "
-            "each); report a shorter span (--since, --until) or fewer files at a time"
-        )
+        raise ValueError(too_many_units(f"{units:,} {counted}"))
+
+
+def too_many_units(found: str) -> str:
+    """The refusal of a report of more than MAX_UNITS units, after `found` (what was counted)."""
+    return (
+        f"{found}: one report judges at most {MAX_UNITS:,} (about 20 KB each); report a shorter span (files: "
+        "fewer at a time, or split by time; a store: --since, --until)"
+    )
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpulens.analyzer import features
 from gpulens.analyzer import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
@@ -260,6 +261,7 @@ def _read_trace_csv(path: Path) -> pd.DataFrame:
     values = {i: array("d") for i in numeric}
     codes = {i: array("q") for i in names}
     known_names: dict[int, dict[str, int]] = {i: {} for i in names}
+    pods = known_names.get(header.index("pod")) if "pod" in header else None
     for line, fields in rows:
         if len(fields) != len(header):
             raise TraceError(path, f"{len(fields)} fields, the header has {len(header)}", line=line)
@@ -285,6 +287,9 @@ def _read_trace_csv(path: Path) -> pd.DataFrame:
             code = seen.get(fields[i])
             if code is None:
                 code = seen[fields[i]] = len(seen)
+                if seen is pods and code >= features.MAX_UNITS:  # refused as names come, not once all are read
+                    found = f"more than {features.MAX_UNITS:,} pods by this line"
+                    raise TraceError(path, features.too_many_units(found), line=line)
             codes[i].append(code)
         lines.append(line)
     columns: dict[str, Any] = {"timestamp": np.frombuffer(stamps, dtype=np.float64)}
@@ -334,6 +339,12 @@ def _read_parquet(path: Path) -> pd.DataFrame:
                 "file), or on a machine with more memory",
             )
         table = pq.read_table(path)
+        if "pod" in table.column_names:  # counted before pandas builds the frame
+            import pyarrow.compute as pc
+
+            pods = len(pc.unique(table.column("pod")))  # dictionary-encoded (categorical) columns too
+            if pods > features.MAX_UNITS:
+                raise TraceError(path, features.too_many_units(f"{pods:,} pods in the file"))
     except TraceError:
         raise
     except Exception as e:  # pyarrow raises several types; all mean "not a readable Parquet trace"

@@ -29,6 +29,7 @@ from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
 from gpulens.analyzer.plan import Use
 from gpulens.analyzer.report import TimelineBins, unit_samples
 from gpulens.analyzer.series import SeriesReader, Window
+from gpulens.analyzer.store import StoreError
 from gpulens.core.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,7 @@ def report(
     `owners`, each verdict names its pod's workload and team, as kube-state-metrics said in the span;
     `timelines` gathers what an HTML report draws, and `use` what each unit used (for the plan), each
     sample once."""
+    _refuse_too_many_pods(reader, span)
     auto_window, auto_slide = default_window(span.step, t)
     window = window or auto_window
     slide = slide or min(auto_slide, window)
@@ -133,6 +135,18 @@ def report(
         counted_from = counted_to
     _say_impossible(progress, reader)
     return owners_mod.apply([ledger.verdict(t) for ledger in totals.values()], owned)
+
+
+def _refuse_too_many_pods(reader: SeriesReader, span: Span) -> None:
+    """ValueError before anything is read when the store's index names more pods in the span than a report
+    judges: heavy churn (a pod a job) was refused only once the pieces read had judged that many, gigabytes
+    later. A store that cannot say is read as usual (the pieces are counted as they come)."""
+    try:
+        named = reader.pods_named(span.start, span.end)
+    except StoreError as e:
+        log.debug("cannot count the span's pods in advance: %s", e)
+        return
+    require_few_enough(named, f"pods named in the span by {reader.store.name}")
 
 
 def _say_impossible(progress: Progress, reader: SeriesReader) -> None:

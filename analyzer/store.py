@@ -37,6 +37,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import orjson
 import requests
@@ -201,6 +202,20 @@ class Store:
         except _TooBig as e:
             raise StoreError(f"{self.name} refuses {expr!r}: {e.reason}. {e.fix}") from None
 
+    def label_values(self, label: str, selector: str, start: float, end: float) -> list[str]:
+        """The values `label` takes in the series of `selector` between `start` and `end` (unix seconds):
+        the store answers from its index, reading no sample (/api/v1/label/<name>/values, with match[]:
+        Prometheus 2.24+, Thanos, Mimir and VictoriaMetrics)."""
+        params = {"match[]": selector, "start": _time(start), "end": _time(end)}
+        what = f"the values of {label} in {selector}"
+        try:
+            values = self._api(f"label/{label}/values", params, what=what)
+        except _TooBig as e:
+            raise StoreError(f"{self.name} refuses {what!r}: {e.reason}") from None
+        if not all(type(v) is str for v in values):
+            raise StoreError(f"{self.name} answered the values of {label} with some that are not strings")
+        return cast(list[str], values)
+
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
         """A range query's series from `start` to `end` (unix seconds, on the step grid), cut into ranges
         of at most max_points points per series, and halved again while the store refuses one for its
@@ -226,20 +241,25 @@ class Store:
             middle = start + (steps // 2) * step
             return _joined(self._range(expr, start, middle, step), self._range(expr, middle + step, end, step))
 
-    def _api(self, endpoint: str, params: dict[str, str]) -> list[dict]:
-        """The series of /api/v1/<endpoint>, retried while the failure may pass."""
+    def _api(self, endpoint: str, params: dict[str, str], what: str = "") -> list:
+        """The series of /api/v1/<endpoint> (or, for label values, its list), retried while the failure may
+        pass. `what` names the request in errors (default: its query)."""
         # Thanos answers in part when a store behind it fails, unless told not to; the others ignore it.
         params = {**params, "partial_response": "false"}
-        expr = params["query"]
+        expr = what or params["query"]
         for attempt in range(self.retries + 1):
             if self._interrupted.is_set():
                 raise StoreError(f"{self.name}: stopped before {expr!r} was answered (gpulens is shutting down)")
             wait = RETRY_SECONDS * 2**attempt
             try:
                 deadline = time.monotonic() + self.timeout
-                with self.session.post(
+                # Queries are form POSTs (no URL length limit); label values are GET only (Prometheus: 405).
+                get = endpoint.startswith("label/")
+                with self.session.request(
+                    "GET" if get else "POST",
                     f"{self.url}/api/v1/{endpoint}",
-                    data=params,
+                    params=params if get else None,
+                    data=None if get else params,
                     headers=self._bearer(),
                     timeout=self.timeout,
                     verify=self._verify,
@@ -284,9 +304,9 @@ class Store:
 
     def _outcome(
         self, response: requests.Response, content: bytes, expr: str, endpoint: str
-    ) -> list[dict] | tuple[str, str, float | None]:
-        """The series of a good answer (`content`, its body); _TooBig or StoreError for a final refusal;
-        (problem, fix, seconds to wait or None) for one worth retrying."""
+    ) -> list | tuple[str, str, float | None]:
+        """The series of a good answer (`content`, its body), or a label's values; _TooBig or StoreError for
+        a final refusal; (problem, fix, seconds to wait or None) for one worth retrying."""
         status = response.status_code
         text = content[:300].decode("utf-8", "replace")
         if 300 <= status < 400:
@@ -329,6 +349,10 @@ class Store:
                 None,
             )
         data = body.get("data")
+        if endpoint.startswith("label/"):  # a list of strings, not series
+            if not isinstance(data, list):
+                raise StoreError(f"{self.name} answered {expr} without a list in data: {_NOT_THE_API}")
+            return data
         if not isinstance(data, dict):
             data = {}
         result = data.get("result")

@@ -409,14 +409,22 @@ def test_more_pods_than_a_report_can_hold_are_refused_saying_why(tmp_path, monke
     from gpulens.cli import main
 
     monkeypatch.setattr(features, "MAX_UNITS", 3)
+    fix = "one report judges at most 3 (about 20 KB each); report a shorter span (files: fewer at a time, or split "
+    fix += "by time; a store: --since, --until)"
+    # Pods by name: refused as the file is read, at the line of the fourth (not once all are read and judged).
     trace = tmp_path / "pods.csv"
     rows = [f"{1_762_646_400 + 15 * k},GPU-{i},ns,pod-{i},0.5" for i in range(5) for k in range(2)]
     trace.write_text("timestamp,gpu,namespace,pod,sm_active\n" + "\n".join(rows) + "\n")
     assert main(["report", str(trace)]) == 2
-    assert capsys.readouterr().err.endswith(
-        "gpulens report: 5 pods and GPUs without a pod to judge: one report judges at most 3 (about 20 KB each); "
-        "report a shorter span (--since, --until) or fewer files at a time\n"
-    )
+    assert capsys.readouterr().err == f"gpulens report: {trace}, line 8: more than 3 pods by this line: {fix}\n"
+    # The same in Parquet, counted before the frame is built.
+    pd.read_csv(trace).to_parquet(parquet := tmp_path / "pods.parquet")
+    assert main(["report", str(parquet)]) == 2
+    assert capsys.readouterr().err == f"gpulens report: {parquet}: 5 pods in the file: {fix}\n"
+    # GPUs no pod holds count too, once the units are known.
+    trace.write_text("timestamp,gpu,sm_active\n" + "".join(f"1762646400,GPU-{i},0.5\n" for i in range(5)))
+    assert main(["report", str(trace)]) == 2
+    assert capsys.readouterr().err.endswith(f"gpulens report: 5 pods and GPUs without a pod to judge: {fix}\n")
 
 
 def test_a_trace_takes_a_few_times_its_size_in_memory_while_it_is_read(tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import re
 import subprocess
@@ -344,3 +345,27 @@ def test_the_plan_from_a_store_is_the_plan_from_a_file_of_the_same_samples(store
         ("research", "release"),
         ("serve", "cheaper_gpu"),
     }
+
+
+def test_a_span_naming_more_pods_than_a_report_judges_is_refused_before_a_sample_is_read(stores, monkeypatch):
+    """Heavy churn (a pod a job) was refused only once the pieces read had judged that many: the store's
+    index names the span's pods at once. The week names four pods (a notebook is replaced halfway)."""
+    from gpulens.analyzer import features, span
+    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.store import Store
+    from gpulens.core.thresholds import Thresholds
+
+    for url, layout in itertools.product(stores.values(), ("gpulens", "dcgm-exported", "dcgm-plain")):
+        gpulens, dcgm = LAYOUTS[layout]
+        store = Store(url)
+        reader = SeriesReader(store, week.STEP, gpulens_selector=gpulens, dcgm_selector=dcgm)
+        assert reader.pods_named(week.START, LAST) == 4, layout
+        monkeypatch.setattr(features, "MAX_UNITS", 3)
+        with pytest.raises(ValueError) as refused:
+            span.report(reader, span.Span.aligned(week.START, LAST, week.STEP), Thresholds())
+        monkeypatch.undo()
+        assert str(refused.value) == (
+            f"4 pods named in the span by Prometheus at {url}: one report judges at most 3 (about "
+            "20 KB each); report a shorter span (files: fewer at a time, or split by time; a store: --since, --until)"
+        )
+        assert store.read_bytes < 1000  # three lists of names
