@@ -1237,7 +1237,7 @@ def test_victoriametrics_vmalert_loads_the_rules_and_pages_with_the_verdict(gene
         (
             "--runbook.url",
             "https://wiki/{{$labels.pod}}",
-            "a URL may not hold '{': it would open a Go template action or a PromQL selector",
+            "a URL may not hold '{': it would open a Go template action or a PromQL selector; percent-encode it",
         ),
         ("--grafana.url", "https://grafana/a b", "a URL may not hold ' '; percent-encode it"),
     ],

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hypothesis
 import kubernetes_validate
 import pydantic
 import pytest
@@ -575,3 +576,90 @@ def test_the_dashboards_reach_grafanas_sidecar_as_configmaps_of_the_generated_js
         assert board["data"] == {name: text}
         assert board["metadata"]["annotations"] == {"grafana_folder": "gpulens"}
         assert len(text.encode()) < 256 * 1024
+
+
+# --- the settings' admission policy ------------------------------------------------------------------
+
+
+def policy_verdicts(configmap: dict) -> list[str]:
+    """What the API server says of `configmap` under the settings' ValidatingAdmissionPolicy, evaluated by
+    CEL's own runtime (cel-expr-python: Google's C++ CEL, RE2 for matches(), as the API server's cel-go):
+    the message of each validation that fails, [] where it is admitted."""
+    from cel_expr_python import cel
+
+    [policy] = [m for m in BASE if m["kind"] == "ValidatingAdmissionPolicy"]
+    spec = policy["spec"]
+    env = cel.NewEnv(variables={"object": cel.Type.DYN, "variables": cel.Type.DYN})
+    data = {"object": configmap}
+    if not all(env.compile(c["expression"]).eval(data=data).value() for c in spec["matchConditions"]):
+        return []
+    data["variables"] = {v["name"]: env.compile(v["expression"]).eval(data=data).value() for v in spec["variables"]}
+    return [v["message"] for v in spec["validations"] if not env.compile(v["expression"]).eval(data=data).value()]
+
+
+def test_a_settings_env_that_would_break_the_rules_is_refused_at_apply(user_copy):
+    """kustomize writes grafana-url into every alert's template as it is: a brace there made Prometheus drop
+    the rules, found only after they were applied. The API server refuses the ConfigMap instead."""
+    [configmap] = [m for m in BASE if m["kind"] == "ConfigMap"]
+    assert policy_verdicts(configmap) == []  # the committed settings are admitted
+    [binding] = [m for m in BASE if m["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": configmap["metadata"]["namespace"]
+    }
+    fix = (
+        "give an http:// or https:// URL with a host, of at most 256 characters, with no white space, quotes, "
+        "angle brackets, backticks, braces or backslashes (percent-encode them)"
+    )
+    for key, value, why in (
+        ("grafana-url", "https://grafana.corp/{{ $labels.pod }}", "every alert's dashboard link starts with it"),
+        ("grafana-url", "javascript:alert(1)", "every alert's dashboard link starts with it"),
+        ("alerts-pages-url", "https://oncall.corp/`x`", "pages are delivered there"),
+        ("prometheus-url", "prometheus:9090", "the analyzer reads there"),
+    ):
+        settings = user_copy / "deploy" / "kubernetes" / "settings" / "settings.env"
+        defaults = read_settings(SETTINGS_ENV)
+        settings.write_text(SETTINGS_ENV.read_text().replace(f"\n{key}={defaults[key]}\n", f"\n{key}={value}\n"))
+        [edited] = [m for m in kustomize(user_copy / "deploy" / "kubernetes") if m["kind"] == "ConfigMap"]
+        assert edited["data"][key] == value
+        assert policy_verdicts(edited) == [f"settings.env {key} ({why}): {fix}"]
+    # Another ConfigMap in the namespace is not the policy's.
+    assert policy_verdicts({"metadata": {"name": "other"}, "data": {"grafana-url": "{{"}}) == []
+
+
+@hypothesis.settings(max_examples=400, deadline=None)
+@hypothesis.given(
+    hypothesis.strategies.one_of(
+        hypothesis.strategies.text(max_size=40),
+        hypothesis.strategies.builds(
+            lambda scheme, rest: scheme + rest,
+            hypothesis.strategies.sampled_from(["http://", "https://", "HTTP://", "ftp://", "https:/", ""]),
+            hypothesis.strategies.text(alphabet="ab/?#:%@[] \t\"'<>`{}\\\x00\x7f\u00e9", max_size=30),
+        ),
+        hypothesis.strategies.just("https://" + "a" * 248),
+        hypothesis.strategies.just("https://" + "a" * 249),
+    )
+)
+def test_the_policy_and_gpulens_hold_urls_to_one_rule(url):
+    """check_url (what `gpulens alerts` accepts), Python's and RE2's reading of URL_PATTERN, and the
+    policy's CEL agree on every URL."""
+    import re2
+
+    accepted = True
+    try:
+        mixin.check_url(url, "--grafana.url")
+    except mixin.ConfigError:
+        accepted = False
+    options = re2.Options()
+    options.log_errors = False
+    assert bool(re.fullmatch(mixin.URL_PATTERN, url)) == accepted
+    assert bool(re2.fullmatch(mixin.URL_PATTERN, url, options=options)) == accepted
+    if "\x00" not in url:  # cel-expr-python passes strings to C++ as C strings, cut at a NUL (cel-go does not)
+        configmap = {"metadata": {"name": "gpulens-settings-abc"}, "data": {"grafana-url": url}}
+        assert (policy_verdicts(configmap) == []) == accepted
+
+
+def test_the_policys_pattern_is_gpulens_url_pattern():
+    [policy] = [m for m in BASE if m["kind"] == "ValidatingAdmissionPolicy"]
+    [variable] = policy["spec"]["variables"]
+    assert variable["expression"] == f"r'''^{mixin.URL_PATTERN}$'''"
