@@ -73,12 +73,12 @@ class StateFileError(ValueError):
 
 
 def lock(path: str) -> TextIO | None:
-    """Hold `path`'s lock (.NAME.lock beside it) for the life of the process, or None when another process
-    holds it: two replicas writing one state file would each read the other's window."""
+    """Hold `path`'s lock (.NAME.lock beside it) until the handle returned is closed, or None when another
+    process holds it: two replicas writing one state file would each read the other's window."""
     import fcntl
 
     file = Path(path)
-    handle = open(file.with_name(f".{file.name}.lock"), "a")  # noqa: SIM115  (held until the process ends)
+    handle = open(file.with_name(f".{file.name}.lock"), "a")  # noqa: SIM115  (held until close())
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
