@@ -177,9 +177,9 @@ def run_report(url: str, hours: float, queries_out: str) -> dict:
     asked: list[tuple[str, dict]] = []
 
     class Recorded(Store):
-        def _api(self, endpoint: str, params: dict[str, str]) -> list[dict]:
+        def _api(self, endpoint: str, params: dict[str, str], what: str = "") -> list:
             asked.append((endpoint, params))
-            return super()._api(endpoint, params)
+            return super()._api(endpoint, params, what)
 
     started = time.perf_counter()
     store = Recorded(url, timeout=300)
@@ -210,7 +210,10 @@ def bare(url: str, queries: list[tuple[str, dict]]) -> float:
     session = requests.Session()
     started = time.perf_counter()
     for endpoint, params in queries:
-        response = session.post(f"{url}/api/v1/{endpoint}", data=params, timeout=300)
+        if endpoint.startswith("label/"):  # label values are GET only, as the store client asks them
+            response = session.get(f"{url}/api/v1/{endpoint}", params=params, timeout=300)
+        else:
+            response = session.post(f"{url}/api/v1/{endpoint}", data=params, timeout=300)
         orjson.loads(response.content)
     return time.perf_counter() - started
 
