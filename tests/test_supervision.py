@@ -96,8 +96,10 @@ class ScriptedPrometheus:
     t is `signal(uuid, t)`: range queries answer the steps asked for, instant queries nothing. Records
     each range query's (start, end); `fail_next` makes the next range query answer HTTP 500 without JSON."""
 
-    def __init__(self, gpus: dict[str, float]):
+    def __init__(self, gpus: dict[str, float], result: list[dict] | None = None):
         self.gpus, self.ranges, self.fail_next = gpus, [], False
+        #: Series answered to every range query instead of the GPUs' signals (None: the signals).
+        self.result = result
         #: Each range query answered: its PromQL, start and end.
         self.asked: list[tuple[str, float, float]] = []
         #: The range query (counted from the first, `answered`) to answer HTTP 500 too.
@@ -124,7 +126,7 @@ class ScriptedPrometheus:
                     steps = [start + k * step for k in range(int((end - start) // step) + 1)]
                     # A GPU's memory is 1 more than every signal (a ratio): never less than the memory it uses.
                     more = 1.0 if "memory_total" in query else 0.0
-                    result = [
+                    result = scripted.result or [
                         {
                             "metric": {"instance": "node-a:9848", "uuid": uuid},
                             "values": [[t, str(signal(uuid, t) + more)] for t in steps if t <= last],
@@ -691,30 +693,13 @@ def test_a_bug_in_the_dcgm_loop_is_counted_and_the_reader_goes_on(monkeypatch, c
 
 @contextlib.contextmanager
 def answering(result: list[dict]) -> Iterator[str]:
-    """A store's URL answering every range query with `result` (a matrix) and every instant query with
-    nothing."""
-    ranged = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
-    instant = json.dumps({"status": "success", "data": {"resultType": "vector", "result": []}}).encode()
-
-    class Store(BaseHTTPRequestHandler):
-        def do_POST(self):
-            self.rfile.read(int(self.headers["Content-Length"]))
-            body = ranged if self.path.endswith("query_range") else instant
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Store)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    """A store's URL answering every range query with `result` and every instant query with nothing."""
+    store = ScriptedPrometheus({}, result)
     try:
-        yield f"http://127.0.0.1:{server.server_port}"
+        yield store.url
     finally:
-        server.shutdown()
-        server.server_close()
+        store.server.shutdown()
+        store.server.server_close()
 
 
 T = 1_800_000_000
