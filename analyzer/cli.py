@@ -464,7 +464,7 @@ def _report_from_store(
 
             def show(p: span.Progress) -> None:
                 read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
-                bar.update(task, completed=p.seconds_done, read=read)
+                bar.update(task, total=p.span_seconds, completed=p.seconds_done, read=read)
 
             verdicts = span.report(reader, the_span, thresholds, prices, window, slide, show, owners, timelines, use)
             return verdicts, timelines, use

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 import logging
 import math
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import state
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
-from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Window
+from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Window, instances_matcher
 from gpulens.analyzer.store import (
     MAX_ANSWER_BYTES,
     AnswerLate,
@@ -481,7 +479,7 @@ class PrometheusInput:
             instances = self._shard_instances(self.shard, end)
             if not instances:
                 return fr.empty()
-            self.reader.instances = "instance=~" + json.dumps("|".join(re.escape(i) for i in instances))
+            self.reader.instances = instances_matcher(instances)
         if self._held is None and self.state_file and not self._state_loaded:  # a restart: what it held before
             self._state_loaded = True
             self._state_lock = state.lock(self.state_file)

@@ -19,7 +19,7 @@ import functools
 import math
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -393,6 +393,21 @@ class Window:
         self.read_from = oldest if self.read_from is None else min(self.read_from, oldest)
 
 
+@dataclass(frozen=True)
+class Exporters:
+    """The exporters (their `instance`) that report one node's GPUs, and those GPUs (UUIDs), as a store's
+    index names them: the least a read may select, since a GPU's series from gpulens' exporter and from
+    dcgm-exporter must meet in one read (analyzer/span.py reads a large fleet a group of these at a time)."""
+
+    instances: frozenset[str]
+    gpus: frozenset[str]
+
+
+def instances_matcher(instances: Iterable[str]) -> str:
+    """A label matcher selecting the series of exactly these exporters."""
+    return "instance=~" + mixin.promql_string("|".join(re.escape(i) for i in sorted(instances)))
+
+
 @dataclass
 class Hardware:
     """What a store says of each GPU beyond its values: model and node by row key, and its topology
@@ -695,6 +710,44 @@ class SeriesReader:
             values = self.store.label_values(label, dcgm, start, end)
             named.append(sum(1 for pod in values if not self._exporter_pods.fullmatch(pod)))
         return max(named)
+
+    def exporters(self, start: float, end: float) -> list[Exporters]:
+        """The exporters that reported GPUs between `start` and `end` (unix seconds), grouped so that
+        those naming one GPU (gpulens' and dcgm-exporter's on its node) are together, from the store's
+        index without reading a sample; the shard's matcher (`instances`) is not applied."""
+        shard, self.instances = self.instances, ""
+        try:
+            named = [
+                (s.get("instance", ""), s.get("uuid", ""))
+                for s in self.store.series(self._sel(m.GPU_INFO.name), start, end)
+            ]
+            dcgm = f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}"
+            named += [(s.get("instance", ""), s.get("UUID", "")) for s in self.store.series(dcgm, start, end)]
+        finally:
+            self.instances = shard
+        # Instances that name one GPU are one group: a union-find over instances, joined through GPUs.
+        parent: dict[str, str] = {}
+
+        def root(instance: str) -> str:
+            while parent.setdefault(instance, instance) != instance:
+                parent[instance] = instance = parent[parent[instance]]
+            return instance
+
+        seen_at: dict[str, str] = {}
+        for instance, gpu in named:
+            if gpu:
+                parent[root(instance)] = root(seen_at.setdefault(gpu, instance))
+            root(instance)
+        instances: dict[str, set[str]] = collections.defaultdict(set)
+        gpus: dict[str, set[str]] = collections.defaultdict(set)
+        for instance, gpu in named:
+            instances[root(instance)].add(instance)
+            if gpu:
+                gpus[root(instance)].add(gpu)
+        return sorted(
+            (Exporters(frozenset(instances[r]), frozenset(gpus[r])) for r in instances),
+            key=lambda e: sorted(e.instances),
+        )
 
     def restore_pods(self, pods: list[tuple[str, str, str]]) -> None:
         """The pod table a window's "_pod" codes index (analyzer/state.py)."""

@@ -6,7 +6,11 @@ to piece: memory grows with the GPUs and pods, not with the span. Each piece cou
 read with a window of samples before and after them, so the verdicts are those of judging the span whole
 (tests/test_history.py holds them equal).
 
-A piece holds about PIECE_ROWS rows (GPUs x steps): its length is set from the GPUs the first piece found.
+A piece holds about PIECE_ROWS rows (GPUs x steps): its length is set from the GPUs the store's index names
+in the span (/api/v1/series, no sample read), or from those the first piece found where it cannot say. A
+fleet so large that even the shortest piece (three windows) of every GPU would hold more is read in groups
+of nodes, one after the other, each through the whole span: memory follows PIECE_ROWS, whatever the fleet
+and the span (a pod's GPUs are on one node, so no unit is split).
 The store's own limits (points per series, samples per query) are the store client's concern
 (analyzer/store.py): it cuts and retries the range queries a piece makes.
 """
@@ -28,7 +32,7 @@ from gpulens.analyzer.history import Ledger, default_window, ledgers
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
 from gpulens.analyzer.plan import Use
 from gpulens.analyzer.report import TimelineBins, unit_samples
-from gpulens.analyzer.series import SeriesReader, Window
+from gpulens.analyzer.series import Exporters, SeriesReader, Window, instances_matcher
 from gpulens.analyzer.store import StoreError
 from gpulens.core.thresholds import Thresholds
 
@@ -36,8 +40,6 @@ log = logging.getLogger(__name__)
 
 #: Rows (GPUs x steps) a piece holds: about 0.6 GiB of trace frame with every column, and its grid.
 PIECE_ROWS = 2_000_000
-#: The first piece's length, before the number of GPUs is known.
-FIRST_PIECE_SECONDS = 6 * 3600.0
 
 
 @dataclass
@@ -45,7 +47,10 @@ class Progress:
     """What a read has done so far, for a progress bar: pieces, seconds of the span, bytes and GPUs."""
 
     pieces_done: int = 0
+    #: Seconds to read: the span's, once for each group of nodes it is read in.
     span_seconds: float = 0.0
+    #: The groups of nodes the span is read in (one: every GPU at once).
+    groups: int = 1
     seconds_done: float = 0.0
     bytes_read: int = 0
     gpus: set[str] = field(default_factory=set)
@@ -111,30 +116,92 @@ def report(
         return owners_mod.apply(verdicts, _owners(owners, frame, span.end, span.end - span.start))
     totals: dict[str, Ledger] = {}
     owned: dict[PodKey, Owner] = {}
-    piece = _piece_seconds(FIRST_PIECE_SECONDS, slide, window)
-    counted_from = span.start
-    while counted_from <= span.end:
-        counted_to = min(counted_from + piece, span.end + span.step)
-        read_from, read_to = max(span.start, counted_from - window), min(span.end, counted_to + window)
-        frame = _read(reader, read_from, read_to, span.step, progress)
-        keys = UnitKeys.of(frame) if len(frame) else None
-        if timelines is not None or use is not None:  # the piece's own samples: those around it are its neighbours'
-            counted = frame["timestamp"].between(counted_from, counted_to, inclusive="left").to_numpy()
-            _gather(unit_samples(frame, keys=keys, where=counted), timelines, use)
-        pieces = ledgers(frame, t, prices, window, slide, span.start, (counted_from, counted_to), keys=keys)
-        for unit, ledger in pieces.items():
-            if unit in totals:
-                totals[unit].merge(ledger)
-            else:
-                totals[unit] = ledger
-        require_few_enough(len(totals))
-        owned |= _owners(owners, frame, read_to, read_to - read_from)
-        _report(progress, on_progress, counted_to - counted_from)
-        if progress.gpus:
-            piece = _piece_seconds(PIECE_ROWS / len(progress.gpus) * span.step - 2 * window, slide, window)
-        counted_from = counted_to
+    groups = _groups(reader, span, window)
+    progress.groups = len(groups)
+    progress.span_seconds *= len(groups)
+    shard = reader.instances
+    try:
+        for group in groups:
+            reader.instances = ",".join(part for part in (shard, group.matcher) if part)
+            piece = _piece_seconds(_piece_length(group.gpus, span.step, window), slide, window)
+            counted_from = span.start
+            while counted_from <= span.end:
+                counted_to = min(counted_from + piece, span.end + span.step)
+                read_from, read_to = max(span.start, counted_from - window), min(span.end, counted_to + window)
+                frame = _read(reader, read_from, read_to, span.step, progress)
+                keys = UnitKeys.of(frame) if len(frame) else None
+                if (
+                    timelines is not None or use is not None
+                ):  # the piece's own samples: those around it are its neighbours'
+                    counted = frame["timestamp"].between(counted_from, counted_to, inclusive="left").to_numpy()
+                    _gather(unit_samples(frame, keys=keys, where=counted), timelines, use)
+                pieces = ledgers(frame, t, prices, window, slide, span.start, (counted_from, counted_to), keys=keys)
+                for unit, ledger in pieces.items():
+                    if unit in totals:
+                        totals[unit].merge(ledger)
+                    else:
+                        totals[unit] = ledger
+                require_few_enough(len(totals))
+                owned |= _owners(owners, frame, read_to, read_to - read_from)
+                _report(progress, on_progress, counted_to - counted_from)
+                if group.gpus is None and progress.gpus:  # a store that could not say: sized from the first
+                    piece = _piece_seconds(_piece_length(len(progress.gpus), span.step, window), slide, window)
+                counted_from = counted_to
+    finally:
+        reader.instances = shard
     _say_impossible(progress, reader)
     return owners_mod.apply([ledger.verdict(t) for ledger in totals.values()], owned)
+
+
+@dataclass(frozen=True)
+class Group:
+    """Nodes a report reads together: a PromQL matcher selecting their exporters ("": every GPU), and their
+    GPUs (None: the store's index could not say)."""
+
+    matcher: str
+    gpus: int | None
+
+
+def _groups(reader: SeriesReader, span: Span, window: float) -> list[Group]:
+    """The groups of nodes a span is read in: as few as keep the shortest piece (a window counted, a window
+    read on each side) of each within PIECE_ROWS, nodes balanced by GPUs. One group of every GPU where
+    that fits, or where the store cannot name its exporters from its index."""
+    try:
+        exporters = reader.exporters(span.start, span.end)
+    except StoreError as e:
+        log.debug("cannot list the span's exporters in advance: %s", e)
+        return [Group("", None)]
+    shortest_piece = (3 * window) / span.step + 1
+    gpus = sum(len(e.gpus) for e in exporters)
+    count = min(len(exporters), math.ceil(gpus * shortest_piece / PIECE_ROWS))
+    if count <= 1:
+        return [Group("", gpus)]
+    # The largest first, each to the group holding the fewest GPUs so far.
+    members: list[list[Exporters]] = [[] for _ in range(count)]
+    held = [0] * count
+    for node in sorted(exporters, key=lambda e: (-len(e.gpus), sorted(e.instances))):
+        lightest = held.index(min(held))
+        members[lightest].append(node)
+        held[lightest] += len(node.gpus)
+    log.info(
+        "%s: %d GPUs in the span, read in %d groups of nodes (a piece of them all would hold more than %d GPU-steps)",
+        reader.store.name,
+        gpus,
+        count,
+        PIECE_ROWS,
+    )
+    return [
+        Group(instances_matcher(i for node in group for i in node.instances), size)
+        for group, size in zip(members, held, strict=True)
+    ]
+
+
+def _piece_length(gpus: int | None, step: float, window: float) -> float:
+    """Seconds a piece counts so that it reads at most PIECE_ROWS rows of `gpus` (its steps, a window's on
+    each side, both ends read), or the shortest piece when that holds more or `gpus` is not known yet."""
+    if not gpus:
+        return 0.0
+    return (PIECE_ROWS / gpus - 1) * step - 2 * window
 
 
 def _refuse_too_many_pods(reader: SeriesReader, span: Span) -> None:

@@ -216,6 +216,19 @@ class Store:
             raise StoreError(f"{self.name} answered the values of {label} with some that are not strings")
         return cast(list[str], values)
 
+    def series(self, selector: str, start: float, end: float) -> list[dict[str, str]]:
+        """The label sets of the series `selector` matches between `start` and `end` (unix seconds), from
+        the store's index without reading a sample (/api/v1/series: every Prometheus HTTP API)."""
+        params = {"match[]": selector, "start": _time(start), "end": _time(end)}
+        what = f"the series of {selector}"
+        try:
+            found = self._api("series", params, what=what)
+        except _TooBig as e:
+            raise StoreError(f"{self.name} refuses {what!r}: {e.reason}") from None
+        if not all(isinstance(s, dict) and all(type(v) is str for v in s.values()) for s in found):
+            raise StoreError(f"{self.name} answered {what} with label sets that are not of strings: {_NOT_THE_API}")
+        return cast(list[dict[str, str]], found)
+
     def query_range(self, expr: str, start: float, end: float, step: float) -> list[dict]:
         """A range query's series from `start` to `end` (unix seconds, on the step grid), cut into ranges
         of at most max_points points per series, and halved again while the store refuses one for its
@@ -253,8 +266,9 @@ class Store:
             wait = RETRY_SECONDS * 2**attempt
             try:
                 deadline = time.monotonic() + self.timeout
-                # Queries are form POSTs (no URL length limit); label values are GET only (Prometheus: 405).
-                get = endpoint.startswith("label/")
+                # Queries are form POSTs (no URL length limit); label values are GET only (Prometheus: 405),
+                # and so, for the stores that take nothing else, is the series index.
+                get = endpoint.startswith("label/") or endpoint == "series"
                 with self.session.request(
                     "GET" if get else "POST",
                     f"{self.url}/api/v1/{endpoint}",
@@ -349,7 +363,7 @@ class Store:
                 None,
             )
         data = body.get("data")
-        if endpoint.startswith("label/"):  # a list of strings, not series
+        if endpoint.startswith("label/") or endpoint == "series":  # a list of strings or of label sets
             if not isinstance(data, list):
                 raise StoreError(f"{self.name} answered {expr} without a list in data: {_NOT_THE_API}")
             return data

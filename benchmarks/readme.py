@@ -303,6 +303,19 @@ def _report_store(document: dict) -> list[str]:
     return out
 
 
+def _report_store_wide(document: dict) -> list[str]:
+    f = document["figures"]
+    return [
+        f"**A fleet wider than a piece** (the same benchmark, `--gpus {f['gpus']} --hours {f['hours']:g} --name "
+        f"report-store-wide`): {f['gpus']:,} GPUs, where even the shortest piece (three windows) of every GPU holds "
+        f"more than {f['piece_rows_limit']:,} GPU-steps, read in {f['groups']} groups of nodes and {f['pieces']} "
+        f"pieces, the largest {f['largest_piece_rows']:,} rows: peak resident memory {f['report_peak_rss_mib']:,.0f} "
+        f"MiB in {f['report_s']:.0f} s ({f['report_s'] / f['bare_s']:.2f}x the bare transfer, "
+        f"{f['seconds_per_gpu_day'] * 1000:.0f} ms per GPU-day). Memory follows the piece, not the fleet or the "
+        "span. " + _machine(document),
+    ]
+
+
 def render() -> str:
     """The README's benchmark block, from the results files."""
     lines = [BEGIN, ""]
@@ -315,6 +328,7 @@ def render() -> str:
     lines += _sizing(results.load("live-prometheus")) + [""]
     lines += _input(results.load("analyzer-input")) + [""]
     lines += _report_store(results.load("report-store")) + [""]
+    lines += _report_store_wide(results.load("report-store-wide")) + [""]
     lines.append(END)
     return "\n".join(lines)
 

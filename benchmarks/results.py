@@ -37,6 +37,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "analyzer-day": ("benchmarks/analyzer.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "analyzer-input": ("benchmarks/analyzer.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "report-store": ("benchmarks/store_report.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
+    "report-store-wide": ("benchmarks/store_report.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "live-prometheus": ("benchmarks/live_prometheus.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     # Two hours a run: the core modules an NVML exporter never loads are left out, so that a change to what
     # only the analyzer, dashboards and alerts read does not ask for it (tests/test_nvml_source.py holds an

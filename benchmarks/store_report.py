@@ -197,6 +197,7 @@ def run_report(url: str, hours: float, queries_out: str) -> dict:
         "workloads": len({v.workload for v in verdicts}),
         "queries": len(asked),
         "pieces": progress[-1].pieces_done,
+        "groups": progress[-1].groups,
         "largest_piece_rows": progress[-1].largest_piece_rows,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
@@ -227,6 +228,13 @@ def main() -> int:
         default="",
         help="keep the backfilled Prometheus data in this folder, and use it again when it is there (the "
         "day of 1,000 GPUs takes 6 minutes to write and backfill)",
+    )
+    parser.add_argument(
+        "--name",
+        default="report-store",
+        choices=("report-store", "report-store-wide"),
+        help="the results file: report-store for a day of 1,000 GPUs (the rate), report-store-wide for a wide "
+        "fleet (--gpus 8000 --hours 6: memory when the span is read in groups of nodes)",
     )
     parser.add_argument("--report", default="", help=argparse.SUPPRESS)  # a child: the report against this URL
     parser.add_argument("--queries-out", default="", help=argparse.SUPPRESS)
@@ -299,6 +307,7 @@ def main() -> int:
         "report_s": measured["seconds"],
         "report_peak_rss_mib": measured["peak_rss_mib"],
         "pieces": measured["pieces"],
+        "groups": measured["groups"],
         "largest_piece_rows": measured["largest_piece_rows"],
         "piece_rows_limit": PIECE_ROWS,
         "bytes": measured["bytes"],
@@ -308,7 +317,7 @@ def main() -> int:
         "workloads": measured["workloads"],
         "seconds_per_gpu_day": rate,
     }
-    results.save("report-store", figures)
+    results.save(args.name, figures)
     print(
         f"\n{args.gpus:,} GPUs x {args.hours:g} h at {STEP} s of dcgm-exporter series ({samples:,} samples), "
         f"read from Prometheus\n"
@@ -318,7 +327,8 @@ def main() -> int:
     ratio = measured["seconds"] / bare_seconds
     print(f"{'gpulens report --prometheus':<44} {measured['seconds']:>8.1f} {ratio:>6.2f}")
     print(
-        f"\npeak resident memory {measured['peak_rss_mib']:,.0f} MiB, reading {measured['pieces']} pieces, the "
+        f"\npeak resident memory {measured['peak_rss_mib']:,.0f} MiB, reading {measured['pieces']} pieces in "
+        f"{measured['groups']} groups of nodes, the "
         f"largest {measured['largest_piece_rows']:,} rows (at most {PIECE_ROWS:,} GPU-steps, whatever the span); "
         f"{measured['queries']} queries; "
         f"{measured['bytes'] / gpu_days / 2**20:.2f} MiB read per GPU-day; {measured['verdicts']:,} verdicts, "

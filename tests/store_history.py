@@ -117,15 +117,20 @@ def _number(value: float) -> str:
 
 
 def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, float, float]]]:
-    """Metric name -> its samples (labels text, unix seconds, value) in `layout`."""
+    """Metric name -> its samples (labels text, unix seconds, value) in `layout`. Each node's exporters
+    are at addresses of their own (gpulens' at 10.0.N.1:9835, dcgm-exporter's at 10.0.N.2:9400, N the
+    node's place in name order)."""
     out: dict[str, list[tuple[str, float, float]]] = {}
     gpus = {uuid: rows for uuid, rows in trace.groupby("gpu", observed=True, sort=True)}
+    nodes = sorted(trace["node"].astype(str).unique())
     for index, (uuid, rows) in enumerate(gpus.items()):
         model = str(rows["gpu_model"].iloc[0])
+        node = str(rows["node"].iloc[0])
+        subnet = f"10.0.{nodes.index(node)}"
         ts = rows["timestamp"].to_numpy()
         pods = list(rows[["namespace", "pod", "container"]].astype(str).itertuples(index=False, name=None))
         if layout == "gpulens":
-            base = {"job": "gpulens", "instance": "10.0.0.1:9835", "node": NODE, "gpu": str(index), "uuid": uuid}
+            base = {"job": "gpulens", "instance": f"{subnet}.1:9835", "node": node, "gpu": str(index), "uuid": uuid}
             gauges = {s.gpulens: s.column for s in SIGNALS} | {"gpulens_gpu_memory_total_bytes": "memory_total_bytes"}
             for name, column in gauges.items():
                 out.setdefault(name, []).extend(
@@ -137,8 +142,8 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
                     labels = {**base, "namespace": namespace, "pod": pod, "container": container}
                     out.setdefault("gpulens_gpu_pod_info", []).append((_labels(labels), t, 1.0))
             continue
-        target = {"job": layout, "instance": "10.0.0.2:9400"}
-        gpu_labels = {"gpu": str(index), "UUID": uuid, "device": f"nvidia{index}", "modelName": model, "Hostname": NODE}
+        target = {"job": layout, "instance": f"{subnet}.2:9400"}
+        gpu_labels = {"gpu": str(index), "UUID": uuid, "device": f"nvidia{index}", "modelName": model, "Hostname": node}
         free = (rows["memory_total_bytes"] - rows["memory_used_bytes"]).to_numpy() / MIB
         for t_index, (t, (namespace, pod, container)) in enumerate(zip(ts, pods, strict=True)):
             if layout in ("dcgm-exported", "dcgm-basic"):

@@ -18,8 +18,9 @@ import pytest
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import report as html_report
 from gpulens.analyzer.history import analyze
+from gpulens.analyzer.store import Store, StoreAuth, StoreError
 from tests import store_history as week
-from tests.helpers import REPO, BackfilledPrometheus, VictoriaMetrics
+from tests.helpers import REPO, BackfilledPrometheus, ServerProcess, VictoriaMetrics
 
 pytestmark = pytest.mark.slow
 
@@ -176,16 +177,129 @@ def test_a_week_read_in_pieces_is_the_week_read_whole(stores, monkeypatch):
         return sorted((v.to_dict() for v in found), key=lambda v: (v["namespace"], v["pod"], v["gpus"]))
 
     whole_progress: list = []
-    monkeypatch.setattr(span, "FIRST_PIECE_SECONDS", 8 * 86400.0)
+    monkeypatch.setattr(span, "PIECE_ROWS", 4 * 3000)  # 4 GPUs x 3,000 steps of 5 minutes: 10.4 days
     whole = verdicts(whole_progress)
     assert len(whole_progress) == 1
     pieces_progress: list = []
-    monkeypatch.setattr(span, "FIRST_PIECE_SECONDS", 6 * 3600.0)
     monkeypatch.setattr(span, "PIECE_ROWS", 4 * 720)  # 4 GPUs x 720 steps of 5 minutes: 2.5 days
     assert verdicts(pieces_progress) == whole
-    # 6 h, then 2.5 days less a 5-hour window on each side (2.08 days) three times, then the last 11.9 h.
-    assert len(pieces_progress) == 5
+    # The four GPUs named by the store's index from the first piece on: 39 slides of 75 minutes (2.03 days)
+    # with a 5-hour window read on each side, 706 steps, three times; then the last 21.7 h.
+    assert len(pieces_progress) == 4
+    assert pieces_progress[-1].largest_piece_rows == 4 * 706
     assert pieces_progress[-1].seconds_done == pieces_progress[-1].span_seconds == LAST - week.START
+
+
+def test_a_store_that_will_not_name_its_series_is_read_from_the_shortest_piece_on(stores, tmp_path, monkeypatch):
+    """Behind a proxy that lets only queries through (vmauth routing /api/v1/query and query_range, as
+    read-only front ends are configured), the GPUs are not known before the first piece: it is the
+    shortest (a window counted), the pieces after it are sized from the GPUs it found, and the verdicts
+    are those of the store read directly."""
+    from gpulens.analyzer import span
+    from gpulens.analyzer.series import SeriesReader
+    from gpulens.core.thresholds import Thresholds
+
+    config = tmp_path / "auth.yml"
+    victoria = stores["victoria-metrics"]
+    config.write_text(
+        f'users:\n- bearer_token: "tok-5e1d"\n  url_map:\n'
+        f'  - src_paths: ["/api/v1/query", "/api/v1/query_range"]\n    url_prefix: "{victoria}"\n'
+    )
+    token = tmp_path / "token"
+    token.write_text("tok-5e1d")
+    auth = StoreAuth(bearer_token_file=str(token))
+    proxy = ServerProcess("vmauth", tmp_path, lambda a: [f"-auth.config={config}", f"-httpListenAddr={a}"], "/health")
+    gpulens, dcgm = LAYOUTS["dcgm-exported"]
+    week_span = span.Span.aligned(week.START, LAST, week.STEP)
+    monkeypatch.setattr(span, "PIECE_ROWS", 4 * 720)
+
+    def verdicts(store: Store, progress: list) -> list[dict]:
+        reader = SeriesReader(store, week.STEP, gpulens_selector=gpulens, dcgm_selector=dcgm)
+
+        def seen(p: span.Progress) -> None:
+            progress.append((p.seconds_done, p.largest_piece_rows))
+
+        found = span.report(reader, week_span, Thresholds(), on_progress=seen)
+        return sorted((v.to_dict() for v in found), key=lambda v: (v["namespace"], v["pod"], v["gpus"]))
+
+    try:
+        with pytest.raises(StoreError):
+            Store(proxy.url, auth).series("DCGM_FI_DEV_FB_USED", week.START, LAST)
+        behind: list = []
+        assert verdicts(Store(proxy.url, auth), behind) == verdicts(Store(victoria), [])
+    finally:
+        proxy.stop()
+    # 5 hours (the shortest piece: a window, read with the window after it), then 39 slides of 75 minutes
+    # three times, then the last 16.7 h.
+    assert behind == [
+        (18_000, 4 * 121),
+        (193_500, 4 * 706),
+        (369_000, 4 * 706),
+        (544_500, 4 * 706),
+        (LAST - week.START, 4 * 706),
+    ]
+
+
+def test_a_fleet_too_large_for_one_piece_is_read_in_groups_of_nodes_with_the_verdicts_of_one_read(
+    tmp_path, monkeypatch
+):
+    """Where even the shortest piece (three windows) of every GPU would hold more than PIECE_ROWS, the span
+    is read a group of nodes at a time: each query selects one group's exporters (gpulens' and
+    dcgm-exporter's of a node, joined by the GPUs they both name), no piece holds more than PIECE_ROWS,
+    and the verdicts are a file's of the same samples."""
+    from gpulens.analyzer import span
+    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.store import Store
+    from gpulens.core.thresholds import Thresholds
+
+    trace = week.week_trace()
+    gpus = set(trace["gpu"].astype(str))
+    held = set(trace.loc[trace["pod"] != "", "gpu"].astype(str))
+    # The serving replica's GPU and the GPU no pod holds on a second node.
+    node_b = set(trace.loc[trace["pod"] == "llm-0", "gpu"].astype(str)) | (gpus - held)
+    trace["node"] = trace["node"].astype(str).where(~trace["gpu"].astype(str).isin(node_b), "gpu-node-b")
+    trace = fr.normalize(trace)
+    prometheus = BackfilledPrometheus(tmp_path, week.openmetrics(trace))
+    try:
+        asked: list[str] = []
+
+        class Recorded(Store):
+            def _api(self, endpoint: str, params: dict[str, str], what: str = "") -> list:
+                if endpoint == "query_range":
+                    asked.append(params["query"])
+                return super()._api(endpoint, params, what)
+
+        gpulens, dcgm = LAYOUTS["gpulens-and-dcgm"]
+        reader = SeriesReader(Recorded(prometheus.url), week.STEP, gpulens_selector=gpulens, dcgm_selector=dcgm)
+        progress: list = []
+        # A window of 5 hours is 61 steps of 5 minutes, the shortest piece 181: four GPUs of it hold more.
+        monkeypatch.setattr(span, "PIECE_ROWS", 700)
+        found = span.report(
+            reader, span.Span.aligned(week.START, LAST, week.STEP), Thresholds(), on_progress=progress.append
+        )
+    finally:
+        prometheus.stop()
+    by_pod = sorted((v.to_dict() for v in found), key=lambda v: (v["namespace"], v["pod"], v["gpus"]))
+    from_file = sorted((v.to_dict() for v in analyze(trace)), key=lambda v: (v["namespace"], v["pod"], v["gpus"]))
+    assert [(v["node"], v["pod"], v["bottleneck"]) for v in by_pod] == [
+        ("gpu-node-b", "", "unallocated"),
+        ("gpu-node-a", "trainer-0", "healthy"),
+        ("gpu-node-a", "notebook-a", "idle"),
+        ("gpu-node-a", "notebook-b", "idle"),
+        ("gpu-node-b", "llm-0", "overprovisioned_serving"),
+    ]
+    assert by_pod == from_file
+    node_a = 'instance=~"10\\\\.0\\\\.0\\\\.1:9835|10\\\\.0\\\\.0\\\\.2:9400"'
+    node_b_matcher = 'instance=~"10\\\\.0\\\\.1\\\\.1:9835|10\\\\.0\\\\.1\\\\.2:9400"'
+    # Each query of the exporters' series selects one group; the pods' CPU and restarts (cAdvisor,
+    # kube-state-metrics) have no exporter to select.
+    exporters = [query for query in asked if "kube_pod_container" not in query and "container_cpu" not in query]
+    assert {(node_a in query, node_b_matcher in query) for query in exporters} == {(True, False), (False, True)}
+    # Two groups of two GPUs: 700 / 2 x 5 minutes less a window each side is 15 slides of 75 minutes, so
+    # each group reads the week in 9 pieces; none holds more than PIECE_ROWS.
+    assert progress[-1].pieces_done == 18
+    assert progress[-1].largest_piece_rows <= 700
+    assert progress[-1].seconds_done == progress[-1].span_seconds == 2 * (LAST - week.START)
 
 
 @pytest.mark.parametrize("layout", ["dcgm-exported", "dcgm-plain"])
