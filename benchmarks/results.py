@@ -19,10 +19,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 
+#: The core modules an NVML exporter never loads (tests/test_nvml_source.py holds it to that): the
+#: analyzer's classes and thresholds, the dashboards', alerts' and analyzer's PromQL, the trace schema and
+#: dcgm-exporter's format. A change to them does not ask for the exporter's benchmarks (the soak: two hours).
+_NOT_IN_EXPORTER = tuple(f"!gpulens/core/{name}.py" for name in ("mixin", "trace", "dcgm", "bottlenecks", "thresholds"))
 #: The exporter's code and what it runs against (the fake driver library).
 _EXPORTER = (
     "exporter/**/*.py",
     "gpulens/core/**/*.py",
+    *_NOT_IN_EXPORTER,
     "gpulens/cli.py",
     "gpulens/__init__.py",
     "tests/fake_nvml/fake_nvml.c",
@@ -39,10 +44,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "report-store": ("benchmarks/store_report.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "report-store-wide": ("benchmarks/store_report.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "live-prometheus": ("benchmarks/live_prometheus.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
-    # Two hours a run: the core modules an NVML exporter never loads are left out, so that a change to what
-    # only the analyzer, dashboards and alerts read does not ask for it (tests/test_nvml_source.py holds an
-    # exporter to loading none of them).
-    "soak": ("benchmarks/soak.py", *_EXPORTER, *(f"!gpulens/core/{name}.py" for name in ("mixin", "trace", "dcgm"))),
+    "soak": ("benchmarks/soak.py", *_EXPORTER),
 }
 
 

@@ -21,10 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from gpulens.core import metrics as m
-from gpulens.core.activity import ActivityShape, ShapeCounts
+from gpulens.core.activity import IDLE_ACTIVITY, ActivityShape, ShapeCounts
 from gpulens.core.pods import PodRef
 from gpulens.core.status import CollectorStatus, LoopGuard, ProblemLog
-from gpulens.core.thresholds import IDLE_ACTIVITY
 from gpulens.exporter.attribution.attributor import Attribution, Resolved, resolve
 from gpulens.exporter.sources.base import NodeSample, ProcessSample, Source
 

@@ -37,6 +37,10 @@ STEADY_FACTOR = 1.5
 #: the thresholds idle_activity, starvation_low and starvation_high (core/thresholds.py takes its defaults
 #: from here and refuses an override the histogram cannot honour).
 IDLE_BOUND, LOW_BOUND, HIGH_BOUND = 0.01, 0.1, 0.7
+#: Activity under this ratio is "no work": SM / GR activity about 0 (docs/signals.md; tool: Princeton JDS
+#: uses 0%). The exporter's idle-seconds counters and its activity histogram count with it; the analyzer's
+#: threshold idle_activity defaults to it (core/thresholds.py).
+IDLE_ACTIVITY = IDLE_BOUND
 
 
 #: Running totals the analyzer differences between two rows: samples, samples at or below IDLE_BOUND,

@@ -17,8 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpulens.core import activity
-from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES
-from gpulens.core.thresholds import IDLE_ACTIVITY
+from gpulens.core.activity import IDLE_ACTIVITY
 
 PREFIX = "gpulens_"
 DEVICE_LABELS = ("gpu", "uuid")
@@ -728,8 +727,8 @@ POD_BOTTLENECK = _spec(
     "pod_bottleneck",
     "gauge",
     "",
-    "StateSet: 1 for the pod's current bottleneck class, 0 for the others. bottleneck is one of "
-    f"{', '.join(POD_CLASSES)}.",
+    "StateSet: 1 for the pod's current bottleneck class, 0 for the others. bottleneck is a pod class of "
+    "gpulens (docs/signals.md).",
     "analyzer verdict",
     labels=ANALYZER_POD_LABELS + ("bottleneck",),
     group="analyzer",
@@ -739,8 +738,8 @@ GPU_WITHOUT_POD = _spec(
     "gauge",
     "",
     "StateSet of each GPU (or MIG instance) no pod holds, in data that attributes GPUs to pods: 1 for its "
-    f"class, 0 for the other. bottleneck is one of {', '.join(GPU_CLASSES)}: capacity nobody holds, or a "
-    'process the kubelet did not assign using it. Its waste is in gpulens_wasted_* with namespace "".',
+    "class, 0 for the other. bottleneck is a GPU class of gpulens (docs/signals.md): capacity nobody holds, or "
+    'a process the kubelet did not assign using it. Its waste is in gpulens_wasted_* with namespace "".',
     "analyzer verdict",
     labels=("node", "gpu", "bottleneck"),
     group="analyzer",

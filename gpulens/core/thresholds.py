@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
+from gpulens.core.activity import HIGH_BOUND, IDLE_ACTIVITY, IDLE_BOUND, LOW_BOUND
 from gpulens.core.config import PROMQL_DURATION, ConfigError, duration_seconds, read_yaml
 from gpulens.core.schema import LONGEST_DURATION, Integer, Number, Record, Schema, Text, validate
 
-#: Activity under this ratio is "no work": SM / GR activity about 0 (docs/signals.md; tool: Princeton JDS
-#: uses 0%). The exporter's idle-seconds counters and its activity histogram (core/activity.py) count with it.
-IDLE_ACTIVITY = IDLE_BOUND
 #: Thresholds that are bounds of the exporter's activity histogram, which counts every driver sample
 #: between scrapes at fixed bounds: data from it can be judged at these values only.
 EXPORTER_BOUNDS = {"idle_activity": IDLE_BOUND, "starvation_low": LOW_BOUND, "starvation_high": HIGH_BOUND}
