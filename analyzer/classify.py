@@ -647,30 +647,36 @@ def _uneven(f: PodFeatures, t: Thresholds) -> Finding | None:
 
 def _data_starvation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     """Bursts near full activity and gaps near zero, switching several times a minute at a steady
-    period (training steps, not requests), from samples fine enough to show them; from coarser
-    samples, only a pod whose CPU sits at its limit while the GPU waits."""
+    period (training steps, not requests), from samples fine enough to show them; else (coarser samples,
+    or bursts that do not switch like steps) only a pod whose CPU sits at its limit while the GPU waits."""
     cpu_saturated = f.cpu_at_limit_share >= t.signature_fraction
-    if f.resolution_seconds > t.starvation_max_sample_seconds:
-        if not (cpu_saturated and f.activity_at_cpu_limit < t.ineffective_sm):
-            return None
-        evidence = {
-            "sample_interval_seconds": f"{f.resolution_seconds:.0f} > {t.starvation_max_sample_seconds:g}: too coarse "
-            "to see the bursts and gaps of training steps; judged on the CPU alone",
-            "cpu_at_limit_fraction": f"{_fmt(f.cpu_at_limit_share)} >= {t.signature_fraction}",
-            "activity_while_cpu_at_limit": f"{_fmt(f.activity_at_cpu_limit)} < {t.ineffective_sm}",
-        }
-        return Finding("data_starvation", t.confidence_starvation_coarse, evidence)
+    coarse = f.resolution_seconds > t.starvation_max_sample_seconds
     switches = f.switches / f.gpus / max(f.window_seconds / 60.0, 1e-9)
-    if not (
+    if coarse or not (
         f.high_share > t.starvation_tail
         and f.low_share > t.starvation_tail
         and switches >= t.starvation_switches_per_minute
     ):
-        return None
+        if not (cpu_saturated and f.activity_at_cpu_limit < t.ineffective_sm):
+            return None
+        evidence = {
+            "cpu_at_limit_fraction": f"{_fmt(f.cpu_at_limit_share)} >= {t.signature_fraction}",
+            "activity_while_cpu_at_limit": f"{_fmt(f.activity_at_cpu_limit)} < {t.ineffective_sm}",
+        }
+        evidence["sample_interval_seconds" if coarse else "busy_idle_switches_per_minute"] = (
+            f"{f.resolution_seconds:.0f} > {t.starvation_max_sample_seconds:g}: too coarse to see the bursts and "
+            "gaps of training steps; judged on the CPU alone"
+            if coarse
+            else f"{switches:.1f} < {t.starvation_switches_per_minute}: not the bursts and gaps of training steps; "
+            "judged on the CPU alone"
+        )
+        return Finding("data_starvation", t.confidence_starvation_coarse, evidence)
     measured = f.bursts >= t.min_bursts
     regular = measured and _steady(f, t)
-    if measured and not (regular or cpu_saturated):
-        return None  # bursts at random, like requests arriving, and the CPU does not say otherwise
+    if not (regular or cpu_saturated):
+        # Bursts at random (requests arriving), or too few to time (a serving period's edges, a warm-up), and
+        # the CPU does not say otherwise: nothing here shows a starved input pipeline.
+        return None
     evidence = {
         "activity_p95_above": f"{t.starvation_high} ({_fmt(f.high_share)} of samples)",
         "activity_p5_below": f"{t.starvation_low} ({_fmt(f.low_share)} of samples)",
@@ -683,8 +689,8 @@ def _data_starvation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding |
     _resolution_evidence(f, t, evidence)
     if not math.isnan(f.cpu_at_limit_share):
         evidence["cpu_at_limit_fraction"] = _fmt(f.cpu_at_limit_share)
-    confidence = t.confidence_starvation if measured or cpu_saturated else t.confidence_starvation_untimed
-    return Finding("data_starvation", confidence + (t.confidence_starvation_cpu if cpu_saturated else 0.0), evidence)
+    cpu = t.confidence_starvation_cpu if cpu_saturated else 0.0
+    return Finding("data_starvation", t.confidence_starvation + cpu, evidence)
 
 
 def _steady(f: PodFeatures, t: Thresholds) -> bool:
@@ -804,32 +810,48 @@ def _without_signature(
         long = f.window_seconds >= t.oversized_span_seconds
         return Finding("wrong_gpu_type", t.confidence_wrong_gpu if long else t.confidence_wrong_gpu_short, evidence)
     if activity is not None and activity < t.ineffective_sm:
-        coarse = f.resolution_seconds > t.starvation_max_sample_seconds
-        cpu_bound = f.cpu_at_limit_share >= t.signature_fraction
-        if coarse and f.model_held_share >= t.serving_held_share and not cpu_bound:
-            # Samples too coarse to see training steps, and a model held: most GPUs in production serve
-            # models, and a replica under steady light load has more GPU than requests.
-            evidence = _serving_evidence(f, t)
-            evidence["sample_interval_seconds"] = (
-                f"{f.resolution_seconds:.3g} > {t.starvation_max_sample_seconds:g}: cannot tell a training job starved "
-                "for input from a serving replica with few requests; if this is training, see data_starvation"
-            )
-            return Finding("overprovisioned_serving", t.confidence_serving_coarse, evidence)
-        evidence = {}
-        if coarse:
-            evidence["sample_interval_seconds"] = (
-                f"{f.resolution_seconds:.3g} > {t.starvation_max_sample_seconds:g}: too coarse to see training steps; "
-                "the most common cause, not a finding"
-            )
-        # Low activity without a clearer signature: the input pipeline is the most common cause
-        # (Microsoft ICSE'24: 46% of low-utilization issues are data operations).
-        evidence["mean_activity"] = f"{_fmt(activity)} < {t.ineffective_sm} with no clearer signature"
-        return Finding(
-            "data_starvation", t.confidence_low_activity_coarse if coarse else t.confidence_low_activity, evidence
-        )
+        return _unexplained(f, t, activity)
     healthy = f.has_profiling and f.sm_active >= t.healthy_sm
     return Finding(
         "healthy",
         t.confidence_healthy if healthy else t.confidence_healthy_utilization,
         {"mean_activity": "nan" if activity is None else _fmt(activity)},
     )
+
+
+def _unexplained(f: PodFeatures, t: Thresholds, activity: float) -> Finding:
+    """Low activity that no signature explains. A class is a claim with a fix attached, so none is
+    claimed: the evidence names the causes this data leaves open and the inputs that would tell them apart,
+    and the plan proposes no resize and no code fix. Its waste is counted all the same."""
+    coarse = f.resolution_seconds > t.starvation_max_sample_seconds
+    evidence = {"mean_activity": f"{_fmt(activity)} < {t.ineffective_sm} with no signature of a cause"}
+    causes, inputs = [], []
+    if math.isnan(f.cpu_at_limit_share):
+        causes.append("an input pipeline or a serving loop bound by the pod's CPU")
+        inputs.append("the pod's CPU use and limit (cAdvisor, kube-state-metrics)")
+    elif f.cpu_at_limit_share >= t.signature_fraction:
+        evidence["cpu_at_limit_fraction"] = (
+            f"{_fmt(f.cpu_at_limit_share)} >= {t.signature_fraction}, but the GPU is no less busy while it is"
+        )
+        causes.append("work on the pod's CPU beside the GPU's, or an input pipeline bound by it")
+    else:
+        evidence["cpu_at_limit_fraction"] = f"{_fmt(f.cpu_at_limit_share)} < {t.signature_fraction}: not at its limit"
+        causes.append("input or a host loop bound by storage, the network or one thread, not the CPU limit")
+    if coarse:
+        causes.append("training steps starved for input (bursts and gaps at a steady period)")
+        inputs.append(
+            f"gpulens' exporter on its node (it counts every second between scrapes), or samples at most "
+            f"{t.starvation_max_sample_seconds:g} s apart, to time the bursts"
+        )
+    if f.model_held_share >= t.serving_held_share:
+        evidence["model_memory_bytes"] = f"{f.memory_peak_bytes:.0f} held on {f.model_held_share:.0%} of samples"
+        causes.append("a serving replica with few requests")
+        inputs.append("its serving engine's request metrics (vLLM, Triton), or its owner's kind (kube-state-metrics)")
+    if f.kernel_busy_share > 0 and math.isnan(f.busy_power_share):  # a kernel spinning in a collective looks busy
+        causes.append("a rank waiting on a peer or its host (busy at low power)")
+        inputs.append("its power draw")
+    causes.append("a light workload by design (small batches, short notebook cells)")
+    inputs.append("the workload's own profile (PyTorch profiler, Nsight Systems)")
+    evidence["causes_open"] = "; ".join(causes)
+    evidence["would_tell_them_apart"] = "; ".join(inputs)
+    return Finding("unexplained", t.confidence_low_activity_coarse if coarse else t.confidence_low_activity, evidence)

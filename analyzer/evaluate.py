@@ -46,6 +46,8 @@ SCENARIOS = {
     "poor_placement": ("poor_placement", [], (2,)),  # one scenario per fault in PLACEMENTS
     "host_stall": ("checkpointing", [], (4,)),  # one scenario per cause in STALLS
     "insufficient_data": ("healthy_training", ["H100-SXM5-80GB", "T4"], (1,)),
+    # Low activity that no signature explains from the GPU's telemetry: the class that says so.
+    "unexplained": ("host_bound_loop", ["H100-SXM5-80GB", "A100-SXM4-40GB", "L40S", "T4"], (1,)),
 }
 #: Placement faults (class poor_placement) -> (profile, models, the pod's GPUs on an 8-GPU node whose CPU
 #: sockets are GPUs 0-3 and 4-7 and whose PCIe root complexes are pairs 0-1, 2-3, ..., sources that show it).
@@ -63,6 +65,7 @@ PLACEMENTS = {
 #: Classes that can be judged without profiling fields (utilization, memory, links, clocks only).
 WITHOUT_PROFILING = {
     "idle",
+    "unexplained",
     "data_starvation",
     "memory_fragmentation",
     "interconnect",

@@ -325,7 +325,7 @@ class _Signals:
         # board's power, or with its SMs idle. NCCL spins a kernel while a rank waits in a collective, and
         # utilization says "busy" (docs/signals.md: busy is not working).
         kernel = np.fmax(column("gpu_util"), self.act)
-        kernel_busy = kernel > t.starvation_high
+        self.kernel_busy = kernel_busy = kernel > t.starvation_high
         self.waiting = kernel_busy & ((self.power < t.waiting_power_share) | (self.sm < t.starvation_low))
         self.waiting_known = self.has_activity & (~np.isnan(self.power) | ~np.isnan(self.sm))
         self.busy_power = np.where(kernel_busy, self.power, np.nan)
@@ -335,6 +335,10 @@ class _Signals:
         self.stalled = stalled = self.waiting | self.no_kernel
         run_starts = np.flatnonzero(stalled & (rows.gpu_changes | ~np.r_[False, stalled[:-1]]))
         run_ends = np.flatnonzero(stalled & (np.r_[rows.gpu_changes[1:], True] | ~np.r_[stalled[1:], False]))
+        # A stall has work on both sides: quiet at the start or the end of a GPU's rows is its start-up (a model
+        # loading) or its end (work done, a replica between requests), not a pause in work the data saw.
+        bounded = ~rows.gpu_changes[run_starts] & ~np.r_[rows.gpu_changes[1:], True][run_ends]
+        run_starts, run_ends = run_starts[bounded], run_ends[bounded]
         self.stall_rows = run_ends - run_starts + 1
         self.stall_unit = rows.row_unit[run_starts]
         # Stalls that repeat at a steady period are saves (checkpoints); the time from one to the next.
@@ -491,7 +495,8 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             # Of all time: how long the bits held, for the duration threshold.
             "throttled_time_share": U.share(s.throttled, reasons_known),
             "clock_share": U.mean(s.clock),
-            # Power while utilization says busy: near the limit for work, near idle for waiting.
+            # Samples where a kernel ran most of the time (utilization or activity above starvation_high).
+            "kernel_busy_share": U.share(s.kernel_busy, s.has_activity),
             # Power while a kernel ran: near the limit for work, near idle for waiting.
             "busy_power_share": U.mean(s.busy_power),
             # Share of samples busy at low power (or with SMs idle): waiting, not working.
@@ -669,7 +674,9 @@ class PodFeatures(NamedTuple):
     throttled_time_share: float
     #: SM clock over its maximum.
     clock_share: float
-    #: Power while a kernel ran, of the board's limit; samples waiting (busy at low power or idle SMs).
+    #: Samples where a kernel ran most of the time; power while one did, of the board's limit; samples
+    #: waiting (busy at low power or idle SMs).
+    kernel_busy_share: float
     busy_power_share: float
     waiting_share: float
     #: The most stalled GPU's share of samples waiting or without a kernel.

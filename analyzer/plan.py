@@ -34,6 +34,7 @@ import pandas as pd
 from gpulens.analyzer.classify import NO_POD, XID_FAULTS, Verdict
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.report import TimelineBins, unit_samples
+from gpulens.core.bottlenecks import BY_NAME, PLANNED
 from gpulens.core.catalog import MODELS, GpuModel, model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -41,13 +42,13 @@ from gpulens.core.thresholds import Thresholds
 MAX_BINS = 1024
 MONTH_HOURS = 30 * 24
 #: Classes whose waste is the code's, the input's or the placement's: fixed, not resized.
-FIX = frozenset({"data_starvation", "host_stall", "memory_bandwidth", "memory_fragmentation", "interconnect"})
+FIX = PLANNED["fix"]
 #: Classes of a GPU at fault, or a process outside any pod: repaired, not planned.
-FAULTS = frozenset({"throttling", "held_without_pod"})
+FAULTS = PLANNED["repair"]
 #: Classes a smaller share of a GPU, or fewer replicas, can serve.
-OVERSIZED = frozenset({"overprovisioned_serving", "wrong_gpu_type"})
+OVERSIZED = PLANNED["resize"]
 #: Classes a replica of an over-provisioned serving workload can have.
-SERVING = OVERSIZED | {"idle"}
+SERVING = OVERSIZED | PLANNED["release"]
 #: Owners whose pods are replicas of one another.
 REPLICATED = frozenset({"Deployment", "ReplicaSet", "StatefulSet"})
 #: Pod names of a Deployment ("name-<replicaset hash>-<5 chars>") and of a StatefulSet ("name-<ordinal>"),
@@ -470,10 +471,11 @@ class _Planner:
     def unit(self, v: Verdict) -> Action | NotPlanned | None:
         """One unit's action, why it has none, or None (healthy: nothing to change)."""
         name = v.bottleneck
-        if name == "healthy":
+        plan = BY_NAME[name].plan
+        if plan == "none":
             return None
-        if name == "insufficient_data":
-            return NotPlanned(v.workload, [v.unit], "too little data to plan on")
+        if plan == "not_planned":  # the data does not say what would help: the class's fix says what would
+            return NotPlanned(v.workload, [v.unit], f"{name}: {v.recommendation.split(':')[0].split('. ')[0]}")
         if XID_FAULTS in v.evidence:
             return NotPlanned(
                 v.workload, [v.unit], f"a hardware XID on its GPU: {v.evidence[XID_FAULTS]}; repair first"
@@ -482,7 +484,7 @@ class _Planner:
             return NotPlanned(
                 v.workload, [v.unit], f"{name}: a GPU at fault or a process outside any pod; repair first"
             )
-        if name in FIX or name == "poor_placement":
+        if name in FIX:
             return self._action(
                 [v],
                 "fix",
@@ -493,7 +495,7 @@ class _Planner:
                 waste=f"{v.wasted_gpu_seconds / 3600:.2f} GPU-h (${v.wasted_cost:.2f}) to {name}: its code, input or "
                 "placement, not its GPU's size",
             )
-        if name == "idle":
+        if plan == "release":
             return self._release(v)
         if not self._model(v).memory_total_bytes:
             return NotPlanned(

@@ -17,7 +17,7 @@ from gpulens.analyzer.classify import classify
 from gpulens.analyzer.evaluate import Scenario, evaluate, scenario_trace
 from gpulens.analyzer.readers import TraceError, read_trace
 from gpulens.core.bottlenecks import POD_CLASSES
-from gpulens.core.thresholds import Thresholds
+from gpulens.core.thresholds import REMOVED, Thresholds
 from tests.captures import FIXTURES, H100_CAPTURE, capture_sections
 from tests.helpers import gpulens
 
@@ -217,12 +217,13 @@ def test_gaps_in_the_data_are_gaps_not_waste():
 
 def test_coarse_samples_cover_their_interval_and_a_missed_scrape_is_a_gap():
     # One sample every 57 s for an hour, one scrape in ten missing: each sample stands for 57 s. At 30%
-    # activity with a model held, a problem class (its waste is the unused 70% of the covered time).
+    # activity with a model held and no signature of a cause, unexplained: its waste is the unused 70% of the
+    # covered time all the same.
     ts = [1_800_000_000.0 + 57 * k for k in range(64) if k % 10 != 5]
     frame = blocks([0.0], 1, activity=0.3)
     frame = fr.normalize(pd.concat([frame.assign(timestamp=x) for x in ts], ignore_index=True))
     [v] = classify(frame, Thresholds(min_samples=30))
-    assert v.bottleneck == "overprovisioned_serving"
+    assert v.bottleneck == "unexplained"
     assert v.window_seconds == 57 * 63 + 57 and v.coverage == round(len(ts) * 57 / (57 * 64), 4)
     assert v.wasted_gpu_seconds == pytest.approx(0.7 * 57 * len(ts), abs=0.05)
 
@@ -615,3 +616,15 @@ def test_report_out_replaces_regular_files_only_and_never_its_input(tmp_path):
         result = gpulens("report", str(trace), "--out", str(bad))
         last = result.stderr.splitlines()[-1]
         assert result.returncode == 2 and last.startswith(f"gpulens report: --out {bad}: {reason}"), result.stderr
+
+
+@pytest.mark.parametrize("name", ["confidence_starvation_untimed", "confidence_serving_coarse"])
+def test_a_threshold_no_rule_reads_any_more_is_refused_saying_what_replaced_it(tmp_path, name):
+    """A thresholds file written for an older release names a confidence whose guess is gone: it is told
+    which, why, and to delete it, not offered a threshold with a similar name."""
+    path = tmp_path / "t.yaml"
+    path.write_text(f"min_samples: 20\n{name}: 0.3\n")
+    with pytest.raises(ValueError) as refused:
+        Thresholds.load(str(path))
+    assert str(refused.value) == f"--thresholds {path}: {name} is gone: {REMOVED[name]}; delete it from the file"
+    assert "unexplained" in REMOVED[name] and not hasattr(Thresholds(), name)

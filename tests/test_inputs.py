@@ -252,12 +252,13 @@ def test_a_file_of_no_known_format_lists_every_format_read(tmp_path):
 
 
 def _two_gpus_trace(tmp_path, name: str, sm_of_gpu_1: float = 0.3) -> str:
-    """Ten minutes of two GPUs of one node at 15 s: GPU 0 busy, GPU 1 at `sm_of_gpu_1`."""
+    """Ten minutes of two GPUs of one node at 15 s: GPU 0 busy, GPU 1 serving in bursts (at `sm_of_gpu_1`
+    every other sample, quiet between), its model held."""
     rows = ["timestamp,gpu,node,namespace,pod,sm_active,memory_used_bytes,memory_total_bytes"]
     for k in range(40):
         t = 1_762_646_400 + 15 * k
         rows.append(f"{t},GPU-0,node-a,ml,train,0.9,{40 << 30},{80 << 30}")
-        rows.append(f"{t},GPU-1,node-a,ml,notebook,{sm_of_gpu_1},{2 << 30},{80 << 30}")
+        rows.append(f"{t},GPU-1,node-a,ml,notebook,{0.0 if k % 2 else sm_of_gpu_1},{2 << 30},{80 << 30}")
     path = tmp_path / name
     path.write_text("\n".join(rows) + "\n")
     return str(path)
@@ -282,7 +283,9 @@ def test_the_same_file_given_twice_is_that_files_answer(tmp_path):
         assert done.returncode == 0, done.stderr
         reports.append(out.read_text())
     assert reports[1] == reports[0] and "NaN" not in reports[0]
-    # No model named: the plan cannot size a share of the GPU, and says so (it divided by zero before).
+    # No model named: the plan cannot size a share of the serving replica's GPU, and says so (it divided by
+    # zero before).
+    assert '"bottleneck": "overprovisioned_serving"' in reports[0]
     assert "is not in gpulens' catalogue: what share of it the peak needs is unknown" in reports[0]
 
 

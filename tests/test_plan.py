@@ -134,6 +134,21 @@ def test_a_data_starved_job_gets_its_input_fix_and_its_waste_not_a_smaller_gpu()
     assert action.evidence["waste"].startswith(f"{verdict.wasted_gpu_seconds / 3600:.2f} GPU-h")
 
 
+def test_low_activity_without_a_cause_gets_no_resize_and_no_code_fix():
+    """A loop launching short kernels from one host thread on an H100, its model held: the data names no
+    cause, so the plan proposes neither a smaller GPU nor another class's fix, and says why; the waste is
+    counted all the same."""
+    trace = scenario_trace(Scenario("unexplained", "H100-SXM5-80GB", 1, 0.0, True, False, 12))
+    verdicts = analyze(trace, T)
+    plan = make_plan(verdicts, Use.of_trace(trace, 1.0, T), T)
+    [verdict] = verdicts
+    assert verdict.bottleneck == "unexplained" and verdict.wasted_gpu_seconds > 0
+    assert plan.actions == []
+    assert [(n.units, n.reason) for n in plan.not_planned] == [
+        ([verdict.unit], "unexplained: The GPU does little work, and this data does not say why")
+    ]
+
+
 def test_the_fleet_packs_the_slices_and_frees_whole_gpus_and_nodes():
     """Eight small models, one on each H100 of two 4-GPU nodes, each moved to a 1g.10gb slice: 8/7 of a GPU,
     packed first-fit decreasing onto 2 GPUs (the lower bound), which frees 6 GPUs: one whole node."""

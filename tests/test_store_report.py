@@ -101,9 +101,12 @@ def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(st
         # Utilization says a kernel ran, not how much of the GPU worked: said, and the confidence capped.
         assert all("profiling_fields" in v["evidence"] for v in from_store if v["pod"] and v["bottleneck"] != "idle")
         assert max(v["confidence"] for v in from_store if v["pod"] and v["bottleneck"] != "idle") <= 0.5
+    # From utilization alone every 5 minutes, nothing shows the replica's requests between its quiet spells
+    # (its activity a mean 0.024, its model held): serving is one of the causes left open, not the class.
+    serving = "unexplained" if layout == "dcgm-basic" else "overprovisioned_serving"
     assert [(v["namespace"], v["pod"], v["bottleneck"]) for v in from_file] == [
         ("", "", "unallocated"),  # GPU 3: no workload, and no pod holds it
-        ("serve", "llm-0", "overprovisioned_serving"),
+        ("serve", "llm-0", serving),
         ("research", "notebook-b", "idle"),
         ("research", "notebook-a", "idle"),
         ("ml", "trainer-0", "healthy"),

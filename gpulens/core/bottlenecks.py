@@ -9,8 +9,13 @@ of gpulens_pod_bottleneck and keys of the analyzer's JSON, in this order.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
+#: What the right-sizing plan (analyzer/plan.py) does with a unit of the class: nothing to change ("none"),
+#: fix its code, input or placement ("fix"), release its GPUs ("release"), give it a smaller share of a GPU
+#: or fewer replicas ("resize"), repair the GPU or find the process first ("repair"), or no action because the
+#: data does not say what would help ("not_planned").
+PlanAction = Literal["none", "fix", "release", "resize", "repair", "not_planned"]
 #: Whether a class's signature needs profiling fields (SM, DRAM activity): "needed" (it cannot hold
 #: without them), "helps" (it holds on utilization, with its confidence capped and the evidence saying
 #: so), "not needed" (utilization alone settles it).
@@ -33,6 +38,8 @@ class Bottleneck:
     #: A phase a running job can pass into (and out of), rather than what the pod or its placement is:
     #: the evaluation starts such scenarios mid-window after healthy training.
     phase: bool
+    #: What the plan proposes for it.
+    plan: PlanAction
     #: Whether the GPU time it leaves unused counts as waste: the time a problem costs. Not a healthy pod's
     #: headroom (the capacity it leaves unused is no cause to fix), nor time the data cannot judge.
     waste: bool = True
@@ -75,6 +82,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=False,
         profiling="helps",
         phase=False,
+        plan="none",
         waste=False,
     ),
     Bottleneck(
@@ -86,6 +94,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="not needed",
         phase=True,
+        plan="release",
     ),
     Bottleneck(
         "overprovisioned_serving",
@@ -97,6 +106,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="helps",
         phase=True,
+        plan="resize",
     ),
     Bottleneck(
         "data_starvation",
@@ -107,6 +117,19 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="helps",
         phase=True,
+        plan="fix",
+    ),
+    Bottleneck(
+        "unexplained",
+        fix="The GPU does little work, and this data does not say why: no signature of a cause holds (see the "
+        "evidence for the causes left open and what would tell them apart). Before resizing or changing code, "
+        "add what would settle it: the pod's CPU use and limit (cAdvisor, kube-state-metrics), gpulens' exporter "
+        "on its node (every second between scrapes), and its serving engine's request metrics (vLLM, Triton).",
+        colour="#80b1d3",
+        problem=True,
+        profiling="helps",
+        phase=True,
+        plan="not_planned",
     ),
     Bottleneck(
         "memory_bandwidth",
@@ -117,6 +140,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="needed",
         phase=True,
+        plan="fix",
     ),
     Bottleneck(
         "memory_fragmentation",
@@ -127,6 +151,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="helps",
         phase=True,
+        plan="fix",
     ),
     Bottleneck(
         "interconnect",
@@ -137,6 +162,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="helps",
         phase=True,
+        plan="fix",
     ),
     Bottleneck(
         "throttling",
@@ -146,6 +172,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="helps",
         phase=True,
+        plan="repair",
     ),
     Bottleneck(
         "wrong_gpu_type",
@@ -155,6 +182,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="helps",
         phase=False,
+        plan="resize",
     ),
     Bottleneck(
         "poor_placement",
@@ -167,6 +195,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="helps",
         phase=False,
+        plan="fix",
     ),
     Bottleneck(
         "host_stall",
@@ -175,6 +204,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="helps",
         phase=False,
+        plan="fix",
     ),
     Bottleneck(
         "unallocated",
@@ -186,6 +216,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=False,
         profiling="not needed",
         phase=False,
+        plan="none",
         unit="gpu",
     ),
     Bottleneck(
@@ -198,6 +229,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=True,
         profiling="not needed",
         phase=False,
+        plan="repair",
         unit="gpu",
     ),
     Bottleneck(
@@ -207,6 +239,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         problem=False,
         profiling="not needed",
         phase=False,
+        plan="not_planned",
         waste=False,
     ),
 )
@@ -218,5 +251,7 @@ PROBLEMS = frozenset(b.name for b in BOTTLENECKS if b.problem)
 #: The classes of a pod (gpulens_pod_bottleneck's values), and of a GPU no pod holds.
 POD_CLASSES = tuple(b.name for b in BOTTLENECKS if b.unit == "pod")
 GPU_CLASSES = tuple(b.name for b in BOTTLENECKS if b.unit == "gpu")
+#: The classes by what the plan proposes for them.
+PLANNED = {action: frozenset(b.name for b in BOTTLENECKS if b.plan == action) for action in get_args(PlanAction)}
 #: The classes whose unused GPU time counts as waste.
 WASTEFUL = frozenset(b.name for b in BOTTLENECKS if b.waste)

@@ -230,21 +230,20 @@ class Thresholds:
     confidence_saves: float = 0.7
     confidence_waiting: float = 0.6
     confidence_uneven: float = 0.5
-    #: Data starvation with its bursts timed; untimed (too few bursts); more with the CPU at its limit; from
-    #: the CPU alone on coarse samples.
+    #: Data starvation with its bursts timed at a steady period (or the CPU at its limit); more with the CPU
+    #: at its limit; from the CPU alone (samples too coarse to time steps, or bursts that do not switch like
+    #: them).
     confidence_starvation: float = 0.75
-    confidence_starvation_untimed: float = 0.5
     confidence_starvation_cpu: float = 0.2
     confidence_starvation_coarse: float = 0.6
-    #: Serving with bursts at random; without bursts timed; from coarse samples and a model held only.
+    #: Serving with bursts at random; without bursts timed.
     confidence_serving: float = 0.75
     confidence_serving_untimed: float = 0.6
-    confidence_serving_coarse: float = 0.35
     #: Wrong GPU type over an hour or more, and over less.
     confidence_wrong_gpu: float = 0.8
     confidence_wrong_gpu_short: float = 0.65
-    #: Low activity with no clearer signature (data_starvation, its most common cause), from fine and coarse
-    #: samples.
+    #: Low activity that no signature explains (unexplained): how sure that the GPU is underused
+    #: for a cause the data leaves open, from samples that time bursts and from coarser ones.
     confidence_low_activity: float = 0.4
     confidence_low_activity_coarse: float = 0.3
     #: Healthy with SM activity >= healthy_sm, and from utilization alone.
@@ -261,7 +260,11 @@ class Thresholds:
         """Defaults, overridden by a YAML file of field: value; ConfigError naming the bad key."""
         if not path:
             return cls()
-        given = validate(read_yaml(path, "--thresholds"), _schema(), f"--thresholds {path}", empty={})
+        document = read_yaml(path, "--thresholds")
+        for name in document if isinstance(document, dict) else ():
+            if name in REMOVED:
+                raise ConfigError(f"--thresholds {path}: {name} is gone: {REMOVED[name]}; delete it from the file")
+        given = validate(document, _schema(), f"--thresholds {path}", empty={})
         for name, bound in EXPORTER_BOUNDS.items():
             if name in given and given[name] != bound:
                 raise ConfigError(
@@ -273,6 +276,13 @@ class Thresholds:
         return cls(**given)
 
 
+#: Thresholds no rule reads any more, and why: a file that sets one is told so, not offered a near name.
+REMOVED = {
+    "confidence_starvation_untimed": "data_starvation is no longer claimed from bursts too few to time (such low "
+    "activity is unexplained, at confidence_low_activity)",
+    "confidence_serving_coarse": "overprovisioned_serving is no longer guessed from coarse samples and a model held "
+    "(such low activity is unexplained, at confidence_low_activity_coarse)",
+}
 #: Thresholds named with a unit (and these two counts) are numbers from 0 up; every other number is a
 #: ratio from 0 to 1.
 _UNIT_SUFFIXES = ("_seconds", "_bytes", "_per_second", "_per_minute", "_factor")

@@ -35,6 +35,10 @@ straggler            data-parallel training with one slow rank (the second GPU):
 collective_wait      training whose ranks wait in collectives most of the time on a peer outside the pod (a
                      rank on another node): full utilization at a fifth of the power, 2-3 s of work
                      every 8-12 s.
+host_bound_loop      a loop that launches short kernels from one host thread (a token-by-token generate()
+                     in Python, small batches one at a time): kernels of a few ms 15-30% of the time, steadily
+                     at any sample interval, the model held, power low, the pod's CPU below its limit. No
+                     signature of a cause shows in the GPU's telemetry: the analyzer says `unexplained`.
 unallocated          no workload at all.
 
 Day-scale profiles (time of day is unix time modulo 24 h, UTC):
@@ -582,6 +586,26 @@ def _collective_wait(g: SimGpu, t: float, w: float) -> Activity:
     return _waiting(g, t, duty(t, w, period, 0.25 * period, phase))
 
 
+def _host_bound_loop(g: SimGpu, t: float, w: float) -> Activity:
+    # A kernel of 8-15 ms every 50 ms: the rest of each iteration is the host thread's.
+    job = random.Random(f"{g.seed}:loop")
+    on = duty(t, w, 0.05, job.uniform(0.008, 0.015), g.params["phase"])
+    return Activity(
+        busy=on,
+        sm_active=0.6 * on + g.noise(t, 0.01),
+        sm_occupancy=0.15 * on,
+        tensor=0.3 * on,
+        dram=0.3 * on,
+        fp16=0.2 * on,
+        memory_fraction=g.params["memory"],
+        pcie_rx=0.002 * g.model.pcie_bytes_per_second,
+        power_fraction=0.15 + 0.3 * on,
+        temperature_celsius=45,
+        clock_fraction=0.95,
+        process=True,
+    )
+
+
 def _unallocated(g: SimGpu, t: float, w: float) -> Activity:
     return Activity(memory_fraction=0.0, temperature_celsius=31, clock_fraction=0.12, reasons=0x1)
 
@@ -602,6 +626,7 @@ PROFILES = {
     "checkpointing": _checkpointing,
     "straggler": _straggler,
     "collective_wait": _collective_wait,
+    "host_bound_loop": _host_bound_loop,
     "unallocated": _unallocated,
     "xid_errors": _xid_errors,
     "fallen_off_bus": _fallen_off_bus,
