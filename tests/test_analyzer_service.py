@@ -38,10 +38,10 @@ EXPECTED = {
     # Two replicas of a Deployment, each a sliver of an H100 (the plan makes them one).
     "serving/chat-api-6c8f9d7b54-x2k4p": "wrong_gpu_type",
     "serving/chat-api-6c8f9d7b54-m7q9z": "wrong_gpu_type",
-    # The notebook node: kernels left open, a small model called from a notebook, a notebook training.
+    # The notebook node: kernels left open, a small model called from a notebook, a notebook's generate() loop.
     "research/notebook-bob-0": "idle",
     "research/notebook-carol-0": "wrong_gpu_type",
-    "research/notebook-dave-0": "healthy",
+    "research/notebook-dave-0": "unexplained",  # a generate() loop from one host thread
     "research/notebook-erin-0": "idle",
 }
 ANALYSIS = ["--analysis.window", "60", "--analysis.interval", "2"]
@@ -269,7 +269,13 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         carol = actions["research/notebook-carol-0"]
         assert (carol["action"], carol["gpus_after"]) == ("mig", round(1 / 7, 3))
         assert carol["what"].startswith("a MIG 1g.10gb slice of its")
-        assert "research/notebook-dave-0" not in actions  # a notebook training in earnest: nothing to change
+        # The generate() loop: no cause in the data, so no resize and no code fix, and the plan says why.
+        assert "research/notebook-dave-0" not in actions
+        assert {
+            "owner": "research/notebook-dave-0",
+            "units": ["research/notebook-dave-0"],
+            "reason": "unexplained: The GPU does little work, and this data does not say why",
+        } in plan["plan_summary"]["not_planned"]
         bad = requests.get(direct_url + "/api/v1/page", params={"since": "yesterday"}, timeout=30)
         assert (bad.status_code, bad.text) == (400, "since: give the cycle the page shows (an integer)\n")
         assert f"judging the last 60 s of Prometheus at {prometheus.url} every 2 s" in through.log

@@ -43,9 +43,11 @@ EXPECTED_ALERTS = {
     ("GpulensPodLowSmActivity", "serving/chat-api-6c8f9d7b54-m7q9z"),
     ("GpulensPodLowSmActivity", "vision/allreduce-bench-0"),
     ("GpulensPodGpuIdle", "research/notebook-alice-0"),
-    # The notebook node: two kernels left open on idle GPUs, one calling a small model on an A100.
+    # The notebook node: two kernels left open on idle GPUs, one calling a small model on an A100, one
+    # generating text token by token from one host thread (its page says the cause is unexplained).
     ("GpulensPodLowSmActivity", "research/notebook-bob-0"),
     ("GpulensPodLowSmActivity", "research/notebook-carol-0"),
+    ("GpulensPodLowSmActivity", "research/notebook-dave-0"),
     ("GpulensPodLowSmActivity", "research/notebook-erin-0"),
     ("GpulensPodGpuIdle", "research/notebook-bob-0"),
     ("GpulensPodGpuIdle", "research/notebook-erin-0"),
