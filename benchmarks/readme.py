@@ -311,8 +311,8 @@ def _report_store_wide(document: dict) -> list[str]:
         f"more than {f['piece_rows_limit']:,} GPU-steps, read in {f['groups']} groups of nodes and {f['pieces']} "
         f"pieces, the largest {f['largest_piece_rows']:,} rows: peak resident memory {f['report_peak_rss_mib']:,.0f} "
         f"MiB in {f['report_s']:.0f} s ({f['report_s'] / f['bare_s']:.2f}x the bare transfer, "
-        f"{f['seconds_per_gpu_day'] * 1000:.0f} ms per GPU-day). Memory follows the piece, not the fleet or the "
-        "span. " + _machine(document),
+        f"{f['seconds_per_gpu_day'] * 1000:.0f} ms per GPU-day). Memory follows the piece, and the pods judged "
+        "(their ledgers and owners), not the span: a month costs what these 6 hours cost. " + _machine(document),
     ]
 
 
