@@ -76,6 +76,8 @@ class Verdict:
     secondary: list[str] = field(default_factory=list)
     mean_activity: float | None = None
     idle_ratio: float | None = None
+    #: Share of the GPU time that did work, what sparse use is measured in (features.PodFeatures.work_share).
+    work_share: float | None = None
     #: From the first sample to the end of the last, in seconds.
     window_seconds: float = 0.0
     #: Share of the window (per GPU) that samples cover: gaps in the data count neither as work nor as
@@ -92,6 +94,13 @@ class Verdict:
     owner_kind: str = ""
     owner: str = ""
     team: str = ""
+    #: Share of samples busy at under waiting_power_share of the power limit, counted as no work in the waste
+    #: where activity is utilization (it shows that a kernel ran, and a kernel spinning on a peer runs all
+    #: the time); None where activity shows the work itself (SM activity) or the class claims no waiting.
+    waiting_share: float | None = None
+    #: Work still being served: a serving replica, or sparse use with some work (a replica's quiet hour,
+    #: under sparse_busy_share of work, still served a few requests). Not work that stopped.
+    served: bool = False
 
     def to_dict(self) -> dict:
         return {"unit": self.unit, **asdict(self)}
@@ -113,6 +122,12 @@ class Verdict:
         return f"{self.namespace}/{self.owner_kind}/{self.owner}"
 
 
+def worked(activity: float, waiting_share: float | None) -> float:
+    """The share of GPU time that did work (0-1), what waste is counted from: mean `activity`, less the
+    samples busy at low power where they count as no work (Verdict.waiting_share)."""
+    return activity * (1.0 - (waiting_share or 0.0))
+
+
 #: The namespace, workload and team of a GPU no pod holds, where waste is summed by them.
 NO_POD = "(no pod)"
 
@@ -125,12 +140,16 @@ XID_FAULTS = "xid_faults"
 @dataclass(frozen=True)
 class Finding:
     """What a signature found: the class, how sure (0-1, from Thresholds' confidences), the evidence that
-    decided it, and the fix for the cause it found where its class names several (host_stall)."""
+    decided it, the fix for the cause it found where its class names several (host_stall), the share of
+    samples whose kernel ran as no work where activity cannot show it (Verdict.waiting_share), and whether
+    work was still being served (Verdict.served)."""
 
     bottleneck: str
     confidence: float
     evidence: dict[str, str]
     fix: str = ""
+    waiting_share: float | None = None
+    served: bool = False
 
 
 #: A signature: a Finding when it holds for the unit, else None.
@@ -204,7 +223,9 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
         secondary.append("throttling")
     if oversized and name not in ("wrong_gpu_type", "idle", "insufficient_data"):
         secondary.append("wrong_gpu_type")
-    wasted = (1.0 - activity) * f.gpu_seconds if activity is not None and BY_NAME[name].waste else 0.0
+    wasted = 0.0
+    if activity is not None and BY_NAME[name].waste:
+        wasted = (1.0 - worked(activity, found.waiting_share)) * f.gpu_seconds
     cost = wasted / 3600 * info.price_per_hour
     return Verdict(
         namespace=f.namespace,
@@ -221,11 +242,14 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
         secondary=secondary,
         mean_activity=None if activity is None else round(activity, 4),
         idle_ratio=None if math.isnan(f.idle_share) else round(float(f.idle_share), 4),
+        work_share=None if math.isnan(f.work_share) else round(float(f.work_share), 4),
         window_seconds=float(f.window_seconds),
         coverage=round(float(f.coverage), 4),
         sample_seconds=float(f.sample_seconds),
         episodes=[Episode(name, float(f.start), float(f.start + f.window_seconds), confidence, round(wasted, 1))],
         by_class={name: ClassShare(1.0, round(wasted, 1), round(cost, 4))},
+        waiting_share=found.waiting_share,
+        served=found.served,
     )
 
 
@@ -331,14 +355,15 @@ def _idle(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     """No work for the last idle_seconds (or the whole window), after sustained work, or none, or
     quiet far longer than any pause while it worked: the work stopped, rather than paused between
     requests or notebook cells. Or sparse use (_sparse)."""
-    sparse = _sparse(f, t)
-    if sparse:
-        return sparse
-    idle_for = min(t.idle_seconds, f.window_seconds)
+    found = _sparse(f, t) or _nothing_served(f, t)
+    if found:
+        return found
+    # Idle after a model load is measured from the load's end, and the load is no work.
+    idle_for = min(t.idle_seconds, f.window_seconds if math.isnan(f.steady_seconds) else f.steady_seconds)
     quiet = f.trailing_idle_seconds
     if quiet < idle_for - f.sample_seconds / 2:
         return None
-    worked = not math.isnan(f.busy_before_share)
+    worked = not math.isnan(f.busy_before_share) and not (f.load_seen and f.last_busy < f.load_end)
     # Pauses are measured only from samples that resolve them: from sparse point samples, the
     # "pauses" between the few busy samples seen are chance, and a replica would be told to go.
     resolved = f.sample_seconds <= t.starvation_max_sample_seconds
@@ -347,7 +372,7 @@ def _idle(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
         return None
     if f.cpu_at_limit_after_work >= t.signature_fraction:
         return None  # the pod's CPU is at its limit meanwhile: working, not idle (input pipeline, CPU eval)
-    evidence = {"idle_for_seconds": f"{quiet:.0f} >= {idle_for:.0f} (activity < {t.idle_activity})"}
+    evidence = {"idle_for_seconds": f"{quiet:.0f} >= {idle_for:.0f} (activity < {t.idle_activity})", **_start_up(f)}
     if worked and f.busy_before_share >= t.idle_sustained_share:
         evidence["busy_before_fraction"] = (
             f"{_fmt(f.busy_before_share)} of the {t.recent_samples} samples before >= {t.idle_sustained_share}: "
@@ -364,20 +389,58 @@ def _idle(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
 
 
 def _sparse(f: PodFeatures, t: Thresholds) -> Finding | None:
-    """Busy on under sparse_busy_share of a window of an hour or more: idle whatever the pattern of the few
+    """Work on under sparse_busy_share of a window of an hour or more: idle whatever the pattern of the few
     blips (a notebook's rare cells, a replica that loaded its model and served nothing), unless the pod's
-    CPU is at its limit meanwhile (working on the CPU)."""
-    busy = 1.0 - f.quiet_share
-    if f.window_seconds < t.sparse_span_seconds or not busy < t.sparse_busy_share:
+    CPU is at its limit meanwhile (working on the CPU). Measured in seconds of work (work_share), not in
+    samples that caught a blip: at 30 s, a 2 s health check caught by one row is not 30 s of work. Read
+    after the start-up (a model load is no work served)."""
+    if not f.steady_seconds >= t.sparse_span_seconds or not f.work_share < t.sparse_busy_share:
+        return None
+    if f.cpu_at_limit_share >= t.signature_fraction:
+        return None
+    evidence = {SPARSE: sparse_use(f.work_share, f.steady_seconds, t), **_start_up(f)}
+    _memory_held(f, evidence)
+    # Any work at all: requests still arrive (a replica's quiet hour), where a stopped job's hour has none.
+    return Finding("idle", t.confidence_sparse, evidence, served=f.work_share > 0)
+
+
+def _nothing_served(f: PodFeatures, t: Thresholds) -> Finding | None:
+    """No burst of work (activity rising through BUSY_LEVEL) in idle_seconds or more of steady state, and
+    under sparse_busy_share of it worked: a replica that loaded its model and served nothing, a notebook
+    left open. Its blips (health checks, probes, the model load before) are no work served, however coarse
+    the samples that caught them."""
+    if not f.steady_seconds >= t.idle_seconds or _served(f, t):
         return None
     if f.cpu_at_limit_share >= t.signature_fraction:
         return None
     evidence = {
-        SPARSE: f"{_fmt(busy)} of {f.window_seconds / 3600:.3g} h < {t.sparse_busy_share}: sparse use (rare "
-        "notebook cells, a replica with no requests) is idle"
+        "no_burst_seconds": f"{f.steady_seconds:.0f} >= {t.idle_seconds:.0f} without a burst of work (activity rising "
+        f"through {BUSY_LEVEL:g}), {sparse_use(f.work_share, f.steady_seconds, t)}",
+        **_start_up(f),
     }
     _memory_held(f, evidence)
-    return Finding("idle", t.confidence_sparse, evidence)
+    return Finding("idle", t.confidence_idle_partly, evidence)
+
+
+def _served(f: PodFeatures, t: Thresholds) -> bool:
+    """Work seen after the start-up, as serving requests would leave it: a burst (activity rising through
+    BUSY_LEVEL), or sparse_busy_share of the time worked (coarse samples may catch requests only part-way)."""
+    return f.bursts_after_load >= 1 or f.work_share >= t.sparse_busy_share
+
+
+def _start_up(f: PodFeatures) -> dict[str, str]:
+    """The evidence of a start-up left out of the steady state the verdict read."""
+    if not f.load_seen:
+        return {}
+    return {"start_up": f"a model load and its warm-up, the first {f.load_end - f.start:.0f} s, left out"}
+
+
+def sparse_use(work: float, seconds: float, t: Thresholds) -> str:
+    """The evidence of sparse use: `work` (0-1) of `seconds` of a GPU's time worked."""
+    return (
+        f"{_fmt(work)} of {seconds / 3600:.3g} h worked ({work * seconds:.0f} s) < {t.sparse_busy_share}: sparse use "
+        "(rare notebook cells, a replica with no requests) is idle"
+    )
 
 
 def _memory_held(f: PodFeatures, evidence: dict[str, str]) -> None:
@@ -389,8 +452,8 @@ def _memory_fragmentation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Find
     """Memory near full and growing, with the process dying and restarting or staying full for long."""
     if not f.memory_peak >= t.memory_full:
         return None
-    if f.memory_spread < t.preallocator_flatness:
-        return None  # flat and high: a pre-allocating server (vLLM, JAX, TensorRT-LLM)
+    if f.memory_spread < t.preallocator_flatness or f.memory_spread_after_load < t.preallocator_flatness:
+        return None  # flat and high (after its model load): a pre-allocating server (vLLM, JAX, TensorRT-LLM)
     grew = f.memory_peak - f.memory_low >= t.memory_growth
     restarted = f.memory_drops >= 1 or f.restarts_max > f.restarts_min
     full_for_long = f.memory_full_share * f.window_seconds >= t.memory_full_seconds
@@ -409,6 +472,11 @@ def _memory_fragmentation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Find
         + (t.confidence_fragmentation_restarts if restarted else 0.0)
         + (t.confidence_fragmentation_full if full_for_long else 0.0)
     )
+    if f.capacity_from_catalogue:
+        evidence["memory_capacity"] = (
+            f"the catalogue's for the {f.gpu_model} (or the most used, where more): the input has no memory total "
+            "(dcgm-exporter without DCGM_FI_DEV_FB_FREE)"
+        )
     return Finding("memory_fragmentation", confidence, evidence)
 
 
@@ -574,8 +642,12 @@ def _clocks(slow: PodGpu, gpus: tuple[PodGpu, ...], t: Thresholds) -> str:
 
 def _pod_waits(f: PodFeatures, t: Thresholds) -> Finding | None:
     """The pod's GPUs wait on stall_share of their samples or more, none of them holding the others: on a
-    peer outside the pod (a rank on another node), or a stalled stream."""
+    peer outside the pod (a rank on another node), or a stalled stream. A pod of one GPU has no peer in
+    the data: only its SMs idle under a running kernel (a spin-wait) show it waits, not low power alone (a
+    replica decoding at batch 1 draws a third of an H100's power; _busy_at_low_power)."""
     if not f.waiting_share >= t.stall_share:
+        return None
+    if f.gpus == 1 and not f.spinning_share >= t.stall_share:
         return None
     evidence = {
         "waiting_fraction": f"{_fmt(f.waiting_share)} of samples >= {t.stall_share}: {_waiting_means(t)}; on no GPU "
@@ -583,7 +655,7 @@ def _pod_waits(f: PodFeatures, t: Thresholds) -> Finding | None:
         "power_while_busy": f"{_fmt(f.busy_power_share)} of the power limit",
         "stalls": _stall_shape(f, t)[1],
     }
-    return Finding("host_stall", t.confidence_waiting, evidence, STALL_CAUSES["peer"])
+    return _waiting_waste(Finding("host_stall", t.confidence_waiting, evidence, STALL_CAUSES["peer"]), f, t)
 
 
 def _saves(f: PodFeatures, t: Thresholds) -> Finding | None:
@@ -738,6 +810,7 @@ def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> F
         not f.activity < t.ineffective_sm
         or f.model_held_share < t.serving_held_share
         or f.quiet_share < t.serving_quiet_share
+        or not _served(f, t)
     ):
         return None
     if f.cpu_at_limit_share >= t.signature_fraction:
@@ -748,7 +821,7 @@ def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> F
     if measured and _steady(f, t):
         return None
     evidence = _serving_evidence(f, t)
-    seen = f"{f.bursts:.0f} bursts of work between them" if f.bursts else "no burst of work seen"
+    seen = f"{f.bursts_after_load:.0f} bursts of work between them" if f.bursts_after_load else "work without bursts"
     evidence["quiet_fraction"] = f"{_fmt(f.quiet_share)} of samples >= {t.serving_quiet_share} ({seen})"
     if measured:
         _burst_evidence(f, t, evidence)
@@ -758,9 +831,8 @@ def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> F
         evidence["bursts"] = f"{f.bursts:.0f} < {t.min_bursts} above {BUSY_LEVEL:g}: too few to time"
     else:
         evidence["sample_interval_seconds"] = f"{f.resolution_seconds:.3g}: too coarse to time single bursts"
-    return Finding(
-        "overprovisioned_serving", t.confidence_serving if measured else t.confidence_serving_untimed, evidence
-    )
+    confidence = t.confidence_serving if measured else t.confidence_serving_untimed
+    return Finding("overprovisioned_serving", confidence, evidence, served=True)
 
 
 def _serving_evidence(f: PodFeatures, t: Thresholds) -> dict[str, str]:
@@ -811,6 +883,8 @@ def _without_signature(
         return Finding("wrong_gpu_type", t.confidence_wrong_gpu if long else t.confidence_wrong_gpu_short, evidence)
     if activity is not None and activity < t.ineffective_sm:
         return _unexplained(f, t, activity)
+    if f.waiting_share >= t.stall_share:
+        return _busy_at_low_power(f, t)
     healthy = f.has_profiling and f.sm_active >= t.healthy_sm
     return Finding(
         "healthy",
@@ -855,3 +929,31 @@ def _unexplained(f: PodFeatures, t: Thresholds, activity: float) -> Finding:
     evidence["causes_open"] = "; ".join(causes)
     evidence["would_tell_them_apart"] = "; ".join(inputs)
     return Finding("unexplained", t.confidence_low_activity_coarse if coarse else t.confidence_low_activity, evidence)
+
+
+def _busy_at_low_power(f: PodFeatures, t: Thresholds) -> Finding:
+    """A kernel runs most of the time at a small share of the power, with nothing in the data that it waits
+    for (one GPU, no SM activity to show a spin-wait): a rank spinning in a collective on a peer in another
+    pod, or light kernels by design (a small-batch decode). Not healthy, and no cause claimed."""
+    evidence = {
+        "waiting_fraction": f"{_fmt(f.waiting_share)} of samples >= {t.stall_share}: {_waiting_means(t)}",
+        "power_while_busy": f"{_fmt(f.busy_power_share)} of the power limit",
+        "causes_open": "a rank waiting in a collective on a peer in another pod; light kernels by design (a "
+        "small-batch decode draws a third of an H100's power)",
+        "would_tell_them_apart": "SM activity (DCGM profiling fields: a spinning kernel leaves the SMs idle); the "
+        "pod's owner (kube-state-metrics: one pod of a multi-pod job)",
+    }
+    return _waiting_waste(Finding("unexplained", t.confidence_low_activity, evidence), f, t)
+
+
+def _waiting_waste(found: Finding, f: PodFeatures, t: Thresholds) -> Finding:
+    """`found` with its waste counting the samples busy at low power as no work, where activity is
+    utilization or graphics-engine activity (no SM activity): both say only that a kernel ran, and a kernel
+    spinning on a peer runs all the time. With SM activity, activity already shows the SMs idle."""
+    if not math.isnan(f.sm_active) or math.isnan(f.activity):
+        return found
+    found.evidence["waste"] = (
+        f"the {_fmt(f.waiting_share)} of samples busy under {t.waiting_power_share} of the power limit counted as no "
+        "work (utilization shows only that a kernel ran)"
+    )
+    return replace(found, waiting_share=float(f.waiting_share))

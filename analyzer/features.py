@@ -289,7 +289,8 @@ class _Signals:
             # of it, even when the sample the row shows fell in a gap.
             self.busy |= (self.shape_n > 0) & (self.shape_idle < self.shape_n - 0.5)
         self.mem_used = column("memory_used_bytes")
-        self.mem_frac = self.mem_used / column("memory_total_bytes")
+        capacity, self.capacity_from_catalogue = (rows.gather(a) for a in fr.memory_capacity(rows.trace))
+        self.mem_frac = self.mem_used / capacity
         self.pipes = np.fmax(
             np.fmax(column("tensor_active"), column("fp16_active")),
             np.fmax(column("fp32_active"), column("fp64_active")),
@@ -314,7 +315,7 @@ class _Signals:
             # a MIG instance: its board's power is shared with the other instances.
             self.power = column("power_watts") / power_limit
         unit_gpus = rows.rows_of("gpu", rows.unit_starts)
-        mig = rows.per_row([is_mig(model, gpu) for model, gpu in zip(unit_models, unit_gpus, strict=True)])
+        mig = rows.per_row([fr.is_mig(model, gpu) for model, gpu in zip(unit_models, unit_gpus, strict=True)])
         self.power = np.where(mig > 0, np.nan, self.power)
         self.link = np.fmax(pcie_use, nvlink_use)
         self.nvlink_use = nvlink_use
@@ -328,6 +329,8 @@ class _Signals:
         self.kernel_busy = kernel_busy = kernel > t.starvation_high
         self.waiting = kernel_busy & ((self.power < t.waiting_power_share) | (self.sm < t.starvation_low))
         self.waiting_known = self.has_activity & (~np.isnan(self.power) | ~np.isnan(self.sm))
+        #: Waiting that SM activity shows (a kernel ran with its SMs idle: NCCL's spin), not power alone.
+        self.spinning = kernel_busy & (self.sm < t.starvation_low)
         self.busy_power = np.where(kernel_busy, self.power, np.nan)
         #: No kernel at all (utilization under starvation_low): a rank writing a checkpoint, loading data.
         self.no_kernel = kernel < t.starvation_low
@@ -373,6 +376,38 @@ class _Signals:
         self.rise[rises] = True
         self.burst_spacing = np.diff(rows.ts[rises])[same_gpu]
         self.burst_spacing_unit = rows.row_unit[rises[1:]][same_gpu]
+        # Work per row, 0-1 (frame.work): the share of the row's time a kernel ran.
+        self.work = rows.gather(fr.work(rows.trace))
+        self._start_up(rows, t)
+
+    def _start_up(self, rows: _Rows, t: Thresholds) -> None:
+        """A model load: memory that rose from under memory_growth (nothing loaded: the data begins with
+        the process) to within memory_growth of the level it then held, reaching it in the first half of the
+        unit's rows. It ends (warm-up done) at the first row without work (frame.work) after that, or after
+        a warm-up that starts within two rows of it. What follows is the steady state that sparse use,
+        serving and a pre-allocator's memory are read from; a unit with no load seen is steady throughout,
+        and one that loaded and has not paused since (a training job) has no steady rows (load_end NaN)."""
+        U, ts = rows.units, rows.ts
+        peak = U.max(self.mem_frac)
+        start, end = U.min(ts), U.max(ts)
+        held = U.min(np.where(self.mem_frac >= rows.per_row(peak) - t.memory_growth, ts, np.nan))
+        with np.errstate(invalid="ignore"):
+            # From (nearly) nothing: the data begins with the process. A restart mid-window is no start-up.
+            first = self.mem_frac[rows.unit_starts]
+            rose = (first < t.memory_growth) & (peak - first >= t.memory_growth)
+            self.load_seen = rose & (held - start <= 0.5 * (end - start))
+            # The warm-up (vLLM captures CUDA graphs once its KV cache is allocated) starts by the second
+            # row after the memory is held, and the load ends when it pauses: a row with no work in it.
+            after = ts >= rows.per_row(held)
+            work = self.work >= t.idle_activity
+            soon = rows.per_row(held + 2 * rows.intervals())
+            warm_up = U.min(np.where(after & work & (ts <= soon), ts, np.nan))
+            pause = (ts >= rows.per_row(np.fmax(held, warm_up))) & ~work & self.has_activity
+        self.load_end = np.where(self.load_seen, U.min(np.where(pause, ts, np.nan)), start)
+        with np.errstate(invalid="ignore"):
+            self.steady = ts >= rows.per_row(self.load_end)
+            #: Rows once the loaded memory is held, activity or not (a replica that serves from its load on).
+            self.memory_held = ts >= rows.per_row(np.where(self.load_seen, held, start))
 
 
 class _PerUnit:
@@ -428,6 +463,8 @@ def _add_shape(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
         features["steady_burst_share"] = np.where(shape & (transitions > 0), steady, np.nan)
     features["switches"] = np.where(shape, transitions, features["switches"])
     features["bursts"] = np.where(shape, np.floor(transitions / 2), features["bursts"])
+    after_load = np.floor(U.sum(np.where(s.steady, s.shape_transitions, 0.0)) / 2)
+    features["bursts_after_load"] = np.where(shape, after_load, features["bursts_after_load"])
     features["shape_samples"] = np.where(shape, n, 0.0)
     features["has_shape"] = shape
 
@@ -468,12 +505,21 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             ),
             "longest_pause_seconds": U.max(s.pause),
             "bursts": U.count(s.rise).astype(float),
+            # After the start-up (_Signals._start_up): when it ended, the bursts and work since, and how
+            # flat memory stayed.
+            "load_seen": s.load_seen,
+            "load_end": s.load_end,
+            "bursts_after_load": U.count(s.rise & s.steady).astype(float),
+            "work_share": U.mean(np.where(s.steady, s.work, np.nan)),
+            "memory_spread_after_load": U.std(np.where(s.memory_held, s.mem_frac, np.nan)),
             "burst_period_seconds": period,
             "burst_spread": (q75 - q25) / period,
             "memory_peak": U.max(s.mem_frac),
             "memory_low": U.min(s.mem_frac),
             "memory_spread": U.std(s.mem_frac),
             "memory_peak_bytes": U.max(s.mem_used),
+            # Rows whose capacity is the catalogue's (frame.memory_capacity): the input has no total.
+            "capacity_from_catalogue": U.count(s.capacity_from_catalogue) > 0,
             "model_held_share": U.share(s.mem_used >= t.serving_memory_bytes, ~np.isnan(s.mem_used)),
             "memory_full_share": U.share(s.mem_frac > t.memory_full, ~np.isnan(s.mem_frac)),
             "memory_drops": U.count(s.drop).astype(float),
@@ -501,6 +547,7 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             "busy_power_share": U.mean(s.busy_power),
             # Share of samples busy at low power (or with SMs idle): waiting, not working.
             "waiting_share": U.share(s.waiting, s.waiting_known),
+            "spinning_share": U.share(s.spinning, ~np.isnan(s.sm) & s.has_activity),
             # Stalls (runs of waiting or kernel-less samples on one GPU): how many, their median length in
             # samples, and the median time from one to the next and its spread, (p75 - p25) / median.
             "stalls": np.bincount(s.stall_unit, minlength=len(rows.unit_starts)).astype(float),
@@ -592,11 +639,6 @@ def _add_gpus(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
     features["pod_gpus"] = pd.Series(pod_gpus, index=features.index, dtype=object)
 
 
-def is_mig(model: str, gpu: str) -> bool:
-    """Whether a unit's GPU is a MIG instance (its model "... MIG 1g.10gb", a "MIG-…" UUID or a "0/gi7" key)."""
-    return " MIG " in f"{model} " or gpu.startswith("MIG-") or "/gi" in gpu
-
-
 class PodFeatures(NamedTuple):
     """One unit's features over its window (a row of pod_features()), as the signatures read them. Shares
     are of the unit's samples, 0-1 (of its driver samples where the trace carries the exporter's activity
@@ -634,7 +676,22 @@ class PodFeatures(NamedTuple):
     high_share: float
     low_share: float
     quiet_share: float
-    #: Seconds from the last busy sample to the end of the window.
+    #: A model load seen in the window (memory rose to the level it held; _Signals._start_up), and when it
+    #: ended (unix seconds; the window's start without one; NaN where work has not paused since).
+    load_seen: bool
+    load_end: float
+    #: From load_end to the end of the last sample, seconds: the steady state.
+    steady_seconds: float
+    #: Rises through BUSY_LEVEL in the steady state: served work, notebook cells, steps.
+    bursts_after_load: float
+    #: Share of the steady state's GPU time that did work (0-1; frame.work): seconds of work, not samples
+    #: that caught a blip.
+    work_share: float
+    #: Standard deviation of the used memory fraction once the load reached its level: a pre-allocator's
+    #: is flat.
+    memory_spread_after_load: float
+    #: The last busy sample (unix seconds; NaN: none), and seconds from it to the end of the window.
+    last_busy: float
     trailing_idle_seconds: float
     #: Busy share of the recent_samples samples up to the last busy one.
     busy_before_share: float
@@ -651,6 +708,8 @@ class PodFeatures(NamedTuple):
     #: Memory used over capacity: highest, lowest, standard deviation; highest in bytes.
     memory_peak: float
     memory_low: float
+    #: The memory fractions rest on the catalogue's capacity for the model on some rows: the input had no total.
+    capacity_from_catalogue: bool
     memory_spread: float
     memory_peak_bytes: float
     #: Samples holding serving_memory_bytes or more (a model kept resident); above memory_full.
@@ -679,6 +738,8 @@ class PodFeatures(NamedTuple):
     kernel_busy_share: float
     busy_power_share: float
     waiting_share: float
+    #: Samples where a kernel ran with the SMs idle (SM activity under starvation_low): a spin-wait.
+    spinning_share: float
     #: The most stalled GPU's share of samples waiting or without a kernel.
     stalled_share: float
     #: Stalls (runs of waiting or kernel-less samples on one GPU): how many, their median length in samples,
@@ -749,6 +810,8 @@ def _add_timing(features: pd.DataFrame) -> None:
             features["has_shape"], features["gpu_seconds"] / features["shape_samples"], features["sample_seconds"]
         )
     features["coverage"] = np.minimum(features["gpu_seconds"] / (features["gpus"] * features["window_seconds"]), 1.0)
+    #: The steady state's length: from the start-up's end to the end of the last sample (NaN: not yet).
+    features["steady_seconds"] = features["end"] + features["sample_seconds"] - features["load_end"]
     features["trailing_idle_seconds"] = np.where(
         features["last_busy"].isna(), features["window_seconds"], features["end"] - features["last_busy"]
     )

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
+from gpulens.core.catalog import model_info
 from gpulens.core.config import atomic_output
 from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, RATIOS, SHAPE, SIGNALS, XIDS
 
@@ -96,6 +98,55 @@ def activity(trace: pd.DataFrame) -> pd.Series:
     """Each sample's activity, 0-1: SM activity, else graphics-engine activity (MIG instances), else
     utilization (no profiling fields): the one measure of work every signature and waste figure uses."""
     return trace["sm_active"].fillna(trace["gr_engine_active"]).fillna(trace["gpu_util"])
+
+
+def work(trace: pd.DataFrame) -> np.ndarray:
+    """Each row's work, 0-1: the share of its interval a kernel ran, what sparse use is measured in (seconds
+    of work, not rows that caught a blip). From the exporter's histogram where the row carries it (every
+    driver sample since the row before): each bucket's share at its midpoint, so that a 50 ms health check
+    caught by one 1/6 s sample at 30% counts 0.4 of that sample, not all of it. Else activity: a row
+    estimates its interval (a 30 s row that catches a health check at 5% counts 1.5 s; DCGM averages its
+    profiling fields over the interval, where utilization is a point sample)."""
+    estimate = activity(trace).to_numpy()
+    if not has_shape(trace):
+        return estimate
+    idle, low, high = (
+        trace[c].to_numpy() for c in ("activity_idle_ratio", "activity_low_ratio", "activity_high_ratio")
+    )
+    midpoints = (
+        (IDLE_BOUND + LOW_BOUND) / 2 * (low - idle)
+        + (LOW_BOUND + HIGH_BOUND) / 2 * (1.0 - low - high)
+        + (HIGH_BOUND + 1.0) / 2 * high
+    )
+    return np.where(trace["activity_samples"].to_numpy() > 0, midpoints, estimate)
+
+
+def is_mig(model: str, gpu: str) -> bool:
+    """Whether a GPU is a MIG instance (its model "... MIG 1g.10gb", a "MIG-…" UUID or a "0/gi7" key)."""
+    return " MIG " in f"{model} " or gpu.startswith("MIG-") or "/gi" in gpu
+
+
+def memory_capacity(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's memory capacity in bytes, and where it came from the catalogue: the input's total, else
+    (dcgm-exporter without DCGM_FI_DEV_FB_FREE, a log without memory.total) the catalogue's figure for the
+    GPU's model (core/catalog.py, as NVML reports it), or the most the GPU was seen using where that is
+    more (a model the catalogue matches only by family, as an H100 NVL's 94 GB by "H100"). NaN for a MIG
+    instance, whose capacity is its profile's, and for a model the catalogue does not know."""
+    total = trace["memory_total_bytes"].to_numpy()
+    used = trace["memory_used_bytes"].to_numpy()
+    missing = np.isnan(total) & ~np.isnan(used)
+    if not missing.any():
+        return total, missing
+    gpu = trace.groupby(["node", "gpu", "gpu_model"], observed=True, sort=False).ngroup().to_numpy()
+    first = np.unique(gpu, return_index=True)[1]  # each GPU's first row, GPUs numbered 0..n-1
+    catalogue = np.array(
+        [
+            np.nan if is_mig(str(model), str(name)) else float(model_info(str(model)).memory_total_bytes or np.nan)
+            for model, name in zip(trace["gpu_model"].to_numpy()[first], trace["gpu"].to_numpy()[first], strict=True)
+        ]
+    )
+    filled = np.where(np.isnan(catalogue), np.nan, np.fmax(catalogue, pd.Series(used).groupby(gpu).max().to_numpy()))
+    return np.where(missing, filled[gpu], total), missing & ~np.isnan(filled[gpu])
 
 
 def write_trace(frame: pd.DataFrame, path: str | Path) -> None:

@@ -20,7 +20,16 @@ import numpy as np
 import pandas as pd
 
 from gpulens.analyzer import frame as fr
-from gpulens.analyzer.classify import SPARSE, XID_FAULTS, ClassShare, Episode, Verdict, judge
+from gpulens.analyzer.classify import (
+    SPARSE,
+    XID_FAULTS,
+    ClassShare,
+    Episode,
+    Verdict,
+    judge,
+    sparse_use,
+    worked,
+)
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.frame import format_timestamp
 from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
@@ -120,24 +129,24 @@ def ledgers(
     out: dict[str, Ledger] = {}
     for unit, rows in own.groupby(level=0, sort=False):
         ledger, in_order = Ledger(), rows.sort_values("window")
-        for k, samples, activity, idle, ts_min, ts_max in zip(
+        for k, samples, activity, idle, work, ts_min, ts_max in zip(
             *(in_order[c].to_numpy(dtype=float) for c in _SLOT_COLUMNS), strict=True
         ):
             judged = _slot_verdict(by_window[str(unit)], int(k), per_window, t)
             if judged is not None:
-                ledger.add(int(k), judged, samples, activity, idle, ts_min, ts_max, prices)
+                ledger.add(int(k), judged, samples, activity, idle, work, ts_min, ts_max, prices)
         if ledger.episodes:
             out[str(unit)] = ledger
     return out
 
 
-_SLOT_COLUMNS = ("window", "samples", "activity", "idle", "ts_min", "ts_max")
+_SLOT_COLUMNS = ("window", "samples", "activity", "idle", "work", "ts_min", "ts_max")
 
 
 def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t: Thresholds) -> pd.DataFrame:
-    """What each slot's own samples show, per unit: how many, when, mean activity, share idle. Idle as the
-    window's sparse rule counts it: from the exporter's histogram (every driver sample since the row
-    before) where the trace carries it, else from the rows."""
+    """What each slot's own samples show, per unit: how many, when, mean activity, share idle (from the
+    exporter's histogram, every driver sample since the row before, where the trace carries it), and work
+    (frame.work)."""
     activity = fr.activity(trace).to_numpy()
     idle = np.where(np.isnan(activity), np.nan, activity < t.idle_activity)
     if fr.has_shape(trace):
@@ -150,6 +159,7 @@ def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t:
                 "ts": trace["timestamp"].to_numpy(),
                 "activity": activity,
                 "idle": idle,
+                "work": fr.work(trace),
             }
         )
         .groupby("key", sort=True)
@@ -159,6 +169,7 @@ def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t:
             ts_max=("ts", "max"),
             activity=("activity", "mean"),
             idle=("idle", "mean"),
+            work=("work", "mean"),
         )
     )
     names = keys.names(trace)
@@ -200,11 +211,15 @@ class Ledger:
     episode_seconds: list[float] = field(default_factory=list)
     episode_cost: list[float] = field(default_factory=list)
     episode_weight: list[float] = field(default_factory=list)
+    #: Per episode: whether its newest window still served work (Verdict.served: a replica's quiet hour, not
+    #: the fading tail of work that stopped).
+    episode_served: list[bool] = field(default_factory=list)
     #: The newest window verdict of each class: the headline's fix and evidence come from it (reports).
     latest: dict[str, Verdict] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
     busy_seconds: float = 0.0
     idle_seconds: float = 0.0
+    work_seconds: float = 0.0
     judged_seconds: float = 0.0
     #: The first slot added, and the newest: an episode goes on only into the next slot.
     first_slot: int | None = None
@@ -229,11 +244,13 @@ class Ledger:
             self.episode_seconds[-1] += covered
             self.episode_cost[-1] += cost
             self.episode_weight[-1] += verdict.confidence * covered
+            self.episode_served[-1] = verdict.served
         else:
             self.episodes.append(Episode(verdict.bottleneck, start, end, verdict.confidence, waste))
             self.episode_seconds.append(covered)
             self.episode_cost.append(cost)
             self.episode_weight.append(verdict.confidence * covered)
+            self.episode_served.append(verdict.served)
 
     def add(
         self,
@@ -242,30 +259,35 @@ class Ledger:
         samples: float,
         mean_activity: float,
         idle: float,
+        work: float,
         ts_min: float,
         ts_max: float,
         prices: dict[str, float] | None,
     ) -> None:
-        """Slot k: `samples` samples from ts_min to ts_max, judged `verdict`, with their mean activity and
-        share idle (NaN where the input had no activity signal)."""
+        """Slot k: `samples` samples from ts_min to ts_max, judged `verdict`, with their mean activity,
+        share idle and share worked (NaN where the input had no activity signal)."""
         covered = samples * verdict.sample_seconds
         activity = None if math.isnan(mean_activity) else float(mean_activity)
-        waste = (1.0 - activity) * covered if activity is not None and BY_NAME[verdict.bottleneck].waste else 0.0
+        waste = 0.0
+        if activity is not None and BY_NAME[verdict.bottleneck].waste:
+            waste = (1.0 - worked(activity, verdict.waiting_share)) * covered
         cost = waste / 3600 * model_info(verdict.gpu_model, prices).price_per_hour
-        self.account(covered, activity, idle)
+        self.account(covered, activity, idle, work)
         end = float(ts_max + verdict.sample_seconds)
         self.record(verdict, float(ts_min), end, covered, waste, cost, joins=self.last_slot == k - 1)
         if self.first_slot is None:
             self.first_slot = k
         self.last_slot = k
 
-    def account(self, covered: float, activity: float | None, idle: float) -> None:
+    def account(self, covered: float, activity: float | None, idle: float, work: float) -> None:
         """`covered` GPU-seconds at mean `activity` (0-1; None where the input has no activity signal), a
-        share `idle` of them idle (NaN: unknown): what the span's mean activity and sparse use read."""
+        share `idle` of them idle and `work` of them worked (PodFeatures.work_share; NaN: unknown): what the
+        span's mean activity, idle ratio and sparse use read."""
         if activity is not None:
             self.judged_seconds += covered
             self.busy_seconds += activity * covered
             self.idle_seconds += (0.0 if math.isnan(idle) else float(idle)) * covered
+            self.work_seconds += (activity if math.isnan(work) else float(work)) * covered
 
     def merge(self, later: Ledger) -> None:
         """Add the ledger of the next piece of the span (its slots all after this one's)."""
@@ -274,21 +296,33 @@ class Ledger:
         self.xid_fault = later.xid_fault or self.xid_fault
         self.busy_seconds += later.busy_seconds
         self.idle_seconds += later.idle_seconds
+        self.work_seconds += later.work_seconds
         self.judged_seconds += later.judged_seconds
-        parts = list(zip(later.episodes, later.episode_seconds, later.episode_cost, later.episode_weight, strict=True))
+        parts = list(
+            zip(
+                later.episodes,
+                later.episode_seconds,
+                later.episode_cost,
+                later.episode_weight,
+                later.episode_served,
+                strict=True,
+            )
+        )
         last = self.episodes[-1] if self.episodes else None
         if parts and last is not None and last.bottleneck == parts[0][0].bottleneck:
             if self.last_slot is not None and later.first_slot == self.last_slot + 1:
-                first, seconds, cost, weight = parts.pop(0)
+                first, seconds, cost, weight, served = parts.pop(0)
                 last.extend(first.end, first.confidence, first.wasted_gpu_seconds)
                 self.episode_seconds[-1] += seconds
                 self.episode_cost[-1] += cost
                 self.episode_weight[-1] += weight
-        for episode, seconds, cost, weight in parts:
+                self.episode_served[-1] = served
+        for episode, seconds, cost, weight, served in parts:
             self.episodes.append(episode)
             self.episode_seconds.append(seconds)
             self.episode_cost.append(cost)
             self.episode_weight.append(weight)
+            self.episode_served.append(served)
         self.last_slot = later.last_slot
 
     def prune(self, oldest: float, keep: int) -> None:
@@ -298,6 +332,7 @@ class Ledger:
         if self.xid_fault is not None and self.xid_fault[0] < oldest:
             self.xid_fault = None
         del self.episodes[:drop], self.episode_seconds[:drop], self.episode_cost[:drop], self.episode_weight[:drop]
+        del self.episode_served[:drop]
 
     def totals(self) -> tuple[dict[str, float], dict[str, float], dict[str, float], dict[str, float]]:
         """By class: GPU-seconds covered, GPU-seconds wasted, money wasted, and mean confidence."""
@@ -320,14 +355,15 @@ class Ledger:
         return class_shares(seconds, wasted, cost)
 
     def headline(self, t: Thresholds) -> str:
-        seconds, wasted, _, _ = self.totals()
-        return headline(seconds, wasted, sum(seconds.values()), self.episodes, self.episode_seconds, t)
+        """The class of the unit's verdict over the span (verdict()): the one judgement every output serves."""
+        return self.verdict(t).bottleneck
 
     def verdict(self, t: Thresholds) -> Verdict:
-        """The unit's headline verdict over the span (see headline())."""
+        """The unit's verdict over the span: the headline class (see headline()), or idle where the whole span
+        is sparse use."""
         seconds, wasted_by_class, cost, confidences = self.totals()
         total = sum(seconds.values())
-        name = headline(seconds, wasted_by_class, total, self.episodes, self.episode_seconds, t)
+        name = headline(seconds, wasted_by_class, total, self.episodes, self.episode_seconds, t, self.episode_served)
         base, confidence = self.latest[name], confidences[name]
         episodes = [e.rounded() for e in self.episodes]
         by_class = class_shares(seconds, wasted_by_class, cost)
@@ -343,9 +379,9 @@ class Ledger:
             **{key: value for key, value in base.evidence.items() if key != XID_FAULTS},
         }
         sampled = self.judged_seconds / len(gpus)
-        busy = 1.0 - self.idle_seconds / self.judged_seconds if self.judged_seconds else math.nan
+        work = self.work_seconds / self.judged_seconds if self.judged_seconds else math.nan
         pod_class = BY_NAME[name].unit == "pod"  # a GPU no pod holds is no idle pod, however sparse its use
-        if pod_class and name != "idle" and sampled >= t.sparse_span_seconds and busy < t.sparse_busy_share:
+        if pod_class and name != "idle" and sampled >= t.sparse_span_seconds and work < t.sparse_busy_share:
             # Windows that each saw part of a sparse hour cannot tell it from serving; the span can. The
             # evidence is the span's, not that of the window verdicts it overrules.
             windows = ", ".join(f"{c} {part.share:.0%}" for c, part in by_class.items())
@@ -353,8 +389,7 @@ class Ledger:
             name, confidence = "idle", t.confidence_sparse
             base = replace(base, bottleneck=name, recommendation=RECOMMENDATIONS[name], secondary=[])
             evidence = {
-                SPARSE: f"{busy:.3g} of the {sampled / 3600:.3g} h sampled < {t.sparse_busy_share}: sparse use (rare "
-                "notebook cells, a replica with no requests) is idle",
+                SPARSE: sparse_use(work, sampled, t),
                 "history": f"windows of the span, each too short to tell, were judged {windows}",
                 **fault,
                 **kept,
@@ -368,6 +403,7 @@ class Ledger:
             wasted_cost=round(sum(cost.values()), 4),
             mean_activity=round(self.busy_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
             idle_ratio=round(self.idle_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
+            work_share=None if math.isnan(work) else round(work, 4),
             window_seconds=round(span, 3),
             coverage=round(min(total / (len(gpus) * span), 1.0), 4),
             episodes=episodes,
@@ -391,19 +427,23 @@ def headline(
     episodes: list[Episode],
     episode_seconds: list[float],
     t: Thresholds,
+    served: list[bool] | None = None,
 ) -> str:
     """The problem class that wasted the most among those that held for headline_min_share of the
     time; without one, the class that held longest.
 
-    A serving replica has quiet hours (nights, weekends) that look idle: when it served for longer than
-    it was idle, its idle spells that work followed are counted as serving, so that its headline is the
-    serving fix (fewer replicas, scale to zero) and not "release the GPU". Idle at the end of the span
-    stays idle: the work stopped. A notebook used for two hours a day stays idle."""
+    A serving replica has quiet hours (nights, weekends) that look idle, each under sparse_busy_share of
+    work. When it served for longer than it was idle, its idle spells that work followed are counted as
+    serving; and so is any idle spell that still `served` (sparse use with some work, too little for the
+    hour): its headline is the serving fix (fewer replicas, scale to zero), not "release the GPU". Idle
+    at the end of the span with no work served stays idle: the work stopped. A notebook used for two hours
+    a day, and left, stays idle."""
     serving = "overprovisioned_serving"
-    if seconds.get(serving, 0.0) >= max(t.headline_min_share * total, seconds.get("idle", 0.0)):
+    if seconds.get(serving, 0.0) >= t.headline_min_share * total:
+        longer = seconds[serving] >= seconds.get("idle", 0.0)
         seconds, wasted = dict(seconds), dict(wasted)
-        for e, covered in zip(episodes[:-1], episode_seconds[:-1], strict=True):
-            if e.bottleneck == "idle":
+        for k, (e, covered) in enumerate(zip(episodes, episode_seconds, strict=True)):
+            if e.bottleneck == "idle" and ((longer and k < len(episodes) - 1) or (served and served[k])):
                 seconds["idle"] -= covered
                 wasted["idle"] -= e.wasted_gpu_seconds
                 seconds[serving] += covered

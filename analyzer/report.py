@@ -17,7 +17,7 @@ import pandas as pd
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.features import UnitKeys, is_mig
+from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.history import sample_interval
 from gpulens.analyzer.summary import waste_by
 from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
@@ -289,14 +289,14 @@ def unit_samples(
     models = drawn["gpu_model"].to_numpy()[first]
     limit = np.array(
         [
-            math.nan if is_mig(str(m), str(g)) else model_info(str(m)).power_limit_watts
+            math.nan if fr.is_mig(str(m), str(g)) else model_info(str(m)).power_limit_watts
             for m, g in zip(models, gpus, strict=True)
         ],
         dtype=np.float64,
     )
     limit[~(limit > 0)] = math.nan  # a model the catalogue does not know has no limit: its power is not drawn
     power = drawn["power_watts"].to_numpy(dtype=float) / limit[codes]
-    capacity = drawn["memory_total_bytes"].to_numpy()
+    capacity = fr.memory_capacity(drawn)[0]
     return pd.DataFrame(
         {
             "unit": names[keys.unit[rows]],

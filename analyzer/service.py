@@ -265,7 +265,8 @@ class AnalyzerService:
         covered = v.window_seconds * v.coverage * len(v.gpus) * share
         joins = last_end is not None and start - last_end <= 1e-6
         past.record(v, start, end, covered, v.wasted_gpu_seconds * share, v.wasted_cost * share, joins)
-        past.account(covered, v.mean_activity, math.nan if v.idle_ratio is None else v.idle_ratio)
+        idle = math.nan if v.idle_ratio is None else v.idle_ratio
+        past.account(covered, v.mean_activity, idle, math.nan if v.work_share is None else v.work_share)
 
     def _forget(self, now: float) -> None:
         oldest = now - self.history_seconds

@@ -12,6 +12,8 @@ Layouts, told apart by their `job`, so that one store holds them all and a repor
   series has none).
 - `dcgm-basic`: dcgm-exporter without profiling fields (no DCGM profiling module, or consumer GPUs), as
   the GPU Operator scrapes it: utilization, memory and power only.
+- `dcgm-no-free`: dcgm-exporter as the GPU Operator scrapes it, with a counters file that leaves out
+  DCGM_FI_DEV_FB_FREE: no memory capacity in the store (not in LAYOUTS: a test asks for it by name).
 dcgm-exporter's units are its own: percent, MiB, MHz; gpulens' are ratios, bytes and hertz.
 """
 
@@ -146,7 +148,7 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
         gpu_labels = {"gpu": str(index), "UUID": uuid, "device": f"nvidia{index}", "modelName": model, "Hostname": node}
         free = (rows["memory_total_bytes"] - rows["memory_used_bytes"]).to_numpy() / MIB
         for t_index, (t, (namespace, pod, container)) in enumerate(zip(ts, pods, strict=True)):
-            if layout in ("dcgm-exported", "dcgm-basic"):
+            if layout in ("dcgm-exported", "dcgm-basic", "dcgm-no-free"):
                 own = dict(zip(("namespace", "pod", "container"), DCGM_EXPORTER_POD, strict=True))
                 workload = (
                     {"exported_namespace": namespace, "exported_pod": pod, "exported_container": container}
@@ -167,7 +169,8 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
                 value = rows[s.column].iat[t_index]
                 if not math.isnan(value) and not (layout == "dcgm-basic" and s.dcgm.startswith("DCGM_FI_PROF_")):
                     out.setdefault(s.dcgm, []).append((labels, t, value * s.to_dcgm))
-            out.setdefault("DCGM_FI_DEV_FB_FREE", []).append((labels, t, free[t_index]))
+            if layout != "dcgm-no-free":
+                out.setdefault("DCGM_FI_DEV_FB_FREE", []).append((labels, t, free[t_index]))
     return out
 
 

@@ -290,6 +290,9 @@ def test_eval_on_unseen_seeds_at_coarse_sampling_over_a_day():
     assert report.healthy_called_idle() == 0
     assert report.serving_told_to_release() == 0
     assert report.never_claims_memory_bandwidth_without_profiling()
+    # Replicas that loaded a model and served nothing, their health checks every 10 s: 2 over each span,
+    # each seen at 15 and 60 s, all idle.
+    assert report.never_served_found() == "8/8"
 
 
 @pytest.mark.slow
@@ -497,11 +500,11 @@ def test_the_class_table_is_whole_and_every_set_of_classes_derives_from_it():
 
 
 def _held_with_blips(seconds: float, blips: int, step: float = 10.0) -> pd.DataFrame:
-    """A GPU holding a 20 GB model for `seconds`, sampled every `step` s, busy (90%) on `blips` samples
+    """A GPU holding a 20 GB model for `seconds`, sampled every `step` s, busy (100%) on `blips` samples
     spread evenly and idle on the others: a notebook's rare cells, or a replica's rare requests."""
     frame = blocks([1_800_000_000.0], int(seconds), step=step, activity=0.0)
     busy = np.linspace(0, len(frame) - 1, blips + 2).round().astype(int)[1:-1] if blips else []
-    frame.loc[busy, "gpu_util"] = 0.9
+    frame.loc[busy, "gpu_util"] = 1.0
     frame["memory_used_bytes"] = 20e9
     return frame
 
@@ -519,10 +522,23 @@ def test_sparse_use_of_an_hour_or_more_is_idle_and_no_burst_is_claimed_unseen(se
     [v] = classify(_held_with_blips(seconds, blips))
     assert (v.bottleneck == "idle") is idle, v
     if idle:
-        assert v.evidence["busy_fraction"].startswith(f"{blips / int(seconds / 10):.3g} of ")
+        work = blips / int(seconds / 10)
+        assert v.evidence["busy_fraction"].startswith(f"{work:.3g} of 1 h worked ({work * 3600:.0f} s) < 0.01: ")
         assert v.evidence["memory_held_bytes"] == "20000000000"
     elif v.bottleneck == "overprovisioned_serving":
         assert f"({blips} bursts of work between them)" in v.evidence["quiet_fraction"]
+
+
+def test_sparse_use_is_seconds_of_work_not_rows_that_caught_a_blip():
+    """dcgm-exporter every 30 s: DCGM averages SM activity over the interval, so a 2 s health check at 50%
+    SM reads 0.0333 on the one row that holds it. A check every 20 minutes makes 3 of an hour's 120 rows
+    busy (2.5%, over the 1% bar), but 3 s of work in 3,600 (0.083%): idle, as the exporter's counters
+    would measure it."""
+    frame = _held_with_blips(3600.0, 3, step=30.0)
+    frame["sm_active"] = np.where(frame["gpu_util"] > 0, 2 * 0.5 / 30, 0.0)
+    [v] = classify(frame)
+    assert v.bottleneck == "idle", v
+    assert v.evidence["busy_fraction"].startswith("0.000833 of 1 h worked (3 s) < 0.01: sparse use")
 
 
 @pytest.mark.slow

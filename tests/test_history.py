@@ -367,7 +367,7 @@ def test_sparse_use_over_a_span_is_idle_even_where_no_window_saw_an_hour_of_it(b
     [v] = [v for v in analyze(fr.normalize(pd.concat([origin, frame], ignore_index=True))) if v.pod == "p"]
     assert (v.bottleneck == "idle") is idle, v
     if idle:
-        assert v.evidence["busy_fraction"].startswith(f"{blips / 540:.3g} of the 1.5 h sampled < 0.01")
+        assert v.evidence["busy_fraction"].startswith(f"{blips / 540:.3g} of 1.5 h worked ({blips * 10} s) < 0.01")
         assert v.recommendation.startswith("Release the GPU")
         # The span's evidence, not the serving windows' it overrules ("work comes in bursts").
         assert v.evidence["history"].startswith("windows of the span, each too short to tell, were judged ")
@@ -445,3 +445,54 @@ def test_a_clock_that_jumps_a_day_counts_no_day_of_waste():
         assert service.cycle()
         wasted.append(service.state.wasted_seconds[("sd", "idle")])
     assert set(np.diff(wasted).round(6)) == {60.0}  # each cycle the minute it saw, the jump's too
+
+
+def _replica_day(night_util: float) -> pd.DataFrame:
+    """A replica's day at 60 s (nvidia-smi: utilization, and 40 GB of 80 held): from 08:00 to 18:00 three
+    rows an hour catch a request at 100% (5% of the hour's work); through the night one row an hour catches
+    one at `night_util` (0.83% at 0.5: under the 1% bar, sparse use, each hour idle)."""
+    minutes = np.arange(24 * 60)
+    hour, minute = minutes // 60, minutes % 60
+    day = (hour >= 8) & (hour < 18)
+    util = np.where(day, np.where(minute % 20 == 7, 1.0, 0.0), np.where(minute == 31, night_util, 0.0))
+    return fr.normalize(
+        pd.DataFrame(
+            {
+                "timestamp": MIDNIGHT + 60.0 * minutes,
+                "gpu": "GPU-r",
+                "node": "node-a",
+                "gpu_model": "NVIDIA H100 80GB HBM3",
+                "namespace": "sd",
+                "pod": "replica",
+                "gpu_util": util,
+                "memory_used_bytes": 40e9,
+                "memory_total_bytes": 80e9,
+            }
+        )
+    )
+
+
+@pytest.mark.parametrize(("night_util", "headline"), [(0.5, "overprovisioned_serving"), (0.0, "idle")])
+def test_a_replica_still_serving_through_quiet_nights_is_serving_over_its_day(night_util, headline):
+    """Its nights (14 of 24 hours) are sparse use, idle hour by hour, yet a request still comes every hour:
+    the span's headline is the serving fix, not "release the GPU". With no request in the night, the work
+    stopped at 18:00 and idle is the headline."""
+    [v] = analyze(_replica_day(night_util))
+    assert v.bottleneck == headline, v
+    assert v.by_class["idle"].share > 0.5
+
+
+def test_the_span_judgement_is_one_for_the_api_the_page_and_the_plan():
+    """Two hours of windows each judged overprovisioned_serving, at 0.4% of the time worked over the span:
+    sparse use, idle. The live service's history[].headline is that verdict, not the windows' class."""
+    from gpulens.analyzer.classify import Verdict
+    from gpulens.analyzer.history import Ledger
+
+    ledger = Ledger()
+    window = Verdict("ns", "p", "n1", ["GPU-0"], "H100", "overprovisioned_serving", 0.6, {}, "", 0.0, 0.0)
+    for k in range(24):  # 24 cycles of 300 s
+        ledger.record(window, 300.0 * k, 300.0 * (k + 1), 300.0, 0.0, 0.0, True)
+        ledger.account(300.0, 0.004, 0.99, 0.004)
+    t = Thresholds()
+    assert ledger.verdict(t).bottleneck == ledger.headline(t) == "idle"
+    assert ledger.verdict(t).evidence["busy_fraction"].startswith("0.004 of 2 h worked (29 s) < 0.01")

@@ -230,23 +230,44 @@ def nvidia_smi(samples: int = SAMPLES, gpu_name: str = "GPU-0", **columns) -> pd
 )
 def test_without_profiling_fields_busy_at_low_power_is_waiting_not_work(power_share, waiting):
     """nvidia-smi alone: a rank spinning in a collective reports 100% utilization at about 150 W of an
-    H100's 700 W. Busy under waiting_power_share of the limit is waiting on a peer, said in the evidence;
-    at the threshold it is work."""
+    H100's 700 W. Busy under waiting_power_share of the limit is not work (not healthy); at the threshold it
+    is. One GPU has no peer in the data, and a replica decoding at batch 1 also draws a third of the power:
+    the causes are left open, with what would tell them apart."""
     v = verdict(nvidia_smi(power_watts=power_share * 700.0))
-    assert v.bottleneck == ("host_stall" if waiting else "healthy"), v
+    assert v.bottleneck == ("unexplained" if waiting else "healthy"), v
     assert ("waiting_fraction" in v.evidence) is waiting
     if waiting:
         assert v.evidence["waiting_fraction"].startswith("1 of samples >= 0.2: a kernel running at < 0.35 of the")
         assert v.evidence["power_while_busy"] == f"{power_share:.3g} of the power limit"
-        assert v.recommendation == STALL_CAUSES["peer"]
+        assert v.evidence["causes_open"].startswith("a rank waiting in a collective on a peer in another pod; ")
+        assert v.evidence["would_tell_them_apart"].startswith("SM activity (DCGM profiling fields")
+
+
+def test_samples_busy_at_low_power_are_counted_as_waste_where_only_utilization_shows_work():
+    """Utilization is 100% on every sample, so activity says no waste; the 30 of 60 samples at a fifth of the
+    power are a kernel that ran without working, and count as idle GPU time: half the 600 GPU-seconds."""
+    power = np.r_[np.full(30, 140.0), np.full(SAMPLES - 30, 560.0)]
+    v = verdict(nvidia_smi(power_watts=power))
+    assert v.bottleneck == "unexplained" and v.mean_activity == 1.0, v
+    assert v.window_seconds * v.coverage == SAMPLES * STEP
+    assert v.wasted_gpu_seconds == 300.0 and v.waiting_share == 0.5
+    assert v.evidence["waste"].startswith("the 0.5 of samples busy under 0.35 of the power limit counted as no work")
+
+
+def test_one_gpu_spinning_with_its_sms_idle_waits_on_a_peer_outside_its_pod():
+    """With SM activity, the wait shows: utilization 100% while the SMs idle (NCCL's spin kernel)."""
+    v = verdict(nvidia_smi(power_watts=140.0, sm_active=0.03))
+    assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["peer"], v
 
 
 @pytest.mark.parametrize(("waiting_samples", "stalled"), [(12, True), (11, False)])
 def test_a_gpu_waits_when_it_waits_on_stall_share_of_its_samples(waiting_samples, stalled):
-    """Busy at a fifth of the power on 12 of 60 samples is stall_share (0.2); 11 is a healthy job's noise."""
+    """Busy at a fifth of the power with the SMs idle on 12 of 60 samples is stall_share (0.2); 11 is a
+    healthy job's noise."""
     assert T.stall_share == 0.2
     power = np.r_[np.full(waiting_samples, 140.0), np.full(SAMPLES - waiting_samples, 560.0)]
-    v = verdict(nvidia_smi(power_watts=power))
+    sm = np.r_[np.full(waiting_samples, 0.03), np.full(SAMPLES - waiting_samples, 0.9)]
+    v = verdict(nvidia_smi(power_watts=power, sm_active=sm))
     assert (v.bottleneck == "host_stall") is stalled, v
 
 
@@ -440,3 +461,81 @@ def test_low_activity_that_could_be_a_rank_spinning_says_power_would_tell():
     assert v.bottleneck == "unexplained"
     assert "a rank waiting on a peer or its host (busy at low power)" in v.evidence["causes_open"]
     assert v.evidence["would_tell_them_apart"].split("; ")[-2:] == ["its power draw", PROFILE]
+
+
+# --- start-up and served work --------------------------------------------------------------------------
+
+
+def replica(
+    seconds: int, step: float, util: np.ndarray | None = None, load: int = 90, share: float = 0.9
+) -> pd.DataFrame:
+    """A vLLM replica on an H100 as nvidia-smi logs it every `step` s (each row the last second's
+    utilization): its weights load (16 GB) until 30 s before `load`, its KV cache takes memory to `share`
+    of 80 GB at `load`, CUDA graphs are captured at 80% for 20 s, then a health check runs a 50 ms kernel every
+    7 s. `util`: each second's utilization instead."""
+    second = np.arange(seconds)
+    weights = 16e9 * np.minimum(1.0, (second + 1) / (load - 30))
+    memory = np.where(second < load, weights, share * 80e9)
+    if util is None:
+        warm_up = (second >= load) & (second < load + 20)
+        util = np.where(warm_up, 0.8, np.where((second >= load + 20) & (second % 7 == 3), 0.05, 0.0))
+    rows = second[:: int(step)]
+    return nvidia_smi(
+        samples=len(rows),
+        timestamp=START + rows,
+        gpu_util=util[rows],
+        memory_used_bytes=memory[rows],
+        memory_total_bytes=80e9,
+        power_watts=np.where(util[rows] > 0.5, 500.0, 90.0),
+    )
+
+
+@pytest.mark.parametrize("step", [1.0, 15.0, 30.0, 60.0])
+def test_a_replica_that_loaded_a_model_and_served_nothing_is_idle_at_any_interval(step):
+    """30 minutes after its load, at every interval. Its health checks are 0.5% of its time (the 30 s rows
+    that catch one are a tenth of the rows, over the 1% bar when rows were counted), and the load's
+    warm-up is start-up, not served work: idle, not overprovisioned_serving ("no burst of work seen"), and
+    its flat 0.9 after the load is a pre-allocator's, not memory fragmentation."""
+    v = verdict(replica(1800, step))
+    assert v.bottleneck == "idle", v
+    assert v.recommendation.startswith("Release the GPU")
+    # The load ends at the first row without work after the warm-up (90-110 s).
+    start_of_steady = {1.0: 110, 15.0: 120, 30.0: 120, 60.0: 120}
+    no_burst = v.evidence["no_burst_seconds"]
+    assert no_burst.startswith(f"{1800 - start_of_steady[step]} >= 300 without a burst of work")
+    rows = np.arange(0, 1800, int(step))
+    steady = rows >= start_of_steady[step]
+    # The rows' own utilization after the load: 50 ms of each 7 s, as many rows catch it.
+    work = float(np.mean(np.where(rows[steady] % 7 == 3, 0.05, 0.0)))
+    assert work < 0.01 and f"{work:.3g} of " in no_burst, no_burst
+    assert v.evidence["start_up"] == f"a model load and its warm-up, the first {start_of_steady[step]} s, left out"
+    assert v.evidence["memory_held_bytes"] == "72000000000"
+
+
+def test_idle_after_a_model_load_is_measured_from_the_loads_end():
+    """A model loaded and warmed up in 42 s, then 278 s with no work: under the 300 s bar from the window's
+    start, all of it from the load's end. Idle, the load no work that stopped."""
+    second = np.arange(320)
+    v = verdict(replica(320, 1.0, util=np.where((second >= 22) & (second < 42), 0.8, 0.0), load=22))
+    assert v.bottleneck == "idle", v
+    assert v.evidence["idle_for_seconds"] == "278 >= 278 (activity < 0.01)"
+    assert v.evidence["start_up"] == "a model load and its warm-up, the first 42 s, left out"
+    assert "busy_before_fraction" not in v.evidence
+
+
+def test_a_replica_serving_from_its_load_on_keeps_a_pre_allocators_flat_memory():
+    """Serving without a pause from its load on (busy 60%, at 0.95 of its memory after 90 s: vLLM's
+    gpu_memory_utilization 0.9 and the CUDA context beside it): the rise of the load is no growth, and the
+    level held flat is the pre-allocator's configured share, not fragmentation."""
+    second = np.arange(1800)
+    v = verdict(replica(1800, 1.0, util=np.where(second >= 90, 0.6, 0.0), share=0.95))
+    assert v.bottleneck == "healthy", v
+
+
+def test_a_replica_that_served_after_its_load_is_serving():
+    """The same replica with a request every 5 minutes (4 s at 90%): served work seen after the load."""
+    second = np.arange(1800)
+    util = np.where((second >= 90) & (second < 110), 0.8, np.where((second >= 150) & (second % 300 < 4), 0.9, 0.0))
+    v = verdict(replica(1800, 1.0, util=util))
+    assert v.bottleneck == "overprovisioned_serving", v
+    assert v.evidence["quiet_fraction"].endswith("(5 bursts of work between them)")

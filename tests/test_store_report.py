@@ -13,12 +13,15 @@ import re
 import subprocess
 import sys
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import report as html_report
 from gpulens.analyzer.history import analyze
 from gpulens.analyzer.store import Store, StoreAuth, StoreError
+from gpulens.core.catalog import MIB, model_info
 from tests import store_history as week
 from tests.helpers import REPO, BackfilledPrometheus, ServerProcess, VictoriaMetrics
 
@@ -486,3 +489,54 @@ def test_a_span_naming_more_pods_than_a_report_judges_is_refused_before_a_sample
             "20 KB each); report a shorter span (files: fewer at a time, or split by time; a store: --since, --until)"
         )
         assert store.read_bytes < 1000  # three lists of names
+
+
+def test_memory_capacity_comes_from_the_catalogue_where_dcgm_exporter_leaves_out_fb_free(tmp_path):
+    """A counters file without DCGM_FI_DEV_FB_FREE leaves the store no capacity. The catalogue gives the
+    H100's (81559 MiB, as NVML reports it), so a trainer whose memory climbs to 97% and drops at each OOM
+    restart is memory_fragmentation read from a real Prometheus, with the evidence of the same samples read
+    from a file that has their totals, and says where its capacity came from."""
+    model = model_info("H100")
+    minutes = np.arange(240)
+    used_share = 0.5 + 0.47 * (minutes % 80) / 79  # climbs to 0.97 over 80 minutes, then the OOM
+    trace = fr.normalize(
+        pd.DataFrame(
+            {
+                "timestamp": week.START + 60.0 * minutes,
+                "gpu": "GPU-6b0c2a1e-frag",
+                "node": week.NODE,
+                "gpu_model": model.name,
+                "namespace": "ml",
+                "pod": "trainer-0",
+                "container": "train",
+                "gpu_util": 0.9,
+                "sm_active": 0.85,
+                "memory_used_bytes": np.round(used_share * model.memory_total_bytes / MIB) * MIB,
+                "memory_total_bytes": float(model.memory_total_bytes),
+                "power_watts": 560.0,
+            }
+        )
+    )
+    prometheus = BackfilledPrometheus(tmp_path, week.openmetrics(trace, ("dcgm-no-free",)))
+    try:
+        done = report(
+            prometheus.url,
+            *("--since", fr.format_timestamp(week.START), "--until", str(week.START + 60 * 239)),
+            *("--prometheus.step", "1m"),
+            *("--prometheus.selector", 'job="none"', "--prometheus.dcgm-selector", 'job="dcgm-no-free"'),
+            *("--format", "json"),
+        )
+    finally:
+        prometheus.stop()
+    assert done.returncode == 0, done.stderr
+    [from_store] = [v for v in json.loads(done.stdout)["verdicts"] if v["pod"]]
+    [from_file] = [v.to_dict() for v in analyze(trace)]
+    assert from_store["bottleneck"] == from_file["bottleneck"] == "memory_fragmentation"
+    assert from_store["evidence"].pop("memory_capacity") == (
+        "the catalogue's for the NVIDIA H100 80GB HBM3 (or the most used, where more): the input has no memory "
+        "total (dcgm-exporter without DCGM_FI_DEV_FB_FREE)"
+    )
+    assert "memory_capacity" not in from_file["evidence"]
+    assert from_store["evidence"] == from_file["evidence"]
+    # The evidence of the latest window, the last hour (minutes 180-239): from 20 minutes into a climb.
+    assert from_file["evidence"]["memory_range"] == f"{0.5 + 0.47 * 20 / 79:.3g}..0.97 (grew >= 0.05)"

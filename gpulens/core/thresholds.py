@@ -42,9 +42,11 @@ class Thresholds:
     #: Idle on at least this share of the window's samples: idle with confidence_idle, else with
     #: confidence_idle_partly. (proposal)
     idle_confident_share: float = 0.95
-    #: A GPU busy on less than this share of a window of sparse_span_seconds or more is idle, whatever the
-    #: pattern of its few blips: a notebook that runs a cell every half hour, a replica that loaded its model
-    #: and served nothing. Serving needs requests. (proposal, issue 30: about 1% of an hour)
+    #: A GPU that worked less than this share of a window of sparse_span_seconds or more (after its start-up)
+    #: is idle, whatever the pattern of its few blips: a notebook that runs a cell every half hour, a replica
+    #: that loaded its model and served nothing. Measured in seconds of work (utilization or activity times
+    #: each row's interval, or the exporter's busy time), not in rows that caught a blip. Serving needs
+    #: requests. (proposal, issue 30: about 1% of an hour)
     sparse_busy_share: float = 0.01
     #: ... over a window, or a pod's span in a report, this long at least: shorter, a replica between
     #: requests looks the same. (proposal, issue 30: an hour or more)

@@ -252,6 +252,33 @@ def _idle_replica(g: SimGpu, t: float, w: float) -> Activity:
     return a
 
 
+def _never_served(g: SimGpu, t: float, w: float) -> Activity:
+    """A vLLM replica started at `started` (seconds of the day) that serves nothing: its weights load over
+    60 s (16 GB), its KV cache takes memory to gpu_memory_utilization (0.9) at 90 s, CUDA graphs are
+    captured at 80% for 20 s, then a health check runs a 50 ms kernel every 10 s (0.5% of the time)."""
+    since = (t % DAY) - g.params["started"]
+    if since < 0:
+        return Activity(temperature_celsius=32, clock_fraction=0.12, reasons=0x1, cpu_fraction=0.01)
+    weights = 16e9 / g.model.memory_total_bytes
+    memory = weights * min(1.0, since / 60) if since < 90 else 0.9
+    warm_up = max(0.0, min(since, 110.0) - max(since - w, 90.0)) / w
+    checks = 0.05 * (1.0 if int(since) % 10 == 3 else 0.0) if w <= 1 else 0.05 / 10
+    busy = min(1.0, warm_up + (checks if since >= 110 else 0.0))
+    return Activity(
+        busy=busy,
+        sm_active=0.9 * busy,
+        sm_occupancy=0.4 * busy,
+        tensor=0.5 * busy,
+        dram=0.3 * busy,
+        memory_fraction=memory,
+        power_fraction=0.05 + 0.8 * busy,
+        temperature_celsius=38 + 25 * busy,
+        clock_fraction=0.5 + 0.5 * min(1.0, 10 * busy),
+        process=True,
+        cpu_fraction=0.05 + 0.3 * busy,
+    )
+
+
 def _notebook_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Schedule:
     begin, end = g.params["work_from"], g.params["work_until"]
     return Schedule.requests(
@@ -632,6 +659,7 @@ PROFILES = {
     "fallen_off_bus": _fallen_off_bus,
     "serving": _serving,
     "idle_replica": _idle_replica,
+    "never_served": _never_served,
     "notebook": _notebook,
     "sparse_notebook": _sparse_notebook,
     "training_finished": _training_finished,
@@ -640,7 +668,7 @@ PROFILES = {
 
 #: Profiles whose shape takes hours to show (time of day, work that ends): `gpulens eval` plays them over
 #: days; the demo fleet, which runs for minutes, leaves them out.
-DAY_SCALE = ("serving", "idle_replica", "notebook", "sparse_notebook", "training_finished")
+DAY_SCALE = ("serving", "idle_replica", "never_served", "notebook", "sparse_notebook", "training_finished")
 
 
 def profile_params(profile: str, rng: random.Random) -> dict[str, float]:
@@ -667,4 +695,5 @@ def profile_params(profile: str, rng: random.Random) -> dict[str, float]:
         "work_until": work_from + rng.uniform(1, 3) * 3600,
         "finish": rng.uniform(6, 18) * 3600,
         "keeps_memory": rng.random(),
+        "started": 0.0,
     }
