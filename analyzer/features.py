@@ -377,7 +377,7 @@ class _Signals:
         self.burst_spacing = np.diff(rows.ts[rises])[same_gpu]
         self.burst_spacing_unit = rows.row_unit[rises[1:]][same_gpu]
         # Work per row, 0-1 (frame.work): the share of the row's time a kernel ran.
-        self.work = rows.gather(fr.work(rows.trace))
+        self.work = rows.gather(fr.work(rows.trace)) if self.shape else self.act
         self._start_up(rows, t)
 
     def _start_up(self, rows: _Rows, t: Thresholds) -> None:
@@ -389,12 +389,17 @@ class _Signals:
         and one that loaded and has not paused since (a training job) has no steady rows (load_end NaN)."""
         U, ts = rows.units, rows.ts
         peak = U.max(self.mem_frac)
+        with np.errstate(invalid="ignore"):
+            first = self.mem_frac[rows.unit_starts]
+            rose = (first < t.memory_growth) & (peak - first >= t.memory_growth)
+        if not rose.any():  # no unit began empty (most windows of a running fleet): all steady, no pass more
+            self.load_seen, self.load_end = rose, U.min(ts)
+            self.steady = self.memory_held = np.ones(len(ts), dtype=bool)
+            return
         start, end = U.min(ts), U.max(ts)
         held = U.min(np.where(self.mem_frac >= rows.per_row(peak) - t.memory_growth, ts, np.nan))
         with np.errstate(invalid="ignore"):
             # From (nearly) nothing: the data begins with the process. A restart mid-window is no start-up.
-            first = self.mem_frac[rows.unit_starts]
-            rose = (first < t.memory_growth) & (peak - first >= t.memory_growth)
             self.load_seen = rose & (held - start <= 0.5 * (end - start))
             # The warm-up (vLLM captures CUDA graphs once its KV cache is allocated) starts by the second
             # row after the memory is held, and the load ends when it pauses: a row with no work in it.
@@ -481,6 +486,7 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     stall_gaps = _PerUnit(s.stall_spacing, s.stall_spacing_unit, len(rows.unit_starts))
     stall_q25, stall_period, stall_q75 = (stall_gaps.quantile(q) for q in (0.25, 0.5, 0.75))
     reasons_known = ~np.isnan(s.reasons_raw)
+    bursts, memory_spread = U.count(s.rise).astype(float), U.std(s.mem_frac)
     return pd.DataFrame(
         {
             "samples": U.sizes,
@@ -504,19 +510,21 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
                 s.busy, s.has_activity & (ts <= lb) & (ts > lb - t.recent_samples * rows.per_row(interval))
             ),
             "longest_pause_seconds": U.max(s.pause),
-            "bursts": U.count(s.rise).astype(float),
+            "bursts": bursts,
             # After the start-up (_Signals._start_up): when it ended, the bursts and work since, and how
             # flat memory stayed.
             "load_seen": s.load_seen,
             "load_end": s.load_end,
-            "bursts_after_load": U.count(s.rise & s.steady).astype(float),
-            "work_share": U.mean(np.where(s.steady, s.work, np.nan)),
-            "memory_spread_after_load": U.std(np.where(s.memory_held, s.mem_frac, np.nan)),
+            "bursts_after_load": U.count(s.rise & s.steady).astype(float) if s.load_seen.any() else bursts,
+            "work_share": U.mean(np.where(s.steady, s.work, np.nan) if s.load_seen.any() else s.work),
+            "memory_spread_after_load": U.std(np.where(s.memory_held, s.mem_frac, np.nan))
+            if s.load_seen.any()
+            else memory_spread,
             "burst_period_seconds": period,
             "burst_spread": (q75 - q25) / period,
             "memory_peak": U.max(s.mem_frac),
             "memory_low": U.min(s.mem_frac),
-            "memory_spread": U.std(s.mem_frac),
+            "memory_spread": memory_spread,
             "memory_peak_bytes": U.max(s.mem_used),
             # Rows whose capacity is the catalogue's (frame.memory_capacity): the input has no total.
             "capacity_from_catalogue": U.count(s.capacity_from_catalogue) > 0,

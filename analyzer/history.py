@@ -159,7 +159,7 @@ def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t:
                 "ts": trace["timestamp"].to_numpy(),
                 "activity": activity,
                 "idle": idle,
-                "work": fr.work(trace),
+                "work": fr.work(trace) if fr.has_shape(trace) else activity,
             }
         )
         .groupby("key", sort=True)
