@@ -10,11 +10,13 @@ What it takes care of, so that its callers see series or one clear error:
   by default) or `-search.maxSamplesPerQuery` samples, Mimir more than `max_fetched_samples_per_query`
   or chunks, Prometheus more than `--query.max-samples`. A range is cut to MAX_POINTS_PER_SERIES
   points beforehand, and halved again when the store still refuses it for size.
-- Failures that pass: 429, 502, 503 and 504 answers, time-outs and refused connections are retried with
-  a doubling backoff (RETRIES times, honouring Retry-After up to --prometheus.timeout: a store cannot
-  make a report or a cycle wait longer than a request may take); Thanos is asked for `partial_response=false`
-  so that a store behind it that fails makes the query fail rather than answer in part, and an answer
-  that still carries warnings (an incomplete result) is retried and then refused.
+- Failures that pass: 429, 502, 503 and 504 answers, time-outs, refused or broken connections, and a JSON
+  answer cut short (a proxy such as vmauth or nginx that ends an answer it has begun cannot change its
+  HTTP 200 any more) are retried with a doubling backoff (RETRIES times, honouring Retry-After up to
+  --prometheus.timeout: a store cannot make a report or a cycle wait longer than a request may take).
+  Thanos is asked for `partial_response=false` so that a store behind it that fails makes the query fail
+  rather than answer in part, and an answer that still carries warnings (an incomplete result) is retried
+  and then refused.
 - Answers bounded in size and requests in time: an answer is read as it arrives, at most
   MAX_ANSWER_BYTES once decoded (past it a range is asked again in halves, an instant query refused, so
   that a store answering millions of series cannot take the analyzer's memory), and a request ends
@@ -41,6 +43,7 @@ from typing import cast
 
 import orjson
 import requests
+import urllib3
 
 from gpulens.core.config import ConfigError, redact
 
@@ -350,6 +353,13 @@ class Store:
             )
         if _TOO_BIG.search(error):
             raise _TooBig(error, _RAISE_THE_LIMIT)
+        if body is None and 200 <= status < 300 and content.lstrip().startswith(b'{"'):
+            return (
+                f"{self.name} answered {expr!r} with JSON cut short after {len(content):,} bytes",
+                "a proxy between gpulens and the store (vmauth, nginx, a load balancer) ended the answer early: "
+                "check its response time-out and size limit, or read a shorter span",
+                None,
+            )
         if body is None:
             raise StoreError(f"{self.name} answered HTTP {status} with no JSON to {expr!r}: {_NOT_THE_API}")
         if not isinstance(body, dict) or body.get("status") != "success":
@@ -456,7 +466,7 @@ def read_answer(response: requests.Response, max_bytes: int, deadline: float) ->
     # wbits 32 + 15: a gzip or zlib stream, as its header says (servers send both as "deflate").
     inflater = None if encoding in ("identity", "") else zlib.decompressobj(32 + zlib.MAX_WBITS)
     parts, size = [], 0
-    while raw := response.raw.read1(1 << 16, decode_content=False):
+    while raw := _read_some(response):
         while raw:
             if inflater is None:
                 chunk, raw = raw, b""
@@ -471,6 +481,19 @@ def read_answer(response: requests.Response, max_bytes: int, deadline: float) ->
     if inflater is not None:
         parts.append(inflater.flush())  # what the input already given still holds: at most a few bytes
     return b"".join(parts)
+
+
+def _read_some(response: requests.Response) -> bytes:
+    """The next bytes the server wrote (b"" at the answer's end). urllib3's own errors, which requests
+    wraps only in its iter_content, become those of requests: a connection broken mid-answer (the body
+    shorter than its Content-Length, or a chunk never ended) is requests.ConnectionError, a read that
+    timed out requests.Timeout, so that callers retry them as any other."""
+    try:
+        return response.raw.read1(1 << 16, decode_content=False)
+    except urllib3.exceptions.ReadTimeoutError as e:
+        raise requests.Timeout(str(e)) from None
+    except urllib3.exceptions.HTTPError as e:
+        raise requests.ConnectionError(f"the connection broke before the answer was whole ({e})") from None
 
 
 def retry_after_seconds(header: str) -> float | None:

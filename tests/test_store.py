@@ -399,6 +399,57 @@ def test_a_store_trickling_its_answer_is_cut_at_the_requests_time():
     server.join(10)
 
 
+def test_an_answer_a_proxy_cut_short_is_asked_again(scripted):
+    """A proxy that ends an answer it has begun (vmauth, nginx at its time-out) cannot take back its HTTP
+    200: a JSON body cut short is retried, not taken for a store that does not speak the API, and the
+    query answers what the store holds once an answer arrives whole."""
+    whole = json.dumps(ANSWER).encode()
+    server = scripted([(200, whole[:40], {}), (200, ANSWER, {})])
+    [series] = Store(server.url, sleep=lambda _: None).query_range("up", T0, T0, 1)
+    assert (series["values"], len(server.requests)) == ([[T0, "1"]], 2)
+    cut = scripted([(200, whole[:40], {})])
+    with pytest.raises(StoreError) as failed:
+        Store(cut.url, sleep=lambda _: None).query_range("up", T0, T0, 1)
+    assert str(failed.value) == (
+        f"Prometheus at {cut.url} answered 'up' with JSON cut short after 40 bytes (tried 4 times): a proxy "
+        "between gpulens and the store (vmauth, nginx, a load balancer) ended the answer early: check its "
+        "response time-out and size limit, or read a shorter span"
+    )
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [b"Content-Length: 500\r\n\r\n", b"Transfer-Encoding: chunked\r\n\r\n1f4\r\n"],
+    ids=["shorter-than-its-length", "chunk-never-ended"],
+)
+def test_a_connection_broken_mid_answer_is_retried_then_named(framing):
+    """A store (or the network) that closes the connection before its answer is whole: the body shorter than
+    its Content-Length, or a chunk never finished. Each try is a clear, retried failure, never urllib3's
+    error escaping as a traceback."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    served: list[int] = []
+
+    def break_off() -> None:
+        for _ in range(2):
+            connection, _ = listener.accept()
+            with connection:
+                connection.recv(65536)
+                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + framing + b'{"status":')
+                served.append(1)
+
+    server = threading.Thread(target=break_off, daemon=True)
+    server.start()
+    with listener, pytest.raises(StoreError) as broken:
+        Store(f"http://127.0.0.1:{port}", retries=1, sleep=lambda _: None).query("up", T0)
+    server.join(10)
+    assert str(broken.value).startswith(
+        f"cannot reach Prometheus at http://127.0.0.1:{port}: the connection broke before the answer was whole ("
+    )
+    assert str(broken.value).endswith("(tried 2 times): check the URL and that the store is up")
+    assert len(served) == 2
+
+
 @pytest.mark.slow
 def test_values_no_gpu_can_report_are_left_out_named_and_counted(tmp_path, caplog):
     """A broken exporter's +Inf, 1e308 watts and negative utilisation reach Prometheus as they are. The
