@@ -575,7 +575,78 @@ def _host_stall(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None
     (STALL_CAUSES): one rank stalls the others (a checkpoint written from it, its input); a straggler
     works while its peers wait; the whole pod waits on a peer outside it; synchronous saves on a GPU
     judged alone; uneven activity where power cannot say who waits."""
-    return _rank_stalls(f, t) or _straggler(f, t) or _pod_waits(f, t) or _saves(f, t) or _uneven(f, t)
+    return (
+        _offload(f, t, info)
+        or _host_thread(f, t)
+        or _rank_stalls(f, t)
+        or _straggler(f, t)
+        or _pod_waits(f, t)
+        or _saves(f, t)
+        or _uneven(f, t)
+    )
+
+
+def _offload(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
+    """Host-to-device PCIe traffic of offload_pcie_bytes_per_second or more while the SMs wait, on most
+    samples: the GPU fetches its parameters or activations from host memory (CPU offload). PCIe carries host
+    traffic only where it carries no peer exchange: one GPU, or GPUs whose collectives go over NVLink."""
+    if not f.host_fetch_share >= t.signature_fraction:
+        return None
+    if f.gpus >= 2 and not info.nvlink_bytes_per_second > 0:
+        return None  # PCIe may carry the exchange between the pod's GPUs: interconnect and placement's to judge
+    evidence = {
+        "host_fetch_fraction": f"{_fmt(f.host_fetch_share)} of samples with >= "
+        f"{t.offload_pcie_bytes_per_second / 1e9:g} GB/s into the GPU over PCIe while activity < {t.interconnect_sm} "
+        f"(mean {f.host_to_device_bytes_per_second / 1e9:.3g} GB/s): it waits on what it fetches from host memory"
+    }
+    return Finding("host_stall", t.confidence_offload, evidence, STALL_CAUSES["offload"])
+
+
+def _host_thread(f: PodFeatures, t: Thresholds) -> Finding | None:
+    """One GPU working little (activity under ineffective_sm) but seldom quiet (under serving_quiet_share of
+    its samples: short launches, one after another) while its pod's CPU use sits within host_thread_cores of
+    one core, under a limit of more, on most samples: one host thread drives the GPU, which waits between its
+    launches. A notebook busy on its CPU leaves the GPU quiet for long; a pod at its CPU limit is
+    data_starvation's or unexplained's to judge."""
+    if f.gpus != 1 or not f.activity < t.ineffective_sm or not f.one_core_share >= t.signature_fraction:
+        return None
+    if not f.quiet_share < t.serving_quiet_share or f.cpu_at_limit_share >= t.signature_fraction:
+        return None
+    evidence = {
+        "one_core_fraction": f"{_fmt(f.one_core_share)} of samples with the pod's CPU at 1 +/- {t.host_thread_cores:g} "
+        f"cores (under a higher limit) while activity is {_fmt(f.activity)} < {t.ineffective_sm}: one host thread "
+        "drives the GPU, which waits between its launches",
+        "quiet_fraction": f"{_fmt(f.quiet_share)} of samples < {t.serving_quiet_share}: launches one after another",
+    }
+    return Finding("host_stall", t.confidence_host_thread, evidence, STALL_CAUSES["host_thread"])
+
+
+def _one_job(f: PodFeatures, t: Thresholds) -> str:
+    """What shows that a multi-GPU unit's GPUs are ranks of one job (exchange between them, or samples that
+    move together), without which no wait is put on a straggler or a collective: independent processes, one
+    per GPU, have no peer to wait for. "" where nothing does."""
+    if f.nvlink_use >= t.nvlink_idle:
+        return f"NVLink carries {_fmt(f.nvlink_use)} >= {t.nvlink_idle} of its capacity: the GPUs exchange"
+    if f.pcie_peer_use >= t.placement_pcie_peer:
+        return (
+            f"PCIe carries {_fmt(f.pcie_peer_use)} >= {t.placement_pcie_peer} of its capacity both ways: the GPUs "
+            "exchange"
+        )
+    if f.gpu_correlation >= t.job_correlation:
+        return f"their samples move together (correlation {_fmt(f.gpu_correlation)} >= {t.job_correlation})"
+    return ""
+
+
+def _unrelated(f: PodFeatures, t: Thresholds) -> str:
+    """Why a multi-GPU unit's GPUs may be independent processes: what the data shows of their exchange and
+    correlation (for the evidence where _one_job found nothing)."""
+    links = (
+        f"NVLink at {_fmt(f.nvlink_use)} of its capacity"
+        if not math.isnan(f.nvlink_use)
+        else "no NVLink traffic in the input"
+    )
+    together = "" if math.isnan(f.gpu_correlation) else f", correlation between their samples {_fmt(f.gpu_correlation)}"
+    return f"{links}{together}: no sign that the GPUs are ranks of one job"
 
 
 def _waiting_means(t: Thresholds) -> str:
@@ -595,9 +666,13 @@ def _rank_stalls(f: PodFeatures, t: Thresholds) -> Finding | None:
     held_by = min(f.pod_gpus, key=lambda g: math.inf if math.isnan(g.waiting) else g.waiting)
     if not held_by.waiting < t.stall_share / 2:
         return None  # all of them wait: on something outside the pod (_pod_waits)
+    job = _one_job(f, t)
+    if not job:
+        return None
     evidence = {
         "waiting_gpus": ", ".join(f"{g.gpu} {_fmt(g.waiting)}" for g in waiting)
-        + f" of samples >= {t.stall_share}: {_waiting_means(t)}"
+        + f" of samples >= {t.stall_share}: {_waiting_means(t)}",
+        "one_job": job,
     }
     if held_by.no_kernel >= t.stall_share:
         cause, shape = _stall_shape(f, t)
@@ -622,10 +697,14 @@ def _straggler(f: PodFeatures, t: Thresholds) -> Finding | None:
     most = max(g.busy_power for g in powered if g is not slow)
     if most / slow.busy_power > t.straggler_power_ratio:
         return None
+    job = _one_job(f, t)
+    if not job:
+        return None  # one process drawing more power than another: a heavier model, not a peer waited for
     evidence = {
         "straggler_gpu": f"{slow.gpu} draws {_fmt(slow.busy_power)} of its power limit while busy, its peers at "
         f"most {_fmt(most)} ({_fmt(most / slow.busy_power)} <= {t.straggler_power_ratio}): they finish each step "
-        "early and wait for it" + _clocks(slow, f.pod_gpus, t)
+        "early and wait for it" + _clocks(slow, f.pod_gpus, t),
+        "one_job": job,
     }
     return Finding("host_stall", t.confidence_straggler, evidence, STALL_CAUSES["straggler"])
 
@@ -647,7 +726,9 @@ def _pod_waits(f: PodFeatures, t: Thresholds) -> Finding | None:
     replica decoding at batch 1 draws a third of an H100's power; _busy_at_low_power)."""
     if not f.waiting_share >= t.stall_share:
         return None
-    if f.gpus == 1 and not f.spinning_share >= t.stall_share:
+    spinning = f.spinning_share >= t.stall_share
+    job = _one_job(f, t) if f.gpus >= 2 else ""
+    if not (spinning or job):
         return None
     evidence = {
         "waiting_fraction": f"{_fmt(f.waiting_share)} of samples >= {t.stall_share}: {_waiting_means(t)}; on no GPU "
@@ -655,6 +736,8 @@ def _pod_waits(f: PodFeatures, t: Thresholds) -> Finding | None:
         "power_while_busy": f"{_fmt(f.busy_power_share)} of the power limit",
         "stalls": _stall_shape(f, t)[1],
     }
+    if job:
+        evidence["one_job"] = job
     return _waiting_waste(Finding("host_stall", t.confidence_waiting, evidence, STALL_CAUSES["peer"]), f, t)
 
 
@@ -708,9 +791,13 @@ def _uneven(f: PodFeatures, t: Thresholds) -> Finding | None:
     busiest, least = f.gpu_activity_max, f.gpu_activity_min
     if f.gpus < 2 or not busiest >= t.placement_min_activity or not least / busiest <= t.placement_imbalance:
         return None
+    job = _one_job(f, t)
+    if not job:
+        return None  # independent processes with different loads: nobody waits for anybody
     evidence = {
         "gpu_activity_spread": f"least busy {_fmt(least)} / busiest {_fmt(busiest)} <= {t.placement_imbalance}, "
-        "with no topology or link evidence against the placement: a stall or a straggler"
+        "with no topology or link evidence against the placement: a stall or a straggler",
+        "one_job": job,
     }
     if math.isnan(f.busy_power_share):
         evidence["power"] = "absent: cannot tell whether the less busy GPU waits for the busier one or has less work"
@@ -926,6 +1013,7 @@ def _unexplained(f: PodFeatures, t: Thresholds, activity: float) -> Finding:
         inputs.append("its power draw")
     causes.append("a light workload by design (small batches, short notebook cells)")
     inputs.append("the workload's own profile (PyTorch profiler, Nsight Systems)")
+    _independent(f, t, evidence, causes, inputs)
     evidence["causes_open"] = "; ".join(causes)
     evidence["would_tell_them_apart"] = "; ".join(inputs)
     return Finding("unexplained", t.confidence_low_activity_coarse if coarse else t.confidence_low_activity, evidence)
@@ -938,12 +1026,30 @@ def _busy_at_low_power(f: PodFeatures, t: Thresholds) -> Finding:
     evidence = {
         "waiting_fraction": f"{_fmt(f.waiting_share)} of samples >= {t.stall_share}: {_waiting_means(t)}",
         "power_while_busy": f"{_fmt(f.busy_power_share)} of the power limit",
-        "causes_open": "a rank waiting in a collective on a peer in another pod; light kernels by design (a "
-        "small-batch decode draws a third of an H100's power)",
-        "would_tell_them_apart": "SM activity (DCGM profiling fields: a spinning kernel leaves the SMs idle); the "
-        "pod's owner (kube-state-metrics: one pod of a multi-pod job)",
     }
+    causes = [
+        "a rank waiting in a collective on a peer in another pod",
+        "light kernels by design (a small-batch decode draws a third of an H100's power)",
+    ]
+    inputs = [
+        "SM activity (DCGM profiling fields: a spinning kernel leaves the SMs idle)",
+        "the pod's owner (kube-state-metrics: one pod of a multi-pod job)",
+    ]
+    _independent(f, t, evidence, causes, inputs)
+    evidence["causes_open"] = "; ".join(causes)
+    evidence["would_tell_them_apart"] = "; ".join(inputs)
     return _waiting_waste(Finding("unexplained", t.confidence_low_activity, evidence), f, t)
+
+
+def _independent(f: PodFeatures, t: Thresholds, evidence: dict[str, str], causes: list[str], inputs: list[str]) -> None:
+    """For a multi-GPU unit with nothing to show it is one job (_one_job): the evidence says so, and that its
+    GPUs may run independent processes, which neither wait for each other nor have a straggler."""
+    if f.gpus < 2 or _one_job(f, t):
+        return
+    evidence["one_job"] = _unrelated(f, t)
+    causes.append("independent processes, one per GPU (an inference server each), not ranks of one job")
+    if math.isnan(f.nvlink_use):
+        inputs.append("NVLink traffic between the GPUs (DCGM_FI_PROF_NVLINK_TX_BYTES / RX_BYTES)")
 
 
 def _waiting_waste(found: Finding, f: PodFeatures, t: Thresholds) -> Finding:

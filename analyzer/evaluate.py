@@ -31,7 +31,10 @@ from gpulens.core.thresholds import Thresholds
 from gpulens.core.topology import GROUPS
 from gpulens.simulator import workloads
 from gpulens.simulator.fleet import load_fleet
-from gpulens.simulator.workloads import DAY
+from gpulens.simulator.workloads import CPU_LIMIT_CORES, DAY
+
+#: A variant of a class (VARIANTS): (profile, models it makes sense on, the pod's GPUs, sources that show it).
+Variant = tuple[str, list[str], list[int], tuple[str, ...]]
 
 # label -> (profile, models it makes sense on, GPUs per pod)
 SCENARIOS = {
@@ -51,7 +54,7 @@ SCENARIOS = {
 }
 #: Placement faults (class poor_placement) -> (profile, models, the pod's GPUs on an 8-GPU node whose CPU
 #: sockets are GPUs 0-3 and 4-7 and whose PCIe root complexes are pairs 0-1, 2-3, ..., sources that show it).
-PLACEMENTS = {
+PLACEMENTS: dict[str, Variant] = {
     # Across sockets with no NVLink, one GPU far busier: only the topology shows it (uneven activity alone is
     # a stall or a straggler).
     "sockets": ("poor_placement", ["L40S", "A100-PCIE-40GB"], [1, 4], ("gpulens",)),
@@ -75,7 +78,7 @@ WITHOUT_PROFILING = {
 }
 #: Host stalls (class host_stall) -> (profile, models, the pod's GPUs, sources that show it): the waits of
 #: real recordings (docs/signals.md: busy is not working).
-STALLS = {
+STALLS: dict[str, Variant] = {
     # Rank 0 writes a checkpoint (15-25 s after 15-40 s of steps) while ranks 1-3 wait at low power.
     "checkpoint": ("checkpointing", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1, 2, 3], ("dcgm", "gpulens")),
     # Rank 0 of such a job in a pod of its own (one GPU per pod): no kernel while it saves, work between. Only
@@ -85,9 +88,33 @@ STALLS = {
     "straggler": ("straggler", ["H100-SXM5-80GB", "A100-SXM4-40GB", "L40S"], [0, 1], ("dcgm", "gpulens")),
     # A one-GPU pod whose rank waits in collectives on a rank in another pod most of the time.
     "peer": ("collective_wait", ["H100-SXM5-80GB", "A100-SXM4-40GB", "T4"], [0], ("dcgm", "gpulens")),
+    # FSDP with CPU offload over two NVLinked GPUs: each waits on parameters fetched over PCIe.
+    "offload": ("cpu_offload", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1], ("dcgm", "gpulens")),
+    # ZeRO-Offload fine-tuning on one GPU.
+    "offload_one": ("cpu_offload", ["A100-SXM4-40GB", "L40S", "T4"], [0], ("dcgm", "gpulens")),
+    # A generate() loop from one Python thread, its pod's CPU at one core (SCENARIOS' unexplained without it).
+    "host_thread": ("generate_loop", ["H100-SXM5-80GB", "A100-SXM4-40GB", "L40S", "T4"], [0], ("dcgm", "gpulens")),
 }
-#: The classes whose scenarios are variants (a fault, a cause), each with its own profile and GPUs.
-VARIANTS = {"poor_placement": PLACEMENTS, "host_stall": STALLS}
+#: Low activity whose cause the data leaves open (class unexplained), beyond SCENARIOS' own.
+LEFT_OPEN: dict[str, Variant] = {
+    # Four independent inference processes in one pod, one per GPU, the first serving a larger model: no
+    # exchange between them, nothing moving together, so no straggler and no collective to wait in.
+    "independent": ("independent_decode", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1, 2, 3], ("dcgm", "gpulens")),
+}
+#: The classes whose scenarios are variants (a fault, a cause), each with its own profile and GPUs. A class
+#: with no models of its own in SCENARIOS is made of its variants only.
+VARIANTS: dict[str, dict[str, Variant]] = {
+    "poor_placement": PLACEMENTS,
+    "host_stall": STALLS,
+    "unexplained": LEFT_OPEN,
+}
+#: Variants that are what a pod runs, not a phase its job enters: they hold from the window's start.
+WHAT_A_POD_IS = ("independent",)
+#: Variants added after the eval's figures were first published (issue 47): drawn after all the others, from
+#: a random stream of their own, so that the earlier scenarios keep their draws and the figures compare.
+VARIANTS_ADDED = ("offload", "offload_one", "host_thread", "independent")
+#: Profiles whose CPU use is their story: the eval keeps what they draw (others use 40% of their limit).
+OWN_CPU = ("generate_loop",)
 
 
 #: Where a trace comes from: "dcgm", a tool whose rows hold only what was sampled at each row (a dcgm-exporter
@@ -120,11 +147,13 @@ class Scenario:
         same, so the right verdict leaves the cause open (unexplained)."""
         if self.variant == "peer" and not self.profiling:
             return "unexplained"
+        if self.variant == "independent" and not self.profiling:
+            return "healthy"  # kernels all the time at 40-70% of the power: nothing says the GPUs wait
         return self.label
 
     def workload(self) -> tuple[str, list[int]]:
         """The simulator's profile, and the pod's GPUs on the scenario's 8-GPU node."""
-        if self.label in VARIANTS:
+        if self.variant:
             profile, _, indices, _ = VARIANTS[self.label][self.variant]
             return profile, indices
         return SCENARIOS[self.label][0], list(range(self.gpus))
@@ -134,8 +163,8 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
     rng = random.Random(seed)
     out: list[Scenario] = []
     for label, (_, models, gpu_counts) in SCENARIOS.items():
-        if label in VARIANTS:
-            out += _variant_scenarios(rng, seed, label, per_class // 2, len(out))
+        if not models:
+            out += _variant_scenarios(rng, seed, label, per_class // 2, len(out), first_drawn=True)
             continue
         for _ in range(per_class):
             profiling = not (label in WITHOUT_PROFILING and rng.random() < 0.25)
@@ -162,15 +191,24 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
                         io_bound,
                     )
                 )
+    added = random.Random(f"{seed}:added")
+    for label in VARIANTS:
+        out += _variant_scenarios(added, seed, label, per_class // 2, len(out), first_drawn=False)
     return out
 
 
-def _variant_scenarios(rng: random.Random, seed: int, label: str, per_variant: int, first: int) -> list[Scenario]:
+def _variant_scenarios(
+    rng: random.Random, seed: int, label: str, per_variant: int, first: int, first_drawn: bool
+) -> list[Scenario]:
+    """The scenarios of `label`'s variants: those drawn first, or those added later (VARIANTS_ADDED)."""
     out: list[Scenario] = []
     for variant, (_, models, indices, sources) in VARIANTS[label].items():
+        if (variant in VARIANTS_ADDED) == first_drawn:
+            continue
         for _ in range(per_variant):
             profiling = rng.random() >= 0.25
-            onset = rng.uniform(60, 240) if BY_NAME[label].phase and rng.random() < 0.5 else 0.0
+            phase = BY_NAME[label].phase and variant not in WHAT_A_POD_IS
+            onset = rng.uniform(60, 240) if phase and rng.random() < 0.5 else 0.0
             out.append(
                 Scenario(
                     label,
@@ -243,7 +281,8 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
             if started
             else workloads.PROFILES["healthy_training"](before, start + offset, window)
         )
-        a.cpu_fraction = 0.97 if profile == "data_starvation" and started and not s.io_bound else 0.4
+        if profile not in OWN_CPU or not started:
+            a.cpu_fraction = 0.97 if profile == "data_starvation" and started and not s.io_bound else 0.4
         return a
 
     samples_of, seconds_of = [], []
@@ -270,7 +309,7 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
 
 def _frame(samples_of: list, rng: np.random.Generator, noise: float) -> pd.DataFrame:
     """The trace rows of simulated GPUs: [(SimGpu, [(time, Activity), ...]), ...], noise on every ratio."""
-    cpu_limit = 8.0
+    cpu_limit = CPU_LIMIT_CORES
     rows = []
     gpus = [gpu for gpu, _ in samples_of]
     pairs = [(a.uuid, b.uuid, *a.connection(b)) for a in gpus for b in gpus if a is not b]
@@ -568,8 +607,13 @@ def evaluate(
         span = max(600.0, 40 * step)
         scenarios = [replace(x, onset=x.onset * span / 600) for x in make_scenarios(seed, per_class)]
         checks = probes(seed)
-        frames = [scenario_trace(x, window=span, step=step, noise=noise) for x in scenarios + checks]
-        verdicts = {v.pod: v.bottleneck for v in analyze(pd.concat(frames, ignore_index=True), thresholds)}
+        # The added variants in a fleet of their own: the windows a fleet's span is cut into start at its first
+        # sample, so their data would move the earlier scenarios' windows (VARIANTS_ADDED).
+        added = [x for x in scenarios if x.variant in VARIANTS_ADDED]
+        verdicts: dict[str, str] = {}
+        for fleet in ([x for x in scenarios if x not in added] + checks, added):
+            frames = [scenario_trace(x, window=span, step=step, noise=noise) for x in fleet]
+            verdicts |= {v.pod: v.bottleneck for v in analyze(pd.concat(frames, ignore_index=True), thresholds)}
         for x in scenarios:
             predicted = verdicts[f"{x.label}-{x.seed}"]
             records.append((step, span, "window", x.workload()[0], x.variant, x.source, x.truth, predicted))
@@ -615,6 +659,8 @@ def render(report: Report) -> str:
             + ", ".join(f"{name} {found}" for name, found in report.variants("poor_placement", interval)),
             "  host stalls found: "
             + ", ".join(f"{name} {found}" for name, found in report.variants("host_stall", interval)),
+            "  causes left open: "
+            + ", ".join(f"{name} {found}" for name, found in report.variants("unexplained", interval)),
             "",
         ]
     scores = report.scores()

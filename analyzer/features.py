@@ -310,6 +310,12 @@ class _Signals:
                 np.nan,
             )
             self.cpu = column("cpu_usage_cores") / column("cpu_limit_cores")
+            #: One core busy under a limit of more (or none): one host thread, held to a core by the GIL.
+            limit = column("cpu_limit_cores")
+            self.one_core = (np.abs(column("cpu_usage_cores") - 1.0) <= t.host_thread_cores) & ~(
+                limit <= 1.0 + 2 * t.host_thread_cores
+            )
+            self.cpu_known = ~np.isnan(column("cpu_usage_cores"))
             self.clock = column("sm_clock_hertz") / column("sm_clock_max_hertz")
             # Of the board's limit: what a GPU draws tells work from a kernel spinning while it waits. Not on
             # a MIG instance: its board's power is shared with the other instances.
@@ -322,6 +328,11 @@ class _Signals:
         with np.errstate(invalid="ignore", divide="ignore"):
             # Collectives send as much as they receive; an input pipeline mostly receives.
             self.pcie_peer = np.fmin(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
+        #: Bytes per second into the GPU over PCIe (DCGM's PCIE_RX, NVML's RX: host-to-device, or from a peer).
+        self.host_to_device = column("pcie_rx_bytes_per_second")
+        with np.errstate(invalid="ignore"):
+            #: Fetching from host memory while the SMs wait: a CPU-offloaded job's parameter fetches.
+            self.host_fetch = (self.host_to_device >= t.offload_pcie_bytes_per_second) & (self.act < t.interconnect_sm)
         # A kernel ran (utilization above starvation_high) while the GPU waited: at a small share of the
         # board's power, or with its SMs idle. NCCL spins a kernel while a rank waits in a collective, and
         # utilization says "busy" (docs/signals.md: busy is not working).
@@ -565,6 +576,7 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             "stall_period_seconds": stall_period,
             "stall_spread": (stall_q75 - stall_q25) / stall_period,
             "cpu_at_limit_share": U.share(s.cpu >= t.cpu_saturated, ~np.isnan(s.cpu)),
+            "one_core_share": U.share(s.one_core, s.cpu_known & s.has_activity),
             # While the CPU sat at its limit: how busy the GPU was, and whether it still did after the
             # GPU's last work (a pod busy on its CPU is not idle).
             "activity_at_cpu_limit": U.mean(np.where(s.cpu >= t.cpu_saturated, s.act, np.nan)),
@@ -577,6 +589,8 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             "nvlink_groups": _spread(U, s.nvlink_group),
             "nvlink_use": U.mean(s.nvlink_use),
             "pcie_peer_use": U.mean(s.pcie_peer),
+            "host_to_device_bytes_per_second": U.mean(s.host_to_device),
+            "host_fetch_share": U.share(s.host_fetch, ~np.isnan(s.host_to_device) & s.has_activity),
             "gpus": rows.unit_gpus.sizes,
             "gpu_activity_min": rows.unit_gpus.min(gpu_activity),
             "gpu_activity_max": rows.unit_gpus.max(gpu_activity),
@@ -645,6 +659,35 @@ def _add_gpus(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
         for u in multi:
             pod_gpus[u] = tuple(sorted(next(gpus) for _ in range(ends[u] - starts[u])))
     features["pod_gpus"] = pd.Series(pod_gpus, index=features.index, dtype=object)
+    features["gpu_correlation"] = _gpu_correlation(rows, s, starts, ends, multi)
+
+
+def _gpu_correlation(rows: _Rows, s: _Signals, starts: np.ndarray, ends: np.ndarray, multi: np.ndarray) -> np.ndarray:
+    """Per unit, the mean Pearson correlation over each pair of its GPUs of their samples' power share (else
+    activity, where the input has no power): PodFeatures.gpu_correlation. Only units whose GPUs were sampled
+    at the same times (one scrape reads a node's GPUs together) are paired row by row; others are NaN."""
+    out = np.full(len(starts), np.nan)
+    load = np.where(np.isnan(s.power), s.act, s.power)
+    sizes = rows.gpus.sizes
+    for u in multi:
+        gpus, n = ends[u] - starts[u], sizes[starts[u]]
+        first = rows.gpu_starts[starts[u]]
+        if n < 3 or (sizes[starts[u] : ends[u]] != n).any():
+            continue
+        times = rows.ts[first : first + gpus * n].reshape(gpus, n)
+        if np.ptp(times, axis=0).max() > 0.5 * np.median(np.diff(times[0])):
+            continue
+        block = load[first : first + gpus * n].reshape(gpus, n)
+        if np.isnan(block).all(axis=1).any():
+            continue
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # A missing sample counts as its GPU's mean: it moves the correlation neither way.
+            centred = np.nan_to_num(block - np.nanmean(block, axis=1, keepdims=True))
+            unit = centred / np.sqrt((centred**2).sum(axis=1, keepdims=True))
+            pairs = (unit @ unit.T)[np.triu_indices(gpus, 1)]
+        if np.isfinite(pairs).any():  # a GPU whose samples never vary correlates with nothing
+            out[u] = np.nanmean(pairs)
+    return out
 
 
 class PodFeatures(NamedTuple):
@@ -736,6 +779,10 @@ class PodFeatures(NamedTuple):
     nvlink_use: float
     #: The smaller of PCIe send and receive, of capacity: peer exchange (collectives send as they receive).
     pcie_peer_use: float
+    #: PCIe bytes per second into the GPU (mean), and the share of samples fetching offload_pcie_bytes_per_second
+    #: or more of them while activity is under interconnect_sm (CPU offload).
+    host_to_device_bytes_per_second: float
+    host_fetch_share: float
     #: Of busy samples with throttle_reasons_mask bits; of all samples.
     throttled_share: float
     throttled_time_share: float
@@ -762,6 +809,8 @@ class PodFeatures(NamedTuple):
     #: GPU's last work.
     cpu_at_limit_share: float
     activity_at_cpu_limit: float
+    #: Samples with the pod's CPU use within host_thread_cores of one core, under a limit of more or none.
+    one_core_share: float
     cpu_at_limit_after_work: float
     #: How many CPU sockets, PCIe roots, NVLink islands the GPUs span: 0 unknown, 1, 2 for two or more.
     numa_nodes: float
@@ -776,6 +825,9 @@ class PodFeatures(NamedTuple):
     gpu_activity_max: float
     #: Each GPU of a multi-GPU unit; () for one GPU.
     pod_gpus: tuple[PodGpu, ...]
+    #: The mean correlation between the samples of a multi-GPU unit's GPUs (power, else activity): ranks of one
+    #: job move together, independent processes do not. NaN for one GPU, or GPUs not sampled at the same times.
+    gpu_correlation: float
 
     @classmethod
     def rows(cls, features: pd.DataFrame) -> Iterator[PodFeatures]:

@@ -14,7 +14,7 @@ import pytest
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import readers
 from gpulens.analyzer.classify import classify
-from gpulens.analyzer.evaluate import Scenario, evaluate, scenario_trace
+from gpulens.analyzer.evaluate import VARIANTS, Scenario, evaluate, scenario_trace
 from gpulens.analyzer.readers import TraceError, read_trace
 from gpulens.core.bottlenecks import POD_CLASSES
 from gpulens.core.thresholds import REMOVED, Thresholds
@@ -293,6 +293,11 @@ def test_eval_on_unseen_seeds_at_coarse_sampling_over_a_day():
     # Replicas that loaded a model and served nothing, their health checks every 10 s: 2 over each span,
     # each seen at 15 and 60 s, all idle.
     assert report.never_served_found() == "8/8"
+    # One pod of each placement fault, stall cause and cause left open (CPU offload, one host thread, four
+    # independent processes in one pod), each given the class its data shows at both intervals.
+    for interval in (15.0, 60.0):
+        for label, variants in VARIANTS.items():
+            assert dict(report.variants(label, interval)) == {name: "1/1" for name in variants}, (label, interval)
 
 
 @pytest.mark.slow
@@ -457,7 +462,7 @@ def test_the_exporter_records_a_trace_that_analyze_reads(tmp_path):
     steady = 2 * starving.steady_bursts.sum() / starving.activity_transitions.sum()
     assert steady >= 0.7  # its steps repeat at a steady period (the first two bursts have none to repeat)
     [v] = [v for v in classify(frame) if v.pod == "bert-finetune-0"]
-    assert v.bottleneck == "data_starvation" and "steady_burst_fraction" in v.evidence
+    assert v.bottleneck == "data_starvation" and "steady_burst_fraction" in v.evidence, v
 
 
 def test_the_recorder_refuses_to_append_to_a_file_of_another_layout(tmp_path):

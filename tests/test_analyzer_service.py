@@ -43,7 +43,14 @@ EXPECTED = {
     "research/notebook-carol-0": "wrong_gpu_type",
     "research/notebook-dave-0": "unexplained",  # a generate() loop from one host thread
     "research/notebook-erin-0": "idle",
+    "research/zero-offload-ft-0": "host_stall",  # waits on parameters fetched over PCIe (CPU offload)
+    "research/batch-generate-0": "unexplained",  # one process per GPU: no straggler without one job's evidence
+    "research/notebook-frank-0": "host_stall",  # a generate() loop, its pod's CPU at one core
 }
+#: Read without the pod's CPU (the exporters alone, and a Prometheus that does not scrape the kubelet's
+#: cAdvisor, as here; the demo stack's does, tests/test_stack.py): the generate() loop's cause stays open, its
+#: evidence asking for the CPU use that would show the one busy core.
+WITHOUT_CPU = {**EXPECTED, "research/notebook-frank-0": "unexplained"}
 ANALYSIS = ["--analysis.window", "60", "--analysis.interval", "2"]
 
 
@@ -100,7 +107,19 @@ def verdicts(url):
 
 def matches_truth(url):
     body, pods = verdicts(url)
-    return {k: v["bottleneck"] for k, v in pods.items()} == EXPECTED and (body, pods)
+    return {k: v["bottleneck"] for k, v in pods.items()} == WITHOUT_CPU and (body, pods)
+
+
+def named_as_their_profiles(url, what: str):
+    """The verdicts once the analyzer at `url` names every pod's profile (WITHOUT_CPU); past 150 s, the
+    failure shows the classes it still gives, with their evidence."""
+    try:
+        return wait_until(lambda: matches_truth(url), 150, interval=2, what=what)
+    except AssertionError:
+        _, pods = verdicts(url)
+        wrong = {k: (v["bottleneck"], v["evidence"]) for k, v in pods.items() if v["bottleneck"] != WITHOUT_CPU.get(k)}
+        assert wrong == {}
+        raise
 
 
 def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_prometheus(fleet, tmp_path):
@@ -123,9 +142,7 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         ]
     )
     try:
-        body, pods = wait_until(
-            lambda: matches_truth(direct_url), 150, interval=2, what="the direct analyzer to name every pod's profile"
-        )
+        body, pods = named_as_their_profiles(direct_url, "the direct analyzer to name every pod's profile")
         assert body["stale"] is False and body["input"] == "exporter"
         starving = pods["nlp/bert-finetune-0"]
         assert starving["node"] == "sim-h100-a" and starving["gpu_model"] == "NVIDIA H100 80GB HBM3"
@@ -166,15 +183,10 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
             if name == "gpulens_gpu_without_pod" and value == 1
         } == {(gpus["sim-h100-a", 7], "unallocated"), (gpus["sim-h100-a", 5], "held_without_pod")}
 
-        wait_until(
-            lambda: matches_truth(through_url),
-            150,
-            interval=2,
-            what="the analyzer reading Prometheus to name every pod's profile",
-        )
+        named_as_their_profiles(through_url, "the analyzer reading Prometheus to name every pod's profile")
         parsed = samples(requests.get(through_url + "/metrics").text)
         # StateSet: exactly one class is 1 for each pod.
-        for pod, name in EXPECTED.items():
+        for pod, name in WITHOUT_CPU.items():
             namespace, pod_name = pod.split("/")
             states = {
                 dict(labels)["bottleneck"]: v
@@ -221,7 +233,7 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
             what="the Prometheus target to be marked down",
         )
         body, pods = verdicts(through_url)
-        assert {k: v["bottleneck"] for k, v in pods.items()} == EXPECTED and body["age_seconds"] > 6
+        assert {k: v["bottleneck"] for k, v in pods.items()} == WITHOUT_CPU and body["age_seconds"] > 6
         parsed = samples(requests.get(through_url + "/metrics").text)
         assert value(parsed, "gpulens_analyzer_input_errors_total", input="prometheus") >= 1
         assert value(parsed, "gpulens_analyzer_verdict_age_seconds") > 6

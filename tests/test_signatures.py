@@ -104,12 +104,15 @@ def test_wrong_gpu_type_at_oversized_activity_on_a_high_end_gpu(activity, expect
 def test_uneven_activity_without_placement_evidence_is_a_stall_not_placement(least, expected):
     """Two GPUs with no NVLink, no topology and no power in the trace: their spread says one waits or has
     less work, and nothing says where they sit."""
-    frame = fr.normalize(pd.concat([gpu(), gpu(gpu_name="GPU-1", sm_active=least, gpu_util=least)], ignore_index=True))
+    exchange = {"pcie_tx_bytes_per_second": 0.2 * L40S_PCIE, "pcie_rx_bytes_per_second": 0.2 * L40S_PCIE}
+    less = gpu(gpu_name="GPU-1", sm_active=least, gpu_util=least, **exchange)
+    frame = fr.normalize(pd.concat([gpu(**exchange), less], ignore_index=True))
     v = verdict(frame)
     assert v.bottleneck == expected, v
     if expected == "host_stall":
         assert v.evidence["gpu_activity_spread"].startswith(f"least busy {least:.3g} / busiest 0.9 <= 0.5")
         assert v.evidence["power"].startswith("absent")
+        assert v.evidence["one_job"] == "PCIe carries 0.2 >= 0.1 of its capacity both ways: the GPUs exchange"
         assert v.recommendation == STALL_CAUSES["uneven"]
 
 
@@ -117,9 +120,13 @@ def test_uneven_activity_without_placement_evidence_is_a_stall_not_placement(lea
     ("busiest", "uneven"), [(T.placement_min_activity, True), (T.placement_min_activity - 0.01, False)]
 )
 def test_uneven_activity_only_for_a_pod_busy_enough_for_it_to_matter(busiest, uneven):
+    exchange = {"pcie_tx_bytes_per_second": 0.2 * L40S_PCIE, "pcie_rx_bytes_per_second": 0.2 * L40S_PCIE}
     frame = fr.normalize(
         pd.concat(
-            [gpu(sm_active=busiest, gpu_util=busiest), gpu(gpu_name="GPU-1", sm_active=0.01, gpu_util=0.01)],
+            [
+                gpu(sm_active=busiest, gpu_util=busiest, **exchange),
+                gpu(gpu_name="GPU-1", sm_active=0.01, gpu_util=0.01, **exchange),
+            ],
             ignore_index=True,
         )
     )
@@ -305,6 +312,16 @@ def test_a_rank_that_checkpoints_is_named_with_the_shape_of_its_stalls():
     assert v.recommendation == STALL_CAUSES["checkpoint"]
 
 
+def test_a_rank_that_stalls_its_peers_for_seconds_every_step_is_held_by_its_input():
+    """Rank 0 without a kernel for 4 s of every 10 while the others wait: stalls shorter than
+    stall_long_seconds, every step, are its input (its DataLoader, its node's disk), not saves. The ranks'
+    power falls and rises together: one job."""
+    v = verdict(checkpointing_job(save_seconds=4, period=10))
+    assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["input"], v
+    assert v.evidence["stalls"] == "236 of 4 s (median) every 10 s < 10 s: short gaps every step"
+    assert v.evidence["one_job"].startswith("their samples move together (correlation ")
+
+
 @pytest.mark.parametrize(("save_seconds", "expected"), [(10, "host_stall"), (9, "data_starvation")])
 def test_a_rank_alone_stalls_on_saves_of_stall_long_seconds_and_on_its_input_below(save_seconds, expected):
     """Rank 0 in a pod of its own, saving every 30 s: gaps of stall_long_seconds (10 s) at a steady period
@@ -325,24 +342,194 @@ def test_long_steady_gaps_with_the_memory_released_are_not_saves():
     assert verdict(frame).bottleneck != "host_stall"
 
 
-@pytest.mark.parametrize(("ratio", "straggler"), [(T.straggler_power_ratio, True), (0.76, False)])
-def test_a_straggler_draws_more_power_than_the_peers_that_wait_for_it(ratio, straggler):
-    """Two ranks always busy; GPU-1 draws its 700 W limit, GPU-0 `ratio` of that: it finishes each step
-    early and waits, in waits shorter than a sample (straggler_power_ratio 0.75)."""
-    frame = fr.normalize(
+#: Alternating +1/-1 and +1/+1/-1/-1 over a window's samples: both average 0 and they are orthogonal, so
+#: a GPU's power of a*STEPS + b*OTHER correlates a / sqrt(a^2 + b^2) with another's of STEPS alone.
+STEPS = np.tile([1.0, -1.0], SAMPLES // 2)
+OTHER = np.tile([1.0, 1.0, -1.0, -1.0], SAMPLES // 4)
+
+
+def two_ranks(ratio: float = 0.75, correlation: float = 1.0, **columns) -> pd.DataFrame:
+    """Two H100s from nvidia-smi, always busy: GPU-1 at its 700 W limit, GPU-0 at `ratio` of it, each
+    swinging 10 W around that mean with the given correlation between them."""
+    swing = 10.0 * (correlation * STEPS + np.sqrt(1.0 - correlation**2) * OTHER)
+    return fr.normalize(
         pd.concat(
-            [nvidia_smi(power_watts=ratio * 700.0), nvidia_smi(gpu_name="GPU-1", power_watts=700.0)],
+            [
+                nvidia_smi(power_watts=ratio * 700.0 + swing, **columns),
+                nvidia_smi(gpu_name="GPU-1", power_watts=700.0 + 10.0 * STEPS, **columns),
+            ],
             ignore_index=True,
         )
     )
-    v = verdict(frame)
+
+
+@pytest.mark.parametrize(("ratio", "straggler"), [(T.straggler_power_ratio, True), (0.76, False)])
+def test_a_straggler_draws_more_power_than_the_peers_that_wait_for_it(ratio, straggler):
+    """Two ranks always busy, their power rising and falling together with each step; GPU-1 draws its 700 W
+    limit, GPU-0 `ratio` of that: it finishes each step early and waits, in waits shorter than a sample
+    (straggler_power_ratio 0.75)."""
+    v = verdict(two_ranks(ratio))
     assert (v.bottleneck == "host_stall") is straggler, v
     if straggler:
         assert v.evidence["straggler_gpu"] == (
             "GPU-1 draws 1 of its power limit while busy, its peers at most 0.75 (0.75 <= 0.75): they finish "
             "each step early and wait for it"
         )
+        assert v.evidence["one_job"] == "their samples move together (correlation 1 >= 0.5)"
         assert v.recommendation == STALL_CAUSES["straggler"]
+
+
+H100_NVLINK, H100_PCIE = 450e9, 63e9  # bytes per second each way: the catalogue's (core/catalog.py)
+L40S_PCIE = 31.5e9
+
+
+@pytest.mark.parametrize(
+    ("columns", "correlation", "one_job"),
+    [
+        ({"nvlink_tx_bytes_per_second": 1.01 * T.nvlink_idle * H100_NVLINK}, 0.0, True),
+        ({"nvlink_tx_bytes_per_second": 0.99 * T.nvlink_idle * H100_NVLINK}, 0.0, False),
+        (
+            {
+                "pcie_tx_bytes_per_second": 1.01 * T.placement_pcie_peer * H100_PCIE,
+                "pcie_rx_bytes_per_second": 1.01 * T.placement_pcie_peer * H100_PCIE,
+            },
+            0.0,
+            True,
+        ),
+        (
+            {
+                "pcie_tx_bytes_per_second": 0.99 * T.placement_pcie_peer * H100_PCIE,
+                "pcie_rx_bytes_per_second": 1.01 * T.placement_pcie_peer * H100_PCIE,
+            },
+            0.0,
+            False,
+        ),
+        ({}, T.job_correlation + 0.01, True),
+        ({}, T.job_correlation - 0.01, False),
+    ],
+)
+def test_a_straggler_is_claimed_only_where_the_gpus_are_shown_to_be_one_job(columns, correlation, one_job):
+    """The straggler's power pattern, and either the exchange between the GPUs (NVLink at nvlink_idle of its
+    capacity, PCIe both ways at placement_pcie_peer) or power that moves together (job_correlation): ranks of
+    one job. Each just above and just below its threshold.
+    Without any of them the GPUs may run independent processes, and one drawing more power than the other
+    is a heavier load, not a peer that others wait for: busy at 75-100% of the power, nothing is wasted."""
+    v = verdict(two_ranks(correlation=correlation, **columns))
+    assert v.bottleneck == ("host_stall" if one_job else "healthy"), v
+
+
+def independent_processes(nvlink_share: float) -> pd.DataFrame:
+    """A pod of eight H100s at 1 s with DCGM's profiling fields, each running its own inference process
+    without a break: GPU-0 a larger model (SM 0.55 at 70% of the power), the others SM 0.3 at 42%, each with
+    its own noise; NVLink carrying `nvlink_share` of its capacity."""
+    rng = np.random.default_rng(7)
+    frames = []
+    for index in range(8):
+        heavy = index == 0
+        frames.append(
+            gpu(
+                model="NVIDIA H100 80GB HBM3",
+                samples=600,
+                gpu_name=f"GPU-{index}",
+                gpu_util=0.96,
+                sm_active=(0.55 if heavy else 0.3) + rng.uniform(-0.03, 0.03, 600),
+                tensor_active=0.1,
+                power_watts=700.0 * ((0.7 if heavy else 0.42) + rng.uniform(-0.03, 0.03, 600)),
+                memory_used_bytes=50e9,
+                memory_total_bytes=80e9,
+                nvlink_tx_bytes_per_second=nvlink_share * H100_NVLINK,
+                nvlink_rx_bytes_per_second=nvlink_share * H100_NVLINK,
+            )
+        )
+    frame = pd.concat(frames, ignore_index=True)
+    frame["timestamp"] = START + np.tile(np.arange(600.0), 8)
+    return fr.normalize(frame)
+
+
+def test_independent_processes_in_one_pod_are_not_a_straggler_and_their_cause_stays_open():
+    """The issue's eight inference processes on one 8x H100 pod: no NCCL, NVLink at 0 B/s, each GPU's
+    samples its own. GPU-0 draws 0.7 of the power and the others 0.42 (0.6 <= straggler_power_ratio), which
+    was called a straggler; nothing shows the GPUs are one job, so no rank waits for another. Their low SM
+    activity has no signature: unexplained, the evidence saying why no straggler is claimed."""
+    v = verdict(independent_processes(nvlink_share=0.0))
+    assert v.bottleneck == "unexplained", v
+    assert v.evidence["one_job"].startswith("NVLink at 0 of its capacity, correlation between their samples ")
+    assert v.evidence["one_job"].endswith(": no sign that the GPUs are ranks of one job")
+    correlation = float(v.evidence["one_job"].split("correlation between their samples ")[1].split(":")[0])
+    assert abs(correlation) < 0.1  # independent noise
+    assert (
+        "independent processes, one per GPU (an inference server each), not ranks of one job"
+        in (v.evidence["causes_open"])
+    )
+
+
+def test_the_same_power_pattern_with_nvlink_carrying_an_exchange_is_a_straggler():
+    """The same eight GPUs with NVLink carrying 5% of its capacity: ranks of one job, and GPU-0, at 0.7 of
+    the power where the others draw 0.42, is the one they wait for."""
+    v = verdict(independent_processes(nvlink_share=0.05))
+    assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["straggler"], v
+    assert v.evidence["one_job"] == "NVLink carries 0.05 >= 0.01 of its capacity: the GPUs exchange"
+    assert v.evidence["straggler_gpu"].startswith("GPU-0 draws ")
+
+
+def offloading(fetch_bytes_per_second: float, fetching_samples: int = SAMPLES, sm: float = 0.2) -> pd.DataFrame:
+    """One L40S fine-tuning with its parameters in host memory: SM `sm`, utilization 0.3, receiving
+    `fetch_bytes_per_second` over PCIe on the first `fetching_samples` samples (a tenth of it after)."""
+    fetching = np.arange(SAMPLES) < fetching_samples
+    return gpu(
+        sm_active=sm,
+        gpu_util=0.3,
+        tensor_active=0.1,
+        pcie_rx_bytes_per_second=np.where(fetching, fetch_bytes_per_second, 0.1 * fetch_bytes_per_second),
+        pcie_tx_bytes_per_second=0.5 * fetch_bytes_per_second,
+    )
+
+
+@pytest.mark.parametrize(
+    ("fetch", "samples", "sm", "offload"),
+    [
+        (T.offload_pcie_bytes_per_second, SAMPLES // 2, 0.2, True),
+        (T.offload_pcie_bytes_per_second, SAMPLES // 2 - 1, 0.2, False),
+        (0.99 * T.offload_pcie_bytes_per_second, SAMPLES, 0.2, False),
+        (8e9, SAMPLES, T.interconnect_sm - 0.01, True),
+        (8e9, SAMPLES, T.interconnect_sm, False),
+    ],
+)
+def test_cpu_offload_is_host_to_device_traffic_while_the_sms_wait(fetch, samples, sm, offload):
+    """offload_pcie_bytes_per_second (1 GB/s) or more into the GPU while activity is under interconnect_sm,
+    on signature_fraction of the samples: a host stall whose cause is the offload, with its own fix. Below
+    any of the three, low activity with no signature is left open."""
+    v = verdict(offloading(fetch, samples, sm))
+    assert v.bottleneck == ("host_stall" if offload else "unexplained"), v
+    if offload:
+        assert v.recommendation == STALL_CAUSES["offload"]
+        share = samples / SAMPLES
+        mean = (share + 0.1 * (1 - share)) * fetch / 1e9
+        assert v.evidence["host_fetch_fraction"] == (
+            f"{share:.3g} of samples with >= 1 GB/s into the GPU over PCIe while activity < 0.3 (mean {mean:.3g} "
+            "GB/s): it waits on what it fetches from host memory"
+        )
+
+
+@pytest.mark.parametrize("step", [1.0, 15.0, 30.0, 60.0])
+def test_cpu_offload_shows_at_any_sample_interval_from_dcgm_exporter_alone(step):
+    """dcgm-exporter's stock counters (GR engine activity, PCIe, memory, power; no SM activity), its
+    samples `step` s apart over an hour: offloaded fetches fill every interval, so every sample shows them."""
+    samples = int(3600 / step)
+    frame = gpu(
+        samples=samples,
+        sm_active=np.nan,
+        gr_engine_active=0.25,
+        gpu_util=0.3,
+        tensor_active=0.1,
+        pcie_rx_bytes_per_second=6e9,
+        pcie_tx_bytes_per_second=3e9,
+        power_watts=120.0,
+    )
+    frame["timestamp"] = START + step * np.arange(samples)
+    v = verdict(frame)
+    assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["offload"], v
+    assert v.evidence["host_fetch_fraction"].startswith("1 of samples with >= 1 GB/s into the GPU over PCIe")
 
 
 def unheld(**columns) -> pd.DataFrame:
@@ -422,14 +609,14 @@ def test_low_activity_without_a_signature_names_the_causes_left_open(step):
 def test_low_activity_with_every_input_leaves_only_what_no_telemetry_shows():
     """The same light work every second with power and the pod's CPU below its limit, no model held (a
     notebook's small tensors): the CPU limit, the timing of steps, serving and waiting are ruled out by
-    the data, and it says how."""
+    the data, and it says how. (At one core, one host thread would be the cause: the test above.)"""
     frame = gpu(
         samples=600,
         gpu_util=0.25,
         sm_active=0.2,
         memory_used_bytes=0.5e9,
         power_watts=120.0,
-        cpu_usage_cores=1.0,
+        cpu_usage_cores=2.5,
         cpu_limit_cores=8.0,
     )
     frame["timestamp"] = START + np.arange(600.0)
@@ -539,3 +726,60 @@ def test_a_replica_that_served_after_its_load_is_serving():
     v = verdict(replica(1800, 1.0, util=util))
     assert v.bottleneck == "overprovisioned_serving", v
     assert v.evidence["quiet_fraction"].endswith("(5 bursts of work between them)")
+
+
+@pytest.mark.parametrize(
+    ("cores", "limit", "samples", "host_thread"),
+    [
+        (1.0, 4.0, SAMPLES // 2, True),
+        (1.0, 4.0, SAMPLES // 2 - 1, False),
+        (1.0 + T.host_thread_cores - 0.01, 4.0, SAMPLES, True),
+        (1.0 + T.host_thread_cores + 0.01, 4.0, SAMPLES, False),
+        (1.0 - T.host_thread_cores + 0.01, 4.0, SAMPLES, True),
+        (1.0 - T.host_thread_cores - 0.01, 4.0, SAMPLES, False),
+        (1.0, np.nan, SAMPLES, True),  # no limit: one core is still one thread
+        (1.0, 1.0 + 2 * T.host_thread_cores, SAMPLES, False),  # a pod limited to about a core is at its limit
+    ],
+)
+def test_one_gpu_working_little_while_its_pod_uses_one_cpu_core_waits_on_one_host_thread(
+    cores, limit, samples, host_thread
+):
+    """A generate() loop from one Python thread: the pod's CPU sits at one core (1 +/- host_thread_cores),
+    under a limit of more, on signature_fraction of the samples, while its GPU's SMs are 20% active. Elsewhere
+    (another CPU use, the CPU at its limit) the same low activity is left open."""
+    one_core = np.arange(SAMPLES) < samples
+    v = verdict(
+        gpu(
+            sm_active=0.2,
+            gpu_util=0.25,
+            tensor_active=0.1,
+            cpu_usage_cores=np.where(one_core, cores, 2.5),
+            cpu_limit_cores=limit,
+        )
+    )
+    assert v.bottleneck == ("host_stall" if host_thread else "unexplained"), v
+    if host_thread:
+        assert v.recommendation == STALL_CAUSES["host_thread"]
+        assert v.evidence["one_core_fraction"] == (
+            f"{samples / SAMPLES:.3g} of samples with the pod's CPU at 1 +/- 0.15 cores (under a higher limit) while "
+            "activity is 0.2 < 0.5: one host thread drives the GPU, which waits between its launches"
+        )
+        assert v.evidence["quiet_fraction"] == "0 of samples < 0.3: launches one after another"
+
+
+@pytest.mark.parametrize(("quiet_samples", "host_thread"), [(17, True), (18, False)])
+def test_a_gpu_quiet_for_long_while_its_pod_uses_one_core_is_not_driven_by_that_thread(quiet_samples, host_thread):
+    """A notebook busy on its CPU (a pandas cell at one core) leaves its GPU quiet between cells: quiet on
+    serving_quiet_share (0.3, 18 of 60) of the samples or more, the busy core is not what the GPU waits on, and
+    with a model's memory held (19 GB) its bursts between quiet spells are the serving rule's."""
+    quiet = np.arange(SAMPLES) < quiet_samples
+    v = verdict(
+        gpu(
+            sm_active=np.where(quiet, 0.0, 0.25),
+            gpu_util=np.where(quiet, 0.0, 0.3),
+            tensor_active=0.1,
+            cpu_usage_cores=1.0,
+            cpu_limit_cores=4.0,
+        )
+    )
+    assert v.bottleneck == ("host_stall" if host_thread else "overprovisioned_serving"), v

@@ -28,6 +28,7 @@ alert_low_sm_for: 90s
 alert_idle_for: 60s
 alert_verdict_for: 20s
 alert_memory_held_for: 20s
+alert_nvlink_for: 20s
 alert_target_down_for: 30s
 throttle_seconds: 20
 """
@@ -63,6 +64,14 @@ EXPECTED_ALERTS = {
     ("GpulensGpuThrottled", "sim-a100-b/2 hw_thermal"),
     ("GpulensGpuThrottled", "sim-a100-b/2 sw_thermal"),
     ("GpulensGpuXidFault", "sim-a100-b/4 xid 63"),
+    # The first GPU of the job on failing NVLinks: 4 links down, CRC errors above DCGM's limit.
+    ("GpulensGpuNvlinkDegraded", "sim-h100-d/2"),
+    # The notebook node's fine-tuning job waiting on parameters offloaded to host memory (SMs 16% busy), and
+    # its generate() loop driven by one Python thread (SMs about 10% busy): host stalls with their causes.
+    ("GpulensPodLowSmActivity", "research/zero-offload-ft-0"),
+    ("GpulensPodHostStall", "research/zero-offload-ft-0"),
+    ("GpulensPodLowSmActivity", "research/notebook-frank-0"),
+    ("GpulensPodHostStall", "research/notebook-frank-0"),
     ("GpulensGpuLost", "sim-a100-b/5"),
 }
 HEALTHY = {pod for pod, bottleneck in EXPECTED.items() if bottleneck == "healthy"}

@@ -57,6 +57,15 @@ STALL_CAUSES = {
     "straggler": "A straggler: one rank works through every step while the others wait for it. If its clocks "
     "are lower, its GPU is slow (throttled, power-capped: see its node); if not, give it less work (even the "
     "shards, the pipeline stages) or move it off a busy host.",
+    "offload": "CPU offload: the GPU waits on parameters or activations fetched from host memory over PCIe. "
+    "Offload less (keep the parameters on the GPU and offload only the optimizer state), prefetch further ahead "
+    "(FSDP backward_prefetch and forward_prefetch, DeepSpeed overlap_comm), or give the job more GPU memory or "
+    "more GPUs so that it needs no offload.",
+    "host_thread": "One host thread drives the GPU: the pod's CPU sits at one core while the GPU works little, "
+    "waiting for the next launch (a generate() loop per token, per-item pre- or post-processing, a DataLoader "
+    "with num_workers=0). Batch the work (batched generation, a serving engine such as vLLM, TGI or Triton), "
+    "cut the launches (CUDA graphs, torch.compile), and move the rest of the loop to worker processes, not "
+    "threads, which the GIL holds to one core.",
     "peer": "Waiting on a peer outside this pod: every GPU of the pod spins in collectives at low power. Look at "
     "the job's other pods (a rank that checkpoints, a straggler, a slower node) and the network between nodes.",
     "uneven": "Uneven work: one GPU far busier than another. Without power (or links) the data cannot say which "

@@ -143,6 +143,21 @@ class Thresholds:
     #: The rank the others wait for, with its SM clock this far (of its maximum) under theirs, is a slow GPU
     #: (throttled, power-capped); otherwise its work or its host. (proposal)
     straggler_clock_margin: float = 0.05
+    #: Host-to-device PCIe traffic at this rate or more while the SMs wait (activity under interconnect_sm)
+    #: is the GPU fetching its parameters or activations from host memory (CPU offload: FSDP or DeepSpeed
+    #: ZeRO-Offload): bytes per second. An input pipeline's copies come in spikes at each step's start, under it
+    #: on average. (tool: KempnerPulse PCIe >= 1 GB/s with SM < 30%)
+    offload_pcie_bytes_per_second: float = 1e9
+    #: A pod using one CPU core, give or take this many, under a limit of more (or none), while its one GPU
+    #: works little: one host thread drives the GPU (a Python loop, held to one core by the GIL, launching a
+    #: short kernel per token or per item). (proposal)
+    host_thread_cores: float = 0.15
+    #: The GPUs of a multi-GPU pod are ranks of one job, whose waits a straggler or a collective explains, only
+    #: where the data shows them exchanging (NVLink above nvlink_idle, PCIe both ways above placement_pcie_peer)
+    #: or their power (else activity) moving together: the mean correlation between its GPUs' samples at least
+    #: this. Independent processes (one inference server per GPU) neither exchange nor move together.
+    #: (proposal)
+    job_correlation: float = 0.5
     # --- over-provisioned serving ----------------------------------------------------------------
     #: Memory held on most samples: a model kept resident between requests. (proposal: well above the
     #: ~0.5 GiB a bare CUDA context takes)
@@ -230,6 +245,10 @@ class Thresholds:
     confidence_straggler: float = 0.7
     #: A rank alone whose long stalls at a steady period its own samples time (saves from this rank).
     confidence_saves: float = 0.7
+    #: Fetches from host memory over PCIe while the SMs wait, on most samples (CPU offload).
+    confidence_offload: float = 0.7
+    #: One GPU working little while its pod's CPU use sits at one core (one host thread).
+    confidence_host_thread: float = 0.6
     confidence_waiting: float = 0.6
     confidence_uneven: float = 0.5
     #: Data starvation with its bursts timed at a steady period (or the CPU at its limit); more with the CPU

@@ -15,10 +15,10 @@ from gpulens.core.catalog import MODELS
 from gpulens.core.config import ConfigError, read_yaml
 from gpulens.core.pods import PodRef
 from gpulens.core.schema import Flag, Integer, Invalid, ListOf, Record, Text
-from gpulens.simulator.workloads import PROFILES, SimGpu, profile_params
 
-#: CPU limit of every simulated pod, in cores.
-CPU_LIMIT_CORES = 4.0
+# CPU_LIMIT_CORES lives with the workloads that draw a share of it; the simulated exporter reads it here.
+from gpulens.simulator.workloads import CPU_LIMIT_CORES as CPU_LIMIT_CORES
+from gpulens.simulator.workloads import PROFILES, SimGpu, profile_params
 
 
 class FleetError(ConfigError):

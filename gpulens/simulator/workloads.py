@@ -65,6 +65,9 @@ from dataclasses import dataclass, field
 from gpulens.core.catalog import GpuModel
 from gpulens.core.pods import PodRef
 
+#: CPU limit of every simulated pod, in cores.
+CPU_LIMIT_CORES = 4.0
+
 
 @dataclass
 class Activity:
@@ -364,7 +367,8 @@ def _healthy(g: SimGpu, t: float, w: float) -> Activity:
 def _data_starvation(g: SimGpu, t: float, w: float) -> Activity:
     period, burst, phase = g.params["period"], g.params["burst"], g.params["phase"]
     on = duty(t, w, period, burst, phase)
-    # Host-to-device copies spike in the first 0.2 s of each burst.
+    # Host-to-device copies of each batch spike in the first 0.2 s of each burst: a few hundred MB a step (a
+    # batch of images as float32), under 1 GB/s on average, unlike a CPU-offloaded job's parameter fetches.
     spike = duty(t, w, period, 0.2, phase)
     pcie = g.model.pcie_bytes_per_second
     return Activity(
@@ -376,8 +380,8 @@ def _data_starvation(g: SimGpu, t: float, w: float) -> Activity:
         fp16=0.28 * on,
         fp32=0.10 * on,
         memory_fraction=g.params["memory"],
-        pcie_rx=0.7 * pcie * spike + 0.01 * pcie,
-        pcie_tx=0.005 * pcie,
+        pcie_rx=0.03 * pcie * spike + 0.0005 * pcie,
+        pcie_tx=0.0005 * pcie,
         power_fraction=0.15 + 0.7 * on,
         temperature_celsius=52 + 8 * on,
         reasons=0 if on > 0 else 0x1,
@@ -509,7 +513,7 @@ def _light_inference(g: SimGpu, t: float, w: float) -> Activity:
         dram=0.1 * on,
         fp16=0.2 * on,
         memory_fraction=g.params["memory"],
-        pcie_rx=0.005 * g.model.pcie_bytes_per_second,
+        pcie_rx=0.001 * g.model.pcie_bytes_per_second,  # requests in: tens of MB/s
         power_fraction=0.08,
         temperature_celsius=40,
         clock_fraction=0.9,
@@ -602,9 +606,11 @@ def _checkpointing(g: SimGpu, t: float, w: float) -> Activity:
 
 def _straggler(g: SimGpu, t: float, w: float) -> Activity:
     # Steps of about a second; the slow rank computes through each, the others for 60% of it.
-    if g.role == 1:
-        return _healthy(g, t, w)
-    return _waiting(g, t, 0.6 + g.noise(t, 0.03, 11))
+    on = 1.0 if g.role == 1 else 0.6 + g.noise(t, 0.03, 11)
+    a = _healthy(g, t, w) if g.role == 1 else _waiting(g, t, on)
+    if not g.model.nvlink_links:  # without NVLink, NCCL's all-reduce goes over PCIe, both ways alike
+        a.pcie_tx = a.pcie_rx = 0.25 * on * g.model.pcie_bytes_per_second
+    return a
 
 
 def _collective_wait(g: SimGpu, t: float, w: float) -> Activity:
@@ -633,6 +639,61 @@ def _host_bound_loop(g: SimGpu, t: float, w: float) -> Activity:
     )
 
 
+def _cpu_offload(g: SimGpu, t: float, w: float) -> Activity:
+    # FSDP or ZeRO with parameters offloaded to host memory: each step computes for 0.15 s of 0.8 s and waits
+    # the rest on the next parameters, fetched over PCIe at a tenth of the link (6 GB/s on an H100; gradients
+    # go back at half the rate); with several NVLinked GPUs the shards' all-gathers cross NVLink. (Under
+    # half the link even at the demo's five-fold speed, where rates per real second are five times these.)
+    on = duty(t, w, 0.8, 0.15, g.params["phase"])
+    pcie = g.model.pcie_bytes_per_second
+    fetch = (0.1 + g.noise(t, 0.01, 12)) * pcie * (1.0 - on) + 0.01 * pcie
+    exchange = 0.1 * g.model.nvlink_link_bytes_per_second * g.model.nvlink_links
+    return Activity(
+        busy=on,
+        sm_active=0.85 * on,
+        sm_occupancy=0.4 * on,
+        tensor=0.55 * on,
+        dram=0.4 * on,
+        fp16=0.3 * on,
+        memory_fraction=g.params["memory"],
+        pcie_rx=fetch,
+        pcie_tx=0.5 * fetch,
+        nvlink_tx=exchange,
+        nvlink_rx=exchange,
+        power_fraction=0.2 + 0.6 * on,
+        temperature_celsius=48,
+        process=True,
+    )
+
+
+def _independent_decode(g: SimGpu, t: float, w: float) -> Activity:
+    # One inference process per GPU, each decoding its own requests without a break (a batch generate loop);
+    # the first serves a larger model. Nothing passes between the GPUs and their noise is their own.
+    heavy = g.role == 0
+    sm = (0.55 if heavy else 0.3) + g.noise(t, 0.04, 13)
+    return Activity(
+        busy=0.96,
+        sm_active=sm,
+        sm_occupancy=0.3 * sm,
+        tensor=0.2 * sm,
+        dram=0.3 + g.noise(t, 0.03, 14),
+        fp16=0.2 * sm,
+        memory_fraction=g.params["memory"],
+        pcie_rx=0.002 * g.model.pcie_bytes_per_second,
+        power_fraction=(0.7 if heavy else 0.42) + g.noise(t, 0.03, 15),
+        temperature_celsius=55,
+        process=True,
+    )
+
+
+def _generate_loop(g: SimGpu, t: float, w: float) -> Activity:
+    # The host-bound loop driven by one Python thread: the pod's CPU sits at one of the cores its limit allows
+    # (the GIL holds the loop to it), whatever else the pod could run.
+    a = _host_bound_loop(g, t, w)
+    a.cpu_fraction = (1.0 + g.noise(t, 0.05, 16)) / CPU_LIMIT_CORES
+    return a
+
+
 def _unallocated(g: SimGpu, t: float, w: float) -> Activity:
     return Activity(memory_fraction=0.0, temperature_celsius=31, clock_fraction=0.12, reasons=0x1)
 
@@ -654,6 +715,9 @@ PROFILES = {
     "straggler": _straggler,
     "collective_wait": _collective_wait,
     "host_bound_loop": _host_bound_loop,
+    "cpu_offload": _cpu_offload,
+    "generate_loop": _generate_loop,
+    "independent_decode": _independent_decode,
     "unallocated": _unallocated,
     "xid_errors": _xid_errors,
     "fallen_off_bus": _fallen_off_bus,

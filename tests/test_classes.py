@@ -1,0 +1,97 @@
+"""Adding a class, or a cause of host_stall, means its record (core/bottlenecks.py), the rule that finds it
+(analyzer/classify.py), a simulator profile that `gpulens eval` judges it on (analyzer/evaluate.py) and
+signature tests at its thresholds' edges (tests/test_signatures.py): docs/architecture.md says so, and these
+tests fail naming what a class or cause lacks."""
+
+from __future__ import annotations
+
+import ast
+
+from gpulens.analyzer import evaluate
+from gpulens.core.bottlenecks import POD_CLASSES, STALL_CAUSES
+from tests.helpers import REPO
+
+
+def literals(tree: ast.AST) -> set[str]:
+    return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+
+
+def parsed(path: str) -> ast.Module:
+    return ast.parse((REPO / path).read_text())
+
+
+def found_by_rules() -> set[str]:
+    """The classes a Finding of classify.py names: its first argument, a name or a choice of names."""
+    names: set[str] = set()
+    for node in ast.walk(parsed("analyzer/classify.py")):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Finding":
+            names |= literals(node.args[0])
+    return names
+
+
+def causes_of_rules() -> set[str]:
+    """The host_stall causes classify.py gives a fix for: STALL_CAUSES["..."], and the causes _stall_shape
+    names (looked up with STALL_CAUSES.get)."""
+    tree = parsed("analyzer/classify.py")
+    named = {
+        node.slice.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "STALL_CAUSES"
+        and isinstance(node.slice, ast.Constant)
+    }
+    return named | (literals(tree) & set(STALL_CAUSES))
+
+
+def judged_by_eval() -> set[str]:
+    """The classes `gpulens eval` has scenarios of: its window scenarios' and variants' labels, and the
+    day-scale ones'."""
+    labels = {label for label, (_, models, _) in evaluate.SCENARIOS.items() if models}
+    labels |= {label for label, variants in evaluate.VARIANTS.items() if variants}
+    return labels | set(evaluate.DAY_SCENARIOS.values())
+
+
+def test_every_pod_class_has_a_rule_an_eval_profile_and_signature_tests():
+    rules, eval_labels = found_by_rules(), judged_by_eval()
+    tested = literals(parsed("tests/test_signatures.py"))
+    lacking = {
+        name: [
+            what
+            for what, has in (
+                ("a rule in classify.py", name in rules),
+                ("an eval scenario", name in eval_labels),
+                ("a signature test", name in tested),
+            )
+            if not has
+        ]
+        for name in POD_CLASSES
+    }
+    assert {name: what for name, what in lacking.items() if what} == {}
+
+
+def test_every_host_stall_cause_has_a_rule_and_a_signature_test_of_its_fix():
+    """Each cause's fix is given by a rule, and a signature test asserts that fix (STALL_CAUSES["..."])."""
+    tests = parsed("tests/test_signatures.py")
+    asserted = {
+        node.slice.value
+        for node in ast.walk(tests)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "STALL_CAUSES"
+        and isinstance(node.slice, ast.Constant)
+    }
+    rules = causes_of_rules()
+    lacking = {
+        cause: [what for what, has in (("a rule", cause in rules), ("a signature test", cause in asserted)) if not has]
+        for cause in STALL_CAUSES
+    }
+    assert {cause: what for cause, what in lacking.items() if what} == {}
+
+
+def test_every_eval_variant_plays_a_simulator_profile():
+    from gpulens.simulator.workloads import PROFILES
+
+    profiles = {profile for variants in evaluate.VARIANTS.values() for profile, _, _, _ in variants.values()}
+    profiles |= {profile for profile, _, _ in evaluate.SCENARIOS.values()} | set(evaluate.DAY_SCENARIOS)
+    assert profiles - set(PROFILES) == set()
