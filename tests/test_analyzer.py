@@ -419,8 +419,12 @@ def test_report_bad_file_writes_nothing(tmp_path):
 
 @pytest.mark.slow
 def test_eval_command_prints_the_matrix():
-    result = gpulens("eval", "--per-class", "3")
-    assert result.returncode == 0
+    """The command's report, on a small eval (the whole one is test_eval_on_unseen_seeds_...): a matrix per
+    interval, each variant's pods found, and the figures every run must hold."""
+    result = gpulens("eval", "--per-class", "3", "--intervals", "15,60", "--spans", "1h", "--per-day-profile", "1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("(rows: true class, columns: predicted)") == 2
+    assert result.stdout.count("  causes left open: independent 1/1\n") == 2
     assert "macro-F1:" in result.stdout and "healthy pods called idle: 0" in result.stdout
 
 
