@@ -1,6 +1,7 @@
 """One installed name: gpulens. A user's own `alerts` or `analyzer` package must not collide with ours."""
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -82,3 +83,27 @@ def test_every_test_the_fault_table_names_exists():
             tree = ast.parse((REPO / "tests" / path).read_text())
             defined[path] = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
         assert name in defined[path], f"docs/reliability.md names {path}::{name}, which does not exist"
+
+
+def test_docs_verdicts_names_every_field_of_a_verdict_an_episode_and_a_class_share():
+    """docs/verdicts.md's tables list each field (with its unit) of Verdict, Episode and ClassShare: a field
+    added to one of them without its row fails here, as does a row for a field that is gone."""
+    from dataclasses import fields
+
+    from gpulens.analyzer.classify import ClassShare, Episode, Verdict
+
+    sections = (REPO / "docs" / "verdicts.md").read_text().split("\n## ")[1:]
+    documented = [
+        {
+            name
+            for line in section.splitlines()
+            if line.startswith("| `")
+            for name in re.findall(r"`(\w+)`", line.split("|")[1])
+        }
+        for section in sections
+    ]
+    assert documented == [
+        {f.name for f in fields(Verdict)} | {"unit"},
+        {f.name for f in fields(Episode)},
+        {f.name for f in fields(ClassShare)},
+    ]
