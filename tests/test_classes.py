@@ -20,6 +20,18 @@ def parsed(path: str) -> ast.Module:
     return ast.parse((REPO / path).read_text())
 
 
+def stall_causes_named(tree: ast.AST) -> set[str]:
+    """The causes a module looks up as STALL_CAUSES["..."]."""
+    return {
+        node.slice.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Subscript)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "STALL_CAUSES"
+        and isinstance(node.slice, ast.Constant)
+    }
+
+
 def found_by_rules() -> set[str]:
     """The classes a Finding of classify.py names: its first argument, a name or a choice of names."""
     names: set[str] = set()
@@ -33,15 +45,7 @@ def causes_of_rules() -> set[str]:
     """The host_stall causes classify.py gives a fix for: STALL_CAUSES["..."], and the causes _stall_shape
     names (looked up with STALL_CAUSES.get)."""
     tree = parsed("analyzer/classify.py")
-    named = {
-        node.slice.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Subscript)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "STALL_CAUSES"
-        and isinstance(node.slice, ast.Constant)
-    }
-    return named | (literals(tree) & set(STALL_CAUSES))
+    return stall_causes_named(tree) | (literals(tree) & set(STALL_CAUSES))
 
 
 def judged_by_eval() -> set[str]:
@@ -72,15 +76,7 @@ def test_every_pod_class_has_a_rule_an_eval_profile_and_signature_tests():
 
 def test_every_host_stall_cause_has_a_rule_and_a_signature_test_of_its_fix():
     """Each cause's fix is given by a rule, and a signature test asserts that fix (STALL_CAUSES["..."])."""
-    tests = parsed("tests/test_signatures.py")
-    asserted = {
-        node.slice.value
-        for node in ast.walk(tests)
-        if isinstance(node, ast.Subscript)
-        and isinstance(node.value, ast.Name)
-        and node.value.id == "STALL_CAUSES"
-        and isinstance(node.slice, ast.Constant)
-    }
+    asserted = stall_causes_named(parsed("tests/test_signatures.py"))
     rules = causes_of_rules()
     lacking = {
         cause: [what for what, has in (("a rule", cause in rules), ("a signature test", cause in asserted)) if not has]
