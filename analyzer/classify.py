@@ -2,11 +2,11 @@
 
 The class names are public API (gpulens.core.bottlenecks). Each signature reads a unit's features
 (PodFeatures) and returns its Finding, or None; the first that holds is the pod's class. Their order
-(SIGNATURES) follows docs/signals.md: missing data first, then idle, memory fragmentation, poor
-placement, interconnect, host stalls, data starvation, over-provisioned serving, memory bandwidth, healthy;
-throttling and wrong GPU type are overlays that become the primary class only when nothing else is
-wrong. Without profiling fields (consumer GPUs, stock dcgm-exporter) the analyzer says so with low
-confidence and never claims memory_bandwidth.
+(SIGNATURES) follows docs/signals.md: missing data (a job's start-up is left out before) first,
+then idle, memory fragmentation, poor placement, interconnect, pipeline stages, host stalls, data
+starvation, over-provisioned serving, memory bandwidth, healthy; throttling and wrong GPU type are overlays
+that become the primary class only when nothing else is wrong. Without profiling fields (consumer GPUs,
+stock dcgm-exporter) the analyzer says so with low confidence and never claims memory_bandwidth.
 
 Every check knows the sample interval of its input: a signature that needs to see a training step's
 bursts and gaps is claimed only from samples fine enough to resolve them, and the evidence says so.
@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from typing import Literal
 
 import pandas as pd
 
@@ -101,6 +102,11 @@ class Verdict:
     #: Work still being served: a serving replica, or sparse use with some work (a replica's quiet hour,
     #: under sparse_busy_share of work, still served a few requests). Not work that stopped.
     served: bool = False
+    #: The cause its evidence shows where the class names several (host_stall: a key of
+    #: core.bottlenecks.STALL_CAUSES, whose fix is the recommendation); "" otherwise.
+    cause: str = ""
+    #: What it found beyond its class that outputs act on (Fact), sorted.
+    facts: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"unit": self.unit, **asdict(self)}
@@ -137,19 +143,26 @@ SPARSE = "busy_fraction"
 XID_FAULTS = "xid_faults"
 
 
+#: What a verdict found beyond its class that outputs act on (Verdict.facts), typed rather than read from
+#: its evidence: a hardware XID on its GPUs (the plan leaves it to be repaired), NVLinks down or failing (the
+#: same), idle judged on sparse use (history lets a later window that saw enough judge the data's start).
+Fact = Literal["xid_fault", "nvlink_fault", "sparse_use"]
+
+
 @dataclass(frozen=True)
 class Finding:
     """What a signature found: the class, how sure (0-1, from Thresholds' confidences), the evidence that
-    decided it, the fix for the cause it found where its class names several (host_stall), the share of
-    samples whose kernel ran as no work where activity cannot show it (Verdict.waiting_share), and whether
-    work was still being served (Verdict.served)."""
+    decided it, the cause it found where its class names several (host_stall: a STALL_CAUSES key, whose fix
+    the verdict gives), the share of samples whose kernel ran as no work where activity cannot show it
+    (Verdict.waiting_share), whether work was still being served (Verdict.served), and its facts."""
 
     bottleneck: str
     confidence: float
     evidence: dict[str, str]
-    fix: str = ""
+    cause: str = ""
     waiting_share: float | None = None
     served: bool = False
+    facts: frozenset[Fact] = frozenset()
 
 
 #: A signature: a Finding when it holds for the unit, else None.
@@ -207,6 +220,8 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
     name, confidence = found.bottleneck, found.confidence
     # Overlays first, so that their evidence leads whatever the primary class is.
     evidence = {**_hardware_xid(f), **(throttled or {}), **found.evidence}
+    if f.start_up_seconds > 0:  # whatever the class: what it was judged on began after the start-up
+        evidence.update(_start_up(f))
     not_judged = _not_judged(f, t)
     if not_judged and name != "insufficient_data" and not without_pod:
         evidence["not_judged"] = not_judged
@@ -236,7 +251,7 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
         bottleneck=name,
         confidence=confidence,
         evidence=evidence,
-        recommendation=found.fix or RECOMMENDATIONS[name],
+        recommendation=STALL_CAUSES[found.cause] if found.cause else RECOMMENDATIONS[name],
         wasted_gpu_seconds=round(wasted, 1),
         wasted_cost=round(cost, 4),
         secondary=secondary,
@@ -250,6 +265,8 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
         by_class={name: ClassShare(1.0, round(wasted, 1), round(cost, 4))},
         waiting_share=found.waiting_share,
         served=found.served,
+        cause=found.cause,
+        facts=sorted(found.facts | ({"xid_fault"} if f.hardware_xid > 0 else set())),
     )
 
 
@@ -401,7 +418,7 @@ def _sparse(f: PodFeatures, t: Thresholds) -> Finding | None:
     evidence = {SPARSE: sparse_use(f.work_share, f.steady_seconds, t), **_start_up(f)}
     _memory_held(f, evidence)
     # Any work at all: requests still arrive (a replica's quiet hour), where a stopped job's hour has none.
-    return Finding("idle", t.confidence_sparse, evidence, served=f.work_share > 0)
+    return Finding("idle", t.confidence_sparse, evidence, served=f.work_share > 0, facts=frozenset({"sparse_use"}))
 
 
 def _nothing_served(f: PodFeatures, t: Thresholds) -> Finding | None:
@@ -429,10 +446,12 @@ def _served(f: PodFeatures, t: Thresholds) -> bool:
 
 
 def _start_up(f: PodFeatures) -> dict[str, str]:
-    """The evidence of a start-up left out of the steady state the verdict read."""
-    if not f.load_seen:
+    """The evidence of a start-up left out of the steady state the verdict read: the rows before the features'
+    start (a process starting with the data: pod_features), or those before load_end within them."""
+    seconds = f.start_up_seconds if f.start_up_seconds > 0 else f.load_end - f.start if f.load_seen else 0.0
+    if not seconds > 0:
         return {}
-    return {"start_up": f"a model load and its warm-up, the first {f.load_end - f.start:.0f} s, left out"}
+    return {"start_up": f"a model load and its warm-up, the first {seconds:.0f} s, left out"}
 
 
 def sparse_use(work: float, seconds: float, t: Thresholds) -> str:
@@ -526,7 +545,7 @@ def _poor_placement(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | 
     if not confidence:
         return None
     evidence["gpu_activity_spread"] = f"least busy {_fmt(least)} / busiest {_fmt(busiest)}"
-    return Finding("poor_placement", confidence, evidence)
+    return Finding("poor_placement", confidence, evidence, facts=frozenset({"nvlink_fault"} if failing else ()))
 
 
 def _where(g: PodGpu) -> str:
@@ -568,13 +587,48 @@ def _interconnect(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | No
     return Finding("interconnect", t.confidence_share_base + t.confidence_share_gain * f.link_bound_share, evidence)
 
 
+def _pipeline(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
+    """The pod's GPUs take turns: when one waits with no work, another works (stagger_share), two or more wait
+    so on pipeline_gap_share of their samples, and they exchange (NVLink or PCIe both ways): pipeline stages,
+    each waiting in its bubble. A bubble over GPipe's for its stages with pipeline_microbatches_per_stage
+    micro-batches each, by pipeline_bubble_standard_errors, leaves the GPUs waiting on the schedule
+    (host_stall); up to it, it is what the schedule costs (healthy, the bubble named). Data-parallel ranks wait
+    together (one collective, one input) and are not stages."""
+    if f.gpus < 2 or not f.stagger_share >= t.pipeline_stagger_share or not f.gapped_gpus >= 2:
+        return None
+    exchange = _exchange(f, t)
+    if not exchange:
+        return None  # independent processes take turns by chance: none of them waits for another
+    p, bubble = f.gpus, f.bubble_share
+    expected = (p - 1) / ((t.pipeline_microbatches_per_stage + 1) * p - 1)
+    implied = (p - 1) * (1 - bubble) / bubble if bubble > 0 else math.inf
+    margin = t.pipeline_bubble_standard_errors * math.sqrt(bubble * (1 - bubble) / f.samples)
+    stalled = bubble - margin > expected
+    evidence = {
+        "stages_take_turns": f"{_fmt(f.stagger_share)} of the moments a GPU waits (activity < {t.starvation_low}) "
+        f"another works (> {BUSY_LEVEL:g}), >= {t.pipeline_stagger_share}; {f.gapped_gpus:.0f} of {p} GPUs wait on "
+        f">= {t.pipeline_gap_share} of their samples: pipeline stages, not ranks that wait together",
+        "one_job": exchange,
+        "pipeline_bubble": f"{_fmt(bubble)} +/- {_fmt(margin)} of the time (1 - mean activity / working activity, "
+        f"{f.samples} samples); GPipe's (p-1)/(m+p-1) for p = {p} stages here implies m = {implied:.3g} "
+        f"micro-batches per step; with m >= {t.pipeline_microbatches_per_stage}p = "
+        f"{t.pipeline_microbatches_per_stage * p} it is <= {_fmt(expected)}"
+        + (": above it" if stalled else "")
+        + " (stages in other pods raise p and the bar)",
+    }
+    if not stalled:
+        return Finding("healthy", t.confidence_pipeline, evidence)
+    return Finding("host_stall", t.confidence_pipeline, evidence, "pipeline")
+
+
 def _host_stall(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     """The GPU waits on its host or on a peer rather than works. Without profiling fields utilization says
     that a kernel ran, not that the GPU worked: a rank waiting in a collective spins a kernel at 100%
     utilization and a fifth of its power (docs/signals.md). The causes, each with its own fix
-    (STALL_CAUSES): one rank stalls the others (a checkpoint written from it, its input); a straggler
-    works while its peers wait; the whole pod waits on a peer outside it; synchronous saves on a GPU
-    judged alone; uneven activity where power cannot say who waits."""
+    (STALL_CAUSES): fetches from host memory (CPU offload); one host thread driving one GPU; one rank stalls
+    the others (a checkpoint written from it, its input); a straggler works while its peers wait; the whole
+    pod waits on a peer outside it; synchronous saves on a GPU judged alone; uneven activity where power
+    cannot say who waits. Pipeline stages waiting in their bubbles are _pipeline's, before these."""
     return (
         _offload(f, t, info)
         or _host_thread(f, t)
@@ -599,7 +653,7 @@ def _offload(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
         f"{t.offload_pcie_bytes_per_second / 1e9:g} GB/s into the GPU over PCIe while activity < {t.interconnect_sm} "
         f"(mean {f.host_to_device_bytes_per_second / 1e9:.3g} GB/s): it waits on what it fetches from host memory"
     }
-    return Finding("host_stall", t.confidence_offload, evidence, STALL_CAUSES["offload"])
+    return Finding("host_stall", t.confidence_offload, evidence, "offload")
 
 
 def _host_thread(f: PodFeatures, t: Thresholds) -> Finding | None:
@@ -618,13 +672,22 @@ def _host_thread(f: PodFeatures, t: Thresholds) -> Finding | None:
         "drives the GPU, which waits between its launches",
         "quiet_fraction": f"{_fmt(f.quiet_share)} of samples < {t.serving_quiet_share}: launches one after another",
     }
-    return Finding("host_stall", t.confidence_host_thread, evidence, STALL_CAUSES["host_thread"])
+    return Finding("host_stall", t.confidence_host_thread, evidence, "host_thread")
 
 
 def _one_job(f: PodFeatures, t: Thresholds) -> str:
     """What shows that a multi-GPU unit's GPUs are ranks of one job (exchange between them, or samples that
     move together), without which no wait is put on a straggler or a collective: independent processes, one
     per GPU, have no peer to wait for. "" where nothing does."""
+    if exchange := _exchange(f, t):
+        return exchange
+    if f.gpu_correlation >= t.job_correlation:
+        return f"their samples move together (correlation {_fmt(f.gpu_correlation)} >= {t.job_correlation})"
+    return ""
+
+
+def _exchange(f: PodFeatures, t: Thresholds) -> str:
+    """What shows a multi-GPU unit's GPUs exchanging data: NVLink in use, or PCIe both ways. "" where nothing does."""
     if f.nvlink_use >= t.nvlink_idle:
         return f"NVLink carries {_fmt(f.nvlink_use)} >= {t.nvlink_idle} of its capacity: the GPUs exchange"
     if f.pcie_peer_use >= t.placement_pcie_peer:
@@ -632,8 +695,6 @@ def _one_job(f: PodFeatures, t: Thresholds) -> str:
             f"PCIe carries {_fmt(f.pcie_peer_use)} >= {t.placement_pcie_peer} of its capacity both ways: the GPUs "
             "exchange"
         )
-    if f.gpu_correlation >= t.job_correlation:
-        return f"their samples move together (correlation {_fmt(f.gpu_correlation)} >= {t.job_correlation})"
     return ""
 
 
@@ -684,7 +745,7 @@ def _rank_stalls(f: PodFeatures, t: Thresholds) -> Finding | None:
     else:
         cause = "straggler"
         evidence["stalling_gpu"] = f"{held_by.gpu}: works while its peers wait" + _clocks(held_by, f.pod_gpus, t)
-    return Finding("host_stall", t.confidence_stall, evidence, STALL_CAUSES.get(cause, ""))
+    return Finding("host_stall", t.confidence_stall, evidence, cause)
 
 
 def _straggler(f: PodFeatures, t: Thresholds) -> Finding | None:
@@ -706,7 +767,7 @@ def _straggler(f: PodFeatures, t: Thresholds) -> Finding | None:
         "early and wait for it" + _clocks(slow, f.pod_gpus, t),
         "one_job": job,
     }
-    return Finding("host_stall", t.confidence_straggler, evidence, STALL_CAUSES["straggler"])
+    return Finding("host_stall", t.confidence_straggler, evidence, "straggler")
 
 
 def _clocks(slow: PodGpu, gpus: tuple[PodGpu, ...], t: Thresholds) -> str:
@@ -738,7 +799,7 @@ def _pod_waits(f: PodFeatures, t: Thresholds) -> Finding | None:
     }
     if job:
         evidence["one_job"] = job
-    return _waiting_waste(Finding("host_stall", t.confidence_waiting, evidence, STALL_CAUSES["peer"]), f, t)
+    return _waiting_waste(Finding("host_stall", t.confidence_waiting, evidence, "peer"), f, t)
 
 
 def _saves(f: PodFeatures, t: Thresholds) -> Finding | None:
@@ -751,7 +812,7 @@ def _saves(f: PodFeatures, t: Thresholds) -> Finding | None:
     if cause != "checkpoint" or not f.high_share > t.starvation_tail:
         return None
     evidence = {"stalled_fraction": f"{_fmt(f.stalled_share)} of samples >= {t.stall_share}", "stalls": shape}
-    return Finding("host_stall", t.confidence_saves, evidence, STALL_CAUSES["checkpoint"])
+    return Finding("host_stall", t.confidence_saves, evidence, "checkpoint")
 
 
 def _stall_shape(f: PodFeatures, t: Thresholds) -> tuple[str, str]:
@@ -801,7 +862,7 @@ def _uneven(f: PodFeatures, t: Thresholds) -> Finding | None:
     }
     if math.isnan(f.busy_power_share):
         evidence["power"] = "absent: cannot tell whether the less busy GPU waits for the busier one or has less work"
-    return Finding("host_stall", t.confidence_uneven, evidence, STALL_CAUSES["uneven"])
+    return Finding("host_stall", t.confidence_uneven, evidence, "uneven")
 
 
 def _data_starvation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
@@ -948,6 +1009,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _memory_fragmentation,
     _poor_placement,
     _interconnect,
+    _pipeline,
     _host_stall,
     _data_starvation,
     _overprovisioned_serving,

@@ -94,6 +94,8 @@ STALLS: dict[str, Variant] = {
     "offload_one": ("cpu_offload", ["A100-SXM4-40GB", "L40S", "T4"], [0], ("dcgm", "gpulens")),
     # A generate() loop from one Python thread, its pod's CPU at one core (SCENARIOS' unexplained without it).
     "host_thread": ("generate_loop", ["H100-SXM5-80GB", "A100-SXM4-40GB", "L40S", "T4"], [0], ("dcgm", "gpulens")),
+    # Four pipeline stages with too few micro-batches (2-6): each waits in its bubble, 0.33-0.6 of a step.
+    "pipeline": ("pipeline_stages", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1, 2, 3], ("dcgm", "gpulens")),
 }
 #: Low activity whose cause the data leaves open (class unexplained), beyond SCENARIOS' own.
 LEFT_OPEN: dict[str, Variant] = {
@@ -101,18 +103,26 @@ LEFT_OPEN: dict[str, Variant] = {
     # exchange between them, nothing moving together, so no straggler and no collective to wait in.
     "independent": ("independent_decode", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1, 2, 3], ("dcgm", "gpulens")),
 }
+#: Healthy pods beyond SCENARIOS' own.
+HEALTHY: dict[str, Variant] = {
+    # Four pipeline stages with enough micro-batches (28-36): gaps of seconds that take turns, a bubble of
+    # 0.077-0.097, within GPipe's for m >= 4p (0.16): what the schedule costs, not a stall.
+    "pipeline_deep": ("pipeline_deep", ["H100-SXM5-80GB", "A100-SXM4-40GB"], [0, 1, 2, 3], ("dcgm", "gpulens")),
+}
 #: The classes whose scenarios are variants (a fault, a cause), each with its own profile and GPUs. A class
 #: with no models of its own in SCENARIOS is made of its variants only.
 VARIANTS: dict[str, dict[str, Variant]] = {
     "poor_placement": PLACEMENTS,
     "host_stall": STALLS,
     "unexplained": LEFT_OPEN,
+    "healthy": HEALTHY,
 }
 #: Variants that are what a pod runs, not a phase its job enters: they hold from the window's start.
 WHAT_A_POD_IS = ("independent",)
 #: Variants added after the eval's figures were first published (issue 47): drawn after all the others, from
-#: a random stream of their own, so that the earlier scenarios keep their draws and the figures compare.
-VARIANTS_ADDED = ("offload", "offload_one", "host_thread", "independent")
+#: a random stream of their own, in this order, so that the earlier scenarios keep their draws and the figures
+#: compare (append, never insert).
+VARIANTS_ADDED = ("offload", "offload_one", "host_thread", "independent", "pipeline", "pipeline_deep")
 #: Profiles whose CPU use is their story: the eval keeps what they draw (others use 40% of their limit).
 OWN_CPU = ("generate_loop",)
 
@@ -164,7 +174,7 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
     out: list[Scenario] = []
     for label, (_, models, gpu_counts) in SCENARIOS.items():
         if not models:
-            out += _variant_scenarios(rng, seed, label, per_class // 2, len(out), first_drawn=True)
+            out += _variant_scenarios(rng, seed, label, per_class // 2, len(out))
             continue
         for _ in range(per_class):
             profiling = not (label in WITHOUT_PROFILING and rng.random() < 0.25)
@@ -192,18 +202,19 @@ def make_scenarios(seed: int, per_class: int) -> list[Scenario]:
                     )
                 )
     added = random.Random(f"{seed}:added")
-    for label in VARIANTS:
-        out += _variant_scenarios(added, seed, label, per_class // 2, len(out), first_drawn=False)
+    for variant in VARIANTS_ADDED:
+        label = next(label for label, variants in VARIANTS.items() if variant in variants)
+        out += _variant_scenarios(added, seed, label, per_class // 2, len(out), only=variant)
     return out
 
 
 def _variant_scenarios(
-    rng: random.Random, seed: int, label: str, per_variant: int, first: int, first_drawn: bool
+    rng: random.Random, seed: int, label: str, per_variant: int, first: int, only: str = ""
 ) -> list[Scenario]:
-    """The scenarios of `label`'s variants: those drawn first, or those added later (VARIANTS_ADDED)."""
+    """The scenarios of `label`'s variants drawn first (all but VARIANTS_ADDED), or of the added one `only`."""
     out: list[Scenario] = []
     for variant, (_, models, indices, sources) in VARIANTS[label].items():
-        if (variant in VARIANTS_ADDED) == first_drawn:
+        if variant != only if only else variant in VARIANTS_ADDED:
             continue
         for _ in range(per_variant):
             profiling = rng.random() >= 0.25
@@ -405,10 +416,14 @@ DAY_SCENARIOS = {
     "sparse_notebook": "idle",
     "training_finished": "idle",
     "never_served": "idle",
+    # Its start-up (a model load, then warm-up steps at low activity) is no verdict on it: healthy, or
+    # insufficient_data where too few samples follow it (day_traces).
+    "training_started": "healthy",
 }
 #: Profiles added since the eval's figures were first published: their scenarios are drawn after all the
-#: others', so that adding one leaves every earlier scenario as it was and the figures stay comparable.
-DAY_SCENARIOS_ADDED = ("never_served",)
+#: others', each after the one before, so that adding one leaves every earlier scenario as it was and the
+#: figures stay comparable (append, never insert).
+DAY_SCENARIOS_ADDED = ("never_served", "training_started")
 #: Seconds between samples, and spans of data, that every scenario is judged at.
 INTERVALS = (1.0, 15.0, 30.0, 60.0)
 SPANS = (600.0, 3600.0, 6 * 3600.0, DAY)
@@ -432,7 +447,7 @@ def make_day_scenarios(seed: int, per_profile: int, spans: tuple[float, ...]) ->
     rng = random.Random(seed + 13)
     out: list[DayScenario] = []
     first = [p for p in DAY_SCENARIOS if p not in DAY_SCENARIOS_ADDED]
-    for profiles in (first, DAY_SCENARIOS_ADDED):
+    for profiles in (first, *([added] for added in DAY_SCENARIOS_ADDED)):
         for span, profile in ((span, profile) for span in spans for profile in profiles):
             for _ in range(per_profile):
                 if profile == "serving" and span < DAY:
@@ -474,13 +489,14 @@ def day_traces(
         finish=end_of_work,
         work_until=end_of_work,
         work_from=max(0.0, end_of_work - rng.uniform(1, 3) * 3600),
-        started=s.offset,  # a replica that never served starts with the span
+        started=s.offset,  # a replica that never served, and a training job that starts, start with the span
     )
     profile = workloads.PROFILES[s.profile]
     # Each second's activity (the last second's average, as NVML's utilization and nvidia-smi logs are):
     # a row every `step` seconds samples it, and a gpulens exporter counts all of it between rows.
     seconds = [(start + k, profile(gpu, start + k, 1.0)) for k in range(int(s.span))]
     served = profile(gpu, start + s.span, s.span).busy > 0
+    min_samples = Thresholds().min_samples
     out = {}
     for step in intervals:
         samples = int(s.span / step)
@@ -493,10 +509,12 @@ def day_traces(
             frame = _with_shape(frame, [[(t, a.busy) for t, a in seconds]], rng, noise)
         frame["gpu_model"] = gpu.model.name
         frame["namespace"], frame["pod"] = "eval", f"{s.profile}-{s.seed}"
-        if samples < Thresholds().min_samples:
+        if samples < min_samples:
             label = "insufficient_data"
         elif s.profile == "serving" and not served:
             label = "idle"  # no request in the span: nothing served
+        elif s.profile == "training_started" and (s.span - workloads.start_up_seconds(gpu)) / step < min_samples:
+            label = "insufficient_data"  # its start-up left out, too few samples of its steady state are left
         else:
             label = DAY_SCENARIOS[s.profile]
         out[step] = (fr.normalize(frame), label)

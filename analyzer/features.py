@@ -101,14 +101,54 @@ def pod_features(
         return pd.DataFrame()
     rows = _Rows(trace, window, keys)
     signals = _Signals(rows, t)
-    features = _reduce(rows, signals, t)
-    _add_identity(rows, features)
-    _add_gpus(rows, signals, features)
-    _add_timing(features)
+    features = _features(rows, signals, t)
+    starting = signals.start_up_end > rows.units.min(rows.ts)
+    if starting.any():
+        features = _after_start_up(trace, t, window, rows, np.where(starting, signals.start_up_end, np.nan), features)
     if window is not None:
-        features["window"] = rows.unit_window
         features = features[features["window"] >= 0]
     return features
+
+
+def _features(rows: _Rows, signals: _Signals, t: Thresholds) -> pd.DataFrame:
+    """Every unit's features, with its window (where the rows were split into windows)."""
+    features = _reduce(rows, signals, t)
+    _add_identity(rows, features)
+    _add_gpus(rows, signals, t, features)
+    _add_timing(features)
+    features["start_up_seconds"] = 0.0
+    if rows.unit_window is not None:
+        features["window"] = rows.unit_window
+    return features
+
+
+def _after_start_up(
+    trace: pd.DataFrame,
+    t: Thresholds,
+    window: np.ndarray | None,
+    rows: _Rows,
+    start_up_end: np.ndarray,
+    features: pd.DataFrame,
+) -> pd.DataFrame:
+    """`features` with each unit whose process starts with the data read again from its rows from
+    `start_up_end` on (unix seconds per unit; NaN for the others): a model load, a warm-up, NCCL set-up and
+    compilation are not the steady state and give the job no verdict (too few rows left: insufficient_data)."""
+    kept = np.flatnonzero(rows.ts >= rows.per_row(start_up_end))  # NaN compares False: other units' rows go
+    positions = np.sort(rows.order_of(kept))
+    steady_rows = _Rows(trace.iloc[positions].reset_index(drop=True), None if window is None else window[positions])
+    steady = _features(steady_rows, _Signals(steady_rows, t), t)
+
+    # The same units (one a window) in both, named alike: where each steady one sits among `features`.
+    def names(f: pd.DataFrame) -> pd.Index:
+        windows = f["window"].tolist() if window is not None else [""] * len(f)
+        return pd.Index([f"{unit}@{w}" for unit, w in zip(f.index, windows, strict=True)])
+
+    at = names(features).get_indexer(names(steady))
+    steady["start_up_seconds"] = start_up_end[at] - features["start"].to_numpy()[at]
+    steady.index = features.index[at]
+    others = np.setdiff1d(np.arange(len(features)), at)
+    merged = pd.concat([features.iloc[others], steady[features.columns]])
+    return merged.iloc[np.argsort(np.r_[others, at], kind="stable")]
 
 
 #: Units (pods, and GPUs no pod holds) one report judges at most: each costs about 20 KB while it is judged
@@ -220,8 +260,8 @@ class _Rows:
         #: Reductions over the GPUs of each unit (of per-GPU values).
         self.unit_gpus = _Segments(self.first_gpu_of_unit, len(self.gpu_starts))
         self.row_unit = np.repeat(np.arange(len(self.unit_starts)), self.units.sizes)
-        if window is not None:
-            self.unit_window = sorted_window[self.unit_starts]
+        #: Each unit's window (where the rows were split into windows), else None.
+        self.unit_window = None if window is None else sorted_window[self.unit_starts]
 
     def intervals(self) -> np.ndarray:
         """Seconds between one GPU's consecutive samples, per unit: the median spacing, so that a gap in
@@ -397,7 +437,9 @@ class _Signals:
         unit's rows. It ends (warm-up done) at the first row without work (frame.work) after that, or after
         a warm-up that starts within two rows of it. What follows is the steady state that sparse use,
         serving and a pre-allocator's memory are read from; a unit with no load seen is steady throughout,
-        and one that loaded and has not paused since (a training job) has no steady rows (load_end NaN)."""
+        and one that loaded and has not paused since (a training job) has no steady rows (load_end NaN).
+        start_up_end: where the data begins with the process, when its start-up ended, the rows before it
+        left out of every feature (pod_features); else the unit's first row."""
         U, ts = rows.units, rows.ts
         peak = U.max(self.mem_frac)
         with np.errstate(invalid="ignore"):
@@ -406,9 +448,15 @@ class _Signals:
         if not rose.any():  # no unit began empty (most windows of a running fleet): all steady, no pass more
             self.load_seen, self.load_end = rose, U.min(ts)
             self.steady = self.memory_held = np.ones(len(ts), dtype=bool)
+            self.start_up_end = self.load_end
             return
         start, end = U.min(ts), U.max(ts)
         held = U.min(np.where(self.mem_frac >= rows.per_row(peak) - t.memory_growth, ts, np.nan))
+        with np.errstate(invalid="ignore"):
+            # The process starts with the data: its memory begins to rise in the first quarter of the unit's
+            # rows (a notebook left at its CUDA context for long before it loads is no start-up).
+            rise = U.min(np.where(self.mem_frac >= rows.per_row(first + t.memory_growth), ts, np.nan))
+            starts_with_data = rose & (rise - start <= 0.25 * (end - start))
         with np.errstate(invalid="ignore"):
             # From (nearly) nothing: the data begins with the process. A restart mid-window is no start-up.
             self.load_seen = rose & (held - start <= 0.5 * (end - start))
@@ -420,6 +468,11 @@ class _Signals:
             warm_up = U.min(np.where(after & work & (ts <= soon), ts, np.nan))
             pause = (ts >= rows.per_row(np.fmax(held, warm_up))) & ~work & self.has_activity
         self.load_end = np.where(self.load_seen, U.min(np.where(pause, ts, np.nan)), start)
+        #: Where the process starts with the data, its start-up ends at load_end (the warm-up's pause), or
+        #: once its memory is held where work has not paused since (a training job); else at the start.
+        self.start_up_end = np.where(
+            starts_with_data, np.where(self.load_seen & ~np.isnan(self.load_end), self.load_end, held), start
+        )
         with np.errstate(invalid="ignore"):
             self.steady = ts >= rows.per_row(self.load_end)
             #: Rows once the loaded memory is held, activity or not (a replica that serves from its load on).
@@ -629,7 +682,7 @@ class PodGpu(NamedTuple):
     clock: float
 
 
-def _add_gpus(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
+def _add_gpus(rows: _Rows, s: _Signals, t: Thresholds, features: pd.DataFrame) -> None:
     """Each GPU of a multi-GPU unit (PodGpu): where it sits, how its NVLinks fared and how it worked."""
     G = rows.gpus
     per_gpu = (
@@ -659,35 +712,63 @@ def _add_gpus(rows: _Rows, s: _Signals, features: pd.DataFrame) -> None:
         for u in multi:
             pod_gpus[u] = tuple(sorted(next(gpus) for _ in range(ends[u] - starts[u])))
     features["pod_gpus"] = pd.Series(pod_gpus, index=features.index, dtype=object)
-    features["gpu_correlation"] = _gpu_correlation(rows, s, starts, ends, multi)
+    _add_stages(rows, s, t, features, starts, ends)
 
 
-def _gpu_correlation(rows: _Rows, s: _Signals, starts: np.ndarray, ends: np.ndarray, multi: np.ndarray) -> np.ndarray:
-    """Per unit, the mean Pearson correlation over each pair of its GPUs of their samples' power share (else
-    activity, where the input has no power): PodFeatures.gpu_correlation. Only units whose GPUs were sampled
-    at the same times (one scrape reads a node's GPUs together) are paired row by row; others are NaN."""
-    out = np.full(len(starts), np.nan)
-    load = np.where(np.isnan(s.power), s.act, s.power)
+def _add_stages(
+    rows: _Rows, s: _Signals, t: Thresholds, features: pd.DataFrame, starts: np.ndarray, ends: np.ndarray
+) -> None:
+    """What the GPUs of each multi-GPU unit do at the same moments: whether they move together (ranks of one
+    job) or take turns (pipeline stages), and how much of their time is a stage's bubble. Only units whose
+    GPUs were sampled at the same times (one scrape reads a node's GPUs together) are paired sample by
+    sample; others, and one-GPU units, are NaN. Units of one shape (GPUs x samples) are read as one array."""
+    names = ("gpu_correlation", "stagger_share", "gapped_gpus", "bubble_share")
+    out = {name: np.full(len(starts), np.nan) for name in names}
     sizes = rows.gpus.sizes
-    for u in multi:
-        gpus, n = ends[u] - starts[u], sizes[starts[u]]
-        first = rows.gpu_starts[starts[u]]
-        if n < 3 or (sizes[starts[u] : ends[u]] != n).any():
-            continue
-        times = rows.ts[first : first + gpus * n].reshape(gpus, n)
-        if np.ptp(times, axis=0).max() > 0.5 * np.median(np.diff(times[0])):
-            continue
-        block = load[first : first + gpus * n].reshape(gpus, n)
-        if np.isnan(block).all(axis=1).any():
-            continue
-        with np.errstate(invalid="ignore", divide="ignore"):
-            # A missing sample counts as its GPU's mean: it moves the correlation neither way.
-            centred = np.nan_to_num(block - np.nanmean(block, axis=1, keepdims=True))
-            unit = centred / np.sqrt((centred**2).sum(axis=1, keepdims=True))
-            pairs = (unit @ unit.T)[np.triu_indices(gpus, 1)]
-        if np.isfinite(pairs).any():  # a GPU whose samples never vary correlates with nothing
-            out[u] = np.nanmean(pairs)
-    return out
+    gpus, samples = ends - starts, sizes[starts]
+    even = rows.unit_gpus.min(sizes.astype(float)) == rows.unit_gpus.max(sizes.astype(float))
+    paired = np.flatnonzero((gpus > 1) & (samples >= 3) & even)
+    load = np.where(np.isnan(s.power), s.act, s.power)
+    for g, n in {(int(gpus[u]), int(samples[u])) for u in paired}:
+        units = paired[(gpus[paired] == g) & (samples[paired] == n)]
+        at = rows.gpu_starts[starts[units]][:, None] + np.arange(g * n)  # the units' rows, GPU after GPU
+        times = rows.ts[at].reshape(-1, g, n)
+        aligned = np.ptp(times, axis=1).max(axis=1) <= 0.5 * np.median(np.diff(times[:, 0], axis=1), axis=1)
+        units, at = units[aligned], at[aligned]
+        signals = _stage_signals(load[at].reshape(-1, g, n), s.act[at].reshape(-1, g, n), t)
+        for name, values in zip(names, signals, strict=True):
+            out[name][units] = values
+    for name in names:
+        features[name] = out[name]
+
+
+def _stage_signals(
+    load: np.ndarray, act: np.ndarray, t: Thresholds
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For units x GPUs x samples taken together: the mean Pearson correlation over each pair of GPUs of their
+    load (power share, else activity); of the moments with a GPU in a gap (activity under starvation_low),
+    the share with another working (above BUSY_LEVEL: a sample is the last second's average, and a stage's
+    turn may fill part of it); how many GPUs are in a gap on pipeline_gap_share of their samples or more; and
+    the bubble share, 1 - mean activity / mean activity of samples above starvation_high (a stage computes at
+    its working level and waits the rest)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        # A missing sample counts as its GPU's mean: it moves the correlation neither way.
+        centred = np.nan_to_num(load - np.nanmean(load, axis=2, keepdims=True))
+        unit = centred / np.sqrt((centred**2).sum(axis=2, keepdims=True))
+        g = load.shape[1]
+        pairs = np.einsum("kgn,khn->kgh", unit, unit)[:, *np.triu_indices(g, 1)]
+        finite = np.isfinite(pairs)  # a GPU whose samples never vary correlates with nothing
+        correlation = np.where(finite, pairs, 0.0).sum(axis=1) / finite.sum(axis=1)
+        correlation[np.isnan(load).all(axis=2).any(axis=1)] = np.nan
+        known = ~np.isnan(act)
+        gap = known & (act < t.starvation_low)
+        any_gap = gap.any(axis=1)
+        stagger = (any_gap & (known & (act > BUSY_LEVEL)).any(axis=1)).sum(axis=1) / any_gap.sum(axis=1)
+        gapped = (gap.sum(axis=2) / known.sum(axis=2) >= t.pipeline_gap_share).sum(axis=1).astype(float)
+        working = known & (act > t.starvation_high)
+        level = np.where(working, act, 0.0).sum(axis=(1, 2)) / working.sum(axis=(1, 2))
+        bubble = np.clip(1.0 - np.nanmean(act, axis=(1, 2)) / level, 0.0, 1.0)
+    return correlation, stagger, gapped, bubble
 
 
 class PodFeatures(NamedTuple):
@@ -733,6 +814,9 @@ class PodFeatures(NamedTuple):
     load_end: float
     #: From load_end to the end of the last sample, seconds: the steady state.
     steady_seconds: float
+    #: Seconds of a start-up left out before `start` (a process starting with the data: its load and warm-up,
+    #: _Signals._start_up): the features read the rest, its steady state. 0 where none was.
+    start_up_seconds: float
     #: Rises through BUSY_LEVEL in the steady state: served work, notebook cells, steps.
     bursts_after_load: float
     #: Share of the steady state's GPU time that did work (0-1; frame.work): seconds of work, not samples
@@ -828,6 +912,13 @@ class PodFeatures(NamedTuple):
     #: The mean correlation between the samples of a multi-GPU unit's GPUs (power, else activity): ranks of one
     #: job move together, independent processes do not. NaN for one GPU, or GPUs not sampled at the same times.
     gpu_correlation: float
+    #: Of the moments a multi-GPU unit's GPU sat in a gap (activity under starvation_low), the share with another
+    #: working (above BUSY_LEVEL): stages taking turns. How many GPUs sit in a gap on pipeline_gap_share of their
+    #: samples or more. The bubble share: 1 - mean activity / mean activity of working samples. NaN as
+    #: gpu_correlation (and stagger_share without gaps).
+    stagger_share: float
+    gapped_gpus: float
+    bubble_share: float
 
     @classmethod
     def rows(cls, features: pd.DataFrame) -> Iterator[PodFeatures]:

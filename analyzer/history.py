@@ -187,7 +187,7 @@ def _slot_verdict(windows: dict[int, Verdict], k: int, per_window: int, t: Thres
     first = windows.get(k)
     later = [v for v in (windows.get(j) for j in range(k + 1, k + per_window)) if v is not None]
     if first is not None and first.window_seconds < t.sparse_span_seconds:
-        sparse = next((v for v in later if SPARSE in v.evidence and v.bottleneck == "idle"), None)
+        sparse = next((v for v in later if "sparse_use" in v.facts), None)
         if sparse is not None:
             return sparse
     if first is not None and first.bottleneck != "insufficient_data":
@@ -236,7 +236,7 @@ class Ledger:
         continues if the class is the same."""
         self.latest[verdict.bottleneck] = verdict
         self.gpus.update(verdict.gpus)
-        if XID_FAULTS in verdict.evidence:
+        if "xid_fault" in verdict.facts:
             self.xid_fault = (end, verdict.evidence[XID_FAULTS])
         last = self.episodes[-1] if self.episodes else None
         if joins and last is not None and last.bottleneck == verdict.bottleneck:
@@ -387,7 +387,14 @@ class Ledger:
             windows = ", ".join(f"{c} {part.share:.0%}" for c, part in by_class.items())
             kept = {k: v for k, v in base.evidence.items() if k in ("not_judged", "model_memory_bytes")}
             name, confidence = "idle", t.confidence_sparse
-            base = replace(base, bottleneck=name, recommendation=RECOMMENDATIONS[name], secondary=[])
+            base = replace(
+                base,
+                bottleneck=name,
+                recommendation=RECOMMENDATIONS[name],
+                secondary=[],
+                cause="",
+                facts=["sparse_use"],
+            )
             evidence = {
                 SPARSE: sparse_use(work, sampled, t),
                 "history": f"windows of the span, each too short to tell, were judged {windows}",
@@ -408,6 +415,7 @@ class Ledger:
             coverage=round(min(total / (len(gpus) * span), 1.0), 4),
             episodes=episodes,
             by_class=by_class,
+            facts=sorted({*base.facts, *(["xid_fault"] if self.xid_fault else [])}),
         )
 
 

@@ -476,11 +476,11 @@ class _Planner:
             return None
         if plan == "not_planned":  # the data does not say what would help: the class's fix says what would
             return NotPlanned(v.workload, [v.unit], f"{name}: {v.recommendation.split(':')[0].split('. ')[0]}")
-        if XID_FAULTS in v.evidence:
+        if "xid_fault" in v.facts:
             return NotPlanned(
                 v.workload, [v.unit], f"a hardware XID on its GPU: {v.evidence[XID_FAULTS]}; repair first"
             )
-        if name in FAULTS or "nvlink_faults" in v.evidence:
+        if name in FAULTS or "nvlink_fault" in v.facts:
             return NotPlanned(
                 v.workload, [v.unit], f"{name}: a GPU at fault or a process outside any pod; repair first"
             )

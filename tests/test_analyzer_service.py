@@ -15,7 +15,7 @@ from tests.helpers import REPO, GpulensProcess, Prometheus, free_port, samples, 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
 pytestmark = pytest.mark.slow
 
-NODES = ["sim-h100-a", "sim-a100-b", "sim-l40s-c", "sim-h100-d", "sim-a100-e"]
+NODES = ["sim-h100-a", "sim-a100-b", "sim-l40s-c", "sim-h100-d", "sim-a100-e", "sim-h100-f"]
 #: The demo fleet's pods and the class each one's profile must be given.
 EXPECTED = {
     "vision/resnet-ddp-0": "healthy",
@@ -46,6 +46,9 @@ EXPECTED = {
     "research/zero-offload-ft-0": "host_stall",  # waits on parameters fetched over PCIe (CPU offload)
     "research/batch-generate-0": "unexplained",  # one process per GPU: no straggler without one job's evidence
     "research/notebook-frank-0": "host_stall",  # a generate() loop, its pod's CPU at one core
+    # Pipeline stages: bubbles too large for the schedule (a stall), and bubbles within it (healthy).
+    "nlp/gpt-pipeline-0": "host_stall",
+    "nlp/llama-pipeline-0": "healthy",
 }
 #: Read without the pod's CPU (the exporters alone, and a Prometheus that does not scrape the kubelet's
 #: cAdvisor, as here; the demo stack's does, tests/test_stack.py): the generate() loop's cause stays open, its
@@ -255,7 +258,7 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         # It said at start where it serves and what it reads.
         port = direct_url.rsplit(":", 1)[1]
         serving = f"serving on 127.0.0.1:{port} (the page of verdicts at /, /metrics, /api/v1/verdicts, /api/v1/plan); "
-        assert serving + "judging the last 60 s of 5 exporter(s) every 2 s" in direct.log
+        assert serving + f"judging the last 60 s of {len(NODES)} exporter(s) every 2 s" in direct.log
         # Its page lists every pod and GPU it holds a history of; what changed since a cycle is a route of
         # its own (tested in a browser in test_live_page.py).
         page = requests.get(direct_url + "/", timeout=30)
@@ -355,7 +358,7 @@ def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet_in_prometheu
     assert first.keys() & second.keys() == set()
     assert first | second == whole
     assert {node for node, _ in first.values()} == {"sim-l40s-c", "sim-a100-e"}
-    assert {node for node, _ in second.values()} == {"sim-h100-a", "sim-a100-b", "sim-h100-d"}
+    assert {node for node, _ in second.values()} == {"sim-h100-a", "sim-a100-b", "sim-h100-d", "sim-h100-f"}
 
 
 def test_each_cycle_reads_only_the_steps_it_has_not_read(fleet_in_prometheus):

@@ -91,3 +91,27 @@ def test_every_eval_variant_plays_a_simulator_profile():
     profiles = {profile for variants in evaluate.VARIANTS.values() for profile, _, _, _ in variants.values()}
     profiles |= {profile for profile, _, _ in evaluate.SCENARIOS.values()} | set(evaluate.DAY_SCENARIOS)
     assert profiles - set(PROFILES) == set()
+
+
+def test_no_output_decides_on_a_verdicts_evidence():
+    """Evidence is what a verdict shows a person; what outputs act on is typed (Verdict.cause, Verdict.facts).
+    No module tests an evidence key (`"..." in v.evidence`, `.evidence.get`) to decide what to do."""
+    deciding = []
+    for path in sorted((REPO / "analyzer").glob("*.py")) + sorted((REPO / "gpulens").rglob("*.py")):
+        if path.is_symlink():
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            tests_key = isinstance(node, ast.Compare) and any(
+                isinstance(op, ast.In | ast.NotIn) and isinstance(right, ast.Attribute) and right.attr == "evidence"
+                for op, right in zip(node.ops, node.comparators, strict=True)
+            )
+            gets = (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and isinstance(node.func.value, ast.Attribute)
+                and node.func.value.attr == "evidence"
+            )
+            if tests_key or gets:
+                deciding.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert deciding == []

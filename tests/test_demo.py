@@ -70,6 +70,7 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
             "exporter sim-l40s-c",
             "exporter sim-h100-d",
             "exporter sim-a100-e",
+            "exporter sim-h100-f",
             "analyzer",
             "prometheus",
             "alertmanager",
@@ -79,11 +80,11 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
         # Every link it prints answers on this system (Debian's Prometheus has only its classic UI,
         # Debian's Alertmanager no web UI script).
         links = re.findall(r"^  .{22} (http://\S+)$", text, re.M)
-        assert len(links) == 9, text
+        assert len(links) == 10, text
         for link in links:
             assert requests.get(link, timeout=5).status_code == 200, link
         children = descendants(demo.pid)
-        assert len(children) == 8, children  # five exporters, the analyzer, Prometheus, Alertmanager
+        assert len(children) == 9, children  # six exporters, the analyzer, Prometheus, Alertmanager
     finally:
         demo.send_signal(signal.SIGINT)
         code = demo.wait(timeout=30)

@@ -496,3 +496,34 @@ def test_the_span_judgement_is_one_for_the_api_the_page_and_the_plan():
     t = Thresholds()
     assert ledger.verdict(t).bottleneck == ledger.headline(t) == "idle"
     assert ledger.verdict(t).evidence["busy_fraction"].startswith("0.004 of 2 h worked (29 s) < 0.01")
+
+
+def test_a_jobs_start_up_does_not_give_it_its_verdict():
+    """A data-parallel job whose data begins with its process, sampled every 10 s for an hour in windows of 10
+    minutes: a CUDA context, then its model (30% of memory) warming up at SM 0.2 for 400 s (NCCL set-up,
+    compilation, the first steps), then its working set (60%) at SM 0.9. Its start-up is left out of what it is
+    judged on, which leaves its first window 20 samples: insufficient_data, not the unexplained low activity of
+    its warm-up, which at a sixth of the span would name the healthy job."""
+    k = np.arange(360)
+    warming = k < 40
+    frame = pd.DataFrame(
+        {
+            "timestamp": MIDNIGHT + 10.0 * k,
+            "gpu": "GPU-0",
+            "node": "node-a",
+            "gpu_model": "NVIDIA L40S",
+            "namespace": "ml",
+            "pod": "ddp-0",
+            "gpu_util": np.where(warming, 0.4, 0.95),
+            "sm_active": np.where(warming, 0.2, 0.9),
+            "memory_used_bytes": np.where(k == 0, 0.01, np.where(warming, 0.3, 0.6)) * 48e9,
+            "memory_total_bytes": 48e9,
+        }
+    )
+    [v] = analyze(fr.normalize(frame), window=600, step=600)
+    assert v.bottleneck == "healthy", v
+    assert [(e.bottleneck, e.start - MIDNIGHT, e.end - MIDNIGHT) for e in v.episodes] == [
+        ("insufficient_data", 0.0, 600.0),
+        ("healthy", 600.0, 3600.0),
+    ]
+    assert v.wasted_gpu_seconds == 0.0

@@ -2,6 +2,8 @@
 hand-built trace whose every other signal sits well inside "healthy", so that only the threshold under
 test can move the verdict. The thresholds are read from core/thresholds.py, not restated here."""
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -679,18 +681,18 @@ def replica(
 
 @pytest.mark.parametrize("step", [1.0, 15.0, 30.0, 60.0])
 def test_a_replica_that_loaded_a_model_and_served_nothing_is_idle_at_any_interval(step):
-    """30 minutes after its load, at every interval. Its health checks are 0.5% of its time (the 30 s rows
-    that catch one are a tenth of the rows, over the 1% bar when rows were counted), and the load's
-    warm-up is start-up, not served work: idle, not overprovisioned_serving ("no burst of work seen"), and
-    its flat 0.9 after the load is a pre-allocator's, not memory fragmentation."""
-    v = verdict(replica(1800, step))
+    """32 minutes from its start (30 samples after its start-up at 60 s), at every interval. Its health checks
+    are 0.5% of its time (the 30 s rows that catch one are a tenth of the rows, over the 1% bar when rows were
+    counted), and the load's warm-up is start-up, not served work: idle, not overprovisioned_serving ("no
+    burst of work seen"), and its flat 0.9 after the load is a pre-allocator's, not memory fragmentation."""
+    v = verdict(replica(1920, step))
     assert v.bottleneck == "idle", v
     assert v.recommendation.startswith("Release the GPU")
     # The load ends at the first row without work after the warm-up (90-110 s).
     start_of_steady = {1.0: 110, 15.0: 120, 30.0: 120, 60.0: 120}
     no_burst = v.evidence["no_burst_seconds"]
-    assert no_burst.startswith(f"{1800 - start_of_steady[step]} >= 300 without a burst of work")
-    rows = np.arange(0, 1800, int(step))
+    assert no_burst.startswith(f"{1920 - start_of_steady[step]} >= 300 without a burst of work")
+    rows = np.arange(0, 1920, int(step))
     steady = rows >= start_of_steady[step]
     # The rows' own utilization after the load: 50 ms of each 7 s, as many rows catch it.
     work = float(np.mean(np.where(rows[steady] % 7 == 3, 0.05, 0.0)))
@@ -783,3 +785,154 @@ def test_a_gpu_quiet_for_long_while_its_pod_uses_one_core_is_not_driven_by_that_
         )
     )
     assert v.bottleneck == ("host_stall" if host_thread else "overprovisioned_serving"), v
+
+
+def stages(gaps: list[np.ndarray], samples: int, step: float = 1.0, nvlink_share: float = 0.05) -> pd.DataFrame:
+    """A pod of H100s sampled together every `step` s, one GPU per array of `gaps` (True: the sample falls in
+    the GPU's gap, SM 0 and no kernel; else SM 0.8 at 80% of the power), NVLink carrying `nvlink_share`."""
+    frames = []
+    for index, gap in enumerate(gaps):
+        frames.append(
+            gpu(
+                model="NVIDIA H100 80GB HBM3",
+                samples=samples,
+                gpu_name=f"GPU-{index}",
+                gpu_util=np.where(gap, 0.0, 1.0),
+                sm_active=np.where(gap, 0.0, 0.8),
+                tensor_active=np.where(gap, 0.0, 0.5),
+                power_watts=np.where(gap, 100.0, 560.0),
+                memory_used_bytes=60e9,
+                memory_total_bytes=80e9,
+                nvlink_tx_bytes_per_second=nvlink_share * H100_NVLINK,
+                nvlink_rx_bytes_per_second=nvlink_share * H100_NVLINK,
+            )
+        )
+    frame = pd.concat(frames, ignore_index=True)
+    frame["timestamp"] = START + step * np.tile(np.arange(samples), len(gaps))
+    return fr.normalize(frame)
+
+
+def gpipe(stages_count: int, microbatches: int, samples: int) -> list[np.ndarray]:
+    """Each stage's gaps under GPipe, one micro-batch a sample: stage i runs its forwards from slot i and its
+    backwards from slot m + 2p - 2 - i of each step of 2(m + p - 1) slots, a bubble of (p-1)/(m+p-1)."""
+    p, m = stages_count, microbatches
+    slot = np.arange(samples) % (2 * (m + p - 1))
+    return [
+        ~(((slot >= i) & (slot < i + m)) | ((slot >= m + 2 * p - 2 - i) & (slot < 2 * m + 2 * p - 2 - i)))
+        for i in range(p)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("microbatches", "samples", "stalled"), [(15, 7200, True), (17, 7200, False), (15, 720, False)]
+)
+def test_a_pipeline_bubble_is_a_stall_above_gpipes_for_four_micro_batches_per_stage(microbatches, samples, stalled):
+    """Four stages: GPipe's bubble with m = 4p = 16 micro-batches is 3/19 = 0.158 (pipeline_microbatches_per_stage).
+    With 15 (a bubble of 3/18 = 0.167) over two hours, the schedule leaves the GPUs waiting: host_stall with the
+    pipeline's fix, never the DataLoader's; with 17 (3/20 = 0.15) the bubble is what the schedule costs:
+    healthy, named. Over 12 minutes, 15's bubble is within two standard errors of the bar: not shown above it."""
+    v = verdict(stages(gpipe(4, microbatches, samples), samples))
+    assert v.bottleneck == ("host_stall" if stalled else "healthy"), v
+    assert (v.cause, v.recommendation == STALL_CAUSES["pipeline"]) == (("pipeline", True) if stalled else ("", False))
+    bubble, n = 3 / (microbatches + 3), 4 * samples
+    margin = 2 * math.sqrt(bubble * (1 - bubble) / n)
+    assert v.evidence["pipeline_bubble"] == (
+        f"{bubble:.3g} +/- {margin:.3g} of the time (1 - mean activity / working activity, {n} samples); GPipe's "
+        f"(p-1)/(m+p-1) for p = 4 stages here implies m = {microbatches:.3g} micro-batches per step; with m >= 4p = "
+        f"16 it is <= 0.158{': above it' if stalled else ''} (stages in other pods raise p and the bar)"
+    )
+    assert v.evidence["stages_take_turns"] == (
+        "1 of the moments a GPU waits (activity < 0.1) another works (> 0.5), >= 0.5; 4 of 4 GPUs wait on >= 0.02 "
+        "of their samples: pipeline stages, not ranks that wait together"
+    )
+
+
+def two_stages(second_gaps: set[int], first_gaps: frozenset[int] = frozenset({0, 1})) -> list[np.ndarray]:
+    """Two GPUs over 600 s in steps of 10: the first in a gap at `first_gaps` of each step, the second at
+    `second_gaps`."""
+    slot = np.arange(600) % 10
+    return [np.isin(slot, list(first_gaps)), np.isin(slot, list(second_gaps))]
+
+
+@pytest.mark.parametrize(
+    ("second_gaps", "turns"),
+    [
+        ({2, 3}, 1.0),  # strictly in turn
+        ({0, 1, 2, 3}, 0.5),  # of the 4 moments with a gap, 2 have the other GPU working: pipeline_stagger_share
+        ({0, 1, 2}, None),  # 1 of 3: mostly waiting together
+        ({0, 1}, None),  # all together, as data-parallel ranks on one input
+    ],
+)
+def test_gpus_are_pipeline_stages_where_their_gaps_take_turns(second_gaps, turns):
+    v = verdict(stages(two_stages(second_gaps), 600))
+    if turns is None:
+        assert "stages_take_turns" not in v.evidence and v.recommendation != STALL_CAUSES["pipeline"], v
+        return
+    assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["pipeline"], v
+    assert v.evidence["stages_take_turns"].startswith(f"{turns:g} of the moments a GPU waits")
+
+
+@pytest.mark.parametrize(("gapped", "stage"), [(12, True), (11, False)])
+def test_two_gpus_or_more_wait_their_turn_on_pipeline_gap_share_of_samples(gapped, stage):
+    """The second GPU in a gap on 12 of 600 samples (0.02 = pipeline_gap_share) is a stage; on 11, a GPU that
+    almost never waits while the first does is no pipeline (a straggler, uneven work)."""
+    gaps = two_stages(set())
+    gaps[1][np.flatnonzero(~gaps[0])[:gapped]] = True
+    v = verdict(stages(gaps, 600))
+    assert ("stages_take_turns" in v.evidence) == stage, v
+    if stage:
+        assert "; 2 of 2 GPUs wait on >= 0.02 of their samples" in v.evidence["stages_take_turns"]
+
+
+def test_gpus_that_take_turns_without_exchanging_are_not_stages():
+    """The same turns with NVLink idle: independent processes (one notebook, one batch job per GPU) whose gaps
+    fall apart by chance; none waits for another, so no pipeline and no bubble is claimed."""
+    v = verdict(stages(two_stages({2, 3}), 600, nvlink_share=0.0))
+    assert "stages_take_turns" not in v.evidence and v.recommendation != STALL_CAUSES["pipeline"], v
+
+
+@pytest.mark.parametrize("step", [1.0, 15.0, 30.0, 60.0])
+def test_pipeline_stages_show_at_any_sample_interval_from_dcgm_exporter_alone(step):
+    """dcgm-exporter reads a node's GPUs at one moment, so each scrape shows which stages are in their bubble,
+    however far apart scrapes are: four stages with 4 micro-batches (a bubble of 3/7), an hour of them, each
+    scrape 3 slots of the 14-slot step after the last. The bubble is the share of samples that caught a gap."""
+    samples = int(3600 / step)
+    gaps = [g[3 * np.arange(samples)] for g in gpipe(4, 4, 3 * samples)]
+    v = verdict(stages(gaps, samples, step=step))
+    assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["pipeline"], v
+    caught = np.mean(gaps)
+    assert abs(caught - 3 / 7) < 0.01
+    assert v.evidence["pipeline_bubble"].startswith(f"{caught:.3g} +/- ")
+
+
+def starting_job(level_from: int, rise_from: int = 1) -> pd.DataFrame:
+    """An L40S job whose data begins with its process: a CUDA context (1% of memory) on the first samples, its
+    model (30%) from sample `rise_from`, its full working set (60%) from sample `level_from`, warming up at SM
+    0.2 until then and working at SM 0.9 after."""
+    k = np.arange(SAMPLES)
+    level = np.where(k < rise_from, 0.01, np.where(k < level_from, 0.3, 0.6))
+    return gpu(
+        memory_used_bytes=level * 48e9,
+        sm_active=np.where(k < level_from, 0.2, 0.9),
+        gpu_util=np.where(k < level_from, 0.4, 0.95),
+    )
+
+
+@pytest.mark.parametrize(("level_from", "expected"), [(30, "healthy"), (31, "insufficient_data")])
+def test_a_jobs_start_up_is_left_out_of_what_it_is_judged_on(level_from, expected):
+    """The 300 s warm-up at SM 0.2 of a job that then works at 0.9 is no verdict on it: left out, the 30
+    samples after it (min_samples) are healthy, its waste none; 29 are too few to judge."""
+    v = verdict(starting_job(level_from))
+    assert v.bottleneck == expected, v
+    assert v.evidence["start_up"] == f"a model load and its warm-up, the first {level_from * 10} s, left out"
+    assert v.wasted_gpu_seconds == 0.0
+
+
+@pytest.mark.parametrize(("rise_from", "starting"), [(14, True), (15, False)])
+def test_a_gpu_idle_for_long_before_it_loads_is_not_starting(rise_from, starting):
+    """The rise must begin in the first quarter of the rows: at sample 14 (140 s of the 590 s from the first
+    sample to the last, 0.237) the job starts with the data; at sample 15 (0.254), a GPU left at its CUDA context
+    for a quarter of the window and then loaded (a notebook) is judged on all it did, not cut to a start-up."""
+    v = verdict(starting_job(45, rise_from=rise_from))
+    assert ("start_up" in v.evidence) == starting, v
+    assert v.window_seconds == (150.0 if starting else 600.0)

@@ -66,6 +66,11 @@ STALL_CAUSES = {
     "with num_workers=0). Batch the work (batched generation, a serving engine such as vLLM, TGI or Triton), "
     "cut the launches (CUDA graphs, torch.compile), and move the rest of the loop to worker processes, not "
     "threads, which the GIL holds to one core.",
+    "pipeline": "Pipeline bubbles: the pod's GPUs are pipeline stages that take turns, each waiting for its "
+    "neighbours longer than its schedule needs (GPipe's bubble is (p-1)/(m+p-1) of a step for p stages and m "
+    "micro-batches). Raise the micro-batches per step (gradient accumulation, chunks: m >= 4p), use an "
+    "interleaved 1F1B schedule (Megatron-LM's virtual pipeline stages), or use fewer stages (more tensor or data "
+    "parallelism).",
     "peer": "Waiting on a peer outside this pod: every GPU of the pod spins in collectives at low power. Look at "
     "the job's other pods (a rank that checkpoints, a straggler, a slower node) and the network between nodes.",
     "uneven": "Uneven work: one GPU far busier than another. Without power (or links) the data cannot say which "

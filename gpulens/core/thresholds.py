@@ -158,6 +158,22 @@ class Thresholds:
     #: this. Independent processes (one inference server per GPU) neither exchange nor move together.
     #: (proposal)
     job_correlation: float = 0.5
+    #: Pipeline stages take turns: of the samples (taken at one moment on all of a pod's GPUs) where one GPU
+    #: waits with no work (activity under starvation_low), at least this share have another working (above
+    #: the exporter's busy level, 0.5). Data-parallel ranks wait together (in one collective, on one input);
+    #: a pipeline's stages wait in turn, each in its bubble while its neighbours compute. (proposal)
+    pipeline_stagger_share: float = 0.5
+    #: ... and two GPUs or more wait so, each on at least this share of its samples: stages in turn (a rank
+    #: that waits while the others spin is a checkpoint or a straggler, not a stage). Not every stage: samples
+    #: at a multiple of the step's period can miss one stage's bubble every time. (proposal)
+    pipeline_gap_share: float = 0.02
+    #: A pipeline's bubble is expected up to GPipe's (p-1)/(m+p-1) for p stages with this many micro-batches
+    #: per stage (m = this x p): "negligible when M >= 4 x K" (tool: GPipe, Huang et al. 2019, section 2.3).
+    #: Above it, the schedule (too few micro-batches) costs the GPU time, not the stages' work.
+    pipeline_microbatches_per_stage: int = 4
+    #: ... by this many standard errors of the measured bubble (a share of the pod's samples: sqrt(b(1-b)/n)),
+    #: so that 40 samples at 15 s do not call a stall on a bubble they measure 0.03 high. (proposal: ~95%)
+    pipeline_bubble_standard_errors: float = 2.0
     # --- over-provisioned serving ----------------------------------------------------------------
     #: Memory held on most samples: a model kept resident between requests. (proposal: well above the
     #: ~0.5 GiB a bare CUDA context takes)
@@ -249,6 +265,8 @@ class Thresholds:
     confidence_offload: float = 0.7
     #: One GPU working little while its pod's CPU use sits at one core (one host thread).
     confidence_host_thread: float = 0.6
+    #: Pipeline stages taking turns with a bubble above GPipe's at pipeline_microbatches_per_stage (or within it).
+    confidence_pipeline: float = 0.6
     confidence_waiting: float = 0.6
     confidence_uneven: float = 0.5
     #: Data starvation with its bursts timed at a steady period (or the CPU at its limit); more with the CPU

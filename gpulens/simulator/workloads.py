@@ -255,13 +255,18 @@ def _idle_replica(g: SimGpu, t: float, w: float) -> Activity:
     return a
 
 
+def _not_started() -> Activity:
+    """A GPU before its pod's process starts: no context, clocks at idle."""
+    return Activity(temperature_celsius=32, clock_fraction=0.12, reasons=0x1, cpu_fraction=0.01)
+
+
 def _never_served(g: SimGpu, t: float, w: float) -> Activity:
     """A vLLM replica started at `started` (seconds of the day) that serves nothing: its weights load over
     60 s (16 GB), its KV cache takes memory to gpu_memory_utilization (0.9) at 90 s, CUDA graphs are
     captured at 80% for 20 s, then a health check runs a 50 ms kernel every 10 s (0.5% of the time)."""
     since = (t % DAY) - g.params["started"]
     if since < 0:
-        return Activity(temperature_celsius=32, clock_fraction=0.12, reasons=0x1, cpu_fraction=0.01)
+        return _not_started()
     weights = 16e9 / g.model.memory_total_bytes
     memory = weights * min(1.0, since / 60) if since < 90 else 0.9
     warm_up = max(0.0, min(since, 110.0) - max(since - w, 90.0)) / w
@@ -279,6 +284,42 @@ def _never_served(g: SimGpu, t: float, w: float) -> Activity:
         clock_fraction=0.5 + 0.5 * min(1.0, 10 * busy),
         process=True,
         cpu_fraction=0.05 + 0.3 * busy,
+    )
+
+
+def _start_up_of(g: SimGpu) -> tuple[float, float]:
+    """A starting training job's seconds of model load (30-60) and of warm-up after it (300-390)."""
+    job = random.Random(f"{g.seed}:start")
+    return job.uniform(30, 60), job.uniform(300, 390)
+
+
+def start_up_seconds(g: SimGpu) -> float:
+    """How long a training_started job takes to reach its steady state, from its start."""
+    return sum(_start_up_of(g))
+
+
+def _training_started(g: SimGpu, t: float, w: float) -> Activity:
+    """A data-parallel training job started at `started` (seconds of the day): its model loads over 30-60 s (to
+    30% of memory), then it warms up for 300-390 s (NCCL set-up, compilation, the first steps: bursts of 1.5 s
+    every 7 s at SM 0.2 of a step's level, memory held at the model's), then its optimizer state and
+    activations take memory to its working set and it trains as healthy_training does."""
+    since = (t % DAY) - g.params["started"]
+    if since < 0:
+        return _not_started()
+    load, warm_up = _start_up_of(g)
+    if since >= load + warm_up:
+        return _healthy(g, t, w)
+    on = duty(t, w, 7.0, 1.5) if since >= load else 0.0
+    return Activity(
+        busy=on,
+        sm_active=0.9 * on,
+        sm_occupancy=0.4 * on,
+        tensor=0.5 * on,
+        dram=0.3 * on,
+        memory_fraction=0.3 * min(1.0, since / load),
+        power_fraction=0.1 + 0.7 * on,
+        temperature_celsius=45 + 10 * on,
+        process=True,
     )
 
 
@@ -694,6 +735,46 @@ def _generate_loop(g: SimGpu, t: float, w: float) -> Activity:
     return a
 
 
+#: Stages of a simulated pipeline-parallel job: one per GPU, by its role (position in the job).
+PIPELINE_STAGES = 4
+
+
+def _pipeline(
+    g: SimGpu, t: float, w: float, job: random.Random, microbatches: tuple[int, int], slot: float
+) -> Activity:
+    """A GPipe stage (stage = role): each step runs m micro-batches (drawn from the range `microbatches` by the
+    job's `job`, as its phase, so that every stage keeps one schedule) forward then as many backward, one every
+    `slot` seconds; stage i starts its forwards i slots after the first and its backwards i slots before the
+    last, so that each waits (p-1) slots in each half: a bubble of (p-1)/(m+p-1) of the step. In its bubble no
+    kernel runs; activations and their gradients cross NVLink (or PCIe) while the step runs."""
+    p, m, stage = PIPELINE_STAGES, job.randint(*microbatches), g.role % PIPELINE_STAGES
+    period, phase = 2 * (m + p - 1) * slot, job.uniform(0, 100)
+    on = duty(t, w, period, m * slot, phase - stage * slot) + duty(
+        t, w, period, m * slot, phase - (m + 2 * p - 2 - stage) * slot
+    )
+    a = _healthy(g, t, w)
+    for name in ("busy", "sm_active", "sm_occupancy", "tensor", "dram", "fp16", "fp32"):
+        setattr(a, name, getattr(a, name) * on)
+    a.power_fraction = a.power_fraction * on + 0.12 * (1.0 - on)
+    links = g.model.nvlink_link_bytes_per_second * g.model.nvlink_links
+    a.nvlink_tx = a.nvlink_rx = 0.05 * links
+    a.pcie_tx = a.pcie_rx = (0.01 if links else 0.15) * g.model.pcie_bytes_per_second
+    return a
+
+
+def _pipeline_stages(g: SimGpu, t: float, w: float) -> Activity:
+    # Too few micro-batches for its stages (2-6 for 4): a bubble of 0.33-0.6 of each step, 0.3-0.5 s a slot.
+    job = random.Random(f"{g.seed}:pipeline")
+    return _pipeline(g, t, w, job, (2, 6), job.uniform(0.3, 0.5))
+
+
+def _pipeline_deep(g: SimGpu, t: float, w: float) -> Activity:
+    # Enough micro-batches (28-36 for 4 stages: a bubble of 0.077-0.097), long ones (0.5-0.7 s): gaps of a few
+    # seconds that take turns, as any pipeline's, within what its schedule costs.
+    job = random.Random(f"{g.seed}:pipeline-deep")
+    return _pipeline(g, t, w, job, (28, 36), job.uniform(0.5, 0.7))
+
+
 def _unallocated(g: SimGpu, t: float, w: float) -> Activity:
     return Activity(memory_fraction=0.0, temperature_celsius=31, clock_fraction=0.12, reasons=0x1)
 
@@ -718,6 +799,8 @@ PROFILES = {
     "cpu_offload": _cpu_offload,
     "generate_loop": _generate_loop,
     "independent_decode": _independent_decode,
+    "pipeline_stages": _pipeline_stages,
+    "pipeline_deep": _pipeline_deep,
     "unallocated": _unallocated,
     "xid_errors": _xid_errors,
     "fallen_off_bus": _fallen_off_bus,
@@ -727,12 +810,21 @@ PROFILES = {
     "notebook": _notebook,
     "sparse_notebook": _sparse_notebook,
     "training_finished": _training_finished,
+    "training_started": _training_started,
 }
 
 
 #: Profiles whose shape takes hours to show (time of day, work that ends): `gpulens eval` plays them over
 #: days; the demo fleet, which runs for minutes, leaves them out.
-DAY_SCALE = ("serving", "idle_replica", "never_served", "notebook", "sparse_notebook", "training_finished")
+DAY_SCALE = (
+    "serving",
+    "idle_replica",
+    "never_served",
+    "notebook",
+    "sparse_notebook",
+    "training_finished",
+    "training_started",
+)
 
 
 def profile_params(profile: str, rng: random.Random) -> dict[str, float]:
