@@ -614,6 +614,17 @@ def _nvlink_faults(g: SimGpu, t: float, w: float) -> Activity:
     return a
 
 
+#: What a kernel's work moves: utilization and the profiling fields.
+_KERNEL_FIELDS = ("busy", "sm_active", "sm_occupancy", "tensor", "dram", "fp16", "fp32")
+
+
+def _working_for(a: Activity, on: float) -> Activity:
+    """`a` working for `on` (0-1) of the sample window and running no kernel the rest."""
+    for name in _KERNEL_FIELDS:
+        setattr(a, name, getattr(a, name) * on)
+    return a
+
+
 def _waiting(g: SimGpu, t: float, on: float, noise_salt: int = 0) -> Activity:
     """Healthy training for `on` of the sample window, waiting in a collective the rest: NCCL keeps a
     kernel spinning on a few SMs, so utilization stays at 100% while SM activity and power fall."""
@@ -633,10 +644,9 @@ def _checkpointing(g: SimGpu, t: float, w: float) -> Activity:
     compute, save, phase = job.uniform(15, 40), job.uniform(15, 25), job.uniform(0, 100)
     saving = duty(t, w, compute + save, save, phase - compute)
     if g.role == 0:  # writes the checkpoint from host memory: no kernel runs
-        a = _healthy(g, t, w)
         scale = 1.0 - saving
-        for name in ("busy", "sm_active", "sm_occupancy", "tensor", "dram", "fp16", "fp32"):
-            setattr(a, name, getattr(a, name) * scale + (0.03 * saving if name == "busy" else 0.0))
+        a = _working_for(_healthy(g, t, w), scale)
+        a.busy += 0.03 * saving
         a.power_fraction = a.power_fraction * scale + 0.05 * saving
         a.nvlink_tx *= scale
         a.nvlink_rx *= scale
@@ -752,9 +762,7 @@ def _pipeline(
     on = duty(t, w, period, m * slot, phase - stage * slot) + duty(
         t, w, period, m * slot, phase - (m + 2 * p - 2 - stage) * slot
     )
-    a = _healthy(g, t, w)
-    for name in ("busy", "sm_active", "sm_occupancy", "tensor", "dram", "fp16", "fp32"):
-        setattr(a, name, getattr(a, name) * on)
+    a = _working_for(_healthy(g, t, w), on)
     a.power_fraction = a.power_fraction * on + 0.12 * (1.0 - on)
     links = g.model.nvlink_link_bytes_per_second * g.model.nvlink_links
     a.nvlink_tx = a.nvlink_rx = 0.05 * links
