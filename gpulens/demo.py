@@ -10,8 +10,10 @@ Ctrl-C stops every child; children also die with the demo if it is killed (PR_SE
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import logging
+import re
 import shutil
 import signal
 import socket
@@ -102,9 +104,35 @@ def configs(plan: Plan, thresholds: Thresholds, grafana_url: str = "http://local
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now: for the servers that cannot listen on port 0 and say which port they got
+    (Prometheus, Alertmanager). gpulens' own servers listen on port 0 (`listening_address`)."""
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct free ports: each socket is held open until all are chosen, so the kernel
+    cannot hand one out twice."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+#: The line a gpulens exporter or analyzer logs once its socket is bound ("serving simulated source on
+#: 127.0.0.1:40123/metrics", "serving on 127.0.0.1:40124 (the page ..."): the port it was given when
+#: asked for port 0.
+_SERVING = re.compile(r"\bserving (?:\S+ source )?on (\S+:\d+)")
+
+
+def listening_address(log: str) -> str | None:
+    """HOST:PORT a gpulens server started with `--web.listen-address HOST:0` listens on, from its log
+    (None until it has bound). Asking the kernel for the port when the socket is bound leaves no moment
+    in which another process can take it, as a port chosen before the server starts can be."""
+    found = _SERVING.search(log)
+    return found.group(1) if found else None
 
 
 def _die_with_parent() -> None:
@@ -117,10 +145,14 @@ def _die_with_parent() -> None:
 
 @dataclass
 class Child:
+    """A process of the demo: where it listens (None until a gpulens server has said which port it got)
+    and the path that answers 200 once it is ready."""
+
     name: str
     process: subprocess.Popen
     log_path: Path
-    ready_url: str
+    address: str | None
+    ready_path: str
 
     def log_tail(self, lines: int = 15) -> str:
         try:
@@ -168,26 +200,17 @@ class Stack:
         return self
 
     def _start(self) -> None:
+        """The exporters, then the analyzer, each on a port of its own choosing (port 0), then Prometheus
+        and Alertmanager, whose configs name where the others listen."""
         thresholds = Thresholds.load(self.thresholds_file)
         nodes = [n.name for n in fleet_from_file(self.fleet_file or DEFAULT_FLEET)]
         prometheus = shutil.which("prometheus") if self.with_prometheus else None
         alertmanager = (shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")) if prometheus else None
         self.receiver = AlertReceiver()
-        self.plan = Plan(
-            {node: f"127.0.0.1:{free_port()}" for node in nodes},
-            f"127.0.0.1:{free_port()}",
-            self.receiver.url,
-            f"127.0.0.1:{free_port()}" if prometheus else None,
-            f"127.0.0.1:{free_port()}" if alertmanager else None,
-            self.scrape_interval,
-        )
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for name, text in configs(self.plan, thresholds).items():
-            write_atomically(self.workdir / name, text)
-
         fleet = ["--simulate.config", self.fleet_file] if self.fleet_file else []
-        for node, address in self.plan.exporters.items():
-            self._spawn(
+        exporters = {
+            node: self._spawn(
                 f"exporter {node}",
                 [
                     sys.executable,
@@ -206,25 +229,17 @@ class Stack:
                     # would alias their bursts.
                     "--sampler.interval",
                     f"{min(1.0, 1.0 / self.speed):g}",
-                    "--web.listen-address",
-                    address,
                 ],
-                f"http://{address}/healthz",
+                "/healthz",
             )
-        if prometheus:
-            self._spawn(
-                "prometheus",
-                [
-                    prometheus,
-                    f"--config.file={self.workdir / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
-                    f"--web.listen-address={self.plan.prometheus}",
-                ],
-                f"http://{self.plan.prometheus}/-/ready",
-            )
+            for node in nodes
+        }
+        store_port, alertmanager_port = free_ports(2)
+        store = f"127.0.0.1:{store_port}" if prometheus else None
+        if store:
             source = [
                 "--input.prometheus",
-                f"http://{self.plan.prometheus}",
+                f"http://{store}",
                 "--prometheus.step",
                 f"{self.scrape_interval:g}",
                 "--prometheus.selector",
@@ -232,22 +247,10 @@ class Stack:
             ]
         else:
             source = [
-                f"--input.exporter={node}=http://{address}/metrics" for node, address in self.plan.exporters.items()
+                f"--input.exporter={node}=http://{self._address(child)}/metrics" for node, child in exporters.items()
             ]
             source += ["--exporter.scrape-interval", f"{self.scrape_interval:g}"]
-        if alertmanager:
-            self._spawn(
-                "alertmanager",
-                [
-                    alertmanager,
-                    f"--config.file={self.workdir / 'alertmanager.yml'}",
-                    f"--storage.path={self.workdir / 'alertmanager-data'}",
-                    f"--web.listen-address={self.plan.alertmanager}",
-                    "--cluster.listen-address=",
-                ],  # no clustering: no fixed port 9094
-                f"http://{self.plan.alertmanager}/-/ready",
-            )
-        self._spawn(
+        analyzer = self._spawn(
             "analyzer",
             [
                 sys.executable,
@@ -261,40 +264,104 @@ class Stack:
                 f"{self.window:g}",
                 "--analysis.interval",
                 f"{self.interval:g}",
-                "--web.listen-address",
-                self.plan.analyzer,
             ],
-            f"http://{self.plan.analyzer}/metrics",
+            "/metrics",
         )
+        self.plan = Plan(
+            {node: self._address(child) for node, child in exporters.items()},
+            self._address(analyzer),
+            self.receiver.url,
+            store,
+            f"127.0.0.1:{alertmanager_port}" if alertmanager else None,
+            self.scrape_interval,
+        )
+        for name, text in configs(self.plan, thresholds).items():
+            write_atomically(self.workdir / name, text)
+        if prometheus and self.plan.prometheus:
+            self._spawn(
+                "prometheus",
+                [
+                    prometheus,
+                    f"--config.file={self.workdir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.workdir / 'prometheus-data'}",
+                    f"--web.listen-address={self.plan.prometheus}",
+                ],
+                "/-/ready",
+                self.plan.prometheus,
+            )
+        if alertmanager and self.plan.alertmanager:
+            self._spawn(
+                "alertmanager",
+                [
+                    alertmanager,
+                    f"--config.file={self.workdir / 'alertmanager.yml'}",
+                    f"--storage.path={self.workdir / 'alertmanager-data'}",
+                    f"--web.listen-address={self.plan.alertmanager}",
+                    "--cluster.listen-address=",
+                ],  # no clustering: no fixed port 9094
+                "/-/ready",
+                self.plan.alertmanager,
+            )
         for child in self.children:
             self._wait_ready(child)
+        # stop() goes in the reverse of this order: the analyzer before the store it reads.
+        self.children.remove(analyzer)
+        self.children.append(analyzer)
 
-    def _spawn(self, name: str, argv: list[str], ready_url: str) -> None:
+    def _spawn(self, name: str, argv: list[str], ready_path: str, address: str | None = None) -> Child:
+        """Start `argv`; a gpulens server (no `address`) listens on a port of its own choosing."""
         log_path = self.workdir / f"{name.replace(' ', '-')}.log"
+        if address is None:
+            argv = [*argv, "--web.listen-address", "127.0.0.1:0"]
         with open(log_path, "w") as log_file:
             process = subprocess.Popen(
                 argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
             )
-        self.children.append(Child(name, process, log_path, ready_url))
+        child = Child(name, process, log_path, address, ready_path)
+        self.children.append(child)
+        return child
+
+    def _address(self, child: Child, timeout: float = 30.0) -> str:
+        """Where `child` listens, waiting for a gpulens server to log the port it was given."""
+        deadline = time.monotonic() + timeout
+        while child.address is None:
+            self._check_running(child)
+            try:
+                child.address = listening_address(child.log_path.read_text(errors="replace"))
+            except OSError:
+                pass
+            if child.address is None:
+                if time.monotonic() > deadline:
+                    raise DemoError(
+                        f"{child.name} did not say where it listens within {timeout:.0f} s; its log "
+                        f"({child.log_path}) ends:\n{child.log_tail()}"
+                    )
+                time.sleep(0.1)
+        return child.address
+
+    @staticmethod
+    def _check_running(child: Child) -> None:
+        if child.process.poll() is not None:
+            raise DemoError(
+                f"{child.name} exited with status {child.process.returncode}; its log "
+                f"({child.log_path}) ends:\n{child.log_tail()}"
+            )
 
     def _wait_ready(self, child: Child, timeout: float = 30.0) -> None:
         import requests
 
+        url = f"http://{self._address(child, timeout)}{child.ready_path}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if child.process.poll() is not None:
-                raise DemoError(
-                    f"{child.name} exited with status {child.process.returncode}; its log "
-                    f"({child.log_path}) ends:\n{child.log_tail()}"
-                )
+            self._check_running(child)
             try:
-                if requests.get(child.ready_url, timeout=1).status_code == 200:
+                if requests.get(url, timeout=1).status_code == 200:
                     return
             except requests.RequestException:
                 pass
             time.sleep(0.2)
         raise DemoError(
-            f"{child.name} did not become ready at {child.ready_url} within {timeout:.0f} s; its log "
+            f"{child.name} did not become ready at {url} within {timeout:.0f} s; its log "
             f"({child.log_path}) ends:\n{child.log_tail()}"
         )
 
@@ -321,9 +388,9 @@ class Stack:
         return out
 
     def stop(self) -> None:
-        """SIGTERM each child in the reverse of the order they started, waiting for it before its inputs
-        go (the analyzer before Prometheus, Prometheus before the exporters, so that none logs a failed read
-        at shutdown); SIGKILL what is still there after 10 s in all."""
+        """SIGTERM each child, waiting for it before its inputs go (the analyzer first, Prometheus before
+        the exporters, so that none logs a failed read at shutdown); SIGKILL what is still there after 10 s
+        in all."""
         deadline = time.monotonic() + 10
         for child in reversed(self.children):
             if child.process.poll() is None:

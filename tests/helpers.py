@@ -19,7 +19,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.demo import free_port  # noqa: F401 (one home for it; the tests import it from here)
+from gpulens.demo import free_port, listening_address  # noqa: F401 (one home for them; the tests import free_port from here)
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_NVML_SOURCE = REPO / "tests" / "fake_nvml" / "fake_nvml.c"
@@ -147,6 +147,7 @@ class GpulensProcess:
             assert PROCESS_LOGS is not None, "tests/conftest.py's process_logs fixture sets PROCESS_LOGS"
             workdir = Path(tempfile.mkdtemp(prefix="gpulens-", dir=PROCESS_LOGS))
         self.workdir = workdir
+        self.args = args
         self.log_path = self.workdir / f"gpulens-{os.getpid()}-{time.monotonic_ns()}.log"
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
@@ -161,16 +162,26 @@ class GpulensProcess:
     def log(self) -> str:
         return self.log_path.read_text()
 
-    def wait_serving(self, url: str, timeout: float = 20.0) -> None:
+    def wait_listening(self, timeout: float = 20.0) -> str:
+        """The URL of a server started with `--web.listen-address 127.0.0.1:0`, once it answers /healthz:
+        the port it was given, from its log (see gpulens.demo.listening_address)."""
+        address: list[str] = []
+
         def ready():
             if self.process.poll() is not None:
                 raise AssertionError(f"gpulens exited with {self.process.returncode}:\n{self.log}")
+            if not address:
+                found = listening_address(self.log)
+                if found is None:
+                    return False
+                address.append(found)
             try:
-                return requests.get(url + "/healthz", timeout=1).status_code == 200
+                return requests.get(f"http://{address[0]}/healthz", timeout=1).status_code == 200
             except requests.RequestException:
                 return False
 
-        wait_until(ready, timeout, what=f"gpulens to serve {url}")
+        wait_until(ready, timeout, what=f"gpulens {' '.join(self.args)} to listen")
+        return f"http://{address[0]}"
 
     def stop(self, timeout: float = 10.0) -> int:
         """SIGTERM, then SIGKILL after `timeout` seconds; the exit status."""
@@ -186,11 +197,8 @@ class GpulensProcess:
 
 
 def start_exporter(args: list[str], env: dict[str, str] | None = None) -> tuple[GpulensProcess, str]:
-    port = free_port()
-    process = GpulensProcess(["exporter", "--web.listen-address", f"127.0.0.1:{port}", *args], env=env)
-    url = f"http://127.0.0.1:{port}"
-    process.wait_serving(url)
-    return process, url
+    process = GpulensProcess(["exporter", "--web.listen-address", "127.0.0.1:0", *args], env=env)
+    return process, process.wait_listening()
 
 
 def start_nvml_exporter(fake_nvml: FakeNvml, *args: str, interval: str = "0.1") -> tuple[GpulensProcess, str]:

@@ -60,40 +60,34 @@ ANALYSIS = ["--analysis.window", "60", "--analysis.interval", "2"]
 @pytest.fixture(scope="module")
 def fleet():
     """The demo fleet, one simulated exporter per node, five times faster than real time."""
-    procs, urls = [], {}
-    for node in NODES:
-        port = free_port()
-        procs.append(
-            GpulensProcess(
-                [
-                    "exporter",
-                    "--source",
-                    "simulated",
-                    "--simulate.node",
-                    node,
-                    "--simulate.speed",
-                    "5",
-                    "--sampler.interval",
-                    "0.5",
-                    "--web.listen-address",
-                    f"127.0.0.1:{port}",
-                ]
-            )
+    procs = {
+        node: GpulensProcess(
+            [
+                "exporter",
+                "--source",
+                "simulated",
+                "--simulate.node",
+                node,
+                "--simulate.speed",
+                "5",
+                "--sampler.interval",
+                "0.5",
+                "--web.listen-address",
+                "127.0.0.1:0",
+            ]
         )
-        urls[node] = f"http://127.0.0.1:{port}"
-    for proc, url in zip(procs, urls.values(), strict=True):
-        proc.wait_serving(url)
-    yield urls
-    for proc in procs:
-        proc.stop()
+        for node in NODES
+    }
+    try:
+        yield {node: proc.wait_listening() for node, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            proc.stop()
 
 
 def start_analyzer(args):
-    port = free_port()
-    proc = GpulensProcess(["analyzer", "--web.listen-address", f"127.0.0.1:{port}", *args])
-    url = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _get(url + "/metrics") is not None, 20, what="the analyzer to listen")
-    return proc, url
+    proc = GpulensProcess(["analyzer", "--web.listen-address", "127.0.0.1:0", *args])
+    return proc, proc.wait_listening()
 
 
 def _get(url):
