@@ -23,6 +23,7 @@ from typing import Literal
 
 import pandas as pd
 
+from gpulens.analyzer.evidence import Evidence, byte_count, seconds, share
 from gpulens.analyzer.features import PodFeatures, PodGpu, pod_features
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STALL_CAUSES
@@ -301,8 +302,10 @@ def _throttled(f: PodFeatures, t: Thresholds) -> dict[str, str] | None:
         f.throttled_share >= t.signature_fraction
     ):
         return None
-    evidence = {
-        "throttled_fraction": f"{_fmt(f.throttled_share)} of busy time with HW slowdown/thermal/power-brake bits"
+    evidence: dict[str, str] = {
+        "throttled_fraction": Evidence(
+            share(f.throttled_share), " of busy time with HW slowdown/thermal/power-brake bits"
+        )
     }
     if not math.isnan(f.clock_share):
         evidence["sm_clock_vs_max"] = _fmt(f.clock_share)
@@ -340,14 +343,16 @@ def _without_pod(f: PodFeatures, t: Thresholds) -> Finding:
     evidence = {"pod": "none: the kubelet assigned this GPU to no pod, while it assigned others"}
     held = f.model_held_share >= t.signature_fraction
     if held:
-        evidence["memory_held_fraction"] = (
-            f"{_fmt(f.model_held_share)} of samples hold >= {t.serving_memory_bytes / 1024**3:g} GiB "
-            f">= {t.signature_fraction}: a process outside any pod"
+        evidence["memory_held_fraction"] = Evidence(
+            share(f.model_held_share),
+            f" of samples hold >= {t.serving_memory_bytes / 1024**3:g} GiB >= ",
+            share(t.signature_fraction, ""),
+            ": a process outside any pod",
         )
     busy = 1.0 - f.quiet_share
     working = busy >= t.sparse_busy_share  # False where the data has no activity (NaN)
     if working:
-        evidence[SPARSE] = f"{_fmt(busy)} >= {t.sparse_busy_share}: kernels run without a pod"
+        evidence[SPARSE] = Evidence(share(busy), " >= ", share(t.sparse_busy_share, ""), ": kernels run without a pod")
     _memory_held(f, evidence)
     return Finding("held_without_pod" if held or working else "unallocated", t.confidence_without_pod, evidence)
 
@@ -389,16 +394,21 @@ def _idle(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
         return None
     if f.cpu_at_limit_after_work >= t.signature_fraction:
         return None  # the pod's CPU is at its limit meanwhile: working, not idle (input pipeline, CPU eval)
-    evidence = {"idle_for_seconds": f"{quiet:.0f} >= {idle_for:.0f} (activity < {t.idle_activity})", **_start_up(f)}
+    evidence = {
+        "idle_for_seconds": Evidence(seconds(quiet), " >= ", seconds(idle_for), f" (activity < {t.idle_activity})"),
+        **_start_up(f),
+    }
     if worked and f.busy_before_share >= t.idle_sustained_share:
-        evidence["busy_before_fraction"] = (
-            f"{_fmt(f.busy_before_share)} of the {t.recent_samples} samples before >= {t.idle_sustained_share}: "
-            "sustained work that stopped"
+        evidence["busy_before_fraction"] = Evidence(
+            share(f.busy_before_share),
+            f" of the {t.recent_samples} samples before >= ",
+            share(t.idle_sustained_share, ""),
+            ": sustained work that stopped",
         )
     elif worked:
-        evidence["longest_pause_while_working_seconds"] = (
-            f"{f.longest_pause_seconds:.0f}: quiet {quiet / f.longest_pause_seconds:.1f}x longer "
-            f">= {t.idle_pause_factor:g}x"
+        evidence["longest_pause_while_working_seconds"] = Evidence(
+            seconds(f.longest_pause_seconds),
+            f": quiet {quiet / f.longest_pause_seconds:.1f}x longer >= {t.idle_pause_factor:g}x",
         )
     _memory_held(f, evidence)
     confident = f.idle_share >= t.idle_confident_share
@@ -431,8 +441,13 @@ def _nothing_served(f: PodFeatures, t: Thresholds) -> Finding | None:
     if f.cpu_at_limit_share >= t.signature_fraction:
         return None
     evidence = {
-        "no_burst_seconds": f"{f.steady_seconds:.0f} >= {t.idle_seconds:.0f} without a burst of work (activity rising "
-        f"through {BUSY_LEVEL:g}), {sparse_use(f.work_share, f.steady_seconds, t)}",
+        "no_burst_seconds": Evidence(
+            seconds(f.steady_seconds),
+            " >= ",
+            seconds(t.idle_seconds),
+            f" without a burst of work (activity rising through {BUSY_LEVEL:g}), ",
+            *sparse_use(f.work_share, f.steady_seconds, t).parts,
+        ),
         **_start_up(f),
     }
     _memory_held(f, evidence)
@@ -454,17 +469,19 @@ def _start_up(f: PodFeatures) -> dict[str, str]:
     return {"start_up": f"a model load and its warm-up, the first {seconds:.0f} s, left out"}
 
 
-def sparse_use(work: float, seconds: float, t: Thresholds) -> str:
-    """The evidence of sparse use: `work` (0-1) of `seconds` of a GPU's time worked."""
-    return (
-        f"{_fmt(work)} of {seconds / 3600:.3g} h worked ({work * seconds:.0f} s) < {t.sparse_busy_share}: sparse use "
-        "(rare notebook cells, a replica with no requests) is idle"
+def sparse_use(work: float, span_seconds: float, t: Thresholds) -> Evidence:
+    """The evidence of sparse use: `work` (0-1) of `span_seconds` of a GPU's time worked."""
+    return Evidence(
+        share(work),
+        f" of {span_seconds / 3600:.3g} h worked ({work * span_seconds:.0f} s) < ",
+        share(t.sparse_busy_share, ""),
+        ": sparse use (rare notebook cells, a replica with no requests) is idle",
     )
 
 
 def _memory_held(f: PodFeatures, evidence: dict[str, str]) -> None:
     if not math.isnan(f.memory_peak_bytes):
-        evidence["memory_held_bytes"] = f"{f.memory_peak_bytes:.0f}"
+        evidence["memory_held_bytes"] = Evidence(byte_count(f.memory_peak_bytes))
 
 
 def _memory_fragmentation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
@@ -479,7 +496,7 @@ def _memory_fragmentation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Find
     if not (grew and (restarted or full_for_long)):
         return None
     evidence = {
-        "memory_peak_fraction": f"{_fmt(f.memory_peak)} >= {t.memory_full}",
+        "memory_peak_fraction": Evidence(share(f.memory_peak), " >= ", share(t.memory_full, "")),
         "memory_range": f"{_fmt(f.memory_low)}..{_fmt(f.memory_peak)} (grew >= {t.memory_growth})",
     }
     if restarted:
@@ -580,8 +597,10 @@ def _interconnect(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | No
     if not f.link_bound_share >= t.signature_fraction:
         return None
     evidence = {
-        "link_bound_fraction": f"{_fmt(f.link_bound_share)} of samples with a link >= {t.link_busy} of capacity "
-        f"and activity < {t.interconnect_sm}",
+        "link_bound_fraction": Evidence(
+            share(f.link_bound_share),
+            f" of samples with a link >= {t.link_busy} of capacity and activity < {t.interconnect_sm}",
+        ),
         "link_utilization": _fmt(f.link_use),
     }
     return Finding("interconnect", t.confidence_share_base + t.confidence_share_gain * f.link_bound_share, evidence)
@@ -600,6 +619,8 @@ def _pipeline(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     if not exchange:
         return None  # independent processes take turns by chance: none of them waits for another
     p, bubble = f.gpus, f.bubble_share
+    if math.isnan(bubble):
+        return None  # no GPU worked above BUSY_LEVEL: no turns to measure a bubble between
     expected = (p - 1) / ((t.pipeline_microbatches_per_stage + 1) * p - 1)
     implied = (p - 1) * (1 - bubble) / bubble if bubble > 0 else math.inf
     margin = t.pipeline_bubble_standard_errors * math.sqrt(bubble * (1 - bubble) / f.samples)
@@ -648,10 +669,13 @@ def _offload(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
         return None
     if f.gpus >= 2 and not info.nvlink_bytes_per_second > 0:
         return None  # PCIe may carry the exchange between the pod's GPUs: interconnect and placement's to judge
-    evidence = {
-        "host_fetch_fraction": f"{_fmt(f.host_fetch_share)} of samples with >= "
-        f"{t.offload_pcie_bytes_per_second / 1e9:g} GB/s into the GPU over PCIe while activity < {t.interconnect_sm} "
-        f"(mean {f.host_to_device_bytes_per_second / 1e9:.3g} GB/s): it waits on what it fetches from host memory"
+    evidence: dict[str, str] = {
+        "host_fetch_fraction": Evidence(
+            share(f.host_fetch_share),
+            f" of samples with >= {t.offload_pcie_bytes_per_second / 1e9:g} GB/s into the GPU over PCIe while "
+            f"activity < {t.interconnect_sm} (mean {f.host_to_device_bytes_per_second / 1e9:.3g} GB/s): it waits on "
+            "what it fetches from host memory",
+        )
     }
     return Finding("host_stall", t.confidence_offload, evidence, "offload")
 
@@ -666,11 +690,16 @@ def _host_thread(f: PodFeatures, t: Thresholds) -> Finding | None:
         return None
     if not f.quiet_share < t.serving_quiet_share or f.cpu_at_limit_share >= t.signature_fraction:
         return None
-    evidence = {
-        "one_core_fraction": f"{_fmt(f.one_core_share)} of samples with the pod's CPU at 1 +/- {t.host_thread_cores:g} "
-        f"cores (under a higher limit) while activity is {_fmt(f.activity)} < {t.ineffective_sm}: one host thread "
-        "drives the GPU, which waits between its launches",
-        "quiet_fraction": f"{_fmt(f.quiet_share)} of samples < {t.serving_quiet_share}: launches one after another",
+    evidence: dict[str, str] = {
+        "one_core_fraction": Evidence(
+            share(f.one_core_share),
+            f" of samples with the pod's CPU at 1 +/- {t.host_thread_cores:g} cores (under a higher limit) while "
+            f"activity is {_fmt(f.activity)} < {t.ineffective_sm}: one host thread drives the GPU, which waits "
+            "between its launches",
+        ),
+        "quiet_fraction": Evidence(
+            share(f.quiet_share), " of samples < ", share(t.serving_quiet_share, ""), ": launches one after another"
+        ),
     }
     return Finding("host_stall", t.confidence_host_thread, evidence, "host_thread")
 
@@ -792,8 +821,12 @@ def _pod_waits(f: PodFeatures, t: Thresholds) -> Finding | None:
     if not (spinning or job):
         return None
     evidence = {
-        "waiting_fraction": f"{_fmt(f.waiting_share)} of samples >= {t.stall_share}: {_waiting_means(t)}; on no GPU "
-        "of this pod: a peer outside it (another pod's rank) or a stalled stream",
+        "waiting_fraction": Evidence(
+            share(f.waiting_share),
+            " of samples >= ",
+            share(t.stall_share, ""),
+            f": {_waiting_means(t)}; on no GPU of this pod: a peer outside it (another pod's rank) or a stalled stream",
+        ),
         "power_while_busy": f"{_fmt(f.busy_power_share)} of the power limit",
         "stalls": _stall_shape(f, t)[1],
     }
@@ -811,7 +844,10 @@ def _saves(f: PodFeatures, t: Thresholds) -> Finding | None:
     cause, shape = _stall_shape(f, t)
     if cause != "checkpoint" or not f.high_share > t.starvation_tail:
         return None
-    evidence = {"stalled_fraction": f"{_fmt(f.stalled_share)} of samples >= {t.stall_share}", "stalls": shape}
+    evidence = {
+        "stalled_fraction": Evidence(share(f.stalled_share), " of samples >= ", share(t.stall_share, "")),
+        "stalls": shape,
+    }
     return Finding("host_stall", t.confidence_saves, evidence, "checkpoint")
 
 
@@ -880,16 +916,21 @@ def _data_starvation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding |
         if not (cpu_saturated and f.activity_at_cpu_limit < t.ineffective_sm):
             return None
         evidence = {
-            "cpu_at_limit_fraction": f"{_fmt(f.cpu_at_limit_share)} >= {t.signature_fraction}",
+            "cpu_at_limit_fraction": Evidence(share(f.cpu_at_limit_share), " >= ", share(t.signature_fraction, "")),
             "activity_while_cpu_at_limit": f"{_fmt(f.activity_at_cpu_limit)} < {t.ineffective_sm}",
         }
-        evidence["sample_interval_seconds" if coarse else "busy_idle_switches_per_minute"] = (
-            f"{f.resolution_seconds:.0f} > {t.starvation_max_sample_seconds:g}: too coarse to see the bursts and "
-            "gaps of training steps; judged on the CPU alone"
-            if coarse
-            else f"{switches:.1f} < {t.starvation_switches_per_minute}: not the bursts and gaps of training steps; "
-            "judged on the CPU alone"
-        )
+        if coarse:
+            evidence["sample_interval_seconds"] = Evidence(
+                seconds(f.resolution_seconds),
+                " > ",
+                seconds(t.starvation_max_sample_seconds, "g"),
+                ": too coarse to see the bursts and gaps of training steps; judged on the CPU alone",
+            )
+        else:
+            evidence["busy_idle_switches_per_minute"] = (
+                f"{switches:.1f} < {t.starvation_switches_per_minute}: not the bursts and gaps of training steps; "
+                "judged on the CPU alone"
+            )
         return Finding("data_starvation", t.confidence_starvation_coarse, evidence)
     measured = f.bursts >= t.min_bursts
     regular = measured and _steady(f, t)
@@ -908,7 +949,7 @@ def _data_starvation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding |
         evidence["bursts"] = f"{f.bursts:.0f} < {t.min_bursts}: too few to tell training steps from requests"
     _resolution_evidence(f, t, evidence)
     if not math.isnan(f.cpu_at_limit_share):
-        evidence["cpu_at_limit_fraction"] = _fmt(f.cpu_at_limit_share)
+        evidence["cpu_at_limit_fraction"] = Evidence(share(f.cpu_at_limit_share))
     cpu = t.confidence_starvation_cpu if cpu_saturated else 0.0
     return Finding("data_starvation", t.confidence_starvation + cpu, evidence)
 
@@ -924,19 +965,20 @@ def _steady(f: PodFeatures, t: Thresholds) -> bool:
 def _burst_evidence(f: PodFeatures, t: Thresholds, evidence: dict[str, str]) -> None:
     steady = _steady(f, t)
     if f.has_shape:
-        evidence["steady_burst_fraction"] = (
-            f"{_fmt(f.steady_burst_share)} of {f.bursts:.0f} bursts started within 1.5x of the previous period"
-            + (
-                f" (>= {t.starvation_steady_share}: steady, like training steps)"
-                if steady
-                else f" (< {t.starvation_steady_share}: at random, like requests)"
-            )
+        evidence["steady_burst_fraction"] = Evidence(
+            share(f.steady_burst_share),
+            f" of {f.bursts:.0f} bursts started within 1.5x of the previous period",
+            f" (>= {t.starvation_steady_share}: steady, like training steps)"
+            if steady
+            else f" (< {t.starvation_steady_share}: at random, like requests)",
         )
     else:
-        evidence["burst_period_seconds"] = f"{f.burst_period_seconds:.3g}, spread {_fmt(f.burst_spread)}" + (
+        evidence["burst_period_seconds"] = Evidence(
+            seconds(f.burst_period_seconds, ".3g"),
+            f", spread {_fmt(f.burst_spread)}",
             f" <= {t.starvation_regularity}: steady, like training steps"
             if steady
-            else f" > {t.starvation_regularity}: at random, like requests"
+            else f" > {t.starvation_regularity}: at random, like requests",
         )
 
 
@@ -947,7 +989,9 @@ def _resolution_evidence(f: PodFeatures, t: Thresholds, evidence: dict[str, str]
             f"rows {f.sample_seconds:.3g} s apart"
         )
     else:
-        evidence["sample_interval_seconds"] = f"{f.sample_seconds:.3g} <= {t.starvation_max_sample_seconds:g}"
+        evidence["sample_interval_seconds"] = Evidence(
+            seconds(f.sample_seconds, ".3g"), " <= ", seconds(t.starvation_max_sample_seconds, "g")
+        )
 
 
 def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
@@ -970,7 +1014,9 @@ def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> F
         return None
     evidence = _serving_evidence(f, t)
     seen = f"{f.bursts_after_load:.0f} bursts of work between them" if f.bursts_after_load else "work without bursts"
-    evidence["quiet_fraction"] = f"{_fmt(f.quiet_share)} of samples >= {t.serving_quiet_share} ({seen})"
+    evidence["quiet_fraction"] = Evidence(
+        share(f.quiet_share), " of samples >= ", share(t.serving_quiet_share, ""), f" ({seen})"
+    )
     if measured:
         _burst_evidence(f, t, evidence)
         if f.has_shape:
@@ -978,7 +1024,9 @@ def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> F
     elif f.resolution_seconds <= t.starvation_max_sample_seconds:
         evidence["bursts"] = f"{f.bursts:.0f} < {t.min_bursts} above {BUSY_LEVEL:g}: too few to time"
     else:
-        evidence["sample_interval_seconds"] = f"{f.resolution_seconds:.3g}: too coarse to time single bursts"
+        evidence["sample_interval_seconds"] = Evidence(
+            seconds(f.resolution_seconds, ".3g"), ": too coarse to time single bursts"
+        )
     confidence = t.confidence_serving if measured else t.confidence_serving_untimed
     return Finding("overprovisioned_serving", confidence, evidence, served=True)
 
@@ -986,8 +1034,12 @@ def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> F
 def _serving_evidence(f: PodFeatures, t: Thresholds) -> dict[str, str]:
     return {
         "mean_activity": f"{_fmt(f.activity)} < {t.ineffective_sm}",
-        "model_memory_bytes": f"{f.memory_peak_bytes:.0f} held on {f.model_held_share:.0%} of samples",
+        "model_memory_bytes": _model_memory(f),
     }
+
+
+def _model_memory(f: PodFeatures) -> Evidence:
+    return Evidence(byte_count(f.memory_peak_bytes), f" held on {f.model_held_share:.0%} of samples")
 
 
 def _memory_bandwidth(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
@@ -995,8 +1047,9 @@ def _memory_bandwidth(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding 
     if not f.has_profiling or not f.dram_bound_share >= t.signature_fraction:
         return None
     evidence = {
-        "dram_bound_fraction": f"{_fmt(f.dram_bound_share)} of samples with DRAM >= {t.dram_active} and pipes < "
-        f"{t.pipes_idle}",
+        "dram_bound_fraction": Evidence(
+            share(f.dram_bound_share), f" of samples with DRAM >= {t.dram_active} and pipes < {t.pipes_idle}"
+        ),
         "dram_active": _fmt(f.dram_active),
     }
     return Finding("memory_bandwidth", t.confidence_share_base + t.confidence_share_gain * f.dram_bound_share, evidence)
@@ -1026,7 +1079,9 @@ def _without_signature(
     if oversized and activity is not None:
         evidence = {
             "mean_activity": f"{_fmt(activity)} <= {t.oversized_activity}",
-            "peak_memory_bytes": f"{f.memory_peak_bytes:.0f} <= {t.oversized_memory_bytes:.0f} on a {f.gpu_model}",
+            "peak_memory_bytes": Evidence(
+                byte_count(f.memory_peak_bytes), " <= ", byte_count(t.oversized_memory_bytes), f" on a {f.gpu_model}"
+            ),
         }
         long = f.window_seconds >= t.oversized_span_seconds
         return Finding("wrong_gpu_type", t.confidence_wrong_gpu if long else t.confidence_wrong_gpu_short, evidence)
@@ -1053,12 +1108,17 @@ def _unexplained(f: PodFeatures, t: Thresholds, activity: float) -> Finding:
         causes.append("an input pipeline or a serving loop bound by the pod's CPU")
         inputs.append("the pod's CPU use and limit (cAdvisor, kube-state-metrics)")
     elif f.cpu_at_limit_share >= t.signature_fraction:
-        evidence["cpu_at_limit_fraction"] = (
-            f"{_fmt(f.cpu_at_limit_share)} >= {t.signature_fraction}, but the GPU is no less busy while it is"
+        evidence["cpu_at_limit_fraction"] = Evidence(
+            share(f.cpu_at_limit_share),
+            " >= ",
+            share(t.signature_fraction, ""),
+            ", but the GPU is no less busy while it is",
         )
         causes.append("work on the pod's CPU beside the GPU's, or an input pipeline bound by it")
     else:
-        evidence["cpu_at_limit_fraction"] = f"{_fmt(f.cpu_at_limit_share)} < {t.signature_fraction}: not at its limit"
+        evidence["cpu_at_limit_fraction"] = Evidence(
+            share(f.cpu_at_limit_share), " < ", share(t.signature_fraction, ""), ": not at its limit"
+        )
         causes.append("input or a host loop bound by storage, the network or one thread, not the CPU limit")
     if coarse:
         causes.append("training steps starved for input (bursts and gaps at a steady period)")
@@ -1067,7 +1127,7 @@ def _unexplained(f: PodFeatures, t: Thresholds, activity: float) -> Finding:
             f"{t.starvation_max_sample_seconds:g} s apart, to time the bursts"
         )
     if f.model_held_share >= t.serving_held_share:
-        evidence["model_memory_bytes"] = f"{f.memory_peak_bytes:.0f} held on {f.model_held_share:.0%} of samples"
+        evidence["model_memory_bytes"] = _model_memory(f)
         causes.append("a serving replica with few requests")
         inputs.append("its serving engine's request metrics (vLLM, Triton), or its owner's kind (kube-state-metrics)")
     if f.kernel_busy_share > 0 and math.isnan(f.busy_power_share):  # a kernel spinning in a collective looks busy
@@ -1086,7 +1146,9 @@ def _busy_at_low_power(f: PodFeatures, t: Thresholds) -> Finding:
     for (one GPU, no SM activity to show a spin-wait): a rank spinning in a collective on a peer in another
     pod, or light kernels by design (a small-batch decode). Not healthy, and no cause claimed."""
     evidence = {
-        "waiting_fraction": f"{_fmt(f.waiting_share)} of samples >= {t.stall_share}: {_waiting_means(t)}",
+        "waiting_fraction": Evidence(
+            share(f.waiting_share), " of samples >= ", share(t.stall_share, ""), f": {_waiting_means(t)}"
+        ),
         "power_while_busy": f"{_fmt(f.busy_power_share)} of the power limit",
     }
     causes = [

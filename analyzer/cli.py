@@ -7,7 +7,6 @@ import csv
 import io
 import logging
 import os
-import re
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -615,6 +614,7 @@ def _table(verdicts: list[Verdict], plan: Plan, to_terminal: bool) -> str:
     from rich.console import Console
     from rich.table import Table
 
+    from gpulens.analyzer.evidence import in_units
     from gpulens.analyzer.report import fleet_line
     from gpulens.core.bottlenecks import CLASSES
 
@@ -653,7 +653,7 @@ def _table(verdicts: list[Verdict], plan: Plan, to_terminal: bool) -> str:
             [v.bottleneck, *(f"+ {s}" for s in v.secondary), f"confidence {v.confidence:.2f}"]
             + ([f"{part.share:.0%} {c}" for c, part in v.by_class.items()] if len(v.by_class) > 1 else [])
         )
-        why = "\n".join(f"{k}: {_in_units(k, val)}" for k, val in v.evidence.items())
+        why = "\n".join(f"{k}: {in_units(val)}" for k, val in v.evidence.items())
         table.add_row(
             pod,
             name,
@@ -709,33 +709,6 @@ def _columns() -> int:
     160."""
     text = os.environ.get("COLUMNS", "")
     return max(int(text), MIN_TABLE_COLUMNS) if text.isdigit() and int(text) <= 1000 else 160
-
-
-#: A byte count in evidence: seven digits or more.
-_BYTES = re.compile(r"\b\d{7,}\b")
-
-
-#: Evidence that opens with a measure, maybe compared with its threshold: "0.95 of samples >= 0.5".
-_MEASURE = re.compile(r"^(\d+(?:\.\d+)?)((?:[^<>:(]*?) [<>]=? )?(\d+(?:\.\d+)?)?")
-
-
-#: How the measure of an evidence key is shown, by the key's ending.
-_UNITS = {"_fraction": lambda number: f"{float(number):.0%}", "_seconds": lambda number: f"{number} s"}
-
-
-def _in_units(key: str, value: str) -> str:
-    """Evidence as a person reads it: byte counts of memory keys in GiB, and the measure a key names (and the
-    threshold it is compared with) in % for a fraction, in s for seconds. JSON keeps the raw numbers."""
-    if "bytes" in key:
-        return _BYTES.sub(lambda m: f"{int(m.group()) / 2**30:.1f} GiB", value)
-    unit = next((shown for ending, shown in _UNITS.items() if key.endswith(ending)), None)
-    match = _MEASURE.match(value) if unit else None
-    if unit is None or match is None:
-        return value
-    measure, between, threshold = match.groups()
-    if between and threshold:
-        return unit(measure) + between + unit(threshold) + value[match.end() :]
-    return unit(measure) + value[len(measure) :]
 
 
 def run_eval(args: argparse.Namespace) -> int:

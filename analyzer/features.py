@@ -138,10 +138,9 @@ def _after_start_up(
     steady_rows = _Rows(trace.iloc[positions].reset_index(drop=True), None if window is None else window[positions])
     steady = _features(steady_rows, _Signals(steady_rows, t), t)
 
-    # The same units (one a window) in both, named alike: where each steady one sits among `features`.
+    # The same units (one a window) in both, keyed alike: where each steady one sits among `features`.
     def names(f: pd.DataFrame) -> pd.Index:
-        windows = f["window"].tolist() if window is not None else [""] * len(f)
-        return pd.Index([f"{unit}@{w}" for unit, w in zip(f.index, windows, strict=True)])
+        return pd.MultiIndex.from_arrays([f.index, f["window"] if window is not None else np.zeros(len(f))])
 
     at = names(features).get_indexer(names(steady))
     steady["start_up_seconds"] = start_up_end[at] - features["start"].to_numpy()[at]
@@ -749,8 +748,8 @@ def _stage_signals(
     load (power share, else activity); of the moments with a GPU in a gap (activity under starvation_low),
     the share with another working (above BUSY_LEVEL: a sample is the last second's average, and a stage's
     turn may fill part of it); how many GPUs are in a gap on pipeline_gap_share of their samples or more; and
-    the bubble share, 1 - mean activity / mean activity of samples above starvation_high (a stage computes at
-    its working level and waits the rest)."""
+    the bubble share, 1 - mean activity / mean activity of samples above starvation_high, else above BUSY_LEVEL
+    (a stage computes at its working level and waits the rest; NaN where no sample is above BUSY_LEVEL)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         # A missing sample counts as its GPU's mean: it moves the correlation neither way.
         centred = np.nan_to_num(load - np.nanmean(load, axis=2, keepdims=True))
@@ -765,7 +764,11 @@ def _stage_signals(
         any_gap = gap.any(axis=1)
         stagger = (any_gap & (known & (act > BUSY_LEVEL)).any(axis=1)).sum(axis=1) / any_gap.sum(axis=1)
         gapped = (gap.sum(axis=2) / known.sum(axis=2) >= t.pipeline_gap_share).sum(axis=1).astype(float)
-        working = known & (act > t.starvation_high)
+        # Stages at work above starvation_high, else above BUSY_LEVEL: stages whose kernels keep their SMs
+        # 50-70% busy take turns too (stagger_share's "working" is BUSY_LEVEL), and their bubble is no less.
+        high = known & (act > t.starvation_high)
+        busy = known & (act > BUSY_LEVEL)
+        working = np.where(high.any(axis=(1, 2))[:, None, None], high, busy)
         level = np.where(working, act, 0.0).sum(axis=(1, 2)) / working.sum(axis=(1, 2))
         bubble = np.clip(1.0 - np.nanmean(act, axis=(1, 2)) / level, 0.0, 1.0)
     return correlation, stagger, gapped, bubble

@@ -2,6 +2,7 @@
 
 import json
 import os
+import pickle
 import re
 import stat
 import subprocess
@@ -15,6 +16,7 @@ from gpulens.analyzer import frame as fr
 from gpulens.analyzer import readers
 from gpulens.analyzer.classify import classify
 from gpulens.analyzer.evaluate import VARIANTS, Scenario, evaluate, scenario_trace
+from gpulens.analyzer.evidence import Evidence, byte_count, in_units, seconds, share
 from gpulens.analyzer.readers import TraceError, read_trace
 from gpulens.core.bottlenecks import POD_CLASSES
 from gpulens.core.thresholds import REMOVED, Thresholds
@@ -332,21 +334,34 @@ def test_the_table_fits_the_columns_it_is_given(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("key", "raw", "shown"),
+    ("evidence", "text", "shown"),
     [
-        ("idle_for_seconds", "300 >= 300 (activity < 0.01)", "300 s >= 300 s (activity < 0.01)"),
-        ("stalled_fraction", "0.95 of samples >= 0.2: one rank", "95% of samples >= 20%: one rank"),
-        ("sample_interval_seconds", "57: too coarse to time single bursts", "57 s: too coarse to time single bursts"),
-        ("memory_held_bytes", "33299559872", "31.0 GiB"),
-        # What is not a measure stays as the analyzer wrote it.
-        ("stalling_gpu", "GPU-1 (rank 0)", "GPU-1 (rank 0)"),
-        ("quiet_fraction", "n/a", "n/a"),
+        (
+            Evidence(seconds(300), " >= ", seconds(300), " (activity < 0.01)"),
+            "300 >= 300 (activity < 0.01)",
+            "300 s >= 300 s (activity < 0.01)",
+        ),
+        (
+            Evidence(share(0.953), " of samples >= ", share(0.2, ""), ": one rank"),
+            "0.953 of samples >= 0.2: one rank",
+            "95% of samples >= 20%: one rank",
+        ),
+        (
+            Evidence(seconds(57.0, ".3g"), ": too coarse to time single bursts"),
+            "57: too coarse to time single bursts",
+            "57 s: too coarse to time single bursts",
+        ),
+        (Evidence(byte_count(33299559872)), "33299559872", "31.0 GiB"),
+        # Text without figures (or read back from JSON) is shown as the analyzer wrote it.
+        ("GPU-1 (rank 0)", "GPU-1 (rank 0)", "GPU-1 (rank 0)"),
     ],
 )
-def test_the_table_shows_evidence_in_units(key, raw, shown):
-    from gpulens.analyzer.cli import _in_units
-
-    assert _in_units(key, raw) == shown
+def test_evidence_keeps_its_figures_for_the_table_to_show_in_units(evidence, text, shown):
+    """The API, the page and the metrics show the text as written; the table shows its figures in units from
+    the numbers, not from the words; a report's shards pickle it with its figures."""
+    assert evidence == text and json.loads(json.dumps(evidence)) == text
+    assert in_units(evidence) == shown
+    assert in_units(pickle.loads(pickle.dumps(evidence))) == shown
 
 
 @pytest.mark.slow

@@ -787,9 +787,11 @@ def test_a_gpu_quiet_for_long_while_its_pod_uses_one_core_is_not_driven_by_that_
     assert v.bottleneck == ("host_stall" if host_thread else "overprovisioned_serving"), v
 
 
-def stages(gaps: list[np.ndarray], samples: int, step: float = 1.0, nvlink_share: float = 0.05) -> pd.DataFrame:
+def stages(
+    gaps: list[np.ndarray], samples: int, step: float = 1.0, nvlink_share: float = 0.05, working: float = 0.8
+) -> pd.DataFrame:
     """A pod of H100s sampled together every `step` s, one GPU per array of `gaps` (True: the sample falls in
-    the GPU's gap, SM 0 and no kernel; else SM 0.8 at 80% of the power), NVLink carrying `nvlink_share`."""
+    the GPU's gap, SM 0 and no kernel; else SM `working` at 80% of the power), NVLink carrying `nvlink_share`."""
     frames = []
     for index, gap in enumerate(gaps):
         frames.append(
@@ -798,7 +800,7 @@ def stages(gaps: list[np.ndarray], samples: int, step: float = 1.0, nvlink_share
                 samples=samples,
                 gpu_name=f"GPU-{index}",
                 gpu_util=np.where(gap, 0.0, 1.0),
-                sm_active=np.where(gap, 0.0, 0.8),
+                sm_active=np.where(gap, 0.0, working),
                 tensor_active=np.where(gap, 0.0, 0.5),
                 power_watts=np.where(gap, 100.0, 560.0),
                 memory_used_bytes=60e9,
@@ -845,6 +847,19 @@ def test_a_pipeline_bubble_is_a_stall_above_gpipes_for_four_micro_batches_per_st
         "1 of the moments a GPU waits (activity < 0.1) another works (> 0.5), >= 0.5; 4 of 4 GPUs wait on >= 0.02 "
         "of their samples: pipeline stages, not ranks that wait together"
     )
+
+
+@pytest.mark.parametrize(("working", "stalled"), [(0.6, True), (0.45, None)])
+def test_stages_working_under_starvation_high_have_their_bubble_measured(working, stalled):
+    """Stages whose kernels keep the SMs 60% busy (small micro-batches) work above BUSY_LEVEL, under
+    starvation_high: their working level is measured above BUSY_LEVEL, the bubble of 15 micro-batches (3/18)
+    is found above the bar as at 0.8. At 45% no GPU is seen working while another waits: no stages claimed."""
+    v = verdict(stages(gpipe(4, 15, 7200), 7200, working=working))
+    if stalled is None:
+        assert "pipeline_bubble" not in v.evidence and v.cause != "pipeline", v
+        return
+    assert (v.bottleneck, v.cause) == ("host_stall", "pipeline"), v
+    assert v.evidence["pipeline_bubble"].startswith(f"{3 / 18:.3g} +/- {2 * math.sqrt(3 / 18 * 15 / 18 / 28800):.3g} ")
 
 
 def two_stages(second_gaps: set[int], first_gaps: frozenset[int] = frozenset({0, 1})) -> list[np.ndarray]:

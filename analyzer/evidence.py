@@ -1,0 +1,70 @@
+"""A verdict's evidence: text that keeps its figures as numbers until an output renders them.
+
+The classifier writes each item of evidence as a sentence with its figures and the thresholds they passed
+("0.95 of samples >= 0.2: one rank ..."). The API, the page, the metrics' labels and the reports show that
+text as written; the terminal table shows its figures in units a person reads at a glance (95%, 300 s,
+31.0 GiB). An `Evidence` is the text (a str, so every output that shows text shows it unchanged, and JSON
+carries it as a string) built from its parts, its figures kept as `Figure` records: the table renders each
+in its unit from the number, never by reading numbers back out of words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+#: What a figure measures: a share 0-1 (shown in %), seconds, or bytes (shown in GiB).
+Unit = Literal["fraction", "seconds", "bytes"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A number in evidence: its value, its unit, and how the evidence text shows it (the classifier's
+    rounding: 3 significant digits for a measure, a threshold as configured)."""
+
+    value: float
+    unit: Unit
+    shown: str
+
+    def in_units(self) -> str:
+        if self.unit == "fraction":
+            return f"{self.value:.0%}"
+        if self.unit == "seconds":
+            return f"{self.shown} s"
+        return f"{self.value / 2**30:.1f} GiB"
+
+
+def share(value: float, spec: str = ".3g") -> Figure:
+    """A share 0-1; `spec` "" shows a threshold as configured (0.02, not 0.0200)."""
+    return Figure(value, "fraction", format(value, spec))
+
+
+def seconds(value: float, spec: str = ".0f") -> Figure:
+    return Figure(value, "seconds", format(value, spec))
+
+
+def byte_count(value: float) -> Figure:
+    return Figure(value, "bytes", f"{value:.0f}")
+
+
+class Evidence(str):
+    """One item of evidence: its text (what `str` holds), and the parts it was built from, text and figures."""
+
+    parts: tuple[str | Figure, ...]
+
+    def __new__(cls, *parts: str | Figure) -> Evidence:
+        text = super().__new__(cls, "".join(p.shown if isinstance(p, Figure) else p for p in parts))
+        text.parts = parts
+        return text
+
+    def __reduce__(self) -> tuple[type[Evidence], tuple[str | Figure, ...]]:
+        return Evidence, self.parts  # pickled with its figures (report shards cross processes)
+
+    def in_units(self) -> str:
+        return "".join(p.in_units() if isinstance(p, Figure) else p for p in self.parts)
+
+
+def in_units(evidence: str) -> str:
+    """An item of evidence as a person reads it: its figures in their units (text read back from JSON, or
+    written without figures, as it is)."""
+    return evidence.in_units() if isinstance(evidence, Evidence) else evidence
