@@ -225,6 +225,10 @@ def test_sampler_does_not_invent_time_across_a_gap():
             "named api-<replicaset hash>-<suffix>, as api-6c8f9d7b54-x2k4p",
         ),
         (
+            {"nodes": [{"workloads": [{"profile": "serving", "pod": "ml/api-0", "engine": "vllm"}]}]},
+            "nodes[0] (sim-node-1).workloads[0].engine: an engine serves from its pod's GPUs; give the workload gpus",
+        ),
+        (
             {"nodes": [{"workloads": [{"profile": "memory_held", "gpus": 0, "image": "vllm/vllm-openai:v0.6.3"}]}]},
             "nodes[0] (sim-node-1).workloads[0].image: a workload without a pod has no image; give it a pod",
         ),

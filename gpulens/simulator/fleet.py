@@ -160,6 +160,8 @@ def _sim_pod(workload: dict, node: str, where: str) -> SimPod | None:
     if problem:
         raise FleetError(f"{where}.pod: {ref.pod!r} cannot be a pod of {kind} {owner}: {problem}")
     engine = workload.get("engine", "")
+    if engine and not workload.get("gpus"):
+        raise FleetError(f"{where}.engine: an engine serves from its pod's GPUs; give the workload gpus")
     if engine and workload["profile"] not in ENGINE_PROFILES:
         raise FleetError(
             f"{where}.engine: profile '{workload['profile']}' serves no requests; an engine runs "
