@@ -96,6 +96,11 @@ class Verdict:
     owner_kind: str = ""
     owner: str = ""
     team: str = ""
+    #: What the workload is (analyzer/kinds.py: notebook, serving, job, unknown), its serving engine ("" where
+    #: none is known: vllm, tgi, triton, sglang), and what said so (the rule that matched).
+    workload_kind: str = "unknown"
+    engine: str = ""
+    kind_source: str = ""
     #: Share of samples busy at under waiting_power_share of the power limit, counted as no work in the waste
     #: where activity is utilization (it shows that a kernel ran, and a kernel spinning on a peer runs all
     #: the time); None where activity shows the work itself (SM activity) or the class claims no waiting.
