@@ -25,6 +25,7 @@ import pandas as pd
 
 from gpulens.analyzer.evidence import Evidence, byte_count, seconds, share
 from gpulens.analyzer.features import PodFeatures, PodGpu, pod_features
+from gpulens.analyzer.kinds import Kind
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STALL_CAUSES
 from gpulens.core.catalog import GpuModel, model_info
@@ -98,7 +99,7 @@ class Verdict:
     team: str = ""
     #: What the workload is (analyzer/kinds.py: notebook, serving, job, unknown), its serving engine ("" where
     #: none is known: vllm, tgi, triton, sglang), and what said so (the rule that matched).
-    workload_kind: str = "unknown"
+    workload_kind: Kind = "unknown"
     engine: str = ""
     kind_source: str = ""
     #: Share of samples busy at under waiting_power_share of the power limit, counted as no work in the waste

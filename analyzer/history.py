@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -32,9 +33,13 @@ from gpulens.analyzer.classify import (
 )
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.frame import format_timestamp
+from gpulens.analyzer.kinds import UNKNOWN, WorkloadKind
 from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
+
+#: The class whose quiet spells a serving replica's are, and that a notebook never is.
+SERVING = "overprovisioned_serving"
 
 #: The shortest default window: long enough for a serving replica's quiet spells to be pauses.
 MIN_DEFAULT_WINDOW = 3600.0
@@ -62,8 +67,10 @@ def analyze(
     prices: dict[str, float] | None = None,
     window: float | None = None,
     step: float | None = None,
+    workloads: Mapping[str, WorkloadKind] | None = None,
 ) -> list[Verdict]:
-    """Per unit (pod, or GPU no pod holds): its headline verdict, with episodes and shares by class.
+    """Per unit (pod, or GPU no pod holds): its headline verdict, with episodes and shares by class, and what
+    its workload is where `workloads` says (by unit, "namespace/pod"; kinds.py).
 
     window and step are seconds (None: default_window()). Data spanning no more than one window gets
     one verdict for all of it, as classify() gives."""
@@ -76,7 +83,8 @@ def analyze(
     ts = trace["timestamp"].to_numpy()
     if float(ts.max()) - float(ts.min()) < window:
         return judge(pod_features(trace, t, keys=keys), t, prices)  # one window: classify()
-    return [ledger.verdict(t) for ledger in ledgers(trace, t, prices, window, step, keys=keys).values()]
+    found = ledgers(trace, t, prices, window, step, keys=keys)
+    return [ledger.verdict(t, (workloads or {}).get(unit, UNKNOWN)) for unit, ledger in found.items()]
 
 
 def resolve_window(
@@ -354,16 +362,22 @@ class Ledger:
         seconds, wasted, cost, _ = self.totals()
         return class_shares(seconds, wasted, cost)
 
-    def headline(self, t: Thresholds) -> str:
+    def headline(self, t: Thresholds, workload: WorkloadKind = UNKNOWN) -> str:
         """The class of the unit's verdict over the span (verdict()): the one judgement every output serves."""
-        return self.verdict(t).bottleneck
+        return self.verdict(t, workload).bottleneck
 
-    def verdict(self, t: Thresholds) -> Verdict:
+    def verdict(self, t: Thresholds, workload: WorkloadKind = UNKNOWN) -> Verdict:
         """The unit's verdict over the span: the headline class (see headline()), or idle where the whole span
-        is sparse use."""
+        is sparse use. What the workload is (analyzer/kinds.py, from Kubernetes) settles what its GPU leaves
+        open: a notebook's bursts are cells, never requests (its serving windows are idle: the time its kernel
+        holds the GPU between them); a serving replica's quiet spells are serving's (headline())."""
+        if workload.kind == "notebook" and SERVING in self.latest:
+            return self._cells_as_idle().verdict(t, workload)
         seconds, wasted_by_class, cost, confidences = self.totals()
         total = sum(seconds.values())
-        name = headline(seconds, wasted_by_class, total, self.episodes, self.episode_seconds, t, self.episode_served)
+        name = headline(
+            seconds, wasted_by_class, total, self.episodes, self.episode_seconds, t, self.episode_served, workload.kind
+        )
         base, confidence = self.latest[name], confidences[name]
         episodes = [e.rounded() for e in self.episodes]
         by_class = class_shares(seconds, wasted_by_class, cost)
@@ -405,7 +419,7 @@ class Ledger:
             base,
             gpus=gpus,
             confidence=round(confidence, 2),
-            evidence=evidence,
+            evidence=evidence | _workload_evidence(workload, name),
             wasted_gpu_seconds=round(sum(wasted_by_class.values()), 1),
             wasted_cost=round(sum(cost.values()), 4),
             mean_activity=round(self.busy_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
@@ -417,6 +431,33 @@ class Ledger:
             by_class=by_class,
             facts=sorted({*base.facts, *(["xid_fault"] if self.xid_fault else [])}),
         )
+
+    def _cells_as_idle(self) -> Ledger:
+        """This ledger with its serving episodes idle: a notebook's (verdict())."""
+        served = self.latest[SERVING]
+        idle = self.latest.get("idle") or replace(
+            served, bottleneck="idle", recommendation=RECOMMENDATIONS["idle"], secondary=[], cause="", served=False
+        )
+        return replace(
+            self,
+            episodes=[replace(e, bottleneck="idle") if e.bottleneck == SERVING else e for e in self.episodes],
+            latest={**{c: v for c, v in self.latest.items() if c != SERVING}, "idle": idle},
+        )
+
+
+def _workload_evidence(workload: WorkloadKind, name: str) -> dict[str, str]:
+    """What Kubernetes says the workload is, and where it says nothing of a serving or idle unit, what would
+    tell them apart."""
+    if workload.kind != "unknown":
+        engine = f", its engine {workload.engine}" if workload.engine else ""
+        return {"workload": f"{workload.kind}{engine} ({workload.source})"}
+    if name in (SERVING, "idle"):
+        return {
+            "workload": "unknown: what the pod is (kube-state-metrics' kube_pod_owner, kube_pod_labels and "
+            "kube_pod_container_info, or a rule in --analysis.config) would tell a replica's quiet hours from a "
+            "notebook's kernel left open"
+        }
+    return {}
 
 
 def class_shares(seconds: dict[str, float], wasted: dict[str, float], cost: dict[str, float]) -> dict[str, ClassShare]:
@@ -436,6 +477,7 @@ def headline(
     episode_seconds: list[float],
     t: Thresholds,
     served: list[bool] | None = None,
+    kind: str = "unknown",
 ) -> str:
     """The problem class that wasted the most among those that held for headline_min_share of the
     time; without one, the class that held longest.
@@ -445,13 +487,16 @@ def headline(
     serving; and so is any idle spell that still `served` (sparse use with some work, too little for the
     hour): its headline is the serving fix (fewer replicas, scale to zero), not "release the GPU". Idle
     at the end of the span with no work served stays idle: the work stopped. A notebook used for two hours
-    a day, and left, stays idle."""
-    serving = "overprovisioned_serving"
-    if seconds.get(serving, 0.0) >= t.headline_min_share * total:
-        longer = seconds[serving] >= seconds.get("idle", 0.0)
+    a day, and left, stays idle. Where Kubernetes says the workload serves (`kind`), every quiet spell of a
+    replica that served in the span is serving's, however long and wherever it falls."""
+    serving = SERVING
+    replica = kind == "serving" and seconds.get(serving, 0.0) > 0
+    if replica or seconds.get(serving, 0.0) >= t.headline_min_share * total:
+        longer = replica or seconds[serving] >= seconds.get("idle", 0.0)
         seconds, wasted = dict(seconds), dict(wasted)
         for k, (e, covered) in enumerate(zip(episodes, episode_seconds, strict=True)):
-            if e.bottleneck == "idle" and ((longer and k < len(episodes) - 1) or (served and served[k])):
+            quiet = longer and (replica or k < len(episodes) - 1)
+            if e.bottleneck == "idle" and (quiet or (served and served[k])):
                 seconds["idle"] -= covered
                 wasted["idle"] -= e.wasted_gpu_seconds
                 seconds[serving] += covered

@@ -71,6 +71,10 @@ class WorkloadKind:
     source: str = ""
 
 
+#: Nothing says what the workload is.
+UNKNOWN = WorkloadKind()
+
+
 #: Serving engines by the image their pods run (the images their projects publish).
 ENGINE_IMAGES: tuple[tuple[str, str], ...] = (
     ("vllm", "*vllm*"),  # vllm/vllm-openai
@@ -126,7 +130,7 @@ def kind_of(pod: PodFacts, rules: Sequence[KindRule] = DEFAULT_RULES) -> Workloa
     for rule in rules:
         if rule.matches(pod):
             return WorkloadKind(rule.kind, engine_of(pod.images) if rule.kind == "serving" else "", rule.says())
-    return WorkloadKind()
+    return UNKNOWN
 
 
 def label_keys(rules: Iterable[KindRule]) -> set[str]:

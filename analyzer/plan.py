@@ -408,10 +408,13 @@ class _Planner:
     ) -> tuple[list[Action], list[NotPlanned]]:
         """A workload's action: fewer replicas where it has several serving ones, else each unit's own."""
         serving = [v for v in members if v.bottleneck in SERVING]
+        # What Kubernetes says the pods are decides; where it says nothing, a notebook's name.
+        kinds = {v.workload_kind for v in members}
+        replicas = kinds == {"serving"} or (kinds == {"unknown"} and not _NOTEBOOK.search(name))
         if (
             len(members) >= 2
             and kind.rstrip("?") in REPLICATED
-            and not _NOTEBOOK.search(name)
+            and replicas
             and len(serving) == len(members)
             and any(v.bottleneck in OVERSIZED for v in members)
         ):

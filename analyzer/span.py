@@ -29,6 +29,7 @@ from gpulens.analyzer import owners as owners_mod
 from gpulens.analyzer.classify import Verdict, judge
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.history import Ledger, default_window, ledgers
+from gpulens.analyzer.kinds import UNKNOWN, WorkloadKind
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
 from gpulens.analyzer.plan import Use
 from gpulens.analyzer.report import TimelineBins, unit_samples
@@ -150,7 +151,15 @@ def report(
     finally:
         reader.instances = shard
     _say_impossible(progress, reader)
-    return owners_mod.apply([ledger.verdict(t) for ledger in totals.values()], owned)
+    verdicts = [ledger.verdict(t, _workload(owned, unit)) for unit, ledger in totals.items()]
+    return owners_mod.apply(verdicts, owned)
+
+
+def _workload(owned: dict[PodKey, Owner], unit: str) -> WorkloadKind:
+    """What the pod of `unit` ("namespace/pod") is, as its owner's kube-state-metrics series say."""
+    namespace, _, pod = unit.partition("/")
+    owner = owned.get((namespace, pod))
+    return owner.workload if owner else UNKNOWN
 
 
 @dataclass(frozen=True)
