@@ -585,6 +585,8 @@ _CSV_FIELDS = [
     "owner_kind",
     "owner",
     "team",
+    "workload_kind",
+    "engine",
 ]
 
 
@@ -646,6 +648,8 @@ def _table(verdicts: list[Verdict], plan: Plan, to_terminal: bool) -> str:
         pod = v.unit
         if v.owner_kind and v.owner_kind != "Pod":
             pod += f"\n{v.owner_kind} {v.owner}"
+        if v.workload_kind != "unknown":
+            pod += f"\n{v.workload_kind}" + (f" ({v.engine})" if v.engine else "")
         pod += f"\non {v.node or '?'}"
         if v.coverage < 0.99:  # gaps in the data: say how much of the span the verdict rests on
             pod += f"\n{v.coverage:.0%} of {v.window_seconds / 3600:.1f} h sampled"
