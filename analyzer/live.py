@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TextIO, cast
 from urllib.parse import urlparse
@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import state
+from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule
 from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
 from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Window, instances_matcher
 from gpulens.analyzer.store import (
@@ -364,6 +365,7 @@ class PrometheusInput:
         team_label: str = "",
         state_file: str = "",
         parts: int = READ_PARTS,
+        rules: Sequence[KindRule] = DEFAULT_RULES,
     ):
         self.store = Store(url, auth, timeout, retries=1)
         self.checks = ValueChecks(self.store.name)
@@ -380,7 +382,7 @@ class PrometheusInput:
         #: The parts the queries are split into, read in turns (analyzer/series.py READ_PARTS).
         self.parts = parts
         self.reader = SeriesReader(self.store, step, config, selector, dcgm_selector)
-        self._owner_reader = OwnerReader(self.store, team_label)
+        self._owner_reader = OwnerReader(self.store, team_label, rules)
         self._owners: dict[PodKey, Owner] = {}
         self._owners_read_at = -math.inf
         self._status = TargetStatus()
