@@ -446,6 +446,7 @@ def _report_from_store(
     import time
 
     from gpulens.analyzer import span
+    from gpulens.analyzer.engines import read_engine_loads
     from gpulens.analyzer.frame import format_timestamp
     from gpulens.analyzer.kinds import load_rules
     from gpulens.analyzer.owners import OwnerReader
@@ -473,8 +474,12 @@ def _report_from_store(
     timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if args.format == "html" else None
     use = Use.over(the_span.start, the_span.end, the_span.step, thresholds)
     try:
+        # What each serving pod's engine counted over the span: a few reduced queries, not its samples.
+        engines = read_engine_loads(store, the_span.start, the_span.end, the_span.step, thresholds.plan_load_percentile)
         if not sys.stderr.isatty():
-            verdicts = span.report(reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use)
+            verdicts = span.report(
+                reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use, engines
+            )
             return verdicts, timelines, use
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -486,7 +491,9 @@ def _report_from_store(
                 read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
                 bar.update(task, total=p.span_seconds, completed=p.seconds_done, read=read)
 
-            verdicts = span.report(reader, the_span, thresholds, prices, window, slide, show, owners, timelines, use)
+            verdicts = span.report(
+                reader, the_span, thresholds, prices, window, slide, show, owners, timelines, use, engines
+            )
             return verdicts, timelines, use
     finally:
         store.close()

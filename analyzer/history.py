@@ -31,6 +31,7 @@ from gpulens.analyzer.classify import (
     sparse_use,
     worked,
 )
+from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.frame import format_timestamp
 from gpulens.analyzer.kinds import UNKNOWN, WorkloadKind
@@ -68,9 +69,11 @@ def analyze(
     window: float | None = None,
     step: float | None = None,
     workloads: Mapping[str, WorkloadKind] | None = None,
+    engines: Mapping[str, EngineLoad] | None = None,
 ) -> list[Verdict]:
     """Per unit (pod, or GPU no pod holds): its headline verdict, with episodes and shares by class, and what
-    its workload is where `workloads` says (by unit, "namespace/pod"; kinds.py).
+    its workload is and its engine counted where `workloads` and `engines` say (by unit, "namespace/pod";
+    kinds.py, engines.py).
 
     window and step are seconds (None: default_window()). Data spanning no more than one window gets
     one verdict for all of it, as classify() gives."""
@@ -84,7 +87,10 @@ def analyze(
     if float(ts.max()) - float(ts.min()) < window:
         return judge(pod_features(trace, t, keys=keys), t, prices)  # one window: classify()
     found = ledgers(trace, t, prices, window, step, keys=keys)
-    return [ledger.verdict(t, (workloads or {}).get(unit, UNKNOWN)) for unit, ledger in found.items()]
+    return [
+        ledger.verdict(t, (workloads or {}).get(unit, UNKNOWN), (engines or {}).get(unit))
+        for unit, ledger in found.items()
+    ]
 
 
 def resolve_window(
@@ -366,13 +372,19 @@ class Ledger:
         """The class of the unit's verdict over the span (verdict()): the one judgement every output serves."""
         return self.verdict(t, workload).bottleneck
 
-    def verdict(self, t: Thresholds, workload: WorkloadKind = UNKNOWN) -> Verdict:
+    def verdict(self, t: Thresholds, workload: WorkloadKind = UNKNOWN, engine: EngineLoad | None = None) -> Verdict:
         """The unit's verdict over the span: the headline class (see headline()), or idle where the whole span
-        is sparse use. What the workload is (analyzer/kinds.py, from Kubernetes) settles what its GPU leaves
-        open: a notebook's bursts are cells, never requests (its serving windows are idle: the time its kernel
-        holds the GPU between them); a serving replica's quiet spells are serving's (headline())."""
+        is sparse use. What the workload is (analyzer/kinds.py, from Kubernetes) and what its serving engine
+        counted (analyzer/engines.py) settle what its GPU leaves open: a notebook's bursts are cells, never
+        requests (its serving windows are idle: the time its kernel holds the GPU between them); a serving
+        replica's quiet spells are serving's (headline()); a replica whose engine finished no request in the
+        span is idle whatever its GPU showed, and one that finished requests is never idle."""
+        if engine is not None:
+            relabeled = self._relabeled("idle", SERVING) if engine.served else self._relabeled(SERVING, "idle")
+            judged = relabeled.verdict(t, workload)
+            return replace(judged, evidence=judged.evidence | {"engine": engine_evidence(engine)})
         if workload.kind == "notebook" and SERVING in self.latest:
-            return self._cells_as_idle().verdict(t, workload)
+            return self._relabeled(SERVING, "idle").verdict(t, workload)
         seconds, wasted_by_class, cost, confidences = self.totals()
         total = sum(seconds.values())
         name = headline(
@@ -432,17 +444,38 @@ class Ledger:
             facts=sorted({*base.facts, *(["xid_fault"] if self.xid_fault else [])}),
         )
 
-    def _cells_as_idle(self) -> Ledger:
-        """This ledger with its serving episodes idle: a notebook's (verdict())."""
-        served = self.latest[SERVING]
-        idle = self.latest.get("idle") or replace(
-            served, bottleneck="idle", recommendation=RECOMMENDATIONS["idle"], secondary=[], cause="", served=False
+    def _relabeled(self, old: str, new: str) -> Ledger:
+        """This ledger with its episodes of class `old` of class `new` (verdict()): the same time and waste."""
+        if old not in self.latest:
+            return self
+        was = self.latest[old]
+        now = self.latest.get(new) or replace(
+            was, bottleneck=new, recommendation=RECOMMENDATIONS[new], secondary=[], cause="", served=new == SERVING
         )
         return replace(
             self,
-            episodes=[replace(e, bottleneck="idle") if e.bottleneck == SERVING else e for e in self.episodes],
-            latest={**{c: v for c, v in self.latest.items() if c != SERVING}, "idle": idle},
+            episodes=[replace(e, bottleneck=new) if e.bottleneck == old else e for e in self.episodes],
+            latest={**{c: v for c, v in self.latest.items() if c != old}, new: now},
         )
+
+
+def engine_evidence(load: EngineLoad) -> str:
+    """What a serving engine counted over the span, as the evidence says it."""
+    if not load.served:
+        return (
+            f"{load.engine}: no request finished over the span; idle whatever its GPU showed (a model load, "
+            "health checks)"
+        )
+    at = f"p{load.percentile * 100:g}"
+    parts = [f"{load.engine}: {load.requests:,.0f} requests finished over the span"]
+    for what, at_percentile, peak, fmt in (
+        ("running", load.running_at_percentile, load.running_peak, "{:.3g}"),
+        ("waiting", load.waiting_at_percentile, load.waiting_peak, "{:.3g}"),
+        ("KV cache in use", load.kv_cache_at_percentile, load.kv_cache_peak, "{:.0%}"),
+    ):
+        if not math.isnan(at_percentile):
+            parts.append(f"{what} {fmt.format(at_percentile)} at {at}, {fmt.format(peak)} at peak")
+    return "; ".join(parts)
 
 
 def _workload_evidence(workload: WorkloadKind, name: str) -> dict[str, str]:

@@ -566,3 +566,23 @@ def test_a_notebooks_cells_are_never_serving():
     assert notebook.wasted_gpu_seconds == 24 * 285.0
     assert notebook.episodes == [Episode("idle", 0.0, 7200.0, 0.6, 6840.0)]
     assert notebook.recommendation == RECOMMENDATIONS["idle"]
+
+
+@pytest.mark.parametrize(("requests", "headline"), [(1843.0, "overprovisioned_serving"), (0.0, "idle")])
+def test_what_the_engine_counted_decides_serving_against_idle(requests, headline):
+    """The replica's day with nights of one request an hour (serving from its GPU alone, above): its vLLM
+    finished 1,843 requests, so it served; a replica whose engine finished none is idle whatever its GPU
+    showed (a model load, health checks). Its waste is the same GPU-seconds either way."""
+    from gpulens.analyzer.engines import EngineLoad
+
+    [alone] = analyze(_replica_day(0.5))
+    load = EngineLoad("vllm", requests, 0.95, 3.0, 7.0, 0.0, 1.0, 0.12, 0.3)
+    [v] = analyze(_replica_day(0.5), engines={"sd/replica": load})
+    assert v.bottleneck == headline
+    assert v.wasted_gpu_seconds == alone.wasted_gpu_seconds
+    assert v.evidence["engine"] == (
+        "vllm: 1,843 requests finished over the span; running 3 at p95, 7 at peak; waiting 0 at p95, 1 at peak; "
+        "KV cache in use 12% at p95, 30% at peak"
+        if requests
+        else "vllm: no request finished over the span; idle whatever its GPU showed (a model load, health checks)"
+    )
