@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from gpulens.analyzer.store import Store
+if TYPE_CHECKING:
+    from gpulens.analyzer.store import Store
 
 #: A pod's identity in the store: (namespace, pod).
 PodKey = tuple[str, str]

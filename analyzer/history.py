@@ -382,7 +382,7 @@ class Ledger:
         if engine is not None:
             relabeled = self._relabeled("idle", SERVING) if engine.served else self._relabeled(SERVING, "idle")
             judged = relabeled.verdict(t, workload)
-            return replace(judged, evidence=judged.evidence | {"engine": engine_evidence(engine)})
+            return replace(judged, evidence=judged.evidence | {"engine": engine_evidence(engine)}, engine_load=engine)
         if workload.kind == "notebook" and SERVING in self.latest:
             return self._relabeled(SERVING, "idle").verdict(t, workload)
         seconds, wasted_by_class, cost, confidences = self.totals()
