@@ -368,9 +368,9 @@ class Ledger:
         seconds, wasted, cost, _ = self.totals()
         return class_shares(seconds, wasted, cost)
 
-    def headline(self, t: Thresholds, workload: WorkloadKind = UNKNOWN) -> str:
+    def headline(self, t: Thresholds, workload: WorkloadKind = UNKNOWN, engine: EngineLoad | None = None) -> str:
         """The class of the unit's verdict over the span (verdict()): the one judgement every output serves."""
-        return self.verdict(t, workload).bottleneck
+        return self.verdict(t, workload, engine).bottleneck
 
     def verdict(self, t: Thresholds, workload: WorkloadKind = UNKNOWN, engine: EngineLoad | None = None) -> Verdict:
         """The unit's verdict over the span: the headline class (see headline()), or idle where the whole span

@@ -319,6 +319,7 @@ class AnalyzerService:
         return 200, "application/json", finite_json(body).encode()
 
     def _verdicts_body(self) -> dict:
+        loads = self.source.engine_loads(self.history_seconds, self.thresholds.plan_load_percentile)
         return {
             "stale": self.stale(),
             "age_seconds": self.age(),
@@ -335,7 +336,7 @@ class AnalyzerService:
                     "namespace": unit[0],
                     "pod": unit[1],
                     "node": unit[2],
-                    "headline": past.headline(self.thresholds, workload_of(past)),
+                    "headline": past.headline(self.thresholds, workload_of(past), loads.get(unit[:2])),
                     "by_class": {name: asdict(part) for name, part in past.by_class().items()},
                     "episodes": [asdict(e.rounded()) for e in past.episodes],
                 }
@@ -348,7 +349,11 @@ class AnalyzerService:
         that asks (/metrics, the page at /, the API), so that all of them show the same cycle."""
         with self.lock:
             if self._view is None or self._view.cycle != self.cycles:
-                verdicts = [past.verdict(self.thresholds, workload_of(past)) for past in self.history.values()]
+                loads = self.source.engine_loads(self.history_seconds, self.thresholds.plan_load_percentile)
+                verdicts = [
+                    past.verdict(self.thresholds, workload_of(past), loads.get(unit[:2]))
+                    for unit, past in self.history.items()
+                ]
                 plan = make_plan(verdicts, self.use, self.thresholds, self.prices)
                 self._view = HistoryView(self.cycles, self.state, verdicts, plan)
             return self._view

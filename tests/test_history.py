@@ -237,6 +237,9 @@ class Replay:
     def owners(self, pods: set) -> dict:
         return {}
 
+    def engine_loads(self, history: float, percentile: float) -> dict:
+        return {}
+
 
 def run_service(trace: pd.DataFrame, until_hour: float, history: float):
     from gpulens.analyzer.service import AnalyzerService
