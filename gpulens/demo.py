@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,8 +33,12 @@ from gpulens.core import mixin
 from gpulens.core.config import ConfigError, write_atomically, write_generated
 from gpulens.core.flags import Subcommands
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.web import Route, WebConfig, serve
 from gpulens.receiver import AlertReceiver
-from gpulens.simulator.fleet import DEFAULT_FLEET, fleet_from_file
+from gpulens.simulator.cluster import SimPod, kube_state_metrics
+from gpulens.simulator.engines import engine_text
+from gpulens.simulator.fleet import DEFAULT_FLEET, SimNode, fleet_from_file
+from gpulens.simulator.workloads import SimGpu, engine_load
 
 if TYPE_CHECKING:
     from rich.console import Console, Group
@@ -43,6 +48,8 @@ log = logging.getLogger("gpulens.demo")
 #: Alert timings in minutes rather than hours, so that the simulated problems page while you watch.
 DEMO_THRESHOLDS = Path(__file__).with_name("demo-thresholds.yaml")
 EXPORTER_PORT, ANALYZER_PORT, RECEIVER_PORT = 9848, 9849, 9850
+#: The simulated cluster's port: kube-state-metrics' own (its Helm chart's and manifests' default).
+CLUSTER_PORT = 8080
 
 
 class DemoError(Exception):
@@ -62,6 +69,10 @@ class Plan:
     rules_file: str = "gpulens-rules.yaml"
     #: The simulated fleet also plays its kubelet's cAdvisor (pod CPU); a real node has its kubelet.
     simulated: bool = True
+    #: The simulated cluster (simulator/cluster.py, engines.py), where one serves: kube-state-metrics on
+    #: /metrics, and the engine metrics of the serving pods named in `engines` (namespace, pod).
+    cluster: str | None = None
+    engines: tuple[tuple[str, str], ...] = ()
 
 
 def prometheus_config(plan: Plan) -> dict:
@@ -80,6 +91,21 @@ def prometheus_config(plan: Plan) -> dict:
                 "static_configs": exporters,
             }
         )
+    if plan.cluster:
+        # As kube-prometheus-stack scrapes it: its namespace and pod labels are the pods', not its own.
+        jobs.append(
+            {"job_name": "kube-state-metrics", "honor_labels": True, "static_configs": [{"targets": [plan.cluster]}]}
+        )
+    if plan.cluster and plan.engines:
+        # Each engine as a pod target, with the namespace and pod labels Kubernetes discovery gives it.
+        engines = [
+            {
+                "targets": [plan.cluster],
+                "labels": {"namespace": namespace, "pod": pod, "__metrics_path__": engine_path(namespace, pod)},
+            }
+            for namespace, pod in plan.engines
+        ]
+        jobs.append({"job_name": "serving-engines", "static_configs": engines})
     jobs.append({"job_name": mixin.MixinConfig.analyzer_job, "static_configs": [{"targets": [plan.analyzer]}]})
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval},
@@ -121,10 +147,10 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
         return [s.getsockname()[1] for s in sockets]
 
 
-#: The line a gpulens exporter or analyzer logs once its socket is bound ("serving simulated source on
-#: 127.0.0.1:40123/metrics", "serving on 127.0.0.1:40124 (the page ..."): the port it was given when
-#: asked for port 0.
-_SERVING = re.compile(r"\bserving (?:\S+ source )?on (\S+:\d+)")
+#: The line a gpulens server logs once its socket is bound ("serving simulated source on
+#: 127.0.0.1:40123/metrics", "serving on 127.0.0.1:40124 (the page ...", "serving the simulated cluster on
+#: ..."): the port it was given when asked for port 0.
+_SERVING = re.compile(r"\bserving (?:[^\n]*? )?on (\S+:\d+)")
 
 
 def listening_address(log: str) -> str | None:
@@ -141,6 +167,67 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+class SimulatedCluster:
+    """What the cluster around the simulated fleet says of its pods: kube-state-metrics (their controllers,
+    labels and images: simulator/cluster.py) on /metrics, and each serving pod's engine metrics (vLLM,
+    Triton: simulator/engines.py) on /engines/NAMESPACE/POD/metrics, from the requests its GPU serves on the
+    same simulated clock as the exporters (`speed` simulated seconds per real second from now). Serves from
+    the moment it is made."""
+
+    def __init__(self, nodes: list[SimNode], speed: float = 1.0, host: str = "127.0.0.1", port: int = 0):
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.parser import text_string_to_metric_families
+
+        pods = [pod for node in nodes for pod in node.pods]
+        families = list(text_string_to_metric_families(kube_state_metrics(pods)))
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_Fixed(families))
+        self.started, self.speed = time.time(), speed
+        first_gpus = {(g.pod.namespace, g.pod.pod): g for node in nodes for g in node.gpus if g.pod and g.role == 0}
+        self.engines = {
+            (pod.namespace, pod.pod): (pod, first_gpus[(pod.namespace, pod.pod)]) for pod in pods if pod.engine
+        }
+        routes = {engine_path(*key): self._engine_route(*value) for key, value in self.engines.items()}
+        self.server = serve(
+            registry,
+            (host, port),
+            WebConfig(),
+            title="simulated cluster: kube-state-metrics and serving engines",
+            health=lambda: (True, "ok"),
+            routes=routes,
+        )
+        self.address = f"{host}:{self.server.server_address[1]}"
+
+    def _engine_route(self, pod: SimPod, gpu: SimGpu) -> Route:
+        model = "meta-llama/Llama-3.1-8B-Instruct" if pod.engine == "vllm" else pod.owner_name or pod.pod
+
+        def route(_query: Mapping[str, str]) -> tuple[int, str, bytes]:
+            now = self.started + (time.time() - self.started) * self.speed
+            text = engine_text(pod.engine, engine_load(gpu, now, self.started), model)
+            return 200, "text/plain; version=0.0.4; charset=utf-8", text.encode()
+
+        return route
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def engine_path(namespace: str, pod: str) -> str:
+    """Where the simulated cluster serves a pod's engine metrics."""
+    return f"/engines/{namespace}/{pod}/metrics"
+
+
+class _Fixed:
+    """A collector of families that do not change (a fleet's pods keep their owners while the demo runs)."""
+
+    def __init__(self, families: list):
+        self.families = families
+
+    def collect(self) -> list:
+        return self.families
 
 
 @dataclass
@@ -189,6 +276,7 @@ class Stack:
     with_prometheus: bool = True
     children: list[Child] = field(default_factory=list)
     receiver: AlertReceiver | None = None
+    cluster: SimulatedCluster | None = None
     plan: Plan | None = None
 
     def start(self) -> Stack:
@@ -203,12 +291,15 @@ class Stack:
         """The exporters, then the analyzer, each on a port of its own choosing (port 0), then Prometheus
         and Alertmanager, whose configs name where the others listen."""
         thresholds = Thresholds.load(self.thresholds_file)
-        nodes = [n.name for n in fleet_from_file(self.fleet_file or DEFAULT_FLEET)]
+        fleet = fleet_from_file(self.fleet_file or DEFAULT_FLEET)
+        nodes = [n.name for n in fleet]
         prometheus = shutil.which("prometheus") if self.with_prometheus else None
         alertmanager = (shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")) if prometheus else None
         self.receiver = AlertReceiver()
+        if prometheus:
+            self.cluster = SimulatedCluster(fleet, self.speed)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        fleet = ["--simulate.config", self.fleet_file] if self.fleet_file else []
+        fleet_flags = ["--simulate.config", self.fleet_file] if self.fleet_file else []
         exporters = {
             node: self._spawn(
                 f"exporter {node}",
@@ -219,7 +310,7 @@ class Stack:
                     "exporter",
                     "--source",
                     "simulated",
-                    *fleet,
+                    *fleet_flags,
                     "--simulate.node",
                     node,
                     "--simulate.speed",
@@ -274,6 +365,8 @@ class Stack:
             store,
             f"127.0.0.1:{alertmanager_port}" if alertmanager else None,
             self.scrape_interval,
+            cluster=self.cluster.address if self.cluster else None,
+            engines=tuple(self.cluster.engines) if self.cluster else (),
         )
         for name, text in configs(self.plan, thresholds).items():
             write_atomically(self.workdir / name, text)
@@ -385,6 +478,8 @@ class Stack:
             if link:
                 out["alertmanager"] = link
         out["alert receiver"] = f"{plan.receiver_url}/"
+        if plan.cluster:
+            out["kube-state-metrics"] = f"http://{plan.cluster}/metrics"
         return out
 
     def stop(self) -> None:
@@ -401,9 +496,10 @@ class Stack:
                 child.process.kill()
                 child.process.wait()
         self.children.clear()
-        if self.receiver:
-            self.receiver.stop()
-            self.receiver = None
+        for server in (self.receiver, self.cluster):
+            if server:
+                server.stop()
+        self.receiver = self.cluster = None
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -456,12 +552,22 @@ def register(commands: Subcommands) -> None:
         default="",
         help="write the compose demo's configs to this directory and exit",
     )
+    flags.add(
+        p,
+        "--demo.cluster-only",
+        dest="cluster_only",
+        default="",
+        help="serve only the simulated cluster at this HOST:PORT: its kube-state-metrics and serving engines' "
+        "metrics (docker-compose.yml's simulated-cluster service)",
+    )
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.write_configs:
         return _write_compose_configs(args)
+    if args.cluster_only:
+        return _serve_cluster(args)
     stopping = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stopping.set())
@@ -504,14 +610,16 @@ def run(args: argparse.Namespace) -> int:
 def compose_configs(thresholds: Thresholds, fleet_file: str = "") -> dict[str, str]:
     """The configs docker-compose.yml mounts: the same generators, with compose's service names;
     prometheus-gpu.yml for the `gpu` profile (one real node, no simulated cAdvisor)."""
-    nodes = [node.name for node in fleet_from_file(fleet_file or DEFAULT_FLEET)]
+    fleet = fleet_from_file(fleet_file or DEFAULT_FLEET)
     plan = Plan(
-        {node: f"exporter-{node}:{EXPORTER_PORT}" for node in nodes},
+        {node.name: f"exporter-{node.name}:{EXPORTER_PORT}" for node in fleet},
         f"analyzer:{ANALYZER_PORT}",
         f"http://alert-receiver:{RECEIVER_PORT}",
         "prometheus:9090",
         "alertmanager:9093",
         scrape_interval=2.0,
+        cluster=f"simulated-cluster:{CLUSTER_PORT}",
+        engines=tuple((p.namespace, p.pod) for node in fleet for p in node.pods if p.engine),
     )
     gpu_plan = Plan(
         {"gpu-node": f"exporter-gpu:{EXPORTER_PORT}"},
@@ -525,6 +633,30 @@ def compose_configs(thresholds: Thresholds, fleet_file: str = "") -> dict[str, s
     files = configs(plan, thresholds)
     files["prometheus-gpu.yml"] = configs(gpu_plan, thresholds)["prometheus.yml"]
     return files
+
+
+def _serve_cluster(args: argparse.Namespace) -> int:
+    from gpulens.core.web import parse_listen_address
+
+    try:
+        host, port = parse_listen_address(args.cluster_only)
+        nodes = fleet_from_file(args.fleet or DEFAULT_FLEET)
+        server = SimulatedCluster(nodes, args.speed, host or "0.0.0.0", port)
+    except ConfigError as e:
+        print(f"gpulens demo: {e}", file=sys.stderr)
+        return 2
+    logging.getLogger("gpulens.demo").info(
+        "serving the simulated cluster on %s (kube-state-metrics at /metrics, %d serving engines at %s)",
+        server.address,
+        len(server.engines),
+        engine_path("NAMESPACE", "POD"),
+    )
+    stopped = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stopped.set())
+    stopped.wait()
+    server.stop()
+    return 0
 
 
 def _write_compose_configs(args: argparse.Namespace) -> int:

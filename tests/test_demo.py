@@ -75,12 +75,13 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
             "prometheus",
             "alertmanager",
             "alert receiver",
+            "kube-state-metrics",
         ):
             assert f"  {part} " in text, f"the demo does not say where {part} is:\n{text}"
         # Every link it prints answers on this system (Debian's Prometheus has only its classic UI,
         # Debian's Alertmanager no web UI script).
         links = re.findall(r"^  .{22} (http://\S+)$", text, re.M)
-        assert len(links) == 10, text
+        assert len(links) == 11, text
         for link in links:
             assert requests.get(link, timeout=5).status_code == 200, link
         children = descendants(demo.pid)
@@ -281,3 +282,34 @@ def test_the_alert_receiver_keeps_megabytes_of_webhooks_not_gigabytes():
     kept = receiver.snapshot()
     assert len(kept) == module.KEEP_BYTES // len(body)  # the newest that fit
     assert current < 4 * module.KEEP_BYTES, current  # 40 MiB were sent; 1,000 of them would have kept 9.7 GiB
+
+
+def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_engine(tmp_path):
+    """docker-compose.yml's simulated-cluster service: kube-state-metrics for every pod of the demo fleet,
+    and the engine metrics of its three serving pods, counting the requests their GPUs serve (their rates:
+    test_stack.py); a pod that serves nothing has none."""
+    from tests.helpers import GpulensProcess
+
+    process = GpulensProcess(["demo", "--simulate.speed", "5", "--demo.cluster-only", "127.0.0.1:0"])
+    try:
+        url = process.wait_listening()
+        owners = [
+            line
+            for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines()
+            if line.startswith("kube_pod_owner{")
+        ]
+        assert len(owners) == 28
+        assert any('pod="chat-api-6c8f9d7b54-x2k4p"' in o and 'owner_kind="ReplicaSet"' in o for o in owners)
+
+        def finished() -> float:
+            text = requests.get(f"{url}/engines/serving/chat-api-6c8f9d7b54-x2k4p/metrics", timeout=5).text
+            [line] = [x for x in text.splitlines() if x.startswith("vllm:request_success_total{")]
+            return float(line.rsplit(" ", 1)[1])
+
+        first = finished()
+        wait_until(lambda: finished() > first, 10, what="the vLLM replica to finish a request")
+        engine = requests.get(f"{url}/engines/serving/embedder-0/metrics", timeout=5).text
+        assert 'nv_inference_request_success{model="embedder",version="1"}' in engine
+        assert requests.get(f"{url}/engines/nlp/bert-finetune-0/metrics", timeout=5).status_code == 404
+    finally:
+        assert process.stop() == 0

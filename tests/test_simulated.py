@@ -3,6 +3,7 @@
 import itertools
 
 import pytest
+import yaml
 
 from gpulens.core import metrics as m
 from gpulens.core.catalog import MODELS
@@ -214,6 +215,19 @@ def test_sampler_does_not_invent_time_across_a_gap():
             {"nodes": [{"workloads": [{"profile": "idle", "gpus": 0, "pod": "notebook"}]}]},
             "nodes[0].workloads[0].pod: expected 'namespace/name' or 'namespace/name/container', got 'notebook'",
         ),
+        (
+            {"nodes": [{"workloads": [{"profile": "idle", "gpus": 0, "pod": "ml/a-0", "owner": "deployment/a"}]}]},
+            "nodes[0].workloads[0].owner: expected 'Kind/name': Deployment/chat-api, StatefulSet/jupyter, Job/train",
+        ),
+        (
+            {"nodes": [{"workloads": [{"profile": "idle", "gpus": 0, "pod": "ml/api-0", "owner": "Deployment/api"}]}]},
+            "nodes[0] (sim-node-1).workloads[0].pod: 'api-0' cannot be a pod of Deployment api: a Deployment's pod is "
+            "named api-<replicaset hash>-<suffix>, as api-6c8f9d7b54-x2k4p",
+        ),
+        (
+            {"nodes": [{"workloads": [{"profile": "memory_held", "gpus": 0, "image": "vllm/vllm-openai:v0.6.3"}]}]},
+            "nodes[0] (sim-node-1).workloads[0].image: a workload without a pod has no image; give it a pod",
+        ),
     ],
 )
 def test_bad_fleets_are_refused_with_the_reason(fleet, message):
@@ -312,3 +326,149 @@ def test_day_scale_profiles_stop_working_when_their_day_says():
     finish = finished.params["finish"] / 3600
     assert busy(finished, finish - 0.1, finish - 0.01) == 1.0 and busy(finished, finish, finish + 0.01) == 0.0
     assert busy(idle, 0, 24) < 0.001  # a 1 s request every few hours
+
+
+def test_the_simulated_kube_state_metrics_say_what_the_fleet_file_says_of_each_pod():
+    """Parsed as Prometheus parses kube-state-metrics and resolved as the analyzer resolves owners (through
+    ReplicaSets to Deployments, Jobs to CronJobs), each pod of the demo fleet has the owner its fleet file
+    names (read here from the YAML itself), else is its own (kind Pod); its labels and image are the file's."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpulens.analyzer.owners import Owner, resolve
+    from gpulens.simulator.cluster import kube_state_metrics
+
+    nodes = fleet.fleet_from_file(fleet.DEFAULT_FLEET)
+    series = {
+        family.name: [sample.labels for sample in family.samples if sample.value == 1]
+        for family in text_string_to_metric_families(kube_state_metrics([p for n in nodes for p in n.pods]))
+    }
+
+    def pairs(name: str, key: str) -> dict[tuple[str, str], tuple[str, str]]:
+        return {
+            (s["namespace"], s[key]): (s["owner_kind"], s["owner_name"])
+            for s in series[name]
+            if s["owner_kind"] != "<none>"
+        }
+
+    workloads = [w for node in yaml.safe_load(fleet.DEFAULT_FLEET.read_text())["nodes"] for w in node["workloads"]]
+    pods = {tuple(w["pod"].split("/")[:2]): w for w in workloads if "pod" in w}
+    owners = resolve(
+        pods,
+        pairs("kube_pod_owner", "pod"),
+        pairs("kube_replicaset_owner", "replicaset"),
+        pairs("kube_job_owner", "job_name"),
+        {},
+        {},
+    )
+    assert owners == {
+        pod: Owner(*w["owner"].split("/")) if "owner" in w else Owner("Pod", pod[1]) for pod, w in pods.items()
+    }
+    labels = {
+        (s["namespace"], s["pod"]): {k: v for k, v in s.items() if k.startswith("label_")}
+        for s in series["kube_pod_labels"]
+    }
+    assert labels[("research", "notebook-alice-0")] == {
+        "label_app": "jupyterhub",
+        "label_component": "singleuser-server",
+        "label_hub_jupyter_org_username": "alice",
+    }
+    images = {(s["namespace"], s["pod"]): s["image"] for s in series["kube_pod_container_info"]}
+    assert images == {pod: w["image"] for pod, w in pods.items()}
+    running = {(s["namespace"], s["pod"]) for s in series["kube_pod_status_phase"] if s["phase"] == "Running"}
+    assert running == set(pods)
+
+
+def test_an_llm_server_at_its_peak_fills_its_kv_cache_while_its_sms_stay_under_forty_percent():
+    """A continuous-batching server (vLLM) holds as many requests as its KV cache does: at 14:00 its requests
+    in flight average mean_load x capacity x the day's peak factor (Little's law; the factor is
+    _daytime's maximum, computed here from its formula), 80-95% of the cache, while decoding keeps its SMs
+    under 40% active. At night a fifth of the mean; it holds 90% of memory throughout."""
+    from gpulens.simulator.workloads import LlmEngine
+
+    [g] = _day_gpus("llm_serving")
+    engine = LlmEngine.of(g)
+    day = 20_000 * DAY
+    peak_factor = 0.2 + 0.8 / 0.332
+    at_peak = [day + 14 * 3600 + 10 * k for k in range(-60, 60)]  # 20 minutes about 14:00, one draw a 10 s
+    kv = [engine.load(g, t, day).kv_cache_usage for t in at_peak]
+    expected = engine.mean_load * peak_factor
+    assert 0.78 <= expected <= 0.94
+    assert sum(kv) / len(kv) == pytest.approx(expected, abs=0.05)
+    activity = [PROFILES["llm_serving"](g, t, 1.0) for t in at_peak]
+    assert max(a.sm_active for a in activity) <= 0.4
+    assert {a.memory_fraction for a in activity} == {0.9}
+    at_night = [engine.in_engine(g, day + 3 * 3600 + 10 * k) for k in range(120)]
+    assert sum(at_night) / len(at_night) < engine.mean_load * engine.capacity * 0.3
+
+
+def test_an_engines_request_counter_is_the_integral_of_its_arrival_rate():
+    """Requests finished over a day are the arrival rate (requests in flight / seconds each) integrated over
+    the day's shape; the closed form against a sum over each minute of _daytime."""
+    from gpulens.simulator.workloads import LlmEngine, _daytime
+
+    [g] = _day_gpus("llm_serving")
+    engine = LlmEngine.of(g)
+    day = 20_000 * DAY
+    rate = engine.mean_load * engine.capacity / engine.request_seconds
+    summed = sum(rate * _daytime(m * 60 + 30) * 60 for m in range(24 * 60))
+    load = engine.load(g, day + DAY, day)
+    assert load.requests == pytest.approx(summed, rel=1e-4)
+    assert load.output_tokens == pytest.approx(summed * engine.output_tokens, rel=1e-4)
+    assert engine.load(g, day + DAY + 3600, day + DAY).requests == pytest.approx(
+        sum(rate * _daytime(m * 60 + 30) * 60 for m in range(60)), rel=1e-3
+    )
+
+
+def test_each_serving_profile_counts_the_requests_its_gpu_serves():
+    """light_inference: a 60 ms request every 0.5 s, 120 a minute, one running 12% of the time; serving: the
+    requests of its day's schedule; a replica that never serves, none."""
+    from gpulens.simulator.workloads import engine_load
+
+    light, serving, never = _day_gpus("light_inference", "serving", "never_served")
+    day = 20_000 * DAY
+    assert engine_load(light, day + 60, day).requests == 120
+    running = [engine_load(light, day + k / 100, day).running for k in range(1000)]
+    assert sum(running) == pytest.approx(0.12 * 1000, abs=2)
+    engine_load(serving, day, day)  # builds the day's schedule
+    ended = sum(1 for end in serving.schedules[20_000].ends if day < end <= day + DAY)
+    assert engine_load(serving, day + DAY, day).requests == ended > 0
+    assert engine_load(never, day + DAY, day) == type(engine_load(never, day, day))()
+
+
+def test_the_simulated_engines_export_what_vllm_and_triton_export():
+    """Parsed as Prometheus parses them: vLLM's gauges and counters with model_name, Triton's with model
+    and version; counters under their family names (prometheus_client strips _total)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpulens.simulator.engines import triton_text, vllm_text
+    from gpulens.simulator.workloads import EngineLoad
+
+    load = EngineLoad(
+        running=12,
+        waiting=3,
+        kv_cache_usage=0.375,
+        requests=1234.6,
+        prompt_tokens=5e5,
+        output_tokens=2e5,
+        request_seconds=8.0,
+    )
+    vllm = {
+        s.name: (s.labels, s.value) for f in text_string_to_metric_families(vllm_text(load, "m")) for s in f.samples
+    }
+    assert vllm == {
+        "vllm:num_requests_running": ({"model_name": "m"}, 12),
+        "vllm:num_requests_waiting": ({"model_name": "m"}, 3),
+        "vllm:kv_cache_usage_perc": ({"model_name": "m"}, 0.375),
+        "vllm:request_success_total": ({"finished_reason": "stop", "model_name": "m"}, 1234),
+        "vllm:prompt_tokens_total": ({"model_name": "m"}, 500000),
+        "vllm:generation_tokens_total": ({"model_name": "m"}, 200000),
+    }
+    triton = {s.name: s.value for f in text_string_to_metric_families(triton_text(load, "e")) for s in f.samples}
+    assert triton == {
+        "nv_inference_request_success_total": 1234,
+        "nv_inference_count_total": 1234,
+        "nv_inference_exec_count_total": 1234,
+        "nv_inference_request_duration_us_total": int(1234.6 * 8e6),
+        "nv_inference_queue_duration_us_total": 1234 * 50,
+        "nv_inference_pending_request_count": 3,
+    }

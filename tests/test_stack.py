@@ -13,10 +13,12 @@ import time
 
 import pytest
 import requests
+import yaml
 
 from gpulens.core import mixin
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.dashboards import gpulens as dashboards
+from gpulens.simulator.fleet import DEFAULT_FLEET
 from tests.helpers import start_demo_stack
 from tests.test_analyzer_service import EXPECTED
 
@@ -133,6 +135,44 @@ def classes(stack) -> dict[str, str]:
 
 def test_every_simulated_pod_is_classified_as_its_profile(stack):
     eventually(lambda: classes(stack), EXPECTED, 240, "the analyzer's classes")
+
+
+def workloads(stack) -> dict[str, tuple[str, str]]:
+    verdicts = requests.get(f"http://{stack.plan.analyzer}/api/v1/verdicts", timeout=5).json()["verdicts"]
+    return {f"{v['namespace']}/{v['pod']}": (v["owner_kind"], v["owner"]) for v in verdicts if v["pod"]}
+
+
+def test_the_analyzer_names_each_pods_workload_from_the_simulated_kube_state_metrics(stack):
+    """The demo plays kube-state-metrics for its fleet; the analyzer reads each pod's controller from it
+    through a real Prometheus (a Deployment's pods through their ReplicaSet): what the fleet file names."""
+    fleet = yaml.safe_load(DEFAULT_FLEET.read_text())
+    expected = {
+        w["pod"]: tuple(w["owner"].split("/")) if "owner" in w else ("Pod", w["pod"].split("/")[1])
+        for node in fleet["nodes"]
+        for w in node["workloads"]
+        if "pod" in w
+    }
+    eventually(lambda: workloads(stack), expected, 240, "the pods' workloads")
+
+
+def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
+    """The demo plays the engines of its serving pods, each scraped as its pod (its namespace and pod labels):
+    vLLM for the chat-api Deployment's two replicas, Triton for the embedder. They count the requests their
+    GPUs serve (light_inference: one every 0.5 simulated seconds, so 10 a real second at 5x speed)."""
+
+    def rates() -> dict[str, float]:
+        out = {}
+        for expr in ("rate(vllm:request_success_total[20s])", "rate(nv_inference_request_success[20s])"):
+            out |= {
+                f"{r['metric']['namespace']}/{r['metric']['pod']}": float(r["value"][1]) for r in query(stack, expr)
+            }
+        return out
+
+    expected = {"serving/chat-api-6c8f9d7b54-x2k4p", "serving/chat-api-6c8f9d7b54-m7q9z", "serving/embedder-0"}
+    eventually(lambda: set(rates()), expected, 120, "the engines' request rates")
+    assert rates() == pytest.approx(dict.fromkeys(expected, 2 * stack.speed), rel=0.05)
+    [kv] = query(stack, 'max(vllm:kv_cache_usage_perc{pod="chat-api-6c8f9d7b54-x2k4p"})')
+    assert float(kv["value"][1]) in (0.0, 0.02)
 
 
 def test_rules_fire_for_exactly_the_simulated_sick_gpus(stack):

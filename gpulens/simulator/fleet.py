@@ -8,17 +8,20 @@ analyzer prices.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpulens.core.catalog import MODELS
 from gpulens.core.config import ConfigError, read_yaml
 from gpulens.core.pods import PodRef
-from gpulens.core.schema import Flag, Integer, Invalid, ListOf, Record, Text
+from gpulens.core.schema import Flag, Integer, Invalid, ListOf, MapOf, Record, Text
+from gpulens.simulator.cluster import SimPod, owner_problem
+from gpulens.simulator.engines import ENGINES
 
 # CPU_LIMIT_CORES lives with the workloads that draw a share of it; the simulated exporter reads it here.
 from gpulens.simulator.workloads import CPU_LIMIT_CORES as CPU_LIMIT_CORES
-from gpulens.simulator.workloads import PROFILES, SimGpu, profile_params
+from gpulens.simulator.workloads import ENGINE_PROFILES, PROFILES, SimGpu, profile_params
 
 
 class FleetError(ConfigError):
@@ -29,11 +32,18 @@ class FleetError(ConfigError):
 class SimNode:
     name: str
     gpus: list[SimGpu]
+    #: The node's pods as the Kubernetes API describes them (kube-state-metrics: simulator/cluster.py).
+    pods: list[SimPod] = field(default_factory=list)
 
 
 def _is_pod_ref(value: str) -> bool:
     parts = value.split("/")
     return len(parts) in (2, 3) and all(parts)
+
+
+def _is_owner_ref(value: str) -> bool:
+    kind, _, name = value.partition("/")
+    return bool(re.fullmatch(r"[A-Z][A-Za-z0-9]*", kind)) and bool(name) and "/" not in name
 
 
 #: A fleet file (docs/simulator.md).
@@ -53,6 +63,14 @@ FLEET_SCHEMA = Record(
                                 "profile": Text(choices=tuple(PROFILES)),
                                 "gpus": ListOf(Integer(low=0), single=True),
                                 "pod": Text(valid=_is_pod_ref, what="'namespace/name' or 'namespace/name/container'"),
+                                "owner": Text(
+                                    valid=_is_owner_ref,
+                                    what="'Kind/name': Deployment/chat-api, StatefulSet/jupyter, Job/train, "
+                                    "CronJob/nightly, or another controller's (PyTorchJob/llama-ft)",
+                                ),
+                                "labels": MapOf(Text()),
+                                "image": Text(valid=bool, what="an image reference"),
+                                "engine": Text(choices=ENGINES),
                             },
                             required=("profile",),
                         )
@@ -83,6 +101,7 @@ def load_fleet(config: object, default_seed: int = 0) -> list[SimNode]:
         count = node.get("gpus", 8)
         profiling = node.get("profiling", True)
         assigned: dict[int, tuple[str, PodRef | None, int]] = {}
+        pods: list[SimPod] = []
         for w, workload in enumerate(node.get("workloads", [])):
             profile = workload["profile"]
             for role, index in enumerate(workload.get("gpus", [])):
@@ -94,6 +113,9 @@ def load_fleet(config: object, default_seed: int = 0) -> list[SimNode]:
                 if index in assigned:
                     raise FleetError(f"{where}.workloads[{w}]: GPU {index} is given two workloads")
                 assigned[index] = (profile, _pod_ref(workload.get("pod")), role)
+            spec = _sim_pod(workload, name, f"{where}.workloads[{w}]")
+            if spec and all((q.namespace, q.pod) != (spec.namespace, spec.pod) for q in pods):
+                pods.append(spec)
         gpus = []
         for index in range(count):
             profile, pod, role = assigned.get(index, ("unallocated", None, 0))
@@ -120,8 +142,31 @@ def load_fleet(config: object, default_seed: int = 0) -> list[SimNode]:
                     params=profile_params(profile, rng),
                 )
             )
-        nodes.append(SimNode(name, gpus))
+        nodes.append(SimNode(name, gpus, pods))
     return nodes
+
+
+def _sim_pod(workload: dict, node: str, where: str) -> SimPod | None:
+    """The workload's pod as Kubernetes describes it (None without a pod); FleetError where its owner
+    cannot have a pod of that name."""
+    ref = _pod_ref(workload.get("pod"))
+    if ref is None:
+        for key in ("owner", "labels", "image", "engine"):
+            if key in workload:
+                raise FleetError(f"{where}.{key}: a workload without a pod has no {key}; give it a pod")
+        return None
+    kind, _, owner = workload.get("owner", "").partition("/")
+    problem = owner_problem(ref.pod, kind, owner)
+    if problem:
+        raise FleetError(f"{where}.pod: {ref.pod!r} cannot be a pod of {kind} {owner}: {problem}")
+    engine = workload.get("engine", "")
+    if engine and workload["profile"] not in ENGINE_PROFILES:
+        raise FleetError(
+            f"{where}.engine: profile '{workload['profile']}' serves no requests; an engine runs "
+            f"{', '.join(ENGINE_PROFILES)}"
+        )
+    labels, image = workload.get("labels", {}), workload.get("image", "")
+    return SimPod(ref.namespace, ref.pod, ref.container, node, kind, owner, labels, image, engine)
 
 
 def _pod_ref(value: str | None) -> PodRef | None:

@@ -47,6 +47,9 @@ serving              a model server holding its model in memory; requests arrive
                      2-10% (the public shape of a Stable Diffusion serving fleet).
 idle_replica         a serving replica holding a 17-20 GiB model that almost nobody calls: a 1 s
                      request every few hours.
+llm_serving          a continuous-batching LLM server (vLLM) holding 90% of memory, requests by time of day
+                     sharing the GPU up to what its KV cache holds: at the peak its KV cache is 80-95% full
+                     while its SMs are under 40% active (decoding is bound by memory bandwidth).
 notebook             interactive work for 1-3 hours a day (cells of 5-60 s), memory kept all day.
 sparse_notebook      a kernel kept all day that runs a short cell (2-8 s) every 10-40 minutes: busy
                      well under 1% of any hour.
@@ -285,6 +288,157 @@ def _never_served(g: SimGpu, t: float, w: float) -> Activity:
         process=True,
         cpu_fraction=0.05 + 0.3 * busy,
     )
+
+
+@dataclass(frozen=True)
+class EngineLoad:
+    """What a serving engine counts at a moment: requests running and waiting in its queue, the share of its
+    KV cache in use (0-1), and since its start the requests it finished and their prompt and output tokens."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    requests: float = 0.0
+    prompt_tokens: float = 0.0
+    output_tokens: float = 0.0
+    #: Seconds a request spends in the engine (queue excluded).
+    request_seconds: float = 0.0
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    """A Poisson draw (Knuth's method: exact, and quick for the means of a few dozen used here)."""
+    limit, k, product = math.exp(-mean), 0, rng.random()
+    while product > limit:
+        k += 1
+        product *= rng.random()
+    return k
+
+
+def _daytime_integral(seconds: float) -> float:
+    """The integral of _daytime from the day's start to `seconds` of it."""
+    scale = 4.5 * 3600
+    bump = scale * math.sqrt(math.pi) / 2 * (math.erf((seconds / 3600 - 14) / 4.5) - math.erf(-14 / 4.5))
+    return 0.2 * seconds + 0.8 * bump / 0.332
+
+
+@dataclass(frozen=True)
+class LlmEngine:
+    """A continuous-batching LLM server (vLLM, SGLang, TGI): requests of `request_seconds` each share the GPU,
+    as many at once as its KV cache holds (`capacity`); more wait in its queue. Requests in the engine
+    average `mean_load` x capacity over a day, by time of day as _daytime (Little's law: arrivals per second
+    are that over request_seconds), so that at the 14:00 peak the KV cache, not SM activity, is what runs
+    out: decoding is bound by memory bandwidth, its SMs 12-40% active however full the batch."""
+
+    capacity: int
+    request_seconds: float
+    mean_load: float
+    prompt_tokens: float
+    output_tokens: float
+
+    @classmethod
+    def of(cls, g: SimGpu) -> LlmEngine:
+        # Its own RNG: profile_params' draws, and so every other simulated GPU, stay as they were.
+        rng = random.Random(f"{g.seed}:{g.index}:llm")
+        return cls(
+            capacity=rng.choice((24, 32, 48)),
+            request_seconds=rng.uniform(6.0, 12.0),
+            mean_load=rng.uniform(0.30, 0.36),
+            prompt_tokens=rng.uniform(400, 900),
+            output_tokens=rng.uniform(150, 350),
+        )
+
+    def in_engine(self, g: SimGpu, t: float) -> int:
+        """Requests running or waiting at `t`: a Poisson draw around the expected number, one per 10 s."""
+        expected = self.mean_load * self.capacity * _daytime(t % DAY)
+        return _poisson(random.Random(f"{g.seed}:{g.index}:llm:{int(t // 10)}"), expected)
+
+    def arrivals(self, t: float) -> float:
+        """Requests expected to have arrived from the epoch to `t` (unix seconds)."""
+        rate = self.mean_load * self.capacity / self.request_seconds  # per second, relative to _daytime
+        return rate * ((t // DAY) * _daytime_integral(DAY) + _daytime_integral(t % DAY))
+
+    def load(self, g: SimGpu, t: float, since: float) -> EngineLoad:
+        n = self.in_engine(g, t)
+        running = min(n, self.capacity)
+        finished = self.arrivals(t) - self.arrivals(since)
+        return EngineLoad(
+            running,
+            n - running,
+            running / self.capacity,
+            finished,
+            finished * self.prompt_tokens,
+            finished * self.output_tokens,
+            self.request_seconds,
+        )
+
+
+def _llm_serving(g: SimGpu, t: float, w: float) -> Activity:
+    engine = LlmEngine.of(g)
+    n = engine.in_engine(g, t)
+    full = min(n, engine.capacity) / engine.capacity
+    working = 1.0 if n else 0.0
+    return Activity(
+        busy=working,
+        sm_active=(0.12 + 0.28 * full) * working,
+        sm_occupancy=(0.1 + 0.2 * full) * working,
+        tensor=(0.05 + 0.25 * full) * working,
+        dram=(0.25 + 0.45 * full) * working,
+        fp16=(0.05 + 0.2 * full) * working,
+        # vLLM takes gpu_memory_utilization (0.9) of the GPU at start for its weights and KV cache.
+        memory_fraction=0.9,
+        pcie_rx=0.002 * working * g.model.pcie_bytes_per_second,
+        pcie_tx=0.002 * working * g.model.pcie_bytes_per_second,
+        power_fraction=0.05 + (0.2 + 0.45 * full) * working,
+        temperature_celsius=40 + 25 * full,
+        clock_fraction=1.0 if n else 0.5,
+        process=True,
+        cpu_fraction=0.1 + 0.2 * full,
+    )
+
+
+#: Requests of the light_inference profile: one every 0.5 s, each 60 ms on the GPU.
+LIGHT_REQUEST_PERIOD, LIGHT_REQUEST_SECONDS = 0.5, 0.06
+#: Tokens of a light_inference request (an embedding of a short text, or a short completion).
+LIGHT_PROMPT_TOKENS, LIGHT_OUTPUT_TOKENS = 64.0, 16.0
+
+
+def engine_load(g: SimGpu, t: float, since: float) -> EngineLoad:
+    """What the serving engine of `g`'s pod counts at `t` (simulated unix seconds), from its start at
+    `since`: the requests its profile serves (none for a replica that never serves)."""
+    if g.profile == "llm_serving":
+        return LlmEngine.of(g).load(g, t, since)
+    if g.profile == "light_inference":
+        on = duty(t, 0.001, LIGHT_REQUEST_PERIOD, LIGHT_REQUEST_SECONDS, g.params["phase"]) > 0.5
+        finished = max(0.0, (t - since) / LIGHT_REQUEST_PERIOD)
+        return EngineLoad(
+            int(on),
+            0,
+            0.02 * on,
+            finished,
+            finished * LIGHT_PROMPT_TOKENS,
+            finished * LIGHT_OUTPUT_TOKENS,
+            LIGHT_REQUEST_SECONDS,
+        )
+    if g.profile in ("serving", "idle_replica"):
+        running = _busy(g, t, 0.001, _request_schedule) > 0.5
+        finished = _finished(g, since, t, _request_schedule)
+        return EngineLoad(int(running), 0, 0.05 * running, finished, request_seconds=g.params["service"])
+    return EngineLoad()
+
+
+def _finished(g: SimGpu, since: float, t: float, make: Callable[[SimGpu, random.Random, float], Schedule]) -> int:
+    """Requests of a day-scale schedule that ended in (since, t]."""
+    count = 0
+    for d in range(math.floor(since / DAY) - 1, math.floor(t / DAY) + 1):
+        if d not in g.schedules:
+            g.schedules[d] = make(g, random.Random(f"{g.seed}:{g.index}:{d}"), d * DAY)
+        ends = g.schedules[d].ends
+        count += bisect.bisect_right(ends, t) - bisect.bisect_right(ends, since)
+    return count
+
+
+#: The profiles a serving engine runs (the fleet file's `engine:` is refused on others).
+ENGINE_PROFILES = ("llm_serving", "light_inference", "never_served", "idle_replica", "serving")
 
 
 def _start_up_of(g: SimGpu) -> tuple[float, float]:
@@ -815,6 +969,7 @@ PROFILES = {
     "serving": _serving,
     "idle_replica": _idle_replica,
     "never_served": _never_served,
+    "llm_serving": _llm_serving,
     "notebook": _notebook,
     "sparse_notebook": _sparse_notebook,
     "training_finished": _training_finished,
@@ -826,6 +981,7 @@ PROFILES = {
 #: days; the demo fleet, which runs for minutes, leaves them out.
 DAY_SCALE = (
     "serving",
+    "llm_serving",
     "idle_replica",
     "never_served",
     "notebook",
