@@ -645,7 +645,7 @@ def _serve_cluster(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"gpulens demo: {e}", file=sys.stderr)
         return 2
-    logging.getLogger("gpulens.demo").info(
+    log.info(
         "serving the simulated cluster on %s (kube-state-metrics at /metrics, %d serving engines at %s)",
         server.address,
         len(server.engines),
