@@ -21,11 +21,10 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpulens.analyzer.kinds import PodKey
+
 if TYPE_CHECKING:
     from gpulens.analyzer.store import Store
-
-#: A pod's identity in the store: (namespace, pod).
-PodKey = tuple[str, str]
 
 
 @dataclass(frozen=True)

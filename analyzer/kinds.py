@@ -19,6 +19,9 @@ from typing import Literal
 from gpulens.core.config import ConfigError, read_yaml
 from gpulens.core.schema import ListOf, MapOf, Record, Text, validate
 
+#: A pod's identity in a store or the cluster: (namespace, pod).
+PodKey = tuple[str, str]
+
 Kind = Literal["notebook", "serving", "job", "unknown"]
 KINDS: tuple[Kind, ...] = ("notebook", "serving", "job", "unknown")
 
@@ -54,11 +57,13 @@ class KindRule:
             return False
         return bool(self.labels or self.image or self.owner_kinds)
 
-    def says(self) -> str:
-        """What matched, as the evidence names it."""
-        parts = [f"label {k}={v}" if v != "*" else f"label {k}" for k, v in self.labels.items()]
-        parts += [f"image {self.image}"] if self.image else []
-        parts += [f"owner {' or '.join(self.owner_kinds)}"] if self.owner_kinds else []
+    def says(self, pod: PodFacts) -> str:
+        """What of the pod matched, as the evidence names it: `label component=singleuser-server`,
+        `image vllm/vllm-openai:v0.6.3`, `owner CronJob`."""
+        parts = [f"label {k}={pod.labels[k]}" for k in self.labels]
+        if self.image:
+            parts.append(f"image {next(i for i in pod.images if fnmatch.fnmatchcase(i, self.image))}")
+        parts += [f"owner {pod.owner_kind}"] if self.owner_kinds else []
         return ", ".join(parts)
 
 
@@ -129,7 +134,7 @@ def kind_of(pod: PodFacts, rules: Sequence[KindRule] = DEFAULT_RULES) -> Workloa
     """The first rule's kind that matches, with the engine the pod's images run where it serves."""
     for rule in rules:
         if rule.matches(pod):
-            return WorkloadKind(rule.kind, engine_of(pod.images) if rule.kind == "serving" else "", rule.says())
+            return WorkloadKind(rule.kind, engine_of(pod.images) if rule.kind == "serving" else "", rule.says(pod))
     return UNKNOWN
 
 

@@ -29,8 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import state
 from gpulens.analyzer.engines import EngineLoad, read_engine_loads
-from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule
-from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
+from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodKey
+from gpulens.analyzer.owners import Owner, OwnerReader
 from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Window, instances_matcher
 from gpulens.analyzer.store import (
     MAX_ANSWER_BYTES,

@@ -22,11 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodFacts, WorkloadKind, kind_of, label_keys
+from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodFacts, PodKey, WorkloadKind, kind_of, label_keys
 from gpulens.analyzer.store import Store
-
-#: Pod -> (namespace, pod).
-PodKey = tuple[str, str]
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,10 @@ import pandas as pd
 
 from gpulens.analyzer import owners
 from gpulens.analyzer.classify import Verdict, classify
+from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.history import Ledger
-from gpulens.analyzer.kinds import UNKNOWN, WorkloadKind
+from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.analyzer.plan import Plan, Use, make_plan
 from gpulens.analyzer.report import RollingTimelines, unit_samples
@@ -318,8 +319,15 @@ class AnalyzerService:
             body = self._verdicts_body()
         return 200, "application/json", finite_json(body).encode()
 
+    def _engine_loads(self) -> dict[PodKey, EngineLoad]:
+        """What each serving pod's engine counted over the history kept. Read for pods judged: before the
+        first cycle has any, nothing asks the store (whose errors the cycle's input already counts)."""
+        if not self.history:
+            return {}
+        return self.source.engine_loads(self.history_seconds, self.thresholds.plan_load_percentile)
+
     def _verdicts_body(self) -> dict:
-        loads = self.source.engine_loads(self.history_seconds, self.thresholds.plan_load_percentile)
+        loads = self._engine_loads()
         return {
             "stale": self.stale(),
             "age_seconds": self.age(),
@@ -349,7 +357,7 @@ class AnalyzerService:
         that asks (/metrics, the page at /, the API), so that all of them show the same cycle."""
         with self.lock:
             if self._view is None or self._view.cycle != self.cycles:
-                loads = self.source.engine_loads(self.history_seconds, self.thresholds.plan_load_percentile)
+                loads = self._engine_loads()
                 verdicts = [
                     past.verdict(self.thresholds, workload_of(past), loads.get(unit[:2]))
                     for unit, past in self.history.items()

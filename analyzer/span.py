@@ -30,8 +30,8 @@ from gpulens.analyzer.classify import Verdict, judge
 from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.history import Ledger, default_window, ledgers
-from gpulens.analyzer.kinds import UNKNOWN, WorkloadKind
-from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
+from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
+from gpulens.analyzer.owners import Owner, OwnerReader
 from gpulens.analyzer.plan import Use
 from gpulens.analyzer.report import TimelineBins, unit_samples
 from gpulens.analyzer.series import Exporters, SeriesReader, Window, instances_matcher

@@ -46,8 +46,12 @@ def test_each_common_stack_is_known_by_its_labels_image_or_owner(pod, expected):
 
 def test_the_evidence_names_the_rule_that_matched():
     assert kind_of(PodFacts("Pod", JUPYTERHUB)) == WorkloadKind("notebook", "", "label component=singleuser-server")
-    assert kind_of(PodFacts("StatefulSet", {"notebook-name": "nb"})).source == "label notebook-name"
+    assert kind_of(PodFacts("StatefulSet", {"notebook-name": "nb"})).source == "label notebook-name=nb"
     assert kind_of(PodFacts("Deployment", {}, ("acme/api:1",))).source == "owner Deployment"
+    assert kind_of(PodFacts("CronJob", {}, ("acme/train:1",))).source == "owner CronJob"
+    assert kind_of(PodFacts("StatefulSet", {}, ("docker.io/acme/x:1", "lmsysorg/sglang:v0.4.0-cu124"))) == WorkloadKind(
+        "serving", "sglang", "image lmsysorg/sglang:v0.4.0-cu124"
+    )
 
 
 def test_a_platform_teams_rules_come_before_the_defaults(tmp_path):
@@ -63,7 +67,7 @@ def test_a_platform_teams_rules_come_before_the_defaults(tmp_path):
     assert kind_of(PodFacts("Deployment", {"workbench": "true"}, ("acme/ide:1",)), rules).kind == "notebook"
     assert kind_of(PodFacts("Deployment", {}, ("registry.acme/batch/etl:7",)), rules).kind == "job"
     assert kind_of(PodFacts("Deployment", {}, ("vllm/vllm-openai:v0.6.3",)), rules) == WorkloadKind(
-        "serving", "vllm", "image *vllm*"
+        "serving", "vllm", "image vllm/vllm-openai:v0.6.3"
     )
 
 
