@@ -23,8 +23,10 @@ from typing import Literal
 
 import pandas as pd
 
+from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.evidence import Evidence, byte_count, seconds, share
 from gpulens.analyzer.features import PodFeatures, PodGpu, pod_features
+from gpulens.analyzer.kinds import Kind
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STALL_CAUSES
 from gpulens.core.catalog import GpuModel, model_info
@@ -96,6 +98,13 @@ class Verdict:
     owner_kind: str = ""
     owner: str = ""
     team: str = ""
+    #: What the workload is (analyzer/kinds.py: notebook, serving, job, unknown), its serving engine ("" where
+    #: none is known: vllm, tgi, triton, sglang), and what said so (the rule that matched).
+    workload_kind: Kind = "unknown"
+    engine: str = ""
+    kind_source: str = ""
+    #: What its serving engine counted over the span (analyzer/engines.py), where it exports its metrics.
+    engine_load: EngineLoad | None = None
     #: Share of samples busy at under waiting_power_share of the power limit, counted as no work in the waste
     #: where activity is utilization (it shows that a kernel ran, and a kernel spinning on a peer runs all
     #: the time); None where activity shows the work itself (SM activity) or the class claims no waiting.

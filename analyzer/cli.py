@@ -84,6 +84,13 @@ def register(commands: Subcommands) -> None:
         help="with --prometheus: the pod label (or namespace label) naming a pod's team, read from "
         "kube-state-metrics' kube_pod_labels (e.g. team reads label_team)",
     )
+    p.add_argument(
+        "--analysis.config",
+        dest="analysis_config",
+        default="",
+        help="with --prometheus: settings YAML, its workload_kinds rules naming what your pods are (notebook, "
+        "serving, job) by label, image or owner, before the defaults (docs/workloads.md)",
+    )
     _common(p)
     p.add_argument(
         "--gpu-model",
@@ -201,6 +208,14 @@ def register(commands: Subcommands) -> None:
         dest="team_label",
         default="",
         help="the pod (or namespace) label naming a pod's team, read from kube-state-metrics' kube_pod_labels",
+    )
+    flags.add(
+        a,
+        "--analysis.config",
+        dest="analysis_config",
+        default="",
+        help="settings YAML: workload_kinds rules naming what your pods are by label, image or owner "
+        "(docs/workloads.md)",
     )
     flags.add(a, "--web.listen-address", dest="listen_address", default=":9849", help="address to serve on")
     flags.add(a, "--web.config.file", dest="web_config_file", default="", help="exporter-toolkit web config")
@@ -336,7 +351,12 @@ def run_report(args: argparse.Namespace) -> int:
             verdicts, timelines, use = _report_from_store(args, thresholds, prices, window, step)
             trace = None
         else:
-            given = {"--since": args.since, "--until": args.until, "--team-label": args.team_label}
+            given = {
+                "--since": args.since,
+                "--until": args.until,
+                "--team-label": args.team_label,
+                "--analysis.config": args.analysis_config,
+            }
             for_stores = [flag for flag, value in given.items() if value]
             for_stores += [
                 flag for dest, (flag, default) in args.store_defaults.items() if getattr(args, dest) != default
@@ -426,7 +446,9 @@ def _report_from_store(
     import time
 
     from gpulens.analyzer import span
+    from gpulens.analyzer.engines import read_engine_loads
     from gpulens.analyzer.frame import format_timestamp
+    from gpulens.analyzer.kinds import load_rules
     from gpulens.analyzer.owners import OwnerReader
     from gpulens.analyzer.plan import Use
     from gpulens.analyzer.report import TimelineBins
@@ -447,13 +469,17 @@ def _report_from_store(
         raise ValueError(f"--since {args.since} is not before --until {format_timestamp(until)}")
     store = Store(args.prometheus, _store_auth(args), args.timeout)
     reader = SeriesReader(store, args.query_step, _mixin(args, thresholds), args.selector, args.dcgm_selector)
-    owners = OwnerReader(store, args.team_label)
+    owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config))
     the_span = span.Span.aligned(since, until, args.query_step)
     timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if args.format == "html" else None
     use = Use.over(the_span.start, the_span.end, the_span.step, thresholds)
     try:
+        # What each serving pod's engine counted over the span: a few reduced queries, not its samples.
+        engines = read_engine_loads(store, the_span.start, the_span.end, the_span.step, thresholds.plan_load_percentile)
         if not sys.stderr.isatty():
-            verdicts = span.report(reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use)
+            verdicts = span.report(
+                reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use, engines
+            )
             return verdicts, timelines, use
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -465,7 +491,9 @@ def _report_from_store(
                 read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
                 bar.update(task, total=p.span_seconds, completed=p.seconds_done, read=read)
 
-            verdicts = span.report(reader, the_span, thresholds, prices, window, slide, show, owners, timelines, use)
+            verdicts = span.report(
+                reader, the_span, thresholds, prices, window, slide, show, owners, timelines, use, engines
+            )
             return verdicts, timelines, use
     finally:
         store.close()
@@ -585,6 +613,8 @@ _CSV_FIELDS = [
     "owner_kind",
     "owner",
     "team",
+    "workload_kind",
+    "engine",
 ]
 
 
@@ -646,6 +676,8 @@ def _table(verdicts: list[Verdict], plan: Plan, to_terminal: bool) -> str:
         pod = v.unit
         if v.owner_kind and v.owner_kind != "Pod":
             pod += f"\n{v.owner_kind} {v.owner}"
+        if v.workload_kind != "unknown":
+            pod += f"\n{v.workload_kind}" + (f" ({v.engine})" if v.engine else "")
         pod += f"\non {v.node or '?'}"
         if v.coverage < 0.99:  # gaps in the data: say how much of the span the verdict rests on
             pod += f"\n{v.coverage:.0%} of {v.window_seconds / 3600:.1f} h sampled"
@@ -743,6 +775,7 @@ def run_service(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry
 
+    from gpulens.analyzer.kinds import load_rules
     from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput, Shard
     from gpulens.analyzer.livepage import LivePage
     from gpulens.analyzer.series import MAX_READ_PARTS
@@ -784,6 +817,7 @@ def run_service(args: argparse.Namespace) -> int:
                 dcgm_selector=args.dcgm_selector,
                 config=_mixin(args, thresholds),
                 team_label=args.team_label,
+                rules=load_rules(args.analysis_config),
                 state_file=args.state_file,
                 parts=args.read_parts,
             )

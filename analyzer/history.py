@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -30,11 +31,16 @@ from gpulens.analyzer.classify import (
     sparse_use,
     worked,
 )
+from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.frame import format_timestamp
+from gpulens.analyzer.kinds import UNKNOWN, WorkloadKind
 from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
+
+#: The class whose quiet spells a serving replica's are, and that a notebook never is.
+SERVING = "overprovisioned_serving"
 
 #: The shortest default window: long enough for a serving replica's quiet spells to be pauses.
 MIN_DEFAULT_WINDOW = 3600.0
@@ -62,8 +68,12 @@ def analyze(
     prices: dict[str, float] | None = None,
     window: float | None = None,
     step: float | None = None,
+    workloads: Mapping[str, WorkloadKind] | None = None,
+    engines: Mapping[str, EngineLoad] | None = None,
 ) -> list[Verdict]:
-    """Per unit (pod, or GPU no pod holds): its headline verdict, with episodes and shares by class.
+    """Per unit (pod, or GPU no pod holds): its headline verdict, with episodes and shares by class, and what
+    its workload is and its engine counted where `workloads` and `engines` say (by unit, "namespace/pod";
+    kinds.py, engines.py).
 
     window and step are seconds (None: default_window()). Data spanning no more than one window gets
     one verdict for all of it, as classify() gives."""
@@ -76,7 +86,11 @@ def analyze(
     ts = trace["timestamp"].to_numpy()
     if float(ts.max()) - float(ts.min()) < window:
         return judge(pod_features(trace, t, keys=keys), t, prices)  # one window: classify()
-    return [ledger.verdict(t) for ledger in ledgers(trace, t, prices, window, step, keys=keys).values()]
+    found = ledgers(trace, t, prices, window, step, keys=keys)
+    return [
+        ledger.verdict(t, (workloads or {}).get(unit, UNKNOWN), (engines or {}).get(unit))
+        for unit, ledger in found.items()
+    ]
 
 
 def resolve_window(
@@ -354,16 +368,28 @@ class Ledger:
         seconds, wasted, cost, _ = self.totals()
         return class_shares(seconds, wasted, cost)
 
-    def headline(self, t: Thresholds) -> str:
+    def headline(self, t: Thresholds, workload: WorkloadKind = UNKNOWN, engine: EngineLoad | None = None) -> str:
         """The class of the unit's verdict over the span (verdict()): the one judgement every output serves."""
-        return self.verdict(t).bottleneck
+        return self.verdict(t, workload, engine).bottleneck
 
-    def verdict(self, t: Thresholds) -> Verdict:
+    def verdict(self, t: Thresholds, workload: WorkloadKind = UNKNOWN, engine: EngineLoad | None = None) -> Verdict:
         """The unit's verdict over the span: the headline class (see headline()), or idle where the whole span
-        is sparse use."""
+        is sparse use. What the workload is (analyzer/kinds.py, from Kubernetes) and what its serving engine
+        counted (analyzer/engines.py) settle what its GPU leaves open: a notebook's bursts are cells, never
+        requests (its serving windows are idle: the time its kernel holds the GPU between them); a serving
+        replica's quiet spells are serving's (headline()); a replica whose engine finished no request in the
+        span is idle whatever its GPU showed, and one that finished requests is never idle."""
+        if engine is not None:
+            relabeled = self._relabeled("idle", SERVING) if engine.served else self._relabeled(SERVING, "idle")
+            judged = relabeled.verdict(t, workload)
+            return replace(judged, evidence=judged.evidence | {"engine": engine_evidence(engine)}, engine_load=engine)
+        if workload.kind == "notebook" and SERVING in self.latest:
+            return self._relabeled(SERVING, "idle").verdict(t, workload)
         seconds, wasted_by_class, cost, confidences = self.totals()
         total = sum(seconds.values())
-        name = headline(seconds, wasted_by_class, total, self.episodes, self.episode_seconds, t, self.episode_served)
+        name = headline(
+            seconds, wasted_by_class, total, self.episodes, self.episode_seconds, t, self.episode_served, workload.kind
+        )
         base, confidence = self.latest[name], confidences[name]
         episodes = [e.rounded() for e in self.episodes]
         by_class = class_shares(seconds, wasted_by_class, cost)
@@ -405,7 +431,7 @@ class Ledger:
             base,
             gpus=gpus,
             confidence=round(confidence, 2),
-            evidence=evidence,
+            evidence=evidence | _workload_evidence(workload, name),
             wasted_gpu_seconds=round(sum(wasted_by_class.values()), 1),
             wasted_cost=round(sum(cost.values()), 4),
             mean_activity=round(self.busy_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
@@ -417,6 +443,54 @@ class Ledger:
             by_class=by_class,
             facts=sorted({*base.facts, *(["xid_fault"] if self.xid_fault else [])}),
         )
+
+    def _relabeled(self, old: str, new: str) -> Ledger:
+        """This ledger with its episodes of class `old` of class `new` (verdict()): the same time and waste."""
+        if old not in self.latest:
+            return self
+        was = self.latest[old]
+        now = self.latest.get(new) or replace(
+            was, bottleneck=new, recommendation=RECOMMENDATIONS[new], secondary=[], cause="", served=new == SERVING
+        )
+        return replace(
+            self,
+            episodes=[replace(e, bottleneck=new) if e.bottleneck == old else e for e in self.episodes],
+            latest={**{c: v for c, v in self.latest.items() if c != old}, new: now},
+        )
+
+
+def engine_evidence(load: EngineLoad) -> str:
+    """What a serving engine counted over the span, as the evidence says it."""
+    if not load.served:
+        return (
+            f"{load.engine}: no request finished over the span; idle whatever its GPU showed (a model load, "
+            "health checks)"
+        )
+    at = f"p{load.percentile * 100:g}"
+    parts = [f"{load.engine}: {load.requests:,.0f} requests finished over the span"]
+    for what, at_percentile, peak, fmt in (
+        ("running", load.running_at_percentile, load.running_peak, "{:.3g}"),
+        ("waiting", load.waiting_at_percentile, load.waiting_peak, "{:.3g}"),
+        ("KV cache in use", load.kv_cache_at_percentile, load.kv_cache_peak, "{:.0%}"),
+    ):
+        if not math.isnan(at_percentile):
+            parts.append(f"{what} {fmt.format(at_percentile)} at {at}, {fmt.format(peak)} at peak")
+    return "; ".join(parts)
+
+
+def _workload_evidence(workload: WorkloadKind, name: str) -> dict[str, str]:
+    """What Kubernetes says the workload is, and where it says nothing of a serving or idle unit, what would
+    tell them apart."""
+    if workload.kind != "unknown":
+        engine = f", its engine {workload.engine}" if workload.engine else ""
+        return {"workload": f"{workload.kind}{engine} ({workload.source})"}
+    if name in (SERVING, "idle"):
+        return {
+            "workload": "unknown: what the pod is (kube-state-metrics' kube_pod_owner, kube_pod_labels and "
+            "kube_pod_container_info, or a rule in --analysis.config) would tell a replica's quiet hours from a "
+            "notebook's kernel left open"
+        }
+    return {}
 
 
 def class_shares(seconds: dict[str, float], wasted: dict[str, float], cost: dict[str, float]) -> dict[str, ClassShare]:
@@ -436,6 +510,7 @@ def headline(
     episode_seconds: list[float],
     t: Thresholds,
     served: list[bool] | None = None,
+    kind: str = "unknown",
 ) -> str:
     """The problem class that wasted the most among those that held for headline_min_share of the
     time; without one, the class that held longest.
@@ -445,13 +520,16 @@ def headline(
     serving; and so is any idle spell that still `served` (sparse use with some work, too little for the
     hour): its headline is the serving fix (fewer replicas, scale to zero), not "release the GPU". Idle
     at the end of the span with no work served stays idle: the work stopped. A notebook used for two hours
-    a day, and left, stays idle."""
-    serving = "overprovisioned_serving"
-    if seconds.get(serving, 0.0) >= t.headline_min_share * total:
-        longer = seconds[serving] >= seconds.get("idle", 0.0)
+    a day, and left, stays idle. Where Kubernetes says the workload serves (`kind`), every quiet spell of a
+    replica that served in the span is serving's, however long and wherever it falls."""
+    serving = SERVING
+    replica = kind == "serving" and seconds.get(serving, 0.0) > 0
+    if replica or seconds.get(serving, 0.0) >= t.headline_min_share * total:
+        longer = replica or seconds[serving] >= seconds.get("idle", 0.0)
         seconds, wasted = dict(seconds), dict(wasted)
         for k, (e, covered) in enumerate(zip(episodes, episode_seconds, strict=True)):
-            if e.bottleneck == "idle" and ((longer and k < len(episodes) - 1) or (served and served[k])):
+            quiet = longer and (replica or k < len(episodes) - 1)
+            if e.bottleneck == "idle" and (quiet or (served and served[k])):
                 seconds["idle"] -= covered
                 wasted["idle"] -= e.wasted_gpu_seconds
                 seconds[serving] += covered

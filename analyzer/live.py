@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TextIO, cast
 from urllib.parse import urlparse
@@ -28,7 +28,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import state
-from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
+from gpulens.analyzer.engines import EngineLoad, read_engine_loads
+from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodKey
+from gpulens.analyzer.owners import Owner, OwnerReader
 from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Window, instances_matcher
 from gpulens.analyzer.store import (
     MAX_ANSWER_BYTES,
@@ -134,6 +136,11 @@ class AnalyzerInput(Protocol):
 
     def owners(self, pods: set[PodKey]) -> dict[PodKey, Owner]:
         """The workload and team of each pod where the cluster says (kube-state-metrics), else empty."""
+        ...
+
+    def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
+        """What each serving pod's engine counted over the last `history` seconds (analyzer/engines.py),
+        where the store holds its metrics, else empty."""
         ...
 
 
@@ -303,6 +310,9 @@ class ExporterInput:
     def owners(self, pods: set[PodKey]) -> dict[PodKey, Owner]:
         return {}  # exporters know pods, not their owners
 
+    def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
+        return {}  # the engines are scraped into a store, not read here
+
 
 #: Points (a GPU's value at a step) a cycle reads of the steps before its newest while its window is not
 #: whole yet. A replica's first cycle reads only the newest eighth of its window, so that it serves verdicts
@@ -364,6 +374,7 @@ class PrometheusInput:
         team_label: str = "",
         state_file: str = "",
         parts: int = READ_PARTS,
+        rules: Sequence[KindRule] = DEFAULT_RULES,
     ):
         self.store = Store(url, auth, timeout, retries=1)
         self.checks = ValueChecks(self.store.name)
@@ -380,9 +391,11 @@ class PrometheusInput:
         #: The parts the queries are split into, read in turns (analyzer/series.py READ_PARTS).
         self.parts = parts
         self.reader = SeriesReader(self.store, step, config, selector, dcgm_selector)
-        self._owner_reader = OwnerReader(self.store, team_label)
+        self._owner_reader = OwnerReader(self.store, team_label, rules)
         self._owners: dict[PodKey, Owner] = {}
         self._owners_read_at = -math.inf
+        self._engines: dict[PodKey, EngineLoad] = {}
+        self._engines_read_at = -math.inf
         self._status = TargetStatus()
         #: The window held between cycles; None: the next cycle reads it whole.
         self._held: Window | None = None
@@ -469,6 +482,21 @@ class PrometheusInput:
             log.warning("cannot read the pods' owners from kube-state-metrics, keeping the last ones: %s", e)
         self._owners_read_at = time.monotonic()
         return self._owners
+
+    def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
+        """What each serving pod's engine counted over the last `history` seconds, read every
+        OWNER_REFRESH_SECONDS; a failed read keeps the last ones."""
+        if time.monotonic() - self._engines_read_at < OWNER_REFRESH_SECONDS:
+            return self._engines
+        end = self.clock()
+        try:
+            before = self.store.read_bytes
+            self._engines = read_engine_loads(self.store, end - history, end, self.step, percentile)
+            self._status.read_bytes += self.store.read_bytes - before
+        except (StoreError, KeyError, TypeError, ValueError) as e:
+            log.warning("cannot read the serving engines' metrics, keeping the last ones: %s", e)
+        self._engines_read_at = time.monotonic()
+        return self._engines
 
     def _window_frame(self) -> pd.DataFrame:
         # The window ends on the store's step grid (a multiple of the step): every cycle asks for the same

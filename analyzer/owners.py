@@ -18,24 +18,24 @@ no controller is its own owner (kind Pod). Where kube-state-metrics is not scrap
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from gpulens.analyzer.classify import Verdict
+from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodFacts, PodKey, WorkloadKind, kind_of, label_keys
 from gpulens.analyzer.store import Store
-
-#: Pod -> (namespace, pod).
-PodKey = tuple[str, str]
 
 
 @dataclass(frozen=True)
 class Owner:
     """A pod's workload: its kind (Deployment, StatefulSet, DaemonSet, Job, CronJob, Pod, another
-    controller's kind; "" when unknown), its name, and its team ("" when the label is not set)."""
+    controller's kind; "" when unknown), its name, its team ("" when the label is not set), and what the
+    workload is (analyzer/kinds.py: notebook, serving, job or unknown)."""
 
     kind: str
     name: str
     team: str = ""
+    workload: WorkloadKind = WorkloadKind()
 
 
 def label_name(pod_label: str) -> str:
@@ -52,8 +52,12 @@ def resolve(
     pod_teams: dict[PodKey, str],
     namespace_teams: dict[str, str],
     known: bool = True,
+    pod_labels: dict[PodKey, dict[str, str]] | None = None,
+    pod_images: dict[PodKey, tuple[str, ...]] | None = None,
+    rules: Sequence[KindRule] = DEFAULT_RULES,
 ) -> dict[PodKey, Owner]:
-    """Each pod's Owner from kube-state-metrics' owner series (by (namespace, name): (kind, name)).
+    """Each pod's Owner from kube-state-metrics' owner series (by (namespace, name): (kind, name)), and what
+    its workload is from that kind, its labels (Kubernetes keys) and its images by `rules`.
     `known` False: kube-state-metrics' owners were not found at all, so no pod's owner is known."""
     out = {}
     for namespace, pod in pods:
@@ -63,16 +67,22 @@ def resolve(
         elif kind == "Job":
             kind, name = job_owners.get((namespace, name), (kind, name))
         team = pod_teams.get((namespace, pod)) or namespace_teams.get(namespace, "")
-        out[(namespace, pod)] = Owner(kind, name, team)
+        facts = PodFacts(
+            kind, (pod_labels or {}).get((namespace, pod), {}), (pod_images or {}).get((namespace, pod), ())
+        )
+        out[(namespace, pod)] = Owner(kind, name, team, kind_of(facts, rules))
     return out
 
 
 class OwnerReader:
-    """Reads the owners and teams of pods from kube-state-metrics' series in a store."""
+    """Reads the owners, teams and workload kinds of pods from kube-state-metrics' series in a store."""
 
-    def __init__(self, store: Store, team_label: str = ""):
+    def __init__(self, store: Store, team_label: str = "", rules: Sequence[KindRule] = DEFAULT_RULES):
         self.store = store
         self.team_label = label_name(team_label) if team_label else ""
+        self.rules = tuple(rules)
+        #: kube-state-metrics' label name -> the Kubernetes key the rules read.
+        self.rule_labels = {label_name(key): key for key in label_keys(self.rules)}
 
     def read(self, pods: Iterable[PodKey], at: float, lookback: float) -> dict[PodKey, Owner]:
         """The owners of `pods` as kube-state-metrics said at any time in the `lookback` seconds to `at`."""
@@ -105,17 +115,39 @@ class OwnerReader:
         jobs = pairs(owned_by("kube_job_owner", "job_name"), "job_name")
         pod_teams: dict[PodKey, str] = {}
         namespace_teams: dict[str, str] = {}
+        pod_labels: dict[PodKey, dict[str, str]] = {}
+        names = sorted({*self.rule_labels, *([self.team_label] if self.team_label else [])})
+        for s in self.store.query(
+            f"max by ({', '.join(['namespace', 'pod', *names])}) (last_over_time(kube_pod_labels[{window}]))", at
+        ):
+            key = (s["metric"].get("namespace", ""), s["metric"].get("pod", ""))
+            pod_labels[key] = {self.rule_labels[n]: v for n, v in s["metric"].items() if n in self.rule_labels}
+            if self.team_label and s["metric"].get(self.team_label):
+                pod_teams[key] = s["metric"][self.team_label]
         if self.team_label:
             label = self.team_label
-            for s in self.store.query(
-                f'max by (namespace, pod, {label}) (last_over_time(kube_pod_labels{{{label}!=""}}[{window}]))', at
-            ):
-                pod_teams[(s["metric"].get("namespace", ""), s["metric"].get("pod", ""))] = s["metric"][label]
             for s in self.store.query(
                 f'max by (namespace, {label}) (last_over_time(kube_namespace_labels{{{label}!=""}}[{window}]))', at
             ):
                 namespace_teams[s["metric"].get("namespace", "")] = s["metric"][label]
-        return resolve(pods, pod_owners, replicasets, jobs, pod_teams, namespace_teams, known)
+        images: dict[PodKey, set[str]] = {}
+        for s in self.store.query(
+            f"max by (namespace, pod, image) (last_over_time(kube_pod_container_info[{window}]))", at
+        ):
+            key = (s["metric"].get("namespace", ""), s["metric"].get("pod", ""))
+            images.setdefault(key, set()).add(s["metric"].get("image", ""))
+        return resolve(
+            pods,
+            pod_owners,
+            replicasets,
+            jobs,
+            pod_teams,
+            namespace_teams,
+            known,
+            pod_labels,
+            {key: tuple(sorted(found)) for key, found in images.items()},
+            self.rules,
+        )
 
 
 def apply(verdicts: list[Verdict], owners: dict[PodKey, Owner]) -> list[Verdict]:
@@ -123,5 +155,19 @@ def apply(verdicts: list[Verdict], owners: dict[PodKey, Owner]) -> list[Verdict]
     out = []
     for v in verdicts:
         owner = owners.get((v.namespace, v.pod))
-        out.append(v if owner is None else replace(v, owner_kind=owner.kind, owner=owner.name, team=owner.team))
+        if owner is None:
+            out.append(v)
+            continue
+        workload = owner.workload
+        out.append(
+            replace(
+                v,
+                owner_kind=owner.kind,
+                owner=owner.name,
+                team=owner.team,
+                workload_kind=workload.kind,
+                engine=workload.engine,
+                kind_source=workload.source,
+            )
+        )
     return out

@@ -27,11 +27,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
+from typing import cast
 
 import numpy as np
 import pandas as pd
 
 from gpulens.analyzer.classify import NO_POD, XID_FAULTS, Verdict
+from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.report import TimelineBins, unit_samples
 from gpulens.core.bottlenecks import BY_NAME, PLANNED
@@ -49,6 +51,9 @@ FAULTS = PLANNED["repair"]
 OVERSIZED = PLANNED["resize"]
 #: Classes a replica of an over-provisioned serving workload can have.
 SERVING = OVERSIZED | PLANNED["release"]
+#: Serving engines that take most of the GPU's memory at start (vLLM's gpu_memory_utilization, SGLang's
+#: mem_fraction_static, TGI's cuda_memory_fraction): their memory in use says nothing of their load.
+PREALLOCATING = frozenset({"vllm", "sglang", "tgi"})
 #: Owners whose pods are replicas of one another.
 REPLICATED = frozenset({"Deployment", "ReplicaSet", "StatefulSet"})
 #: Pod names of a Deployment ("name-<replicaset hash>-<5 chars>") and of a StatefulSet ("name-<ordinal>"),
@@ -243,6 +248,24 @@ def make_plan(verdicts: list[Verdict], use: Use, t: Thresholds, prices: dict[str
     return Plan(actions, skipped, span, _sum("", actions), _by_team(actions), fleet)
 
 
+def _capacity(load: EngineLoad, kv_bound: float) -> float:
+    """Requests one replica carries: where its KV cache filled, the requests that fit up to `kv_bound` of it
+    (its running peak scaled by kv_bound over the KV cache's peak); without a KV gauge, its running peak,
+    which it carried (queued or not)."""
+    if not math.isnan(load.kv_cache_peak) and load.kv_cache_peak > 0:
+        return load.running_peak * kv_bound / load.kv_cache_peak
+    return load.running_peak
+
+
+def _capacity_says(load: EngineLoad, t: Thresholds) -> str:
+    if not math.isnan(load.kv_cache_peak) and load.kv_cache_peak > 0:
+        return (
+            f"its peak of {load.running_peak:.3g} running filled {load.kv_cache_peak:.0%} of its KV cache; "
+            f"{t.plan_kv_cache_bound:.0%} of it holds {_capacity(load, t.plan_kv_cache_bound):.3g}"
+        )
+    return f"the most it ran at once ({load.running_peak:.3g}); its engine says nothing of its KV cache"
+
+
 def pack(verdicts: list[Verdict], actions: list[Action], prices: dict[str, float]) -> list[Packed]:
     """Each model's GPUs after the plan: the actions' needs, and the whole GPUs of every unit no action
     changes, packed first-fit decreasing onto the GPUs of the model."""
@@ -408,10 +431,13 @@ class _Planner:
     ) -> tuple[list[Action], list[NotPlanned]]:
         """A workload's action: fewer replicas where it has several serving ones, else each unit's own."""
         serving = [v for v in members if v.bottleneck in SERVING]
+        # What Kubernetes says the pods are decides; where it says nothing, a notebook's name.
+        kinds = {v.workload_kind for v in members}
+        replicas = kinds == {"serving"} or (kinds == {"unknown"} and not _NOTEBOOK.search(name))
         if (
             len(members) >= 2
             and kind.rstrip("?") in REPLICATED
-            and not _NOTEBOOK.search(name)
+            and replicas
             and len(serving) == len(members)
             and any(v.bottleneck in OVERSIZED for v in members)
         ):
@@ -428,6 +454,9 @@ class _Planner:
         return done, skipped
 
     def _fewer_replicas(self, namespace: str, kind: str, name: str, members: list[Verdict]) -> Action | None:
+        counted = [v.engine_load for v in members]
+        if all(load is not None and not math.isnan(load.running_peak) for load in counted):
+            return self._fewer_replicas_by_engine(namespace, kind, name, members, cast(list[EngineLoad], counted))
         t = self.t
         per_replica = max(len(v.gpus) for v in members)
         loads = np.array([self.use.activity(v.unit) * len(v.gpus) for v in members])
@@ -468,6 +497,42 @@ class _Planner:
         action.owner = f"{namespace}/{kind.rstrip('?')}/{name}"  # the workload, not one of its pods
         return action
 
+    def _fewer_replicas_by_engine(
+        self, namespace: str, kind: str, name: str, members: list[Verdict], loads: list[EngineLoad]
+    ) -> Action | None:
+        """Replicas sized by what their engines carried: the requests they ran at once, summed at the
+        percentile, over what one replica ran at its peak without a queue (its KV cache, where the engine says
+        how full, taken to plan_kv_cache_bound). Never fewer than carried the replicas' summed peak."""
+        t = self.t
+        per_replica = max(len(v.gpus) for v in members)
+        capacities = [_capacity(load, t.plan_kv_cache_bound) for load in loads]
+        capacity = min(capacities)
+        if not capacity > 0:
+            return None
+        at_percentile = sum(load.running_at_percentile for load in loads)
+        peak = sum(load.running_peak for load in loads)  # the peaks' sum: at least the summed peak
+        after = max(1, math.ceil(at_percentile / capacity - 1e-9), math.ceil(peak / capacity - 1e-9))
+        if after >= len(members):
+            return None
+        price = self._model(members[0]).price_per_hour
+        engine = loads[0].engine
+        action = self._action(
+            members,
+            "fewer_replicas",
+            f"run {after} replica{'s' if after > 1 else ''} instead of {len(members)}, scaled on its engine's "
+            "running and waiting requests (KEDA, HPA)",
+            float(after * per_replica),
+            self._held_hours(members) * (1 - after / len(members)) * price,
+            (sum(len(v.gpus) for v in members) - after * per_replica) * price,
+            [Need(members[0].gpu_model, 1.0)] * (after * per_replica),
+            replicas=f"{len(members)} of {kind.rstrip('?')} {namespace}/{name}",
+            load=f"{engine}'s requests running, summed over the replicas: p{loads[0].percentile * 100:g} "
+            f"{at_percentile:.3g}, peaks {peak:.3g}",
+            sizing=f"{capacity:.3g} running requests a replica: {_capacity_says(loads[capacities.index(capacity)], t)}",
+        )
+        action.owner = f"{namespace}/{kind.rstrip('?')}/{name}"
+        return action
+
     def unit(self, v: Verdict) -> Action | NotPlanned | None:
         """One unit's action, why it has none, or None (healthy: nothing to change)."""
         name = v.bottleneck
@@ -504,11 +569,18 @@ class _Planner:
                 f"its GPU model ({v.gpu_model or 'unnamed'}) is not in gpulens' catalogue: what share of it the peak "
                 "needs is unknown; name the model (--gpu-model)",
             )
+        if v.engine in PREALLOCATING:
+            return NotPlanned(
+                v.workload,
+                [v.unit],
+                f"its engine ({v.engine}) takes most of its GPU's memory for its KV cache whatever its load: its peak "
+                "memory is no demand; size it by its requests (fewer replicas) rather than a smaller GPU",
+            )
         return self._smaller(v) or NotPlanned(v.workload, [v.unit], "no smaller share of a GPU fits its peak")
 
     def _release(self, v: Verdict) -> Action:
         price = self._model(v).price_per_hour
-        if _NOTEBOOK.search(v.pod):
+        if v.workload_kind == "notebook" or (v.workload_kind == "unknown" and _NOTEBOOK.search(v.pod)):
             # Each idle spell past the cull time is time a culled kernel would not have held.
             cull = self.t.plan_cull_seconds
             idle = sum(max(0.0, e.end - e.start - cull) for e in v.episodes if e.bottleneck == "idle")

@@ -249,8 +249,10 @@ def pod_row(v: Verdict, now: Verdict | None = None) -> str:
     """One unit's row: its headline over the span (and, live, its class `now`), time by class, waste, fix."""
     shares = ", ".join(f"{name} {part.share:.0%}" for name, part in v.by_class.items())
     current = f"<div class=small>now: {_e(now.bottleneck)}</div>" if now is not None else ""
+    kind = "" if v.workload_kind == "unknown" else f"{v.workload_kind}{f' ({v.engine})' if v.engine else ''}, "
     return (
-        f"<tr data-unit='{_e(v.unit)}'><td>{_e(v.unit)}<div class=small>{_e(v.node)} {_e(v.gpu_model)}</div></td>"
+        f"<tr data-unit='{_e(v.unit)}'><td>{_e(v.unit)}<div class=small>{_e(kind)}{_e(v.node)} {_e(v.gpu_model)}</div>"
+        "</td>"
         f"<td><span class=chip style='background:{COLOURS[v.bottleneck]}'></span>{_e(v.bottleneck)}"
         f"<div class=small>confidence {v.confidence:.2f}</div>{current}</td>"
         f"<td data-label='time by class'>{_e(shares)}</td>"

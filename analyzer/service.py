@@ -28,8 +28,10 @@ import pandas as pd
 
 from gpulens.analyzer import owners
 from gpulens.analyzer.classify import Verdict, classify
+from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.history import Ledger
+from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.analyzer.plan import Plan, Use, make_plan
 from gpulens.analyzer.report import RollingTimelines, unit_samples
@@ -58,6 +60,12 @@ def unit_name(unit: Unit) -> str:
     """A history's unit as Verdict.unit names it."""
     namespace, pod, _ = unit
     return f"{namespace}/{pod}" if namespace else pod
+
+
+def workload_of(past: Ledger) -> WorkloadKind:
+    """What a unit's workload is, as the owners applied to its newest window verdicts say (kinds.py)."""
+    known = [v for v in past.latest.values() if v.workload_kind != "unknown"]
+    return WorkloadKind(known[-1].workload_kind, known[-1].engine, known[-1].kind_source) if known else UNKNOWN
 
 
 def last_sample(v: Verdict) -> float:
@@ -311,7 +319,15 @@ class AnalyzerService:
             body = self._verdicts_body()
         return 200, "application/json", finite_json(body).encode()
 
+    def _engine_loads(self) -> dict[PodKey, EngineLoad]:
+        """What each serving pod's engine counted over the history kept. Read for pods judged: before the
+        first cycle has any, nothing asks the store (whose errors the cycle's input already counts)."""
+        if not self.history:
+            return {}
+        return self.source.engine_loads(self.history_seconds, self.thresholds.plan_load_percentile)
+
     def _verdicts_body(self) -> dict:
+        loads = self._engine_loads()
         return {
             "stale": self.stale(),
             "age_seconds": self.age(),
@@ -328,7 +344,7 @@ class AnalyzerService:
                     "namespace": unit[0],
                     "pod": unit[1],
                     "node": unit[2],
-                    "headline": past.headline(self.thresholds),
+                    "headline": past.headline(self.thresholds, workload_of(past), loads.get(unit[:2])),
                     "by_class": {name: asdict(part) for name, part in past.by_class().items()},
                     "episodes": [asdict(e.rounded()) for e in past.episodes],
                 }
@@ -341,7 +357,11 @@ class AnalyzerService:
         that asks (/metrics, the page at /, the API), so that all of them show the same cycle."""
         with self.lock:
             if self._view is None or self._view.cycle != self.cycles:
-                verdicts = [past.verdict(self.thresholds) for past in self.history.values()]
+                loads = self._engine_loads()
+                verdicts = [
+                    past.verdict(self.thresholds, workload_of(past), loads.get(unit[:2]))
+                    for unit, past in self.history.items()
+                ]
                 plan = make_plan(verdicts, self.use, self.thresholds, self.prices)
                 self._view = HistoryView(self.cycles, self.state, verdicts, plan)
             return self._view

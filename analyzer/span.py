@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -27,9 +27,11 @@ import pandas as pd
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import owners as owners_mod
 from gpulens.analyzer.classify import Verdict, judge
+from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.history import Ledger, default_window, ledgers
-from gpulens.analyzer.owners import Owner, OwnerReader, PodKey
+from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
+from gpulens.analyzer.owners import Owner, OwnerReader
 from gpulens.analyzer.plan import Use
 from gpulens.analyzer.report import TimelineBins, unit_samples
 from gpulens.analyzer.series import Exporters, SeriesReader, Window, instances_matcher
@@ -94,12 +96,13 @@ def report(
     owners: OwnerReader | None = None,
     timelines: TimelineBins | None = None,
     use: Use | None = None,
+    engines: Mapping[PodKey, EngineLoad] | None = None,
 ) -> list[Verdict]:
     """Each unit's headline verdict over `span`, read through `reader` piece by piece. window and slide
     are seconds (None: default_window() for the step, as for a file sampled at that interval). With
     `owners`, each verdict names its pod's workload and team, as kube-state-metrics said in the span;
     `timelines` gathers what an HTML report draws, and `use` what each unit used (for the plan), each
-    sample once."""
+    sample once; `engines`, what each serving pod's engine counted over the span (engines.py)."""
     _refuse_too_many_pods(reader, span)
     auto_window, auto_slide = default_window(span.step, t)
     window = window or auto_window
@@ -150,7 +153,22 @@ def report(
     finally:
         reader.instances = shard
     _say_impossible(progress, reader)
-    return owners_mod.apply([ledger.verdict(t) for ledger in totals.values()], owned)
+    verdicts = [
+        ledger.verdict(t, _workload(owned, unit), (engines or {}).get(_pod_key(unit)))
+        for unit, ledger in totals.items()
+    ]
+    return owners_mod.apply(verdicts, owned)
+
+
+def _pod_key(unit: str) -> PodKey:
+    namespace, _, pod = unit.partition("/")
+    return namespace, pod
+
+
+def _workload(owned: dict[PodKey, Owner], unit: str) -> WorkloadKind:
+    """What the pod of `unit` ("namespace/pod") is, as its owner's kube-state-metrics series say."""
+    owner = owned.get(_pod_key(unit))
+    return owner.workload if owner else UNKNOWN
 
 
 @dataclass(frozen=True)

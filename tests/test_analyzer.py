@@ -406,7 +406,8 @@ def test_report_json_csv_and_table(tmp_path):
     header = result.stdout.splitlines()[0]
     assert header.startswith("namespace,pod,node,gpus,gpu_model,bottleneck,confidence")
     assert header.endswith(
-        ",recommendation,window_seconds,coverage,sample_seconds,time_share,episodes,owner_kind,owner,team"
+        ",recommendation,window_seconds,coverage,sample_seconds,time_share,episodes,owner_kind,owner,team,"
+        "workload_kind,engine"
     )
     by_namespace = gpulens("report", str(tmp_path / "trace.csv"), "--format", "csv", "--by", "namespace").stdout
     assert by_namespace.splitlines() == [

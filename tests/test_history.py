@@ -18,6 +18,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.history import analyze
 from gpulens.analyzer.live import ValueChecks
+from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.thresholds import Thresholds
 from gpulens.simulator.fleet import load_fleet
 from gpulens.simulator.workloads import DAY, PROFILES
@@ -234,6 +235,9 @@ class Replay:
         return {}
 
     def owners(self, pods: set) -> dict:
+        return {}
+
+    def engine_loads(self, history: float, percentile: float) -> dict:
         return {}
 
 
@@ -527,3 +531,61 @@ def test_a_jobs_start_up_does_not_give_it_its_verdict():
         ("healthy", 600.0, 3600.0),
     ]
     assert v.wasted_gpu_seconds == 0.0
+
+
+def test_a_serving_replica_quiet_all_night_is_serving_where_kubernetes_says_it_serves():
+    """The replica's day with no request after 18:00: from its GPU alone the work stopped (idle, the test
+    above); a vLLM Deployment's replica quiet for the night is still a replica: serving, its evidence naming
+    what said so."""
+    from gpulens.analyzer.kinds import WorkloadKind
+
+    [alone] = analyze(_replica_day(0.0))
+    assert alone.bottleneck == "idle"
+    assert alone.evidence["workload"].startswith("unknown: what the pod is (kube-state-metrics'")
+    [served] = analyze(_replica_day(0.0), workloads={"sd/replica": WorkloadKind("serving", "vllm", "image *vllm*")})
+    assert served.bottleneck == "overprovisioned_serving"
+    assert served.evidence["workload"] == "serving, its engine vllm (image *vllm*)"
+    assert served.wasted_gpu_seconds == alone.wasted_gpu_seconds
+
+
+def test_a_notebooks_cells_are_never_serving():
+    """Two hours of windows each judged overprovisioned_serving at 5% of the time worked (not sparse): from the
+    GPU alone a replica with few requests; a JupyterHub user's server is a notebook, its bursts cells, the time
+    its kernel holds the GPU between them idle (the plan culls it), its waste the same GPU-seconds."""
+    from gpulens.analyzer.classify import Episode, Verdict
+    from gpulens.analyzer.history import Ledger
+    from gpulens.analyzer.kinds import WorkloadKind
+
+    ledger = Ledger()
+    window = Verdict("ns", "p", "n1", ["GPU-0"], "H100", "overprovisioned_serving", 0.6, {}, "", 0.0, 0.0)
+    for k in range(24):  # 24 cycles of 300 s, each wasting 285 GPU-s
+        ledger.record(window, 300.0 * k, 300.0 * (k + 1), 300.0, 285.0, 0.5, True)
+        ledger.account(300.0, 0.05, 0.9, 0.05)
+    t = Thresholds()
+    assert ledger.verdict(t).bottleneck == "overprovisioned_serving"
+    notebook = ledger.verdict(t, WorkloadKind("notebook", "", "label component=singleuser-server"))
+    assert notebook.bottleneck == "idle"
+    assert notebook.evidence["workload"] == "notebook (label component=singleuser-server)"
+    assert notebook.wasted_gpu_seconds == 24 * 285.0
+    assert notebook.episodes == [Episode("idle", 0.0, 7200.0, 0.6, 6840.0)]
+    assert notebook.recommendation == RECOMMENDATIONS["idle"]
+
+
+@pytest.mark.parametrize(("requests", "headline"), [(1843.0, "overprovisioned_serving"), (0.0, "idle")])
+def test_what_the_engine_counted_decides_serving_against_idle(requests, headline):
+    """The replica's day with nights of one request an hour (serving from its GPU alone, above): its vLLM
+    finished 1,843 requests, so it served; a replica whose engine finished none is idle whatever its GPU
+    showed (a model load, health checks). Its waste is the same GPU-seconds either way."""
+    from gpulens.analyzer.engines import EngineLoad
+
+    [alone] = analyze(_replica_day(0.5))
+    load = EngineLoad("vllm", requests, 0.95, 3.0, 7.0, 0.0, 1.0, 0.12, 0.3)
+    [v] = analyze(_replica_day(0.5), engines={"sd/replica": load})
+    assert v.bottleneck == headline
+    assert v.wasted_gpu_seconds == alone.wasted_gpu_seconds
+    assert v.evidence["engine"] == (
+        "vllm: 1,843 requests finished over the span; running 3 at p95, 7 at peak; waiting 0 at p95, 1 at peak; "
+        "KV cache in use 12% at p95, 30% at peak"
+        if requests
+        else "vllm: no request finished over the span; idle whatever its GPU showed (a model load, health checks)"
+    )

@@ -231,3 +231,56 @@ def test_the_live_service_plans_over_its_history_and_exposes_the_savings():
         ("gpulens_plan_gpus", tuple(sorted((*workload, ("state", "now"))))): 8.0,
         ("gpulens_plan_gpus", tuple(sorted((*workload, ("state", "after"))))): 1.0,
     }
+
+
+def test_replicas_bound_by_their_kv_cache_are_sized_by_their_engines_load_not_their_sms():
+    """The same 8 replicas, their SMs as idle as above (one replica would carry the activity), but each vLLM
+    ran 8 requests at p95 and 12 at its peak with its KV cache 45% full: a replica holds 12 x 0.9 / 0.45 = 24
+    (plan_kv_cache_bound), the replicas' peaks sum to 96, so 4 replicas, not 1."""
+    from dataclasses import replace
+
+    from gpulens.analyzer.engines import EngineLoad
+
+    rng = np.random.default_rng(7)
+    minutes, step = 12 * 60, 1.0
+    busy = np.zeros((8, minutes * 60))
+    for minute in range(minutes):
+        starts = rng.choice(np.arange(0, 60, 3), size=8, replace=False)
+        for replica, start in zip(rng.integers(0, 8, size=8), starts, strict=True):
+            busy[replica, minute * 60 + start : minute * 60 + start + 3] = 0.95
+    frames = [pod(f"serve/llm-7d9f8c6b5d-{k}bcde", "H100-SXM5-80GB", busy[k], 72 * GIB, step) for k in range(8)]
+    trace = fr.normalize(pd.concat(frames, ignore_index=True))
+    load = EngineLoad("vllm", 5000.0, 0.95, 8.0, 12.0, 0.0, 0.0, 0.3, 0.45)
+    verdicts = [
+        replace(v, owner_kind="Deployment", owner="llm", workload_kind="serving", engine="vllm", engine_load=load)
+        for v in analyze(trace, T)
+    ]
+    [action] = make_plan(verdicts, Use.of_trace(trace, step, T), T).actions
+    assert (action.action, action.gpus_now, action.gpus_after) == ("fewer_replicas", 8.0, 4.0)
+    assert action.evidence["load"] == "vllm's requests running, summed over the replicas: p95 64, peaks 96"
+    assert action.evidence["sizing"] == (
+        "24 running requests a replica: its peak of 12 running filled 45% of its KV cache; 90% of it holds 24"
+    )
+    assert action.saving_usd_per_30d == 4 * 4.00 * 720
+
+
+def test_a_preallocating_engines_memory_is_no_demand_for_a_smaller_gpu():
+    """A vLLM replica given 30% of an H100 (gpu_memory_utilization 0.3: 24 GiB) serving 3 s requests every
+    minute: from its GPU alone a cheaper model holds its peak; but its memory is its KV cache, taken whatever
+    the load, so no slice or cheaper GPU is fitted to it."""
+    from dataclasses import replace
+
+    step = 1.0
+    rng = np.random.default_rng(3)
+    activity = np.zeros(6 * 3600)
+    for start in np.cumsum(rng.exponential(60.0, size=400)).astype(int):  # requests at random, one a minute
+        activity[start : start + 3] = 0.95
+    trace = fr.normalize(pod("serve/chat-0", "H100-SXM5-80GB", activity, 24 * GIB, step))
+    [alone] = analyze(trace, T)
+    assert alone.bottleneck == "overprovisioned_serving"
+    [resized] = make_plan([alone], Use.of_trace(trace, step, T), T).actions
+    assert resized.action == "cheaper_gpu"
+    plan = make_plan([replace(alone, workload_kind="serving", engine="vllm")], Use.of_trace(trace, step, T), T)
+    assert plan.actions == []
+    [skipped] = plan.not_planned
+    assert skipped.reason.startswith("its engine (vllm) takes most of its GPU's memory for its KV cache")

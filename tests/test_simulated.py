@@ -338,7 +338,7 @@ def test_the_simulated_kube_state_metrics_say_what_the_fleet_file_says_of_each_p
     names (read here from the YAML itself), else is its own (kind Pod); its labels and image are the file's."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gpulens.analyzer.owners import Owner, resolve
+    from gpulens.analyzer.owners import resolve
     from gpulens.simulator.cluster import kube_state_metrics
 
     nodes = fleet.fleet_from_file(fleet.DEFAULT_FLEET)
@@ -364,8 +364,8 @@ def test_the_simulated_kube_state_metrics_say_what_the_fleet_file_says_of_each_p
         {},
         {},
     )
-    assert owners == {
-        pod: Owner(*w["owner"].split("/")) if "owner" in w else Owner("Pod", pod[1]) for pod, w in pods.items()
+    assert {pod: (o.kind, o.name) for pod, o in owners.items()} == {
+        pod: tuple(w["owner"].split("/")) if "owner" in w else ("Pod", pod[1]) for pod, w in pods.items()
     }
     labels = {
         (s["namespace"], s["pod"]): {k: v for k, v in s.items() if k.startswith("label_")}

@@ -155,6 +155,28 @@ def test_the_analyzer_names_each_pods_workload_from_the_simulated_kube_state_met
     eventually(lambda: workloads(stack), expected, 240, "the pods' workloads")
 
 
+#: What each demo pod is, by the stack its fleet file gives it (labels, image, owner: docs/workloads.md).
+KINDS = {
+    **{pod: ("notebook", "") for pod in EXPECTED if "/notebook-" in pod},  # JupyterHub's and Kubeflow's
+    "serving/chat-api-6c8f9d7b54-x2k4p": ("serving", "vllm"),
+    "serving/chat-api-6c8f9d7b54-m7q9z": ("serving", "vllm"),
+    "serving/embedder-0": ("serving", "triton"),
+}
+
+
+def test_the_analyzer_knows_what_each_pod_is_from_kubernetes(stack):
+    """JupyterHub's and Kubeflow's notebooks by their labels, the vLLM replicas and the Triton server by their
+    images, the PyTorchJobs and Jobs by their owners: read from the simulated kube-state-metrics through a real
+    Prometheus, in every verdict the API serves."""
+
+    def kinds() -> dict[str, tuple[str, str]]:
+        verdicts = requests.get(f"http://{stack.plan.analyzer}/api/v1/verdicts", timeout=5).json()["verdicts"]
+        return {f"{v['namespace']}/{v['pod']}": (v["workload_kind"], v["engine"]) for v in verdicts if v["pod"]}
+
+    expected = {pod: KINDS.get(pod, ("job", "")) for pod in EXPECTED}
+    eventually(kinds, expected, 240, "the pods' kinds")
+
+
 def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
     """The demo plays the engines of its serving pods, each scraped as its pod (its namespace and pod labels):
     vLLM for the chat-api Deployment's two replicas, Triton for the embedder. They count the requests their

@@ -201,6 +201,10 @@ class Thresholds:
     plan_load_percentile: float = 0.95
     #: ... at this activity each: the rest absorbs bursts within a bin. (proposal: an HPA-style target)
     plan_replica_activity: float = 0.7
+    #: Where a serving engine says how full its KV cache is, a replica carries the requests that fill this
+    #: share of it: past it vLLM preempts running requests to make room (its scheduler's recompute or swap),
+    #: and latency climbs. (proposal: 10% below full, as gpu_memory_utilization's default leaves 10%)
+    plan_kv_cache_bound: float = 0.9
     #: Idle notebook kernels are culled after this long. (tool: Zero to JupyterHub's cull.timeout default)
     plan_cull_seconds: float = 3600.0
     #: A plan over less than this span has not seen a weekly pattern (weekends, batch days): its actions'
