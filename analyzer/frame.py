@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpulens.analyzer.kinds import ENGINES, KINDS
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
 from gpulens.core.catalog import model_info
 from gpulens.core.config import atomic_output
-from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, RATIOS, SHAPE, SIGNALS, XIDS
+from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, RATIOS, SHAPE, SIGNALS, TEXT, WORKLOAD, XIDS
 
 #: Times a trace may hold: unix seconds from 1970 to the end of year 9999 (the last RFC 3339 can write).
 LATEST_TIMESTAMP = 253402300800.0
@@ -43,7 +44,11 @@ PROBLEMS = {
     "ratio": "{value} is not a ratio from 0 to 1 (percentages must be divided by 100)",
     "value": "{value} is not a value a GPU reports",
     "memory": "{value} is more memory than the GPU has ({total})",
+    "kind": "{value} is not a workload kind: " + ", ".join(KINDS) + " (or empty)",
+    "engine": "{value} is not a serving engine gpulens reads: " + ", ".join(ENGINES) + " (or empty)",
 }
+#: The values each WORKLOAD column may hold.
+WORKLOAD_VALUES = {"workload_kind": ("", *KINDS), "engine": ("", *ENGINES)}
 
 
 def empty() -> pd.DataFrame:
@@ -56,12 +61,12 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
     Columns already of the right dtype are kept as they are, not copied: a day of a large fleet is
     gigabytes, and the caller's frame is never modified (pandas copies on write)."""
     frame = frame.copy(deep=False)
-    for column in ["gpu"] + IDENTITY:
+    # The WORKLOAD, LINKS, XIDS and SHAPE groups are kept only where the input has them: a day of a fleet
+    # from other tools does not pay six empty columns for each.
+    groups = [column for group in (WORKLOAD, LINKS, XIDS, SHAPE) if any(c in frame for c in group) for column in group]
+    for column in ["gpu"] + IDENTITY + [c for c in groups if c in WORKLOAD]:
         frame[column] = _identity(frame[column]) if column in frame else _blank(len(frame))
-    # The LINKS, XIDS and SHAPE groups are kept only where the input has them: a day of a fleet from other
-    # tools does not pay six empty columns for each.
-    groups = [column for group in (LINKS, XIDS, SHAPE) if any(c in frame for c in group) for column in group]
-    for column in SIGNALS + groups:
+    for column in SIGNALS + [c for c in groups if c not in WORKLOAD]:
         if column not in frame:
             frame[column] = np.nan
         elif frame[column].dtype != np.float64:
@@ -163,12 +168,14 @@ def impossible(frame: pd.DataFrame) -> Iterator[tuple[str, str, np.ndarray]]:
     set of rules every input is held to. Files are refused for them (readers.check_values); the live
     inputs and Prometheus leave them out (without_impossible). NaN is a missing value, never impossible."""
     yield "gpu", "gpu", frame["gpu"].eq("").to_numpy(dtype=bool, na_value=False)
+    for column in frame.columns.intersection(WORKLOAD):
+        yield column, column.removeprefix("workload_"), ~frame[column].isin(WORKLOAD_VALUES[column]).to_numpy()
     stamps = frame["timestamp"].to_numpy()
     yield "timestamp", "timestamp", ~((stamps >= 0) & (stamps < LATEST_TIMESTAMP))
     for column in frame.columns.intersection(RATIO_COLUMNS):
         values = frame[column].to_numpy()
         yield column, "ratio", (values < 0) | (values > 1)
-    for column in frame.columns.difference(["timestamp", "gpu"] + IDENTITY + RATIO_COLUMNS):
+    for column in frame.columns.difference(["timestamp"] + TEXT + RATIO_COLUMNS):
         values = frame[column].to_numpy()
         negative = (values < 0) & (column not in IDS)
         yield column, "value", np.isinf(values) | negative | (np.abs(values) > MAXIMA.get(column, LARGEST))
@@ -215,5 +222,8 @@ def without_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int
         return frame, counts, first
     frame = frame.copy(deep=False)
     for column, rows in blanks.items():
-        frame[column] = np.where(rows, np.nan, frame[column].to_numpy())
+        if column in WORKLOAD:  # text: blank is ""
+            frame[column] = _identity(frame[column].astype(str).where(~rows, ""))
+        else:
+            frame[column] = np.where(rows, np.nan, frame[column].to_numpy())
     return frame[~drop].reset_index(drop=True), counts, first

@@ -73,7 +73,7 @@ def analyze(
 ) -> list[Verdict]:
     """Per unit (pod, or GPU no pod holds): its headline verdict, with episodes and shares by class, and what
     its workload is and its engine counted where `workloads` and `engines` say (by unit, "namespace/pod";
-    kinds.py, engines.py).
+    kinds.py, engines.py). Without `workloads`, the trace's own WORKLOAD columns say (workloads_in()).
 
     window and step are seconds (None: default_window()). Data spanning no more than one window gets
     one verdict for all of it, as classify() gives."""
@@ -84,13 +84,68 @@ def analyze(
     require_few_enough(int(keys.unit.max()) + 1)
     window, step = resolve_window(trace, keys, t, window, step)
     ts = trace["timestamp"].to_numpy()
-    if float(ts.max()) - float(ts.min()) < window:
-        return judge(pod_features(trace, t, keys=keys), t, prices)  # one window: classify()
+    workloads = workloads_in(trace) if workloads is None else workloads
+    engines = engines or {}
+    if float(ts.max()) - float(ts.min()) < window:  # one window: classify()
+        return [
+            with_workload(v, workloads.get(v.unit, UNKNOWN), engines.get(v.unit))
+            for v in judge(pod_features(trace, t, keys=keys), t, prices)
+        ]
     found = ledgers(trace, t, prices, window, step, keys=keys)
-    return [
-        ledger.verdict(t, (workloads or {}).get(unit, UNKNOWN), (engines or {}).get(unit))
-        for unit, ledger in found.items()
-    ]
+    return [ledger.verdict(t, workloads.get(unit, UNKNOWN), engines.get(unit)) for unit, ledger in found.items()]
+
+
+#: What a trace's WORKLOAD columns are, as a verdict's kind_source says it.
+TRACE_KIND_SOURCE = "the trace's workload_kind column"
+
+
+def workloads_in(trace: pd.DataFrame) -> dict[str, WorkloadKind]:
+    """What each pod of a trace is, by unit ("namespace/pod"), where its WORKLOAD columns (core/trace.py) say:
+    its latest row that names a kind. Empty for a trace without them."""
+    if "workload_kind" not in trace:
+        return {}
+    said = trace[trace["pod"].ne("").to_numpy() & trace["workload_kind"].ne("").to_numpy()]
+    latest = said.sort_values("timestamp", kind="stable").drop_duplicates(["namespace", "pod"], keep="last")
+    return {
+        f"{namespace}/{pod}": WorkloadKind(kind, engine if kind == "serving" else "", TRACE_KIND_SOURCE)
+        for namespace, pod, kind, engine in latest[["namespace", "pod", "workload_kind", "engine"]].itertuples(
+            index=False
+        )
+        if kind != "unknown"
+    }
+
+
+def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None = None) -> Verdict:
+    """A verdict of one window (classify()'s) with what its workload is and what its engine counted, by the
+    rules of Ledger.verdict(): a notebook's bursts are cells, never requests; a replica whose engine finished no
+    request is idle, one that finished requests never is. Its time and waste stay as judged."""
+    if not v.pod:
+        return v  # a GPU no pod holds is no workload
+    name = v.bottleneck
+    if engine is not None:
+        name = {("idle", True): SERVING, (SERVING, False): "idle"}.get((name, engine.served), name)
+    elif workload.kind == "notebook" and name == SERVING:
+        name = "idle"
+    if name != v.bottleneck:
+        v = replace(
+            v,
+            bottleneck=name,
+            recommendation=RECOMMENDATIONS[name],
+            secondary=[],
+            cause="",
+            served=name == SERVING,
+            episodes=[replace(e, bottleneck=name) for e in v.episodes],  # one window, one class: all of it
+            by_class={name: v.by_class[v.bottleneck]},
+        )
+    said = {"engine": engine_evidence(engine)} if engine is not None else {}
+    return replace(
+        v,
+        evidence=v.evidence | _workload_evidence(workload, name) | said,
+        workload_kind=workload.kind,
+        engine=workload.engine,
+        kind_source=workload.source,
+        engine_load=engine,
+    )
 
 
 def resolve_window(
@@ -432,6 +487,9 @@ class Ledger:
             gpus=gpus,
             confidence=round(confidence, 2),
             evidence=evidence | _workload_evidence(workload, name),
+            workload_kind=workload.kind,
+            engine=workload.engine,
+            kind_source=workload.source,
             wasted_gpu_seconds=round(sum(wasted_by_class.values()), 1),
             wasted_cost=round(sum(cost.values()), 4),
             mean_activity=round(self.busy_seconds / self.judged_seconds, 4) if self.judged_seconds else None,

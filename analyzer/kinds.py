@@ -122,6 +122,10 @@ DEFAULT_RULES: tuple[KindRule, ...] = (
 )
 
 
+#: The engines gpulens knows.
+ENGINES = tuple(engine for engine, _ in ENGINE_IMAGES)
+
+
 def engine_of(images: Iterable[str]) -> str:
     """The serving engine the images run, or ""."""
     for engine, glob in ENGINE_IMAGES:

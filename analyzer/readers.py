@@ -39,7 +39,7 @@ from gpulens.analyzer import features
 from gpulens.analyzer import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
-from gpulens.core.trace import ALL_COLUMNS, IDENTITY
+from gpulens.core.trace import ALL_COLUMNS, TEXT
 
 log = logging.getLogger(__name__)
 
@@ -252,8 +252,8 @@ def _read_trace_csv(path: Path) -> pd.DataFrame:
             f"unknown column(s) {_some(unknown)}; the trace columns are listed in docs/trace-format.md",
             line=1,
         )
-    numeric = [i for i, h in enumerate(header) if h not in IDENTITY and h not in ("timestamp", "gpu")]
-    names = [i for i, h in enumerate(header) if h in IDENTITY or h == "gpu"]
+    numeric = [i for i, h in enumerate(header) if h not in TEXT and h != "timestamp"]
+    names = [i for i, h in enumerate(header) if h in TEXT]
     ts_index = header.index("timestamp")
     # Column by column as the rows are read: numbers in arrays of doubles, names as codes into each
     # column's distinct values. A list of rows of Python objects took 14 to 19 times the file's size.
@@ -365,7 +365,7 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         raise TraceError(
             path, f"unknown column(s) {', '.join(unknown)}; the trace columns are listed in docs/trace-format.md"
         )
-    for column in frame.columns.difference(["timestamp", "gpu"] + IDENTITY):
+    for column in frame.columns.difference(["timestamp"] + TEXT):
         dtype = frame[column].dtype
         if not (pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)):
             raise TraceError(path, f"holds {dtype} values; numbers are expected", column=column)

@@ -29,7 +29,7 @@ from gpulens.analyzer import owners as owners_mod
 from gpulens.analyzer.classify import Verdict, judge
 from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
-from gpulens.analyzer.history import Ledger, default_window, ledgers
+from gpulens.analyzer.history import Ledger, default_window, ledgers, with_workload
 from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.owners import Owner, OwnerReader
 from gpulens.analyzer.plan import Use
@@ -114,9 +114,13 @@ def report(
         frame = _read(reader, span.start, span.end, span.step, progress)
         _gather(unit_samples(frame), timelines, use)
         _report(progress, on_progress, span.end - span.start)
-        verdicts = judge(pod_features(frame, t), t, prices) if len(frame) else []
+        said = _owners(owners, frame, span.end, span.end - span.start)
+        verdicts = [
+            with_workload(v, _workload(said, v.unit), (engines or {}).get(_pod_key(v.unit)))
+            for v in (judge(pod_features(frame, t), t, prices) if len(frame) else [])
+        ]
         _say_impossible(progress, reader)
-        return owners_mod.apply(verdicts, _owners(owners, frame, span.end, span.end - span.start))
+        return owners_mod.apply(verdicts, said)
     totals: dict[str, Ledger] = {}
     owned: dict[PodKey, Owner] = {}
     groups = _groups(reader, span, window)

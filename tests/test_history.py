@@ -7,6 +7,7 @@ import io
 import json
 import os
 import subprocess
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -589,3 +590,69 @@ def test_what_the_engine_counted_decides_serving_against_idle(requests, headline
         if requests
         else "vllm: no request finished over the span; idle whatever its GPU showed (a model load, health checks)"
     )
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_trace_files_workload_columns_say_what_its_pods_are(tmp_path, suffix):
+    """The replica's day with no request after 18:00 (idle from its GPU alone) in a file whose rows say it is a
+    vLLM replica: serving, as Kubernetes would have said, with the file named as the source. The same day of a
+    pod the file calls a job keeps its GPU's verdict."""
+    from gpulens.analyzer.readers import read_trace
+
+    day = _replica_day(0.0)
+    path = tmp_path / f"day{suffix}"
+    fr.write_trace(day.assign(workload_kind="serving", engine="vllm"), path)
+    [v] = analyze(read_trace(path))
+    assert (v.bottleneck, v.workload_kind, v.engine, v.kind_source) == (
+        "overprovisioned_serving",
+        "serving",
+        "vllm",
+        "the trace's workload_kind column",
+    )
+    assert v.evidence["workload"] == "serving, its engine vllm (the trace's workload_kind column)"
+    fr.write_trace(day.assign(workload_kind="job", engine=""), path)
+    [job] = analyze(read_trace(path))
+    assert (job.bottleneck, job.workload_kind, job.evidence["workload"]) == (
+        "idle",
+        "job",
+        "job (the trace's workload_kind column)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        ("workload_kind", "training", "'training' is not a workload kind: notebook, serving, job, unknown (or empty)"),
+        ("engine", "ollama", "'ollama' is not a serving engine gpulens reads: vllm, tgi, triton, sglang (or empty)"),
+    ],
+)
+def test_a_workload_column_holding_what_gpulens_does_not_know_is_refused(tmp_path, column, value, message):
+    from gpulens.analyzer.readers import TraceError, read_trace
+
+    path = tmp_path / "day.csv"
+    rows = _replica_day(0.0).head(3).assign(workload_kind="serving", engine="vllm")
+    rows[column] = ["serving" if column == "workload_kind" else "vllm", value, ""]
+    fr.write_trace(rows, path)
+    with pytest.raises(TraceError) as error:
+        read_trace(path)
+    place = f"line 3, column {list(rows.columns).index(column) + 1} ({column})"
+    assert str(error.value) == f"{path}, {place}: {message}"
+
+
+def test_a_notebook_judged_in_one_window_is_idle_not_serving():
+    """Forty minutes of the replica's working hours, one window: from the GPU alone a replica with few requests
+    (overprovisioned_serving); the same rows of a JupyterHub user's server are cells run in a kernel left open."""
+    from gpulens.analyzer.kinds import WorkloadKind
+
+    morning = _replica_day(0.0)
+    morning = morning[morning["timestamp"].between(MIDNIGHT + 9 * 3600, MIDNIGHT + 9 * 3600 + 40 * 60)]
+    [alone] = analyze(morning)
+    assert alone.bottleneck == "overprovisioned_serving" and len(alone.episodes) == 1  # one window: classify()'s
+    notebook = WorkloadKind("notebook", "", "label component=singleuser-server")
+    [v] = analyze(morning, workloads={"sd/replica": notebook})
+    assert (v.bottleneck, v.recommendation, v.served) == ("idle", RECOMMENDATIONS["idle"], False)
+    assert v.evidence["workload"] == "notebook (label component=singleuser-server)"
+    assert (v.workload_kind, v.kind_source) == ("notebook", "label component=singleuser-server")
+    assert v.wasted_gpu_seconds == alone.wasted_gpu_seconds == 2340.0
+    assert v.episodes == [replace(alone.episodes[0], bottleneck="idle")]
+    assert v.by_class == {"idle": alone.by_class["overprovisioned_serving"]}

@@ -22,6 +22,9 @@ links     pcie_root, nvlink_group                   the GPU's PCIe root complex 
                                                     (LINKS below)
 faults    hardware_xid                              the hardware XID the GPU reported since its previous
                                                     row, 0 for none (XIDS below)
+workload  workload_kind                             what the pod is: notebook, serving, job or unknown
+          engine                                    its serving engine: vllm, tgi, triton, sglang ("" none)
+                                                    (WORKLOAD below)
 shape     activity_samples, activity_idle_ratio, activity_low_ratio, activity_high_ratio,
           activity_transitions, steady_bursts       since the GPU's previous row (SHAPE below)
 
@@ -86,6 +89,12 @@ LINKS = [
 #: dcgm-exporter's DCGM_FI_DEV_XID_ERRORS, the GPU's last code, which it repeats until it restarts. A group,
 #: kept only where the input has it.
 XIDS = ["hardware_xid"]
+#: What the row's pod is, as Kubernetes says (the analyzer's kinds: docs/workloads.md), and the serving engine
+#: it runs: text, like IDENTITY, kept only where the input has them (a trace written from a cluster that knew,
+#: the simulator's). Without them a file's pods are of unknown kind, judged from their GPU series alone.
+WORKLOAD = ["workload_kind", "engine"]
+#: Every column of text: the rest are numbers.
+TEXT = ["gpu"] + IDENTITY + WORKLOAD
 #: The shape of the activity since the GPU's previous row (core/activity.py), from the exporter's
 #: histogram and counters: every driver sample the row stands for, not just its average. A group: all
 #: present (traces from gpulens exporters, directly or through Prometheus) or none (other tools' files).
@@ -98,7 +107,7 @@ SHAPE = [
     "steady_bursts",  # bursts among them that repeated the previous period
 ]
 #: Every column a trace file may hold, in the order gpulens writes them.
-ALL_COLUMNS = COLUMNS + LINKS + XIDS + SHAPE
+ALL_COLUMNS = COLUMNS + WORKLOAD + LINKS + XIDS + SHAPE
 #: The columns recordings of gpulens before XIDS have: the recorder appends to them in their own layout.
 LEGACY_COLUMNS = COLUMNS + LINKS + SHAPE
 
