@@ -420,6 +420,18 @@ DAY_SCENARIOS = {
     # insufficient_data where too few samples follow it (day_traces).
     "training_started": "healthy",
 }
+#: What Kubernetes says each day-scale profile's pod is (analyzer/kinds.py): a Deployment's replica, a JupyterHub
+#: user's server, a Job. The eval judges every day-scale pod twice: from its GPU alone, and with its kind in the
+#: trace's workload_kind column (Report.with_kinds).
+DAY_KINDS = {
+    "serving": "serving",
+    "idle_replica": "serving",
+    "notebook": "notebook",
+    "sparse_notebook": "notebook",
+    "training_finished": "job",
+    "never_served": "serving",
+    "training_started": "job",
+}
 #: Profiles added since the eval's figures were first published: their scenarios are drawn after all the
 #: others', each after the one before, so that adding one leaves every earlier scenario as it was and the
 #: figures stay comparable (append, never insert).
@@ -530,6 +542,9 @@ class Report:
     results: pd.DataFrame
     #: What the no-profiling DRAM-bound probes were called (kept out of the confusion matrix).
     probe_predictions: list[str] = field(default_factory=list)
+    #: The day-scale rows of `results` judged again with what Kubernetes says each pod is (DAY_KINDS): the
+    #: same columns, kept out of the figures above, which are the GPU's alone.
+    with_kinds: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def labels(self) -> list[str]:
@@ -597,6 +612,27 @@ class Report:
         r = self.results
         return int(((r["label"] == "overprovisioned_serving") & (r["predicted"] == "idle")).sum())
 
+    def kinds_said(self, interval: float) -> str:
+        """The day-scale pods at `interval` from their GPU alone and with their kind: accuracy, notebooks called
+        serving, replicas that served called idle (each "found/all")."""
+        alone = self.results[(self.results["kind"] == "day") & (self.results["interval"] == interval)]
+        said = self.with_kinds[self.with_kinds["interval"] == interval]
+
+        def counts(r: pd.DataFrame) -> tuple[float, str, str]:
+            notebooks = r[r["profile"].isin(["notebook", "sparse_notebook"])]
+            served = r[r["label"] == "overprovisioned_serving"]
+            return (
+                float((r["label"] == r["predicted"]).mean()),
+                f"{int((notebooks['predicted'] == 'overprovisioned_serving').sum())}/{len(notebooks)}",
+                f"{int((served['predicted'] == 'idle').sum())}/{len(served)}",
+            )
+
+        (a, notebooks, served), (a_said, notebooks_said, served_said) = counts(alone), counts(said)
+        return (
+            f"day-scale pods with their kind (GPU alone): accuracy {a_said:.3f} ({a:.3f}); notebooks called serving "
+            f"{notebooks_said} ({notebooks}); replicas that served called idle {served_said} ({served})"
+        )
+
     def never_served_found(self) -> str:
         """Replicas that loaded a model and served nothing (never_served), judged where they have enough
         samples: how many were called idle, as "found/all"."""
@@ -642,16 +678,18 @@ def evaluate(
     for d in make_day_scenarios(seed, per_day_profile, spans):
         for step, (frame, label) in day_traces(d, intervals, noise).items():
             by_cell.setdefault((step, d.span, d.profile in DAY_SCENARIOS_ADDED), []).append((d, frame, label))
+    said: list[tuple] = []
     for (step, span, _), cell in by_cell.items():
-        verdicts = {
-            v.pod: v.bottleneck for v in analyze(pd.concat([f for _, f, _ in cell], ignore_index=True), thresholds)
-        }
-        for d, _, label in cell:
-            records.append((step, span, "day", d.profile, "", d.source, label, verdicts[f"{d.profile}-{d.seed}"]))
-    results = pd.DataFrame(
-        records, columns=["interval", "span", "kind", "profile", "variant", "source", "label", "predicted"]
-    )
-    return Report(results, probe_predictions)
+        for rows, kinds in ((records, False), (said, True)):
+            judged = pd.concat(
+                [fr.normalize(f.assign(workload_kind=DAY_KINDS[d.profile])) if kinds else f for d, f, _ in cell],
+                ignore_index=True,
+            )
+            verdicts = {v.pod: v.bottleneck for v in analyze(judged, thresholds)}
+            for d, _, label in cell:
+                rows.append((step, span, "day", d.profile, "", d.source, label, verdicts[f"{d.profile}-{d.seed}"]))
+    columns = ["interval", "span", "kind", "profile", "variant", "source", "label", "predicted"]
+    return Report(pd.DataFrame(records, columns=columns), probe_predictions, pd.DataFrame(said, columns=columns))
 
 
 def render(report: Report) -> str:
@@ -679,6 +717,7 @@ def render(report: Report) -> str:
             + ", ".join(f"{name} {found}" for name, found in report.variants("host_stall", interval)),
             "  causes left open: "
             + ", ".join(f"{name} {found}" for name, found in report.variants("unexplained", interval)),
+            "  " + report.kinds_said(interval),
             "",
         ]
     scores = report.scores()

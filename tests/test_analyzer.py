@@ -15,7 +15,7 @@ import pytest
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import readers
 from gpulens.analyzer.classify import classify
-from gpulens.analyzer.evaluate import VARIANTS, Scenario, evaluate, scenario_trace
+from gpulens.analyzer.evaluate import DAY_KINDS, VARIANTS, Scenario, evaluate, scenario_trace
 from gpulens.analyzer.evidence import Evidence, byte_count, in_units, seconds, share
 from gpulens.analyzer.readers import TraceError, read_trace
 from gpulens.core.bottlenecks import POD_CLASSES
@@ -295,6 +295,11 @@ def test_eval_on_unseen_seeds_at_coarse_sampling_over_a_day():
     # Replicas that loaded a model and served nothing, their health checks every 10 s: 2 over each span,
     # each seen at 15 and 60 s, all idle.
     assert report.never_served_found() == "8/8"
+    # The day-scale pods judged again with what Kubernetes says they are (a Deployment's replica, a JupyterHub
+    # server, a Job: evaluate.DAY_KINDS): each given the class its data shows, and no notebook called serving.
+    said = report.with_kinds
+    assert len(said) == len(report.results[report.results["kind"] == "day"]) == 2 * 2 * 2 * len(DAY_KINDS)
+    assert (said["label"] == said["predicted"]).all(), said[said["label"] != said["predicted"]]
     # One pod of each placement fault, stall cause and cause left open (CPU offload, one host thread, four
     # independent processes in one pod), each given the class its data shows at both intervals.
     for interval in (15.0, 60.0):
@@ -442,6 +447,7 @@ def test_eval_command_prints_the_matrix():
     assert result.stdout.count("(rows: true class, columns: predicted)") == 2
     assert result.stdout.count("  causes left open: independent 1/1\n") == 2
     assert "macro-F1:" in result.stdout and "healthy pods called idle: 0" in result.stdout
+    assert result.stdout.count("  day-scale pods with their kind (GPU alone): accuracy 1.000 (") == 2
 
 
 @pytest.mark.slow
