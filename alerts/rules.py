@@ -221,6 +221,11 @@ the pod's current cause costs the namespace a day.
    `idle` or `wrong_gpu_type`: give the GPU back or move the pod to a smaller GPU or a MIG slice.
    `overprovisioned_serving`: the replica serves requests in bursts; run fewer replicas or share the GPU
    (MIG, time-slicing), but do not simply delete it: that would take the service down.
+   The `workload` evidence says what the pod is (notebook, serving with its engine, job; from
+   kube-state-metrics or your --analysis.config rules, docs/workloads.md): a notebook is never called
+   serving (its kernel holds the GPU between cells: cull it), a replica whose engine (vLLM, TGI, Triton,
+   SGLang) finished requests is never called idle, and the `engine` evidence gives its requests, queue and KV
+   cache over the analyzer's history. `unknown` says which series would settle it.
 4. If the cause is `{NO_VERDICT}`, the analyzer is down or has not seen the pod: see GpulensAnalyzerDown.
    When the analyzer changes its verdict, the page stays and its annotations follow the new cause.""",
             _pod_link(c, mixin.POD_SM_PANEL),
@@ -243,8 +248,11 @@ the pod's current cause costs the namespace a day.
 an idle notebook, a job waiting on something, or a process that finished but whose pod was never deleted.
 (Princeton Job Defense Shield warns at 60 minutes.) Muted while GpulensPodLowSmActivity pages for the pod.
 
-1. Check with the pod's owner whether it still needs the GPUs; `kubectl describe pod` shows its age.
-2. Stop it or scale it to zero; for notebooks, enable an idle culler.
+1. Check with the pod's owner whether it still needs the GPUs; `kubectl describe pod` shows its age. The
+   `workload` evidence of the verdict says what the pod is (notebook, serving, job) and what said so.
+2. Stop it or scale it to zero; for notebooks, enable an idle culler (JupyterHub's jupyterhub-idle-culler,
+   Kubeflow's culling of idle notebooks). A serving replica whose engine finished no request in the
+   analyzer's history (its `engine` evidence) loaded a model and never served: scale it to zero.
 3. If the memory stays held after the pod is gone, see GpulensGpuMemoryHeldWithoutPod.""",
             _pod_link(c, mixin.POD_BUSY_PANEL),
             annotations=verdict_annotations(c),

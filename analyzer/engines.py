@@ -2,7 +2,8 @@
 how many it ran and kept waiting at once, and how full its KV cache was.
 
 Read from the engines' own metrics in the store, scraped as their pods (namespace and pod labels, as the
-Prometheus Operator's PodMonitors and kubernetes_sd give them). Names and types from each engine's docs:
+Prometheus Operator's PodMonitors and kubernetes_sd give them); their names are core/mixin.py's
+ENGINE_SERIES (the fleet dashboard reads them too), from each engine's docs:
 
 - vLLM: requests finished `vllm:request_success_total` (counter), running `vllm:num_requests_running`,
   waiting `vllm:num_requests_waiting`, KV cache in use (0-1) `vllm:kv_cache_usage_perc` (before V1:
@@ -22,40 +23,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpulens.analyzer.kinds import PodKey
+from gpulens.core.mixin import ENGINE_SERIES
 
 if TYPE_CHECKING:
     from gpulens.analyzer.store import Store
-
-
-@dataclass(frozen=True)
-class EngineSeries:
-    """One engine's series: its counter of requests finished, and its gauges ("" where it has none)."""
-
-    engine: str
-    requests: str
-    running: str = ""
-    waiting: str = ""
-    kv_cache: tuple[str, ...] = ()
-
-
-ENGINES = (
-    EngineSeries(
-        "vllm",
-        "vllm:request_success_total",
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
-    ),
-    EngineSeries("tgi", "tgi_request_count", "tgi_batch_current_size", "tgi_queue_size"),
-    EngineSeries("triton", "nv_inference_request_success", "", "nv_inference_pending_request_count"),
-    EngineSeries(
-        "sglang",
-        "sglang:num_requests_total",
-        "sglang:num_running_reqs",
-        "sglang:num_queue_reqs",
-        ("sglang:token_usage",),
-    ),
-)
 
 
 @dataclass(frozen=True)
@@ -96,7 +67,7 @@ def read_engine_loads(
     resolution = f"{step:.0f}s"
     matchers = f"{{{selector}}}" if selector else ""
     out: dict[PodKey, EngineLoad] = {}
-    for series in ENGINES:
+    for series in ENGINE_SERIES:
         requests = _by_pod(store, f"sum by (namespace, pod) (increase({series.requests}{matchers}[{span}]))", end)
         if not requests:
             continue

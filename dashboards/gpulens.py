@@ -97,6 +97,9 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         f"increase({metric('gpu_idle_seconds_total')}{{{EXPORTERS}}}[$__range])",
         f"(1 - avg_over_time({mixin.GPU_BUSY}{{{EXPORTERS}}}[$__range])) * $__range_s",
     )
+    # Each serving pod's engine's requests per second, and the Deployment it belongs to.
+    served = mixin.engine_request_rate(f'{CLUSTER},namespace=~"$namespace"', "$__rate_interval")
+    deployments = mixin.pod_deployment(f'{CLUSTER},namespace=~"$namespace"')
     pod_link = (
         f"/d/{mixin.POD_DASHBOARD[0]}?${{cluster:queryparam}}&var-namespace=${{__data.fields.namespace}}"
         f"&var-pod=${{__data.fields.pod}}&${{__url_time_range}}"
@@ -233,6 +236,27 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             ],
             s.DOLLARS,
             hide=("__name__",),
+        ),
+        s.row("Serving"),
+        s.timeseries(
+            "Serving load against replicas",
+            "By Deployment (kube-state-metrics' kube_pod_owner and kube_replicaset_owner): the requests its "
+            "replicas' engines finished per second (vLLM, TGI, Triton, SGLang counters), and how many replicas "
+            "report them. Load that stays far below what the replicas carried at their peak is the plan's "
+            "fewer_replicas; the analyzer sizes it by the engines' queue and KV cache, not by SM activity.",
+            [
+                target(
+                    f"sum by (namespace, deployment) (({served}) "
+                    f"* on (namespace, pod) group_left (deployment) {deployments})",
+                    "{{namespace}}/{{deployment}} requests/s",
+                ),
+                target(
+                    f"count by (namespace, deployment) ({deployments} and on (namespace, pod) ({served}))",
+                    "{{namespace}}/{{deployment}} replicas",
+                ),
+            ],
+            s.COUNT,
+            width=24,
         ),
         s.row("Waste"),
         s.bar_gauge(

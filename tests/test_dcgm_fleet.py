@@ -180,8 +180,10 @@ def _names(expr: str) -> set[str]:
 
 def test_every_dashboard_panel_has_data_from_dcgm_exporter_alone(fleet):
     """A panel says in its description when it has nothing for GPUs only dcgm-exporter reports; every
-    other panel shows them, except those that read the analyzer's verdicts or cAdvisor (not run here)."""
-    needs_others = {"container_cpu_usage_seconds_total", "kube_pod_container_resource_limits"}
+    other panel shows them, except those that read the analyzer's verdicts, cAdvisor, kube-state-metrics or the
+    serving engines (not run here)."""
+    # cAdvisor's and kube-state-metrics' series, and the serving engines': none runs beside this fleet.
+    needs_others = {"container_cpu_usage_seconds_total", "kube_pod_container_resource_limits", "kube_pod_owner"}
     descriptions = {}
     for name, text in dashboards.generate(mixin.MixinConfig()).items():
         for panel in json.loads(text)["panels"]:

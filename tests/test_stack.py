@@ -191,10 +191,20 @@ def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
         return out
 
     expected = {"serving/chat-api-6c8f9d7b54-x2k4p", "serving/chat-api-6c8f9d7b54-m7q9z", "serving/embedder-0"}
-    eventually(lambda: set(rates()), expected, 120, "the engines' request rates")
-    assert rates() == pytest.approx(dict.fromkeys(expected, 2 * stack.speed), rel=0.05)
+    # Until a series is 20 s old, rate() spreads what it counted over all 20 s: awaited, not slept on.
+    eventually(rates, pytest.approx(dict.fromkeys(expected, 2 * stack.speed), rel=0.05), 120, "the engines' rates")
     [kv] = query(stack, 'max(vllm:kv_cache_usage_perc{pod="chat-api-6c8f9d7b54-x2k4p"})')
     assert float(kv["value"][1]) in (0.0, 0.02)
+    # The fleet dashboard's serving panel: the chat-api Deployment (its pods' ReplicaSet, from the simulated
+    # kube-state-metrics) carries both replicas' requests; the embedder is a StatefulSet's, no Deployment's.
+    [(_, _, load), (_, _, replicas)] = [q for q in dashboard_queries() if q[1] == "Serving load against replicas"]
+    by_deployment = {
+        (r["metric"]["namespace"], r["metric"]["deployment"]): float(r["value"][1])
+        for r in query(stack, substitute(load, "serving/chat-api"))
+    }
+    assert by_deployment == pytest.approx({("serving", "chat-api"): 2 * 2 * stack.speed}, rel=0.05)
+    counted = query(stack, substitute(replicas, "serving/chat-api"))
+    assert [(r["metric"]["deployment"], r["value"][1]) for r in counted] == [("chat-api", "2")]
 
 
 def test_rules_fire_for_exactly_the_simulated_sick_gpus(stack):
@@ -291,7 +301,8 @@ def test_every_dashboard_query_returns_data(stack):
     assert len(queries) >= 60
     empty = []
     for name, title, expr in queries:
-        pods = sorted(EXPECTED) if "$pod" in expr else ["nlp/bert-finetune-0"]
+        # A fleet panel in the data-starved pod's namespace, or the serving one's (the Deployment's load).
+        pods = sorted(EXPECTED) if "$pod" in expr else ["nlp/bert-finetune-0", "serving/chat-api"]
         with_data = [pod for pod in pods if query(stack, substitute(expr, pod))]
         if not with_data:
             empty.append(f"{name} / {title}: {expr}")

@@ -325,6 +325,57 @@ def dcgm_hardware_xid(matchers: str, by: str) -> str:
     return f"max by ({by}) ({dcgm.XID_FIELD}{sel} > 0 {application})"
 
 
+# --- serving engines and the Deployments they serve ----------------------------------------------------
+@dataclass(frozen=True)
+class EngineSeries:
+    """One engine's series: its counter of requests finished, and its gauges ("" where it has none)."""
+
+    engine: str
+    requests: str
+    running: str = ""
+    waiting: str = ""
+    kv_cache: tuple[str, ...] = ()
+
+
+#: Each engine's series, as its docs name them (analyzer/engines.py reads them over a span).
+ENGINE_SERIES = (
+    EngineSeries(
+        "vllm",
+        "vllm:request_success_total",
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+    ),
+    EngineSeries("tgi", "tgi_request_count", "tgi_batch_current_size", "tgi_queue_size"),
+    EngineSeries("triton", "nv_inference_request_success", "", "nv_inference_pending_request_count"),
+    EngineSeries(
+        "sglang",
+        "sglang:num_requests_total",
+        "sglang:num_running_reqs",
+        "sglang:num_queue_reqs",
+        ("sglang:token_usage",),
+    ),
+)
+
+
+def engine_request_rate(selector: str, window: str) -> str:
+    """Requests each serving pod's engine finished per second over `window`, by (namespace, pod): the first
+    engine's counter a pod has. `selector`: PromQL matchers (the cluster's, a namespace's)."""
+    return " or ".join(f"sum by (namespace, pod) (rate({e.requests}{{{selector}}}[{window}]))" for e in ENGINE_SERIES)
+
+
+def pod_deployment(selector: str) -> str:
+    """Each Deployment's pods as kube-state-metrics says (through their ReplicaSets): 1 by (namespace, pod,
+    deployment). `selector`: PromQL matchers (the cluster's, a namespace's)."""
+    pods = f'kube_pod_owner{{{selector},owner_kind="ReplicaSet"}}'
+    replicasets = f'kube_replicaset_owner{{{selector},owner_kind="Deployment"}}'
+    return (
+        f'max by (namespace, pod, deployment) (label_replace({pods}, "replicaset", "$1", "owner_name", "(.+)") '
+        "* on (namespace, replicaset) group_left (deployment) max by (namespace, replicaset, deployment) ("
+        f'label_replace({replicasets}, "deployment", "$1", "owner_name", "(.+)")))'
+    )
+
+
 # --- recording rules: level:metric:operations ------------------------------------------------------
 # The names carry no window, so the dashboards read them whatever alert_rate_window a deployment sets.
 GPU_BUSY = "gpu:gpulens_gpu_busy:ratio_rate"
