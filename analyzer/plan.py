@@ -162,6 +162,10 @@ class Action:
     needs: list[Need] = field(default_factory=list)
 
 
+#: The most confidence a replica count sized from GPU activity alone gets (its engine's load sizes it firmly).
+GPU_ONLY_REPLICA_CONFIDENCE = 0.5
+
+
 @dataclass
 class NotPlanned:
     owner: str
@@ -495,6 +499,15 @@ class _Planner:
             ),
         )
         action.owner = f"{namespace}/{kind.rstrip('?')}/{name}"  # the workload, not one of its pods
+        # SM activity does not show what bounds a replica (an LLM server's KV cache and queue): said, and held
+        # below the engines' sizing.
+        action.confidence = min(action.confidence, GPU_ONLY_REPLICA_CONFIDENCE)
+        action.assumptions["sizing"] = (
+            f"from GPU activity alone, confidence at most {GPU_ONLY_REPLICA_CONFIDENCE:g}: its engine's running and "
+            "waiting requests and KV cache use (vLLM's vllm:num_requests_running, vllm:num_requests_waiting and "
+            "vllm:kv_cache_usage_perc, or TGI's, Triton's or SGLang's: docs/workloads.md) would size it by what "
+            "bounds a replica"
+        )
         return action
 
     def _fewer_replicas_by_engine(

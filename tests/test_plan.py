@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.evaluate import Scenario, scenario_trace
 from gpulens.analyzer.history import analyze
-from gpulens.analyzer.plan import Use, make_plan
+from gpulens.analyzer.plan import GPU_ONLY_REPLICA_CONFIDENCE, Use, make_plan
 from gpulens.core.catalog import MODELS
 from gpulens.core.thresholds import Thresholds
 
@@ -77,7 +77,11 @@ def test_eight_replicas_whose_bursts_never_overlap_need_one():
     assert action.saving_usd_per_30d == 7 * 4.00 * 720
     assert action.assumptions["price"] == "$4.00/GPU-h (the catalogue)"
     assert action.assumptions["span"].startswith("12.0 h of samples < 7 d: a weekly pattern")
-    assert action.confidence == T.plan_short_confidence
+    # Sized from the GPUs' activity alone, without the engines' queue and KV cache: held below firm.
+    assert action.confidence == GPU_ONLY_REPLICA_CONFIDENCE == 0.5 < T.plan_short_confidence
+    assert action.assumptions["sizing"].startswith(
+        "from GPU activity alone, confidence at most 0.5: its engine's running and waiting requests"
+    )
 
 
 def test_a_small_model_on_an_h100_gets_its_smallest_mig_slice():
