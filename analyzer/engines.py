@@ -49,6 +49,12 @@ class EngineLoad:
     def served(self) -> bool:
         return self.requests > 0
 
+    @property
+    def unqueued(self) -> bool:
+        """Whether its queue was empty at the percentile (fewer than one request waiting): the replica had room,
+        so its low GPU activity is headroom, not a serving loop bound elsewhere. False where not counted."""
+        return self.waiting_at_percentile < 1.0
+
 
 def _by_pod(store: Store, expr: str, at: float) -> dict[PodKey, float]:
     return {

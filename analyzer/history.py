@@ -123,7 +123,7 @@ def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None 
         return v  # a GPU no pod holds is no workload
     name = v.bottleneck
     if engine is not None:
-        name = {("idle", True): SERVING, (SERVING, False): "idle"}.get((name, engine.served), name)
+        name = dict(engine_relabels(engine)).get(name, name)
     elif workload.kind == "notebook" and name == SERVING:
         name = "idle"
     if name != v.bottleneck:
@@ -134,8 +134,9 @@ def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None 
             secondary=[],
             cause="",
             served=name == SERVING,
+            evidence={k: val for k, val in v.evidence.items() if k not in SETTLED},
             episodes=[replace(e, bottleneck=name) for e in v.episodes],  # one window, one class: all of it
-            by_class={name: v.by_class[v.bottleneck]},
+            by_class={name: v.by_class[v.bottleneck]} if v.bottleneck in v.by_class else {},
         )
     said = {"engine": engine_evidence(engine)} if engine is not None else {}
     return replace(
@@ -435,7 +436,9 @@ class Ledger:
         replica's quiet spells are serving's (headline()); a replica whose engine finished no request in the
         span is idle whatever its GPU showed, and one that finished requests is never idle."""
         if engine is not None:
-            relabeled = self._relabeled("idle", SERVING) if engine.served else self._relabeled(SERVING, "idle")
+            relabeled = self
+            for old, new in engine_relabels(engine):
+                relabeled = relabeled._relabeled(old, new)
             judged = relabeled.verdict(t, workload)
             return replace(judged, evidence=judged.evidence | {"engine": engine_evidence(engine)}, engine_load=engine)
         if workload.kind == "notebook" and SERVING in self.latest:
@@ -508,13 +511,32 @@ class Ledger:
             return self
         was = self.latest[old]
         now = self.latest.get(new) or replace(
-            was, bottleneck=new, recommendation=RECOMMENDATIONS[new], secondary=[], cause="", served=new == SERVING
+            was,
+            bottleneck=new,
+            recommendation=RECOMMENDATIONS[new],
+            secondary=[],
+            cause="",
+            served=new == SERVING,
+            evidence={k: v for k, v in was.evidence.items() if k not in SETTLED},
         )
         return replace(
             self,
             episodes=[replace(e, bottleneck=new) if e.bottleneck == old else e for e in self.episodes],
             latest={**{c: v for c, v in self.latest.items() if c != old}, new: now},
         )
+
+
+#: The evidence of causes a relabel settles (an unexplained verdict's open causes and what would tell them apart).
+SETTLED = ("causes_open", "would_tell_them_apart")
+
+
+def engine_relabels(load: EngineLoad) -> list[tuple[str, str]]:
+    """The classes a serving engine's count settles, as (from, to): a replica that finished no request is idle
+    whatever its GPU showed; one that finished requests is never idle, and where its queue stayed empty its low
+    activity with no other signature is headroom (serving), not a cause left open."""
+    if not load.served:
+        return [(SERVING, "idle")]
+    return [("idle", SERVING)] + ([("unexplained", SERVING)] if load.unqueued else [])
 
 
 def engine_evidence(load: EngineLoad) -> str:

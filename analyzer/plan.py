@@ -438,6 +438,8 @@ class _Planner:
         # What Kubernetes says the pods are decides; where it says nothing, a notebook's name.
         kinds = {v.workload_kind for v in members}
         replicas = kinds == {"serving"} or (kinds == {"unknown"} and not _NOTEBOOK.search(name))
+        done: list[Action] = []
+        skipped: list[NotPlanned] = []
         if (
             len(members) >= 2
             and kind.rstrip("?") in REPLICATED
@@ -445,10 +447,11 @@ class _Planner:
             and len(serving) == len(members)
             and any(v.bottleneck in OVERSIZED for v in members)
         ):
-            action = self._fewer_replicas(namespace, kind, name, members)
-            if action is not None:
-                return [action], []
-        done, skipped = [], []
+            fewer = self._fewer_replicas(namespace, kind, name, members)
+            if isinstance(fewer, Action):
+                return [fewer], []
+            if fewer is not None:  # its engines' load needs every replica: said, and each unit's own fix follows
+                skipped.append(fewer)
         for v in members:
             outcome = self.unit(v)
             if isinstance(outcome, Action):
@@ -457,7 +460,9 @@ class _Planner:
                 skipped.append(outcome)
         return done, skipped
 
-    def _fewer_replicas(self, namespace: str, kind: str, name: str, members: list[Verdict]) -> Action | None:
+    def _fewer_replicas(
+        self, namespace: str, kind: str, name: str, members: list[Verdict]
+    ) -> Action | NotPlanned | None:
         counted = [v.engine_load for v in members]
         if all(load is not None and not math.isnan(load.running_peak) for load in counted):
             return self._fewer_replicas_by_engine(namespace, kind, name, members, cast(list[EngineLoad], counted))
@@ -512,7 +517,7 @@ class _Planner:
 
     def _fewer_replicas_by_engine(
         self, namespace: str, kind: str, name: str, members: list[Verdict], loads: list[EngineLoad]
-    ) -> Action | None:
+    ) -> Action | NotPlanned | None:
         """Replicas sized by what their engines carried: the requests they ran at once, summed at the
         percentile, over what one replica ran at its peak without a queue (its KV cache, where the engine says
         how full, taken to plan_kv_cache_bound). Never fewer than carried the replicas' summed peak."""
@@ -525,10 +530,19 @@ class _Planner:
         at_percentile = sum(load.running_at_percentile for load in loads)
         peak = sum(load.running_peak for load in loads)  # the peaks' sum: at least the summed peak
         after = max(1, math.ceil(at_percentile / capacity - 1e-9), math.ceil(peak / capacity - 1e-9))
-        if after >= len(members):
-            return None
-        price = self._model(members[0]).price_per_hour
         engine = loads[0].engine
+        load = (
+            f"{engine}'s requests running, summed over the replicas: p{loads[0].percentile * 100:g} "
+            f"{at_percentile:.3g}, peaks {peak:.3g}"
+        )
+        sizing = f"{capacity:.3g} running requests a replica: {_capacity_says(loads[capacities.index(capacity)], t)}"
+        if after >= len(members):  # said, so that the plan's silence is not read as "nothing measured"
+            return NotPlanned(
+                f"{namespace}/{kind.rstrip('?')}/{name}",
+                [v.unit for v in members],
+                f"its engines' load needs all {len(members)} replicas ({after} by it): {load}; {sizing}",
+            )
+        price = self._model(members[0]).price_per_hour
         action = self._action(
             members,
             "fewer_replicas",
@@ -539,9 +553,8 @@ class _Planner:
             (sum(len(v.gpus) for v in members) - after * per_replica) * price,
             [Need(members[0].gpu_model, 1.0)] * (after * per_replica),
             replicas=f"{len(members)} of {kind.rstrip('?')} {namespace}/{name}",
-            load=f"{engine}'s requests running, summed over the replicas: p{loads[0].percentile * 100:g} "
-            f"{at_percentile:.3g}, peaks {peak:.3g}",
-            sizing=f"{capacity:.3g} running requests a replica: {_capacity_says(loads[capacities.index(capacity)], t)}",
+            load=load,
+            sizing=sizing,
         )
         action.owner = f"{namespace}/{kind.rstrip('?')}/{name}"
         return action

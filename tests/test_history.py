@@ -656,3 +656,28 @@ def test_a_notebook_judged_in_one_window_is_idle_not_serving():
     assert v.wasted_gpu_seconds == alone.wasted_gpu_seconds == 2340.0
     assert v.episodes == [replace(alone.episodes[0], bottleneck="idle")]
     assert v.by_class == {"idle": alone.by_class["overprovisioned_serving"]}
+
+
+@pytest.mark.parametrize(("waiting", "headline"), [(0.0, "overprovisioned_serving"), (3.0, "unexplained")])
+def test_an_engine_that_served_with_room_settles_low_activity_as_serving(waiting, headline):
+    """Low activity with no signature leaves its causes open (unexplained); a vLLM replica that finished
+    requests with nobody waiting at p95 had room: serving with headroom, its open causes settled. With
+    requests queued at p95 it had none, and what held it back (its KV cache, a CPU-bound loop) stays open."""
+    from gpulens.analyzer.classify import Verdict
+    from gpulens.analyzer.engines import EngineLoad
+    from gpulens.analyzer.history import with_workload
+    from gpulens.analyzer.kinds import WorkloadKind
+
+    open_causes = {
+        "mean_activity": "0.13 < 0.5 with no signature of a cause",
+        "causes_open": "...",
+        "would_tell_them_apart": "...",
+    }
+    v = Verdict("chat", "chat-0", "n1", ["GPU-0"], "H100", "unexplained", 0.3, open_causes, "", 0.0, 0.0)
+    load = EngineLoad("vllm", 120238.0, 0.95, 31.0, 32.0, waiting, 14.0, 0.97, 1.0)
+    judged = with_workload(v, WorkloadKind("serving", "vllm", "image vllm/vllm-openai:v0.6.3"), load)
+    assert judged.bottleneck == headline
+    settled = headline == "overprovisioned_serving"
+    assert ("causes_open" in judged.evidence) is not settled
+    assert judged.evidence["mean_activity"] == open_causes["mean_activity"]
+    assert judged.evidence["engine"].startswith("vllm: 120,238 requests finished over the span; running 31 at p95")
