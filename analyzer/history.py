@@ -128,13 +128,7 @@ def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None 
         name = "idle"
     if name != v.bottleneck:
         v = replace(
-            v,
-            bottleneck=name,
-            recommendation=RECOMMENDATIONS[name],
-            secondary=[],
-            cause="",
-            served=name == SERVING,
-            evidence={k: val for k, val in v.evidence.items() if k not in SETTLED},
+            _as_class(v, name),
             episodes=[replace(e, bottleneck=name) for e in v.episodes],  # one window, one class: all of it
             by_class={name: v.by_class[v.bottleneck]} if v.bottleneck in v.by_class else {},
         )
@@ -510,15 +504,7 @@ class Ledger:
         if old not in self.latest:
             return self
         was = self.latest[old]
-        now = self.latest.get(new) or replace(
-            was,
-            bottleneck=new,
-            recommendation=RECOMMENDATIONS[new],
-            secondary=[],
-            cause="",
-            served=new == SERVING,
-            evidence={k: v for k, v in was.evidence.items() if k not in SETTLED},
-        )
+        now = self.latest.get(new) or _as_class(was, new)
         return replace(
             self,
             episodes=[replace(e, bottleneck=new) if e.bottleneck == old else e for e in self.episodes],
@@ -528,6 +514,19 @@ class Ledger:
 
 #: The evidence of causes a relabel settles (an unexplained verdict's open causes and what would tell them apart).
 SETTLED = ("causes_open", "would_tell_them_apart")
+
+
+def _as_class(v: Verdict, name: str) -> Verdict:
+    """`v` relabeled `name` by what its workload or engine says: that class's fix, its other evidence kept."""
+    return replace(
+        v,
+        bottleneck=name,
+        recommendation=RECOMMENDATIONS[name],
+        secondary=[],
+        cause="",
+        served=name == SERVING,
+        evidence={k: text for k, text in v.evidence.items() if k not in SETTLED},
+    )
 
 
 def engine_relabels(load: EngineLoad) -> list[tuple[str, str]]:
