@@ -227,21 +227,35 @@ def _families(trace: pd.DataFrame, layouts: tuple[str, ...]) -> dict[str, list[t
     return families
 
 
+#: Samples by metric name: (labels text, unix seconds, value).
+Families = dict[str, list[tuple[str, float, float]]]
+
+
 def openmetrics(trace: pd.DataFrame, layouts: tuple[str, ...] = LAYOUTS) -> str:
-    """The samples as OpenMetrics with timestamps in seconds, as `promtool tsdb create-blocks-from
-    openmetrics` reads them: each family's samples together, # EOF at the end."""
+    """The week's samples as OpenMetrics (families_openmetrics)."""
+    return families_openmetrics(_families(trace, layouts))
+
+
+def prometheus_text(trace: pd.DataFrame, layouts: tuple[str, ...] = LAYOUTS) -> str:
+    """The week's samples in Prometheus' text format (families_prometheus_text)."""
+    return families_prometheus_text(_families(trace, layouts))
+
+
+def families_openmetrics(families: Families) -> str:
+    """Samples as OpenMetrics with timestamps in seconds, as `promtool tsdb create-blocks-from openmetrics`
+    reads them: each family's samples together, # EOF at the end."""
     lines = []
-    for name, samples in _families(trace, layouts).items():
+    for name, samples in families.items():
         lines.append(f"# TYPE {name} gauge")
         lines.extend(f"{name}{labels} {_number(v)} {t:.0f}" for labels, t, v in samples)
     lines.append("# EOF")
     return "\n".join(lines) + "\n"
 
 
-def prometheus_text(trace: pd.DataFrame, layouts: tuple[str, ...] = LAYOUTS) -> str:
+def families_prometheus_text(families: Families) -> str:
     """The same samples in Prometheus' text format with timestamps in milliseconds, as VictoriaMetrics'
     /api/v1/import/prometheus reads them."""
     lines = []
-    for name, samples in _families(trace, layouts).items():
+    for name, samples in families.items():
         lines.extend(f"{name}{labels} {_number(v)} {t * 1000:.0f}" for labels, t, v in samples)
     return "\n".join(lines) + "\n"

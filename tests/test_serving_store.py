@@ -157,22 +157,10 @@ def day():
 def stores(day, tmp_path_factory):
     _, trace, others = day
     families = {**week.series_lines(trace, "dcgm-exported"), **others}
-    lines = []
-    for name, samples in families.items():  # as promtool reads OpenMetrics: each family's samples together
-        lines.append(f"# TYPE {name} gauge")
-        lines.extend(f"{name}{labels} {value:.17g} {t:.0f}" for labels, t, value in samples)
-    openmetrics = "\n".join(lines) + "\n# EOF\n"
-    prometheus = BackfilledPrometheus(tmp_path_factory.mktemp("prometheus"), openmetrics)
+    prometheus = BackfilledPrometheus(tmp_path_factory.mktemp("prometheus"), week.families_openmetrics(families))
     victoria = VictoriaMetrics(tmp_path_factory.mktemp("victoria-metrics"))
     try:
-        victoria.load(
-            "\n".join(
-                f"{name}{labels} {value:.17g} {t * 1000:.0f}"
-                for name, samples in families.items()
-                for labels, t, value in samples
-            )
-            + "\n"
-        )
+        victoria.load(week.families_prometheus_text(families))
         yield {"prometheus": prometheus.url, "victoria-metrics": victoria.url}
     finally:
         prometheus.stop()
