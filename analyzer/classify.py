@@ -26,7 +26,7 @@ import pandas as pd
 from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.evidence import Evidence, byte_count, seconds, share
 from gpulens.analyzer.features import PodFeatures, PodGpu, pod_features
-from gpulens.analyzer.kinds import Kind
+from gpulens.analyzer.kinds import Kind, WorkloadKind
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STALL_CAUSES
 from gpulens.core.catalog import GpuModel, model_info
@@ -117,6 +117,11 @@ class Verdict:
     cause: str = ""
     #: What it found beyond its class that outputs act on (Fact), sorted.
     facts: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> WorkloadKind:
+        """What the pod is, as its kind fields say (workload is its owner)."""
+        return WorkloadKind(self.workload_kind, self.engine, self.kind_source)
 
     def to_dict(self) -> dict:
         return {"unit": self.unit, **asdict(self)}

@@ -121,11 +121,7 @@ def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None 
     request is idle, one that finished requests never is. Its time and waste stay as judged."""
     if not v.pod:
         return v  # a GPU no pod holds is no workload
-    name = v.bottleneck
-    if engine is not None:
-        name = dict(engine_relabels(engine)).get(name, name)
-    elif workload.kind == "notebook" and name == SERVING:
-        name = "idle"
+    name = dict(workload_relabels(workload, engine)).get(v.bottleneck, v.bottleneck)
     if name != v.bottleneck:
         v = replace(
             _as_class(v, name),
@@ -425,18 +421,18 @@ class Ledger:
     def verdict(self, t: Thresholds, workload: WorkloadKind = UNKNOWN, engine: EngineLoad | None = None) -> Verdict:
         """The unit's verdict over the span: the headline class (see headline()), or idle where the whole span
         is sparse use. What the workload is (analyzer/kinds.py, from Kubernetes) and what its serving engine
-        counted (analyzer/engines.py) settle what its GPU leaves open: a notebook's bursts are cells, never
-        requests (its serving windows are idle: the time its kernel holds the GPU between them); a serving
-        replica's quiet spells are serving's (headline()); a replica whose engine finished no request in the
-        span is idle whatever its GPU showed, and one that finished requests is never idle."""
-        if engine is not None:
-            relabeled = self
-            for old, new in engine_relabels(engine):
-                relabeled = relabeled._relabeled(old, new)
-            judged = relabeled.verdict(t, workload)
-            return replace(judged, evidence=judged.evidence | {"engine": engine_evidence(engine)}, engine_load=engine)
-        if workload.kind == "notebook" and SERVING in self.latest:
-            return self._relabeled(SERVING, "idle").verdict(t, workload)
+        counted (analyzer/engines.py) settle what its GPU leaves open (workload_relabels()); a serving
+        replica's quiet spells are serving's (headline())."""
+        relabeled = self
+        for old, new in workload_relabels(workload, engine):
+            relabeled = relabeled._relabeled(old, new)
+        judged = relabeled._judged(t, workload)
+        if engine is None:
+            return judged
+        return replace(judged, evidence=judged.evidence | {"engine": engine_evidence(engine)}, engine_load=engine)
+
+    def _judged(self, t: Thresholds, workload: WorkloadKind) -> Verdict:
+        """verdict() of this ledger's classes as they stand."""
         seconds, wasted_by_class, cost, confidences = self.totals()
         total = sum(seconds.values())
         name = headline(
@@ -527,6 +523,15 @@ def _as_class(v: Verdict, name: str) -> Verdict:
         served=name == SERVING,
         evidence={k: text for k, text in v.evidence.items() if k not in SETTLED},
     )
+
+
+def workload_relabels(workload: WorkloadKind, engine: EngineLoad | None) -> list[tuple[str, str]]:
+    """The classes what a unit is and what its engine counted settle, as (from, to), in order: the engine's
+    count where there is one (engine_relabels()); else a notebook's bursts are cells, never requests, so its
+    serving is idle (the time its kernel holds the GPU between them)."""
+    if engine is not None:
+        return engine_relabels(engine)
+    return [(SERVING, "idle")] if workload.kind == "notebook" else []
 
 
 def engine_relabels(load: EngineLoad) -> list[tuple[str, str]]:

@@ -138,7 +138,7 @@ class LivePage:
         service = self.service
         view = service.over_history()
         cycle, state, plan = view.cycle, view.state, view.plan
-        over_history = report.by_waste(view.verdicts)
+        over_history = report.by_waste(list(view.verdicts.values()))
         drawn = over_history[:DRAWN]
         with service.lock:  # the next cycle may be adding to them
             samples = service.use.bins.samples([v.unit for v in drawn])

@@ -30,7 +30,7 @@ from gpulens.analyzer import owners
 from gpulens.analyzer.classify import Verdict, classify
 from gpulens.analyzer.engines import EngineLoad
 from gpulens.analyzer.features import UnitKeys
-from gpulens.analyzer.history import Ledger
+from gpulens.analyzer.history import Ledger, with_workload
 from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.analyzer.plan import Plan, Use, make_plan
@@ -65,7 +65,7 @@ def unit_name(unit: Unit) -> str:
 def workload_of(past: Ledger) -> WorkloadKind:
     """What a unit's workload is, as the owners applied to its newest window verdicts say (kinds.py)."""
     known = [v for v in past.latest.values() if v.workload_kind != "unknown"]
-    return WorkloadKind(known[-1].workload_kind, known[-1].engine, known[-1].kind_source) if known else UNKNOWN
+    return known[-1].kind if known else UNKNOWN
 
 
 def last_sample(v: Verdict) -> float:
@@ -98,7 +98,7 @@ class HistoryView:
 
     cycle: int
     state: State
-    verdicts: list[Verdict]
+    verdicts: dict[Unit, Verdict]
     plan: Plan
 
 
@@ -182,6 +182,9 @@ class AnalyzerService:
         """Verdicts for the window's frame; the history, timelines and waste counters move on with them."""
         verdicts = classify(frame, self.thresholds, self.prices, self.source.node_prices())
         verdicts = owners.apply(verdicts, self.source.owners({(v.namespace, v.pod) for v in verdicts if v.pod}))
+        # What each pod is settles what its window leaves open (a notebook's cells are never requests), so that
+        # /metrics and the alerts on it say what the history and the reports say.
+        verdicts = [with_workload(v, v.kind) for v in verdicts]
         stale = self._stale(verdicts)
         now = self.clock()
         seconds, cost = dict(self.state.wasted_seconds), dict(self.state.wasted_cost)
@@ -316,7 +319,7 @@ class AnalyzerService:
 
     def verdicts_json(self, query: Mapping[str, str] | None = None) -> tuple[int, str, bytes]:
         with self.lock:  # a cycle may be changing the history meanwhile
-            body = self._verdicts_body()
+            body = self._verdicts_body(self._view_now())
         return 200, "application/json", finite_json(body).encode()
 
     def _engine_loads(self) -> dict[PodKey, EngineLoad]:
@@ -326,8 +329,7 @@ class AnalyzerService:
             return {}
         return self.source.engine_loads(self.history_seconds, self.thresholds.plan_load_percentile)
 
-    def _verdicts_body(self) -> dict:
-        loads = self._engine_loads()
+    def _verdicts_body(self, view: HistoryView) -> dict:
         return {
             "stale": self.stale(),
             "age_seconds": self.age(),
@@ -344,7 +346,7 @@ class AnalyzerService:
                     "namespace": unit[0],
                     "pod": unit[1],
                     "node": unit[2],
-                    "headline": past.headline(self.thresholds, workload_of(past), loads.get(unit[:2])),
+                    "headline": view.verdicts[unit].bottleneck,
                     "by_class": {name: asdict(part) for name, part in past.by_class().items()},
                     "episodes": [asdict(e.rounded()) for e in past.episodes],
                 }
@@ -356,15 +358,19 @@ class AnalyzerService:
         """Each unit's verdict over the history kept, and the plan made of them: once a cycle, by the first
         that asks (/metrics, the page at /, the API), so that all of them show the same cycle."""
         with self.lock:
-            if self._view is None or self._view.cycle != self.cycles:
-                loads = self._engine_loads()
-                verdicts = [
-                    past.verdict(self.thresholds, workload_of(past), loads.get(unit[:2]))
-                    for unit, past in self.history.items()
-                ]
-                plan = make_plan(verdicts, self.use, self.thresholds, self.prices)
-                self._view = HistoryView(self.cycles, self.state, verdicts, plan)
-            return self._view
+            return self._view_now()
+
+    def _view_now(self) -> HistoryView:
+        """over_history(), the lock held."""
+        if self._view is None or self._view.cycle != self.cycles:
+            loads = self._engine_loads()
+            verdicts = {
+                unit: past.verdict(self.thresholds, workload_of(past), loads.get(unit[:2]))
+                for unit, past in self.history.items()
+            }
+            plan = make_plan(list(verdicts.values()), self.use, self.thresholds, self.prices)
+            self._view = HistoryView(self.cycles, self.state, verdicts, plan)
+        return self._view
 
     def plan(self) -> Plan:
         return self.over_history().plan
@@ -429,6 +435,7 @@ class AnalyzerService:
             if v.idle_ratio is not None:
                 out.add(m.POD_IDLE, ids, v.idle_ratio)
             out.add(m.POD_GPUS, ids, len(v.gpus))
+            out.add(m.POD_WORKLOAD, ids + (v.workload_kind, v.engine), 1)
         for (namespace, pod, node), past in sorted(self.history.items()):
             if not namespace:
                 continue  # a GPU no pod holds (its unit's pod slot names the GPU): not a pod series

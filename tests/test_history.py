@@ -572,6 +572,45 @@ def test_a_notebooks_cells_are_never_serving():
     assert notebook.recommendation == RECOMMENDATIONS["idle"]
 
 
+def test_the_live_service_says_what_each_pod_is_and_judges_a_notebooks_windows_by_it():
+    """Two pods serving a few requests at noon, judged every 5 minutes over 10-minute windows: from their GPUs
+    alone replicas with few requests (4-16% active). Kubernetes says the first is a JupyterHub user's server:
+    its windows are notebook cells, so /metrics, the alerts on it and the API call it idle with what said so,
+    and its gpulens_pod_workload_info says notebook; the second, which nothing names, stays serving."""
+    from gpulens.analyzer.kinds import WorkloadKind
+    from gpulens.analyzer.owners import Owner
+    from gpulens.analyzer.service import AnalyzerService
+
+    notebook = WorkloadKind("notebook", "", "label component=singleuser-server")
+
+    class Kubernetes(Replay):
+        def owners(self, pods: set) -> dict:
+            return {("sd", "serving-0"): Owner("Pod", "serving-0", workload=notebook)}
+
+    now = [MIDNIGHT + 12 * 3600.0]
+    trace = fleet_trace(["serving", "serving"], 15.0, 13)
+    service = AnalyzerService(Kubernetes(trace, 600, lambda: now[0]), Thresholds(), {}, 300, lambda: now[0])
+    for _ in range(3):
+        assert service.cycle()
+        now[0] += 300
+    by_pod = {v.pod: v for v in service.state.verdicts}
+    assert {pod: (v.bottleneck, v.workload_kind) for pod, v in by_pod.items()} == {
+        "serving-0": ("idle", "notebook"),
+        "serving-1": ("overprovisioned_serving", "unknown"),
+    }
+    assert by_pod["serving-0"].evidence["workload"] == "notebook (label component=singleuser-server)"
+    assert by_pod["serving-0"].recommendation == RECOMMENDATIONS["idle"]
+    assert by_pod["serving-1"].evidence["workload"].startswith("unknown: what the pod is (kube-state-metrics'")
+    lines = service.render_text().decode().splitlines()
+    assert [line.removeprefix("gpulens_pod_workload_info") for line in lines if "_workload_info{" in line] == [
+        '{engine="",namespace="sd",node="node-a",pod="serving-0",workload_kind="notebook"} 1.0',
+        '{engine="",namespace="sd",node="node-a",pod="serving-1",workload_kind="unknown"} 1.0',
+    ]
+    assert 'gpulens_pod_bottleneck{bottleneck="idle",namespace="sd",node="node-a",pod="serving-0"} 1.0' in lines
+    headlines = {p["pod"]: p["headline"] for p in json.loads(service.verdicts_json()[2])["history"]}
+    assert headlines == {"serving-0": "idle", "serving-1": "overprovisioned_serving"}
+
+
 @pytest.mark.parametrize(("requests", "headline"), [(1843.0, "overprovisioned_serving"), (0.0, "idle")])
 def test_what_the_engine_counted_decides_serving_against_idle(requests, headline):
     """The replica's day with nights of one request an hour (serving from its GPU alone, above): its vLLM

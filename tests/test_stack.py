@@ -176,6 +176,18 @@ def test_the_analyzer_knows_what_each_pod_is_from_kubernetes(stack):
     expected = {pod: KINDS.get(pod, ("job", "")) for pod in EXPECTED}
     eventually(kinds, expected, 240, "the pods' kinds")
 
+    def scraped() -> dict[str, tuple[str, str]]:
+        """The same, as the Prometheus scraping the analyzer has them (one series a pod; no engine, no label)."""
+        return {
+            f"{r['metric']['namespace']}/{r['metric']['pod']}": (
+                r["metric"]["workload_kind"],
+                r["metric"].get("engine", ""),
+            )
+            for r in query(stack, "gpulens_pod_workload_info == 1")
+        }
+
+    eventually(scraped, expected, 120, "gpulens_pod_workload_info")
+
 
 def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
     """The demo plays the engines of its serving pods, each scraped as its pod (its namespace and pod labels):

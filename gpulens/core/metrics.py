@@ -801,6 +801,18 @@ POD_GPUS = _spec(
     labels=ANALYZER_POD_LABELS,
     group="analyzer",
 )
+POD_WORKLOAD = _spec(
+    "pod_workload_info",
+    "gauge",
+    "",
+    "What the pod is, value always 1: workload_kind is notebook, serving, job or unknown, and engine the serving "
+    'engine (vllm, tgi, triton, sglang, or "" where none is known), from its owners, labels and images as '
+    "kube-state-metrics exports them and the kinds rules of --analysis.config (docs/workloads.md). Join it on "
+    "namespace and pod to split any gpulens_pod_* series by kind. One series a pod.",
+    "analyzer: kube_pod_owner, kube_replicaset_owner, kube_job_owner, kube_pod_labels, kube_pod_container_info",
+    labels=ANALYZER_POD_LABELS + ("workload_kind", "engine"),
+    group="analyzer",
+)
 POD_LAST_SAMPLE = _spec(
     "pod_last_sample_timestamp_seconds",
     "gauge",
