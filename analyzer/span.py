@@ -150,6 +150,7 @@ def report(
                         totals[unit] = ledger
                 require_few_enough(len(totals))
                 owned |= _owners(owners, frame, read_to, read_to - read_from)
+                del frame, keys, pieces  # not held while the next piece is read: a piece is gigabytes at scale
                 _report(progress, on_progress, counted_to - counted_from)
                 if group.gpus is None and progress.gpus:  # a store that could not say: sized from the first
                     piece = _piece_seconds(_piece_length(len(progress.gpus), span.step, window), slide, window)
