@@ -122,16 +122,18 @@ def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None 
     if not v.pod:
         return v  # a GPU no pod holds is no workload
     name = dict(workload_relabels(workload, engine)).get(v.bottleneck, v.bottleneck)
+    said = _workload_evidence(workload, name) | ({"engine": engine_evidence(engine)} if engine is not None else {})
+    if name == v.bottleneck and not said and v.kind == workload:
+        return v  # nothing to add: most verdicts of a live cycle, so it copies none of them
     if name != v.bottleneck:
         v = replace(
             _as_class(v, name),
             episodes=[replace(e, bottleneck=name) for e in v.episodes],  # one window, one class: all of it
             by_class={name: v.by_class[v.bottleneck]} if v.bottleneck in v.by_class else {},
         )
-    said = {"engine": engine_evidence(engine)} if engine is not None else {}
     return replace(
         v,
-        evidence=v.evidence | _workload_evidence(workload, name) | said,
+        evidence=v.evidence | said,
         workload_kind=workload.kind,
         engine=workload.engine,
         kind_source=workload.source,

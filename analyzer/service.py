@@ -182,9 +182,11 @@ class AnalyzerService:
         """Verdicts for the window's frame; the history, timelines and waste counters move on with them."""
         verdicts = classify(frame, self.thresholds, self.prices, self.source.node_prices())
         verdicts = owners.apply(verdicts, self.source.owners({(v.namespace, v.pod) for v in verdicts if v.pod}))
-        # What each pod is settles what its window leaves open (a notebook's cells are never requests), so that
-        # /metrics and the alerts on it say what the history and the reports say.
-        verdicts = [with_workload(v, v.kind) for v in verdicts]
+        # What each pod is and what its engine counted over the history settle what its window leaves open (a
+        # notebook's cells are never requests; a replica that served is never idle), so that /metrics and the
+        # alerts on it say what the history and the reports say.
+        loads = self._engine_loads()
+        verdicts = [with_workload(v, v.kind, loads.get((v.namespace, v.pod))) for v in verdicts]
         stale = self._stale(verdicts)
         now = self.clock()
         seconds, cost = dict(self.state.wasted_seconds), dict(self.state.wasted_cost)

@@ -350,13 +350,15 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         ),
         s.table(
             "Top wasting pods",
-            "GPUs' worth each pod wastes now (GPUs x (1 - activity)), with the "
-            "analyzer's verdict and the fix to try. Click a pod for its dashboard.",
+            "GPUs' worth each pod wastes now (GPUs x (1 - activity)), what the pod is (notebook, serving and "
+            "its engine, job: from kube-state-metrics), the analyzer's verdict and the fix to try. Click a pod "
+            "for its dashboard.",
             [
                 target(
                     f'topk(10, {metric("pod_gpus")}{{{analyzer},pod!=""}} * (1 - {metric("pod_sm_active_ratio")}'
                     f"{{{analyzer}}}) * on (namespace, pod, node) group_left (bottleneck, recommendation) "
-                    f"{metric('pod_bottleneck_info')}{{{analyzer}}})",
+                    f"{metric('pod_bottleneck_info')}{{{analyzer}}} * on (namespace, pod, node) group_left "
+                    f"(workload_kind, engine) {metric('pod_workload_info')}{{{analyzer}}})",
                     instant=True,
                     table=True,
                 )
@@ -431,9 +433,16 @@ def pod(c: MixinConfig) -> G.Dashboard:
         ),
         s.table(
             "Verdict, evidence and what to try",
-            "The analyzer's current verdict: the class, any secondary "
+            "The analyzer's current verdict: what the pod is (workload_kind, engine), the class, any secondary "
             "findings, the evidence (thresholds crossed) and the recommendation.",
-            [target(f"{metric('pod_bottleneck_info')}{verdict}", instant=True, table=True)],
+            [
+                target(
+                    f"{metric('pod_bottleneck_info')}{verdict} * on (namespace, pod, node) group_left "
+                    f"(workload_kind, engine) {metric('pod_workload_info')}{verdict}",
+                    instant=True,
+                    table=True,
+                )
+            ],
             s.COUNT,
             width=24,
             height=5,

@@ -35,9 +35,10 @@ EXPECTED = {
     "nlp/gpt-pretrain-0": "host_stall",  # its first rank checkpoints while the second waits at low power
     "nlp/llama-pretrain-worker-1": "host_stall",  # waits in collectives on ranks in other pods
     "vision/swin-ddp-0": "host_stall",  # a straggler: the others wait for its second rank every step
-    # Two replicas of a Deployment, each a sliver of an H100 (the plan makes them one).
-    "serving/chat-api-6c8f9d7b54-x2k4p": "wrong_gpu_type",
-    "serving/chat-api-6c8f9d7b54-m7q9z": "wrong_gpu_type",
+    # Two vLLM replicas of a Deployment, 90% of an H100's memory each for a request a second at random (bursts
+    # the exporter times: not steps), 15% active (the plan makes them one).
+    "serving/chat-api-6c8f9d7b54-x2k4p": "overprovisioned_serving",
+    "serving/chat-api-6c8f9d7b54-m7q9z": "overprovisioned_serving",
     # The notebook node: kernels left open, a small model called from a notebook, a notebook's generate() loop.
     "research/notebook-bob-0": "idle",
     "research/notebook-carol-0": "wrong_gpu_type",

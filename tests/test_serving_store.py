@@ -23,6 +23,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer import frame as fr
 from gpulens.core.thresholds import Thresholds
@@ -134,18 +135,13 @@ def _day():
 
 
 def _parsed(text: str, target: dict[str, str]) -> list[tuple[str, str, float]]:
-    """The samples of an exposition the simulator wrote, as (name, labels text with the scrape's target
-    labels, value): what a scrape of it stores."""
-    out = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        series, _, value = line.rpartition(" ")
-        name, _, labels = series.partition("{")
-        extra = ",".join(f'{k}="{v}"' for k, v in target.items())
-        inner = labels.rstrip("}")
-        out.append((name, "{" + ",".join(part for part in (inner, extra) if part) + "}", float(value)))
-    return out
+    """The samples of an exposition the simulator wrote, read by prometheus_client's parser, as (name, labels
+    text with the scrape's target labels, value): what a scrape of it stores."""
+    return [
+        (sample.name, "{" + ",".join(f'{k}="{v}"' for k, v in (sample.labels | target).items()) + "}", sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -212,18 +208,21 @@ def test_each_pod_is_judged_by_what_kubernetes_and_its_engine_say(stores, store)
     assert by_pod[CHAT[0]]["kind_source"] == f"image {VLLM}"
 
 
-def _oracle(node) -> tuple[int, float, float]:
+def _oracle(node) -> tuple[int, float, float, int]:
     """What the chat replicas need, from the simulator's own engines at each minute (not from a store): the
     replicas' running requests summed at p95 and at their peaks, over what one replica holds at 90% of its KV
-    cache (Thresholds.plan_kv_cache_bound); never fewer than carried the summed peaks."""
+    cache (Thresholds.plan_kv_cache_bound); never fewer than carried the summed peaks. And the requests one
+    KV cache holds: the Deployment's replicas run one configuration."""
     t = Thresholds()
     times = START + STEP * np.arange(SAMPLES)
     gpus = [g for g in node.gpus if f"{g.pod.namespace}/{g.pod.pod}" in CHAT]
     running = np.array([[engine_load(g, float(s), START).running for s in times] for g in gpus], dtype=float)
-    capacity = min(LlmEngine.of(g).capacity for g in gpus) * t.plan_kv_cache_bound
+    [held] = {LlmEngine.of(g).capacity for g in gpus}
+    capacity = held * t.plan_kv_cache_bound
     at_p95 = float(np.quantile(running, t.plan_load_percentile, axis=1, method="linear").sum())
     peaks = float(running.max(axis=1).sum())
-    return max(1, math.ceil(at_p95 / capacity - 1e-9), math.ceil(peaks / capacity - 1e-9)), at_p95, peaks
+    needed = max(1, math.ceil(at_p95 / capacity - 1e-9), math.ceil(peaks / capacity - 1e-9))
+    return needed, at_p95, peaks, held
 
 
 @pytest.mark.parametrize("store", ["prometheus", "victoria-metrics"])
@@ -232,10 +231,10 @@ def test_the_kv_cache_bound_deployment_keeps_the_replicas_its_engines_needed(sto
     requests at once as their KV caches held, so the plan keeps what carried the peak. The replica that never
     served is released; the notebooks are culled; the finished Job's GPU is released."""
     node, trace, _ = day
-    needed, at_p95, peaks = _oracle(node)
-    # The day's peak needs every replica: 3 would not hold it even at the largest KV cache of the 4 (48 requests).
-    largest = max(LlmEngine.of(g).capacity for g in node.gpus if f"{g.pod.namespace}/{g.pod.pod}" in CHAT)
-    assert needed >= len(CHAT) and peaks > (len(CHAT) - 1) * Thresholds().plan_kv_cache_bound * largest
+    needed, at_p95, peaks, held = _oracle(node)
+    bound = Thresholds().plan_kv_cache_bound
+    # The day's peak needs every replica: 3 would not hold it.
+    assert needed >= len(CHAT) and peaks > (len(CHAT) - 1) * bound * held
     document = _report(stores[store])
     actions, not_planned = document["plan"], document["plan_summary"]["not_planned"]
     chat = [a for a in actions if a["owner"] == "chat/Deployment/chat"]
@@ -243,8 +242,8 @@ def test_the_kv_cache_bound_deployment_keeps_the_replicas_its_engines_needed(sto
     skipped = {tuple(sorted(n["units"])): n["reason"] for n in not_planned}
     assert skipped[tuple(sorted(CHAT))] == (
         f"its engines' load needs all 4 replicas ({needed} by it): vllm's requests running, summed over the "
-        f"replicas: p95 {at_p95:.3g}, peaks {peaks:.3g}; 21.6 running requests a replica: its peak of 24 running "
-        "filled 100% of its KV cache; 90% of it holds 21.6"
+        f"replicas: p95 {at_p95:.3g}, peaks {peaks:.3g}; {bound * held:.3g} running requests a replica: its peak "
+        f"of {held} running filled 100% of its KV cache; 90% of it holds {bound * held:.3g}"
     )
     for pod in CHAT:
         assert skipped[(pod,)].startswith("its engine (vllm) takes most of its GPU's memory for its KV cache")

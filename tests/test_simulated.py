@@ -2,6 +2,7 @@
 
 import itertools
 
+import numpy as np
 import pytest
 import yaml
 
@@ -437,6 +438,34 @@ def test_each_serving_profile_counts_the_requests_its_gpu_serves():
     ended = sum(1 for end in serving.schedules[20_000].ends if day < end <= day + DAY)
     assert engine_load(serving, day + DAY, day).requests == ended > 0
     assert engine_load(never, day + DAY, day) == type(engine_load(never, day, day))()
+
+
+def test_a_vllm_replica_serves_a_request_a_second_at_random_from_memory_it_preallocated():
+    """vllm_replica: each 0.25 s slot starts a 0.5 s request with a chance of 1 in 4, so the GPU decodes in
+    1 - (3/4)^2 = 43.75% of the time (a request covers its slot and the next); its engine runs one request
+    exactly when the GPU decodes, and counts one a second. Gaps between requests at random: no steady period
+    that would read as training steps. vLLM's 90% of memory whatever the load."""
+    from gpulens.simulator.workloads import REPLICA_SLOT_SECONDS, _replica_busy, engine_load
+
+    [g] = _day_gpus("vllm_replica")
+    day = 20_000 * DAY
+    hour = PROFILES["vllm_replica"](g, day + 3600, 3600)
+    assert hour.busy == pytest.approx(1 - 0.75**2, abs=0.01)
+    assert hour.sm_active == pytest.approx(0.3 * hour.busy + 0.01)
+    assert hour.memory_fraction == 0.9
+    instants = [day + 0.1 + k * 0.1 for k in range(3000)]
+    running = [engine_load(g, t, day).running for t in instants]
+    assert running == [int(_replica_busy(g, t, 0.001) > 0.5) for t in instants]
+    assert set(running) == {0, 1} and engine_load(g, day + 3600, day).requests == 3600
+    starts = [
+        k
+        for k in range(14400)
+        if _replica_busy(g, day + (k + 0.5) * REPLICA_SLOT_SECONDS, 1e-6) > 0.5
+        and not _replica_busy(g, day + (k - 0.5) * REPLICA_SLOT_SECONDS, 1e-6) > 0.5
+    ]
+    gaps = np.diff(starts)
+    steady = np.mean((gaps[1:] <= 1.5 * gaps[:-1]) & (gaps[1:] >= gaps[:-1] / 1.5))
+    assert steady < 0.5  # the exporter's steady-burst share (bursts within 1.5x of the previous period)
 
 
 def test_the_simulated_engines_export_what_vllm_and_triton_export():

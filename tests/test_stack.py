@@ -192,7 +192,11 @@ def test_the_analyzer_knows_what_each_pod_is_from_kubernetes(stack):
 def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
     """The demo plays the engines of its serving pods, each scraped as its pod (its namespace and pod labels):
     vLLM for the chat-api Deployment's two replicas, Triton for the embedder. They count the requests their
-    GPUs serve (light_inference: one every 0.5 simulated seconds, so 10 a real second at 5x speed)."""
+    GPUs serve (vllm_replica: one a simulated second at random, so 5 a real second at 5x speed; light_inference:
+    one every 0.5 simulated seconds, so 10)."""
+    from gpulens.simulator.workloads import LIGHT_REQUEST_PERIOD, REPLICA_SLOT_SECONDS, REPLICA_START_CHANCE
+
+    chat = REPLICA_START_CHANCE / REPLICA_SLOT_SECONDS * stack.speed  # requests a real second, each replica
 
     def rates() -> dict[str, float]:
         out = {}
@@ -202,11 +206,15 @@ def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
             }
         return out
 
-    expected = {"serving/chat-api-6c8f9d7b54-x2k4p", "serving/chat-api-6c8f9d7b54-m7q9z", "serving/embedder-0"}
+    expected = {
+        "serving/chat-api-6c8f9d7b54-x2k4p": chat,
+        "serving/chat-api-6c8f9d7b54-m7q9z": chat,
+        "serving/embedder-0": stack.speed / LIGHT_REQUEST_PERIOD,
+    }
     # Until a series is 20 s old, rate() spreads what it counted over all 20 s: awaited, not slept on.
-    eventually(rates, pytest.approx(dict.fromkeys(expected, 2 * stack.speed), rel=0.05), 120, "the engines' rates")
+    eventually(rates, pytest.approx(expected, rel=0.05), 120, "the engines' rates")
     [kv] = query(stack, 'max(vllm:kv_cache_usage_perc{pod="chat-api-6c8f9d7b54-x2k4p"})')
-    assert float(kv["value"][1]) in (0.0, 0.02)
+    assert float(kv["value"][1]) in (0.0, 0.03)  # a request's KV blocks while one runs
     # The fleet dashboard's serving panel: the chat-api Deployment (its pods' ReplicaSet, from the simulated
     # kube-state-metrics) carries both replicas' requests; the embedder is a StatefulSet's, no Deployment's.
     [(_, _, load), (_, _, replicas)] = [q for q in dashboard_queries() if q[1] == "Serving load against replicas"]
@@ -214,9 +222,34 @@ def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
         (r["metric"]["namespace"], r["metric"]["deployment"]): float(r["value"][1])
         for r in query(stack, substitute(load, "serving/chat-api"))
     }
-    assert by_deployment == pytest.approx({("serving", "chat-api"): 2 * 2 * stack.speed}, rel=0.05)
+    assert by_deployment == pytest.approx({("serving", "chat-api"): 2 * chat}, rel=0.05)
     counted = query(stack, substitute(replicas, "serving/chat-api"))
     assert [(r["metric"]["deployment"], r["value"][1]) for r in counted] == [("chat-api", "2")]
+
+
+def test_the_chat_deployment_is_sized_by_its_engines_load(stack):
+    """The chat-api replicas (vllm_replica: one request running at most, 3% of the KV cache with it) are
+    overprovisioned_serving from their GPUs; the plan sizes the Deployment from what vLLM counted through the
+    real Prometheus: at most one request running in each at p95 and at peak, 2 summed, against 30 a replica at
+    90% of its KV cache (1 running filled 3%): one replica carries them."""
+
+    def chat() -> dict | None:
+        plan = requests.get(f"http://{stack.plan.analyzer}/api/v1/plan", timeout=10).json()["plan"]
+        return next((a for a in plan if a["owner"] == "serving/Deployment/chat-api"), None)
+
+    deadline = time.monotonic() + 240
+    while (found := chat()) is None or "load" not in found["evidence"]:
+        assert time.monotonic() < deadline, f"no engine-sized plan for chat-api: {found}"
+        time.sleep(2)
+    assert (found["action"], found["gpus_now"], found["gpus_after"]) == ("fewer_replicas", 2.0, 1.0)
+    # p95 of each replica's 0s and 1s: 1, or between 0 and 1 where the history read holds few samples yet.
+    said = re.fullmatch(
+        r"vllm's requests running, summed over the replicas: p95 ([\d.]+), peaks 2", found["evidence"]["load"]
+    )
+    assert said and 0 < float(said[1]) <= 2, found["evidence"]["load"]
+    assert found["evidence"]["sizing"] == (
+        "30 running requests a replica: its peak of 1 running filled 3% of its KV cache; 90% of it holds 30"
+    )
 
 
 def test_rules_fire_for_exactly_the_simulated_sick_gpus(stack):

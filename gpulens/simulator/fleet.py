@@ -100,7 +100,7 @@ def load_fleet(config: object, default_seed: int = 0) -> list[SimNode]:
         model = MODELS[node.get("model", "H100-SXM5-80GB")]
         count = node.get("gpus", 8)
         profiling = node.get("profiling", True)
-        assigned: dict[int, tuple[str, PodRef | None, int]] = {}
+        assigned: dict[int, tuple[str, PodRef | None, int, str]] = {}
         pods: list[SimPod] = []
         for w, workload in enumerate(node.get("workloads", [])):
             profile = workload["profile"]
@@ -112,13 +112,16 @@ def load_fleet(config: object, default_seed: int = 0) -> list[SimNode]:
                     )
                 if index in assigned:
                     raise FleetError(f"{where}.workloads[{w}]: GPU {index} is given two workloads")
-                assigned[index] = (profile, _pod_ref(workload.get("pod")), role)
+                ref, owner = _pod_ref(workload.get("pod")), workload.get("owner", "")
+                # Replicas of one controller, on any node, run one engine configuration.
+                config = f"{seed}:{ref.namespace}/{owner}" if ref and owner else ""
+                assigned[index] = (profile, ref, role, config)
             spec = _sim_pod(workload, name, f"{where}.workloads[{w}]")
             if spec and all((q.namespace, q.pod) != (spec.namespace, spec.pod) for q in pods):
                 pods.append(spec)
         gpus = []
         for index in range(count):
-            profile, pod, role = assigned.get(index, ("unallocated", None, 0))
+            profile, pod, role, config = assigned.get(index, ("unallocated", None, 0, ""))
             uuid = (
                 f"GPU-{rng.getrandbits(32):08x}-{rng.getrandbits(16):04x}-{rng.getrandbits(16):04x}-"
                 f"{rng.getrandbits(16):04x}-{rng.getrandbits(48):012x}"
@@ -140,6 +143,7 @@ def load_fleet(config: object, default_seed: int = 0) -> list[SimNode]:
                     role=role,
                     base_pid=10000 + 1000 * index + rng.randrange(500),
                     params=profile_params(profile, rng),
+                    engine_config=config,
                 )
             )
         nodes.append(SimNode(name, gpus, pods))

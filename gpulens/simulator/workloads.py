@@ -139,6 +139,10 @@ class SimGpu:
     role: int = 0  # position within a multi-GPU job (0 = first GPU)
     base_pid: int = 0
     params: dict[str, float] = field(default_factory=dict)
+    #: What its serving engine's configuration is drawn from: its pod's controller ("seed:namespace/Kind/name")
+    #: where it has one, so that a Deployment's replicas run one model with one KV cache, as they do; "" for a
+    #: pod of its own (drawn per GPU).
+    engine_config: str = ""
     #: Busy intervals of day-scale profiles, by day number, generated on first use.
     schedules: dict[int, Schedule] = field(default_factory=dict)
 
@@ -337,8 +341,10 @@ class LlmEngine:
 
     @classmethod
     def of(cls, g: SimGpu) -> LlmEngine:
+        """The engine of `g`'s pod: one configuration and one share of the load for all replicas of a
+        controller (a load balancer spreads requests evenly), each replica's requests its own draws."""
         # Its own RNG: profile_params' draws, and so every other simulated GPU, stay as they were.
-        rng = random.Random(f"{g.seed}:{g.index}:llm")
+        rng = random.Random(f"{g.engine_config or f'{g.seed}:{g.index}'}:llm")
         return cls(
             capacity=rng.choice((24, 32, 48)),
             request_seconds=rng.uniform(6.0, 12.0),
@@ -419,6 +425,19 @@ def engine_load(g: SimGpu, t: float, since: float) -> EngineLoad:
             finished * LIGHT_OUTPUT_TOKENS,
             LIGHT_REQUEST_SECONDS,
         )
+    if g.profile == "vllm_replica":
+        running = _replica_busy(g, t, 0.001) > 0.5
+        # The counter: the requests expected by then (the arrival rate x the time), as llm_serving counts them.
+        finished = max(0.0, (t - since) * REPLICA_START_CHANCE / REPLICA_SLOT_SECONDS)
+        return EngineLoad(
+            int(running),
+            0,
+            0.03 * running,  # a short chat turn's KV blocks: 3% of a cache of 60 GB
+            finished,
+            finished * REPLICA_PROMPT_TOKENS,
+            finished * REPLICA_OUTPUT_TOKENS,
+            REPLICA_REQUEST_SECONDS,
+        )
     if g.profile in ("serving", "idle_replica"):
         running = _busy(g, t, 0.001, _request_schedule) > 0.5
         finished = _finished(g, since, t, _request_schedule)
@@ -438,7 +457,7 @@ def _finished(g: SimGpu, since: float, t: float, make: Callable[[SimGpu, random.
 
 
 #: The profiles a serving engine runs (the fleet file's `engine:` is refused on others).
-ENGINE_PROFILES = ("llm_serving", "light_inference", "never_served", "idle_replica", "serving")
+ENGINE_PROFILES = ("llm_serving", "light_inference", "vllm_replica", "never_served", "idle_replica", "serving")
 
 
 def _start_up_of(g: SimGpu) -> tuple[float, float]:
@@ -716,6 +735,50 @@ def _light_inference(g: SimGpu, t: float, w: float) -> Activity:
     )
 
 
+#: Requests of the vllm_replica profile: each slot of REPLICA_SLOT_SECONDS starts one with probability
+#: REPLICA_START_CHANCE (arrivals at random, one a second on average), each decoding for REPLICA_REQUEST_SECONDS.
+REPLICA_SLOT_SECONDS, REPLICA_START_CHANCE, REPLICA_REQUEST_SECONDS = 0.25, 0.25, 0.5
+#: Tokens of a vllm_replica request (a short chat turn).
+REPLICA_PROMPT_TOKENS, REPLICA_OUTPUT_TOKENS = 300.0, 40.0
+
+
+def _replica_busy(g: SimGpu, t: float, w: float) -> float:
+    """Share of [t - w, t] in which the replica decodes at least one request: the union of the requests that
+    overlap the window, each started at random in its slot (the same draws for the same GPU and slot)."""
+    slot = REPLICA_SLOT_SECONDS
+    first = math.floor((t - w - REPLICA_REQUEST_SECONDS) / slot)
+    covered, reach = 0.0, t - w
+    for k in range(first, math.floor(t / slot) + 1):
+        if random.Random(f"{g.seed}:{g.index}:request:{k}").random() >= REPLICA_START_CHANCE:
+            continue
+        start, end = max(k * slot, reach), min(k * slot + REPLICA_REQUEST_SECONDS, t)
+        if end > start:
+            covered += end - start
+            reach = end
+    return covered / w if w > 0 else 0.0
+
+
+def _vllm_replica(g: SimGpu, t: float, w: float) -> Activity:
+    # vLLM takes gpu_memory_utilization (0.9) of the GPU at start, for its weights and KV cache, whatever the
+    # load; decoding is bound by memory bandwidth (DRAM busier than the SMs).
+    on = _replica_busy(g, t, w)
+    return Activity(
+        busy=on,
+        sm_active=0.3 * on + 0.01,
+        sm_occupancy=0.15 * on,
+        tensor=0.12 * on,
+        dram=0.4 * on,
+        fp16=0.12 * on,
+        memory_fraction=0.9,
+        pcie_rx=0.001 * g.model.pcie_bytes_per_second,
+        power_fraction=0.1 + 0.25 * on,
+        temperature_celsius=40 + 8 * on,
+        clock_fraction=0.9,
+        process=True,
+        cpu_fraction=0.15,
+    )
+
+
 def _poor_placement(g: SimGpu, t: float, w: float) -> Activity:
     # The first GPU of the job does the work; the others wait on exchanges over PCIe across sockets.
     level = 0.85 if g.role == 0 else 0.3
@@ -951,6 +1014,7 @@ PROFILES = {
     "interconnect": _interconnect,
     "thermal_throttling": _thermal_throttling,
     "light_inference": _light_inference,
+    "vllm_replica": _vllm_replica,
     "poor_placement": _poor_placement,
     "exchange_over_pcie": _exchange_over_pcie,
     "nvlink_faults": _nvlink_faults,
