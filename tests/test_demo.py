@@ -181,12 +181,13 @@ def test_the_alert_receiver_shows_each_notification_as_a_person_reads_it(tmp_pat
     assert "<script>x" not in dom and "javascript:" not in dom
 
 
-def test_the_live_table_redraws_in_place_on_a_terminal(tmp_path):
-    """On a terminal the table is drawn on a screen of its own, each frame from the top and cut to the
-    terminal's height: nothing of an earlier frame stays behind. Pods and GPUs no pod holds, by name."""
+def test_the_live_view_redraws_in_place_on_a_terminal_under_its_addresses(tmp_path):
+    """On a terminal the view is drawn on a screen of its own, each frame from the top and cut to the
+    terminal's height: nothing of an earlier frame stays behind, and the analyzer's address is on the first
+    line of every frame (the addresses printed before it are hidden while it runs). In a log, every row."""
     from rich.console import Console
 
-    from gpulens.demo import Stack, _show_live, _table, _verdicts
+    from gpulens.demo import Stack, _show_live, _verdicts
 
     stack = Stack(tmp_path / "demo", with_prometheus=False, scrape_interval=1).start()
     try:
@@ -194,11 +195,12 @@ def test_the_live_table_redraws_in_place_on_a_terminal(tmp_path):
             lambda: any(not v["pod"] for v in _verdicts(stack)), 120, what="the demo's analyzer to judge the fleet"
         )
         out = io.StringIO()
-        # A terminal shorter than the table (19 rows): the frames are cut, not scrolled.
+        # A terminal shorter than the table (31 rows): the pods by class.
         console = Console(file=out, force_terminal=True, width=120, height=16, color_system=None)
         _show_live(stack, threading.Event(), 4.5, console)
-        verdicts, whole = _verdicts(stack), io.StringIO()
-        Console(file=whole, width=200).print(_table(stack))
+        page = stack.endpoints()["analyzer"]
+        verdicts, log = _verdicts(stack), io.StringIO()
+        _show_live(stack, threading.Event(), 0.1, Console(file=log, force_terminal=False))
     finally:
         stack.stop()
     text = out.getvalue()
@@ -208,13 +210,19 @@ def test_the_live_table_redraws_in_place_on_a_terminal(tmp_path):
     frames = [frame for frame in text.split("\x1b[H") if "gpulens demo" in frame]
     assert len(frames) >= 2  # the first, and a redraw 2 s later
     for frame in frames:
-        # Each frame drawn from the top (cursor home), within the terminal's 16 lines.
-        assert frame.startswith(" ") and len(frame.rstrip("\n").split("\n")) <= 16
-    assert "pod or GPU" in frames[0] and "research/notebook-alice-0" in frames[0]
-    # Its rows, whole: every pod, then the GPUs no pod holds by their one name.
-    names = re.findall(r"^│ (\S+)", whole.getvalue(), re.M)
-    assert names[-2:] == [u for u in sorted(v["unit"] for v in verdicts if not v["pod"])]
-    assert names[:-2] == sorted(v["unit"] for v in verdicts if v["pod"])
+        # Each frame drawn from the top (cursor home), within the terminal's 16 lines, its address first.
+        lines = frame.rstrip("\n").split("\n")
+        assert len(lines) <= 16 and f"the analyzer's page: {page}" in lines[0]
+    assert "research/notebook-alice-0" not in frames[-1] and re.search(
+        r"^idle \d+: .*notebook-alice-0", frames[-1], re.M
+    )
+    # In a log, the whole table: every pod by name, then the GPUs no pod holds by node and GPU.
+    names = re.findall(r"^(\S+(?: GPU-\w+)?) ", log.getvalue().split("─\n", 1)[1], re.M)
+    held = sorted(v["unit"] for v in verdicts if v["pod"])
+    assert names[: len(held)] == held
+    assert names[len(held) : len(verdicts)] == sorted(
+        f"{v['node']} {v['gpus'][0][:12]}" for v in verdicts if not v["pod"]
+    )
 
 
 GOOD_ALERT = {
@@ -313,3 +321,115 @@ def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_e
         assert requests.get(f"{url}/engines/nlp/bert-finetune-0/metrics", timeout=5).status_code == 404
     finally:
         assert process.stop() == 0
+
+
+def _fleet_verdicts() -> list[dict]:
+    """The analyzer's verdicts on the demo fleet as its API serves them: every pod of its class, and the GPUs
+    no pod holds."""
+    from tests.test_analyzer_service import EXPECTED
+
+    pods = [
+        {"namespace": unit.split("/")[0], "pod": unit.split("/")[1], "gpus": ["GPU-1a2b3c4d-0000"], "bottleneck": c}
+        for unit, c in EXPECTED.items()
+    ]
+    unheld = [
+        {"namespace": "", "pod": "", "gpus": [f"GPU-{k}f00d00{k}-1111-2222"], "bottleneck": "unallocated"}
+        for k in range(4)
+    ]
+    return [
+        {
+            **v,
+            "unit": f"{v['namespace']}/{v['pod']}" if v["pod"] else f"gpu:sim-h100-a/{v['gpus'][0]}",
+            "node": "sim-h100-a",
+            "confidence": 0.8,
+            "mean_activity": 0.125,
+            "wasted_cost": 0.1,
+            "window_seconds": 120.0,
+        }
+        for v in pods + unheld
+    ]
+
+
+ENDPOINTS = {
+    "exporter sim-h100-a": "http://127.0.0.1:40001/metrics",
+    "analyzer": "http://127.0.0.1:40002/",
+    "prometheus": "http://127.0.0.1:40003/classic/alerts",
+    "alertmanager": "http://127.0.0.1:40004/api/v2/alerts",
+    "alert receiver": "http://127.0.0.1:40005/",
+}
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (100, 40), (120, 40)])
+def test_the_live_view_fits_an_ordinary_terminal_with_every_name_whole(width, height):
+    """The demo's 28 pods and 4 GPUs no pod holds at 80x24 (pods by class, one line a class), 100x40 (the
+    table, pods by name) and 120x40 (the table with namespaces, nodes, GPUs and alerts by name): within the
+    terminal, the addresses on top, no pod's name cut."""
+    from rich.console import Console
+
+    from gpulens.demo_view import rows_of, view
+
+    verdicts = _fleet_verdicts()
+    firing = {"nlp/bert-finetune-0": ["DataStarvation (pages)", "LowSmActivity (pages)"]}
+    console = Console(file=io.StringIO(), width=width, height=height, color_system=None)
+    console.print(
+        view(rows_of(verdicts, firing), ENDPOINTS, ["sim-a100-b/GPU 5: GpuFellOffBus (pages)"], width, height)
+    )
+    lines = console.file.getvalue().rstrip("\n").split("\n")
+    assert len(lines) <= height and max(len(line) for line in lines) <= width
+    assert lines[0] == "gpulens demo  the analyzer's page: http://127.0.0.1:40002/  (Ctrl-C stops)"
+    assert "alert receiver http://127.0.0.1:40005/" in " ".join(line.strip() for line in lines[1:3])
+    assert "40001" not in "\n".join(lines)  # the exporters' addresses are in the page, not on every frame
+    text = "\n".join(lines)
+    if height < 32 + 6:
+        by_class = {line.split(" ")[0]: line for line in lines if re.match(r"^[a-z_]+ \d+: ", line)}
+        assert set(by_class) == {v["bottleneck"] for v in verdicts}
+        assert by_class["overprovisioned_serving"] == (
+            "overprovisioned_serving 2: chat-api-6c8f9d7b54-m7q9z, chat-api-6c8f9d7b54-x2k4p"
+        )
+        assert by_class["idle"] == "idle 3: notebook-alice-0, notebook-bob-0, notebook-erin-0"
+        # The title, two lines of addresses at 80 columns, the table's header and rule, its rows, a line under it.
+        assert lines[-1] == f"32 pods and GPUs: the table needs {1 + 2 + 2 + 32 + 1} lines, this terminal has 24."
+        return
+    header = next(line for line in lines if line.startswith("pod or GPU"))
+    wide = width >= 120
+    columns = ["pod or GPU", *(["node", "GPUs"] if wide else []), "class", "conf", "active", "$/h", "alerts"]
+    assert header.split() == " ".join(columns).split()
+    for v in verdicts:
+        name = (v["unit"] if wide else v["pod"]) if v["pod"] else f"sim-h100-a {v['gpus'][0][:12]}"
+        assert re.search(rf"^{re.escape(name)} ", text, re.M), name
+    starved = next(line for line in lines if line.startswith("nlp/bert-finetune-0" if wide else "bert-finetune-0 "))
+    if wide:
+        # Alerts by name, cut at the terminal's edge: the one column that gives way.
+        assert re.search(r"12%  3\.00  DataStarvation \(pages", starved), starved
+    else:
+        assert starved.split()[-3:] == ["12%", "3.00", "2"]  # $0.10 in 120 s; 2 alerts
+    assert lines[-1] == "GPU and node alerts: sim-a100-b/GPU 5: GpuFellOffBus (pages)"
+
+
+def test_the_native_demos_alerts_link_to_the_analyzers_page_unless_a_grafana_is_given(tmp_path):
+    """The native demo runs no Grafana: each alert's dashboard_url leads to the analyzer's page (a pod's alert
+    to its row), as promtool reads the rules; with a Grafana URL (the compose demo's), to its dashboards."""
+    import yaml
+
+    from gpulens.core.thresholds import Thresholds
+    from gpulens.demo import Plan, configs
+
+    plan = Plan({"n1": "127.0.0.1:40001"}, "127.0.0.1:40002", "http://127.0.0.1:40005")
+    links = {}
+    for grafana in ("", "http://grafana.example:3000"):
+        rules = yaml.safe_load(configs(plan, Thresholds(), grafana)[plan.rules_file])
+        links[grafana] = {
+            r["alert"]: r["annotations"]["dashboard_url"] for g in rules["groups"] for r in g["rules"] if "alert" in r
+        }
+    native, grafana = links[""], links["http://grafana.example:3000"]
+    assert set(native) == set(grafana) and len(native) == 17
+    for alert, url in native.items():
+        if "/d/gpulens-pod?" in grafana[alert]:
+            assert url == "http://127.0.0.1:40002/#{{ $labels.namespace }}/{{ $labels.pod }}", alert
+        else:
+            assert url == "http://127.0.0.1:40002/", alert
+        assert grafana[alert].startswith("http://grafana.example:3000/d/gpulens-")
+    promtool = require_binary("promtool")
+    (tmp_path / "rules.yaml").write_text(configs(plan, Thresholds())[plan.rules_file])
+    checked = subprocess.run([promtool, "check", "rules", str(tmp_path / "rules.yaml")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
