@@ -601,12 +601,17 @@ def rule_groups(c: MixinConfig) -> dict:
 
 def readable(template: str) -> str:
     """An alert template as a person reads it in a document: `{{ $labels.pod }}` -> `{pod}`, a value ->
-    `{value}`, a conditional -> its first branch; Markdown table pipes escaped. (Not `<pod>`: Markdown
-    renders that as an HTML tag, which shows nothing.)"""
+    `{value}`, a conditional -> its first branch, a label read by a query -> `{the analyzer's <label>}`;
+    Markdown table pipes escaped. (Not `<pod>`: Markdown renders that as an HTML tag, which shows nothing.)"""
+    text = re.sub(
+        r"\{\{ with printf .*? \| query \}\}\{\{ \. \| first \| label \"(\w+)\" \}\}\{\{ else \}\}.*?\{\{ end \}\}",
+        r"{the analyzer's \1}",
+        template,
+    )
     text = re.sub(
         r"\{\{ with \$labels\.(\w+) \}\}(.*?)\{\{ else \}\}.*?\{\{ end \}\}",
         lambda m: m[2].replace("{{ . }}", f"{{{m[1]}}}"),
-        template,
+        text,
     )
     text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", r"{\1}", text)
     text = re.sub(r"\{\{ \$value[^}]*\}\}", "{value}", text)

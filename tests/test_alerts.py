@@ -1107,6 +1107,16 @@ def test_the_runbooks_point_to_a_readme_section_that_exists():
     assert f"]({rules.README_ROUTING})" in (REPO / "alerts" / "generated" / "runbooks.md").read_text()
 
 
+def test_the_runbooks_table_reads_as_words_not_templates():
+    """Each alert's summary in the runbooks' table as a person reads it: labels as {pod}, the value as {value},
+    the label a query reads as what it is; no Go template left (the low-SM summary showed its whole query)."""
+    table = [line for line in rules.runbooks_markdown(mixin.MixinConfig()).splitlines() if line.startswith("| [")]
+    assert len(table) == len(rules.alerts(mixin.MixinConfig())) and not [line for line in table if "{{" in line]
+    assert table[0].endswith(
+        "| {namespace}/{pod} keeps its GPUs' SMs busy only {value} of the time: {the analyzer's bottleneck} |"
+    )
+
+
 def test_the_receiver_reads_the_verdict_of_the_page_from_its_annotations_and_of_a_ticket_from_its_label():
     from gpulens.receiver import Alert, describe
 
