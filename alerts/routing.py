@@ -338,7 +338,7 @@ def alertmanager_config_resource(settings: AlertSettings, namespace: str = "gpul
 
     Secret fields (API keys, Slack URLs) become references into the Secret RECEIVER_SECRET. The
     operator confines such a resource to alerts labelled with its own namespace unless the Alertmanager
-    sets `alertmanagerConfigMatcherStrategy: {type: None}` (README, "With the Prometheus operator")."""
+    sets `alertmanagerConfigMatcherStrategy: {type: None}` (docs/kubernetes.md, on prometheus-operator/)."""
     return {
         "apiVersion": "monitoring.coreos.com/v1alpha1",
         "kind": "AlertmanagerConfig",

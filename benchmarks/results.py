@@ -2,8 +2,8 @@
 
 Every benchmark ends with save(): benchmarks/results/<name>.json holds its figures, the machine (CPU
 model, cores, memory, Python, the time of the run) and a digest of the source files on the path it
-measured. The README's figures are rendered from these files (benchmarks/readme.py), and a test holds
-the README to them and each file's digest to the current code, so a figure cannot outlive the code that
+measured. docs/benchmarks.md's figures are rendered from these files (benchmarks/readme.py), and a test holds
+the page to them and each file's digest to the current code, so a figure cannot outlive the code that
 produced it: change the measured code and the test asks for the benchmark to be run again.
 """
 

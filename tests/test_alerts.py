@@ -1098,13 +1098,13 @@ def test_muting_names_alerts_that_exist():
                 assert set(value.strip('~"').split("|")) <= names, matcher
 
 
-def test_the_runbooks_point_to_a_readme_section_that_exists():
-    """The runbooks send readers to the README for routing and settings: that heading must exist."""
-    anchor = rules.README_ROUTING.partition("#")[2]
-    headings = re.findall(r"^#+ (.+)$", (REPO / "README.md").read_text(), re.M)
+def test_the_runbooks_point_to_a_docs_section_that_exists():
+    """The runbooks send readers to docs/alerts.md for routing and settings: that heading must exist."""
+    anchor = rules.ALERTS_ROUTING.partition("#")[2]
+    headings = re.findall(r"^#+ (.+)$", (REPO / "docs" / "alerts.md").read_text(), re.M)
     slugs = {re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-") for h in headings}
     assert anchor in slugs
-    assert f"]({rules.README_ROUTING})" in (REPO / "alerts" / "generated" / "runbooks.md").read_text()
+    assert f"]({rules.ALERTS_ROUTING})" in (REPO / "alerts" / "generated" / "runbooks.md").read_text()
 
 
 def test_the_runbooks_table_reads_as_words_not_templates():

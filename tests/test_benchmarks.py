@@ -1,12 +1,12 @@
-"""The README's benchmark figures are the benchmarks' own output, measured on the current code."""
+"""The benchmark figures of the docs are the benchmarks' own output, measured on the current code."""
 
 import pytest
 
 from benchmarks import readme, results
 
 
-def test_the_readmes_figures_are_rendered_from_the_results_files():
-    assert readme.current_block(readme.README.read_text()) == readme.render(), "run benchmarks/readme.py"
+def test_the_benchmarks_pages_figures_are_rendered_from_the_results_files():
+    assert readme.current_block(readme.BENCHMARKS.read_text()) == readme.render(), "run benchmarks/readme.py"
 
 
 def test_the_sizing_pages_figures_are_rendered_from_the_results_files():
