@@ -87,7 +87,7 @@ def _alertmanager_config_file(header: str, settings: routing.AlertSettings) -> s
     notes = [
         "# For the Prometheus operator: the routing of alertmanager.yml as an AlertmanagerConfig. Its Alertmanager",
         "# must set alertmanagerConfigMatcherStrategy: {type: None}, or the operator narrows these routes to",
-        '# alerts whose namespace is this resource\'s (docs/kubernetes.md, deploy/kubernetes/prometheus-operator/).',
+        "# alerts whose namespace is this resource's (docs/kubernetes.md, deploy/kubernetes/prometheus-operator/).",
     ]
     if keys := _secret_keys(resource):
         notes += [
