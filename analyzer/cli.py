@@ -7,6 +7,7 @@ import csv
 import io
 import logging
 import os
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -397,7 +398,11 @@ def run_report(args: argparse.Namespace) -> int:
             assert trace is not None
             text = report.render(verdicts, report.trace_timelines(trace, verdicts), plan)
     else:
-        text = _table(verdicts, plan, to_terminal=not args.out and sys.stdout.isatty())
+        from gpulens.analyzer import terminal
+
+        on_terminal = not args.out and sys.stdout.isatty()
+        width = shutil.get_terminal_size((terminal.PIPED_COLUMNS, 24)).columns if on_terminal else terminal.columns_of()
+        text = terminal.report_text(verdicts, plan, width, colour=on_terminal)
     if args.out:
         try:
             write_atomically(args.out, text)
@@ -635,112 +640,6 @@ def _csv(verdicts: list[Verdict]) -> str:
         )
         writer.writerow(row)
     return out.getvalue()
-
-
-def _table(verdicts: list[Verdict], plan: Plan, to_terminal: bool) -> str:
-    """The pods as a table that fits the terminal (COLUMNS when piped, else 160 columns): one line per
-    evidence item and the fix's first sentence, cut with an ellipsis (the full texts are in the JSON),
-    numbers right-aligned, sizes in GiB."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from gpulens.analyzer.evidence import in_units
-    from gpulens.analyzer.report import fleet_line
-    from gpulens.core.bottlenecks import CLASSES
-
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=None if to_terminal else _columns(), force_terminal=to_terminal)
-    console.width = max(console.width, MIN_TABLE_COLUMNS)
-    table = Table(
-        title="GPU bottleneck by pod (and GPU no pod holds) over the span (most waste first; GPU-h wasted)",
-        show_lines=True,
-    )
-    # Fixed widths for the short columns, and what is left to the evidence and the fix (3:2), each line of
-    # which is cut with an ellipsis rather than wrapped: a table of seven pods stays a screen, not pages.
-    fixed = {"pod or GPU / node": 26, "bottleneck": max(map(len, CLASSES)) + 1, "GPU-h": 6, "cost $": 9}
-    left = max(console.width - sum(fixed.values()) - 3 * (len(fixed) + 2) - 1, 30)
-    for column, width in fixed.items():
-        wraps, right = column == "pod or GPU / node", column in ("GPU-h", "cost $")
-        table.add_column(
-            column,
-            width=width,
-            no_wrap=not wraps,
-            overflow="fold" if wraps else "ellipsis",
-            justify="right" if right else "left",
-        )
-    table.add_column("why", width=left * 3 // 5, no_wrap=True, overflow="ellipsis")
-    table.add_column(
-        "what to do (in full: --format json)", width=left - left * 3 // 5, no_wrap=True, overflow="ellipsis"
-    )
-    for v in verdicts:
-        pod = v.unit
-        if v.owner_kind and v.owner_kind != "Pod":
-            pod += f"\n{v.owner_kind} {v.owner}"
-        if v.workload_kind != "unknown":
-            pod += f"\n{v.workload_kind}" + (f" ({v.engine})" if v.engine else "")
-        pod += f"\non {v.node or '?'}"
-        if v.coverage < 0.99:  # gaps in the data: say how much of the span the verdict rests on
-            pod += f"\n{v.coverage:.0%} of {v.window_seconds / 3600:.1f} h sampled"
-        name = "\n".join(
-            [v.bottleneck, *(f"+ {s}" for s in v.secondary), f"confidence {v.confidence:.2f}"]
-            + ([f"{part.share:.0%} {c}" for c, part in v.by_class.items()] if len(v.by_class) > 1 else [])
-        )
-        why = "\n".join(f"{k}: {in_units(val)}" for k, val in v.evidence.items())
-        table.add_row(
-            pod,
-            name,
-            f"{v.wasted_gpu_seconds / 3600:,.2f}",
-            f"{v.wasted_cost:,.2f}",
-            why,
-            v.recommendation.split(". ")[0].split(": ")[0],
-        )
-    console.print(table)
-    if plan.actions:
-        changes = Table(
-            title=f"What to change: {plan.total.gpus_now:g} GPUs become {plan.total.gpus_after:g}, saving "
-            f"${plan.total.saving_usd_per_30d:,.0f} per 30 days (in full: --format json or html)"
-        )
-        for column, width in (("workload", 30), ("action", 16), ("GPUs", 13), ("$ / 30 d", 9), ("conf", 4)):
-            right = column in ("GPUs", "$ / 30 d", "conf")
-            changes.add_column(
-                column, width=width, justify="right" if right else "left", no_wrap=right, overflow="fold"
-            )
-        changes.add_column("change", no_wrap=True, overflow="ellipsis")
-        for a in plan.actions:
-            changes.add_row(
-                a.owner,
-                a.action,
-                f"{a.gpus_now:g} -> {a.gpus_after:g}",
-                f"{a.saving_usd_per_30d:,.0f}",
-                f"{a.confidence:.2f}",
-                a.what,
-            )
-        console.print(changes)
-        console.print(fleet_line(plan))
-    from gpulens.analyzer.summary import waste_by
-
-    for dimension in ("owner", "team"):
-        sums = waste_by(verdicts, dimension)
-        if dimension == "team" and all(not v.team for v in verdicts):
-            continue  # no team label read: one row of "(no team)" says nothing
-        by = Table(title=f"Waste by {dimension}")
-        for column in (dimension, "pods", "GPU-h sampled", "GPU-h wasted", "cost $"):
-            by.add_column(column, justify="left" if column == dimension else "right")
-        for s in sums:
-            by.add_row(s.key, str(s.pods), f"{s.gpu_hours:,.1f}", f"{s.wasted_gpu_hours:,.2f}", f"{s.wasted_cost:,.2f}")
-        console.print(by)
-    return buffer.getvalue()
-
-
-#: The narrowest table: its fixed columns and a line of evidence and of the fix.
-MIN_TABLE_COLUMNS = 120
-
-
-def _columns() -> int:
-    """The width of a table written to a pipe or file: COLUMNS where set (at least MIN_TABLE_COLUMNS), else
-    160."""
-    text = os.environ.get("COLUMNS", "")
-    return max(int(text), MIN_TABLE_COLUMNS) if text.isdigit() and int(text) <= 1000 else 160
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -318,24 +318,65 @@ def test_eval_at_one_second_over_a_day():
 # --- the command line ------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_the_table_fits_the_columns_it_is_given(tmp_path):
-    """Piped, the table takes COLUMNS: every line fits, class names stay whole, evidence reads in units, and
-    each pod takes a few lines (the full fix is in the JSON), not a page."""
+@pytest.fixture(scope="module")
+def three_pods(tmp_path_factory):
+    """A trace of three pods (idle, healthy, memory_bandwidth) and its report as JSON: what the tables show."""
     labels = ["idle", "healthy", "memory_bandwidth"]
     frame = pd.concat(
         [scenario_trace(Scenario(label, "H100-SXM5-80GB", 1, 0, True, False, 40 + i)) for i, label in enumerate(labels)]
     )
-    fr.write_trace(frame, tmp_path / "trace.csv")
-    for columns in (120, 160):
-        result = gpulens("report", str(tmp_path / "trace.csv"), env={**os.environ, "COLUMNS": str(columns)})
-        assert result.returncode == 0, result.stderr
-        table, changes = result.stdout.split("Waste by owner")[0].split("What to change")
-        table = table.splitlines()[:-1]  # up to the plan's title
-        assert max(map(len, table + changes.splitlines())) == columns
-        assert all(any(f"│ {label} " in line for line in table) for label in labels)
-        assert len(table) <= 4 + 3 * 5
-    assert any("memory_held_bytes: 0.8 GiB" in line for line in table)
+    path = tmp_path_factory.mktemp("three") / "trace.csv"
+    fr.write_trace(frame, path)
+    result = gpulens("report", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return path, json.loads(result.stdout)
+
+
+def _header(lines: list[str], first: str) -> list[str]:
+    """A table's column headers, from its header line (the one starting with `first`)."""
+    line = next(line for line in lines if line.strip().startswith(first + "  "))
+    return re.split(r" {2,}", line.strip())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", [80, 120, 250])
+def test_the_report_reads_at_any_width_its_figures_whole(three_pods, columns):
+    """Piped with COLUMNS, as on a terminal that wide: every line fits; every figure the JSON holds is shown
+    whole (the plan's GPUs, saving and confidence collapsed to nothing beside its long changes, at 120 and 250
+    columns); from 120 the pods and the plan are tables with every column, under it a block each."""
+    path, document = three_pods
+    result = gpulens("report", str(path), env={**os.environ, "COLUMNS": str(columns)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= columns
+    assert sum(line.startswith("What to change: ") for line in lines) == 1
+    verdicts = {v["unit"]: v for v in document["verdicts"]}
+    actions = document["plan"]
+    assert _header(lines, "owner") == ["owner", "pods", "GPU-h sampled", "GPU-h wasted", "cost $"]
+    if columns >= 120:
+        assert _header(lines, "pod or GPU") == ["pod or GPU", "class", "conf", "GPU-h", "cost $", "why", "what to do"]
+        assert _header(lines, "workload") == ["workload", "action", "GPUs", "saves / 30 d $", "confidence", "change"]
+        for unit, v in verdicts.items():
+            row = next(line for line in lines if line.strip().startswith(unit + " "))
+            figures = [v["bottleneck"], f"{v['confidence']:.2f}", f"{v['wasted_gpu_seconds'] / 3600:,.2f}"]
+            assert re.split(r" {2,}", row.strip())[1:5] == [*figures, f"{v['wasted_cost']:,.2f}"], row
+        plan = lines[next(k for k, line in enumerate(lines) if line.startswith("What to change: ")) :]
+        for a in actions:
+            row = next(line for line in plan if line.strip().startswith(a["owner"] + " "))
+            figures = [a["action"], f"{a['gpus_now']:g} -> {a['gpus_after']:g}", f"{a['saving_usd_per_30d']:,.0f}"]
+            assert re.split(r" {2,}", row.strip())[1:5] == [*figures, f"{a['confidence']:.2f}"], row
+    else:
+        for unit, v in verdicts.items():
+            assert (
+                f"{unit}  {v['bottleneck']} {v['confidence']:.2f}  {v['wasted_gpu_seconds'] / 3600:,.2f} GPU-h wasted, "
+                f"${v['wasted_cost']:,.2f}"
+            ) in lines
+        for a in actions:
+            assert (
+                f"{a['owner']}  {a['action']}: GPUs {a['gpus_now']:g} -> {a['gpus_after']:g}, "
+                f"saves ${a['saving_usd_per_30d']:,.0f} / 30 d, confidence {a['confidence']:.2f}"
+            ) in lines
+    assert any("memory_held_bytes: 0.8 GiB" in line for line in lines)  # evidence in units
 
 
 @pytest.mark.parametrize(

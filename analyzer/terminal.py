@@ -1,0 +1,230 @@
+"""What `gpulens report` prints for a person: the pods, the plan and the waste by workload and team, as tables
+laid out by rich to the width it is given (the terminal's, or COLUMNS when piped, 120 by default).
+
+Every number keeps its width whatever the terminal (a column of figures is as wide as its widest cell, never
+squeezed to nothing by a long text beside it); text takes what is left, shared by ratio; piped output is laid
+out as a terminal of that width would be. The pods' evidence is one line an item, cut at the column's edge (a
+table of a fleet stays a line or a few a pod; every word is in --format json and html); the plan's changes
+wrap, whole. Under WIDE_COLUMNS the evidence and the fix share a column.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from gpulens.analyzer.classify import Verdict
+from gpulens.analyzer.evidence import in_units
+from gpulens.analyzer.plan import Plan
+from gpulens.analyzer.report import fleet_line
+from gpulens.analyzer.summary import waste_by
+
+#: The width of a table written to a pipe or a file where COLUMNS does not say: a wide terminal's.
+PIPED_COLUMNS = 120
+#: The narrowest layout: 80 columns, a terminal's default.
+NARROWEST = 80
+#: From this width the pods and the plan are tables; under it, a block each (their text wraps under them).
+WIDE_COLUMNS = 120
+#: The widest the pods' column gets in a table (names longer wrap).
+POD_COLUMN = 36
+
+
+def columns_of(environ: dict[str, str] | None = None) -> int:
+    """The width of a table written to a pipe or file: COLUMNS where it is a width (NARROWEST to 1000), else
+    PIPED_COLUMNS."""
+    import os
+
+    text = (os.environ if environ is None else environ).get("COLUMNS", "")
+    return max(int(text), NARROWEST) if text.isdigit() and int(text) <= 1000 else PIPED_COLUMNS
+
+
+def report_text(verdicts: list[Verdict], plan: Plan, width: int, colour: bool = False) -> str:
+    """The pods (most waste first), the plan, the fleet after it, and the waste by owner and team, laid out
+    for `width` columns (at least NARROWEST); `colour` for a terminal that shows it."""
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=max(width, NARROWEST),
+        force_terminal=colour,
+        color_system="auto" if colour else None,
+        highlight=False,
+        soft_wrap=False,
+    )
+    width = console.width
+    console.print(_pods(verdicts, width), "")
+    if plan.actions:
+        console.print(_plan(plan, width), "")
+        console.print(fleet_line(plan), "")
+    for dimension in ("owner", "team"):
+        if dimension == "team" and all(not v.team for v in verdicts):
+            continue  # no team label read: one row of "(no team)" says nothing
+        console.print(_waste(verdicts, dimension, width))
+    return buffer.getvalue()
+
+
+#: What a table with a SIMPLE_HEAD box costs beside its columns: an edge and a space each side of each column.
+def _overhead(columns: int) -> int:
+    return 3 * columns + 1
+
+
+def _shares(width: int, fixed: list[int], ratios: list[int]) -> list[int]:
+    """The widths of the text columns of a table `width` wide whose other columns take `fixed`: what is left,
+    shared by `ratios` (at least 10 each)."""
+    free = width - sum(fixed) - _overhead(len(fixed) + len(ratios))
+    return [max(10, free * r // sum(ratios)) for r in ratios]
+
+
+def _figures(cells: list[str], header: str) -> int:
+    """A column of figures' width: its widest cell or header (figures are never cut)."""
+    return max(map(len, [header, *cells]))
+
+
+def _pods(verdicts: list[Verdict], width: int) -> RenderableType:
+    """Wide: a table, one row a unit (its evidence one line an item, cut at the column's edge). Narrow: a block
+    a unit, its figures on its first line, its evidence and fix below, each line cut at the edge."""
+    title = Text(
+        "Why each pod's GPU is underused, over the span (most waste first; GPU-hours and $ wasted; in full: "
+        "--format json or html)"
+    )
+    rows = [_PodRow.of(v) for v in verdicts]
+    if width < WIDE_COLUMNS:
+        blocks: list[RenderableType] = [title]
+        for r in rows:
+            blocks.append(Text(""))
+            blocks.append(
+                Text.assemble((r.name, "bold"), f"  {r.bottleneck} {r.confidence}  {r.hours} GPU-h wasted, ${r.cost}")
+            )
+            for line in [*r.about, *r.why, f"to do: {r.fix}"]:
+                blocks.append(Text("  " + line, no_wrap=True, overflow="ellipsis"))
+        return Group(*blocks)
+    headers = ["class", "conf", "GPU-h", "cost $"]
+    cells = [
+        [r.bottleneck for r in rows],
+        [r.confidence for r in rows],
+        [r.hours for r in rows],
+        [r.cost for r in rows],
+    ]
+    fixed = [_figures(column, header) for column, header in zip(cells, headers, strict=True)]
+    pod = min(max(len(line) for r in rows for line in [r.name, *r.about]), POD_COLUMN)
+    why, fix = _shares(width, [pod, *fixed], [2, 1])
+    table = Table(title=title, box=box.SIMPLE_HEAD, show_lines=True, title_justify="left")
+    table.add_column("pod or GPU", width=pod, overflow="fold")
+    for header, w in zip(headers, fixed, strict=True):
+        table.add_column(header, width=w, no_wrap=True, justify="left" if header == "class" else "right")
+    table.add_column("why", width=why, no_wrap=True, overflow="ellipsis")
+    table.add_column("what to do", width=fix, overflow="fold")
+    for r in rows:
+        table.add_row(
+            "\n".join([r.name, *r.about]), r.bottleneck, r.confidence, r.hours, r.cost, "\n".join(r.why), r.fix
+        )
+    return table
+
+
+@dataclass(frozen=True)
+class _PodRow:
+    """A verdict as the tables write it: its unit, what else is known of it, class, confidence, GPU-hours and
+    money wasted, its evidence (a line an item, in units) and the first sentence of its fix."""
+
+    name: str
+    about: list[str]
+    bottleneck: str
+    confidence: str
+    hours: str
+    cost: str
+    why: list[str]
+    fix: str
+
+    @classmethod
+    def of(cls, v: Verdict) -> _PodRow:
+        shares = [f"{part.share:.0%} {c}" for c, part in v.by_class.items()] if len(v.by_class) > 1 else []
+        return cls(
+            v.unit,
+            _pod_lines(v)[1:] + [f"+ {s}" for s in v.secondary] + ([f"time: {', '.join(shares)}"] if shares else []),
+            v.bottleneck,
+            f"{v.confidence:.2f}",
+            f"{v.wasted_gpu_seconds / 3600:,.2f}",
+            f"{v.wasted_cost:,.2f}",
+            [f"{k}: {in_units(val)}" for k, val in v.evidence.items()],
+            v.recommendation.split(". ")[0].split(": ")[0],
+        )
+
+
+def _pod_lines(v: Verdict) -> list[str]:
+    """The unit, its owner and kind where known, its node, and how much of the span its samples cover."""
+    lines = [v.unit]
+    if v.owner_kind and v.owner_kind != "Pod":
+        lines.append(f"{v.owner_kind} {v.owner}")
+    if v.workload_kind != "unknown":
+        lines.append(v.workload_kind + (f" ({v.engine})" if v.engine else ""))
+    if v.node:
+        lines.append(f"on {v.node}")
+    if v.coverage < 0.99:  # gaps in the data: say how much of the span the verdict rests on
+        lines.append(f"{v.coverage:.0%} of {v.window_seconds / 3600:.1f} h sampled")
+    return lines
+
+
+def _plan(plan: Plan, width: int) -> RenderableType:
+    """Wide: a table, one row an action, its change wrapped. Narrow: a block an action, its figures on its
+    first line and its change wrapped under it."""
+    total = plan.total
+    title = Text(
+        f"What to change: {total.gpus_now:g} GPUs become {total.gpus_after:g}, saving "
+        f"${total.saving_usd_per_30d:,.0f} per 30 days (in full: --format json or html)"
+    )
+    if width < WIDE_COLUMNS:
+        blocks: list[RenderableType] = [title]
+        for a in plan.actions:
+            blocks.append(Text(""))
+            blocks.append(
+                Text.assemble(
+                    (a.owner, "bold"),
+                    f"  {a.action}: GPUs {a.gpus_now:g} -> {a.gpus_after:g}, "
+                    f"saves ${a.saving_usd_per_30d:,.0f} / 30 d, confidence {a.confidence:.2f}",
+                )
+            )
+            blocks.append(Padding(Text(a.what), (0, 0, 0, 2)))
+        return Group(*blocks)
+    headers = ["action", "GPUs", "saves / 30 d $", "confidence"]
+    cells = [
+        [a.action for a in plan.actions],
+        [f"{a.gpus_now:g} -> {a.gpus_after:g}" for a in plan.actions],
+        [f"{a.saving_usd_per_30d:,.0f}" for a in plan.actions],
+        [f"{a.confidence:.2f}" for a in plan.actions],
+    ]
+    fixed = [_figures(column, header) for column, header in zip(cells, headers, strict=True)]
+    workload = min(max(len(a.owner) for a in plan.actions), POD_COLUMN)
+    [change] = _shares(width, [workload, *fixed], [1])
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("workload", width=workload, overflow="fold")
+    for header, w in zip(headers, fixed, strict=True):
+        table.add_column(header, width=w, no_wrap=True, justify="left" if header == "action" else "right")
+    table.add_column("change", width=change, overflow="fold")
+    for k, a in enumerate(plan.actions):
+        table.add_row(a.owner, *(column[k] for column in cells), a.what)
+    return table
+
+
+def _waste(verdicts: list[Verdict], dimension: str, width: int) -> Table:
+    sums = waste_by(verdicts, dimension)
+    cells = {
+        "pods": [str(s.pods) for s in sums],
+        "GPU-h sampled": [f"{s.gpu_hours:,.1f}" for s in sums],
+        "GPU-h wasted": [f"{s.wasted_gpu_hours:,.2f}" for s in sums],
+        "cost $": [f"{s.wasted_cost:,.2f}" for s in sums],
+    }
+    fixed = [_figures(column, header) for header, column in cells.items()]
+    widest = max([len(dimension), *(len(s.key) for s in sums)])
+    [name] = _shares(width, fixed, [1])
+    table = Table(title=f"Waste by {dimension}", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column(dimension, width=min(widest, name), overflow="fold")
+    for header, w in zip(cells, fixed, strict=True):
+        table.add_column(header, width=w, no_wrap=True, justify="right")
+    for k, s in enumerate(sums):
+        table.add_row(s.key, *(column[k] for column in cells.values()))
+    return table
