@@ -68,3 +68,20 @@ def in_units(evidence: str) -> str:
     """An item of evidence as a person reads it: its figures in their units (text read back from JSON, or
     written without figures, as it is)."""
     return evidence.in_units() if isinstance(evidence, Evidence) else evidence
+
+
+def duration(seconds: float) -> str:
+    """A duration as people write one, to the precision that matters at its size: "45 s", "1 min",
+    "12 min", "3 h 20 min", "2 d 4 h" (never "0.0166667 h" or "0.0 h")."""
+    if not seconds > 0:
+        return "0 s"
+    if seconds < 59.5:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h" + (f" {minutes} min" if minutes else "")
+    days, hours = divmod(round(seconds / 3600), 24)
+    return f"{days} d" + (f" {hours} h" if hours else "")

@@ -32,6 +32,7 @@ from gpulens.analyzer.classify import (
     worked,
 )
 from gpulens.analyzer.engines import EngineLoad
+from gpulens.analyzer.evidence import duration
 from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
 from gpulens.analyzer.frame import format_timestamp
 from gpulens.analyzer.kinds import UNKNOWN, WorkloadKind
@@ -448,7 +449,7 @@ class Ledger:
         wasted = wasted_by_class[name]
         fault = {XID_FAULTS: self.xid_fault[1]} if self.xid_fault else {}
         evidence = {
-            "history": f"{by_class[name].share:.0%} of {total / len(gpus) / 3600:.1f} h sampled"
+            "history": f"{by_class[name].share:.0%} of {duration(total / len(gpus))} sampled"
             + (f", wasting {wasted / 3600:.1f} GPU-h" if wasted else "")
             + f"; latest: {episodes[-1].bottleneck} since {format_timestamp(episodes[-1].start)}",
             **fault,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpulens.analyzer import report
 from gpulens.analyzer.classify import Verdict
+from gpulens.analyzer.evidence import duration
 from gpulens.analyzer.frame import format_timestamp
 from gpulens.core.config import finite_json
 
@@ -153,7 +154,7 @@ class LivePage:
         sections = {
             "status": (
                 f"Verdicts of {when} (cycle {cycle}), judged every {service.interval:g} s over the last "
-                f"{service.history_seconds / 3600:g} h kept; this page refreshes itself.{stale}"
+                f"{duration(service.history_seconds)} kept; this page refreshes itself.{stale}"
             ),
             "summary": report.fleet_summary(over_history) + report.plan_section(plan),
             "waste": report.waste_tables(over_history),

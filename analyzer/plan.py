@@ -34,6 +34,7 @@ import pandas as pd
 
 from gpulens.analyzer.classify import NO_POD, XID_FAULTS, Verdict
 from gpulens.analyzer.engines import EngineLoad
+from gpulens.analyzer.evidence import duration
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.report import TimelineBins, unit_samples
 from gpulens.core.bottlenecks import BY_NAME, PLANNED
@@ -378,7 +379,7 @@ class _Planner:
 
     def _confidence(self, members: list[Verdict]) -> tuple[float, dict[str, str]]:
         confidence = min(v.confidence for v in members)
-        notes = {"span": f"{self.span / 3600:.1f} h of samples"}
+        notes = {"span": f"{duration(self.span)} of samples"}
         if self.span < self.t.plan_trusted_span_seconds:
             confidence = min(confidence, self.t.plan_short_confidence)
             notes["span"] += (
@@ -613,11 +614,11 @@ class _Planner:
             return self._action(
                 [v],
                 "release",
-                f"cull its kernel after {cull / 3600:g} h idle (JupyterHub idle-culler, Kubeflow culling)",
+                f"cull its kernel after {duration(cull)} idle (JupyterHub idle-culler, Kubeflow culling)",
                 len(v.gpus) * (1 - idle / self.span) if self.span else 0.0,
                 idle * len(v.gpus) / 3600 * price,
                 self._rate(idle * len(v.gpus) / 3600 * price),
-                idle=f"{idle / 3600:.1f} h of idle spells past {cull / 3600:g} h",
+                idle=f"{duration(idle)} of idle spells past {duration(cull)}",
             )
         return self._action(
             [v],

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.evidence import in_units
+from gpulens.analyzer.evidence import duration, in_units
 from gpulens.analyzer.plan import Plan
 from gpulens.analyzer.report import fleet_line
 from gpulens.analyzer.summary import waste_by
@@ -165,7 +165,7 @@ def _pod_lines(v: Verdict) -> list[str]:
     if v.node:
         lines.append(f"on {v.node}")
     if v.coverage < 0.99:  # gaps in the data: say how much of the span the verdict rests on
-        lines.append(f"{v.coverage:.0%} of {v.window_seconds / 3600:.1f} h sampled")
+        lines.append(f"{v.coverage:.0%} of {duration(v.window_seconds)} sampled")
     return lines
 
 
