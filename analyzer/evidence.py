@@ -85,3 +85,9 @@ def duration(seconds: float) -> str:
         return f"{hours} h" + (f" {minutes} min" if minutes else "")
     days, hours = divmod(round(seconds / 3600), 24)
     return f"{days} d" + (f" {hours} h" if hours else "")
+
+
+def gpu_count(gpus: float) -> str:
+    """GPUs as the outputs write them: whole where whole, else to a tenth (a notebook culled after an hour
+    holds 0.9 of its GPU over the span; 16.842 GPUs claims a precision the plan does not have)."""
+    return f"{gpus:.0f}" if abs(gpus - round(gpus)) < 0.05 else f"{gpus:.1f}"

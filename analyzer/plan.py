@@ -213,18 +213,47 @@ class Plan:
     by_team: list[PlanSum]
     #: Per GPU model, the fleet's GPUs and nodes the actions free once packed.
     fleet: list[Packed] = field(default_factory=list)
+    #: Seconds of samples a month is projected from (Thresholds.plan_projection_min_seconds): over a shorter
+    #: span every output says what the actions saved in the span, and no per-30-day figure.
+    projection_min_seconds: float = 0.0
+
+    @property
+    def projected(self) -> bool:
+        """Whether the span is long enough to project 30 days from."""
+        return self.span_seconds >= self.projection_min_seconds
+
+    def saving(self, per_30d: float, in_span: float) -> str:
+        """A saving as the outputs say it: per 30 days, or where the span is too short to project one, what it
+        saved in the span."""
+        if self.projected:
+            return f"${per_30d:,.0f} per 30 days"
+        return f"${in_span:,.2f} in the {duration(self.span_seconds)} seen"
+
+    def unprojected(self) -> str:
+        """Why no per-30-day figure is given ("" where one is)."""
+        if self.projected:
+            return ""
+        least = duration(self.projection_min_seconds)
+        return f"{duration(self.span_seconds)} of samples: 30 days are projected from {least} or more"
 
     def to_dict(self) -> dict:
         """The JSON of the plan: `plan`, one object per action, and `plan_summary`, its sums, what it did not
-        plan and why, and the fleet once packed."""
+        plan and why, and the fleet once packed. Per-30-day figures are null over a span too short to
+        project them (`projected` false)."""
+
+        def month(document: dict) -> dict:
+            return document if self.projected else {**document, "saving_usd_per_30d": None}
+
         return {
-            "plan": [asdict(a) for a in self.actions],
+            "plan": [month(asdict(a)) for a in self.actions],
             "plan_summary": {
                 "span_seconds": self.span_seconds,
-                "total": asdict(self.total),
-                "by_team": [asdict(s) for s in self.by_team],
+                "projected": self.projected,
+                "projection_min_seconds": self.projection_min_seconds,
+                "total": month(asdict(self.total)),
+                "by_team": [month(asdict(s)) for s in self.by_team],
                 "not_planned": [asdict(n) for n in self.not_planned],
-                "fleet": [asdict(p) for p in self.fleet],
+                "fleet": [month(asdict(p)) for p in self.fleet],
             },
         }
 
@@ -248,9 +277,13 @@ def make_plan(verdicts: list[Verdict], use: Use, t: Thresholds, prices: dict[str
         skipped += left
     for node, gpus in sorted(unheld.items()):
         actions.append(planner.unallocated(node, gpus))
+    # A change of nothing (its GPUs as they are, nothing saved) is not an action; a fix to code or input is.
+    idle = [a for a in actions if a.action != "fix" and a.gpus_after >= a.gpus_now and a.saving_usd_span <= 0]
+    skipped += [NotPlanned(a.owner, a.units, f"{a.action}: changes nothing in the span seen") for a in idle]
+    actions = [a for a in actions if a not in idle]
     actions.sort(key=lambda a: (-a.saving_usd_per_30d, a.owner))
     fleet = pack(verdicts, actions, prices or {})
-    return Plan(actions, skipped, span, _sum("", actions), _by_team(actions), fleet)
+    return Plan(actions, skipped, span, _sum("", actions), _by_team(actions), fleet, t.plan_projection_min_seconds)
 
 
 def _capacity(load: EngineLoad, kv_bound: float) -> float:
@@ -605,12 +638,20 @@ class _Planner:
             )
         return self._smaller(v) or NotPlanned(v.workload, [v.unit], "no smaller share of a GPU fits its peak")
 
-    def _release(self, v: Verdict) -> Action:
+    def _release(self, v: Verdict) -> Action | NotPlanned:
         price = self._model(v).price_per_hour
         if v.workload_kind == "notebook" or (v.workload_kind == "unknown" and _NOTEBOOK.search(v.pod)):
             # Each idle spell past the cull time is time a culled kernel would not have held.
             cull = self.t.plan_cull_seconds
             idle = sum(max(0.0, e.end - e.start - cull) for e in v.episodes if e.bottleneck == "idle")
+            if idle <= 0:  # culling would have freed nothing: no change, not an action of $0
+                longest = max((e.end - e.start for e in v.episodes if e.bottleneck == "idle"), default=0.0)
+                return NotPlanned(
+                    v.workload,
+                    [v.unit],
+                    f"idle {duration(longest)} at most at a stretch in the {duration(self.span)} seen, under the "
+                    f"{duration(cull)} a culler waits (plan_cull_seconds): culling would have freed nothing yet",
+                )
             return self._action(
                 [v],
                 "release",
@@ -707,8 +748,8 @@ class _Planner:
         action = self._action(
             gpus,
             "release_capacity",
-            f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''} on {node} no pod holds: let pending pods use them, or "
-            "shrink the node pool",
+            f"{len(gpus)} GPU{'s' if len(gpus) > 1 else ''} no pod holds on {node or 'a node the data does not name'}: "
+            "let pending pods use them, or shrink the node pool",
             0.0,
             self._held_hours(gpus) * price,
             len(gpus) * price,

@@ -17,6 +17,7 @@ import pandas as pd
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import Verdict
+from gpulens.analyzer.evidence import gpu_count
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.history import sample_interval
 from gpulens.analyzer.summary import waste_by
@@ -84,8 +85,10 @@ def plan_section(plan: Plan) -> str:
     total = plan.total
     if not plan.actions:
         return "<h2>What to change</h2><p>Nothing: no workload has a change to propose.</p>"
+    saves = "saves / 30 d" if plan.projected else "saved in the span"
+    saved = plan.saving(total.saving_usd_per_30d, total.saving_usd_span)
     teams = ", ".join(
-        f"{_e(s.key)} ${s.saving_usd_per_30d:,.0f}"
+        f"{_e(s.key)} {plan.saving(s.saving_usd_per_30d, s.saving_usd_span)}"
         for s in plan.by_team
         if s.key != "(no team)" or len(plan.by_team) > 1
     )
@@ -93,20 +96,22 @@ def plan_section(plan: Plan) -> str:
         f"<tr><td>{_e(a.owner)}<div class=small>{_e(a.team or '')}</div></td>"
         f"<td><b>{_e(a.action)}</b>: {_e(a.what)}<div class=small>"
         f"{_e('; '.join(f'{k}: {v}' for k, v in {**a.evidence, **a.assumptions}.items()))}</div></td>"
-        f"<td class=n data-label='GPUs'>{a.gpus_now:g} &rarr; {a.gpus_after:g}</td>"
-        f"<td class=n data-label='per 30 days'>${a.saving_usd_per_30d:,.0f}</td>"
+        f"<td class=n data-label='GPUs'>{gpu_count(a.gpus_now)} &rarr; {gpu_count(a.gpus_after)}</td>"
+        f"<td class=n data-label='{saves}'>"
+        f"${a.saving_usd_per_30d if plan.projected else a.saving_usd_span:,.{0 if plan.projected else 2}f}</td>"
         f"<td class=n data-label='confidence'>{a.confidence:.2f}</td></tr>"
         for a in plan.actions
     )
     skipped = "".join(f"<li>{_e(n.owner)}: {_e(n.reason)}</li>" for n in plan.not_planned)
     return (
         "<h2>What to change</h2>"
-        f"<p><b>{total.actions}</b> change{'s' if total.actions != 1 else ''}: {total.gpus_now:g} GPUs held become "
-        f"{total.gpus_after:g}, saving <b>${total.saving_usd_per_30d:,.0f}</b> per 30 days "
-        f"(${total.saving_usd_span:,.2f} over the span){f'; by team: {teams}' if teams else ''}.</p>"
+        f"<p><b>{total.actions}</b> change{'s' if total.actions != 1 else ''}: {gpu_count(total.gpus_now)} GPUs held "
+        f"become {gpu_count(total.gpus_after)}, saving <b>{saved}</b> "
+        f"{f'(${total.saving_usd_span:,.2f} over the span)' if plan.projected else f'({_e(plan.unprojected())})'}"
+        f"{f'; by team: {teams}' if teams else ''}.</p>"
         f"<p>{_e(fleet_line(plan))}</p>"
         "<div class=scroll><table class=pods><thead><tr><th>workload</th><th>change</th><th class=n>GPUs</th>"
-        f"<th class=n>saves / 30 d</th><th class=n>confidence</th></tr></thead><tbody>{rows}</tbody></table></div>"
+        f"<th class=n>{saves}</th><th class=n>confidence</th></tr></thead><tbody>{rows}</tbody></table></div>"
         + (f"<p class=small>Not planned:</p><ul class=small>{skipped}</ul>" if skipped else "")
     )
 
@@ -124,9 +129,10 @@ def fleet_line(plan: Plan) -> str:
         return "Packed onto the GPUs present, the plan frees no whole GPU."
     saving = sum(p.saving_usd_per_30d for p in plan.fleet)
     slack = sum(p.gpus_needed - p.lower_bound for p in plan.fleet)
+    money = f": ${saving:,.0f} per 30 days" if plan.projected else ""
     return (
         f"Packed onto the GPUs present (first-fit decreasing, {slack} GPU{'s' if slack != 1 else ''} above the "
-        f"lower bound), it frees {'; '.join(parts)}: ${saving:,.0f} per 30 days."
+        f"lower bound), it frees {'; '.join(parts)}{money}."
     )
 
 

@@ -446,9 +446,11 @@ class AnalyzerService:
         for (namespace, bottleneck), seconds in sorted(state.wasted_seconds.items()):
             out.add(m.WASTED_GPU_SECONDS, (namespace, bottleneck), seconds)
             out.add(m.WASTED_COST, (namespace, bottleneck), state.wasted_cost[(namespace, bottleneck)])
-        for action in self.plan().actions:
+        plan = self.plan()
+        for action in plan.actions:
             changed = (action.namespace, action.owner, action.team, action.action)
-            out.add(m.PLAN_SAVING, changed, action.saving_usd_per_30d)
+            if plan.projected:  # a month is not projected from minutes: the series starts once it can be
+                out.add(m.PLAN_SAVING, changed, action.saving_usd_per_30d)
             out.add(m.PLAN_GPUS, changed + ("now",), action.gpus_now)
             out.add(m.PLAN_GPUS, changed + ("after",), action.gpus_after)
         for workload, seconds in sorted(state.workload_seconds.items()):

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.evidence import duration, in_units
+from gpulens.analyzer.evidence import duration, gpu_count, in_units
 from gpulens.analyzer.plan import Plan
 from gpulens.analyzer.report import fleet_line
 from gpulens.analyzer.summary import waste_by
@@ -173,9 +173,10 @@ def _plan(plan: Plan, width: int) -> RenderableType:
     """Wide: a table, one row an action, its change wrapped. Narrow: a block an action, its figures on its
     first line and its change wrapped under it."""
     total = plan.total
+    why = f" ({plan.unprojected()})" if not plan.projected else ""
     title = Text(
-        f"What to change: {total.gpus_now:g} GPUs become {total.gpus_after:g}, saving "
-        f"${total.saving_usd_per_30d:,.0f} per 30 days (in full: --format json or html)"
+        f"What to change: {gpu_count(total.gpus_now)} GPUs become {gpu_count(total.gpus_after)}, saving "
+        f"{plan.saving(total.saving_usd_per_30d, total.saving_usd_span)}{why} (in full: --format json or html)"
     )
     if width < WIDE_COLUMNS:
         blocks: list[RenderableType] = [title]
@@ -184,17 +185,17 @@ def _plan(plan: Plan, width: int) -> RenderableType:
             blocks.append(
                 Text.assemble(
                     (a.owner, "bold"),
-                    f"  {a.action}: GPUs {a.gpus_now:g} -> {a.gpus_after:g}, "
-                    f"saves ${a.saving_usd_per_30d:,.0f} / 30 d, confidence {a.confidence:.2f}",
+                    f"  {a.action}: GPUs {gpu_count(a.gpus_now)} -> {gpu_count(a.gpus_after)}, "
+                    f"saves {plan.saving(a.saving_usd_per_30d, a.saving_usd_span)}, confidence {a.confidence:.2f}",
                 )
             )
             blocks.append(Padding(Text(a.what), (0, 0, 0, 2)))
         return Group(*blocks)
-    headers = ["action", "GPUs", "saves / 30 d $", "confidence"]
+    headers = ["action", "GPUs", "saves / 30 d $" if plan.projected else "saved in span $", "confidence"]
     cells = [
         [a.action for a in plan.actions],
-        [f"{a.gpus_now:g} -> {a.gpus_after:g}" for a in plan.actions],
-        [f"{a.saving_usd_per_30d:,.0f}" for a in plan.actions],
+        [f"{gpu_count(a.gpus_now)} -> {gpu_count(a.gpus_after)}" for a in plan.actions],
+        [f"{a.saving_usd_per_30d:,.0f}" if plan.projected else f"{a.saving_usd_span:,.2f}" for a in plan.actions],
         [f"{a.confidence:.2f}" for a in plan.actions],
     ]
     fixed = [_figures(column, header) for column, header in zip(cells, headers, strict=True)]

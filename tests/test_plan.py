@@ -198,9 +198,13 @@ def test_fewer_replicas_never_carry_less_than_the_measured_peak_with_headroom(re
         assert action.gpus_after <= action.gpus_now
 
 
-def test_the_live_service_plans_over_its_history_and_exposes_the_savings():
+@pytest.mark.parametrize("projected_from", [3600.0, T.plan_projection_min_seconds])
+def test_the_live_service_plans_over_its_history_and_exposes_the_savings(projected_from):
     """The analyzer's plan over its history: the eight replicas become one, in its API and its metrics
-    (one series a workload, not a pod)."""
+    (one series a workload, not a pod). Three hours project a month where an hour suffices; where a day is
+    needed (the default), its saving is not projected: the series is absent, the JSON's null, until it is."""
+    from dataclasses import replace
+
     from prometheus_client.parser import text_string_to_metric_families
 
     from gpulens.analyzer.service import AnalyzerService
@@ -217,13 +221,18 @@ def test_the_live_service_plans_over_its_history_and_exposes_the_savings():
         pd.concat([pod(f"serve/llm-7d9f8c6b5d-{k}bcde", "H100-SXM5-80GB", busy[k], 20 * GIB, 1.0) for k in range(8)])
     )
     now = [START + 600.0]
-    service = AnalyzerService(Replay(trace, 600, lambda: now[0]), T, {}, 300, lambda: now[0], 86400)
+    t = replace(T, plan_projection_min_seconds=projected_from)
+    service = AnalyzerService(Replay(trace, 600, lambda: now[0]), t, {}, 300, lambda: now[0], 86400)
     while now[0] <= START + minutes * 60:
         assert service.cycle()
         now[0] += 300
     [action] = service.plan().actions
     assert (action.action, action.gpus_now, action.gpus_after) == ("fewer_replicas", 8.0, 1.0)
-    assert json.loads(service.plan_json({})[2]) == json.loads(json.dumps(service.plan().to_dict()))
+    document = json.loads(service.plan_json({})[2])
+    assert document == json.loads(json.dumps(service.plan().to_dict()))
+    projected = projected_from < 3 * 3600
+    assert document["plan_summary"]["projected"] is projected
+    assert document["plan"][0]["saving_usd_per_30d"] == (7 * 4.00 * 720 if projected else None)
     exposed = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(service.render_text().decode())
@@ -232,7 +241,7 @@ def test_the_live_service_plans_over_its_history_and_exposes_the_savings():
     }
     workload = (("action", "fewer_replicas"), ("namespace", "serve"), ("owner", action.owner), ("team", ""))
     assert exposed == {
-        ("gpulens_plan_monthly_saving_dollars", workload): 7 * 4.00 * 720,
+        **({("gpulens_plan_monthly_saving_dollars", workload): 7 * 4.00 * 720} if projected else {}),
         ("gpulens_plan_gpus", tuple(sorted((*workload, ("state", "now"))))): 8.0,
         ("gpulens_plan_gpus", tuple(sorted((*workload, ("state", "after"))))): 1.0,
     }
@@ -289,3 +298,43 @@ def test_a_preallocating_engines_memory_is_no_demand_for_a_smaller_gpu():
     assert plan.actions == []
     [skipped] = plan.not_planned
     assert skipped.reason.startswith("its engine (vllm) takes most of its GPU's memory for its KV cache")
+
+
+def test_a_notebook_idle_for_less_than_the_cull_time_changes_nothing_and_says_so():
+    """Two hours of a notebook: 20 minutes of work, 40 idle, 20 of work, 40 idle (idle spells of 45 minutes in
+    windows of 15). Culled after an hour idle it would have been freed for none of it: not a release of 1 GPU
+    to 1 for $0, but a reason."""
+    step = 30.0
+    notebook = np.zeros(2 * 60 * 2)  # a sample every 30 s
+    for start in (0, 60 * 2):  # minutes 0-20 and 60-80
+        notebook[start : start + 40] = 0.6
+    _, plan = planned([pod("research/notebook-alice-0", "A100-SXM4-40GB", notebook, 12 * GIB, step)], step)
+    assert plan.actions == []
+    [skipped] = plan.not_planned
+    assert skipped.units == ["research/notebook-alice-0"]
+    assert skipped.reason == (
+        "idle 45 min at most at a stretch in the 2 h seen, under the 1 h a culler waits (plan_cull_seconds): "
+        "culling would have freed nothing yet"
+    )
+
+
+def test_a_plan_over_less_than_a_day_says_what_it_saved_in_the_span_not_per_month():
+    """12 hours of a light job on an A100 40GB (a T4 carries it for $1.50 an hour less): $18 saved in the
+    span; the 30-day figure ($1,080) is projected only from a day of samples: not in the text, null in JSON."""
+    from gpulens.analyzer import terminal
+    from gpulens.analyzer.report import plan_section
+
+    step = 30.0
+    verdicts, plan = planned([pod("batch/etl-0", "A100-SXM4-40GB", np.full(12 * 120, 0.15), 10e9, step)], step)
+    [action] = plan.actions
+    assert (action.saving_usd_span, action.saving_usd_per_30d) == (18.0, 1080.0)
+    assert plan.projected is False and plan.to_dict()["plan"][0]["saving_usd_per_30d"] is None
+    text = terminal.report_text(verdicts, plan, 120)
+    assert (
+        "What to change: 1 GPUs become 1, saving $18.00 in the 12 h seen (12 h of samples: 30 days are projected "
+        "from 1 d or more)" in " ".join(text.split())
+    )
+    assert "per 30 days" not in text and "1,080" not in text
+    html = plan_section(plan)
+    assert "saving <b>$18.00 in the 12 h seen</b> (12 h of samples: 30 days are projected from 1 d or more)" in html
+    assert "<th class=n>saved in the span</th>" in html and "1,080" not in html

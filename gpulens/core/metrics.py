@@ -875,7 +875,8 @@ PLAN_SAVING = _spec(
     "",
     "What the right-sizing plan's action on the workload saves a month (30 days), at the prices in use (OpenCost, "
     "--prices, the catalogue), from its use over the analyzer's history (gpulens report: the same plan over "
-    "any span).",
+    "any span). Absent until the history holds plan_projection_min_seconds (a day) of samples: a month is not "
+    "projected from minutes.",
     "analyzer plan",
     labels=PLAN_LABELS,
     group="analyzer",

@@ -212,6 +212,10 @@ class Thresholds:
     plan_trusted_span_seconds: float = 7 * 86400.0
     #: ... the cap. (proposal: as unsure as a signature that lacks its profiling fields)
     plan_short_confidence: float = 0.6
+    #: A plan over less than this span says what its actions saved in the span, not per 30 days: a month
+    #: projected from minutes multiplies a burst or a lull by thousands. (proposal: a day, one cycle of the
+    #: daily pattern of serving load and working hours)
+    plan_projection_min_seconds: float = 86400.0
     # --- alerting: the generated Prometheus rules of alerts/rules.py; durations are PromQL durations ----
     #: Page when a pod's SM activity stays under this ratio (issue 6: 30% for 30 minutes).
     alert_low_sm: float = 0.3
