@@ -227,7 +227,8 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
     throttled = None if without_pod else _throttled(f, t)
     oversized = not without_pod and _oversized(f, t, info, activity)
     found = (
-        _without_pod(f, t)
+        # A GPU no pod holds is judged from as many samples as a pod: from one scrape, neither is anything yet.
+        (_insufficient_data(f, t, info) or _without_pod(f, t))
         if without_pod
         else next((finding for check in SIGNATURES if (finding := check(f, t, info))), None)
         or _without_signature(f, t, activity, throttled is not None, oversized)

@@ -716,3 +716,20 @@ def test_a_threshold_no_rule_reads_any_more_is_refused_saying_what_replaced_it(t
         Thresholds.load(str(path))
     assert str(refused.value) == f"--thresholds {path}: {name} is gone: {REMOVED[name]}; delete it from the file"
     assert "unexplained" in REMOVED[name] and not hasattr(Thresholds(), name)
+
+
+@pytest.mark.parametrize(("samples", "expected"), [(1, "insufficient_data"), (Thresholds().min_samples, "unallocated")])
+def test_a_gpu_no_pod_holds_is_judged_from_as_many_samples_as_a_pod(samples, expected):
+    """One scrape of a node: its pod's GPU is insufficient_data, and so is the GPU beside it that no pod holds
+    (it was unallocated at 0.90 from that one scrape); from min_samples on, each is what its samples show."""
+    rows = [
+        {"timestamp": 1_800_000_000.0 + 15 * k, "gpu": gpu, "node": "n1", "gpu_model": "NVIDIA H100 80GB HBM3"}
+        | {"namespace": ns, "pod": name, "gpu_util": 0.0, "memory_used_bytes": 0.0}
+        for k in range(samples)
+        for gpu, ns, name in (("GPU-a", "ml", "train-0"), ("GPU-b", "", ""))
+    ]
+    verdicts = {v.unit: v for v in classify(fr.normalize(pd.DataFrame(rows)), Thresholds())}
+    assert verdicts["gpu:n1/GPU-b"].bottleneck == expected
+    if samples == 1:
+        assert verdicts["ml/train-0"].bottleneck == "insufficient_data"
+        assert verdicts["gpu:n1/GPU-b"].evidence == {"samples_per_gpu": f"1 < {Thresholds().min_samples}"}
