@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from gpulens.analyzer.classify import Verdict
     from gpulens.analyzer.plan import Plan, Use
     from gpulens.analyzer.report import TimelineBins
+    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.span import Span
     from gpulens.analyzer.store import StoreAuth
     from gpulens.core.mixin import MixinConfig
 
@@ -485,7 +487,7 @@ def _report_from_store(
             verdicts = span.report(
                 reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use, engines
             )
-            return verdicts, timelines, use
+            return _some(verdicts, store.name, reader, the_span), timelines, use
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
@@ -499,9 +501,27 @@ def _report_from_store(
             verdicts = span.report(
                 reader, the_span, thresholds, prices, window, slide, show, owners, timelines, use, engines
             )
-            return verdicts, timelines, use
+            return _some(verdicts, store.name, reader, the_span), timelines, use
     finally:
         store.close()
+
+
+def _some(verdicts: list[Verdict], store: str, reader: SeriesReader, the_span: Span) -> list[Verdict]:
+    """The verdicts, or where a store that answered held no GPU's series in the span, the error that says so
+    and what to check (an empty report would read as a fleet without GPUs)."""
+    from gpulens.analyzer.frame import format_timestamp
+    from gpulens.analyzer.store import StoreError
+
+    if verdicts:
+        return verdicts
+    gpulens, dcgm = reader.looked_for()
+    raise StoreError(
+        f"{store} answered, but holds no GPU's series from {format_timestamp(the_span.start)} to "
+        f"{format_timestamp(the_span.end)}: neither gpulens' {gpulens} nor dcgm-exporter's {dcgm}. Check the URL's "
+        "path (Mimir and Cortex serve the API under /prometheus), the tenant (--prometheus.header "
+        "'X-Scope-OrgID: ...'), that --prometheus.selector and --prometheus.dcgm-selector match the series' "
+        "labels, and that the exporters ran in the span (--since, --until)"
+    )
 
 
 def _when(text: str, flag: str, or_else: str = "") -> float:

@@ -456,6 +456,12 @@ class SeriesReader:
         matchers = self._matchers("gpulens", *extra)
         return f"{name}{{{matchers}}}" if matchers else name
 
+    def looked_for(self) -> tuple[str, str]:
+        """The GPU series a read looks for, gpulens' and dcgm-exporter's, as a person would query them with the
+        selectors in use."""
+        dcgm = self._matchers("dcgm")
+        return self._sel(m.GPU_INFO.name), f"DCGM_FI_DEV_GPU_UTIL{f'{{{dcgm}}}' if dcgm else ''}"
+
     def rate_window(self) -> str:
         """The range of rate() and increase(): four steps, and never under a minute (four 15 s scrapes)."""
         return f"{max(4 * self.step, 60):.0f}s"

@@ -561,3 +561,25 @@ def test_memory_capacity_comes_from_the_catalogue_where_dcgm_exporter_leaves_out
     assert from_store["evidence"] == from_file["evidence"]
     # The evidence of the latest window, the last hour (minutes 180-239): from 20 minutes into a climb.
     assert from_file["evidence"]["memory_range"] == f"{0.5 + 0.47 * 20 / 79:.3g}..0.97 (grew >= 0.05)"
+
+
+@pytest.mark.parametrize("store", ["prometheus", "victoria-metrics"])
+def test_a_store_that_answers_without_a_gpu_series_is_an_error_that_says_what_to_check(stores, store):
+    """Selectors that match none of the week's series (a wrong job name): the store answers every query, and
+    an empty report would read as a fleet without GPUs. It is an error (exit 2) naming the store, the span, the
+    series looked for and what to check, and nothing on stdout."""
+    url = stores[store]
+    done = report(
+        url,
+        *("--since", "2025-11-09T00:00:00Z", "--until", "2025-11-10T00:00:00Z", "--prometheus.step", "5m"),
+        *("--prometheus.selector", 'job="gpu-exporter"', "--prometheus.dcgm-selector", 'job="dcgm"'),
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"gpulens report: Prometheus at {url} answered, but holds no GPU's series from 2025-11-09T00:00:00Z to "
+        "2025-11-10T00:00:00Z: neither gpulens' gpulens_gpu_info{job=\"gpu-exporter\"} nor dcgm-exporter's "
+        'DCGM_FI_DEV_GPU_UTIL{job="dcgm"}. Check the URL\'s path (Mimir and Cortex serve the API under /prometheus), '
+        "the tenant (--prometheus.header 'X-Scope-OrgID: ...'), that --prometheus.selector and "
+        "--prometheus.dcgm-selector match the series' labels, and that the exporters ran in the span "
+        "(--since, --until)\n"
+    )
