@@ -112,7 +112,12 @@ def register(commands: Subcommands) -> None:
         help="when the first saved dcgm-exporter scrape was taken: RFC 3339 or unix seconds (default: the "
         "first scrape file's modification time)",
     )
-    _store_flags(p, step_help="with --prometheus: seconds between the points read (the scrape interval)", step=30.0)
+    _store_flags(
+        p,
+        step_help="with --prometheus: seconds between the points read (default: the store's scrape interval, read "
+        "from its samples; 30 s where it holds none to read it from)",
+        step=0.0,
+    )
     p.set_defaults(run=run_report)
 
     a = commands.add_parser(
@@ -475,9 +480,12 @@ def _report_from_store(
     if since >= until:
         raise ValueError(f"--since {args.since} is not before --until {format_timestamp(until)}")
     store = Store(args.prometheus, _store_auth(args), args.timeout)
-    reader = SeriesReader(store, args.query_step, _mixin(args, thresholds), args.selector, args.dcgm_selector)
+    reader = SeriesReader(
+        store, args.query_step or DEFAULT_STORE_STEP, _mixin(args, thresholds), args.selector, args.dcgm_selector
+    )
+    reader.step = _step(args.query_step, reader.scrape_interval(until, min(until - since, 3600.0)))
     owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config))
-    the_span = span.Span.aligned(since, until, args.query_step)
+    the_span = span.Span.aligned(since, until, reader.step)
     timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if args.format == "html" else None
     use = Use.over(the_span.start, the_span.end, the_span.step, thresholds)
     try:
@@ -504,6 +512,23 @@ def _report_from_store(
             return _some(verdicts, store.name, reader, the_span), timelines, use
     finally:
         store.close()
+
+
+#: The step a store report reads at where the store holds no sample to read its scrape interval from.
+DEFAULT_STORE_STEP = 30.0
+
+
+def _step(given: float, interval: float | None) -> float:
+    """The step to read at: --prometheus.step where given (and said, where it is coarser than the store's samples:
+    what happens between its points is not seen), else the store's scrape interval."""
+    if given and interval is not None and given >= 1.5 * interval:
+        print(
+            f"gpulens report: reading a point every {given:g} s (--prometheus.step), coarser than the {interval:g} s "
+            "the store holds the GPUs' samples at: bursts and stalls between points are not seen; drop "
+            "--prometheus.step to read every sample",
+            file=sys.stderr,
+        )
+    return given or interval or DEFAULT_STORE_STEP
 
 
 def _some(verdicts: list[Verdict], store: str, reader: SeriesReader, the_span: Span) -> list[Verdict]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import json
 import math
 import re
 import time
@@ -461,6 +462,24 @@ class SeriesReader:
         selectors in use."""
         dcgm = self._matchers("dcgm")
         return self._sel(m.GPU_INFO.name), f"DCGM_FI_DEV_GPU_UTIL{f'{{{dcgm}}}' if dcgm else ''}"
+
+    def scrape_interval(self, at: float, lookback: float) -> float | None:
+        """Seconds between the samples the store holds of a GPU in the `lookback` seconds to `at` (the median
+        gap between one GPU's raw samples: gpulens' series, else dcgm-exporter's), to a tenth of a second; None
+        where it holds none. Three small queries: one GPU is found, then its samples read."""
+        window = f"{max(lookback, 60.0):.0f}s"
+        for expr in self.looked_for():
+            found = self.store.query(f"topk(1, last_over_time({expr}[{window}]))", at)
+            if not found:
+                continue
+            name = expr.split("{")[0]
+            labels = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(found[0]["metric"].items()) if k != "__name__")
+            series = self.store.samples(f"{name}{{{labels}}}[{window}]", at)
+            stamps = np.array([float(t) for t, _ in series[0]["values"]]) if series else np.zeros(0)
+            if len(stamps) > 1:
+                gap = float(np.median(np.diff(stamps)))
+                return float(round(gap)) if abs(gap - round(gap)) < 0.05 else round(gap, 1)
+        return None
 
     def rate_window(self) -> str:
         """The range of rate() and increase(): four steps, and never under a minute (four 15 s scrapes)."""

@@ -205,6 +205,14 @@ class Store:
         except _TooBig as e:
             raise StoreError(f"{self.name} refuses {expr!r}: {e.reason}. {e.fix}") from None
 
+    def samples(self, selector: str, at: float) -> list[dict]:
+        """The raw samples of a range selector (`x[10m]`) to unix time `at`: each series with its samples at
+        the times they were scraped (an instant query's matrix), not on a step grid."""
+        try:
+            return self._api("query", {"query": selector, "time": _time(at)}, kind="matrix")
+        except _TooBig as e:
+            raise StoreError(f"{self.name} refuses {selector!r}: {e.reason}. {e.fix}") from None
+
     def label_values(self, label: str, selector: str, start: float, end: float) -> list[str]:
         """The values `label` takes in the series of `selector` between `start` and `end` (unix seconds):
         the store answers from its index, reading no sample (/api/v1/label/<name>/values, with match[]:
@@ -257,9 +265,10 @@ class Store:
             middle = start + (steps // 2) * step
             return _joined(self._range(expr, start, middle, step), self._range(expr, middle + step, end, step))
 
-    def _api(self, endpoint: str, params: dict[str, str], what: str = "") -> list:
+    def _api(self, endpoint: str, params: dict[str, str], what: str = "", kind: str = "") -> list:
         """The series of /api/v1/<endpoint> (or, for label values, its list), retried while the failure may
-        pass. `what` names the request in errors (default: its query)."""
+        pass. `what` names the request in errors (default: its query); `kind` the result type expected (default:
+        a range query's matrix, an instant query's vector)."""
         # Thanos answers in part when a store behind it fails, unless told not to; the others ignore it.
         params = {**params, "partial_response": "false"}
         expr = what or params["query"]
@@ -308,7 +317,7 @@ class Store:
             else:
                 with self._counting:
                     self.read_bytes += len(content)
-                outcome = self._outcome(response, content, expr, endpoint)
+                outcome = self._outcome(response, content, expr, endpoint, kind)
                 if isinstance(outcome, list):
                     return outcome
                 problem, fix, retry_after = outcome
@@ -320,7 +329,7 @@ class Store:
         raise StoreError(f"{problem}{tries}: {fix}")
 
     def _outcome(
-        self, response: requests.Response, content: bytes, expr: str, endpoint: str
+        self, response: requests.Response, content: bytes, expr: str, endpoint: str, wanted: str = ""
     ) -> list | tuple[str, str, float | None]:
         """The series of a good answer (`content`, its body), or a label's values; _TooBig or StoreError for
         a final refusal; (problem, fix, seconds to wait or None) for one worth retrying."""
@@ -384,7 +393,7 @@ class Store:
             isinstance(s, dict) and isinstance(s.get("metric"), dict) for s in result
         ):
             raise StoreError(f"{self.name} answered {expr!r} without a list of series in data.result")
-        kind, wanted = data.get("resultType"), "matrix" if endpoint == "query_range" else "vector"
+        kind, wanted = data.get("resultType"), wanted or ("matrix" if endpoint == "query_range" else "vector")
         if kind != wanted:
             raise StoreError(
                 f"{self.name} answered {expr!r} with a {kind!r} where the Prometheus HTTP API gives a {wanted!r}: "

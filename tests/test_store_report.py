@@ -583,3 +583,22 @@ def test_a_store_that_answers_without_a_gpu_series_is_an_error_that_says_what_to
         "--prometheus.dcgm-selector match the series' labels, and that the exporters ran in the span "
         "(--since, --until)\n"
     )
+
+
+def test_the_step_is_the_stores_scrape_interval_unless_given_and_a_coarser_one_is_said(stores):
+    """The week is stored every 5 minutes: without --prometheus.step the report reads every sample (the same
+    verdicts as at 5m, where a default of 30 s read the demo's 2 s scrapes as too few samples); a step of 15
+    minutes reads a third of them, and says so."""
+    span = ("--since", "2025-11-09T00:00:00Z", "--until", str(LAST), "--format", "json")
+    url = stores["prometheus"]
+    read = report(url, *span)
+    assert (read.returncode, read.stderr) == (0, ""), read.stderr
+    assert json.loads(read.stdout) == json.loads(report(url, *span, "--prometheus.step", "5m").stdout)
+    assert {v["sample_seconds"] for v in json.loads(read.stdout)["verdicts"]} == {300.0}
+    coarse = report(url, *span, "--prometheus.step", "15m")
+    assert coarse.returncode == 0
+    assert coarse.stderr == (
+        "gpulens report: reading a point every 900 s (--prometheus.step), coarser than the 300 s the store holds "
+        "the GPUs' samples at: bursts and stalls between points are not seen; drop --prometheus.step to read every "
+        "sample\n"
+    )
