@@ -87,7 +87,8 @@ def register(commands: Subcommands) -> None:
         help="with --prometheus: the pod label (or namespace label) naming a pod's team, read from "
         "kube-state-metrics' kube_pod_labels (e.g. team reads label_team)",
     )
-    p.add_argument(
+    flags.add(
+        p,
         "--analysis.config",
         dest="analysis_config",
         default="",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import sys
+from typing import NoReturn
 
 from gpulens import __version__
 from gpulens.core import flags
@@ -81,10 +83,26 @@ def _command_of(argv: list[str]) -> str | None:
     return None
 
 
+def _unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> NoReturn:
+    """Exit with the usage of the command given (not the whole command line's), naming the flags it does
+    not take and, for each, the flag of that command it is closest to."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    command = commands.choices[args.command]
+    known = [option for action in command._actions for option in action.option_strings if option.startswith("--")]
+    said = []
+    for word in extra:
+        flag = word.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6) if flag.startswith("-") else []
+        said.append(f"{word} (did you mean {close[0]}?)" if close else word)
+    command.error(f"unrecognized arguments: {' '.join(said)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_command_of(argv))
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unknown(parser, args, extra)
     flags.check(parser, args)
     logging.basicConfig(
         level=args.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

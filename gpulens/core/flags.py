@@ -48,6 +48,7 @@ def add(parser: argparse.ArgumentParser, flag: str, **kwargs: Any) -> None:
     name = env_name(flag)
     if name in os.environ:
         kwargs["default"] = _from_environment(name, os.environ[name], kwargs)
+        kwargs["required"] = False  # a required flag is given by its variable too
     help_text = kwargs.get("help", "")
     if help_text != argparse.SUPPRESS:
         default = kwargs.get("default")
