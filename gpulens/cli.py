@@ -87,7 +87,7 @@ def _unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: l
     """Exit with the usage of the command given (not the whole command line's), naming the flags it does
     not take and, for each, the flag of that command it is closest to."""
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    command = commands.choices[args.command]
+    command: argparse.ArgumentParser = commands.choices[args.command]
     known = [option for action in command._actions for option in action.option_strings if option.startswith("--")]
     said = []
     for word in extra:
