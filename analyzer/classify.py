@@ -545,7 +545,7 @@ def _poor_placement(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | 
     confidence = 0.0
     if not nvlinked and (f.numa_nodes >= 2 or f.pcie_roots >= 2):
         across = "CPU sockets" if f.numa_nodes >= 2 else "PCIe root complexes of one socket"
-        where = "; ".join(_where(g) for g in f.pod_gpus)
+        where = "; ".join(_where(g, info) for g in f.pod_gpus)
         evidence["split_placement"] = f"{where}: no NVLink between them, so they exchange over PCIe across {across}"
         confidence = t.confidence_placement
     if (
@@ -580,11 +580,13 @@ def _poor_placement(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | 
     return Finding("poor_placement", confidence, evidence, facts=frozenset({"nvlink_fault"} if failing else ()))
 
 
-def _where(g: PodGpu) -> str:
-    """'GPU-… (socket 0, PCIe root 1, NVLink island 0)', with what the trace says."""
+def _where(g: PodGpu, info: GpuModel) -> str:
+    """'GPU-… (socket 0, PCIe root 1, NVLink island 0)', with what the trace says (no island on a model
+    without NVLink, an L40S: its GPUs are each an island of their own)."""
+    island = g.nvlink_group if info.nvlink_bytes_per_second > 0 else math.nan
     parts = [
         f"{name} {value:.0f}"
-        for name, value in (("socket", g.socket), ("PCIe root", g.root), ("NVLink island", g.nvlink_group))
+        for name, value in (("socket", g.socket), ("PCIe root", g.root), ("NVLink island", island))
         if not math.isnan(value)
     ]
     return g.gpu + (f" ({', '.join(parts)})" if parts else "")
