@@ -822,8 +822,8 @@ def _clocks(slow: PodGpu, gpus: tuple[PodGpu, ...], t: Thresholds) -> str:
     if math.isnan(slow.clock) or not peers:
         return ""
     if slow.clock < min(peers) - t.straggler_clock_margin:
-        return f"; its SM clock {_fmt(slow.clock)} of max, theirs {_fmt(min(peers))}: its GPU is slow"
-    return f"; its SM clock {_fmt(slow.clock)} of max, as theirs: its work or its host, not its GPU"
+        return f"; its SM clock at {slow.clock:.0%} of its maximum, theirs at {min(peers):.0%}: its GPU is slow"
+    return f"; its SM clock at {slow.clock:.0%} of its maximum, as theirs: its work or its host, not its GPU"
 
 
 def _pod_waits(f: PodFeatures, t: Thresholds) -> Finding | None:
