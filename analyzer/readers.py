@@ -424,6 +424,8 @@ def detect(path: Path) -> str:
     if path.suffix == ".parquet":
         return "trace"
     first = next(_lines(path), "")
+    if not first.strip():
+        raise TraceError(path, "empty: no header and no row; a trace starts with its header (docs/trace-format.md)")
     header = [h.strip() for h in first.split(",")]
     if "timestamp" in header and "gpu" in header:
         return "trace"

@@ -49,6 +49,17 @@ def test_values_no_gpu_can_report_refuse_the_file_naming_line_and_column(tmp_pat
     assert (error.path, error.line, error.column) == (str(path), int(where.split()[1][:-1]), where.split("column ")[1])
 
 
+@pytest.mark.parametrize("content", [b"", b"\n", b"\xef\xbb\xbf  \r\n"])
+def test_an_empty_file_is_said_to_be_empty_not_an_unknown_format(tmp_path, content):
+    """An empty file (or one of a blank line, a byte-order mark) read as 'line 1: not a format gpulens reads'."""
+    path = tmp_path / "trace.csv"
+    path.write_bytes(content)
+    assert (
+        str(refused(path))
+        == f"{path}: empty: no header and no row; a trace starts with its header (docs/trace-format.md)"
+    )
+
+
 @pytest.mark.parametrize(
     "content, where, problem",
     [
