@@ -255,12 +255,12 @@ class AlertReceiver:
             parts.append(
                 f"<section><h2>{_e(n.status)}: {_e(n.path.rsplit('/', 1)[-1])}"
                 f" <span class=small>received {_e(_when(n.received))}; group {_e(group or '(none)')}"
-                "</span></h2><table><tr><th>status</th><th>alert</th><th>subject</th><th>started</th>"
+                "</span></h2><div class=scroll><table><tr><th>status</th><th>alert</th><th>subject</th><th>started</th>"
                 "<th>resolved</th><th>what it says</th><th>links</th></tr>"
             )
             for alert in n.alerts:
                 parts.append(_alert_row(alert))
-            parts.append("</table></section>")
+            parts.append("</table></div></section>")
         parts.append("</body></html>")
         return "".join(parts)
 
@@ -269,6 +269,7 @@ _STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}h1{font-size:22px}
 h2{font-size:16px;margin:22px 0 6px}table{border-collapse:collapse;width:100%}
 td,th{border-bottom:1px solid #ddd;padding:4px 6px;text-align:left;vertical-align:top}th{background:#f4f4f4}
+td{overflow-wrap:anywhere}.scroll{overflow-x:auto}
 .small{color:#666;font-size:12px;font-weight:normal}.firing{color:#b30000;font-weight:bold}.resolved{color:#2a7a2a}
 """
 
