@@ -78,9 +78,14 @@ def _verdict(c: MixinConfig, label: str, missing: str) -> str:
     return _query_first(selector, "$labels.namespace $labels.pod", f'label "{label}"', missing)
 
 
+#: A ratio as a percentage to a tenth at most ("17.4%", "7.6%", "80%"): humanizePercentage alone writes four
+#: significant digits, "17.44%" beside "7.607%".
+PERCENT = 'humanizePercentage | reReplaceAll `(\\.\\d)\\d+%` "${1}%"'
+
+
 def _confidence(c: MixinConfig) -> str:
     selector = f"{metric('pod_bottleneck_confidence')}{{{c.analyzer},namespace=%q,pod=%q}}"
-    return _query_first(selector, "$labels.namespace $labels.pod", "value | humanizePercentage", "unknown")
+    return _query_first(selector, "$labels.namespace $labels.pod", f"value | {PERCENT}", "unknown")
 
 
 def _verdict_sentence(c: MixinConfig) -> str:
@@ -199,7 +204,7 @@ def _pod_alerts(c: MixinConfig) -> list[Alert]:
             duration_seconds(t.alert_low_sm_for),
             "critical",
             "pod",
-            f"{POD} keeps its GPUs' SMs busy only {{{{ $value | humanizePercentage }}}} of the time: "
+            f"{POD} keeps its GPUs' SMs busy only {{{{ $value | {PERCENT} }}}} of the time: "
             + _verdict(c, "bottleneck", NO_VERDICT),
             f"SM activity of {POD} on {{{{ $labels.node }}}} has stayed under {pct} for {low_for}. "
             + _verdict_sentence(c),
@@ -379,7 +384,7 @@ child processes left after a deployment was removed (gpu-operator #2880).
             "warning",
             "gpu",
             f"{GPU} is slowed down by {{{{ $labels.reason }}}}",
-            f"{GPU} has been held back by {{{{ $labels.reason }}}} {{{{ $value | humanizePercentage }}}} of the "
+            f"{GPU} has been held back by {{{{ $labels.reason }}}} {{{{ $value | {PERCENT} }}}} of the "
             f"time. Every pod on it runs slower than it should.",
             f"""The GPU lowers its clocks because of {c.throttle_reasons.replace("|", ", ")} for more than
 {t.alert_throttled_fraction:.0%} of the time, for {prometheus_duration(t.throttle_seconds)} (canonical
@@ -614,7 +619,7 @@ def readable(template: str) -> str:
         text,
     )
     text = re.sub(r"\{\{ \$labels\.(\w+) \}\}", r"{\1}", text)
-    text = re.sub(r"\{\{ \$value[^}]*\}\}", "{value}", text)
+    text = re.sub(r"\{\{ \$value.*? \}\}", "{value}", text)
     return text.replace("|", "\\|")
 
 

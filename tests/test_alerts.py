@@ -713,7 +713,7 @@ DCGM_TESTS = {
         {
             "series": f'DCGM_FI_DEV_GPU_UTIL{{{DCGM},gpu="0",UUID="GPU-d0",{DCGM_EXPORTER_POD},'
             'exported_namespace="inference",exported_pod="llm-0",exported_container="server"}',
-            "values": "15x80",
+            "values": "7.607x80",  # a percentage as people write it: 7.6%, not humanizePercentage's 7.607%
         },
         {
             "series": f'DCGM_FI_PROF_SM_ACTIVE{{{DCGM},gpu="1",UUID="GPU-d1",namespace="batch",pod="etl-0",'
@@ -755,7 +755,7 @@ DCGM_TESTS = {
                     "see the runbook",
                     UNKNOWN_WASTE,
                 )
-                for ns, pod, value in (("batch", "etl-0", "10%"), ("inference", "llm-0", "15%"))
+                for ns, pod, value in (("batch", "etl-0", "10%"), ("inference", "llm-0", "7.6%"))
             ],
         },
     ],
