@@ -19,7 +19,7 @@ from gpulens.core import mixin
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.dashboards import gpulens as dashboards
 from gpulens.simulator.fleet import DEFAULT_FLEET
-from tests.helpers import start_demo_stack
+from tests.helpers import start_demo_stack, wait_until
 from tests.test_analyzer_service import EXPECTED
 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
@@ -233,14 +233,13 @@ def test_the_chat_deployment_is_sized_by_its_engines_load(stack):
     real Prometheus: at most one request running in each at p95 and at peak, 2 summed, against 30 a replica at
     90% of its KV cache (1 running filled 3%): one replica carries them."""
 
-    def chat() -> dict | None:
+    def sized() -> dict | None:
+        """The chat-api Deployment's action, once its engines' load sizes it."""
         plan = requests.get(f"http://{stack.plan.analyzer}/api/v1/plan", timeout=10).json()["plan"]
-        return next((a for a in plan if a["owner"] == "serving/Deployment/chat-api"), None)
+        action = next((a for a in plan if a["owner"] == "serving/Deployment/chat-api"), None)
+        return action if action and "load" in action["evidence"] else None
 
-    deadline = time.monotonic() + 240
-    while (found := chat()) is None or "load" not in found["evidence"]:
-        assert time.monotonic() < deadline, f"no engine-sized plan for chat-api: {found}"
-        time.sleep(2)
+    found = wait_until(sized, 240, interval=2, what="a plan sizing chat-api by its engines' load")
     assert (found["action"], found["gpus_now"], found["gpus_after"]) == ("fewer_replicas", 2.0, 1.0)
     # p95 of each replica's 0s and 1s: 1, or between 0 and 1 where the history read holds few samples yet.
     said = re.fullmatch(
