@@ -24,7 +24,7 @@ from typing import Literal
 import pandas as pd
 
 from gpulens.analyzer.engines import EngineLoad
-from gpulens.analyzer.evidence import Evidence, byte_count, seconds, share
+from gpulens.analyzer.evidence import Evidence, byte_count, duration, percent, seconds, share
 from gpulens.analyzer.features import PodFeatures, PodGpu, pod_features
 from gpulens.analyzer.kinds import Kind, WorkloadKind
 from gpulens.core.activity import BUSY_LEVEL
@@ -323,7 +323,7 @@ def _throttled(f: PodFeatures, t: Thresholds) -> dict[str, str] | None:
         )
     }
     if not math.isnan(f.clock_share):
-        evidence["sm_clock_vs_max"] = _fmt(f.clock_share)
+        evidence["sm_clock_vs_max"] = percent(f.clock_share)
     return evidence
 
 
@@ -361,13 +361,13 @@ def _without_pod(f: PodFeatures, t: Thresholds) -> Finding:
         evidence["memory_held_fraction"] = Evidence(
             share(f.model_held_share),
             f" of samples hold >= {t.serving_memory_bytes / 1024**3:g} GiB >= ",
-            share(t.signature_fraction, ""),
+            share(t.signature_fraction),
             ": a process outside any pod",
         )
     busy = 1.0 - f.quiet_share
     working = busy >= t.sparse_busy_share  # False where the data has no activity (NaN)
     if working:
-        evidence[SPARSE] = Evidence(share(busy), " >= ", share(t.sparse_busy_share, ""), ": kernels run without a pod")
+        evidence[SPARSE] = Evidence(share(busy), " >= ", share(t.sparse_busy_share), ": kernels run without a pod")
     _memory_held(f, evidence)
     return Finding("held_without_pod" if held or working else "unallocated", t.confidence_without_pod, evidence)
 
@@ -410,14 +410,16 @@ def _idle(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     if f.cpu_at_limit_after_work >= t.signature_fraction:
         return None  # the pod's CPU is at its limit meanwhile: working, not idle (input pipeline, CPU eval)
     evidence = {
-        "idle_for_seconds": Evidence(seconds(quiet), " >= ", seconds(idle_for), f" (activity < {t.idle_activity})"),
+        "idle_for_seconds": Evidence(
+            seconds(quiet), " >= ", seconds(idle_for), f" (activity < {percent(t.idle_activity)})"
+        ),
         **_start_up(f),
     }
     if worked and f.busy_before_share >= t.idle_sustained_share:
         evidence["busy_before_fraction"] = Evidence(
             share(f.busy_before_share),
             f" of the {t.recent_samples} samples before >= ",
-            share(t.idle_sustained_share, ""),
+            share(t.idle_sustained_share),
             ": sustained work that stopped",
         )
     elif worked:
@@ -460,7 +462,7 @@ def _nothing_served(f: PodFeatures, t: Thresholds) -> Finding | None:
             seconds(f.steady_seconds),
             " >= ",
             seconds(t.idle_seconds),
-            f" without a burst of work (activity rising through {BUSY_LEVEL:g}), ",
+            f" without a burst of work (activity rising through {percent(BUSY_LEVEL)}), ",
             *sparse_use(f.work_share, f.steady_seconds, t).parts,
         ),
         **_start_up(f),
@@ -488,8 +490,8 @@ def sparse_use(work: float, span_seconds: float, t: Thresholds) -> Evidence:
     """The evidence of sparse use: `work` (0-1) of `span_seconds` of a GPU's time worked."""
     return Evidence(
         share(work),
-        f" of {span_seconds / 3600:.3g} h worked ({work * span_seconds:.0f} s) < ",
-        share(t.sparse_busy_share, ""),
+        f" of {duration(span_seconds)} worked ({duration(work * span_seconds)}) < ",
+        share(t.sparse_busy_share),
         ": sparse use (rare notebook cells, a replica with no requests) is idle",
     )
 
@@ -511,8 +513,8 @@ def _memory_fragmentation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Find
     if not (grew and (restarted or full_for_long)):
         return None
     evidence = {
-        "memory_peak_fraction": Evidence(share(f.memory_peak), " >= ", share(t.memory_full, "")),
-        "memory_range": f"{_fmt(f.memory_low)}..{_fmt(f.memory_peak)} (grew >= {t.memory_growth})",
+        "memory_peak_fraction": Evidence(share(f.memory_peak), " >= ", share(t.memory_full)),
+        "memory_range": f"{percent(f.memory_low)}..{percent(f.memory_peak)} (grew >= {percent(t.memory_growth)})",
     }
     if restarted:
         evidence["restarts_or_oom_drops"] = f"{f.memory_drops:.0f} drops" + (
@@ -555,9 +557,10 @@ def _poor_placement(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | 
         and f.pcie_peer_use >= t.placement_pcie_peer
     ):
         evidence["nvlink_unused"] = (
-            f"{', '.join(g.gpu for g in f.pod_gpus) or 'the GPUs'} share NVLink, which carried {_fmt(f.nvlink_use)} "
-            f"< {t.nvlink_idle} of its capacity while PCIe carried {_fmt(f.pcie_peer_use)} >= "
-            f"{t.placement_pcie_peer} both ways: peer traffic goes over PCIe (NCCL_P2P_DISABLE or NCCL_P2P_LEVEL "
+            f"{', '.join(g.gpu for g in f.pod_gpus) or 'the GPUs'} share NVLink, which carried {percent(f.nvlink_use)} "
+            f"< {percent(t.nvlink_idle)} of its capacity while PCIe carried {percent(f.pcie_peer_use)} >= "
+            f"{percent(t.placement_pcie_peer)} both ways: peer traffic goes over PCIe (NCCL_P2P_DISABLE or "
+            "NCCL_P2P_LEVEL "
             "set, or a container that sees only its own GPU)"
         )
         confidence = t.confidence_placement
@@ -576,7 +579,7 @@ def _poor_placement(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | 
         confidence = max(confidence, t.confidence_link_faults)
     if not confidence:
         return None
-    evidence["gpu_activity_spread"] = f"least busy {_fmt(least)} / busiest {_fmt(busiest)}"
+    evidence["gpu_activity_spread"] = f"least busy {percent(least)} / busiest {percent(busiest)}"
     return Finding("poor_placement", confidence, evidence, facts=frozenset({"nvlink_fault"} if failing else ()))
 
 
@@ -616,9 +619,10 @@ def _interconnect(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | No
     evidence = {
         "link_bound_fraction": Evidence(
             share(f.link_bound_share),
-            f" of samples with a link >= {t.link_busy} of capacity and activity < {t.interconnect_sm}",
+            f" of samples with a link >= {percent(t.link_busy)} of capacity and activity < "
+            f"{percent(t.interconnect_sm)}",
         ),
-        "link_utilization": _fmt(f.link_use),
+        "link_utilization": percent(f.link_use),
     }
     return Finding("interconnect", t.confidence_share_base + t.confidence_share_gain * f.link_bound_share, evidence)
 
@@ -643,14 +647,17 @@ def _pipeline(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
     margin = t.pipeline_bubble_standard_errors * math.sqrt(bubble * (1 - bubble) / f.samples)
     stalled = bubble - margin > expected
     evidence = {
-        "stages_take_turns": f"{_fmt(f.stagger_share)} of the moments a GPU waits (activity < {t.starvation_low}) "
-        f"another works (> {BUSY_LEVEL:g}), >= {t.pipeline_stagger_share}; {f.gapped_gpus:.0f} of {p} GPUs wait on "
-        f">= {t.pipeline_gap_share} of their samples: pipeline stages, not ranks that wait together",
+        "stages_take_turns": f"{percent(f.stagger_share)} of the moments a GPU waits (activity < "
+        f"{percent(t.starvation_low)}) "
+        f"another works (> {percent(BUSY_LEVEL)}), >= {percent(t.pipeline_stagger_share)}; "
+        f"{f.gapped_gpus:.0f} of {p} GPUs wait on "
+        f">= {percent(t.pipeline_gap_share)} of their samples: pipeline stages, not ranks that wait together",
         "one_job": exchange,
-        "pipeline_bubble": f"{_fmt(bubble)} +/- {_fmt(margin)} of the time (1 - mean activity / working activity, "
+        "pipeline_bubble": f"{percent(bubble)} +/- {percent(margin)} of the time (1 - mean activity / working "
+        "activity, "
         f"{f.samples} samples); GPipe's (p-1)/(m+p-1) for p = {p} stages here implies m = {implied:.3g} "
         f"micro-batches per step; with m >= {t.pipeline_microbatches_per_stage}p = "
-        f"{t.pipeline_microbatches_per_stage * p} it is <= {_fmt(expected)}"
+        f"{t.pipeline_microbatches_per_stage * p} it is <= {percent(expected)}"
         + (": above it" if stalled else "")
         + " (stages in other pods raise p and the bar)",
     }
@@ -690,7 +697,8 @@ def _offload(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
         "host_fetch_fraction": Evidence(
             share(f.host_fetch_share),
             f" of samples with >= {t.offload_pcie_bytes_per_second / 1e9:g} GB/s into the GPU over PCIe while "
-            f"activity < {t.interconnect_sm} (mean {f.host_to_device_bytes_per_second / 1e9:.3g} GB/s): it waits on "
+            f"activity < {percent(t.interconnect_sm)} (mean {f.host_to_device_bytes_per_second / 1e9:.3g} "
+            "GB/s): it waits on "
             "what it fetches from host memory",
         )
     }
@@ -711,11 +719,12 @@ def _host_thread(f: PodFeatures, t: Thresholds) -> Finding | None:
         "one_core_fraction": Evidence(
             share(f.one_core_share),
             f" of samples with the pod's CPU at 1 +/- {t.host_thread_cores:g} cores (under a higher limit) while "
-            f"activity is {_fmt(f.activity)} < {t.ineffective_sm}: one host thread drives the GPU, which waits "
+            f"activity is {percent(f.activity)} < {percent(t.ineffective_sm)}: one host thread drives the "
+            "GPU, which waits "
             "between its launches",
         ),
         "quiet_fraction": Evidence(
-            share(f.quiet_share), " of samples < ", share(t.serving_quiet_share, ""), ": launches one after another"
+            share(f.quiet_share), " of samples < ", share(t.serving_quiet_share), ": launches one after another"
         ),
     }
     return Finding("host_stall", t.confidence_host_thread, evidence, "host_thread")
@@ -735,10 +744,11 @@ def _one_job(f: PodFeatures, t: Thresholds) -> str:
 def _exchange(f: PodFeatures, t: Thresholds) -> str:
     """What shows a multi-GPU unit's GPUs exchanging data: NVLink in use, or PCIe both ways. "" where nothing does."""
     if f.nvlink_use >= t.nvlink_idle:
-        return f"NVLink carries {_fmt(f.nvlink_use)} >= {t.nvlink_idle} of its capacity: the GPUs exchange"
+        return f"NVLink carries {percent(f.nvlink_use)} >= {percent(t.nvlink_idle)} of its capacity: the GPUs exchange"
     if f.pcie_peer_use >= t.placement_pcie_peer:
         return (
-            f"PCIe carries {_fmt(f.pcie_peer_use)} >= {t.placement_pcie_peer} of its capacity both ways: the GPUs "
+            f"PCIe carries {percent(f.pcie_peer_use)} >= {percent(t.placement_pcie_peer)} of its capacity "
+            "both ways: the GPUs "
             "exchange"
         )
     return ""
@@ -748,7 +758,7 @@ def _unrelated(f: PodFeatures, t: Thresholds) -> str:
     """Why a multi-GPU unit's GPUs may be independent processes: what the data shows of their exchange and
     correlation (for the evidence where _one_job found nothing)."""
     links = (
-        f"NVLink at {_fmt(f.nvlink_use)} of its capacity"
+        f"NVLink at {percent(f.nvlink_use)} of its capacity"
         if not math.isnan(f.nvlink_use)
         else "no NVLink traffic in the input"
     )
@@ -758,7 +768,8 @@ def _unrelated(f: PodFeatures, t: Thresholds) -> str:
 
 def _waiting_means(t: Thresholds) -> str:
     return (
-        f"a kernel running at < {t.waiting_power_share} of the power limit or with SMs < {t.starvation_low} "
+        f"a kernel running at < {percent(t.waiting_power_share)} of the power limit or with SMs < "
+        f"{percent(t.starvation_low)} "
         "active: waiting (a kernel spinning in a collective), not working"
     )
 
@@ -777,15 +788,15 @@ def _rank_stalls(f: PodFeatures, t: Thresholds) -> Finding | None:
     if not job:
         return None
     evidence = {
-        "waiting_gpus": ", ".join(f"{g.gpu} {_fmt(g.waiting)}" for g in waiting)
-        + f" of samples >= {t.stall_share}: {_waiting_means(t)}",
+        "waiting_gpus": ", ".join(f"{g.gpu} {percent(g.waiting)}" for g in waiting)
+        + f" of samples >= {percent(t.stall_share)}: {_waiting_means(t)}",
         "one_job": job,
     }
     if held_by.no_kernel >= t.stall_share:
         cause, shape = _stall_shape(f, t)
         evidence["stalling_gpu"] = (
-            f"{held_by.gpu}: no kernel on {_fmt(held_by.no_kernel)} of samples while its peers wait: its host holds "
-            f"it (a checkpoint written from this rank, its input)"
+            f"{held_by.gpu}: no kernel on {percent(held_by.no_kernel)} of samples while its peers wait: its host holds "
+            "it (a checkpoint written from this rank, its input)"
         )
         evidence["stalls"] = shape
     else:
@@ -808,8 +819,9 @@ def _straggler(f: PodFeatures, t: Thresholds) -> Finding | None:
     if not job:
         return None  # one process drawing more power than another: a heavier model, not a peer waited for
     evidence = {
-        "straggler_gpu": f"{slow.gpu} draws {_fmt(slow.busy_power)} of its power limit while busy, its peers at "
-        f"most {_fmt(most)} ({_fmt(most / slow.busy_power)} <= {t.straggler_power_ratio}): they finish each step "
+        "straggler_gpu": f"{slow.gpu} draws {percent(slow.busy_power)} of its power limit while busy, its peers at "
+        f"most {percent(most)} ({percent(most / slow.busy_power)} <= {percent(t.straggler_power_ratio)}): "
+        "they finish each step "
         "early and wait for it" + _clocks(slow, f.pod_gpus, t),
         "one_job": job,
     }
@@ -841,10 +853,10 @@ def _pod_waits(f: PodFeatures, t: Thresholds) -> Finding | None:
         "waiting_fraction": Evidence(
             share(f.waiting_share),
             " of samples >= ",
-            share(t.stall_share, ""),
+            share(t.stall_share),
             f": {_waiting_means(t)}; on no GPU of this pod: a peer outside it (another pod's rank) or a stalled stream",
         ),
-        "power_while_busy": f"{_fmt(f.busy_power_share)} of the power limit",
+        "power_while_busy": f"{percent(f.busy_power_share)} of the power limit",
         "stalls": _stall_shape(f, t)[1],
     }
     if job:
@@ -862,7 +874,7 @@ def _saves(f: PodFeatures, t: Thresholds) -> Finding | None:
     if cause != "checkpoint" or not f.high_share > t.starvation_tail:
         return None
     evidence = {
-        "stalled_fraction": Evidence(share(f.stalled_share), " of samples >= ", share(t.stall_share, "")),
+        "stalled_fraction": Evidence(share(f.stalled_share), " of samples >= ", share(t.stall_share)),
         "stalls": shape,
     }
     return Finding("host_stall", t.confidence_saves, evidence, "checkpoint")
@@ -876,8 +888,8 @@ def _stall_shape(f: PodFeatures, t: Thresholds) -> tuple[str, str]:
         length = f.low_share * f.window_seconds * f.gpus / f.bursts
         steady = f.steady_burst_share >= t.starvation_steady_share
         timed = f"{f.bursts:.0f} gaps of {length:.3g} s (mean, from the exporter's counters)"
-        spread = f"{_fmt(f.steady_burst_share)} of bursts steady" + (" >=" if steady else " <")
-        spread += f" {t.starvation_steady_share}"
+        spread = f"{percent(f.steady_burst_share)} of bursts steady" + (" >=" if steady else " <")
+        spread += f" {percent(t.starvation_steady_share)}"
     elif f.sample_seconds > t.starvation_max_sample_seconds:
         return "", (
             f"not timed: stalls shorter than the {f.sample_seconds:.0f} s between samples cannot be, so checkpoints "
@@ -893,7 +905,7 @@ def _stall_shape(f: PodFeatures, t: Thresholds) -> tuple[str, str]:
     if f.stall_held_share < t.serving_held_share:
         return "", (
             f"{timed} >= {t.stall_long_seconds:g} s, the GPU's memory released in them (held on "
-            f"{_fmt(f.stall_held_share)} of stalled samples): the process ended and another began, not a save"
+            f"{percent(f.stall_held_share)} of stalled samples): the process ended and another began, not a save"
         )
     if steady:
         return "checkpoint", f"{timed} >= {t.stall_long_seconds:g} s at a steady period ({spread}): synchronous saves"
@@ -909,7 +921,8 @@ def _uneven(f: PodFeatures, t: Thresholds) -> Finding | None:
     if not job:
         return None  # independent processes with different loads: nobody waits for anybody
     evidence = {
-        "gpu_activity_spread": f"least busy {_fmt(least)} / busiest {_fmt(busiest)} <= {t.placement_imbalance}, "
+        "gpu_activity_spread": f"least busy {percent(least)} / busiest {percent(busiest)} <= "
+        f"{percent(t.placement_imbalance)}, "
         "with no topology or link evidence against the placement: a stall or a straggler",
         "one_job": job,
     }
@@ -933,8 +946,8 @@ def _data_starvation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding |
         if not (cpu_saturated and f.activity_at_cpu_limit < t.ineffective_sm):
             return None
         evidence = {
-            "cpu_at_limit_fraction": Evidence(share(f.cpu_at_limit_share), " >= ", share(t.signature_fraction, "")),
-            "activity_while_cpu_at_limit": f"{_fmt(f.activity_at_cpu_limit)} < {t.ineffective_sm}",
+            "cpu_at_limit_fraction": Evidence(share(f.cpu_at_limit_share), " >= ", share(t.signature_fraction)),
+            "activity_while_cpu_at_limit": f"{percent(f.activity_at_cpu_limit)} < {percent(t.ineffective_sm)}",
         }
         if coarse:
             evidence["sample_interval_seconds"] = Evidence(
@@ -956,8 +969,8 @@ def _data_starvation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding |
         # the CPU does not say otherwise: nothing here shows a starved input pipeline.
         return None
     evidence = {
-        "activity_p95_above": f"{t.starvation_high} ({_fmt(f.high_share)} of samples)",
-        "activity_p5_below": f"{t.starvation_low} ({_fmt(f.low_share)} of samples)",
+        "activity_p95_above": f"{percent(t.starvation_high)} ({percent(f.high_share)} of samples)",
+        "activity_p5_below": f"{percent(t.starvation_low)} ({percent(f.low_share)} of samples)",
         "busy_idle_switches_per_minute": f"{switches:.1f} >= {t.starvation_switches_per_minute}",
     }
     if measured:
@@ -985,9 +998,9 @@ def _burst_evidence(f: PodFeatures, t: Thresholds, evidence: dict[str, str]) -> 
         evidence["steady_burst_fraction"] = Evidence(
             share(f.steady_burst_share),
             f" of {f.bursts:.0f} bursts started within 1.5x of the previous period",
-            f" (>= {t.starvation_steady_share}: steady, like training steps)"
+            f" (>= {percent(t.starvation_steady_share)}: steady, like training steps)"
             if steady
-            else f" (< {t.starvation_steady_share}: at random, like requests)",
+            else f" (< {percent(t.starvation_steady_share)}: at random, like requests)",
         )
     else:
         evidence["burst_period_seconds"] = Evidence(
@@ -1032,14 +1045,14 @@ def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> F
     evidence = _serving_evidence(f, t)
     seen = f"{f.bursts_after_load:.0f} bursts of work between them" if f.bursts_after_load else "work without bursts"
     evidence["quiet_fraction"] = Evidence(
-        share(f.quiet_share), " of samples >= ", share(t.serving_quiet_share, ""), f" ({seen})"
+        share(f.quiet_share), " of samples >= ", share(t.serving_quiet_share), f" ({seen})"
     )
     if measured:
         _burst_evidence(f, t, evidence)
         if f.has_shape:
             _resolution_evidence(f, t, evidence)
     elif f.resolution_seconds <= t.starvation_max_sample_seconds:
-        evidence["bursts"] = f"{f.bursts:.0f} < {t.min_bursts} above {BUSY_LEVEL:g}: too few to time"
+        evidence["bursts"] = f"{f.bursts:.0f} < {t.min_bursts} above {percent(BUSY_LEVEL)}: too few to time"
     else:
         evidence["sample_interval_seconds"] = Evidence(
             seconds(f.resolution_seconds, ".3g"), ": too coarse to time single bursts"
@@ -1050,13 +1063,13 @@ def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> F
 
 def _serving_evidence(f: PodFeatures, t: Thresholds) -> dict[str, str]:
     return {
-        "mean_activity": f"{_fmt(f.activity)} < {t.ineffective_sm}",
+        "mean_activity": f"{percent(f.activity)} < {percent(t.ineffective_sm)}",
         "model_memory_bytes": _model_memory(f),
     }
 
 
 def _model_memory(f: PodFeatures) -> Evidence:
-    return Evidence(byte_count(f.memory_peak_bytes), f" held on {f.model_held_share:.0%} of samples")
+    return Evidence(byte_count(f.memory_peak_bytes), f" held on {percent(f.model_held_share)} of samples")
 
 
 def _memory_bandwidth(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
@@ -1065,9 +1078,10 @@ def _memory_bandwidth(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding 
         return None
     evidence = {
         "dram_bound_fraction": Evidence(
-            share(f.dram_bound_share), f" of samples with DRAM >= {t.dram_active} and pipes < {t.pipes_idle}"
+            share(f.dram_bound_share),
+            f" of samples with DRAM >= {percent(t.dram_active)} and pipes < {percent(t.pipes_idle)}",
         ),
-        "dram_active": _fmt(f.dram_active),
+        "dram_active": percent(f.dram_active),
     }
     return Finding("memory_bandwidth", t.confidence_share_base + t.confidence_share_gain * f.dram_bound_share, evidence)
 
@@ -1095,7 +1109,7 @@ def _without_signature(
         return Finding("throttling", t.confidence_share_base + t.confidence_share_gain * f.throttled_share, {})
     if oversized and activity is not None:
         evidence = {
-            "mean_activity": f"{_fmt(activity)} <= {t.oversized_activity}",
+            "mean_activity": f"{percent(activity)} <= {percent(t.oversized_activity)}",
             "peak_memory_bytes": Evidence(
                 byte_count(f.memory_peak_bytes), " <= ", byte_count(t.oversized_memory_bytes), f" on a {f.gpu_model}"
             ),
@@ -1110,7 +1124,7 @@ def _without_signature(
     return Finding(
         "healthy",
         t.confidence_healthy if healthy else t.confidence_healthy_utilization,
-        {"mean_activity": "nan" if activity is None else _fmt(activity)},
+        {"mean_activity": "nan" if activity is None else percent(activity)},
     )
 
 
@@ -1119,7 +1133,7 @@ def _unexplained(f: PodFeatures, t: Thresholds, activity: float) -> Finding:
     claimed: the evidence names the causes this data leaves open and the inputs that would tell them apart,
     and the plan proposes no resize and no code fix. Its waste is counted all the same."""
     coarse = f.resolution_seconds > t.starvation_max_sample_seconds
-    evidence = {"mean_activity": f"{_fmt(activity)} < {t.ineffective_sm} with no signature of a cause"}
+    evidence = {"mean_activity": f"{percent(activity)} < {percent(t.ineffective_sm)} with no signature of a cause"}
     causes, inputs = [], []
     if math.isnan(f.cpu_at_limit_share):
         causes.append("an input pipeline or a serving loop bound by the pod's CPU")
@@ -1128,19 +1142,19 @@ def _unexplained(f: PodFeatures, t: Thresholds, activity: float) -> Finding:
         evidence["cpu_at_limit_fraction"] = Evidence(
             share(f.cpu_at_limit_share),
             " >= ",
-            share(t.signature_fraction, ""),
+            share(t.signature_fraction),
             ", but the GPU is no less busy while it is",
         )
         causes.append("work on the pod's CPU beside the GPU's, or an input pipeline bound by it")
     else:
         evidence["cpu_at_limit_fraction"] = Evidence(
-            share(f.cpu_at_limit_share), " < ", share(t.signature_fraction, ""), ": not at its limit"
+            share(f.cpu_at_limit_share), " < ", share(t.signature_fraction), ": not at its limit"
         )
         causes.append("input or a host loop bound by storage, the network or one thread, not the CPU limit")
     if coarse:
         causes.append("training steps starved for input (bursts and gaps at a steady period)")
         inputs.append(
-            f"gpulens' exporter on its node (it counts every second between scrapes), or samples at most "
+            "gpulens' exporter on its node (it counts every second between scrapes), or samples at most "
             f"{t.starvation_max_sample_seconds:g} s apart, to time the bursts"
         )
     if f.model_held_share >= t.serving_held_share:
@@ -1164,9 +1178,9 @@ def _busy_at_low_power(f: PodFeatures, t: Thresholds) -> Finding:
     pod, or light kernels by design (a small-batch decode). Not healthy, and no cause claimed."""
     evidence = {
         "waiting_fraction": Evidence(
-            share(f.waiting_share), " of samples >= ", share(t.stall_share, ""), f": {_waiting_means(t)}"
+            share(f.waiting_share), " of samples >= ", share(t.stall_share), f": {_waiting_means(t)}"
         ),
-        "power_while_busy": f"{_fmt(f.busy_power_share)} of the power limit",
+        "power_while_busy": f"{percent(f.busy_power_share)} of the power limit",
     }
     causes = [
         "a rank waiting in a collective on a peer in another pod",
@@ -1200,7 +1214,8 @@ def _waiting_waste(found: Finding, f: PodFeatures, t: Thresholds) -> Finding:
     if not math.isnan(f.sm_active) or math.isnan(f.activity):
         return found
     found.evidence["waste"] = (
-        f"the {_fmt(f.waiting_share)} of samples busy under {t.waiting_power_share} of the power limit counted as no "
+        f"the {percent(f.waiting_share)} of samples busy under {percent(t.waiting_power_share)} of the power "
+        "limit counted as no "
         "work (utilization shows only that a kernel ran)"
     )
     return replace(found, waiting_share=float(f.waiting_share))

@@ -1,7 +1,7 @@
 """A verdict's evidence: text that keeps its figures as numbers until an output renders them.
 
 The classifier writes each item of evidence as a sentence with its figures and the thresholds they passed
-("0.95 of samples >= 0.2: one rank ..."). The API, the page, the metrics' labels and the reports show that
+("95% of samples >= 20%: one rank ..."). The API, the page, the metrics' labels and the reports show that
 text as written; the terminal table shows its figures in units a person reads at a glance (95%, 300 s,
 31.0 GiB). An `Evidence` is the text (a str, so every output that shows text shows it unchanged, and JSON
 carries it as a string) built from its parts, its figures kept as `Figure` records: the table renders each
@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-#: What a figure measures: a share 0-1 (shown in %), seconds, or bytes (shown in GiB).
+#: What a figure measures: a share 0-1 (written in %), seconds, or bytes (shown in GiB).
 Unit = Literal["fraction", "seconds", "bytes"]
 
 
 @dataclass(frozen=True)
 class Figure:
-    """A number in evidence: its value, its unit, and how the evidence text shows it (the classifier's
-    rounding: 3 significant digits for a measure, a threshold as configured)."""
+    """A number in evidence: its value, its unit, and how the evidence text shows it (a share in percent to a
+    tenth; other measures to the classifier's rounding, 3 significant digits, a threshold as configured)."""
 
     value: float
     unit: Unit
@@ -28,15 +28,24 @@ class Figure:
 
     def in_units(self) -> str:
         if self.unit == "fraction":
-            return f"{self.value:.0%}"
+            return self.shown
         if self.unit == "seconds":
             return f"{self.shown} s"
         return f"{self.value / 2**30:.1f} GiB"
 
 
-def share(value: float, spec: str = ".3g") -> Figure:
-    """A share 0-1; `spec` "" shows a threshold as configured (0.02, not 0.0200)."""
-    return Figure(value, "fraction", format(value, spec))
+def percent(value: float) -> str:
+    """A share 0-1 in percent, to a tenth ("95%", "7.6%", "17.4%"; never "7.607%" beside "17.44%"); a share
+    under a tenth of a percent to two significant digits ("0.04%"), so that it does not read as none."""
+    points = value * 100
+    if points != 0 and abs(points) < 0.095:
+        return f"{points:.2g}%"
+    return f"{points:.1f}".removesuffix(".0") + "%"
+
+
+def share(value: float) -> Figure:
+    """A share 0-1, measured or a threshold: written in percent (0.95 as "95%", a threshold of 0.02 as "2%")."""
+    return Figure(value, "fraction", percent(value))
 
 
 def seconds(value: float, spec: str = ".0f") -> Figure:

@@ -16,7 +16,7 @@ from gpulens.analyzer import frame as fr
 from gpulens.analyzer import readers
 from gpulens.analyzer.classify import classify
 from gpulens.analyzer.evaluate import DAY_KINDS, VARIANTS, Scenario, evaluate, scenario_trace
-from gpulens.analyzer.evidence import Evidence, byte_count, in_units, seconds, share
+from gpulens.analyzer.evidence import Evidence, byte_count, duration, in_units, percent, seconds, share
 from gpulens.analyzer.readers import TraceError, read_trace
 from gpulens.core.bottlenecks import POD_CLASSES
 from gpulens.core.thresholds import REMOVED, Thresholds
@@ -55,7 +55,7 @@ def test_dcgmi_dmon_training_windows_and_the_idle_gaps_between_them():
     assert not ((windows.start_timestamp <= 1661763039) & (windows.end_timestamp >= 1661762824)).any()
     [idle] = classify(gap)
     assert (idle.bottleneck, idle.confidence) == ("idle", 0.95)
-    assert idle.evidence["idle_for_seconds"] == "216 >= 216 (activity < 0.01)"
+    assert idle.evidence["idle_for_seconds"] == "216 >= 216 (activity < 1%)"
     w = windows.iloc[-1]
     [training] = classify(trace[(trace.timestamp >= w.start_timestamp) & (trace.timestamp <= w.end_timestamp)])
     assert training.bottleneck != "idle" and training.mean_activity > 0.3
@@ -240,7 +240,7 @@ def test_a_healthy_pod_wastes_nothing_by_cause():
 def test_a_verdict_carries_evidence_recommendation_and_waste():
     [v] = one("data_starvation", model="H100-SXM5-80GB")
     assert v.bottleneck == "data_starvation" and v.confidence == 0.95  # CPU at its limit adds confidence
-    assert v.evidence["activity_p95_above"].startswith("0.7 (") and "cpu_at_limit_fraction" in v.evidence
+    assert v.evidence["activity_p95_above"].startswith("70% (") and "cpu_at_limit_fraction" in v.evidence
     assert "num_workers" in v.recommendation
     # Waste: (1 - mean activity) x 600 GPU-seconds, priced at the H100's 4 USD per hour.
     assert v.wasted_gpu_seconds == pytest.approx((1 - v.mean_activity) * 600, abs=0.5)
@@ -388,9 +388,9 @@ def test_the_report_reads_at_any_width_its_figures_whole(three_pods, columns):
             "300 s >= 300 s (activity < 0.01)",
         ),
         (
-            Evidence(share(0.953), " of samples >= ", share(0.2, ""), ": one rank"),
-            "0.953 of samples >= 0.2: one rank",
-            "95% of samples >= 20%: one rank",
+            Evidence(share(0.953), " of samples >= ", share(0.2), ": one rank"),
+            "95.3% of samples >= 20%: one rank",
+            "95.3% of samples >= 20%: one rank",
         ),
         (
             Evidence(seconds(57.0, ".3g"), ": too coarse to time single bursts"),
@@ -595,7 +595,7 @@ def test_sparse_use_of_an_hour_or_more_is_idle_and_no_burst_is_claimed_unseen(se
     assert (v.bottleneck == "idle") is idle, v
     if idle:
         work = blips / int(seconds / 10)
-        assert v.evidence["busy_fraction"].startswith(f"{work:.3g} of 1 h worked ({work * 3600:.0f} s) < 0.01: ")
+        assert v.evidence["busy_fraction"].startswith(f"{percent(work)} of 1 h worked ({duration(work * 3600)}) < 1%: ")
         assert v.evidence["memory_held_bytes"] == "20000000000"
     elif v.bottleneck == "overprovisioned_serving":
         assert f"({blips} bursts of work between them)" in v.evidence["quiet_fraction"]
@@ -610,7 +610,7 @@ def test_sparse_use_is_seconds_of_work_not_rows_that_caught_a_blip():
     frame["sm_active"] = np.where(frame["gpu_util"] > 0, 2 * 0.5 / 30, 0.0)
     [v] = classify(frame)
     assert v.bottleneck == "idle", v
-    assert v.evidence["busy_fraction"].startswith("0.000833 of 1 h worked (3 s) < 0.01: sparse use")
+    assert v.evidence["busy_fraction"].startswith("0.083% of 1 h worked (3 s) < 1%: sparse use")
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
 from gpulens.analyzer import frame as fr
+from gpulens.analyzer.evidence import duration, percent
 from gpulens.analyzer.history import analyze
 from gpulens.analyzer.live import ValueChecks
 from gpulens.core.bottlenecks import RECOMMENDATIONS
@@ -373,7 +374,8 @@ def test_sparse_use_over_a_span_is_idle_even_where_no_window_saw_an_hour_of_it(b
     [v] = [v for v in analyze(fr.normalize(pd.concat([origin, frame], ignore_index=True))) if v.pod == "p"]
     assert (v.bottleneck == "idle") is idle, v
     if idle:
-        assert v.evidence["busy_fraction"].startswith(f"{blips / 540:.3g} of 1.5 h worked ({blips * 10} s) < 0.01")
+        worked = f"{percent(blips / 540)} of 1 h 30 min worked ({duration(blips * 10)}) < 1%"
+        assert v.evidence["busy_fraction"].startswith(worked)
         assert v.recommendation.startswith("Release the GPU")
         # The span's evidence, not the serving windows' it overrules ("work comes in bursts").
         assert v.evidence["history"].startswith("windows of the span, each too short to tell, were judged ")
@@ -501,7 +503,7 @@ def test_the_span_judgement_is_one_for_the_api_the_page_and_the_plan():
         ledger.account(300.0, 0.004, 0.99, 0.004)
     t = Thresholds()
     assert ledger.verdict(t).bottleneck == ledger.headline(t) == "idle"
-    assert ledger.verdict(t).evidence["busy_fraction"].startswith("0.004 of 2 h worked (29 s) < 0.01")
+    assert ledger.verdict(t).evidence["busy_fraction"].startswith("0.4% of 2 h worked (29 s) < 1%")
 
 
 def test_a_jobs_start_up_does_not_give_it_its_verdict():
@@ -709,7 +711,7 @@ def test_an_engine_that_served_with_room_settles_low_activity_as_serving(waiting
     from gpulens.analyzer.kinds import WorkloadKind
 
     open_causes = {
-        "mean_activity": "0.13 < 0.5 with no signature of a cause",
+        "mean_activity": "13% < 50% with no signature of a cause",
         "causes_open": "...",
         "would_tell_them_apart": "...",
     }

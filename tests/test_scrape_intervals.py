@@ -136,7 +136,7 @@ def test_data_starvation_is_seen_through_prometheus_at_any_scrape_interval(tmp_p
     verdicts = {v.pod: v for v in classify(frame) if v.pod}
     starving = verdicts["bert-finetune-0"]
     assert starving.bottleneck == "data_starvation", starving.evidence
-    assert float(starving.evidence["steady_burst_fraction"].split()[0]) >= 0.9
+    assert float(starving.evidence["steady_burst_fraction"].split("%")[0]) >= 90
     assert starving.sample_seconds == scrape_interval
     # The driver's samples, 1/6 s apart, through rows a whole scrape apart (rate() extrapolates a little).
     spacing = float(starving.evidence["driver_samples"].split(", one every ")[1].split()[0])

@@ -102,8 +102,8 @@ def test_the_alert_receivers_page_fits_a_desktop_and_a_half_screen(tmp_path):
             "summary": "nlp/gpt-pretrain-0 waits on its host or a peer: its GPUs stall while utilization looks busy",
             "bottleneck": "host_stall",
             "confidence": "80%",
-            "evidence": "checkpoint_stall_fraction: 0.12 of samples with one rank busy while the others wait; "
-            "rank0_busy_seconds: 43 s at a time; power_while_busy: 0.21 of the limit on the waiting rank",
+            "evidence": "checkpoint_stall_fraction: 12% of samples with one rank busy while the others wait; "
+            "rank0_busy_seconds: 43 s at a time; power_while_busy: 21% of the limit on the waiting rank",
             "recommendation": "Save asynchronously (torch.distributed.checkpoint.async_save), or from every rank.",
             "runbook_url": "https://runbooks.example/gpulens#gpulenspodhoststall",
             "dashboard_url": "http://127.0.0.1:9849/#nlp/gpt-pretrain-0",

@@ -10,6 +10,7 @@ import pytest
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import classify
+from gpulens.analyzer.evidence import percent
 from gpulens.core.bottlenecks import STALL_CAUSES
 from gpulens.core.thresholds import Thresholds
 
@@ -63,7 +64,7 @@ def test_idle_after_idle_seconds_of_quiet_that_follow_sustained_work(busy_sample
     v = verdict(gpu(gpu_util=0.95 * on, sm_active=0.9 * on, tensor_active=0.6 * on, dram_active=0.3 * on))
     assert (v.bottleneck == "idle") is idle, v
     if idle:
-        assert v.evidence["idle_for_seconds"] == "300 >= 300 (activity < 0.01)"
+        assert v.evidence["idle_for_seconds"] == "300 >= 300 (activity < 1%)"
 
 
 @pytest.mark.parametrize(("dram", "expected"), [(T.dram_active, "memory_bandwidth"), (T.dram_active - 0.01, "healthy")])
@@ -112,9 +113,9 @@ def test_uneven_activity_without_placement_evidence_is_a_stall_not_placement(lea
     v = verdict(frame)
     assert v.bottleneck == expected, v
     if expected == "host_stall":
-        assert v.evidence["gpu_activity_spread"].startswith(f"least busy {least:.3g} / busiest 0.9 <= 0.5")
+        assert v.evidence["gpu_activity_spread"].startswith(f"least busy {percent(least)} / busiest 90% <= 50%")
         assert v.evidence["power"].startswith("absent")
-        assert v.evidence["one_job"] == "PCIe carries 0.2 >= 0.1 of its capacity both ways: the GPUs exchange"
+        assert v.evidence["one_job"] == "PCIe carries 20% >= 10% of its capacity both ways: the GPUs exchange"
         assert v.recommendation == STALL_CAUSES["uneven"]
 
 
@@ -246,8 +247,8 @@ def test_without_profiling_fields_busy_at_low_power_is_waiting_not_work(power_sh
     assert v.bottleneck == ("unexplained" if waiting else "healthy"), v
     assert ("waiting_fraction" in v.evidence) is waiting
     if waiting:
-        assert v.evidence["waiting_fraction"].startswith("1 of samples >= 0.2: a kernel running at < 0.35 of the")
-        assert v.evidence["power_while_busy"] == f"{power_share:.3g} of the power limit"
+        assert v.evidence["waiting_fraction"].startswith("100% of samples >= 20%: a kernel running at < 35% of the")
+        assert v.evidence["power_while_busy"] == f"{percent(power_share)} of the power limit"
         assert v.evidence["causes_open"].startswith("a rank waiting in a collective on a peer in another pod; ")
         assert v.evidence["would_tell_them_apart"].startswith("SM activity (DCGM profiling fields")
 
@@ -260,7 +261,7 @@ def test_samples_busy_at_low_power_are_counted_as_waste_where_only_utilization_s
     assert v.bottleneck == "unexplained" and v.mean_activity == 1.0, v
     assert v.window_seconds * v.coverage == SAMPLES * STEP
     assert v.wasted_gpu_seconds == 300.0 and v.waiting_share == 0.5
-    assert v.evidence["waste"].startswith("the 0.5 of samples busy under 0.35 of the power limit counted as no work")
+    assert v.evidence["waste"].startswith("the 50% of samples busy under 35% of the power limit counted as no work")
 
 
 def test_one_gpu_spinning_with_its_sms_idle_waits_on_a_peer_outside_its_pod():
@@ -304,8 +305,8 @@ def test_a_rank_that_checkpoints_is_named_with_the_shape_of_its_stalls():
     """The issue's 8x H100 job in miniature: rank 0 saves 20 s of every 50 while ranks 1-3 wait for it."""
     v = verdict(checkpointing_job(save_seconds=20))
     assert v.bottleneck == "host_stall" and v.confidence == T.confidence_without_profiling, v
-    assert v.evidence["waiting_gpus"].startswith("GPU-1 0.4, GPU-2 0.4, GPU-3 0.4 of samples >= 0.2: a kernel")
-    assert v.evidence["stalling_gpu"].startswith("GPU-0: no kernel on 0.4 of samples while its peers wait")
+    assert v.evidence["waiting_gpus"].startswith("GPU-1 40%, GPU-2 40%, GPU-3 40% of samples >= 20%: a kernel")
+    assert v.evidence["stalling_gpu"].startswith("GPU-0: no kernel on 40% of samples while its peers wait")
     # 12 saves on each of 4 GPUs, 20 s each, 50 s apart: rows 1 s apart time them. The last runs to the end of
     # the rows, so nothing shows it ended: 11 a GPU are stalls with work on both sides.
     assert v.evidence["stalls"] == (
@@ -332,7 +333,7 @@ def test_a_rank_alone_stalls_on_saves_of_stall_long_seconds_and_on_its_input_bel
     v = verdict(checkpointing_job(save_seconds=save_seconds, period=30, ranks=1))
     assert v.bottleneck == expected, v
     if expected == "host_stall":
-        assert v.evidence["stalled_fraction"] == "0.333 of samples >= 0.2"
+        assert v.evidence["stalled_fraction"] == "33.3% of samples >= 20%"
         assert v.recommendation == STALL_CAUSES["checkpoint"]
 
 
@@ -374,7 +375,7 @@ def test_a_straggler_draws_more_power_than_the_peers_that_wait_for_it(ratio, str
     assert (v.bottleneck == "host_stall") is straggler, v
     if straggler:
         assert v.evidence["straggler_gpu"] == (
-            "GPU-1 draws 1 of its power limit while busy, its peers at most 0.75 (0.75 <= 0.75): they finish "
+            "GPU-1 draws 100% of its power limit while busy, its peers at most 75% (75% <= 75%): they finish "
             "each step early and wait for it"
         )
         assert v.evidence["one_job"] == "their samples move together (correlation 1 >= 0.5)"
@@ -455,7 +456,7 @@ def test_independent_processes_in_one_pod_are_not_a_straggler_and_their_cause_st
     activity has no signature: unexplained, the evidence saying why no straggler is claimed."""
     v = verdict(independent_processes(nvlink_share=0.0))
     assert v.bottleneck == "unexplained", v
-    assert v.evidence["one_job"].startswith("NVLink at 0 of its capacity, correlation between their samples ")
+    assert v.evidence["one_job"].startswith("NVLink at 0% of its capacity, correlation between their samples ")
     assert v.evidence["one_job"].endswith(": no sign that the GPUs are ranks of one job")
     correlation = float(v.evidence["one_job"].split("correlation between their samples ")[1].split(":")[0])
     assert abs(correlation) < 0.1  # independent noise
@@ -470,7 +471,7 @@ def test_the_same_power_pattern_with_nvlink_carrying_an_exchange_is_a_straggler(
     the power where the others draw 0.42, is the one they wait for."""
     v = verdict(independent_processes(nvlink_share=0.05))
     assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["straggler"], v
-    assert v.evidence["one_job"] == "NVLink carries 0.05 >= 0.01 of its capacity: the GPUs exchange"
+    assert v.evidence["one_job"] == "NVLink carries 5% >= 1% of its capacity: the GPUs exchange"
     assert v.evidence["straggler_gpu"].startswith("GPU-0 draws ")
 
 
@@ -508,7 +509,7 @@ def test_cpu_offload_is_host_to_device_traffic_while_the_sms_wait(fetch, samples
         share = samples / SAMPLES
         mean = (share + 0.1 * (1 - share)) * fetch / 1e9
         assert v.evidence["host_fetch_fraction"] == (
-            f"{share:.3g} of samples with >= 1 GB/s into the GPU over PCIe while activity < 0.3 (mean {mean:.3g} "
+            f"{percent(share)} of samples with >= 1 GB/s into the GPU over PCIe while activity < 30% (mean {mean:.3g} "
             "GB/s): it waits on what it fetches from host memory"
         )
 
@@ -531,7 +532,7 @@ def test_cpu_offload_shows_at_any_sample_interval_from_dcgm_exporter_alone(step)
     frame["timestamp"] = START + step * np.arange(samples)
     v = verdict(frame)
     assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["offload"], v
-    assert v.evidence["host_fetch_fraction"].startswith("1 of samples with >= 1 GB/s into the GPU over PCIe")
+    assert v.evidence["host_fetch_fraction"].startswith("100% of samples with >= 1 GB/s into the GPU over PCIe")
 
 
 def unheld(**columns) -> pd.DataFrame:
@@ -585,7 +586,7 @@ def test_low_activity_without_a_signature_names_the_causes_left_open(step):
     frame["timestamp"] = START + step * np.arange(60)
     v = verdict(fr.normalize(frame))
     assert (v.bottleneck, v.confidence) == ("unexplained", T.confidence_low_activity_coarse)
-    assert v.evidence["mean_activity"] == "0.2 < 0.5 with no signature of a cause"
+    assert v.evidence["mean_activity"] == "20% < 50% with no signature of a cause"
     assert v.evidence["model_memory_bytes"] == "30000000000 held on 100% of samples"
     assert v.evidence["causes_open"] == "; ".join(
         [
@@ -624,7 +625,7 @@ def test_low_activity_with_every_input_leaves_only_what_no_telemetry_shows():
     frame["timestamp"] = START + np.arange(600.0)
     v = verdict(fr.normalize(frame))
     assert (v.bottleneck, v.confidence) == ("unexplained", T.confidence_low_activity)
-    assert v.evidence["cpu_at_limit_fraction"] == "0 < 0.5: not at its limit"
+    assert v.evidence["cpu_at_limit_fraction"] == "0% < 50%: not at its limit"
     assert v.evidence["causes_open"] == (
         f"input or a host loop bound by storage, the network or one thread, not the CPU limit; {BY_DESIGN}"
     )
@@ -696,7 +697,7 @@ def test_a_replica_that_loaded_a_model_and_served_nothing_is_idle_at_any_interva
     steady = rows >= start_of_steady[step]
     # The rows' own utilization after the load: 50 ms of each 7 s, as many rows catch it.
     work = float(np.mean(np.where(rows[steady] % 7 == 3, 0.05, 0.0)))
-    assert work < 0.01 and f"{work:.3g} of " in no_burst, no_burst
+    assert work < 0.01 and f"{percent(work)} of " in no_burst, no_burst
     assert v.evidence["start_up"] == f"a model load and its warm-up, the first {start_of_steady[step]} s, left out"
     assert v.evidence["memory_held_bytes"] == "72000000000"
 
@@ -707,7 +708,7 @@ def test_idle_after_a_model_load_is_measured_from_the_loads_end():
     second = np.arange(320)
     v = verdict(replica(320, 1.0, util=np.where((second >= 22) & (second < 42), 0.8, 0.0), load=22))
     assert v.bottleneck == "idle", v
-    assert v.evidence["idle_for_seconds"] == "278 >= 278 (activity < 0.01)"
+    assert v.evidence["idle_for_seconds"] == "278 >= 278 (activity < 1%)"
     assert v.evidence["start_up"] == "a model load and its warm-up, the first 42 s, left out"
     assert "busy_before_fraction" not in v.evidence
 
@@ -763,10 +764,10 @@ def test_one_gpu_working_little_while_its_pod_uses_one_cpu_core_waits_on_one_hos
     if host_thread:
         assert v.recommendation == STALL_CAUSES["host_thread"]
         assert v.evidence["one_core_fraction"] == (
-            f"{samples / SAMPLES:.3g} of samples with the pod's CPU at 1 +/- 0.15 cores (under a higher limit) while "
-            "activity is 0.2 < 0.5: one host thread drives the GPU, which waits between its launches"
+            f"{percent(samples / SAMPLES)} of samples with the pod's CPU at 1 +/- 0.15 cores (under a higher limit) "
+            "while activity is 20% < 50%: one host thread drives the GPU, which waits between its launches"
         )
-        assert v.evidence["quiet_fraction"] == "0 of samples < 0.3: launches one after another"
+        assert v.evidence["quiet_fraction"] == "0% of samples < 30%: launches one after another"
 
 
 @pytest.mark.parametrize(("quiet_samples", "host_thread"), [(17, True), (18, False)])
@@ -839,12 +840,13 @@ def test_a_pipeline_bubble_is_a_stall_above_gpipes_for_four_micro_batches_per_st
     bubble, n = 3 / (microbatches + 3), 4 * samples
     margin = 2 * math.sqrt(bubble * (1 - bubble) / n)
     assert v.evidence["pipeline_bubble"] == (
-        f"{bubble:.3g} +/- {margin:.3g} of the time (1 - mean activity / working activity, {n} samples); GPipe's "
+        f"{percent(bubble)} +/- {percent(margin)} of the time (1 - mean activity / working activity, {n} samples); "
+        "GPipe's "
         f"(p-1)/(m+p-1) for p = 4 stages here implies m = {microbatches:.3g} micro-batches per step; with m >= 4p = "
-        f"16 it is <= 0.158{': above it' if stalled else ''} (stages in other pods raise p and the bar)"
+        f"16 it is <= 15.8%{': above it' if stalled else ''} (stages in other pods raise p and the bar)"
     )
     assert v.evidence["stages_take_turns"] == (
-        "1 of the moments a GPU waits (activity < 0.1) another works (> 0.5), >= 0.5; 4 of 4 GPUs wait on >= 0.02 "
+        "100% of the moments a GPU waits (activity < 10%) another works (> 50%), >= 50%; 4 of 4 GPUs wait on >= 2% "
         "of their samples: pipeline stages, not ranks that wait together"
     )
 
@@ -859,7 +861,9 @@ def test_stages_working_under_starvation_high_have_their_bubble_measured(working
         assert "pipeline_bubble" not in v.evidence and v.cause != "pipeline", v
         return
     assert (v.bottleneck, v.cause) == ("host_stall", "pipeline"), v
-    assert v.evidence["pipeline_bubble"].startswith(f"{3 / 18:.3g} +/- {2 * math.sqrt(3 / 18 * 15 / 18 / 28800):.3g} ")
+    assert v.evidence["pipeline_bubble"].startswith(
+        f"{percent(3 / 18)} +/- {percent(2 * math.sqrt(3 / 18 * 15 / 18 / 28800))} "
+    )
 
 
 def two_stages(second_gaps: set[int], first_gaps: frozenset[int] = frozenset({0, 1})) -> list[np.ndarray]:
@@ -884,7 +888,7 @@ def test_gpus_are_pipeline_stages_where_their_gaps_take_turns(second_gaps, turns
         assert "stages_take_turns" not in v.evidence and v.recommendation != STALL_CAUSES["pipeline"], v
         return
     assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["pipeline"], v
-    assert v.evidence["stages_take_turns"].startswith(f"{turns:g} of the moments a GPU waits")
+    assert v.evidence["stages_take_turns"].startswith(f"{percent(turns)} of the moments a GPU waits")
 
 
 @pytest.mark.parametrize(("gapped", "stage"), [(12, True), (11, False)])
@@ -896,7 +900,7 @@ def test_two_gpus_or_more_wait_their_turn_on_pipeline_gap_share_of_samples(gappe
     v = verdict(stages(gaps, 600))
     assert ("stages_take_turns" in v.evidence) == stage, v
     if stage:
-        assert "; 2 of 2 GPUs wait on >= 0.02 of their samples" in v.evidence["stages_take_turns"]
+        assert "; 2 of 2 GPUs wait on >= 2% of their samples" in v.evidence["stages_take_turns"]
 
 
 def test_gpus_that_take_turns_without_exchanging_are_not_stages():
@@ -917,7 +921,7 @@ def test_pipeline_stages_show_at_any_sample_interval_from_dcgm_exporter_alone(st
     assert v.bottleneck == "host_stall" and v.recommendation == STALL_CAUSES["pipeline"], v
     caught = np.mean(gaps)
     assert abs(caught - 3 / 7) < 0.01
-    assert v.evidence["pipeline_bubble"].startswith(f"{caught:.3g} +/- ")
+    assert v.evidence["pipeline_bubble"].startswith(f"{percent(caught)} +/- ")
 
 
 def starting_job(level_from: int, rise_from: int = 1) -> pd.DataFrame:

@@ -19,6 +19,7 @@ import pytest
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import report as html_report
+from gpulens.analyzer.evidence import percent
 from gpulens.analyzer.history import analyze
 from gpulens.analyzer.store import Store, StoreAuth, StoreError
 from gpulens.core.catalog import MIB, model_info
@@ -560,7 +561,7 @@ def test_memory_capacity_comes_from_the_catalogue_where_dcgm_exporter_leaves_out
     assert from_store["evidence"].pop("workload") == "job (owner CronJob)"
     assert from_store["evidence"] == from_file["evidence"]
     # The evidence of the latest window, the last hour (minutes 180-239): from 20 minutes into a climb.
-    assert from_file["evidence"]["memory_range"] == f"{0.5 + 0.47 * 20 / 79:.3g}..0.97 (grew >= 0.05)"
+    assert from_file["evidence"]["memory_range"] == f"{percent(0.5 + 0.47 * 20 / 79)}..97% (grew >= 5%)"
 
 
 @pytest.mark.parametrize("store", ["prometheus", "victoria-metrics"])
