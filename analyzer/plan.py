@@ -605,10 +605,10 @@ class _Planner:
             return NotPlanned(
                 v.workload, [v.unit], f"a hardware XID on its GPU: {v.evidence[XID_FAULTS]}; repair first"
             )
-        if name in FAULTS or "nvlink_fault" in v.facts:
-            return NotPlanned(
-                v.workload, [v.unit], f"{name}: a GPU at fault or a process outside any pod; repair first"
-            )
+        if "nvlink_fault" in v.facts:
+            return NotPlanned(v.workload, [v.unit], f"{name}: its GPUs' NVLinks are down or failing; repair first")
+        if name in FAULTS:  # the class's fix opens with what is wrong: "The GPU slows itself down: check ..."
+            return NotPlanned(v.workload, [v.unit], f"{name}: {BY_NAME[name].fix.split(':')[0]}; repair first")
         if name in FIX:
             return self._action(
                 [v],

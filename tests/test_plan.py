@@ -154,6 +154,20 @@ def test_low_activity_without_a_cause_gets_no_resize_and_no_code_fix():
     ]
 
 
+def test_a_gpu_at_fault_is_repaired_before_anything_is_resized_in_the_words_of_its_fault():
+    """A throttling GPU is no pod's size to change: the plan proposes nothing for it and says what is wrong
+    (the class's fix opens with it), not a generic "a GPU at fault or a process outside any pod"."""
+    trace = scenario_trace(Scenario("throttling", "H100-SXM5-80GB", 1, 0.0, True, False, 12))
+    verdicts = analyze(trace, T)
+    [verdict] = verdicts
+    assert verdict.bottleneck == "throttling"
+    plan = make_plan(verdicts, Use.of_trace(trace, 1.0, T), T)
+    assert plan.actions == []
+    assert [(n.units, n.reason) for n in plan.not_planned] == [
+        ([verdict.unit], "throttling: The GPU slows itself down; repair first")
+    ]
+
+
 def test_the_fleet_packs_the_slices_and_frees_whole_gpus_and_nodes():
     """Eight small models, one on each H100 of two 4-GPU nodes, each moved to a 1g.10gb slice: 8/7 of a GPU,
     packed first-fit decreasing onto 2 GPUs (the lower bound), which frees 6 GPUs: one whole node."""
