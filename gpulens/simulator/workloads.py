@@ -426,11 +426,11 @@ def engine_load(g: SimGpu, t: float, since: float) -> EngineLoad:
             LIGHT_REQUEST_SECONDS,
         )
     if g.profile == "vllm_replica":
-        running = _replica_busy(g, t, 0.001) > 0.5
+        running = sum(1 for arrival, finish in _replica_requests(g, t, t) if arrival <= t < finish)
         # The counter: the requests expected by then (the arrival rate x the time), as llm_serving counts them.
-        finished = max(0.0, (t - since) * REPLICA_START_CHANCE / REPLICA_SLOT_SECONDS)
+        finished = max(0.0, (t - since) * REPLICA_REQUESTS_PER_SECOND)
         return EngineLoad(
-            int(running),
+            running,
             0,
             0.03 * running,  # a short chat turn's KV blocks: 3% of a cache of 60 GB
             finished,
@@ -735,25 +735,38 @@ def _light_inference(g: SimGpu, t: float, w: float) -> Activity:
     )
 
 
-#: Requests of the vllm_replica profile: each slot of REPLICA_SLOT_SECONDS starts one with probability
-#: REPLICA_START_CHANCE (arrivals at random, one a second on average), each decoding for REPLICA_REQUEST_SECONDS.
-REPLICA_SLOT_SECONDS, REPLICA_START_CHANCE, REPLICA_REQUEST_SECONDS = 0.25, 0.25, 0.5
+#: Requests of the vllm_replica profile: arrivals at random (a Poisson process, REPLICA_REQUESTS_PER_SECOND),
+#: each decoding for an exponentially distributed time of mean REPLICA_REQUEST_SECONDS, cut at
+#: REPLICA_LONGEST_SECONDS (chat turns: most answers short, a few long). At random, their bursts start at no
+#: steady period: 28% of bursts within 1.5x of the previous period over an hour, above the analyzer's
+#: starvation_steady_share (50%) in under 1% of its minute-long windows.
+REPLICA_REQUESTS_PER_SECOND, REPLICA_REQUEST_SECONDS, REPLICA_LONGEST_SECONDS = 1.0, 0.5, 4.0
 #: Tokens of a vllm_replica request (a short chat turn).
 REPLICA_PROMPT_TOKENS, REPLICA_OUTPUT_TOKENS = 300.0, 40.0
 
 
+def _replica_requests(g: SimGpu, start: float, end: float) -> list[tuple[float, float]]:
+    """The (start, end) of the requests that overlap [start, end], in order of arrival: each whole second
+    draws its arrivals and their lengths from its own seed, so the same GPU sees the same requests whatever
+    the window asked for."""
+    requests = []
+    for second in range(math.floor(start - REPLICA_LONGEST_SECONDS), math.floor(end) + 1):
+        rng = random.Random(f"{g.seed}:{g.index}:requests:{second}")
+        arrivals = sorted(second + rng.random() for _ in range(_poisson(rng, REPLICA_REQUESTS_PER_SECOND)))
+        for arrival in arrivals:
+            finish = arrival + min(rng.expovariate(1 / REPLICA_REQUEST_SECONDS), REPLICA_LONGEST_SECONDS)
+            if finish > start and arrival < end:
+                requests.append((arrival, finish))
+    return requests
+
+
 def _replica_busy(g: SimGpu, t: float, w: float) -> float:
-    """Share of [t - w, t] in which the replica decodes at least one request: the union of the requests that
-    overlap the window, each started at random in its slot (the same draws for the same GPU and slot)."""
-    slot = REPLICA_SLOT_SECONDS
-    first = math.floor((t - w - REPLICA_REQUEST_SECONDS) / slot)
+    """Share of [t - w, t] in which the replica decodes at least one request (the union of its requests)."""
     covered, reach = 0.0, t - w
-    for k in range(first, math.floor(t / slot) + 1):
-        if random.Random(f"{g.seed}:{g.index}:request:{k}").random() >= REPLICA_START_CHANCE:
-            continue
-        start, end = max(k * slot, reach), min(k * slot + REPLICA_REQUEST_SECONDS, t)
-        if end > start:
-            covered += end - start
+    for arrival, finish in _replica_requests(g, t - w, t):
+        begin, end = max(arrival, reach), min(finish, t)
+        if end > begin:
+            covered += end - begin
             reach = end
     return covered / w if w > 0 else 0.0
 
