@@ -112,6 +112,9 @@ class MixinConfig:
     dcgm_job: str = "nvidia-dcgm-exporter"
     #: Base URL of Grafana, for the dashboard link in every alert.
     grafana_url: str = "http://localhost:3000"
+    #: Where no Grafana runs (the native demo): the analyzer's page, which every alert's dashboard link leads
+    #: to instead, a pod's alert to the pod's row ("" links to Grafana).
+    analyzer_page_url: str = ""
     #: Where alerts/generated/runbooks.md is published; each alert links to its section.
     runbook_url: str = "https://github.com/gpulens/gpulens/blob/main/alerts/generated/runbooks.md"
     #: Alert name -> severity, overriding the rule's own (an alert settings file's `severities`).
@@ -131,6 +134,8 @@ class MixinConfig:
             check_text(getattr(self, name), FLAGS[name], "a job name")
         for name in ("grafana_url", "runbook_url"):
             check_url(getattr(self, name), FLAGS[name])
+        if self.analyzer_page_url:
+            check_url(self.analyzer_page_url, "the analyzer's page URL")
 
     @property
     def exporter(self) -> str:
@@ -487,7 +492,13 @@ def dashboard_link(c: MixinConfig, target: tuple[str, str] | Panel, **labels: st
     urlquery): a value with & or # would otherwise set another variable or cut the link. The alert's
     `cluster` label (set by Thanos or Mimir users' external labels; empty otherwise) selects the
     dashboard's cluster. Labels are written `with`, not printed as they are: an absent label prints as ""
-    in Prometheus but as "<no value>" in vmalert."""
+    in Prometheus but as "<no value>" in vmalert. Without Grafana (`analyzer_page_url`), the analyzer's page:
+    a pod's alert at the pod's row (#namespace/pod), any other at the top."""
+    if c.analyzer_page_url:
+        page = c.analyzer_page_url.rstrip("/") + "/"
+        if {"namespace", "pod"} <= labels.keys():
+            return page + f"#{{{{ $labels.{labels['namespace']} }}}}/{{{{ $labels.{labels['pod']} }}}}"
+        return page
     (uid, _), view = (target.dashboard, f"&viewPanel={target.id}") if isinstance(target, Panel) else (target, "")
     query = "&".join(
         f"var-{name}={{{{ with $labels.{label} }}}}{{{{ . | urlquery }}}}{{{{ end }}}}"
