@@ -234,7 +234,7 @@ class Plan:
         if self.projected:
             return ""
         least = duration(self.projection_min_seconds)
-        return f"{duration(self.span_seconds)} of samples: 30 days are projected from {least} or more"
+        return f"no month projected from under {least} of samples"
 
     def to_dict(self) -> dict:
         """The JSON of the plan: `plan`, one object per action, and `plan_summary`, its sums, what it did not

@@ -105,8 +105,8 @@ def plan_section(plan: Plan) -> str:
     skipped = "".join(f"<li>{_e(n.owner)}: {_e(n.reason)}</li>" for n in plan.not_planned)
     return (
         "<h2>What to change</h2>"
-        f"<p><b>{total.actions}</b> change{'s' if total.actions != 1 else ''}: {gpu_count(total.gpus_now)} GPUs held "
-        f"become {gpu_count(total.gpus_after)}, saving <b>{saved}</b> "
+        f"<p><b>{total.actions}</b> change{'s' if total.actions != 1 else ''}: GPUs held {gpu_count(total.gpus_now)} "
+        f"&rarr; {gpu_count(total.gpus_after)}, saving <b>{saved}</b> "
         f"{f'(${total.saving_usd_span:,.2f} over the span)' if plan.projected else f'({_e(plan.unprojected())})'}"
         f"{f'; by team: {teams}' if teams else ''}.</p>"
         f"<p>{_e(fleet_line(plan))}</p>"

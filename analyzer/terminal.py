@@ -11,11 +11,11 @@ wrap, whole. Under WIDE_COLUMNS the evidence and the fix share a column.
 from __future__ import annotations
 
 import io
+import textwrap
 from dataclasses import dataclass
 
 from rich import box
 from rich.console import Console, Group, RenderableType
-from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
@@ -97,9 +97,7 @@ def _pods(verdicts: list[Verdict], width: int) -> RenderableType:
         blocks: list[RenderableType] = [title]
         for r in rows:
             blocks.append(Text(""))
-            blocks.append(
-                Text.assemble((r.name, "bold"), f"  {r.bottleneck} {r.confidence}  {r.hours} GPU-h wasted, ${r.cost}")
-            )
+            blocks += _headline(r.name, f"{r.bottleneck} {r.confidence}  {r.hours} GPU-h wasted, ${r.cost}", width)
             for line in [*r.about, *r.why, f"to do: {r.fix}"]:
                 blocks.append(Text("  " + line, no_wrap=True, overflow="ellipsis"))
         return Group(*blocks)
@@ -169,27 +167,34 @@ def _pod_lines(v: Verdict) -> list[str]:
     return lines
 
 
+def _headline(name: str, figures: str, width: int) -> list[RenderableType]:
+    """A narrow block's first line: the name and its figures where both fit, else the name, then its figures
+    on a line of their own, so that no figure is parted from its label by a wrap."""
+    if len(name) + 2 + len(figures) <= width:
+        return [Text.assemble((name, "bold"), "  " + figures)]
+    return [Text(name, style="bold", overflow="fold"), Text("  " + figures)]
+
+
 def _plan(plan: Plan, width: int) -> RenderableType:
     """Wide: a table, one row an action, its change wrapped. Narrow: a block an action, its figures on its
     first line and its change wrapped under it."""
     total = plan.total
     why = f" ({plan.unprojected()})" if not plan.projected else ""
     title = Text(
-        f"What to change: {gpu_count(total.gpus_now)} GPUs become {gpu_count(total.gpus_after)}, saving "
+        f"What to change: GPUs held {gpu_count(total.gpus_now)} -> {gpu_count(total.gpus_after)}, saving "
         f"{plan.saving(total.saving_usd_per_30d, total.saving_usd_span)}{why} (in full: --format json or html)"
     )
     if width < WIDE_COLUMNS:
         blocks: list[RenderableType] = [title]
         for a in plan.actions:
             blocks.append(Text(""))
-            blocks.append(
-                Text.assemble(
-                    (a.owner, "bold"),
-                    f"  {a.action}: GPUs {gpu_count(a.gpus_now)} -> {gpu_count(a.gpus_after)}, "
-                    f"saves {plan.saving(a.saving_usd_per_30d, a.saving_usd_span)}, confidence {a.confidence:.2f}",
-                )
+            figures = (
+                f"{a.action}: GPUs {gpu_count(a.gpus_now)} -> {gpu_count(a.gpus_after)}, "
+                f"saves {plan.saving(a.saving_usd_per_30d, a.saving_usd_span)}, confidence {a.confidence:.2f}"
             )
-            blocks.append(Padding(Text(a.what), (0, 0, 0, 2)))
+            blocks += _headline(a.owner, figures, width)
+            # Wrapped here, not by rich, whose padding would end every line in spaces up to the width.
+            blocks.append(Text(textwrap.fill(a.what, width, initial_indent="  ", subsequent_indent="  ")))
         return Group(*blocks)
     headers = ["action", "GPUs", "saves / 30 d $" if plan.projected else "saved in span $", "confidence"]
     cells = [

@@ -352,10 +352,13 @@ def test_the_report_reads_at_any_width_its_figures_whole(three_pods, columns):
     assert sum(line.startswith("What to change: ") for line in lines) == 1
     verdicts = {v["unit"]: v for v in document["verdicts"]}
     actions = document["plan"]
+    # Minutes of samples: what each change saved in them, no month projected from them (JSON: null).
+    assert document["plan_summary"]["projected"] is False
+    assert actions and all(a["saving_usd_per_30d"] is None for a in actions)
     assert _header(lines, "owner") == ["owner", "pods", "GPU-h sampled", "GPU-h wasted", "cost $"]
     if columns >= 120:
         assert _header(lines, "pod or GPU") == ["pod or GPU", "class", "conf", "GPU-h", "cost $", "why", "what to do"]
-        assert _header(lines, "workload") == ["workload", "action", "GPUs", "saves / 30 d $", "confidence", "change"]
+        assert _header(lines, "workload") == ["workload", "action", "GPUs", "saved in span $", "confidence", "change"]
         for unit, v in verdicts.items():
             row = next(line for line in lines if line.strip().startswith(unit + " "))
             figures = [v["bottleneck"], f"{v['confidence']:.2f}", f"{v['wasted_gpu_seconds'] / 3600:,.2f}"]
@@ -363,19 +366,20 @@ def test_the_report_reads_at_any_width_its_figures_whole(three_pods, columns):
         plan = lines[next(k for k, line in enumerate(lines) if line.startswith("What to change: ")) :]
         for a in actions:
             row = next(line for line in plan if line.strip().startswith(a["owner"] + " "))
-            figures = [a["action"], f"{a['gpus_now']:g} -> {a['gpus_after']:g}", f"{a['saving_usd_per_30d']:,.0f}"]
+            figures = [a["action"], f"{a['gpus_now']:g} -> {a['gpus_after']:g}", f"{a['saving_usd_span']:,.2f}"]
             assert re.split(r" {2,}", row.strip())[1:5] == [*figures, f"{a['confidence']:.2f}"], row
     else:
+        # A block's name, then its figures: on one line where both fit, else on the next, never parted by a wrap.
+        text = "\n".join(lines)
         for unit, v in verdicts.items():
-            assert (
-                f"{unit}  {v['bottleneck']} {v['confidence']:.2f}  {v['wasted_gpu_seconds'] / 3600:,.2f} GPU-h wasted, "
-                f"${v['wasted_cost']:,.2f}"
-            ) in lines
+            figures = f"{v['bottleneck']} {v['confidence']:.2f}  {v['wasted_gpu_seconds'] / 3600:,.2f} GPU-h wasted, "
+            figures += f"${v['wasted_cost']:,.2f}"
+            assert re.search(f"^{re.escape(unit)}(  |\n  ){re.escape(figures)}$", text, re.M), figures
         for a in actions:
-            assert (
-                f"{a['owner']}  {a['action']}: GPUs {a['gpus_now']:g} -> {a['gpus_after']:g}, "
-                f"saves ${a['saving_usd_per_30d']:,.0f} / 30 d, confidence {a['confidence']:.2f}"
-            ) in lines
+            figures = re.escape(f"{a['action']}: GPUs {a['gpus_now']:g} -> {a['gpus_after']:g}, ")
+            figures += re.escape(f"saves ${a['saving_usd_span']:,.2f} in the ") + r"\d+ min seen, "
+            figures += re.escape(f"confidence {a['confidence']:.2f}")
+            assert re.search(f"^{re.escape(a['owner'])}(  |\n  ){figures}$", text, re.M), figures
     assert any("memory_held_bytes: 0.8 GiB" in line for line in lines)  # evidence in units
 
 
