@@ -1,5 +1,5 @@
 """Generates docs/metrics.md from the metric table, and docs/signals.md's table of thresholds from
-core/thresholds.py, so the references can never drift from the code."""
+core/thresholds.py, so the references can never drift from the code (docs/flags.md: gpulens/flag_reference.py)."""
 
 from __future__ import annotations
 

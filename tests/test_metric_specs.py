@@ -52,6 +52,29 @@ def test_ratios_are_declared_as_ratios():
     assert "gpulens_gpu_sm_active_ratio" in ratio_names
 
 
+def test_flag_reference_is_generated_from_the_command_line(monkeypatch):
+    """docs/flags.md is the command line's own: every flag of every command, and the environment variable of
+    exactly the flags that read one (the claim `gpulens COMMAND --help` makes, tested in test_flags.py)."""
+    import os
+
+    from gpulens import flag_reference
+    from gpulens.cli import build_parser
+
+    for name in [n for n in os.environ if n.startswith("GPULENS_")]:
+        monkeypatch.delenv(name)  # a variable would change the defaults shown
+    committed = (REPO / "docs" / "flags.md").read_text()
+    assert committed == flag_reference.render(), (
+        "docs/flags.md is stale: run python -m gpulens.flag_reference docs/flags.md"
+    )
+    exporter = build_parser("exporter")._subparsers._group_actions[0].choices["exporter"]
+    for action in exporter._actions:
+        for flag in action.option_strings:
+            if flag not in ("-h", "--help"):
+                assert f"`{flag}`" in committed
+    assert "| `--source` | `GPULENS_SOURCE` | nvml |" in committed
+    assert "| `--prometheus` | - | - |" in committed  # report's flags read no variable, and it says so
+
+
 def test_metric_reference_is_generated_from_the_table():
     committed = (REPO / "docs" / "metrics.md").read_text()
     assert committed == reference.render(), (
