@@ -193,7 +193,9 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             "Could save per 30 days",
             "What the analyzer's right-sizing plan saves per 30 days, at its prices, if every action is taken: "
             "release idle GPUs, fewer serving replicas, MIG slices, cheaper models, fixes (its /api/v1/plan "
-            "says each action's evidence and assumptions; gpulens report gives the plan over any span).",
+            "says each action's evidence and assumptions; gpulens report gives the plan over any span). Empty "
+            "until the analyzer's history holds a day (plan_projection_min_seconds): no month is projected from "
+            "minutes.",
             [target(f"sum({metric('plan_monthly_saving_dollars')}{{{analyzer}}})")],
             s.DOLLARS,
             width=6,
@@ -214,7 +216,8 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         ),
         s.bar_gauge(
             "Could save per 30 days, by team",
-            "The plan's savings summed by team (the team label the analyzer reads; empty without it).",
+            "The plan's savings summed by team (the team label the analyzer reads; empty without it, and until "
+            "the analyzer's history holds a day).",
             [
                 target(
                     f"sum by (team) ({metric('plan_monthly_saving_dollars')}{{{analyzer}}})", "{{team}}", instant=True
@@ -225,16 +228,19 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             max_value=None,
         ),
         s.table(
-            "The changes that save the most",
-            "The plan's actions on workloads, most saving first: what to do and what it saves per 30 days.",
+            "The changes that give back the most GPUs",
+            "The plan's actions on workloads, the most GPUs given back first (held now less held after; a "
+            "share of a GPU for a MIG slice): what to do to which workload. What each saves: the analyzer's "
+            "/api/v1/plan, and Could save per 30 days once its history holds a day.",
             [
                 target(
-                    f"topk(15, {metric('plan_monthly_saving_dollars')}{{{analyzer}}})",
+                    f'topk(15, {metric("plan_gpus")}{{{analyzer},state="now"}} - ignoring(state) '
+                    f'{metric("plan_gpus")}{{{analyzer},state="after"}})',
                     instant=True,
                     table=True,
                 )
             ],
-            s.DOLLARS,
+            s.COUNT,
             hide=("__name__",),
         ),
         s.row("Serving"),
