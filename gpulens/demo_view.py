@@ -8,11 +8,12 @@ the rows do not fit, the pods are listed by class, one line a class, the full ta
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rich import box
-from rich.console import Group
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -94,7 +95,12 @@ def view(rows: list[Row], endpoints: Mapping[str, str], others: list[str], width
 
 
 def _lines(text: str, width: int) -> int:
-    return max(1, -(-len(text) // max(width, 1)))
+    """Lines `text` takes at `width`, wrapped as rich wraps it (at spaces: more lines than its length says)."""
+    return max(1, len(Text(text).wrap(_MEASURE, max(width, 1))))
+
+
+#: A console that only measures (Text.wrap needs one for its tab size and encoding).
+_MEASURE = Console(file=io.StringIO(), width=1000)
 
 
 def _table(rows: list[Row], wide: bool) -> Table:
