@@ -18,23 +18,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import requests
-
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from gpulens.demo import Stack  # noqa: E402
+from gpulens.demo import Stack, _verdicts  # noqa: E402
 
 OUT = REPO / "docs" / "images" / "analyzer-page.png"
 
 
-def _judged(analyzer: str) -> bool:
+def _judged(stack: Stack) -> bool:
     """Every pod has a verdict other than insufficient_data."""
-    try:
-        verdicts = requests.get(f"http://{analyzer}/api/v1/verdicts", timeout=5).json()["verdicts"]
-    except (requests.RequestException, ValueError, KeyError):
-        return False
-    pods = [v for v in verdicts if v["pod"]]
+    pods = [v for v in _verdicts(stack) if v["pod"]]
     return bool(pods) and all(v["bottleneck"] != "insufficient_data" for v in pods)
 
 
@@ -54,7 +48,7 @@ def main() -> int:
             assert stack.plan is not None
             analyzer = stack.plan.analyzer
             started = time.monotonic()
-            while not (_judged(analyzer) and time.monotonic() - started >= args.minutes * 60):
+            while not (_judged(stack) and time.monotonic() - started >= args.minutes * 60):
                 if time.monotonic() - started > args.minutes * 60 + 600:
                     print(f"capture.py: the analyzer at {analyzer} judged no full fleet in time", file=sys.stderr)
                     return 1
