@@ -23,11 +23,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gpulens.analyzer.classify import Verdict
+    from gpulens.analyzer.owners import OwnerReader
     from gpulens.analyzer.plan import Plan, Use
     from gpulens.analyzer.report import TimelineBins
+    from gpulens.analyzer.scheduling import Scheduling
     from gpulens.analyzer.series import SeriesReader
     from gpulens.analyzer.span import Span
-    from gpulens.analyzer.store import StoreAuth
+    from gpulens.analyzer.store import Store, StoreAuth
     from gpulens.core.mixin import MixinConfig
 
 
@@ -76,10 +78,11 @@ def register(commands: Subcommands) -> None:
     p.add_argument("--out", default="", help="write to this file (atomically) instead of stdout")
     p.add_argument(
         "--by",
-        choices=["pod", "class", "namespace", "owner", "team", "plan"],
+        choices=["pod", "class", "namespace", "owner", "team", "plan", "pending", "pool"],
         default="pod",
         help="with --format csv: a row per pod, the waste summed by class, namespace, owner (workload) or team, "
-        "or the plan: a row per action",
+        "the plan (a row per action), or from kube-state-metrics the pods that waited for GPUs (pending) or each "
+        "pool's free and stranded GPU-hours (pool)",
     )
     p.add_argument(
         "--team-label",
@@ -356,8 +359,9 @@ def run_report(args: argparse.Namespace) -> int:
             raise ValueError(f"--out {args.out} is {read}, which the report reads: name another file for the report")
         if args.out and os.path.isdir(args.out):  # said before a long read, not after
             raise ValueError(f"--out {args.out}: it is a directory; name a file")
+        scheduling = None
         if args.prometheus:
-            verdicts, timelines, use = _report_from_store(args, thresholds, prices, window, step)
+            verdicts, timelines, use, scheduling = _report_from_store(args, thresholds, prices, window, step)
             trace = None
         else:
             given = {
@@ -389,19 +393,21 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
     verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
-    plan = make_plan(verdicts, use, thresholds, prices)
+    plan = make_plan(verdicts, use, thresholds, prices, scheduling)
     if args.format == "json":
-        text = finite_json(_json(verdicts, plan), indent=2) + "\n"
+        text = finite_json(_json(verdicts, plan, scheduling), indent=2) + "\n"
     elif args.format == "csv":
         if args.by == "plan":
             text = _csv_plan(plan)
+        elif args.by in ("pending", "pool"):
+            text = _csv_cluster(scheduling, args.by)
         else:
             text = _csv(verdicts) if args.by == "pod" else _csv_sums(verdicts, args.by)
     elif args.format == "html":
         from gpulens.analyzer import report
 
         if timelines is not None:
-            text = report.render(verdicts, timelines.samples(report.drawn_units(verdicts)), plan)
+            text = report.render(verdicts, timelines.samples(report.drawn_units(verdicts)), plan, scheduling=scheduling)
         else:
             assert trace is not None
             text = report.render(verdicts, report.trace_timelines(trace, verdicts), plan)
@@ -410,7 +416,7 @@ def run_report(args: argparse.Namespace) -> int:
 
         on_terminal = not args.out and sys.stdout.isatty()
         width = shutil.get_terminal_size((terminal.PIPED_COLUMNS, 24)).columns if on_terminal else terminal.columns_of()
-        text = terminal.report_text(verdicts, plan, width, colour=on_terminal)
+        text = terminal.report_text(verdicts, plan, width, colour=on_terminal, scheduling=scheduling)
     if args.out:
         try:
             write_atomically(args.out, text)
@@ -453,9 +459,10 @@ def _report_from_store(
     prices: dict[str, float],
     window: float | None,
     slide: float | None,
-) -> tuple[list[Verdict], TimelineBins | None, Use]:
+) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None]:
     """The verdicts of `--prometheus URL --since ... --until ...`, with a progress bar on a terminal, for
-    an HTML report what its timelines draw, and for the plan what each unit used."""
+    an HTML report what its timelines draw, for the plan what each unit used, and the cluster's judgement
+    where kube-state-metrics says which pods asked for GPUs (None where it does not)."""
     import time
 
     from gpulens.analyzer import span
@@ -496,7 +503,8 @@ def _report_from_store(
             verdicts = span.report(
                 reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use, engines
             )
-            return _some(verdicts, store.name, reader, the_span), timelines, use
+            verdicts = _some(verdicts, store.name, reader, the_span)
+            return verdicts, timelines, use, _scheduling(args, store, owners, the_span, verdicts, thresholds, prices)
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
@@ -510,9 +518,44 @@ def _report_from_store(
             verdicts = span.report(
                 reader, the_span, thresholds, prices, window, slide, show, owners, timelines, use, engines
             )
-            return _some(verdicts, store.name, reader, the_span), timelines, use
+            verdicts = _some(verdicts, store.name, reader, the_span)
+            bar.update(task, description="reading kube-state-metrics")
+            return verdicts, timelines, use, _scheduling(args, store, owners, the_span, verdicts, thresholds, prices)
     finally:
         store.close()
+
+
+#: The most steps the cluster is judged at over a span: a week of minutes. A longer span is judged at a
+#: coarser step (a month at 5 minutes), so that its memory follows the nodes and pods, not the span.
+CLUSTER_MAX_STEPS = 7 * 24 * 60
+
+
+def _scheduling(
+    args: argparse.Namespace,
+    store: Store,
+    owners: OwnerReader,
+    the_span: Span,
+    verdicts: list[Verdict],
+    thresholds: Thresholds,
+    prices: dict[str, float],
+) -> Scheduling | None:
+    """The cluster's judgement over the span from kube-state-metrics (None where no pod asked for a GPU)."""
+    import math
+
+    from gpulens.analyzer.cluster import ClusterReader
+    from gpulens.analyzer.kinds import load_pools
+    from gpulens.analyzer.scheduling import judge
+
+    pools = load_pools(args.analysis_config)
+    steps = (the_span.end - the_span.start) / the_span.step + 1
+    step = the_span.step * math.ceil(steps / CLUSTER_MAX_STEPS)
+    end = the_span.start + math.floor((the_span.end - the_span.start) / step) * step
+    models = {v.node: v.gpu_model for v in verdicts if v.node and v.gpu_model}
+    history = ClusterReader(store, pools.label).read(the_span.start, end, step, models)
+    if not history.pods:
+        return None
+    said = owners.read(history.pods, end, end - the_span.start)
+    return judge(history, said, thresholds, pools, prices)
 
 
 #: The step a store report reads at where the store holds no sample to read its scrape interval from.
@@ -592,7 +635,7 @@ def _read_with_progress(args, readers):
     return readers.combine(frames, args.gpu_model)
 
 
-def _json(verdicts: list[Verdict], plan: Plan) -> dict:
+def _json(verdicts: list[Verdict], plan: Plan, scheduling: Scheduling | None = None) -> dict:
     """The JSON report: the verdicts, their waste summed by class, namespace, owner and team, and the plan:
     one object per action, then its sums, what it did not plan and why, and what it assumed."""
     from dataclasses import asdict
@@ -603,6 +646,7 @@ def _json(verdicts: list[Verdict], plan: Plan) -> dict:
         "verdicts": [v.to_dict() for v in verdicts],
         "waste": {dimension: [asdict(s) for s in waste_by(verdicts, dimension)] for dimension in DIMENSIONS},
         **plan.to_dict(),
+        "cluster": scheduling.to_dict() if scheduling is not None else None,
     }
 
 
@@ -637,6 +681,33 @@ def _csv_plan(plan: Plan) -> str:
         for key in ("evidence", "assumptions"):
             row[key] = "; ".join(f"{k}: {v}" for k, v in row[key].items())
         writer.writerow(row)
+    return out.getvalue()
+
+
+def _csv_cluster(scheduling: Scheduling | None, by: str) -> str:
+    """The cluster's judgement as CSV: a row per pod that waited (`pending`), or per pool and GPU model
+    (`pool`); the header alone where kube-state-metrics said nothing of GPU pods."""
+    from dataclasses import asdict, fields
+
+    from gpulens.analyzer.frame import format_timestamp
+    from gpulens.analyzer.scheduling import Pending, PoolUse
+
+    out = io.StringIO()
+    if by == "pending":
+        writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(Pending)])
+        writer.writeheader()
+        for waited in scheduling.pending if scheduling else []:
+            row = asdict(waited)
+            row["waiting_since"] = format_timestamp(waited.waiting_since)
+            row["scheduled_at"] = "" if waited.scheduled_at is None else format_timestamp(waited.scheduled_at)
+            row["reason_shares"] = "; ".join(f"{k} {v}" for k, v in waited.reason_shares.items())
+            writer.writerow(row)
+    else:
+        writer = csv.DictWriter(out, fieldnames=[*(f.name for f in fields(PoolUse)), "stranded_usd", "recurring"])
+        writer.writeheader()
+        for pool in scheduling.pools if scheduling else []:
+            recurring = pool in scheduling.recurring if scheduling else False
+            writer.writerow({**asdict(pool), "stranded_usd": round(pool.stranded_cost, 2), "recurring": recurring})
     return out.getvalue()
 
 

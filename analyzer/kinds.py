@@ -157,7 +157,33 @@ _RULE = Record(
     required=("kind",),
     what="a rule",
 )
-_SETTINGS = Record({"workload_kinds": ListOf(_RULE)}, what="the analyzer's settings")
+_POOLS = Record(
+    {
+        "label": Text(valid=bool, what="a node label key, as karpenter.sh/nodepool"),
+        "for_kinds": MapOf(Text(valid=bool, what="a pool's name"), key=Text(choices=KINDS[:-1])),
+    },
+    what="pools",
+)
+_SETTINGS = Record({"workload_kinds": ListOf(_RULE), "pools": _POOLS}, what="the analyzer's settings")
+
+
+@dataclass(frozen=True)
+class Pools:
+    """Where each kind of workload belongs: the node label that names a node's pool ("": the first of
+    analyzer/cluster.POOL_LABELS a node carries) and the pool meant for each kind (`for_kinds`: serving ->
+    inference; a kind not named may run on any pool)."""
+
+    label: str = ""
+    for_kinds: dict[str, str] = field(default_factory=dict)
+
+
+def load_pools(path: str) -> Pools:
+    """The settings file's `pools` (none without a file). ConfigError naming the key and the fix."""
+    if not path:
+        return Pools()
+    document = validate(read_yaml(path, "--analysis.config"), _SETTINGS, f"--analysis.config {path}", empty={})
+    pools = document.get("pools", {})
+    return Pools(pools.get("label", ""), dict(pools.get("for_kinds", {})))
 
 
 def load_rules(path: str) -> tuple[KindRule, ...]:

@@ -12,6 +12,10 @@ One action a workload, the first that applies:
 - mig, cheaper_gpu or time_slicing: a workload whose peak memory and peak activity (with plan_headroom)
   fit a MIG profile of its GPU, a cheaper catalogue model, or a time-sliced share: the largest saving;
 - release_capacity: the GPUs no pod holds on a node.
+The cluster's share (analyzer/scheduling.py), where kube-state-metrics was read: per pool whose GPUs were
+stranded by fragmentation while pods waited, consolidate (the pods to move that free a node whole for the pod
+that waited) or, where it recurred, bin_pack (kube-scheduler's MostAllocated scoring); add_quota for each
+namespace that held GPUs with no GPU quota; re_pool for a workload that ran on a pool not meant for its kind.
 
 Savings are the cost of the GPU capacity freed at the verdicts' prices (--prices, else the catalogue's),
 over the span and per 30 days; a plan never proposes less capacity than the measured peak needs with
@@ -34,9 +38,10 @@ import pandas as pd
 
 from gpulens.analyzer.classify import NO_POD, XID_FAULTS, Verdict
 from gpulens.analyzer.engines import EngineLoad
-from gpulens.analyzer.evidence import duration
+from gpulens.analyzer.evidence import duration, percent
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.report import TimelineBins, unit_samples
+from gpulens.analyzer.scheduling import Scheduling, quota_advice, spent
 from gpulens.core.bottlenecks import BY_NAME, PLANNED
 from gpulens.core.catalog import MODELS, GpuModel, model_info
 from gpulens.core.thresholds import Thresholds
@@ -258,8 +263,15 @@ class Plan:
         }
 
 
-def make_plan(verdicts: list[Verdict], use: Use, t: Thresholds, prices: dict[str, float] | None = None) -> Plan:
-    """The plan for `verdicts` (their headlines over the span) and the `use` measured in it."""
+def make_plan(
+    verdicts: list[Verdict],
+    use: Use,
+    t: Thresholds,
+    prices: dict[str, float] | None = None,
+    scheduling: Scheduling | None = None,
+) -> Plan:
+    """The plan for `verdicts` (their headlines over the span), the `use` measured in it and, where
+    kube-state-metrics was read, the cluster's `scheduling`."""
     span = max((v.window_seconds for v in verdicts), default=0.0)
     planner = _Planner(use, t, prices or {}, span)
     actions: list[Action] = []
@@ -276,14 +288,172 @@ def make_plan(verdicts: list[Verdict], use: Use, t: Thresholds, prices: dict[str
         actions += done
         skipped += left
     for node, gpus in sorted(unheld.items()):
-        actions.append(planner.unallocated(node, gpus))
+        released = planner.unallocated(node, gpus)
+        free, unwanted = scheduling.node_free.get(node, (0.0, 0.0)) if scheduling else (0.0, 0.0)
+        if free and unwanted < free:  # pods waited for some of these GPUs: only the rest is capacity to shrink
+            kept = unwanted / free
+            if not kept:
+                skipped.append(
+                    NotPlanned(
+                        released.owner,
+                        released.units,
+                        "release_capacity: pods of its pool waited whenever its GPUs were free: the pool's "
+                        "consolidate or bin_pack action uses them",
+                    )
+                )
+                continue
+            released.saving_usd_span = round(released.saving_usd_span * kept, 2)
+            released.saving_usd_per_30d = round(released.saving_usd_per_30d * kept, 2)
+            released.evidence["waited_for"] = (
+                f"pods of its pool waited through {percent(1 - kept)} of its free GPU-hours: counted, the rest"
+            )
+        actions.append(released)
     # A change of nothing (its GPUs as they are, nothing saved) is not an action; a fix to code or input is.
     idle = [a for a in actions if a.action != "fix" and a.gpus_after >= a.gpus_now and a.saving_usd_span <= 0]
     skipped += [NotPlanned(a.owner, a.units, f"{a.action}: changes nothing in the span seen") for a in idle]
     actions = [a for a in actions if a not in idle]
+    if scheduling is not None:
+        actions += scheduling_actions(scheduling, t)
     actions.sort(key=lambda a: (-a.saving_usd_per_30d, a.owner))
     fleet = pack(verdicts, actions, prices or {})
     return Plan(actions, skipped, span, _sum("", actions), _by_team(actions), fleet, t.plan_projection_min_seconds)
+
+
+#: What the cluster's actions are sure of: consolidation and quotas are read from kube-state-metrics' own
+#: word; bin-packing and re-pooling assume the waits to come are like those seen.
+SCHEDULING_CONFIDENCE = {"consolidate": 0.9, "add_quota": 0.9, "bin_pack": 0.8, "re_pool": 0.8}
+#: kube-scheduler's configuration that packs GPUs (docs/cluster.md).
+BIN_PACKING = (
+    "score nodes with NodeResourcesFit's MostAllocated strategy for nvidia.com/gpu (KubeSchedulerConfiguration "
+    "pluginConfig: scoringStrategy type MostAllocated, resources nvidia.com/gpu weight 1), or a second scheduler "
+    "profile for GPU pods"
+)
+
+
+def scheduling_actions(s: Scheduling, t: Thresholds) -> list[Action]:
+    """The cluster's actions: per pool that stranded GPUs, consolidate or bin_pack; add_quota per namespace
+    with none; re_pool per workload on a pool not meant for it. Their savings are the cost of the capacity
+    that sat free while pods waited for it (stranded, or held on the wrong pool while its own had room):
+    capacity paid for and not used; a quota saves nothing by itself."""
+    month = MONTH_HOURS * 3600 / s.span_seconds if s.span_seconds else 0.0
+
+    def confidence(action: str) -> tuple[float, dict[str, str]]:
+        notes = {"span": f"{duration(s.span_seconds)} of kube-state-metrics"}
+        value = SCHEDULING_CONFIDENCE[action]
+        if s.span_seconds < t.plan_trusted_span_seconds:
+            value = min(value, t.plan_short_confidence)
+            notes["span"] += f" < {t.plan_trusted_span_seconds / 86400:g} d: plan again over a week"
+        return value, notes
+
+    def action(
+        kind: str, namespace: str, owner: str, what: str, model: str, saving: float, units: list[str], **evidence: str
+    ) -> Action:
+        value, notes = confidence(kind)
+        return Action(
+            namespace,
+            owner,
+            "",
+            kind,
+            what,
+            model,
+            0.0,
+            0.0,
+            round(saving, 2),
+            round(saving * month, 2),
+            value,
+            units,
+            dict(evidence),
+            notes,
+        )
+
+    out: list[Action] = []
+    for pool in s.pools:
+        if not pool.stranded_gpu_seconds:
+            continue
+        saving = pool.stranded_cost
+        found = [c for c in s.consolidations if (c.pool, c.gpu_model) == (pool.pool, pool.gpu_model)]
+        now = ""
+        if found:
+            c = found[0]
+            moved = ", ".join(
+                f"{m.namespace}/{m.pod} ({m.gpus:g} GPU{'s' if m.gpus != 1 else ''}) to {m.to_node}" for m in c.moves
+            )
+            now = (
+                f"move {moved}: {c.node} then has {c.gpus:g} GPUs free for {c.namespace}/{c.pod}, which waited "
+                f"{duration(c.waited_seconds)}"
+            )
+        spells = pool.fragmentation_episodes
+        evidence = {
+            "stranded": f"{spent(pool.stranded_gpu_seconds)} free while pods waited for more than any node had free",
+            "free": f"{spent(pool.free_gpu_seconds)} free in all, {spent(pool.unwanted_gpu_seconds)} of it while "
+            "no pod waited",
+            "spells": f"{spells} spell{'s' if spells != 1 else ''} of fragmentation",
+            "price": f"${pool.price_per_gpu_hour:.2f}/GPU-h",
+        }
+        if pool in s.recurring:
+            what = f"bin-pack pool {pool.name}: {BIN_PACKING}" + (f"; now: {now}" if now else "")
+            out.append(
+                action(
+                    "bin_pack",
+                    "",
+                    f"pool {pool.name}",
+                    what,
+                    pool.gpu_model,
+                    saving,
+                    sorted({f"{m.namespace}/{m.pod}" for c in found for m in c.moves}),
+                    **evidence,
+                )
+            )
+        elif found:
+            out.append(
+                action(
+                    "consolidate",
+                    found[0].namespace,
+                    f"pool {pool.name}",
+                    now,
+                    pool.gpu_model,
+                    saving,
+                    [f"{m.namespace}/{m.pod}" for m in found[0].moves],
+                    **evidence,
+                )
+            )
+    for gap in s.quota_gaps:
+        out.append(
+            action(
+                "add_quota",
+                gap.namespace,
+                f"namespace {gap.namespace}",
+                quota_advice(gap),
+                "",
+                0.0,
+                [],
+                peak=f"{gap.peak_gpus:g} GPUs ({gap.peak_share:.1%} of the cluster's)",
+                held=f"{gap.gpu_seconds / 3600:,.1f} GPU-h",
+                others_waited=f"{duration(gap.others_waited_seconds)} while it held more than "
+                f"{gap.dominant_share:.0%} of the cluster's GPUs",
+            )
+        )
+    by_owner: dict[tuple[str, str, str, str], list] = defaultdict(list)
+    for m in s.misplaced:
+        by_owner[(m.namespace, m.owner or m.pod, m.pool, m.meant_pool)].append(m)
+    for (namespace, owner, ran_on, meant), pods in sorted(by_owner.items()):
+        model = pods[0].gpu_model
+        saving = sum(p.room_seconds * p.gpus * p.price_per_gpu_hour for p in pods) / 3600
+        out.append(
+            action(
+                "re_pool",
+                namespace,
+                owner,
+                f"run {owner} on pool {meant} (its kind, {pods[0].kind}, belongs "
+                f"there): a node selector and its pool's tolerations",
+                model,
+                saving,
+                [f"{namespace}/{p.pod}" for p in pods],
+                ran_on=f"pool {ran_on} for {duration(sum(p.seconds for p in pods))}",
+                room=f"pool {meant} had room for it for {duration(sum(p.room_seconds for p in pods))}",
+            )
+        )
+    return out
 
 
 def _capacity(load: EngineLoad, kv_bound: float) -> float:

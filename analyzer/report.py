@@ -17,9 +17,10 @@ import pandas as pd
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.evidence import gpu_count
+from gpulens.analyzer.evidence import duration, gpu_count
 from gpulens.analyzer.features import UnitKeys
 from gpulens.analyzer.history import sample_interval
+from gpulens.analyzer.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
 from gpulens.analyzer.summary import waste_by
 from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
 from gpulens.core.catalog import model_info
@@ -62,15 +63,23 @@ TIMELINES_NOTE = (
 )
 
 
-def render(verdicts: list[Verdict], samples: pd.DataFrame, plan: Plan | None = None, title: str = TITLE) -> str:
-    """The report for `verdicts` (most waste first), opening with the `plan`, with timelines drawn from
-    `samples` (unit_samples() of a trace, or TimelineBins.samples() of a report read in pieces)."""
+def render(
+    verdicts: list[Verdict],
+    samples: pd.DataFrame,
+    plan: Plan | None = None,
+    title: str = TITLE,
+    scheduling: Scheduling | None = None,
+) -> str:
+    """The report for `verdicts` (most waste first), opening with the `plan`, then the cluster's share where
+    kube-state-metrics was read, with timelines drawn from `samples` (unit_samples() of a trace, or
+    TimelineBins.samples() of a report read in pieces)."""
     verdicts = by_waste(verdicts)
     drawn = verdicts[:MAX_TIMELINES]
     return page(
         title,
         f"<div id=summary>{fleet_summary(verdicts)}</div>",
         *([plan_section(plan)] if plan is not None else []),
+        *([f"<div id=cluster>{cluster_section(scheduling)}</div>"] if scheduling is not None else []),
         f"<div id=waste>{waste_tables(verdicts)}</div>",
         "<h2>Pods</h2>",
         pod_table("".join(pod_row(v) for v in verdicts)),
@@ -113,6 +122,89 @@ def plan_section(plan: Plan) -> str:
         "<div class=scroll><table class=pods><thead><tr><th>workload</th><th>change</th><th class=n>GPUs</th>"
         f"<th class=n>{saves}</th><th class=n>confidence</th></tr></thead><tbody>{rows}</tbody></table></div>"
         + (f"<p class=small>Not planned:</p><ul class=small>{skipped}</ul>" if skipped else "")
+    )
+
+
+def cluster_section(s: Scheduling) -> str:
+    """The cluster's share: per pool its free, stranded and unwanted GPU-hours, a chart of its free GPUs
+    against the GPUs pods waited for, the pods that waited and why, pods off their pool, namespaces without
+    a GPU quota, and what kube-state-metrics did not say."""
+    rows = "".join(
+        f"<tr><td>{_e(p.name)}</td><td class=n data-label='nodes'>{p.nodes}</td>"
+        f"<td class=n data-label='GPUs'>{p.gpus}</td>"
+        f"<td class=n data-label='free GPU-h'>{p.free_gpu_seconds / 3600:,.1f}</td>"
+        f"<td class=n data-label='stranded GPU-h'>{p.stranded_gpu_seconds / 3600:,.1f}</td>"
+        f"<td class=n data-label='stranded $'>${p.stranded_cost:,.2f}</td>"
+        f"<td class=n data-label='nobody waited GPU-h'>{p.unwanted_gpu_seconds / 3600:,.1f}</td></tr>"
+        for p in s.pools
+    )
+    charts = "".join(_pool_chart(s, p.name, p.gpus) for p in s.pools)
+    waits = "".join(
+        f"<tr><td>{_e(w.namespace)}/{_e(w.pod)}<div class=small>{_e(w.owner)} {_e(w.kind)}</div></td>"
+        f"<td class=n data-label='GPUs'>{w.gpus:g}</td>"
+        f"<td class=n data-label='waited'>{_e(duration(w.waited_seconds))}</td>"
+        f"<td data-label='why'><b>{_e(w.reason)}</b>: {_e(REASON_TEXT[w.reason])}"
+        f"<div class=small>{_e(w.evidence)}; judged against {_e(w.judged_against)}; "
+        f"{'still waiting' if w.scheduled_at is None else 'scheduled ' + _e(_when(w.scheduled_at))}</div></td></tr>"
+        for w in s.pending
+    )
+    notes = [
+        f"{m.namespace}/{m.pod} ({m.kind}) ran on pool {m.pool} for {duration(m.seconds)}; pool {m.meant_pool}, "
+        f"meant for it, had room for {duration(m.room_seconds)}"
+        for m in s.misplaced
+    ]
+    notes += [
+        f"{q.namespace} has no GPU quota: it held up to {q.peak_gpus:g} GPUs ({q.peak_share:.1%} of the cluster's), "
+        f"{spent(q.gpu_seconds)} in all. {quota_advice(q)}"
+        for q in s.quota_gaps
+    ]
+    notes += [f"Not known: {note}" for note in s.missing]
+    return (
+        "<h2>The cluster's share: GPUs free while pods waited</h2>"
+        f"<p class=small>From kube-state-metrics every {_e(duration(s.step))}: stranded GPUs were free while a pod "
+        "that could use them waited for more than any node had free; nobody waited for the rest.</p>"
+        "<div class=scroll><table class=pods><thead><tr><th>pool / GPU model</th><th class=n>nodes</th>"
+        "<th class=n>GPUs</th><th class=n>free GPU-h</th><th class=n>stranded GPU-h</th><th class=n>stranded $</th>"
+        f"<th class=n>nobody waited GPU-h</th></tr></thead><tbody>{rows}</tbody></table></div>{charts}"
+        + (
+            "<h3>Pods that waited for GPUs</h3><div class=scroll><table class=pods><thead><tr><th>pod</th>"
+            "<th class=n>GPUs</th><th class=n>waited</th><th>why</th></tr></thead>"
+            f"<tbody>{waits}</tbody></table></div>"
+            if waits
+            else "<p>No GPU pod waited long enough to name.</p>"
+        )
+        + (f"<ul>{''.join(f'<li>{_e(n)}</li>' for n in notes)}</ul>" if notes else "")
+    )
+
+
+def _pool_chart(s: Scheduling, name: str, gpus: int) -> str:
+    """A pool's free GPUs (green) and the GPUs pods waiting for it asked (red) over the span, each bin's mean,
+    on a scale from 0 to the pool's GPUs (or the most asked, if more)."""
+    free, asked = s.timelines.get(name, (np.zeros(0), np.zeros(0)))
+    if not len(free):
+        return ""
+    top = max(float(gpus), float(asked.max(initial=0.0)), 1.0)
+    xs = (np.arange(len(free)) + 0.5) / len(free) * WIDTH
+
+    def line(values: np.ndarray, colour: str, what: str) -> str:
+        points = " ".join(f"{x:.1f},{HEIGHT - v / top * HEIGHT:.1f}" for x, v in zip(xs, values, strict=True))
+        return (
+            f"<polyline class='{what}' fill='none' stroke='{colour}' stroke-width='1.5' "
+            f"vector-effect='non-scaling-stroke' points='{points}'/>"
+        )
+
+    end = s.start + s.span_seconds
+    axis = "".join(
+        f"<span class='tick' style='left:{(tick - s.start) / s.span_seconds:.2%}'>{_e(label)}</span>"
+        for tick, label in _ticks(s.start, end)[1:-1]
+    )
+    return (
+        f"<div class=pod><b>{_e(name)}</b> <span class=small>free GPUs (green) and GPUs asked by pods waiting "
+        f"for it (red), 0 to {top:g}</span><div class=plot><svg viewBox='0 0 {WIDTH} {HEIGHT}' "
+        f"preserveAspectRatio='none' role=img aria-label='free and asked GPUs of {_e(name)}'>"
+        f"<rect x='0' y='0' width='{WIDTH}' height='{HEIGHT}' fill='#fafafa' stroke='#ccc' "
+        f"vector-effect='non-scaling-stroke'/>{line(free, '#1a9850', 'free')}{line(asked, '#d73027', 'asked')}"
+        f"</svg><div class=axis>{axis}</div></div></div>"
     )
 
 

@@ -38,6 +38,11 @@ from gpulens.core.topology import GROUPS
 #: Steps a cycle reads again before the first it has not read: a scrape that reached the store after the
 #: last cycle's query (a slow target, a remote-write queue) changes the newest values it held.
 REREAD_STEPS = 2
+#: A GPU's pod is read from identity samples at most this many scrape intervals old: a live series never is
+#: older than one; the half more allows a late scrape. A store with staleness markers (Prometheus scraping)
+#: ends a gone pod's series at its next scrape anyway; one without (backfilled history) would carry it for
+#: its lookback, five minutes, and the GPU with it.
+IDENTITY_FRESH = 1.5
 #: How often the GPUs' models and NVLink topology are read again (SeriesReader.hardware).
 HARDWARE_REFRESH_SECONDS = 300.0
 #: The parts the live analyzer splits its queries into (Window): a cycle reads the part read least
@@ -446,6 +451,8 @@ class SeriesReader:
         self._hardware_read_at = -math.inf
         #: Points in the range queries' answers of the last read.
         self.last_points = 0
+        #: Seconds between a family's samples ("gpulens", "dcgm"), where scrape_interval() measured them.
+        self.intervals: dict[str, float] = {}
 
     # --- selectors ---------------------------------------------------------------------------------
     def _matchers(self, family: str, *extra: str) -> str:
@@ -466,9 +473,12 @@ class SeriesReader:
     def scrape_interval(self, at: float, lookback: float) -> float | None:
         """Seconds between the samples the store holds of a GPU in the `lookback` seconds to `at` (the median
         gap between one GPU's raw samples: gpulens' series, else dcgm-exporter's), to a tenth of a second; None
-        where it holds none. Three small queries: one GPU is found, then its samples read."""
+        where it holds none. Each family's interval is kept (`intervals`): a GPU's pod is read only from
+        identity samples at most IDENTITY_FRESH intervals old, so that a pod gone from a store that holds no
+        staleness marker (backfilled history) is not carried for its lookback. A few small queries a family:
+        one GPU is found, then its samples read."""
         window = f"{max(lookback, 60.0):.0f}s"
-        for expr in self.looked_for():
+        for family, expr in zip(("gpulens", "dcgm"), self.looked_for(), strict=True):
             found = self.store.query(f"topk(1, last_over_time({expr}[{window}]))", at)
             if not found:
                 continue
@@ -478,8 +488,16 @@ class SeriesReader:
             stamps = np.array([float(t) for t, _ in series[0]["values"]]) if series else np.zeros(0)
             if len(stamps) > 1:
                 gap = float(np.median(np.diff(stamps)))
-                return float(round(gap)) if abs(gap - round(gap)) < 0.05 else round(gap, 1)
-        return None
+                self.intervals[family] = float(round(gap)) if abs(gap - round(gap)) < 0.05 else round(gap, 1)
+        return next(iter(self.intervals.values()), None)
+
+    def _fresh(self, family: str, selector: str) -> str:
+        """`selector` where its newest sample is at most IDENTITY_FRESH of the family's scrape intervals old
+        (as it is where the interval was not measured)."""
+        interval = self.intervals.get(family)
+        if interval is None:
+            return selector
+        return f"({selector} unless (time() - timestamp({selector})) > {IDENTITY_FRESH * interval:g})"
 
     def rate_window(self) -> str:
         """The range of rate() and increase(): four steps, and never under a minute (four 15 s scrapes)."""
@@ -563,7 +581,8 @@ class SeriesReader:
         ask(
             "gpulens",
             "_pod",
-            f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._sel(m.GPU_POD_INFO.name)})",
+            f"max by (instance, uuid, {', '.join(pod_labels)}) "
+            f"({self._fresh('gpulens', self._sel(m.GPU_POD_INFO.name))})",
             lambda part, held: gpus.add(
                 _newest_last(held),
                 "_pod",
@@ -583,10 +602,11 @@ class SeriesReader:
         add("dcgm", mixin.dcgm_memory_total(self._matchers("dcgm"), by), "memory_total_bytes", key=dcgm_gpu)
         add("dcgm", mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
         labels = ", ".join((*mixin.DCGM_HARDWARE_LABELS, *(n for ns in mixin.DCGM_POD_LABELS.values() for n in ns)))
+        identity = self._fresh("dcgm", f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}")
         ask(
             "dcgm",
             "_pod",
-            f"group by ({by}, {labels}) ({mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}})",
+            f"group by ({by}, {labels}) ({identity})",
             lambda part, identity: self._add_dcgm_identity(gpus, identity, part),
         )
         for expr, column in self._pod_queries():

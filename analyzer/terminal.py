@@ -23,6 +23,7 @@ from gpulens.analyzer.classify import Verdict
 from gpulens.analyzer.evidence import duration, gpu_count, in_units
 from gpulens.analyzer.plan import Plan
 from gpulens.analyzer.report import fleet_line
+from gpulens.analyzer.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
 from gpulens.analyzer.summary import waste_by
 
 #: The width of a table written to a pipe or a file where COLUMNS does not say: a wide terminal's.
@@ -44,9 +45,12 @@ def columns_of(environ: dict[str, str] | None = None) -> int:
     return max(int(text), NARROWEST) if text.isdigit() and int(text) <= 1000 else PIPED_COLUMNS
 
 
-def report_text(verdicts: list[Verdict], plan: Plan, width: int, colour: bool = False) -> str:
-    """The pods (most waste first), the plan, the fleet after it, and the waste by owner and team, laid out
-    for `width` columns (at least NARROWEST); `colour` for a terminal that shows it."""
+def report_text(
+    verdicts: list[Verdict], plan: Plan, width: int, colour: bool = False, scheduling: Scheduling | None = None
+) -> str:
+    """The pods (most waste first), the cluster's share where kube-state-metrics was read, the plan, the fleet
+    after it, and the waste by owner and team, laid out for `width` columns (at least NARROWEST); `colour` for
+    a terminal that shows it."""
     buffer = io.StringIO()
     console = Console(
         file=buffer,
@@ -58,6 +62,8 @@ def report_text(verdicts: list[Verdict], plan: Plan, width: int, colour: bool = 
     )
     width = console.width
     console.print(_pods(verdicts, width), "")
+    if scheduling is not None:
+        console.print(_cluster(scheduling, width), "")
     if plan.actions:
         console.print(_plan(plan, width), "")
         console.print(fleet_line(plan), "")
@@ -234,3 +240,68 @@ def _waste(verdicts: list[Verdict], dimension: str, width: int) -> Table:
     for k, s in enumerate(sums):
         table.add_row(s.key, *(column[k] for column in cells.values()))
     return table
+
+
+def _cluster(s: Scheduling, width: int) -> RenderableType:
+    """The cluster's share: per pool, its free GPU-hours, those stranded while pods waited and those nobody
+    waited for; the pods that waited and why; pods on a pool not meant for them; namespaces with no GPU quota;
+    what kube-state-metrics did not say. A table a part from WIDE_COLUMNS, else a block a row."""
+    parts: list[RenderableType] = [
+        Text(
+            f"The cluster's share: GPUs free while pods waited for them (kube-state-metrics, every "
+            f"{duration(s.step)}; in full: --format json or html)"
+        )
+    ]
+    headers = ["nodes", "GPUs", "free GPU-h", "stranded GPU-h", "stranded $", "nobody waited GPU-h"]
+    rows = [
+        [
+            str(p.nodes),
+            str(p.gpus),
+            f"{p.free_gpu_seconds / 3600:,.1f}",
+            f"{p.stranded_gpu_seconds / 3600:,.1f}",
+            f"{p.stranded_cost:,.2f}",
+            f"{p.unwanted_gpu_seconds / 3600:,.1f}",
+        ]
+        for p in s.pools
+    ]
+    if width >= WIDE_COLUMNS:
+        fixed = [_figures([r[k] for r in rows], h) for k, h in enumerate(headers)]
+        table = Table(box=box.SIMPLE_HEAD, title_justify="left")
+        table.add_column("pool / GPU model", width=min(max(len(p.name) for p in s.pools), POD_COLUMN), overflow="fold")
+        for header, w in zip(headers, fixed, strict=True):
+            table.add_column(header, width=w, no_wrap=True, justify="right")
+        for p, row in zip(s.pools, rows, strict=True):
+            table.add_row(p.name, *row)
+        parts.append(table)
+    else:
+        for p, row in zip(s.pools, rows, strict=True):
+            parts += _headline(p.name, f"{row[0]} nodes, {row[1]} GPUs", width)
+            parts.append(Text(f"  free {row[2]} GPU-h: stranded {row[3]} (${row[4]}), nobody waited {row[5]}"))
+    lines: list[str] = []
+    if s.pending:
+        lines.append("Pods that waited for GPUs, longest first:")
+    for waited in s.pending:
+        until = "still waiting" if waited.scheduled_at is None else "then scheduled"
+        lines.append(
+            f"- {waited.namespace}/{waited.pod} asked {waited.gpus:g} GPUs, waited {duration(waited.waited_seconds)} "
+            f"({until}): {waited.reason}, {REASON_TEXT[waited.reason]}; {waited.evidence}"
+        )
+    for m in s.misplaced:
+        lines.append(
+            f"- {m.namespace}/{m.pod} ({m.kind}) ran on pool {m.pool} for {duration(m.seconds)}; pool {m.meant_pool}, "
+            f"meant for it, had room for {duration(m.room_seconds)}"
+        )
+    for q in s.quota_gaps:
+        others = (
+            f"; other namespaces' pods waited {duration(q.others_waited_seconds)} while it held over "
+            f"{q.dominant_share:.0%}"
+            if q.others_waited_seconds
+            else ""
+        )
+        lines.append(
+            f"- {q.namespace} has no GPU quota: it held up to {q.peak_gpus:g} GPUs ({q.peak_share:.1%} of the "
+            f"cluster's), {spent(q.gpu_seconds)} in all{others}. To do: {quota_advice(q)}"
+        )
+    lines += [f"- not known: {note}" for note in s.missing]
+    parts += [Text(textwrap.fill(line, width, subsequent_indent="  ")) for line in lines]
+    return Group(*parts)

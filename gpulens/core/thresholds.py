@@ -216,6 +216,16 @@ class Thresholds:
     #: projected from minutes multiplies a burst or a lull by thousands. (proposal: a day, one cycle of the
     #: daily pattern of serving load and working hours)
     plan_projection_min_seconds: float = 86400.0
+    # --- the cluster: waits, pools and quotas (analyzer/scheduling.py) ---------------------------------------
+    #: A GPU pod waits this long for a node before a report names it: shorter waits are the scheduler's own
+    #: latency and a node autoscaler's scale-up. (proposal: 5 minutes, half kubernetes-mixin's KubePodNotReady)
+    schedule_pending_seconds: float = 300.0
+    #: Fragmentation that stranded GPUs in this many separate spells (spells closer than
+    #: schedule_pending_seconds are one) recurs: the plan bin-packs the pool. (proposal)
+    schedule_recurring_episodes: int = 2
+    #: A namespace with no GPU quota that holds more than this share of the cluster's GPUs while other
+    #: namespaces' pods wait is taking the cluster (the seed's "one pipeline takes every GPU"). (proposal: half)
+    schedule_dominant_share: float = 0.5
     # --- alerting: the generated Prometheus rules of alerts/rules.py; durations are PromQL durations ----
     #: Page when a pod's SM activity stays under this ratio (issue 6: 30% for 30 minutes).
     alert_low_sm: float = 0.3

@@ -1,0 +1,356 @@
+"""What Kubernetes says of the cluster's GPUs over a span, read from kube-state-metrics' series in a store:
+each node's allocatable GPUs, pool and model; each GPU pod's request and, step by step, whether it waited
+for a node or which node held it; each namespace's GPU quota.
+
+Series read (kube-state-metrics 2.x names and labels, kubernetes/kube-state-metrics docs/metrics):
+- kube_node_status_allocatable{node, resource="nvidia_com_gpu"}: the GPUs the device plugin offers;
+- kube_node_spec_unschedulable{node}: a cordoned node (1) takes no new pod, so its free GPUs are not free;
+- kube_node_labels{node, label_<key>}: the node's pool and GPU model (GPU feature discovery's
+  nvidia.com/gpu.product). kube-state-metrics exports node labels only where its
+  --metric-labels-allowlist names them; without them every node of a model is one pool, its model read from
+  its GPU series;
+- kube_pod_container_resource_requests{namespace, pod, node, resource="nvidia_com_gpu"} with
+  kube_pod_status_phase{phase}: a pod asking GPUs, with no node while it waits (phase Pending), and its node
+  once scheduled, until it leaves Pending and Running (Succeeded, Failed) or is deleted;
+- kube_pod_nodeselectors{namespace, pod, nodeselector_<key>} (opt-in in kube-state-metrics): the pool and
+  model a waiting pod asked for;
+- kube_pod_created{namespace, pod}: when a pod began waiting, if before the span;
+- kube_resourcequota{namespace, resource="requests.nvidia.com/gpu", type="hard"|"used"}.
+
+A pod's GPUs are free from the step kube-state-metrics stops saying it holds them: at once where its phase
+turns Succeeded or Failed; where the pod is deleted, its series end. A store that backfilled its history
+(promtool) or lost a staleness marker carries a series' last sample for its lookback (5 minutes in
+Prometheus) after it ended: every series here is read only while its newest sample is at most FRESH of
+kube-state-metrics' scrape intervals old (`timestamp()`), so a pod deleted is gone within one scrape and a
+half. A pod both waiting and on a node at a step (the wait's series carried that long) is on the node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpulens.analyzer.kinds import PodKey
+from gpulens.analyzer.series import IDENTITY_FRESH
+from gpulens.analyzer.store import Store
+from gpulens.core.catalog import model_info
+from gpulens.core.mixin import promql_string
+
+#: kube-state-metrics' name of the GPU resource (nvidia.com/gpu with its dots and slash made "_"), and the
+#: quota's (a ResourceQuota limits an extended resource by its requests only).
+GPU_RESOURCE = "nvidia_com_gpu"
+GPU_QUOTA_RESOURCE = "requests.nvidia.com/gpu"
+#: GPU feature discovery's label of a node's GPU model ("NVIDIA-A100-SXM4-80GB").
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: Node labels that name a pool on the common platforms, tried in order where the settings name none: Karpenter,
+#: GKE, EKS managed node groups, AKS.
+POOL_LABELS = (
+    "karpenter.sh/nodepool",
+    "cloud.google.com/gke-nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "kubernetes.azure.com/agentpool",
+)
+#: Steps read per range query: a day of minutes, so that memory follows the pods, not the span.
+PIECE_STEPS = 1440
+#: A pod on no node: it waits to be scheduled.
+WAITING = -1
+#: Series are read while their newest sample is at most this many scrape intervals old (series.IDENTITY_FRESH).
+FRESH = IDENTITY_FRESH
+
+
+def model_name(name: str) -> str:
+    """A GPU model as the catalogue names it where it knows it (GPU feature discovery's NVIDIA-A100-SXM4-80GB
+    and NVML's NVIDIA A100-SXM4-80GB are one), else as given."""
+    known = model_info(name)
+    return known.name if name and known.match else name
+
+
+def label_name(key: str) -> str:
+    """The Prometheus label kube-state-metrics makes of a Kubernetes label key (nvidia.com/gpu.product ->
+    label_nvidia_com_gpu_product)."""
+    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+def selector_name(key: str) -> str:
+    """... and of a node selector's key (kube_pod_nodeselectors)."""
+    return "nodeselector_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+
+
+@dataclass(frozen=True)
+class Node:
+    """A GPU node: its name, its pool ("" where no pool label is exported) and its GPU model ("" unknown)."""
+
+    name: str
+    pool: str
+    model: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """Steps `first` to `last` (inclusive, indices of the span's grid) in which a pod held `gpus` GPUs on node
+    index `node`, or waited for them (node WAITING)."""
+
+    first: int
+    last: int
+    node: int
+    gpus: float
+
+
+@dataclass
+class PodTrack:
+    """A GPU pod over the span: its runs in time order, when it was created (unix seconds; None unknown) and
+    the pool and model its node selector asks for ("" where it names none or is not exported)."""
+
+    key: PodKey
+    runs: list[Run] = field(default_factory=list)
+    created: float | None = None
+    wants_pool: str = ""
+    wants_model: str = ""
+
+    @property
+    def gpus(self) -> float:
+        """The GPUs it asked for (the most, if it changed)."""
+        return max((r.gpus for r in self.runs), default=0.0)
+
+    def waited(self) -> bool:
+        return any(r.node == WAITING for r in self.runs)
+
+
+@dataclass
+class ClusterHistory:
+    """The cluster over a span on a step grid: `start` + i x `step` for i < `steps` (unix seconds)."""
+
+    start: float
+    step: float
+    steps: int
+    nodes: list[Node]
+    #: Per node and step, the GPUs it offers (0 where absent) and whether it is cordoned.
+    allocatable: np.ndarray
+    cordoned: np.ndarray
+    pods: dict[PodKey, PodTrack]
+    #: Per namespace with a GPU quota, its hard limit at each step (NaN where none).
+    quota_hard: dict[str, np.ndarray] = field(default_factory=dict)
+    #: What the store did not say, and what that leaves out ("kube_pod_nodeselectors is not exported: ...").
+    missing: list[str] = field(default_factory=list)
+    #: The node label the pools were read from ("" none).
+    pool_label: str = ""
+
+    def time_of(self, index: int) -> float:
+        return self.start + index * self.step
+
+    def used(self) -> np.ndarray:
+        """Per node and step, the GPUs its pods asked for."""
+        diff = np.zeros((len(self.nodes), self.steps + 1))
+        for track in self.pods.values():
+            for run in track.runs:
+                if run.node != WAITING:
+                    diff[run.node, run.first] += run.gpus
+                    diff[run.node, run.last + 1] -= run.gpus
+        return np.cumsum(diff, axis=1)[:, : self.steps]
+
+
+class ClusterReader:
+    """Reads a ClusterHistory from kube-state-metrics' series in a store."""
+
+    def __init__(self, store: Store, pool_label: str = "", selector: str = ""):
+        self.store = store
+        #: The node label that names a pool (the settings'), else the first of POOL_LABELS a node carries.
+        self.pool_labels = (pool_label,) if pool_label else POOL_LABELS
+        #: Extra matchers of kube-state-metrics' series (job="kube-state-metrics"), "" for none.
+        self.selector = selector
+
+    def _sel(self, name: str, *matchers: str) -> str:
+        return f"{name}{{{','.join(m for m in (self.selector, *matchers) if m)}}}"
+
+    def _fresh(self, selector: str, fresh: float) -> str:
+        """`selector` at the steps its newest sample is at most `fresh` seconds old."""
+        return f"({selector} unless (time() - timestamp({selector})) > {fresh:g})"
+
+    def scrape_interval(self, start: float, end: float) -> float | None:
+        """Seconds between kube-state-metrics' samples, from the most samples a GPU node's allocatable series
+        holds in the last hour of the span (a node there all hour); None where none is."""
+        window = min(3600.0, end - start)
+        if window < 60:
+            return None
+        selector = self._sel("kube_node_status_allocatable", f'resource="{GPU_RESOURCE}"')
+        found = self.store.query(f"max(count_over_time({selector}[{window:.0f}s]))", end)
+        count = float(found[0]["value"][1]) if found else 0.0
+        return window / count if count > 1 else None
+
+    def read(self, start: float, end: float, step: float, models: dict[str, str] | None = None) -> ClusterHistory:
+        """The cluster from `start` to `end` (unix seconds, both read) at `step`; `models` names each node's GPU
+        model where its labels do not (from its GPU series)."""
+        interval = self.scrape_interval(start, end)
+        # Without a measured interval, a series lives for Prometheus' lookback, as it would unfiltered.
+        fresh = FRESH * interval if interval else 300.0
+        steps = int(round((end - start) / step)) + 1
+        gpus = f'resource="{GPU_RESOURCE}"'
+        allocatable_q = f"max by (node) ({self._fresh(self._sel('kube_node_status_allocatable', gpus), fresh)})"
+        cordoned_q = f"max by (node) ({self._fresh(self._sel('kube_node_spec_unschedulable'), fresh)})"
+        phase = self._fresh(self._sel("kube_pod_status_phase", 'phase=~"Pending|Running"'), fresh)
+        requests = self._fresh(self._sel("kube_pod_container_resource_requests", gpus), fresh)
+        pods_q = (
+            f"sum by (namespace, pod, node) ({requests} * on (namespace, pod) group_left () "
+            f"max by (namespace, pod) ({phase} == 1))"
+        )
+        hard = self._sel("kube_resourcequota", f'resource="{GPU_QUOTA_RESOURCE}"', 'type="hard"')
+        quota_q = f"min by (namespace) ({self._fresh(hard, fresh)})"
+
+        node_index: dict[str, int] = {}
+        allocatable: dict[int, np.ndarray] = {}
+        cordoned: dict[int, np.ndarray] = {}
+        quota: dict[str, np.ndarray] = {}
+        pods: dict[PodKey, PodTrack] = {}
+
+        def node_of(name: str) -> int:
+            if name not in node_index:
+                node_index[name] = len(node_index)
+            return node_index[name]
+
+        for first in range(0, steps, PIECE_STEPS):
+            last = min(steps, first + PIECE_STEPS) - 1
+            at, until = start + first * step, start + last * step
+            for series in self.store.query_range(allocatable_q, at, until, step):
+                row = allocatable.setdefault(node_of(series["metric"].get("node", "")), np.zeros(steps))
+                _place(row, series["values"], start, step)
+            for series in self.store.query_range(cordoned_q, at, until, step):
+                row = cordoned.setdefault(node_of(series["metric"].get("node", "")), np.zeros(steps))
+                _place(row, series["values"], start, step)
+            for series in self.store.query_range(quota_q, at, until, step):
+                row = quota.setdefault(series["metric"].get("namespace", ""), np.full(steps, np.nan))
+                _place(row, series["values"], start, step)
+            for series in self.store.query_range(pods_q, at, until, step):
+                labels = series["metric"]
+                key = (labels.get("namespace", ""), labels.get("pod", ""))
+                node = labels.get("node", "")
+                track = pods.setdefault(key, PodTrack(key))
+                _add_runs(track, series["values"], start, step, node_of(node) if node else WAITING)
+        for track in pods.values():
+            track.runs = _placed_over_waiting(track.runs)
+
+        names = sorted(node_index, key=node_index.__getitem__)
+        labels, pool_label, missing = self._node_labels(names, end, end - start)
+        models = models or {}
+        nodes = [
+            Node(name, labels.get(name, ("", ""))[0], model_name(labels.get(name, ("", ""))[1] or models.get(name, "")))
+            for name in names
+        ]
+        grid = np.zeros((len(names), steps))
+        for i, row in allocatable.items():
+            grid[i] = row
+        cordon = np.zeros((len(names), steps), dtype=bool)
+        for i, row in cordoned.items():
+            cordon[i] = row > 0
+        history = ClusterHistory(start, step, steps, nodes, grid, cordon, pods, quota, missing, pool_label)
+        self._waiting_pods(history, end)
+        return history
+
+    def _node_labels(
+        self, names: Iterable[str], end: float, span: float
+    ) -> tuple[dict[str, tuple[str, str]], str, list[str]]:
+        """Each node's (pool, model) from kube_node_labels, the pool label found ("" none), and what could not
+        be read."""
+        keys = [*self.pool_labels, PRODUCT_LABEL]
+        by = ", ".join(["node", *(label_name(k) for k in keys)])
+        window = f"{max(span, 60):.0f}s"
+        found = self.store.query(f"max by ({by}) (last_over_time({self._sel('kube_node_labels')}[{window}]))", end)
+        out: dict[str, tuple[str, str]] = {}
+        for series in found:
+            labels = series["metric"]
+            pool = next((labels[label_name(k)] for k in self.pool_labels if labels.get(label_name(k))), "")
+            out[labels.get("node", "")] = (pool, labels.get(label_name(PRODUCT_LABEL), ""))
+        pool_label = next((k for k in self.pool_labels if any(s["metric"].get(label_name(k)) for s in found)), "")
+        missing = []
+        if list(names) and not pool_label:
+            missing.append(
+                f"no node carries a pool label ({', '.join(self.pool_labels)}) in kube_node_labels: each GPU model is "
+                "one pool. Export the label (kube-state-metrics --metric-labels-allowlist=nodes=[<label>]) and name "
+                "it in --analysis.config's pools.label"
+            )
+        return out, pool_label, missing
+
+    def _waiting_pods(self, history: ClusterHistory, end: float) -> None:
+        """For the pods that waited: when each was created and the pool and model its node selector asks."""
+        waited = [t for t in history.pods.values() if t.waited()]
+        if not waited:
+            return
+        window = f"{max(end - history.start, 60):.0f}s"
+        pods = "pod=~" + promql_string("|".join(sorted({re.escape(t.key[1]) for t in waited})))
+        for series in self.store.query(
+            f"max by (namespace, pod) (last_over_time({self._sel('kube_pod_created', pods)}[{window}]))", end
+        ):
+            track = history.pods.get((series["metric"].get("namespace", ""), series["metric"].get("pod", "")))
+            if track is not None:
+                track.created = float(series["value"][1])
+        keys = [*self.pool_labels, PRODUCT_LABEL]
+        by = ", ".join(["namespace", "pod", *(selector_name(k) for k in keys)])
+        selectors = self.store.query(
+            f"max by ({by}) (last_over_time({self._sel('kube_pod_nodeselectors', pods)}[{window}]))", end
+        )
+        for series in selectors:
+            labels = series["metric"]
+            track = history.pods.get((labels.get("namespace", ""), labels.get("pod", "")))
+            if track is not None:
+                track.wants_pool = next(
+                    (labels[selector_name(k)] for k in self.pool_labels if labels.get(selector_name(k))), ""
+                )
+                track.wants_model = labels.get(selector_name(PRODUCT_LABEL), "")
+        if not selectors:
+            history.missing.append(
+                "kube_pod_nodeselectors is not exported (it is opt-in: kube-state-metrics --metric-opt-in-list="
+                "kube_pod_nodeselectors): a waiting pod is judged against the pool its kind is meant for in "
+                "--analysis.config, else against every GPU node"
+            )
+
+
+def _placed_over_waiting(runs: list[Run]) -> list[Run]:
+    """Runs in time order, a wait cut where the pod is on a node at the same steps (the wait's series carried
+    past the pod's scheduling)."""
+    placed = [r for r in runs if r.node != WAITING]
+    kept = list(placed)
+    for wait in (r for r in runs if r.node == WAITING):
+        pieces = [(wait.first, wait.last)]
+        for on in placed:
+            pieces = [
+                part
+                for first, last in pieces
+                for part in ((first, min(last, on.first - 1)), (max(first, on.last + 1), last))
+                if part[0] <= part[1]
+            ]
+        kept += [Run(first, last, WAITING, wait.gpus) for first, last in pieces]
+    return sorted(kept, key=lambda r: (r.first, r.node))
+
+
+def _place(row: np.ndarray, values: list, start: float, step: float) -> None:
+    """A range answer's [time, "value"] points written into `row` at their steps."""
+    for at, value in values:
+        i = int(round((float(at) - start) / step))
+        if 0 <= i < len(row):
+            row[i] = float(value)
+
+
+def _add_runs(track: PodTrack, values: list, start: float, step: float, node: int) -> None:
+    """A range answer's points as runs of consecutive steps of one request, each joined to the track's run of
+    the same node and request that ended the step before it (the previous piece of a span read in pieces)."""
+    if not values:
+        return
+    index = np.rint((np.array([float(at) for at, _ in values]) - start) / step).astype(np.int64)
+    gpus = np.array([float(value) for _, value in values])
+    breaks = np.flatnonzero((np.diff(index) != 1) | (np.diff(gpus) != 0)) + 1
+    for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(index)] - 1, strict=True):
+        run = Run(int(index[first]), int(index[last]), node, float(gpus[first]))
+        joined = next(
+            (
+                i
+                for i in range(len(track.runs) - 1, max(-1, len(track.runs) - 5), -1)
+                if (r := track.runs[i]).node == node and r.gpus == run.gpus and r.last == run.first - 1
+            ),
+            None,
+        )
+        if joined is None:
+            track.runs.append(run)
+        else:
+            track.runs[joined] = Run(track.runs[joined].first, run.last, node, run.gpus)

@@ -1,0 +1,268 @@
+"""The cluster's share of the waste (analyzer/cluster.py, analyzer/scheduling.py): a constructed cluster
+(tests/cluster_history.py) backfilled into a real Prometheus, read by `gpulens report --prometheus`, against
+answers worked by hand from its table; then the reasons a wait can have, on clusters built in memory."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpulens.analyzer.cluster import WAITING, ClusterHistory, Node, PodTrack, Run
+from gpulens.analyzer.frame import format_timestamp
+from gpulens.analyzer.kinds import Pools, WorkloadKind
+from gpulens.analyzer.owners import Owner
+from gpulens.analyzer.plan import Use, make_plan
+from gpulens.analyzer.scheduling import judge
+from gpulens.core.thresholds import Thresholds
+from tests import cluster_history as cluster
+from tests.helpers import BackfilledPrometheus
+from tests.store_history import families_openmetrics
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+START, STEP = cluster.START, cluster.STEP
+MINUTE_GPU = STEP  # GPU-seconds in one GPU for one step
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("cluster")
+    prometheus = BackfilledPrometheus(directory / "prometheus", families_openmetrics(cluster.families()))
+    settings = directory / "settings.yaml"
+    settings.write_text(cluster.SETTINGS)
+    try:
+        yield prometheus.url, str(settings)
+    finally:
+        prometheus.stop()
+
+
+def report(store, *args: str, columns: int = 130) -> subprocess.CompletedProcess:
+    url, settings = store
+    span = ["--since", format_timestamp(START), "--until", format_timestamp(START + (cluster.STEPS - 1) * STEP)]
+    done = subprocess.run(
+        [sys.executable, "-m", "gpulens", "report", "--prometheus", url, *span, "--analysis.config", settings, *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        env={**os.environ, "COLUMNS": str(columns)},
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def answer(store):
+    return json.loads(report(store, "--format", "json").stdout)
+
+
+def test_each_pod_that_waited_says_how_long_and_why(answer):
+    pending = {p["pod"]: p for p in answer["cluster"]["pending"]}
+    assert list(pending) == ["train-huge-0", "train-big-0"]  # longest wait first
+    big = pending["train-big-0"]
+    # Created at step 30, scheduled at step 151 (its pending series ends at step 150): steps 30-150 waited.
+    assert big["gpus"] == 8
+    assert big["waited_seconds"] == 121 * STEP
+    assert big["waiting_since"] == format_timestamp(START + 30 * STEP)
+    assert big["scheduled_at"] == format_timestamp(START + 151 * STEP)
+    assert big["judged_against"] == "pool training"  # a Job's pod, and the settings mean jobs for training
+    # Steps 30-149: 10 free on four nodes, the largest 3; step 150: trainer-c Succeeded, t2 has 8 free.
+    assert big["reason"] == "fragmented"
+    assert big["reason_shares"] == {"fragmented": round(120 / 121, 4), "room": round(1 / 121, 4)}
+    assert big["evidence"] == (
+        "at 2025-12-01T00:30:00Z 10 GPUs were free on 4 nodes (3 + 3 + 2 + 2): the largest block, 3, < the 8 asked"
+    )
+    huge = pending["train-huge-0"]
+    assert (huge["gpus"], huge["waited_seconds"], huge["scheduled_at"]) == (16, 180 * STEP, None)
+    assert huge["reason"] == "too_large" and huge["reason_shares"] == {"too_large": 1.0}
+    assert huge["evidence"] == "no node offers 16 GPUs: the largest offers 8; it cannot be scheduled as asked"
+
+
+def test_stranded_and_unwanted_gpu_hours_by_pool_are_the_hand_worked_ones(answer):
+    pools = {p["pool"]: p for p in answer["cluster"]["pools"]}
+    training = pools["training"]
+    assert (training["gpu_model"], training["nodes"], training["gpus"]) == ("NVIDIA A100-SXM4-80GB", 4, 32)
+    # Free in training, per step: 10 (steps 0-149), 16 (150), 8 (151-200: trainer-b's last sample is at 199,
+    # and a deleted pod is held while its newest sample is within 1.5 scrape intervals), 10 (201-239).
+    assert training["free_gpu_seconds"] == (150 * 10 + 16 + 50 * 8 + 39 * 10) * MINUTE_GPU
+    # Stranded: steps 30-149, while train-big-0 waited for 8 with 10 free but 3 at most on a node.
+    assert training["stranded_gpu_seconds"] == 120 * 10 * MINUTE_GPU
+    assert training["stranded_usd"] == 120 * 10 / 60 * 2.50  # 20 GPU-h at the catalogue's $2.50
+    # Nobody waited in steps 0-29 (train-huge-0 waits from 60, but from 30 train-big-0 does).
+    assert training["unwanted_gpu_seconds"] == 30 * 10 * MINUTE_GPU
+    # Asked by the waiting: 8 (steps 30-59), 8 + 16 (60-150), 16 (151-239).
+    assert training["waiting_gpu_seconds"] == (30 * 8 + 91 * 24 + 89 * 16) * MINUTE_GPU
+    assert (training["fragmentation_episodes"], training["recurring"]) == (1, False)
+    inference = pools["inference"]
+    assert inference["free_gpu_seconds"] == inference["unwanted_gpu_seconds"] == 240 * 7 * MINUTE_GPU
+    assert inference["stranded_gpu_seconds"] == 0
+
+
+def test_the_consolidation_frees_a_node_for_the_pod_that_waited(answer):
+    [found] = answer["cluster"]["consolidations"]
+    # At 00:30, t3 (3 free; trainer-d 2, -e 2, -g 1) is the only node whose pods fit the others' free blocks
+    # (t1 2, t2 2, t4 3): t1's trainer-a (4), t2's trainer-c (6) and t4's trainer-f (4) fit nowhere.
+    assert (found["pod"], found["node"], found["at"]) == ("train-big-0", "t3", "2025-12-01T00:30:00Z")
+    assert [(m["pod"], m["gpus"], m["from_node"], m["to_node"]) for m in found["moves"]] == [
+        ("trainer-d", 2, "t3", "t1"),
+        ("trainer-e", 2, "t3", "t2"),
+        ("trainer-g", 1, "t3", "t4"),
+    ]
+    [action] = [a for a in answer["plan"] if a["action"] == "consolidate"]
+    assert action["owner"] == "pool training / NVIDIA A100-SXM4-80GB"
+    assert action["saving_usd_span"] == 50.0
+    assert action["what"] == (
+        "move ml/trainer-d (2 GPUs) to t1, ml/trainer-e (2 GPUs) to t2, ml/trainer-g (1 GPU) to t4: t3 then has "
+        "8 GPUs free for research/train-big-0, which waited 2 h 1 min"
+    )
+    assert action["confidence"] == 0.6  # four hours of history: capped until a week is seen
+
+
+def test_a_serving_pod_on_the_training_pool_is_moved_to_its_own(answer):
+    [misplaced] = answer["cluster"]["misplaced"]
+    assert (misplaced["pod"], misplaced["kind"], misplaced["pool"], misplaced["meant_pool"]) == (
+        "chat-7d9f8-h4k2p",
+        "serving",
+        "training",
+        "inference",
+    )
+    assert misplaced["seconds"] == misplaced["room_seconds"] == 240 * STEP  # inference had 4 free all along
+    [action] = [a for a in answer["plan"] if a["action"] == "re_pool"]
+    assert (action["owner"], action["saving_usd_span"]) == ("Deployment/chat", 4 * 2.50)
+
+
+def test_namespaces_without_a_gpu_quota_are_named_and_the_one_that_took_the_cluster_first(answer):
+    gaps = answer["cluster"]["quota_gaps"]
+    assert [g["namespace"] for g in gaps] == ["ml", "serve"]  # research has its quota
+    ml = gaps[0]
+    # 21 of the cluster's 40 GPUs until trainer-c ends (step 150), 15 to step 200, 13 after.
+    assert (ml["peak_gpus"], ml["peak_share"], ml["peak_at"]) == (21, 21 / 40, format_timestamp(START))
+    assert ml["gpu_seconds"] == (150 * 21 + 51 * 15 + 39 * 13) * MINUTE_GPU
+    # research's pods waited from step 30; ml held over half the cluster until step 149.
+    assert ml["others_waited_seconds"] == 120 * STEP
+    quotas = {a["namespace"]: a for a in answer["plan"] if a["action"] == "add_quota"}
+    assert quotas["ml"]["what"].startswith("add a ResourceQuota of requests.nvidia.com/gpu: 21 to ml")
+
+
+def test_free_gpus_are_released_from_the_step_their_pod_ended_not_a_lookback_later(answer):
+    """trainer-b is deleted after step 199 (its series end); the store, backfilled, holds no staleness marker,
+    so Prometheus would carry its GPUs' pod for its 5 minute lookback. They are free from step 201."""
+    freed = [v for v in answer["verdicts"] if not v["pod"] and v["gpus"][0] in ("GPU-t1-4", "GPU-t1-5")]
+    assert [(v["bottleneck"], v["episodes"][0]["start"]) for v in freed] == [
+        ("unallocated", START + 201 * STEP),
+        ("unallocated", START + 201 * STEP),
+    ]
+    trainer_b = next(v for v in answer["verdicts"] if v["pod"] == "trainer-b")
+    assert trainer_b["window_seconds"] * trainer_b["coverage"] == pytest.approx(201 * STEP, abs=STEP)
+    # The release of t3's GPUs counts only the GPU-hours nobody waited for: steps 0-29 of 240.
+    [t3] = [a for a in answer["plan"] if a["action"] == "release_capacity" and a["owner"].endswith("t3")]
+    assert t3["saving_usd_span"] == round(3 * 4 * 2.50 * 30 / 240, 2)
+
+
+def test_the_cluster_in_every_format(store, answer):
+    text = report(store).stdout
+    assert "research/train-big-0 asked 8 GPUs, waited 2 h 1 min (then scheduled): fragmented" in text
+    assert re.search(r"training / NVIDIA A100-SXM4-80GB\s+4\s+32\s+38\.4\s+20\.0\s+50\.00\s+5\.0", text), text
+    narrow = report(store, columns=80).stdout
+    assert all(len(line) <= 80 for line in narrow.splitlines()), narrow
+    assert "free 38.4 GPU-h: stranded 20.0 ($50.00), nobody waited 5.0" in narrow
+    rows = list(csv.DictReader(io.StringIO(report(store, "--format", "csv", "--by", "pending").stdout)))
+    assert [(r["pod"], r["reason"], r["waited_seconds"]) for r in rows] == [
+        ("train-huge-0", "too_large", "10800.0"),
+        ("train-big-0", "fragmented", "7260.0"),
+    ]
+    pools = list(csv.DictReader(io.StringIO(report(store, "--format", "csv", "--by", "pool").stdout)))
+    assert [(r["pool"], r["stranded_usd"]) for r in pools] == [("training", "50.0"), ("inference", "0.0")]
+    page = report(store, "--format", "html").stdout
+    assert "<h2>The cluster's share: GPUs free while pods waited</h2>" in page
+    # The chart of training: its free GPUs (green) drawn from the same steps the JSON counts.
+    chart = re.search(r"aria-label='free and asked GPUs of training / NVIDIA A100-SXM4-80GB'>(.*?)</svg>", page)
+    assert chart, page
+    free = re.search(r"class='free'[^>]*points='([^']*)'", chart[1])
+    heights = [100 - float(point.split(",")[1]) for point in free[1].split()]
+    assert np.mean(heights) / 100 * 32 * 240 * STEP == pytest.approx(
+        answer["cluster"]["pools"][0]["free_gpu_seconds"], rel=0.01
+    )
+
+
+# --- the reasons of a wait, on clusters built in memory ----------------------------------------------------
+
+
+def history(
+    nodes: list[tuple[str, str, int]],
+    pods: dict[tuple[str, str], list[Run]],
+    steps: int = 20,
+    cordoned: set[str] = frozenset(),
+    wants: dict[str, tuple[str, str]] | None = None,
+) -> ClusterHistory:
+    alloc = np.array([[gpus] * steps for _, _, gpus in nodes], dtype=float)
+    cordon = np.array([[name in cordoned] * steps for name, _, _ in nodes], dtype=bool)
+    tracks = {}
+    for key, runs in pods.items():
+        pool, model = (wants or {}).get(key[1], ("", ""))
+        tracks[key] = PodTrack(key, runs, None, pool, model)
+    return ClusterHistory(
+        0.0, 60.0, steps, [Node(name, pool, "NVIDIA L4") for name, pool, _ in nodes], alloc, cordon, tracks
+    )
+
+
+def test_a_full_pool_is_not_fragmentation_and_strands_nothing():
+    h = history(
+        [("a", "p", 4), ("b", "p", 4)],
+        {("ns", "x"): [Run(0, 19, 0, 3)], ("ns", "y"): [Run(0, 19, 1, 3)], ("ns", "w"): [Run(0, 19, WAITING, 4)]},
+    )
+    s = judge(h, {}, Thresholds())
+    [w] = s.pending
+    assert (w.reason, w.evidence) == (
+        "pool_full",
+        "at its most, at 1970-01-01T00:00:00Z, 2 GPUs were free on 2 nodes (1 + 1) < the 4 asked: the pool was full",
+    )
+    assert s.pools[0].stranded_gpu_seconds == 0 and s.pools[0].unwanted_gpu_seconds == 0
+
+
+def test_a_cordoned_node_frees_nothing_and_a_node_selector_picks_the_pool():
+    h = history(
+        [("a", "p", 8), ("b", "q", 8)],
+        {("ns", "w"): [Run(0, 9, WAITING, 8)]},
+        cordoned={"b"},
+        wants={"w": ("q", "")},
+    )
+    [w] = judge(h, {}, Thresholds()).pending
+    # Pool q's only node is cordoned: it offers nothing, so no node of q holds 8.
+    assert (w.judged_against, w.reason) == ("pool q", "no_node")
+
+
+def test_fragmentation_in_two_spells_asks_for_bin_packing():
+    runs = {
+        ("ns", "x"): [Run(0, 19, 0, 2)],
+        ("ns", "y"): [Run(0, 19, 1, 2)],
+        ("ns", "w1"): [Run(0, 5, WAITING, 4)],
+        ("ns", "w2"): [Run(14, 19, WAITING, 4)],
+    }
+    h = history([("a", "p", 4), ("b", "p", 4)], runs)
+    t = Thresholds(schedule_pending_seconds=300)
+    s = judge(h, {}, t)
+    assert [p.fragmentation_episodes for p in s.pools] == [2]
+    plan = make_plan([], Use.over(0, 20 * 60, 60, t), t, scheduling=s)
+    [action] = [a for a in plan.actions if a.action == "bin_pack"]
+    assert "MostAllocated" in action.what
+    # 12 steps stranded of 4 free GPUs at the catalogue's $0.80 for an L4.
+    assert action.saving_usd_span == round(12 * 4 / 60 * 0.80, 2)
+    # Each wait's consolidation moves x (2 GPUs) to b (2 free): a then has 4 free (a tie with moving y, broken
+    # by the node's name).
+    assert action.units == ["ns/x"]
+    assert action.what.endswith("now: move ns/x (2 GPUs) to b: a then has 4 GPUs free for ns/w1, which waited 6 min")
+
+
+def test_a_wait_with_room_is_not_blamed_on_gpus():
+    h = history([("a", "p", 8)], {("ns", "w"): [Run(0, 9, WAITING, 2)]})
+    owners = {("ns", "w"): Owner("Job", "w", "", WorkloadKind("job"))}
+    [w] = judge(h, owners, Thresholds(), Pools("", {"job": "p"})).pending
+    assert w.reason == "room" and w.evidence == "at 1970-01-01T00:00:00Z a node had 8 GPUs free >= the 2 asked"
