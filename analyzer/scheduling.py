@@ -520,6 +520,8 @@ def _quota_gaps(history: ClusterHistory, t: Thresholds) -> list[QuotaGap]:
     offered = history.allocatable.sum(axis=0)
     limited = {ns for ns, hard in history.quota_hard.items() if np.isfinite(hard).any()}
     waits = {ns: np.cumsum(w)[:steps] > 0 for ns, w in waiting.items()}
+    # Per step, how many namespaces had a pod waiting: another than `namespace` waited where it is more than its own.
+    waiting_namespaces = np.sum(list(waits.values()), axis=0) if waits else np.zeros(steps)
     out = []
     for namespace, diff in sorted(held.items()):
         if namespace in limited:
@@ -528,10 +530,7 @@ def _quota_gaps(history: ClusterHistory, t: Thresholds) -> list[QuotaGap]:
         peak = int(np.argmax(gpus))
         share = np.divide(gpus, offered, out=np.zeros(steps), where=offered > 0)
         dominant = share > t.schedule_dominant_share
-        others = np.zeros(steps, dtype=bool)
-        for ns, w in waits.items():
-            if ns != namespace:
-                others |= w
+        others = waiting_namespaces - waits.get(namespace, np.zeros(steps, dtype=bool)) > 0
         out.append(
             QuotaGap(
                 namespace,

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -473,10 +474,11 @@ class SeriesReader:
     def scrape_interval(self, at: float, lookback: float) -> float | None:
         """Seconds between the samples the store holds of a GPU in the `lookback` seconds to `at` (the median
         gap between one GPU's raw samples: gpulens' series, else dcgm-exporter's), to a tenth of a second; None
-        where it holds none. Each family's interval is kept (`intervals`): a GPU's pod is read only from
-        identity samples at most IDENTITY_FRESH intervals old, so that a pod gone from a store that holds no
-        staleness marker (backfilled history) is not carried for its lookback. A few small queries a family:
-        one GPU is found, then its samples read."""
+        where it holds none. Each family's interval is kept (`intervals`): a GPU's pod, and dcgm-exporter's
+        values (whose series carry the pod's labels, so a pod's last values linger beside the next series'),
+        are read only from samples at most IDENTITY_FRESH intervals old, so that a pod gone from a store
+        that holds no staleness marker (backfilled history) is not carried for its lookback. A few small
+        queries a family: one GPU is found, then its samples read."""
         window = f"{max(lookback, 60.0):.0f}s"
         for family, expr in zip(("gpulens", "dcgm"), self.looked_for(), strict=True):
             found = self.store.query(f"topk(1, last_over_time({expr}[{window}]))", at)
@@ -592,12 +594,19 @@ class SeriesReader:
             ),
         )
         by = "instance, " + ", ".join(mixin.DCGM_GPU_LABELS)
+        # dcgm-exporter writes a GPU's pod on its value series: where a pod gives way to the next (or to none),
+        # both series stand for a while (a store's lookback without staleness markers): each pod's values are
+        # read apart and placed oldest first, so that at a step both name, the newer series' value stands, as
+        # the newer pod does in the identity.
+        held_by = ", ".join(n for names in mixin.DCGM_POD_LABELS.values() for n in names)
         for column, source in mixin.dcgm_columns().items():
-            add(
+            selector = self._fresh("dcgm", source.selector(self._matchers("dcgm")))
+            ask(
                 "dcgm",
-                f"max by ({by}) ({source.selector(self._matchers('dcgm'))}) * {source.scale!r}",
                 column,
-                key=dcgm_gpu,
+                f"max by ({by}, {held_by}) ({selector}) * {source.scale!r}",
+                partial(self._add_newest_last, gpus, column),
+                self._series_per_gpu(column),
             )
         add("dcgm", mixin.dcgm_memory_total(self._matchers("dcgm"), by), "memory_total_bytes", key=dcgm_gpu)
         add("dcgm", mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
@@ -612,6 +621,12 @@ class SeriesReader:
         for expr, column in self._pod_queries():
             add("pods", expr, column, key=pod_key, grid=window.pods)
         return queries
+
+    @staticmethod
+    def _add_newest_last(grid: StepGrid, column: str, part: int, result: list[dict]) -> int:
+        """dcgm-exporter's series of `column` into `grid`, each pod's apart, older series first (a newer one
+        stands where both name a step)."""
+        return grid.add(_newest_last(result), column, key=dcgm_gpu, part=part)
 
     def _series_per_gpu(self, column: str | Callable[[dict], str | None]) -> float:
         """The series a query of `column` reads per GPU: the clock-event reasons read, the NVLink error

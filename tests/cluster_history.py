@@ -169,7 +169,11 @@ def gpu_trace() -> pd.DataFrame:
 
 
 def families() -> Families:
+    """kube-state-metrics' series, and the GPUs' as gpulens' exporter (job="gpulens") and as NVIDIA
+    dcgm-exporter under the GPU Operator (job="dcgm-exported": the pod's labels on every value series)."""
     out = kube_state_metrics()
-    for name, samples in series_lines(gpu_trace(), "gpulens").items():
-        out.setdefault(name, []).extend(samples)
+    trace = gpu_trace()
+    for layout in ("gpulens", "dcgm-exported"):
+        for name, samples in series_lines(trace, layout).items():
+            out.setdefault(name, []).extend(samples)
     return out

@@ -43,9 +43,15 @@ def store(tmp_path_factory):
         prometheus.stop()
 
 
-def report(store, *args: str, columns: int = 130) -> subprocess.CompletedProcess:
+#: The GPU series each run reads: gpulens' exporter's, or dcgm-exporter's.
+GPULENS = ("--prometheus.selector", 'job="gpulens"', "--prometheus.dcgm-selector", 'job="none"')
+DCGM = ("--prometheus.selector", 'job="none"', "--prometheus.dcgm-selector", 'job="dcgm-exported"')
+
+
+def report(store, *args: str, columns: int = 130, family: tuple[str, ...] = GPULENS) -> subprocess.CompletedProcess:
     url, settings = store
     span = ["--since", format_timestamp(START), "--until", format_timestamp(START + (cluster.STEPS - 1) * STEP)]
+    span += family
     done = subprocess.run(
         [sys.executable, "-m", "gpulens", "report", "--prometheus", url, *span, "--analysis.config", settings, *args],
         capture_output=True,
@@ -151,7 +157,7 @@ def test_namespaces_without_a_gpu_quota_are_named_and_the_one_that_took_the_clus
     assert quotas["ml"]["what"].startswith("add a ResourceQuota of requests.nvidia.com/gpu: 21 to ml")
 
 
-def test_free_gpus_are_released_from_the_step_their_pod_ended_not_a_lookback_later(answer):
+def test_free_gpus_are_released_from_the_step_their_pod_ended_not_a_lookback_later(store, answer):
     """trainer-b is deleted after step 199 (its series end); the store, backfilled, holds no staleness marker,
     so Prometheus would carry its GPUs' pod for its 5 minute lookback. They are free from step 201."""
     freed = [v for v in answer["verdicts"] if not v["pod"] and v["gpus"][0] in ("GPU-t1-4", "GPU-t1-5")]
@@ -161,6 +167,16 @@ def test_free_gpus_are_released_from_the_step_their_pod_ended_not_a_lookback_lat
     ]
     trainer_b = next(v for v in answer["verdicts"] if v["pod"] == "trainer-b")
     assert trainer_b["window_seconds"] * trainer_b["coverage"] == pytest.approx(201 * STEP, abs=STEP)
+    # From dcgm-exporter, whose value series carry the pod: trainer-b's last values (busy) are carried beside the
+    # GPUs' next series (no pod, idle) for the lookback; the newer stands, so the GPUs are free, not "held
+    # without a pod" by a process the busy values would suggest.
+    dcgm = json.loads(report(store, "--format", "json", family=DCGM).stdout)
+    freed = [v for v in dcgm["verdicts"] if not v["pod"] and v["gpus"][0] in ("GPU-t1-4", "GPU-t1-5")]
+    assert [(v["bottleneck"], v["episodes"][0]["start"]) for v in freed] == [
+        ("unallocated", START + 200 * STEP),
+        ("unallocated", START + 200 * STEP),
+    ]
+    assert dcgm["cluster"]["pools"] == answer["cluster"]["pools"]
     # The release of t3's GPUs counts only the GPU-hours nobody waited for: steps 0-29 of 240.
     [t3] = [a for a in answer["plan"] if a["action"] == "release_capacity" and a["owner"].endswith("t3")]
     assert t3["saving_usd_span"] == round(3 * 4 * 2.50 * 30 / 240, 2)
