@@ -545,16 +545,22 @@ def _scheduling(
     from gpulens.analyzer.cluster import ClusterReader
     from gpulens.analyzer.kinds import load_pools
     from gpulens.analyzer.scheduling import judge
+    from gpulens.analyzer.store import StoreError
 
     pools = load_pools(args.analysis_config)
     steps = (the_span.end - the_span.start) / the_span.step + 1
     step = the_span.step * math.ceil(steps / CLUSTER_MAX_STEPS)
     end = the_span.start + math.floor((the_span.end - the_span.start) / step) * step
     models = {v.node: v.gpu_model for v in verdicts if v.node and v.gpu_model}
-    history = ClusterReader(store, pools.label).read(the_span.start, end, step, models)
-    if not history.pods:
+    try:
+        history = ClusterReader(store, pools.label).read(the_span.start, end, step, models)
+        if not history.pods:
+            return None
+        said = owners.read(history.pods, end, end - the_span.start)
+    except StoreError as e:
+        # The pods' verdicts stand without it: say what is missing rather than lose the report.
+        print(f"gpulens report: warning: the cluster's share is left out: {e}", file=sys.stderr)
         return None
-    said = owners.read(history.pods, end, end - the_span.start)
     return judge(history, said, thresholds, pools, prices)
 
 
