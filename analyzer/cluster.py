@@ -244,6 +244,12 @@ class ClusterReader:
         cordon = np.zeros((len(names), steps), dtype=bool)
         for i, row in cordoned.items():
             cordon[i] = row > 0
+        if pods and not allocatable:
+            missing.append(
+                f'kube_node_status_allocatable{{resource="{GPU_RESOURCE}"}} names no node: no GPU is free or '
+                "offered, so every wait reads no_node (a device plugin that offers another resource, as MIG's "
+                "nvidia.com/mig-<profile>, is not read)"
+            )
         history = ClusterHistory(start, step, steps, nodes, grid, cordon, pods, quota, missing, pool_label)
         self._waiting_pods(history, end)
         return history

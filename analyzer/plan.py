@@ -390,7 +390,8 @@ def scheduling_actions(s: Scheduling, t: Thresholds) -> list[Action]:
             "spells": f"{spells} spell{'s' if spells != 1 else ''} of fragmentation",
             "price": f"${pool.price_per_gpu_hour:.2f}/GPU-h",
         }
-        if pool in s.recurring:
+        if pool in s.recurring or not found:
+            # Recurring, or no moves free a node for the pod that waited: keep fragmentation from building up.
             what = f"bin-pack pool {pool.name}: {BIN_PACKING}" + (f"; now: {now}" if now else "")
             out.append(
                 action(
@@ -404,7 +405,7 @@ def scheduling_actions(s: Scheduling, t: Thresholds) -> list[Action]:
                     **evidence,
                 )
             )
-        elif found:
+        else:
             out.append(
                 action(
                     "consolidate",
@@ -443,7 +444,7 @@ def scheduling_actions(s: Scheduling, t: Thresholds) -> list[Action]:
             action(
                 "re_pool",
                 namespace,
-                owner,
+                f"{namespace}/{owner}",
                 f"run {owner} on pool {meant} (its kind, {pods[0].kind}, belongs "
                 f"there): a node selector and its pool's tolerations",
                 model,
@@ -477,7 +478,8 @@ def _capacity_says(load: EngineLoad, t: Thresholds) -> str:
 def pack(verdicts: list[Verdict], actions: list[Action], prices: dict[str, float]) -> list[Packed]:
     """Each model's GPUs after the plan: the actions' needs, and the whole GPUs of every unit no action
     changes, packed first-fit decreasing onto the GPUs of the model."""
-    changed = {unit for a in actions for unit in a.units}
+    # The cluster's actions move pods or change settings; the GPUs their pods need stay as they are.
+    changed = {unit for a in actions if a.action not in SCHEDULING_CONFIDENCE for unit in a.units}
     needs = [n for a in actions for n in a.needs]
     needs += [n for v in verdicts if v.unit not in changed for n in kept(v)]
     present: dict[str, set[tuple[str, str]]] = defaultdict(set)

@@ -246,12 +246,11 @@ def _cluster(s: Scheduling, width: int) -> RenderableType:
     """The cluster's share: per pool, its free GPU-hours, those stranded while pods waited and those nobody
     waited for; the pods that waited and why; pods on a pool not meant for them; namespaces with no GPU quota;
     what kube-state-metrics did not say. A table a part from WIDE_COLUMNS, else a block a row."""
-    parts: list[RenderableType] = [
-        Text(
-            f"The cluster's share: GPUs free while pods waited for them (kube-state-metrics, every "
-            f"{duration(s.step)}; in full: --format json or html)"
-        )
-    ]
+    title = (
+        f"The cluster's share: GPUs free while pods waited for them (kube-state-metrics, every "
+        f"{duration(s.step)}; in full: --format json or html)"
+    )
+    parts: list[RenderableType] = [Text(textwrap.fill(title, width))]
     headers = ["nodes", "GPUs", "free GPU-h", "stranded GPU-h", "stranded $", "nobody waited GPU-h"]
     rows = [
         [
@@ -267,7 +266,9 @@ def _cluster(s: Scheduling, width: int) -> RenderableType:
     if width >= WIDE_COLUMNS:
         fixed = [_figures([r[k] for r in rows], h) for k, h in enumerate(headers)]
         table = Table(box=box.SIMPLE_HEAD, title_justify="left")
-        table.add_column("pool / GPU model", width=min(max(len(p.name) for p in s.pools), POD_COLUMN), overflow="fold")
+        table.add_column(
+            "pool / GPU model", width=min(max((len(p.name) for p in s.pools), default=16), POD_COLUMN), overflow="fold"
+        )
         for header, w in zip(headers, fixed, strict=True):
             table.add_column(header, width=w, no_wrap=True, justify="right")
         for p, row in zip(s.pools, rows, strict=True):
@@ -282,9 +283,10 @@ def _cluster(s: Scheduling, width: int) -> RenderableType:
         lines.append("Pods that waited for GPUs, longest first:")
     for waited in s.pending:
         until = "still waiting" if waited.scheduled_at is None else "then scheduled"
+        asked = f"{gpu_count(waited.gpus)} GPU{'' if waited.gpus == 1 else 's'}"
         lines.append(
-            f"- {waited.namespace}/{waited.pod} asked {waited.gpus:g} GPUs, waited {duration(waited.waited_seconds)} "
-            f"({until}): {waited.reason}, {REASON_TEXT[waited.reason]}; {waited.evidence}"
+            f"- {waited.namespace}/{waited.pod} asked {asked}, waited {duration(waited.waited_seconds)} ({until}): "
+            f"{waited.reason}, {REASON_TEXT[waited.reason]}; {waited.evidence}"
         )
     for m in s.misplaced:
         lines.append(

@@ -14,6 +14,7 @@ import sys
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from gpulens.analyzer.cluster import WAITING, ClusterHistory, Node, PodTrack, Run
 from gpulens.analyzer.frame import format_timestamp
@@ -21,6 +22,7 @@ from gpulens.analyzer.kinds import Pools, WorkloadKind
 from gpulens.analyzer.owners import Owner
 from gpulens.analyzer.plan import Use, make_plan
 from gpulens.analyzer.scheduling import judge
+from gpulens.analyzer.terminal import _cluster
 from gpulens.core.thresholds import Thresholds
 from tests import cluster_history as cluster
 from tests.helpers import BackfilledPrometheus
@@ -129,6 +131,10 @@ def test_the_consolidation_frees_a_node_for_the_pod_that_waited(answer):
         "8 GPUs free for research/train-big-0, which waited 2 h 1 min"
     )
     assert action["confidence"] == 0.6  # four hours of history: capped until a week is seen
+    # The pods moved still need their GPUs: packed, the pods hold t1's GPUs 0-5, t2's 0-7 (trainer-c's, then
+    # train-big-0's), t3's 0-4 and t4's 0-4: 24 of the 32 A100s, so the plan frees 8 (a node), not more.
+    [a100] = [p for p in answer["plan_summary"]["fleet"] if p["gpu_model"] == "NVIDIA A100-SXM4-80GB"]
+    assert (a100["gpus_needed"], a100["gpus_freed"], a100["nodes_freed"]) == (24, 8, 1)
 
 
 def test_a_serving_pod_on_the_training_pool_is_moved_to_its_own(answer):
@@ -141,7 +147,7 @@ def test_a_serving_pod_on_the_training_pool_is_moved_to_its_own(answer):
     )
     assert misplaced["seconds"] == misplaced["room_seconds"] == 240 * STEP  # inference had 4 free all along
     [action] = [a for a in answer["plan"] if a["action"] == "re_pool"]
-    assert (action["owner"], action["saving_usd_span"]) == ("Deployment/chat", 4 * 2.50)
+    assert (action["owner"], action["saving_usd_span"]) == ("serve/Deployment/chat", 4 * 2.50)
 
 
 def test_namespaces_without_a_gpu_quota_are_named_and_the_one_that_took_the_cluster_first(answer):
@@ -218,8 +224,8 @@ def history(
     cordoned: set[str] = frozenset(),
     wants: dict[str, tuple[str, str]] | None = None,
 ) -> ClusterHistory:
-    alloc = np.array([[gpus] * steps for _, _, gpus in nodes], dtype=float)
-    cordon = np.array([[name in cordoned] * steps for name, _, _ in nodes], dtype=bool)
+    alloc = np.array([[gpus] * steps for _, _, gpus in nodes], dtype=float).reshape(len(nodes), steps)
+    cordon = np.array([[name in cordoned] * steps for name, _, _ in nodes], dtype=bool).reshape(len(nodes), steps)
     tracks = {}
     for key, runs in pods.items():
         pool, model = (wants or {}).get(key[1], ("", ""))
@@ -282,3 +288,33 @@ def test_a_wait_with_room_is_not_blamed_on_gpus():
     owners = {("ns", "w"): Owner("Job", "w", "", WorkloadKind("job"))}
     [w] = judge(h, owners, Thresholds(), Pools("", {"job": "p"})).pending
     assert w.reason == "room" and w.evidence == "at 1970-01-01T00:00:00Z a node had 8 GPUs free >= the 2 asked"
+
+
+def test_fragmentation_no_move_can_mend_asks_for_bin_packing_at_once():
+    """One spell, but each node's pod (3 GPUs) fits nowhere else (1 free there): no consolidation, bin-pack."""
+    runs = {
+        ("ns", "x"): [Run(0, 19, 0, 3)],
+        ("ns", "y"): [Run(0, 19, 1, 3)],
+        ("ns", "w"): [Run(0, 9, WAITING, 2)],
+    }
+    t = Thresholds()
+    s = judge(history([("a", "p", 4), ("b", "p", 4)], runs), {}, t)
+    assert [w.reason for w in s.pending] == ["fragmented"] and s.consolidations == []
+    plan = make_plan([], Use.over(0, 20 * 60, 60, t), t, scheduling=s)
+    assert sorted(a.action for a in plan.actions) == ["add_quota", "bin_pack"]
+    [action] = [a for a in plan.actions if a.action == "bin_pack"]
+    assert action.units == [] and "; now:" not in action.what
+    assert action.saving_usd_span == round(10 * 2 / 60 * 0.80, 2)  # 10 steps of 2 free L4s
+
+
+def test_pods_that_wait_in_a_cluster_with_no_gpu_node_are_said_without_a_crash():
+    h = history([], {("ns", "w"): [Run(0, 9, WAITING, 1)]})
+    s = judge(h, {}, Thresholds())
+    assert [(w.reason, w.judged_against) for w in s.pending] == [("no_node", "every GPU node")]
+    assert s.pools == []
+    out = io.StringIO()
+    Console(file=out, width=80).print(_cluster(s, 80))
+    text = out.getvalue()
+    assert all(line == line.rstrip() for line in text.splitlines())
+    said = "- ns/w asked 1 GPU, waited 10 min (still waiting): no_node, no node of its pool or model;"
+    assert said in " ".join(text.split())
