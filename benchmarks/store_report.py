@@ -6,7 +6,9 @@ Run: .venv/bin/python benchmarks/store_report.py [--gpus 1000] [--hours 24] [--d
 A day of 1,000 GPUs at dcgm-exporter's 30 s interval: ten series a GPU (the default counter set's
 utilization, memory used and free, power, temperature, SM and memory clocks, and the graphics, tensor and
 DRAM activity of its profiling fields), about 29 million samples, with the labels the GPU Operator's
-ServiceMonitor gives them (exported_pod) and kube-state-metrics' owners (ten replicas a Deployment). They
+ServiceMonitor gives them (exported_pod), and kube-state-metrics' owners (ten replicas a Deployment), each
+node's allocatable GPUs, each pod's GPU request and phase (Pending and Running: the phases the report asks
+for), and a pod of every hundredth Deployment waiting for 8 GPUs all day (the cluster's share). They
 are written as OpenMetrics, backfilled with `promtool tsdb create-blocks-from openmetrics` into a real
 Prometheus (Debian's), and read back:
 - bare: every range and instant query the report made, sent again with requests and decoded with orjson,
@@ -27,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -133,6 +136,8 @@ def write_openmetrics(path: Path, gpus: int, hours: float, seed: int = 0) -> int
             )
             out.writelines(f"kube_pod_owner{{{labels}}} 1 {t}\n" for t in times)
             samples += steps
+        _cluster(out, gpus, pods, times)
+        samples += steps * (gpus // GPUS_PER_NODE + 3 * len(pods) + 4 * len(_waiting(gpus)))
         out.write("# TYPE kube_replicaset_owner gauge\n")
         for deployment in sorted({g // REPLICAS_PER_DEPLOYMENT for g in pods}):
             labels = (
@@ -143,6 +148,43 @@ def write_openmetrics(path: Path, gpus: int, hours: float, seed: int = 0) -> int
             samples += steps
         out.write("# EOF\n")
     return samples
+
+
+def _waiting(gpus: int) -> list[int]:
+    """The Deployments (every hundredth) with a replica waiting all day for 8 GPUs."""
+    return list(range(0, gpus // REPLICAS_PER_DEPLOYMENT, 100))
+
+
+def _cluster(out: TextIO, gpus: int, pods: list[int], times: list[str]) -> None:
+    """kube-state-metrics' GPU series: each node's allocatable GPUs, each pod's request and phase, and the
+    waiting pods (no node, Pending, created at the start)."""
+    ksm = 'job="kube-state-metrics"'
+    out.write("# TYPE kube_node_status_allocatable gauge\n")
+    for node in range(gpus // GPUS_PER_NODE):
+        labels = f'node="gpu-node-{node:04d}",resource="nvidia_com_gpu",unit="integer",{ksm}'
+        out.writelines(f"kube_node_status_allocatable{{{labels}}} {GPUS_PER_NODE} {t}\n" for t in times)
+    out.write("# TYPE kube_pod_container_resource_requests gauge\n")
+    waiting = [(_namespace(d), f"{_replicaset(d)}-wait{d:04d}") for d in _waiting(gpus)]
+    for g in pods:
+        labels = (
+            f'namespace="{_namespace(g // REPLICAS_PER_DEPLOYMENT)}",pod="{_pod(g)}",container="main",'
+            f'node="gpu-node-{g // GPUS_PER_NODE:04d}",resource="nvidia_com_gpu",unit="integer",{ksm}'
+        )
+        out.writelines(f"kube_pod_container_resource_requests{{{labels}}} 1 {t}\n" for t in times)
+    for namespace, pod in waiting:
+        labels = f'namespace="{namespace}",pod="{pod}",container="main",resource="nvidia_com_gpu",unit="integer",{ksm}'
+        out.writelines(f"kube_pod_container_resource_requests{{{labels}}} 8 {t}\n" for t in times)
+    out.write("# TYPE kube_pod_status_phase gauge\n")
+    running = [(_namespace(g // REPLICAS_PER_DEPLOYMENT), _pod(g)) for g in pods]
+    for phases, members in (({"Running": 1, "Pending": 0}, running), ({"Running": 0, "Pending": 1}, waiting)):
+        for namespace, pod in members:
+            for phase, value in phases.items():
+                labels = f'namespace="{namespace}",pod="{pod}",phase="{phase}",{ksm}'
+                out.writelines(f"kube_pod_status_phase{{{labels}}} {value} {t}\n" for t in times)
+    out.write("# TYPE kube_pod_created gauge\n")
+    for namespace, pod in waiting:
+        labels = f'namespace="{namespace}",pod="{pod}",{ksm}'
+        out.writelines(f"kube_pod_created{{{labels}}} {START} {t}\n" for t in times)
 
 
 def backfill(promtool: str, work: Path, tsdb: Path, gpus: int, hours: float) -> int:
@@ -169,6 +211,7 @@ def backfill(promtool: str, work: Path, tsdb: Path, gpus: int, hours: float) -> 
 def run_report(url: str, hours: float, queries_out: str) -> dict:
     """The report in this process, its queries written to `queries_out`: seconds, bytes, verdicts, peak RSS."""
     from gpulens.analyzer import span
+    from gpulens.analyzer.cli import _scheduling
     from gpulens.analyzer.owners import OwnerReader
     from gpulens.analyzer.series import SeriesReader
     from gpulens.analyzer.store import Store
@@ -177,23 +220,29 @@ def run_report(url: str, hours: float, queries_out: str) -> dict:
     asked: list[tuple[str, dict]] = []
 
     class Recorded(Store):
-        def _api(self, endpoint: str, params: dict[str, str], what: str = "") -> list:
+        def _api(self, endpoint: str, params: dict[str, str], what: str = "", kind: str = "") -> list:
             asked.append((endpoint, params))
-            return super()._api(endpoint, params, what)
+            return super()._api(endpoint, params, what, kind)
 
     started = time.perf_counter()
     store = Recorded(url, timeout=300)
     reader = SeriesReader(store, STEP)
     end = START + hours * 3600 - STEP
+    # As `gpulens report` does: the scrape interval read first (it sets how old a sample may be and still
+    # stand), the cluster's share after the verdicts.
+    reader.scrape_interval(end, min(end - START, 3600.0))
     progress: list[span.Progress] = []
     the_span = span.Span.aligned(START, end, STEP)
-    verdicts = span.report(reader, the_span, Thresholds(), on_progress=progress.append, owners=OwnerReader(store))
+    owners = OwnerReader(store)
+    verdicts = span.report(reader, the_span, Thresholds(), on_progress=progress.append, owners=owners)
+    cluster = _scheduling(argparse.Namespace(analysis_config=""), store, owners, the_span, verdicts, Thresholds(), {})
     seconds = time.perf_counter() - started
     Path(queries_out).write_text(json.dumps(asked))
     return {
         "seconds": seconds,
         "bytes": store.read_bytes,
         "verdicts": len(verdicts),
+        "pods_waited": len(cluster.pending) if cluster else 0,
         "workloads": len({v.workload for v in verdicts}),
         "queries": len(asked),
         "pieces": progress[-1].pieces_done,
@@ -248,7 +297,7 @@ def main() -> int:
         return 2
     with tempfile.TemporaryDirectory() as scratch:
         work = Path(args.data or scratch)
-        tsdb = work / f"tsdb-{args.gpus}-{args.hours:g}h"
+        tsdb = work / f"tsdb-{args.gpus}-{args.hours:g}h-cluster"
         samples = backfill(promtool, work, tsdb, args.gpus, args.hours)
         from tests.helpers import free_port, wait_until
 
@@ -315,6 +364,7 @@ def main() -> int:
         "queries": measured["queries"],
         "verdicts": measured["verdicts"],
         "workloads": measured["workloads"],
+        "pods_waited": measured["pods_waited"],
         "seconds_per_gpu_day": rate,
     }
     results.save(args.name, figures)
