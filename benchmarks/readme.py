@@ -275,13 +275,15 @@ def _report_store(document: dict) -> list[str]:
     out = [
         f"**A report from Prometheus** (`benchmarks/store_report.py`): {f['gpus']:,} GPUs x {f['hours']:g} h of "
         f"dcgm-exporter series at {f['step_s']} s ({f['samples']:,} samples, the GPU Operator's labels, "
-        "kube-state-metrics' owners), backfilled with promtool into Debian's Prometheus and read back, against a "
-        "bare transfer of the same queries (HTTP and orjson alone). " + _machine(document),
+        "kube-state-metrics' owners, GPU requests, phases and nodes, "
+        f"{f.get('pods_waited', 0)} pods waiting for GPUs), backfilled with promtool into Debian's Prometheus and "
+        "read back, against a bare transfer of the same queries (HTTP and orjson alone). " + _machine(document),
         "",
         "| | seconds | ratio |",
         "| --- | ---: | ---: |",
         f"| bare: the report's {f['queries']} queries, HTTP and JSON decoding only | {f['bare_s']:.1f} | 1.00 |",
-        f"| `gpulens report --prometheus`: reading in pieces, owners, judging | {f['report_s']:.1f} | {ratio:.2f} |",
+        "| `gpulens report --prometheus`: reading in pieces, owners, judging, the cluster's share | "
+        f"{f['report_s']:.1f} | {ratio:.2f} |",
         "",
         f"Peak resident memory {f['report_peak_rss_mib']:,.0f} MiB, reading the span in {f['pieces']} pieces, the "
         f"largest {f['largest_piece_rows']:,} rows: a piece holds at most {f['piece_rows_limit']:,} GPU-steps (and "
