@@ -25,8 +25,8 @@ from gpulens.analyzer.scheduling import judge
 from gpulens.analyzer.terminal import _cluster
 from gpulens.core.thresholds import Thresholds
 from tests import cluster_history as cluster
-from tests.helpers import BackfilledPrometheus
-from tests.store_history import families_openmetrics
+from tests.helpers import BackfilledPrometheus, VictoriaMetrics
+from tests.store_history import families_openmetrics, families_prometheus_text
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 START, STEP = cluster.START, cluster.STEP
@@ -212,6 +212,20 @@ def test_the_cluster_in_every_format(store, answer):
     assert np.mean(heights) / 100 * 32 * 240 * STEP == pytest.approx(
         answer["cluster"]["pools"][0]["free_gpu_seconds"], rel=0.01
     )
+
+
+def test_victoria_metrics_holding_the_same_cluster_gives_the_same_answer(store, answer, tmp_path):
+    """The same samples imported into a real VictoriaMetrics (MetricsQL's timestamp() and lookback are its
+    own): every figure of the cluster's share, and the freed GPUs, as from Prometheus."""
+    victoria = VictoriaMetrics(tmp_path)
+    try:
+        victoria.load(families_prometheus_text(cluster.families()))
+        same = json.loads(report((victoria.url, store[1]), "--format", "json").stdout)
+    finally:
+        victoria.stop()
+    assert same["cluster"] == answer["cluster"]
+    freed = sorted((v["gpus"][0], v["bottleneck"]) for v in same["verdicts"] if not v["pod"])
+    assert freed == sorted((v["gpus"][0], v["bottleneck"]) for v in answer["verdicts"] if not v["pod"])
 
 
 # --- the reasons of a wait, on clusters built in memory ----------------------------------------------------
