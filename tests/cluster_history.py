@@ -13,10 +13,11 @@ Pool `inference` (NVIDIA-L4): two nodes of 4. Steps 0-239, START + i minutes:
     i1    serve/chat-7d9f8-q8z2m (1)                           3
     i2    -                                                    4
 
-research/train-big-0 (a Job's pod, 8 GPUs) is created at step 30 and waits to step 150: 10 GPUs free in
-training on four nodes (3 + 3 + 2 + 2), none with 8. research/train-huge-0 asks 16 from step 60 to the end:
-no node offers 16. The chat replica on t4 is a Deployment's (serving) on the training pool while inference
-has room. research has a GPU quota (24); ml and serve have none.
+research/train-big-0 (a Job's pod, 8 GPUs, its node selector naming pool and model) is created at step 30
+and waits to step 150: 10 GPUs free in training on four nodes (3 + 3 + 2 + 2), none with 8.
+research/train-huge-0 asks 16 from step 60 to the end: no node offers 16. The chat replica on t4 is a
+Deployment's (serving) on the training pool while inference has room. research has a GPU quota (24); ml and
+serve have none.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ def kube_state_metrics() -> Families:
             add("kube_pod_created", ids, i, pod.created if pod.created is not None else START - 3600)
             owner = {**ids, "owner_kind": kind, "owner_name": name, "owner_is_controller": "true"}
             add("kube_pod_owner", owner, i, 1)
+            if pod.pod == "train-big-0":  # its node selector (kube_pod_nodeselectors, opt-in): pool and model
+                selectors = {"nodeselector_node_pool": "training", "nodeselector_nvidia_com_gpu_product": TRAINING}
+                add("kube_pod_nodeselectors", {**ids, **selectors}, i, 1)
     for i in range(STEPS):
         add(
             "kube_replicaset_owner",

@@ -80,7 +80,10 @@ def test_each_pod_that_waited_says_how_long_and_why(answer):
     assert big["waited_seconds"] == 121 * STEP
     assert big["waiting_since"] == format_timestamp(START + 30 * STEP)
     assert big["scheduled_at"] == format_timestamp(START + 151 * STEP)
-    assert big["judged_against"] == "pool training"  # a Job's pod, and the settings mean jobs for training
+    assert big["judged_against"] == "pool training, model NVIDIA-A100-SXM4-80GB"  # its node selector
+    # train-huge-0 has none: a Job's pod, and the settings mean jobs for the training pool.
+    assert pending["train-huge-0"]["judged_against"] == "pool training"
+    assert answer["cluster"]["missing"] == []  # node-pool is exported, and kube_pod_nodeselectors
     # Steps 30-149: 10 free on four nodes, the largest 3; step 150: trainer-c Succeeded, t2 has 8 free.
     assert big["reason"] == "fragmented"
     assert big["reason_shares"] == {"fragmented": round(120 / 121, 4), "room": round(1 / 121, 4)}
