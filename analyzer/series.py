@@ -474,11 +474,12 @@ class SeriesReader:
     def scrape_interval(self, at: float, lookback: float) -> float | None:
         """Seconds between the samples the store holds of a GPU in the `lookback` seconds to `at` (the median
         gap between one GPU's raw samples: gpulens' series, else dcgm-exporter's), to a tenth of a second; None
-        where it holds none. Each family's interval is kept (`intervals`): a GPU's pod, and dcgm-exporter's
-        values (whose series carry the pod's labels, so a pod's last values linger beside the next series'),
-        are read only from samples at most IDENTITY_FRESH intervals old, so that a pod gone from a store
-        that holds no staleness marker (backfilled history) is not carried for its lookback. A few small
-        queries a family: one GPU is found, then its samples read."""
+        where it holds none. Each family's interval is kept (`intervals`): a GPU's pod is read only from
+        identity samples at most IDENTITY_FRESH intervals old, so that a pod gone from a store that holds no
+        staleness marker (backfilled history) is not carried for its lookback. (Values are not filtered so: it
+        would triple Prometheus' cost of every value query, benchmarks/store_report.py; dcgm-exporter's, which
+        carry the pod, give way to the next pod's series instead.) A few small queries a family: one GPU is
+        found, then its samples read."""
         window = f"{max(lookback, 60.0):.0f}s"
         for family, expr in zip(("gpulens", "dcgm"), self.looked_for(), strict=True):
             found = self.store.query(f"topk(1, last_over_time({expr}[{window}]))", at)
@@ -600,11 +601,10 @@ class SeriesReader:
         # the newer pod does in the identity.
         held_by = ", ".join(n for names in mixin.DCGM_POD_LABELS.values() for n in names)
         for column, source in mixin.dcgm_columns().items():
-            selector = self._fresh("dcgm", source.selector(self._matchers("dcgm")))
             ask(
                 "dcgm",
                 column,
-                f"max by ({by}, {held_by}) ({selector}) * {source.scale!r}",
+                f"max by ({by}, {held_by}) ({source.selector(self._matchers('dcgm'))}) * {source.scale!r}",
                 partial(self._add_newest_last, gpus, column),
                 self._series_per_gpu(column),
             )
