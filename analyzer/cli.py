@@ -797,7 +797,7 @@ def run_service(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry
 
-    from gpulens.analyzer.kinds import load_rules
+    from gpulens.analyzer.kinds import load_pools, load_rules
     from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput, Shard
     from gpulens.analyzer.livepage import LivePage
     from gpulens.analyzer.series import MAX_READ_PARTS
@@ -842,6 +842,7 @@ def run_service(args: argparse.Namespace) -> int:
                 rules=load_rules(args.analysis_config),
                 state_file=args.state_file,
                 parts=args.read_parts,
+                pools=load_pools(args.analysis_config),
             )
         else:
             source = ExporterInput(ExporterInput.parse_targets(args.exporters), args.window, args.scrape_interval)

@@ -28,9 +28,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer import frame as fr
 from gpulens.analyzer import state
+from gpulens.analyzer.cluster import ClusterReader
 from gpulens.analyzer.engines import EngineLoad, read_engine_loads
-from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodKey
+from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodKey, Pools
 from gpulens.analyzer.owners import Owner, OwnerReader
+from gpulens.analyzer.scheduling import Scheduling, judge
 from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Window, instances_matcher
 from gpulens.analyzer.store import (
     MAX_ANSWER_BYTES,
@@ -48,6 +50,7 @@ from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND, Totals
 from gpulens.core.config import ConfigError, redact
 from gpulens.core.mixin import MixinConfig
 from gpulens.core.status import LoopGuard, ProblemLog
+from gpulens.core.thresholds import Thresholds
 from gpulens.core.topology import GROUPS, Pair
 
 log = logging.getLogger(__name__)
@@ -141,6 +144,11 @@ class AnalyzerInput(Protocol):
     def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
         """What each serving pod's engine counted over the last `history` seconds (analyzer/engines.py),
         where the store holds its metrics, else empty."""
+        ...
+
+    def cluster(self, t: Thresholds, prices: dict[str, float]) -> Scheduling | None:
+        """The cluster's share over the window (analyzer/scheduling.py) where kube-state-metrics says which
+        pods ask GPUs, else None."""
         ...
 
 
@@ -313,6 +321,9 @@ class ExporterInput:
     def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
         return {}  # the engines are scraped into a store, not read here
 
+    def cluster(self, t: Thresholds, prices: dict[str, float]) -> Scheduling | None:
+        return None  # kube-state-metrics is scraped into a store, not read here
+
 
 #: Points (a GPU's value at a step) a cycle reads of the steps before its newest while its window is not
 #: whole yet. A replica's first cycle reads only the newest eighth of its window, so that it serves verdicts
@@ -328,6 +339,8 @@ OWNER_REFRESH_SECONDS = 300.0
 #: OpenCost's (and Kubecost's) metric: hourly cost per GPU on the node, labelled `node`.
 OPENCOST_GPU_PRICE = "node_gpu_hourly_cost"
 PRICE_REFRESH_SECONDS = 300.0
+#: How often the live input reads the cluster's nodes, GPU requests and waits again.
+CLUSTER_REFRESH_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -375,6 +388,7 @@ class PrometheusInput:
         state_file: str = "",
         parts: int = READ_PARTS,
         rules: Sequence[KindRule] = DEFAULT_RULES,
+        pools: Pools | None = None,
     ):
         self.store = Store(url, auth, timeout, retries=1)
         self.checks = ValueChecks(self.store.name)
@@ -396,6 +410,11 @@ class PrometheusInput:
         self._owners_read_at = -math.inf
         self._engines: dict[PodKey, EngineLoad] = {}
         self._engines_read_at = -math.inf
+        #: Where each kind of workload belongs (--analysis.config's pools), and the cluster last read.
+        self.pools = pools or Pools()
+        self._cluster_reader = ClusterReader(self.store, self.pools.label)
+        self._cluster: Scheduling | None = None
+        self._cluster_read_at = -math.inf
         self._status = TargetStatus()
         #: The window held between cycles; None: the next cycle reads it whole.
         self._held: Window | None = None
@@ -482,6 +501,26 @@ class PrometheusInput:
             log.warning("cannot read the pods' owners from kube-state-metrics, keeping the last ones: %s", e)
         self._owners_read_at = time.monotonic()
         return self._owners
+
+    def cluster(self, t: Thresholds, prices: dict[str, float]) -> Scheduling | None:
+        """The cluster's share over the window, read every CLUSTER_REFRESH_SECONDS (kube-state-metrics
+        changes at a pod's pace, not a scrape's); a failed read keeps the last one. The cluster is one
+        whatever the shards: shard 0 alone reads it, so that its series are not repeated by every replica."""
+        if self.shard is not None and self.shard.index != 0:
+            return None
+        if time.monotonic() - self._cluster_read_at < CLUSTER_REFRESH_SECONDS:
+            return self._cluster
+        end = math.floor(self.clock() / self.step) * self.step
+        try:
+            before = self.store.read_bytes
+            history = self._cluster_reader.read(end - self.window, end, self.step)
+            said = self._owner_reader.read(history.pods, end, self.window) if history.pods else {}
+            self._cluster = judge(history, said, t, self.pools, prices) if history.pods else None
+            self._status.read_bytes += self.store.read_bytes - before
+        except (StoreError, KeyError, TypeError, ValueError) as e:
+            log.warning("cannot read the cluster from kube-state-metrics, keeping the last reading: %s", e)
+        self._cluster_read_at = time.monotonic()
+        return self._cluster
 
     def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
         """What each serving pod's engine counted over the last `history` seconds, read every

@@ -154,6 +154,31 @@ class QuotaGap:
     dominant_share: float
 
 
+@dataclass(frozen=True)
+class PoolNow:
+    """A pool of one GPU model at the span's last step: GPUs free, the most free on one node, and those free
+    while a pod that could use them waits for a block none has (stranded)."""
+
+    pool: str
+    gpu_model: str
+    free_gpus: float
+    largest_free_gpus: float
+    stranded_gpus: float
+
+
+@dataclass(frozen=True)
+class WaitingNow:
+    """The pods waiting at the span's last step for a pool and model (as each was judged: "" where it names
+    none), by the reason of that step: how many, the GPUs they ask, and the longest any has waited."""
+
+    pool: str
+    gpu_model: str
+    reason: str
+    pods: int
+    gpus: float
+    longest_seconds: float
+
+
 @dataclass
 class Scheduling:
     """The cluster's judgement over a span."""
@@ -174,6 +199,9 @@ class Scheduling:
     timelines: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     #: Per node, its free GPU-seconds and the part of them no pod waited for.
     node_free: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: The cluster at the span's last step (the live analyzer's metrics).
+    pools_now: list[PoolNow] = field(default_factory=list)
+    waiting_now: list[WaitingNow] = field(default_factory=list)
 
     @property
     def stranded_gpu_seconds(self) -> float:
@@ -252,6 +280,7 @@ def judge(
 
     pending: list[Pending] = []
     consolidations: list[Consolidation] = []
+    waiting_now: dict[tuple[str, str, str], tuple[int, float, float]] = {}
     for track in sorted(history.pods.values(), key=lambda tr: tr.key):
         waits = [r for r in track.runs if r.node == WAITING]
         if not waits:
@@ -272,6 +301,17 @@ def judge(
         stranded[np.ix_(mask, fragmented)] = True
         waited_for[np.ix_(mask, index)] = True
         asked[np.ix_(mask, index)] += gpus
+        if waits[-1].last == steps - 1:  # waiting now: since its creation where it waited from the start
+            since = history.time_of(waits[-1].first)
+            if waits[-1].first == 0 and track.created is not None:
+                since = min(since, track.created)
+            now_key = (pool, model_name(model), str(reasons[-1]))
+            pods_now, gpus_now, longest = waiting_now.get(now_key, (0, 0.0, 0.0))
+            waiting_now[now_key] = (
+                pods_now + 1,
+                gpus_now + float(gpus[-1]),
+                max(longest, history.time_of(steps - 1) - since),
+            )
         waited = len(index) * step
         if waited < t.schedule_pending_seconds:
             continue
@@ -354,6 +394,17 @@ def judge(
             n.name: (float(free[i].sum() * step), float(free[i][~waited_for[i]].sum() * step))
             for i, n in enumerate(nodes)
         },
+        [
+            PoolNow(
+                pool,
+                model,
+                float(free[members, -1].sum()),
+                float(free[members, -1].max(initial=0.0)),
+                float(free[members, -1][stranded[members, -1]].sum()),
+            )
+            for (pool, model), members in sorted(groups.items())
+        ],
+        [WaitingNow(*key, *figures) for key, figures in sorted(waiting_now.items())],
     )
 
 

@@ -35,6 +35,7 @@ from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.live import AnalyzerInput, InputError
 from gpulens.analyzer.plan import Plan, Use, make_plan
 from gpulens.analyzer.report import RollingTimelines, unit_samples
+from gpulens.analyzer.scheduling import Scheduling
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES, WASTEFUL
 from gpulens.core.config import finite_json
@@ -89,6 +90,8 @@ class State:
     #: Pods whose samples stopped while others' went on (their node stopped reporting, or they ended):
     #: their verdicts describe the past, so they are served as stale, not as current.
     stale: frozenset[Unit] = frozenset()
+    #: The cluster's share over the window (kube-state-metrics), where the input reads it.
+    scheduling: Scheduling | None = None
 
 
 @dataclass(frozen=True)
@@ -241,6 +244,7 @@ class AnalyzerService:
                 workload_seconds,
                 workload_cost,
                 stale,
+                self.source.cluster(self.thresholds, self.prices),
             )
 
     def _newly_seen(self, frame: pd.DataFrame, ts: np.ndarray, keys: UnitKeys | None) -> dict[str, int]:
@@ -456,6 +460,17 @@ class AnalyzerService:
         for workload, seconds in sorted(state.workload_seconds.items()):
             out.add(m.WORKLOAD_WASTED_GPU_SECONDS, workload, seconds)
             out.add(m.WORKLOAD_WASTED_COST, workload, state.workload_cost[workload])
+        if state.scheduling is not None:
+            for pool in state.scheduling.pools_now:
+                labels = (pool.pool, pool.gpu_model)
+                out.add(m.CLUSTER_FREE_GPUS, labels, pool.free_gpus)
+                out.add(m.CLUSTER_LARGEST_FREE_GPUS, labels, pool.largest_free_gpus)
+                out.add(m.CLUSTER_STRANDED_GPUS, labels, pool.stranded_gpus)
+            for waiting in state.scheduling.waiting_now:
+                why = (waiting.pool, waiting.gpu_model, waiting.reason)
+                out.add(m.CLUSTER_WAITING_PODS, why, waiting.pods)
+                out.add(m.CLUSTER_WAITING_GPUS, why, waiting.gpus)
+                out.add(m.CLUSTER_WAITING_LONGEST, why, waiting.longest_seconds)
         age = self.age()
         if state.produced_at is not None and age is not None:
             out.add(m.ANALYZER_LAST_SUCCESS, (), state.produced_at)

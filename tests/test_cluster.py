@@ -231,6 +231,52 @@ def test_victoria_metrics_holding_the_same_cluster_gives_the_same_answer(store, 
     assert freed == sorted((v["gpus"][0], v["bottleneck"]) for v in answer["verdicts"] if not v["pod"])
 
 
+def test_the_live_analyzer_serves_the_cluster_as_it_is_now(store):
+    """At 01:40 (step 100): train-big-0 waits on fragmentation (created 00:30), train-huge-0 for a node of 16
+    (created 01:00); training has 10 GPUs free, 3 at most on a node, all stranded; inference 7, 4 on i2."""
+    from gpulens.analyzer.kinds import load_pools
+    from gpulens.analyzer.live import PrometheusInput
+    from gpulens.analyzer.service import AnalyzerService
+    from tests.helpers import samples
+
+    url, settings = store
+    now = START + 100 * STEP
+    source = PrometheusInput(
+        url,
+        600,
+        STEP,
+        selector='job="gpulens"',
+        dcgm_selector='job="none"',
+        clock=lambda: now,
+        pools=load_pools(settings),
+    )
+    service = AnalyzerService(source, Thresholds(), {}, interval=STEP, clock=lambda: now)
+    try:
+        assert service.cycle()
+        served = samples(service.render_text().decode())
+    finally:
+        source.close()
+
+    def of(name: str) -> dict[tuple[str, ...], float]:
+        return {
+            tuple(value for _, value in sorted(labels)): v
+            for (metric, labels), v in served.items()
+            if metric == f"gpulens_cluster_{name}"
+        }
+
+    a100, l4 = "NVIDIA A100-SXM4-80GB", "NVIDIA L4"
+    assert of("free_gpus") == {(a100, "training"): 10, (l4, "inference"): 7}
+    assert of("largest_free_gpus") == {(a100, "training"): 3, (l4, "inference"): 4}
+    assert of("stranded_gpus") == {(a100, "training"): 10, (l4, "inference"): 0}
+    # Labels sorted by name: gpu_model, pool, reason.
+    assert of("waiting_pods") == {(a100, "training", "fragmented"): 1, ("", "training", "too_large"): 1}
+    assert of("waiting_gpus") == {(a100, "training", "fragmented"): 8, ("", "training", "too_large"): 16}
+    assert of("waiting_longest_seconds") == {
+        (a100, "training", "fragmented"): (100 - 30) * STEP,
+        ("", "training", "too_large"): (100 - 60) * STEP,
+    }
+
+
 # --- the reasons of a wait, on clusters built in memory ----------------------------------------------------
 
 

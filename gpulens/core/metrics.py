@@ -891,6 +891,67 @@ PLAN_GPUS = _spec(
     labels=PLAN_LABELS + ("state",),
     group="analyzer",
 )
+#: The cluster's share (analyzer/scheduling.py, docs/cluster.md): by node pool and GPU model, and for the pods
+#: waiting, by the reason of their wait now. Bounded by pools x models x 5 reasons, not by pods.
+CLUSTER_LABELS = ("pool", "gpu_model")
+CLUSTER_FREE_GPUS = _spec(
+    "cluster_free_gpus",
+    "gauge",
+    "",
+    "GPUs free now on the pool's schedulable nodes: allocatable less the requests of their pods "
+    "(kube-state-metrics).",
+    "analyzer: kube_node_status_allocatable, kube_node_spec_unschedulable, kube_pod_container_resource_requests, "
+    "kube_pod_status_phase, kube_node_labels",
+    labels=CLUSTER_LABELS,
+    group="analyzer",
+)
+CLUSTER_LARGEST_FREE_GPUS = _spec(
+    "cluster_largest_free_gpus",
+    "gauge",
+    "",
+    "The most GPUs free now on one node of the pool: the largest pod it can start.",
+    "analyzer: as gpulens_cluster_free_gpus",
+    labels=CLUSTER_LABELS,
+    group="analyzer",
+)
+CLUSTER_STRANDED_GPUS = _spec(
+    "cluster_stranded_gpus",
+    "gauge",
+    "",
+    "GPUs free now in the pool while a pod that may use them waits for more than any one node has free "
+    "(fragmentation): enough in total, spread over nodes.",
+    "analyzer: as gpulens_cluster_free_gpus",
+    labels=CLUSTER_LABELS,
+    group="analyzer",
+)
+CLUSTER_WAITING_PODS = _spec(
+    "cluster_waiting_pods",
+    "gauge",
+    "",
+    "GPU pods waiting now for a node, by the pool and model they were judged against (empty where they name "
+    "none) and the reason of their wait now: fragmented, pool_full, too_large, no_node or room.",
+    "analyzer: kube_pod_container_resource_requests (no node), kube_pod_status_phase, kube_pod_nodeselectors",
+    labels=CLUSTER_LABELS + ("reason",),
+    group="analyzer",
+)
+CLUSTER_WAITING_GPUS = _spec(
+    "cluster_waiting_gpus",
+    "gauge",
+    "",
+    "GPUs the pods waiting now ask for (see gpulens_cluster_waiting_pods).",
+    "analyzer: as gpulens_cluster_waiting_pods",
+    labels=CLUSTER_LABELS + ("reason",),
+    group="analyzer",
+)
+CLUSTER_WAITING_LONGEST = _spec(
+    "cluster_waiting_longest_seconds",
+    "gauge",
+    "seconds",
+    "How long the longest-waiting of the pods waiting now has waited (since kube_pod_created).",
+    "analyzer: as gpulens_cluster_waiting_pods, with kube_pod_created",
+    labels=CLUSTER_LABELS + ("reason",),
+    group="analyzer",
+)
 ANALYZER_LAST_SUCCESS = _spec(
     "analyzer_last_success_timestamp_seconds",
     "gauge",
