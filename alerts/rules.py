@@ -131,7 +131,7 @@ def waste_annotation(c: MixinConfig, cause: str = "$labels.bottleneck") -> str:
 
 def alerts(c: MixinConfig) -> list[Alert]:
     """Every alert, in the order of the rule file and the runbooks, with the deployment's severities."""
-    out = [*_pod_alerts(c), *_gpu_alerts(c), *_exporter_alerts(c), *_analyzer_alerts(c)]
+    out = [*_pod_alerts(c), *_gpu_alerts(c), *_cluster_alerts(c), *_exporter_alerts(c), *_analyzer_alerts(c)]
     return [dataclasses.replace(a, severity=c.severities.get(a.name, a.severity)) for a in out]
 
 
@@ -460,6 +460,48 @@ recovery errors in {w} (DCGM's limits, dcgm_gpu_hardware_limits.h). The analyzer
 2. Cordon and drain the node; a GPU reset (`nvidia-smi -r`) or a reboot is usually needed.
 3. If it recurs, it is hardware (PCIe riser, power, the GPU itself): open a ticket with the vendor.""",
             _gpu_link(c, mixin.NODE_UP_PANEL),
+        ),
+    ]
+
+
+def _cluster_alerts(c: MixinConfig) -> list[Alert]:
+    """The cluster's share (the analyzer's gpulens_cluster_* series, docs/cluster.md): a pod that waits for
+    GPUs a pool has free in total but spread over nodes."""
+    t = c.thresholds
+    waited = duration_seconds(t.alert_waiting_for)
+    pool = "pool {{ $labels.pool }} ({{ $labels.gpu_model }})"
+    args = "$labels.pool $labels.gpu_model"
+
+    def now(name: str) -> str:
+        return _query_first(f"{metric(name)}{{{c.analyzer},pool=%q,gpu_model=%q}}", args, "value", "unknown")
+
+    return [
+        Alert(
+            "GpulensGpuPodWaitingWhileGpusFree",
+            f"max by (pool, gpu_model) ({metric('cluster_waiting_longest_seconds')}{{{c.analyzer},"
+            f'reason="fragmented"}}) > {waited:.0f}',
+            0,
+            "warning",
+            "cluster",
+            f"A pod has waited {{{{ $value | humanizeDuration }}}} for GPUs of {pool} while enough are free, "
+            "spread over nodes",
+            f"A GPU pod has waited {{{{ $value | humanizeDuration }}}} for {pool}: {now('cluster_stranded_gpus')} "
+            f"GPUs are free there in total, but no node has as many free as it asked (the most on one node: "
+            f"{now('cluster_largest_free_gpus')}). Moving a few pods frees a node for it; packing GPU pods onto "
+            "the fullest nodes keeps it from happening again.",
+            f"""A pod asking for GPUs has waited more than {_written(t.alert_waiting_for)} for a node, while its pool
+has enough GPUs free in total: they are spread over nodes, none with as many free as the pod asked. The GPUs
+are paid for and idle, and the job waits (the analyzer's `gpulens_cluster_stranded_gpus`).
+
+1. `gpulens report --prometheus URL --since 1d` names the pod, how long it waited, each node's free GPUs at
+   its worst moment, and the pods to move so that one node is free for it (the plan's `consolidate` action;
+   `bin_pack` where it recurs). Move them (delete the pods of a Deployment; a Job's pod restarts from its
+   checkpoint), or wait for pods to end.
+2. Keep it from recurring: score nodes with kube-scheduler's `NodeResourcesFit` `MostAllocated` strategy for
+   `nvidia.com/gpu` (docs/cluster.md), so GPU pods fill a node before starting another.
+3. If the pool's nodes are cordoned or their GPUs unhealthy, the free GPUs are not free: check
+   `kubectl describe node`.""",
+            mixin.dashboard_link(c, mixin.FLEET_DASHBOARD),
         ),
     ]
 

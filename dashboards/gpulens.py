@@ -373,6 +373,38 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             hide=("__name__",),
             links={"pod": pod_link},
         ),
+        s.row("The cluster's share: GPUs free while pods wait"),
+        s.timeseries(
+            "Free GPUs against GPUs waited for, by pool",
+            "Per node pool and GPU model (kube-state-metrics, judged by the analyzer: docs/cluster.md): the GPUs "
+            "free on schedulable nodes, those free while a pod that could use them waits for more than any one "
+            "node has free (stranded: fragmentation), and the GPUs the pods waiting for the pool ask for.",
+            [
+                target(f"sum by (pool, gpu_model) ({metric('cluster_free_gpus')}{{{CLUSTER}}})", "{{pool}} free"),
+                target(
+                    f"sum by (pool, gpu_model) ({metric('cluster_stranded_gpus')}{{{CLUSTER}}})", "{{pool}} stranded"
+                ),
+                target(f"sum by (pool) ({metric('cluster_waiting_gpus')}{{{CLUSTER}}})", "{{pool}} asked"),
+            ],
+            s.COUNT,
+            width=12,
+        ),
+        s.table(
+            "Pods waiting for GPUs, by pool and reason",
+            "The GPU pods waiting now for a node, by the pool and model they ask for and why: fragmented (enough "
+            "free, spread over nodes: consolidate, bin-pack), pool_full, too_large (no node holds the request), "
+            "no_node, room (a node had the GPUs: taints, affinity, CPU or memory held it). Longest wait in seconds.",
+            [
+                target(
+                    f"max by (pool, gpu_model, reason) ({metric('cluster_waiting_longest_seconds')}{{{CLUSTER}}})",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            s.SECONDS,
+            width=12,
+            hide=("__name__",),
+        ),
     ]
     return s.dashboard(
         uid,

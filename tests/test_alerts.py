@@ -816,7 +816,56 @@ FLAPPING_TESTS = {
     ],
 }
 
-ALL_TESTS = [POD_TESTS, GPU_TESTS, TARGET_TESTS, NOTHING_SCRAPED, DCGM_TESTS, FLAPPING_TESTS]
+POOL = 'pool="training",gpu_model="NVIDIA A100-SXM4-80GB"'
+#: The analyzer's cluster series: a pod waiting on a fragmented pool since 10 minutes before the test began
+#: (600 s, a minute more each minute), 10 GPUs free there with 3 at most on a node; and a pod no node can
+#: hold (too_large), waiting longer, which no free GPU would help: never paged.
+CLUSTER_TESTS = {
+    "interval": "1m",
+    "input_series": [
+        {
+            "series": f'gpulens_cluster_waiting_longest_seconds{{{ANALYZER},{POOL},reason="fragmented"}}',
+            "values": "600+60x30",
+        },
+        {
+            "series": f'gpulens_cluster_waiting_longest_seconds{{{ANALYZER},pool="training",gpu_model="",'
+            'reason="too_large"}',
+            "values": "3600+60x30",
+        },
+        {"series": f"gpulens_cluster_stranded_gpus{{{ANALYZER},{POOL}}}", "values": "10x30"},
+        {"series": f"gpulens_cluster_largest_free_gpus{{{ANALYZER},{POOL}}}", "values": "3x30"},
+    ],
+    "alert_rule_test": [
+        # At 5 minutes it has waited 900 s: not yet more than 15 minutes.
+        {"eval_time": "5m", "alertname": "GpulensGpuPodWaitingWhileGpusFree", "exp_alerts": []},
+        {
+            "eval_time": "10m",
+            "alertname": "GpulensGpuPodWaitingWhileGpusFree",
+            "exp_alerts": [
+                {
+                    "exp_labels": {
+                        "severity": "warning",
+                        "component": "cluster",
+                        "pool": "training",
+                        "gpu_model": "NVIDIA A100-SXM4-80GB",
+                    },
+                    "exp_annotations": annotations(
+                        "GpulensGpuPodWaitingWhileGpusFree",
+                        "A pod has waited 20m 0s for GPUs of pool training (NVIDIA A100-SXM4-80GB) while enough "
+                        "are free, spread over nodes",
+                        "A GPU pod has waited 20m 0s for pool training (NVIDIA A100-SXM4-80GB): 10 GPUs are free "
+                        "there in total, but no node has as many free as it asked (the most on one node: 3). Moving "
+                        "a few pods frees a node for it; packing GPU pods onto the fullest nodes keeps it from "
+                        "happening again.",
+                        FLEET_DASHBOARD,
+                    ),
+                }
+            ],
+        },
+    ],
+}
+
+ALL_TESTS = [POD_TESTS, GPU_TESTS, TARGET_TESTS, NOTHING_SCRAPED, DCGM_TESTS, FLAPPING_TESTS, CLUSTER_TESTS]
 
 
 @pytest.fixture(scope="module")
@@ -833,7 +882,7 @@ def test_promtool_checks_the_rules(generated):
         [promtool, "check", "rules", str(generated / cli.RULES_FILE)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 24 rules found" in result.stdout
+    assert "SUCCESS: 25 rules found" in result.stdout
 
 
 def test_amtool_checks_the_alertmanager_config(generated):

@@ -243,6 +243,9 @@ class Replay:
     def engine_loads(self, history: float, percentile: float) -> dict:
         return {}
 
+    def cluster(self, t, prices) -> None:
+        return None  # a trace holds no kube-state-metrics
+
 
 def run_service(trace: pd.DataFrame, until_hour: float, history: float):
     from gpulens.analyzer.service import AnalyzerService

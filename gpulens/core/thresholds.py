@@ -252,6 +252,9 @@ class Thresholds:
     #: Throttled share of time, over alert_rate_window, above which a GPU counts as throttled.
     #: Held for throttle_seconds. (tools: canonical hardware-observer, nvidia_gpu_exporter: 5 min)
     alert_throttled_fraction: float = 0.5
+    #: A GPU pod waiting this long for a pool whose free GPUs are spread over nodes (fragmented) pages the
+    #: pool's owner. (tool: kubernetes-mixin's KubePodNotReady fires after 15m)
+    alert_waiting_for: str = "15m"
     #: An exporter or analyzer target down, or its data stale, this long. (kubernetes-mixin: 15m for
     #: TargetDown; shorter here because without the exporter every GPU alert goes blind)
     alert_target_down_for: str = "5m"
