@@ -501,7 +501,7 @@ are paid for and idle, and the job waits (the analyzer's `gpulens_cluster_strand
    `nvidia.com/gpu` (docs/cluster.md), so GPU pods fill a node before starting another.
 3. If the pool's nodes are cordoned or their GPUs unhealthy, the free GPUs are not free: check
    `kubectl describe node`.""",
-            mixin.dashboard_link(c, mixin.FLEET_DASHBOARD),
+            mixin.dashboard_link(c, mixin.FLEET_CLUSTER_PANEL),
         ),
     ]
 

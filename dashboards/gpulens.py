@@ -375,7 +375,7 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         ),
         s.row("The cluster's share: GPUs free while pods wait"),
         s.timeseries(
-            "Free GPUs against GPUs waited for, by pool",
+            mixin.FLEET_CLUSTER_PANEL.title,
             "Per node pool and GPU model (kube-state-metrics, judged by the analyzer: docs/cluster.md): the GPUs "
             "free on schedulable nodes, those free while a pod that could use them waits for more than any one "
             "node has free (stranded: fragmentation), and the GPUs the pods waiting for the pool ask for.",
@@ -413,6 +413,7 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         "namespace and cause, and the pods that waste most.",
         _variables("cluster", "job", "node", "namespace"),
         panels,
+        panel_ids=mixin.panel_ids(mixin.FLEET_DASHBOARD),
     )
 
 

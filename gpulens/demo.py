@@ -192,10 +192,13 @@ class SimulatedCluster:
         from prometheus_client.parser import text_string_to_metric_families
 
         pods = [pod for node in nodes for pod in node.pods]
-        families = list(text_string_to_metric_families(kube_state_metrics(pods)))
+        waiting = list(getattr(nodes, "pending", []))  # a Fleet's pods waiting for a node
+        self.started, self.speed = time.time(), speed
+        # Created an hour before the demo started: a waiting pod has waited an hour when the demo begins.
+        text = kube_state_metrics(pods + waiting, [node.info() for node in nodes], self.started - 3600)
+        families = list(text_string_to_metric_families(text))
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Fixed(families))
-        self.started, self.speed = time.time(), speed
         first_gpus = {(g.pod.namespace, g.pod.pod): g for node in nodes for g in node.gpus if g.pod and g.role == 0}
         self.engines = {
             (pod.namespace, pod.pod): (pod, first_gpus[(pod.namespace, pod.pod)]) for pod in pods if pod.engine

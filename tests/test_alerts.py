@@ -857,7 +857,7 @@ CLUSTER_TESTS = {
                         "there in total, but no node has as many free as it asked (the most on one node: 3). Moving "
                         "a few pods frees a node for it; packing GPU pods onto the fullest nodes keeps it from "
                         "happening again.",
-                        FLEET_DASHBOARD,
+                        f"{FLEET_DASHBOARD}&viewPanel={mixin.FLEET_CLUSTER_PANEL.id}",
                     ),
                 }
             ],

@@ -898,8 +898,7 @@ CLUSTER_FREE_GPUS = _spec(
     "cluster_free_gpus",
     "gauge",
     "",
-    "GPUs free now on the pool's schedulable nodes: allocatable less the requests of their pods "
-    "(kube-state-metrics).",
+    "GPUs free now on the pool's schedulable nodes: allocatable less the requests of their pods (kube-state-metrics).",
     "analyzer: kube_node_status_allocatable, kube_node_spec_unschedulable, kube_pod_container_resource_requests, "
     "kube_pod_status_phase, kube_node_labels",
     labels=CLUSTER_LABELS,

@@ -11,7 +11,13 @@ serves for them, with its label names and conventions (kubernetes/kube-state-met
 - kube_pod_labels{namespace, pod, uid, label_<key>}: every label, as if kube-state-metrics ran with
   --metric-labels-allowlist=pods=[*] (by default it exports none: say so where labels are read);
 - kube_pod_container_info{namespace, pod, uid, container, image, image_spec, image_id, container_id};
-- kube_pod_status_phase{namespace, pod, uid, phase}: Running 1, the other phases 0.
+- kube_pod_status_phase{namespace, pod, uid, phase}: Running 1 (Pending 1 for a pod waiting for a node), the
+  other phases 0;
+- the cluster's GPUs (analyzer/cluster.py reads them): kube_node_status_allocatable{node, resource=
+  "nvidia_com_gpu"}, kube_node_spec_unschedulable, kube_node_labels{node, label_karpenter_sh_nodepool,
+  label_nvidia_com_gpu_product} (as if --metric-labels-allowlist=nodes=[...] named them),
+  kube_pod_container_resource_requests{..., node, resource="nvidia_com_gpu"}, kube_pod_created, and for a
+  waiting pod kube_pod_nodeselectors (opt-in in kube-state-metrics).
 """
 
 from __future__ import annotations
@@ -40,6 +46,11 @@ class SimPod:
     image: str = ""
     #: The serving engine whose metrics it exports (simulator/engines.py: vllm, triton), or "".
     engine: str = ""
+    #: GPUs it asks for (kube_pod_container_resource_requests); a pod on no node ("") waits for them, on the
+    #: pool and GPU model its node selector names ("": any).
+    gpus: int = 0
+    pool: str = ""
+    product: str = ""
 
     @property
     def uid(self) -> str:
@@ -56,6 +67,29 @@ class SimPod:
         if self.owner_kind in ("Deployment", "CronJob"):
             return ("ReplicaSet" if self.owner_kind == "Deployment" else "Job"), self.pod.rsplit("-", 1)[0]
         return self.owner_kind, self.owner_name
+
+
+#: The node label of a node's pool (Karpenter's, the first the analyzer looks for) and GPU feature discovery's
+#: label of its GPU model.
+POOL_LABEL = "karpenter.sh/nodepool"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+@dataclass(frozen=True)
+class SimNodeInfo:
+    """A simulated node as the Kubernetes API describes it: its GPUs the device plugin offers (a GPU fallen
+    off the bus is not offered), its GPU model as GPU feature discovery labels it, and its pool ("" none)."""
+
+    name: str
+    product: str
+    allocatable: int
+    pool: str = ""
+
+
+def gfd_product(model_name: str) -> str:
+    """GPU feature discovery's nvidia.com/gpu.product of an NVML model name: spaces made dashes
+    ("NVIDIA H100 80GB HBM3" -> "NVIDIA-H100-80GB-HBM3")."""
+    return model_name.replace(" ", "-")
 
 
 def owner_problem(pod: str, owner_kind: str, owner_name: str) -> str:
@@ -83,12 +117,20 @@ def _labels(pairs: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{_escaped(v)}"' for k, v in pairs.items()) + "}"
 
 
-def kube_state_metrics(pods: list[SimPod]) -> str:
-    """kube-state-metrics' exposition (text format 0.0.4) of `pods`, their ReplicaSets' and Jobs' owners."""
+def kube_state_metrics(pods: list[SimPod], nodes: list[SimNodeInfo] | None = None, created: float = 0.0) -> str:
+    """kube-state-metrics' exposition (text format 0.0.4) of `pods`, their ReplicaSets' and Jobs' owners, and
+    of the GPU `nodes`; every pod created at unix time `created`."""
     families: dict[str, list[str]] = {}
 
-    def add(family: str, labels: dict[str, str], value: int = 1) -> None:
-        families.setdefault(family, []).append(f"{family}{_labels(labels)} {value}")
+    def add(family: str, labels: dict[str, str], value: float = 1) -> None:
+        families.setdefault(family, []).append(f"{family}{_labels(labels)} {value:g}")
+
+    for n in sorted(nodes or [], key=lambda n: n.name):
+        gpu = {"resource": "nvidia_com_gpu", "unit": "integer"}
+        add("kube_node_status_allocatable", {"node": n.name, **gpu}, n.allocatable)
+        add("kube_node_spec_unschedulable", {"node": n.name}, 0)
+        node_labels = {label_name(PRODUCT_LABEL): n.product, **({label_name(POOL_LABEL): n.pool} if n.pool else {})}
+        add("kube_node_labels", {"node": n.name, **node_labels})
 
     owners_seen: set[tuple[str, str]] = set()
     for p in sorted(pods, key=lambda p: (p.namespace, p.pod)):
@@ -117,8 +159,19 @@ def kube_state_metrics(pods: list[SimPod]) -> str:
                 "container_id": f"containerd://{hashlib.sha256(f'{p.uid}/{p.container}'.encode()).hexdigest()}",
             },
         )
+        now = "Running" if p.node else "Pending"
         for phase in PHASES:
-            add("kube_pod_status_phase", {**ids, "phase": phase}, int(phase == "Running"))
+            add("kube_pod_status_phase", {**ids, "phase": phase}, int(phase == now))
+        add("kube_pod_created", ids, created)
+        if p.gpus:
+            request = {"container": p.container, "node": p.node, "resource": "nvidia_com_gpu", "unit": "integer"}
+            add("kube_pod_container_resource_requests", {**ids, **request}, p.gpus)
+        if p.pool or p.product:
+            selectors = {
+                **({"nodeselector_" + label_name(POOL_LABEL)[6:]: p.pool} if p.pool else {}),
+                **({"nodeselector_" + label_name(PRODUCT_LABEL)[6:]: p.product} if p.product else {}),
+            }
+            add("kube_pod_nodeselectors", {**ids, **selectors})
     lines = []
     for family, series in families.items():
         lines.append(f"# TYPE {family} gauge")

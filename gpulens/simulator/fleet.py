@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from gpulens.core.catalog import MODELS
 from gpulens.core.config import ConfigError, read_yaml
 from gpulens.core.pods import PodRef
 from gpulens.core.schema import Flag, Integer, Invalid, ListOf, MapOf, Record, Text
-from gpulens.simulator.cluster import SimPod, owner_problem
+from gpulens.simulator.cluster import SimNodeInfo, SimPod, gfd_product, owner_problem
 from gpulens.simulator.engines import ENGINES
 
 # CPU_LIMIT_CORES lives with the workloads that draw a share of it; the simulated exporter reads it here.
@@ -34,6 +34,22 @@ class SimNode:
     gpus: list[SimGpu]
     #: The node's pods as the Kubernetes API describes them (kube-state-metrics: simulator/cluster.py).
     pods: list[SimPod] = field(default_factory=list)
+    #: The node pool it belongs to ("" none).
+    pool: str = ""
+
+    def info(self) -> SimNodeInfo:
+        """The node as the Kubernetes API describes it: a GPU fallen off the bus is not offered."""
+        offered = sum(g.profile != "fallen_off_bus" for g in self.gpus)
+        model = self.gpus[0].model.name if self.gpus else ""
+        return SimNodeInfo(self.name, gfd_product(model), offered, self.pool)
+
+
+class Fleet(list[SimNode]):
+    """A fleet's nodes, and the pods that wait for a node (`pending`: pods on no node, asking for GPUs)."""
+
+    def __init__(self, nodes: list[SimNode], pending: list[SimPod] | None = None):
+        super().__init__(nodes)
+        self.pending = pending or []
 
 
 def _is_pod_ref(value: str) -> bool:
@@ -57,6 +73,7 @@ FLEET_SCHEMA = Record(
                     "model": Text(choices=tuple(MODELS)),
                     "gpus": Integer(1, 64),
                     "profiling": Flag(),
+                    "pool": Text(valid=bool, what="a node pool's name"),
                     "workloads": ListOf(
                         Record(
                             {
@@ -79,13 +96,28 @@ FLEET_SCHEMA = Record(
             ),
             min_length=1,
         ),
+        # Pods waiting for a node: GPUs asked, and the pool and model their node selector names.
+        "pending": ListOf(
+            Record(
+                {
+                    "pod": Text(valid=_is_pod_ref, what="'namespace/name' or 'namespace/name/container'"),
+                    "owner": Text(valid=_is_owner_ref, what="'Kind/name': Job/train, PyTorchJob/llama-ft"),
+                    "labels": MapOf(Text()),
+                    "image": Text(valid=bool, what="an image reference"),
+                    "gpus": Integer(1, 64),
+                    "pool": Text(valid=bool, what="a node pool's name"),
+                    "model": Text(choices=tuple(MODELS)),
+                },
+                required=("pod", "gpus"),
+            )
+        ),
     },
     required=("nodes",),
     what="a fleet",
 )
 
 
-def load_fleet(config: object, default_seed: int = 0) -> list[SimNode]:
+def load_fleet(config: object, default_seed: int = 0) -> Fleet:
     """Build simulated nodes from a fleet description (the YAML format in docs/simulator.md)."""
     try:
         fleet = FLEET_SCHEMA.check(config, "")
@@ -146,8 +178,14 @@ def load_fleet(config: object, default_seed: int = 0) -> list[SimNode]:
                     engine_config=config,
                 )
             )
-        nodes.append(SimNode(name, gpus, pods))
-    return nodes
+        nodes.append(SimNode(name, gpus, pods, node.get("pool", "")))
+    pending = []
+    for w, waiting in enumerate(fleet.get("pending", [])):
+        spec = _sim_pod({**waiting, "profile": "", "gpus": []}, "", f"pending[{w}]")
+        assert spec is not None  # a pending pod has its pod
+        product = gfd_product(MODELS[waiting["model"]].name) if "model" in waiting else ""
+        pending.append(replace(spec, gpus=waiting["gpus"], pool=waiting.get("pool", ""), product=product))
+    return Fleet(nodes, pending)
 
 
 def _sim_pod(workload: dict, node: str, where: str) -> SimPod | None:
@@ -172,7 +210,8 @@ def _sim_pod(workload: dict, node: str, where: str) -> SimPod | None:
             f"{', '.join(ENGINE_PROFILES)}"
         )
     labels, image = workload.get("labels", {}), workload.get("image", "")
-    return SimPod(ref.namespace, ref.pod, ref.container, node, kind, owner, labels, image, engine)
+    gpus = len(workload.get("gpus", []))
+    return SimPod(ref.namespace, ref.pod, ref.container, node, kind, owner, labels, image, engine, gpus)
 
 
 def _pod_ref(value: str | None) -> PodRef | None:
@@ -183,7 +222,7 @@ def _pod_ref(value: str | None) -> PodRef | None:
     return PodRef(parts[0], parts[1], parts[2] if len(parts) == 3 else "main")
 
 
-def fleet_from_file(path: str | Path, default_seed: int = 0) -> list[SimNode]:
+def fleet_from_file(path: str | Path, default_seed: int = 0) -> Fleet:
     try:
         return load_fleet(read_yaml(path, "--simulate.config"), default_seed)
     except FleetError as e:
