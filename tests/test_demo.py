@@ -303,13 +303,35 @@ def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_e
     process = GpulensProcess(["demo", "--simulate.speed", "5", "--demo.cluster-only", "127.0.0.1:0"])
     try:
         url = process.wait_listening()
-        owners = [
-            line
-            for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines()
-            if line.startswith("kube_pod_owner{")
-        ]
-        assert len(owners) == 28
+        said = requests.get(f"{url}/metrics", timeout=5).text.splitlines()
+        owners = [line for line in said if line.startswith("kube_pod_owner{")]
+        assert len(owners) == 28 + 1  # the fleet's 28 pods, and the job waiting for a node
         assert any('pod="chat-api-6c8f9d7b54-x2k4p"' in o and 'owner_kind="ReplicaSet"' in o for o in owners)
+        # The cluster's share: the GPUs each node offers (sim-a100-b's GPU 5 fell off the bus), and the job
+        # waiting, Pending on no node, asking 4 H100s of the training pool.
+        allocatable = {
+            line.split('node="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+            for line in said
+            if line.startswith("kube_node_status_allocatable{")
+        }
+        assert allocatable == {
+            "sim-h100-a": 8,
+            "sim-a100-b": 7,
+            "sim-l40s-c": 4,
+            "sim-h100-d": 8,
+            "sim-a100-e": 8,
+            "sim-h100-f": 8,
+        }
+        waiting = [line for line in said if 'pod="llm-pretrain-0"' in line]
+        assert any(
+            line.startswith("kube_pod_status_phase{") and 'phase="Pending"' in line and line.endswith(" 1.0")
+            for line in waiting
+        )
+        [request] = [line for line in waiting if line.startswith("kube_pod_container_resource_requests{")]
+        assert 'node=""' in request and request.endswith(" 4.0")
+        [selector] = [line for line in waiting if line.startswith("kube_pod_nodeselectors{")]
+        assert 'nodeselector_karpenter_sh_nodepool="training"' in selector
+        assert 'nodeselector_nvidia_com_gpu_product="NVIDIA-H100-80GB-HBM3"' in selector
 
         def finished() -> float:
             text = requests.get(f"{url}/engines/serving/chat-api-6c8f9d7b54-x2k4p/metrics", timeout=5).text
@@ -424,7 +446,7 @@ def test_the_native_demos_alerts_link_to_the_analyzers_page_unless_a_grafana_is_
             r["alert"]: r["annotations"]["dashboard_url"] for g in rules["groups"] for r in g["rules"] if "alert" in r
         }
     native, grafana = links[""], links["http://grafana.example:3000"]
-    assert set(native) == set(grafana) and len(native) == 17
+    assert set(native) == set(grafana) and len(native) == 18
     for alert, url in native.items():
         if "/d/gpulens-pod?" in grafana[alert]:
             assert url == "http://127.0.0.1:40002/#{{ $labels.namespace }}/{{ $labels.pod }}", alert
