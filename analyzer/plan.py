@@ -15,7 +15,8 @@ One action a workload, the first that applies:
 The cluster's share (analyzer/scheduling.py), where kube-state-metrics was read: per pool whose GPUs were
 stranded by fragmentation while pods waited, consolidate (the pods to move that free a node whole for the pod
 that waited) or, where it recurred, bin_pack (kube-scheduler's MostAllocated scoring); add_quota for each
-namespace that held GPUs with no GPU quota; re_pool for a workload that ran on a pool not meant for its kind.
+namespace with no GPU quota that held most of the cluster's GPUs while other namespaces' pods waited; re_pool
+for a workload that ran on a pool not meant for its kind.
 
 Savings are the cost of the GPU capacity freed at the verdicts' prices (--prices, else the catalogue's),
 over the span and per 30 days; a plan never proposes less capacity than the measured peak needs with
@@ -418,7 +419,9 @@ def scheduling_actions(s: Scheduling, t: Thresholds) -> list[Action]:
                     **evidence,
                 )
             )
-    for gap in s.quota_gaps:
+    # A namespace without a GPU quota is an action where it cost others: it held more than the dominant share
+    # while their pods waited. The rest are listed in the cluster's section, not planned.
+    for gap in (g for g in s.quota_gaps if g.others_waited_seconds > 0):
         out.append(
             action(
                 "add_quota",
