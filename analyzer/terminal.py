@@ -34,6 +34,8 @@ NARROWEST = 80
 WIDE_COLUMNS = 120
 #: The widest the pods' column gets in a table (names longer wrap).
 POD_COLUMN = 36
+#: The waits the cluster's section lists, longest first: a month of a busy cluster names hundreds.
+MAX_WAITS = 20
 
 
 def columns_of(environ: dict[str, str] | None = None) -> int:
@@ -281,13 +283,15 @@ def _cluster(s: Scheduling, width: int) -> RenderableType:
     lines: list[str] = []
     if s.pending:
         lines.append("Pods that waited for GPUs, longest first:")
-    for waited in s.pending:
+    for waited in s.pending[:MAX_WAITS]:
         until = "still waiting" if waited.scheduled_at is None else "then scheduled"
         asked = f"{gpu_count(waited.gpus)} GPU{'' if waited.gpus == 1 else 's'}"
         lines.append(
             f"- {waited.namespace}/{waited.pod} asked {asked}, waited {duration(waited.waited_seconds)} ({until}): "
             f"{waited.reason}, {REASON_TEXT[waited.reason]}; {waited.evidence}"
         )
+    if len(s.pending) > MAX_WAITS:
+        lines.append(f"- and {len(s.pending) - MAX_WAITS:,} more that waited less (every one: --format json or csv)")
     for m in s.misplaced:
         lines.append(
             f"- {m.namespace}/{m.pod} ({m.kind}) ran on pool {m.pool} for {duration(m.seconds)}; pool {m.meant_pool}, "

@@ -383,3 +383,17 @@ def test_pods_that_wait_in_a_cluster_with_no_gpu_node_are_said_without_a_crash()
     assert all(line == line.rstrip() for line in text.splitlines())
     said = "- ns/w asked 1 GPU, waited 10 min (still waiting): no_node, no node of its pool or model;"
     assert said in " ".join(text.split())
+
+
+def test_the_terminal_lists_the_longest_waits_and_counts_the_rest():
+    """A busy month names hundreds of waits: the table lists MAX_WAITS, longest first, and says how many more."""
+    from gpulens.analyzer.terminal import MAX_WAITS
+
+    pods = {("ns", f"w{k:02d}"): [Run(0, 5 + k, WAITING, 1)] for k in range(MAX_WAITS + 3)}
+    s = judge(history([], pods, steps=40), {}, Thresholds())
+    out = io.StringIO()
+    Console(file=out, width=120).print(_cluster(s, 120))
+    text = " ".join(out.getvalue().split())
+    listed = [k for k in range(MAX_WAITS + 3) if f"ns/w{k:02d} asked" in text]
+    assert listed == list(range(3, MAX_WAITS + 3))  # the longest (w22 waited 28 steps) down to w03
+    assert "- and 3 more that waited less (every one: --format json or csv)" in text
