@@ -19,6 +19,7 @@ namespaces with none, and pods to move to the pool meant for them.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import defaultdict
@@ -27,13 +28,15 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gpulens.analyzer.cluster import WAITING, ClusterHistory, PodTrack, model_name
+from gpulens.analyzer.cluster import WAITING, ClusterHistory, Node, PodTrack, model_name
 from gpulens.analyzer.frame import format_timestamp
 from gpulens.analyzer.kinds import PodKey, Pools
 from gpulens.analyzer.owners import Owner
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
+#: The most pods of one node a consolidation considers moving (2^12 sets at most a node).
+MAX_MOVABLE = 12
 #: The reasons a step of a wait has, in the order a tie between them is broken.
 REASONS = ("fragmented", "pool_full", "too_large", "no_node", "room")
 #: What each reason means, as the outputs say it.
@@ -445,7 +448,7 @@ def _consolidate(
 ) -> Consolidation | None:
     """The fewest GPUs (then pods; jobs last, as a job's pod restarts from its checkpoint) to move, at step
     `at`, so that one node of `mask` has `gpus` free; each moved pod goes to another node of its node's pool and
-    model, first fit, largest first. None where no node can be freed so."""
+    model (best fit, largest first). None where no node can be freed so."""
     on_node: dict[int, list[tuple[PodKey, float]]] = defaultdict(list)
     for track in history.pods.values():
         for run in track.runs:
@@ -455,39 +458,60 @@ def _consolidate(
     best: tuple[tuple[float, int, int, str], int, list[Move]] | None = None
     for m in map(int, np.flatnonzero(mask & (offered[:, at] >= gpus))):
         gap = gpus - free[m, at]
-        chosen: list[tuple[PodKey, float]] = []
-        for key, held in sorted(on_node[m], key=lambda p: (kind(p[0]) == "job", p[1], p[0])):
-            if sum(g for _, g in chosen) >= gap:
-                break
-            chosen.append((key, held))
-        if sum(g for _, g in chosen) < gap:
-            continue
         room = {
-            i: free[i, at]
+            i: float(free[i, at])
             for i in range(len(nodes))
             if i != m
             and free[i, at] > 0
             and nodes[i].pool == nodes[m].pool
             and same_model(nodes[i].model, nodes[m].model)
         }
-        moves: list[Move] = []
-        for key, held in sorted(chosen, key=lambda p: (-p[1], p[0])):
-            target = next((i for i in sorted(room, key=lambda i: (room[i], nodes[i].name)) if room[i] >= held), None)
-            if target is None:
+        # Every set of the node's pods that covers the gap, cheapest first (a node holds a handful; past
+        # MAX_MOVABLE, the smallest and non-Job ones are tried): the first whose pods all fit elsewhere.
+        movable = sorted(on_node[m], key=lambda p: (kind(p[0]) == "job", p[1], p[0]))[:MAX_MOVABLE]
+        sets = sorted(
+            (
+                (sum(g for _, g in combo), len(combo), sum(kind(k) == "job" for k, _ in combo)),
+                sorted(k for k, _ in combo),
+                combo,
+            )
+            for r in range(1, len(movable) + 1)
+            for combo in itertools.combinations(movable, r)
+            if sum(g for _, g in combo) >= gap
+        )
+        for (moved, count, jobs), _, combo in sets:
+            moves = _placed(combo, room, nodes, nodes[m].name, kind)
+            if moves is not None:
+                cost = (moved, count, jobs, nodes[m].name)
+                if best is None or cost < best[0]:
+                    best = (cost, m, moves)
                 break
-            room[target] -= held
-            moves.append(Move(key[0], key[1], kind(key), held, nodes[m].name, nodes[target].name))
-        if len(moves) < len(chosen):
-            continue
-        cost = (sum(mv.gpus for mv in moves), len(moves), sum(mv.kind == "job" for mv in moves), nodes[m].name)
-        if best is None or cost < best[0]:
-            best = (cost, m, moves)
     if best is None:
         return None
     node = nodes[best[1]]
     return Consolidation(
         waiting.key[0], waiting.key[1], gpus, history.time_of(at), node.pool, node.model, node.name, best[2], 0.0
     )
+
+
+def _placed(
+    pods: tuple[tuple[PodKey, float], ...],
+    room: dict[int, float],
+    nodes: list[Node],
+    from_node: str,
+    kind: Callable[[PodKey], str],
+) -> list[Move] | None:
+    """The moves that place `pods` onto the nodes with `room` (free GPUs by node index), largest pod first, each
+    on the fullest node it fits (best fit); None where one fits nowhere."""
+    left = dict(room)
+    moves = []
+    for key, held in sorted(pods, key=lambda p: (-p[1], p[0])):
+        target = next((i for i in sorted(left, key=lambda i: (left[i], nodes[i].name)) if left[i] >= held), None)
+        if target is None:
+            return None
+        left[target] -= held
+        moves.append(Move(key[0], key[1], kind(key), held, from_node, nodes[target].name))
+    return moves
 
 
 def _spells(on: np.ndarray, gap_steps: float) -> int:

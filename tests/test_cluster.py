@@ -397,3 +397,16 @@ def test_the_terminal_lists_the_longest_waits_and_counts_the_rest():
     listed = [k for k in range(MAX_WAITS + 3) if f"ns/w{k:02d} asked" in text]
     assert listed == list(range(3, MAX_WAITS + 3))  # the longest (w22 waited 28 steps) down to w03
     assert "- and 3 more that waited less (every one: --format json or csv)" in text
+
+
+def test_consolidation_moves_the_one_pod_that_fits_rather_than_every_small_one():
+    """a holds s (1 GPU) and t (2), 1 free; b holds u (2), 2 free; w waits for 3. Freeing a needs 2 more: t
+    alone, to b's 2 free (s and t together would need 3 elsewhere). Freeing b needs u's 2 on a: 1 free."""
+    runs = {
+        ("ns", "s"): [Run(0, 19, 0, 1)],
+        ("ns", "t"): [Run(0, 19, 0, 2)],
+        ("ns", "u"): [Run(0, 19, 1, 2)],
+        ("ns", "w"): [Run(0, 9, WAITING, 3)],
+    }
+    [found] = judge(history([("a", "p", 4), ("b", "p", 4)], runs), {}, Thresholds()).consolidations
+    assert (found.node, [(m.pod, m.gpus, m.to_node) for m in found.moves]) == ("a", [("t", 2, "b")])
