@@ -198,6 +198,8 @@ class AnalyzerService:
         new = ts > self._drawn_until  # each sample drawn once, though successive windows overlap
         keys = UnitKeys.of(frame) if len(frame) else None
         seen = self._newly_seen(frame, ts, keys)
+        # Read before the lock: a page waits on the lock, never on kube-state-metrics.
+        cluster = self.source.cluster(self.thresholds, self.prices)
         with self.lock:
             for v in verdicts:
                 if v.window_seconds <= 0 or unit_of(v) in stale:
@@ -244,7 +246,7 @@ class AnalyzerService:
                 workload_seconds,
                 workload_cost,
                 stale,
-                self.source.cluster(self.thresholds, self.prices),
+                cluster,
             )
 
     def _newly_seen(self, frame: pd.DataFrame, ts: np.ndarray, keys: UnitKeys | None) -> dict[str, int]:
