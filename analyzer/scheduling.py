@@ -13,8 +13,9 @@ From a ClusterHistory (analyzer/cluster.py: kube-state-metrics over the span) an
   block, `unwanted` where no pod waited for them (capacity to shrink: the plan's release_capacity), and the
   rest free while pods waited for more than the pool held.
 It then says what to change: the pods to move that free a node whole for a waiting pod (consolidation),
-bin-packing (kube-scheduler's MostAllocated scoring) where fragmentation recurs, GPU quotas for the
-namespaces with none, and pods to move to the pool meant for them.
+bin-packing (kube-scheduler's MostAllocated scoring) where fragmentation recurs or no move mends it, GPU
+quotas for the namespaces with none (planned where one cost others), and pods to move to the pool meant for
+them.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from gpulens.analyzer.owners import Owner
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
-#: The most pods of one node a consolidation considers moving (2^12 sets at most a node).
-MAX_MOVABLE = 12
+#: The most pods of one node a consolidation considers moving (2^10 sets at most a node), and the longest
+#: fragmented waits a consolidation is sought for.
+MAX_MOVABLE = 10
+MAX_CONSOLIDATIONS = 20
 #: The reasons a step of a wait has, in the order a tie between them is broken.
 REASONS = ("fragmented", "pool_full", "too_large", "no_node", "room")
 #: What each reason means, as the outputs say it.
@@ -284,6 +287,7 @@ def judge(
     pending: list[Pending] = []
     consolidations: list[Consolidation] = []
     waiting_now: dict[tuple[str, str, str], tuple[int, float, float]] = {}
+    fragmented_waits: list[tuple[float, PodTrack, np.ndarray, int, float]] = []
     for track in sorted(history.pods.values(), key=lambda tr: tr.key):
         waits = [r for r in track.runs if r.node == WAITING]
         if not waits:
@@ -350,11 +354,16 @@ def judge(
             )
         )
         if reason == "fragmented":
-            at_step = int(index[at])
-            found = _consolidate(history, track, mask, at_step, float(gpus[at]), free, offered, kind)
-            if found is not None:
-                found.waited_seconds = waited
-                consolidations.append(found)
+            fragmented_waits.append((waited, track, mask, int(index[at]), float(gpus[at])))
+
+    # The moves that would have ended the longest waits (a month can hold hundreds; the plan names the first
+    # of each pool).
+    fragmented_waits.sort(key=lambda w: (-w[0], w[1].key))
+    for waited, track, mask, at_step, asked_gpus in fragmented_waits[:MAX_CONSOLIDATIONS]:
+        found = _consolidate(history, track, mask, at_step, asked_gpus, free, offered, kind)
+        if found is not None:
+            found.waited_seconds = waited
+            consolidations.append(found)
 
     groups: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i, n in enumerate(nodes):
