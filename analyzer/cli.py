@@ -544,7 +544,7 @@ def _scheduling(
 
     from gpulens.analyzer.cluster import ClusterReader
     from gpulens.analyzer.kinds import load_pools
-    from gpulens.analyzer.scheduling import judge
+    from gpulens.analyzer.scheduling import judge_store
     from gpulens.analyzer.store import StoreError
 
     pools = load_pools(args.analysis_config)
@@ -553,15 +553,12 @@ def _scheduling(
     end = the_span.start + math.floor((the_span.end - the_span.start) / step) * step
     models = {v.node: v.gpu_model for v in verdicts if v.node and v.gpu_model}
     try:
-        history = ClusterReader(store, pools.label).read(the_span.start, end, step, models)
-        if not history.pods:
-            return None
-        said = owners.read(history.pods, end, end - the_span.start)
+        reader = ClusterReader(store, pools.label)
+        return judge_store(reader, owners, (the_span.start, end, step), thresholds, pools, prices, models)
     except StoreError as e:
         # The pods' verdicts stand without it: say what is missing rather than lose the report.
         print(f"gpulens report: warning: the cluster's share is left out: {e}", file=sys.stderr)
         return None
-    return judge(history, said, thresholds, pools, prices)
 
 
 #: The step a store report reads at where the store holds no sample to read its scrape interval from.

@@ -28,13 +28,13 @@ half. A pod both waiting and on a node at a step (the wait's series carried that
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpulens.analyzer.kinds import PodKey
-from gpulens.analyzer.series import IDENTITY_FRESH
+from gpulens.analyzer.owners import label_name
+from gpulens.analyzer.series import IDENTITY_FRESH, fresh
 from gpulens.analyzer.store import Store
 from gpulens.core.catalog import model_info
 from gpulens.core.mixin import promql_string
@@ -68,15 +68,9 @@ def model_name(name: str) -> str:
     return known.name if name and known.match else name
 
 
-def label_name(key: str) -> str:
-    """The Prometheus label kube-state-metrics makes of a Kubernetes label key (nvidia.com/gpu.product ->
-    label_nvidia_com_gpu_product)."""
-    return "label_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
-
-
 def selector_name(key: str) -> str:
-    """... and of a node selector's key (kube_pod_nodeselectors)."""
-    return "nodeselector_" + re.sub(r"[^a-zA-Z0-9_]", "_", key)
+    """The Prometheus label kube-state-metrics makes of a node selector's key (kube_pod_nodeselectors)."""
+    return "nodeselector_" + label_name(key).removeprefix("label_")
 
 
 @dataclass(frozen=True)
@@ -165,10 +159,6 @@ class ClusterReader:
     def _sel(self, name: str, *matchers: str) -> str:
         return f"{name}{{{','.join(m for m in (self.selector, *matchers) if m)}}}"
 
-    def _fresh(self, selector: str, fresh: float) -> str:
-        """`selector` at the steps its newest sample is at most `fresh` seconds old."""
-        return f"({selector} unless (time() - timestamp({selector})) > {fresh:g})"
-
     def scrape_interval(self, start: float, end: float) -> float | None:
         """Seconds between kube-state-metrics' samples, from the most samples a GPU node's allocatable series
         holds in the last hour of the span (a node there all hour); None where none is."""
@@ -185,19 +175,19 @@ class ClusterReader:
         model where its labels do not (from its GPU series)."""
         interval = self.scrape_interval(start, end)
         # Without a measured interval, a series lives for Prometheus' lookback, as it would unfiltered.
-        fresh = FRESH * interval if interval else 300.0
+        age = FRESH * interval if interval else 300.0
         steps = int(round((end - start) / step)) + 1
         gpus = f'resource="{GPU_RESOURCE}"'
-        allocatable_q = f"max by (node) ({self._fresh(self._sel('kube_node_status_allocatable', gpus), fresh)})"
-        cordoned_q = f"max by (node) ({self._fresh(self._sel('kube_node_spec_unschedulable'), fresh)})"
-        phase = self._fresh(self._sel("kube_pod_status_phase", 'phase=~"Pending|Running"'), fresh)
-        requests = self._fresh(self._sel("kube_pod_container_resource_requests", gpus), fresh)
+        allocatable_q = f"max by (node) ({fresh(self._sel('kube_node_status_allocatable', gpus), age)})"
+        cordoned_q = f"max by (node) ({fresh(self._sel('kube_node_spec_unschedulable'), age)})"
+        phase = fresh(self._sel("kube_pod_status_phase", 'phase=~"Pending|Running"'), age)
+        requests = fresh(self._sel("kube_pod_container_resource_requests", gpus), age)
         pods_q = (
             f"sum by (namespace, pod, node) ({requests} * on (namespace, pod) group_left () "
             f"max by (namespace, pod) ({phase} == 1))"
         )
         hard = self._sel("kube_resourcequota", f'resource="{GPU_QUOTA_RESOURCE}"', 'type="hard"')
-        quota_q = f"min by (namespace) ({self._fresh(hard, fresh)})"
+        quota_q = f"min by (namespace) ({fresh(hard, age)})"
 
         node_index: dict[str, int] = {}
         allocatable: dict[int, np.ndarray] = {}
@@ -232,7 +222,7 @@ class ClusterReader:
             track.runs = _placed_over_waiting(track.runs)
 
         names = sorted(node_index, key=node_index.__getitem__)
-        labels, pool_label, missing = self._node_labels(names, end, end - start)
+        labels, pool_label, missing = self._node_labels(bool(names), end, end - start)
         models = models or {}
         nodes = [
             Node(name, labels.get(name, ("", ""))[0], model_name(labels.get(name, ("", ""))[1] or models.get(name, "")))
@@ -255,7 +245,7 @@ class ClusterReader:
         return history
 
     def _node_labels(
-        self, names: Iterable[str], end: float, span: float
+        self, any_node: bool, end: float, span: float
     ) -> tuple[dict[str, tuple[str, str]], str, list[str]]:
         """Each node's (pool, model) from kube_node_labels, the pool label found ("" none), and what could not
         be read."""
@@ -270,7 +260,7 @@ class ClusterReader:
             out[labels.get("node", "")] = (pool, labels.get(label_name(PRODUCT_LABEL), ""))
         pool_label = next((k for k in self.pool_labels if any(s["metric"].get(label_name(k)) for s in found)), "")
         missing = []
-        if list(names) and not pool_label:
+        if any_node and not pool_label:
             missing.append(
                 f"no node carries a pool label ({', '.join(self.pool_labels)}) in kube_node_labels: each GPU model is "
                 "one pool. Export the label (kube-state-metrics --metric-labels-allowlist=nodes=[<label>]) and name "

@@ -32,7 +32,7 @@ from gpulens.analyzer.cluster import ClusterReader
 from gpulens.analyzer.engines import EngineLoad, read_engine_loads
 from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodKey, Pools
 from gpulens.analyzer.owners import Owner, OwnerReader
-from gpulens.analyzer.scheduling import Scheduling, judge
+from gpulens.analyzer.scheduling import Scheduling, judge_store
 from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Window, instances_matcher
 from gpulens.analyzer.store import (
     MAX_ANSWER_BYTES,
@@ -513,9 +513,8 @@ class PrometheusInput:
         end = math.floor(self.clock() / self.step) * self.step
         try:
             before = self.store.read_bytes
-            history = self._cluster_reader.read(end - self.window, end, self.step)
-            said = self._owner_reader.read(history.pods, end, self.window) if history.pods else {}
-            self._cluster = judge(history, said, t, self.pools, prices) if history.pods else None
+            span = (end - self.window, end, self.step)
+            self._cluster = judge_store(self._cluster_reader, self._owner_reader, span, t, self.pools, prices)
             self._status.read_bytes += self.store.read_bytes - before
         except (StoreError, KeyError, TypeError, ValueError) as e:
             log.warning("cannot read the cluster from kube-state-metrics, keeping the last reading: %s", e)

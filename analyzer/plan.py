@@ -432,7 +432,7 @@ def scheduling_actions(s: Scheduling, t: Thresholds) -> list[Action]:
                 0.0,
                 [],
                 peak=f"{gap.peak_gpus:g} GPUs ({gap.peak_share:.1%} of the cluster's)",
-                held=f"{gap.gpu_seconds / 3600:,.1f} GPU-h",
+                held=spent(gap.gpu_seconds),
                 others_waited=f"{duration(gap.others_waited_seconds)} while it held more than "
                 f"{gap.dominant_share:.0%} of the cluster's GPUs",
             )

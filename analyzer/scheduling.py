@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gpulens.analyzer.cluster import WAITING, ClusterHistory, Node, PodTrack, model_name
+from gpulens.analyzer.cluster import WAITING, ClusterHistory, ClusterReader, Node, PodTrack, model_name
 from gpulens.analyzer.frame import format_timestamp
 from gpulens.analyzer.kinds import PodKey, Pools
-from gpulens.analyzer.owners import Owner
+from gpulens.analyzer.owners import Owner, OwnerReader
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -418,6 +418,25 @@ def judge(
         ],
         [WaitingNow(*key, *figures) for key, figures in sorted(waiting_now.items())],
     )
+
+
+def judge_store(
+    reader: ClusterReader,
+    owners: OwnerReader,
+    span: tuple[float, float, float],
+    t: Thresholds,
+    pools: Pools,
+    prices: dict[str, float],
+    models: dict[str, str] | None = None,
+) -> Scheduling | None:
+    """The cluster's share over `span` (start, end, step: unix seconds) as a store says it: kube-state-metrics'
+    nodes and GPU pods through `reader`, the pods' kinds through `owners`; None where no pod asked for a GPU.
+    A report reads it once over its span, the live analyzer over its window each minute."""
+    start, end, step = span
+    history = reader.read(start, end, step, models)
+    if not history.pods:
+        return None
+    return judge(history, owners.read(history.pods, end, end - start), t, pools, prices)
 
 
 def _wait_evidence(

@@ -410,6 +410,13 @@ class Exporters:
     gpus: frozenset[str]
 
 
+def fresh(selector: str, seconds: float) -> str:
+    """`selector` at the steps its newest sample is at most `seconds` old (timestamp(): the sample's own
+    time), so that a series a store holds no staleness marker for ends when its samples do, not a lookback
+    later."""
+    return f"({selector} unless (time() - timestamp({selector})) > {seconds:g})"
+
+
 def instances_matcher(instances: Iterable[str]) -> str:
     """A label matcher selecting the series of exactly these exporters."""
     return "instance=~" + mixin.promql_string("|".join(re.escape(i) for i in sorted(instances)))
@@ -498,9 +505,7 @@ class SeriesReader:
         """`selector` where its newest sample is at most IDENTITY_FRESH of the family's scrape intervals old
         (as it is where the interval was not measured)."""
         interval = self.intervals.get(family)
-        if interval is None:
-            return selector
-        return f"({selector} unless (time() - timestamp({selector})) > {IDENTITY_FRESH * interval:g})"
+        return selector if interval is None else fresh(selector, IDENTITY_FRESH * interval)
 
     def rate_window(self) -> str:
         """The range of rate() and increase(): four steps, and never under a minute (four 15 s scrapes)."""
