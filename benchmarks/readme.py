@@ -3,7 +3,7 @@
 Run: .venv/bin/python benchmarks/readme.py   (after a benchmark, to put its figures in the docs)
 
 docs/benchmarks.md holds what render() returns between its two BEGIN/END markers; tests/test_benchmarks.py
-checks that it does, and that every results file was measured on the current code.
+checks that it does, and that every results file measured the code of the commit it names.
 """
 
 from __future__ import annotations
@@ -24,8 +24,12 @@ END = "<!-- end of benchmarks -->"
 
 
 def _machine(document: dict) -> str:
+    """What the figures were measured on: the machine, when, and the commit whose code they measured."""
     m = document["machine"]
-    return f"*{m['cpu']}, {m['cores']} cores, {m['memory_gib']:g} GiB, Python {m['python']}, {m['measured_at']}.*"
+    return (
+        f"*{m['cpu']}, {m['cores']} cores, {m['memory_gib']:g} GiB, Python {m['python']}, {m['measured_at']}, "
+        f"commit {document['commit'][:10]}.*"
+    )
 
 
 def _exporter(document: dict) -> list[str]:

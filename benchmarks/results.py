@@ -1,10 +1,17 @@
 """The benchmarks' results files: what each printed, the machine it ran on, and the code it measured.
 
 Every benchmark ends with save(): benchmarks/results/<name>.json holds its figures, the machine (CPU
-model, cores, memory, Python, the time of the run) and a digest of the source files on the path it
-measured. docs/benchmarks.md's figures are rendered from these files (benchmarks/readme.py), and a test holds
-the page to them and each file's digest to the current code, so a figure cannot outlive the code that
-produced it: change the measured code and the test asks for the benchmark to be run again.
+model, cores, memory, Python, the time of the run), the commit it ran on and a digest of the source files on
+the path it measured. docs/benchmarks.md's figures are rendered from these files (benchmarks/readme.py), each
+with the commit it measured; a test holds the page to them, and each file's digest to its commit's code (the
+figures are that commit's, not a later edit's).
+
+A change to measured code does not wait on the benchmarks (a full run takes hours here): their figures stand
+for the commit they name until they run again, once per issue that changes measured code, as the developers'
+guide asks. What has changed since is listed by
+
+    .venv/bin/python benchmarks/results.py      (each benchmark, the commit it measured, and whether the
+                                                 code it measures has changed since: the closing note's list)
 """
 
 from __future__ import annotations
@@ -14,6 +21,8 @@ import hashlib
 import json
 import os
 import platform
+import re
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,15 +57,49 @@ SOURCES: dict[str, tuple[str, ...]] = {
 }
 
 
-def source_digest(name: str) -> str:
-    """SHA-256 over the paths and contents of the files benchmark `name` measures, in path order."""
+def _matcher(patterns: tuple[str, ...]):
+    """A test of a repository path (POSIX, from the root) against `patterns`: globs as pathlib's ("**/" any
+    folders, "*" within a name), a glob after "!" taking paths out."""
+
+    def regex(glob: str) -> re.Pattern:
+        parts = re.split(r"(\*\*/|\*|\?)", glob)
+        wild = {"**/": "(?:.*/)?", "*": "[^/]*", "?": "[^/]"}
+        return re.compile("".join(wild.get(part, re.escape(part)) for part in parts) + r"\Z")
+
+    taken = [regex(p) for p in patterns if not p.startswith("!")]
+    left_out = [regex(p[1:]) for p in patterns if p.startswith("!")]
+    return lambda path: any(r.match(path) for r in taken) and not any(r.match(path) for r in left_out)
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout
+
+
+def measured_paths(name: str, commit: str | None = None) -> list[str]:
+    """The paths benchmark `name` measures, sorted: in the working tree (tracked files and new ones git does
+    not ignore), or in `commit`'s tree."""
+    listed = _git("ls-tree", "-r", "--name-only", commit) if commit else _git("ls-files", "-co", "--exclude-standard")
+    measured = _matcher(SOURCES[name])
+    return sorted(path for path in set(listed.splitlines()) if measured(path) and (commit or (REPO / path).is_file()))
+
+
+def source_digest(name: str, commit: str | None = None) -> str:
+    """SHA-256 over the paths and contents of the files benchmark `name` measures, in path order: the working
+    tree's, or `commit`'s."""
     digest = hashlib.sha256()
-    patterns = SOURCES[name]
-    left_out = {p for pattern in patterns if pattern.startswith("!") for p in REPO.glob(pattern[1:])}
-    paths = sorted({p for pattern in patterns for p in REPO.glob(pattern) if p.is_file()} - left_out)
-    for path in paths:
-        digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in measured_paths(name, commit):
+        content = _git_bytes("show", f"{commit}:{path}") if commit else (REPO / path).read_bytes()
+        digest.update(path.encode() + b"\0" + content + b"\0")
     return digest.hexdigest()
+
+
+def _git_bytes(*args: str) -> bytes:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, check=True).stdout
+
+
+def head() -> str:
+    """The commit checked out: the one a benchmark measures (its results name it)."""
+    return _git("rev-parse", "HEAD").strip()
 
 
 def machine() -> dict:
@@ -81,10 +124,23 @@ def machine() -> dict:
 
 
 def save(name: str, figures: dict) -> Path:
-    """Write benchmarks/results/<name>.json: the figures, the machine and the measured code's digest."""
+    """Write benchmarks/results/<name>.json: the figures, the machine, the commit and the measured code's digest
+    (the figures of uncommitted code are written, with a warning: they stand for no commit)."""
+    digest = source_digest(name)
+    commit = head()
+    if digest != source_digest(name, commit):
+        # Written all the same (a run can take hours): tests/test_benchmarks.py refuses the file until the
+        # benchmark runs again on committed code.
+        print(f"\nwarning: the code {name} measured differs from commit {commit[:12]}: commit it and run again")
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"
-    document = {"benchmark": name, "machine": machine(), "source_digest": source_digest(name), "figures": figures}
+    document = {
+        "benchmark": name,
+        "machine": machine(),
+        "commit": commit,
+        "source_digest": digest,
+        "figures": figures,
+    }
     path.write_text(json.dumps(document, indent=2) + "\n")
     print(f"\nresults written to {path.relative_to(REPO)}")
     return path
@@ -92,3 +148,30 @@ def save(name: str, figures: dict) -> Path:
 
 def load(name: str) -> dict:
     return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def changed_since(name: str) -> list[str]:
+    """The files benchmark `name` measures that differ now from the commit its results name ([] where its
+    figures are the current code's)."""
+    commit = load(name)["commit"]
+    now, then = measured_paths(name), measured_paths(name, commit)
+    return [p for p in sorted(set(now) | set(then)) if p not in then or p not in now or _differs(p, commit)]
+
+
+def _differs(path: str, commit: str) -> bool:
+    return (REPO / path).read_bytes() != _git_bytes("show", f"{commit}:{path}")
+
+
+def main() -> None:
+    """Print each benchmark, the commit it measured, and the measured files changed since (stale figures)."""
+    print(f"{'benchmark':<18} {'measured':<12} {'at':<21} changed since")
+    for name in sorted(SOURCES):
+        document = load(name)
+        changed = changed_since(name)
+        said = f"{len(changed)} files: " + ", ".join(changed[:4]) + (", ..." if len(changed) > 4 else "")
+        when = document["machine"]["measured_at"]
+        print(f"{name:<18} {document['commit'][:12]:<12} {when:<21} {said if changed else '-'}")
+
+
+if __name__ == "__main__":
+    main()
