@@ -43,28 +43,52 @@ class Row:
 
 def rows_of(verdicts: Sequence[Mapping], firing: Mapping[str, list[str]]) -> list[Row]:
     """The analyzer's verdicts (its /api/v1/verdicts) as rows, in a fixed order (pods by name, then the GPUs
-    no pod holds): rows that swap places every refresh make the view flicker. `firing`: alert names by
-    subject (namespace/pod, or node/GPU)."""
-    out = []
+    no pod holds): rows that swap places every refresh make the view flicker. The GPUs no pod holds are one
+    row a node and class ("sim-h100-g 7 GPUs"): a node's free GPUs say one thing, and a row each would push the
+    pods off the screen. `firing`: alert names by subject (namespace/pod, or node/GPU)."""
+    pods: list[Row] = []
+    unheld: dict[tuple[str, str], list[Row]] = {}
     for v in verdicts:
         pod = v.get("pod", "")
         gpu = v["gpus"][0] if v.get("gpus") else ""
-        name = f"{v['namespace']}/{pod}" if pod else f"{v['node']} {gpu[:12]}"
         window = v.get("window_seconds") or 0.0
-        out.append(
-            Row(
-                name,
-                pod,
-                v["node"],
-                len(v.get("gpus", [])),
-                v["bottleneck"],
-                v["confidence"],
-                v.get("mean_activity"),
-                v["wasted_cost"] * 3600 / window if window else 0.0,
-                tuple(sorted(firing.get(v.get("unit", ""), []))),
-            )
+        row = Row(
+            f"{v['namespace']}/{pod}" if pod else f"{v['node']} {gpu[:12]}",
+            pod,
+            v["node"],
+            len(v.get("gpus", [])),
+            v["bottleneck"],
+            v["confidence"],
+            v.get("mean_activity"),
+            v["wasted_cost"] * 3600 / window if window else 0.0,
+            tuple(sorted(firing.get(v.get("unit", ""), []))),
         )
-    return sorted(out, key=lambda r: (not r.pod, r.name))
+        if pod:
+            pods.append(row)
+        else:
+            unheld.setdefault((row.node, row.bottleneck), []).append(row)
+    grouped = [_one_row(rows) for rows in unheld.values()]
+    return sorted(pods, key=lambda r: r.name) + sorted(grouped, key=lambda r: r.name)
+
+
+def _one_row(rows: list[Row]) -> Row:
+    """A node's GPUs of one class as one row: their count, their least confidence, their mean activity (None
+    where any is unknown), their waste summed, every alert of any."""
+    if len(rows) == 1:
+        return rows[0]
+    gpus = sum(r.gpus for r in rows)
+    activities = [r.activity for r in rows]
+    return Row(
+        f"{rows[0].node} {gpus} GPUs",
+        "",
+        rows[0].node,
+        gpus,
+        rows[0].bottleneck,
+        min(r.confidence for r in rows),
+        None if None in activities else sum(a for a in activities if a is not None) / len(rows),
+        sum(r.wasted_per_hour for r in rows),
+        tuple(sorted({a for r in rows for a in r.alerts})),
+    )
 
 
 def view(rows: list[Row], endpoints: Mapping[str, str], others: list[str], width: int, height: int) -> Group:

@@ -15,7 +15,7 @@ from tests.helpers import REPO, GpulensProcess, Prometheus, free_port, samples, 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
 pytestmark = pytest.mark.slow
 
-NODES = ["sim-h100-a", "sim-a100-b", "sim-l40s-c", "sim-h100-d", "sim-a100-e", "sim-h100-f"]
+NODES = ["sim-h100-a", "sim-a100-b", "sim-l40s-c", "sim-h100-d", "sim-a100-e", "sim-h100-f", "sim-h100-g"]
 #: The demo fleet's pods and the class each one's profile must be given.
 EXPECTED = {
     "vision/resnet-ddp-0": "healthy",
@@ -50,6 +50,8 @@ EXPECTED = {
     # Pipeline stages: bubbles too large for the schedule (a stall), and bubbles within it (healthy).
     "nlp/gpt-pipeline-0": "host_stall",
     "nlp/llama-pipeline-0": "healthy",
+    # The research pool's second node: one GPU of its eight taken (the rest wait for an 8-GPU fine-tune).
+    "research/diffusion-ft-0": "healthy",
 }
 #: Read without the pod's CPU (the exporters alone, and a Prometheus that does not scrape the kubelet's
 #: cAdvisor, as here; the demo stack's does, tests/test_stack.py): the generate() loop's cause stays open, its
@@ -171,8 +173,10 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
         assert gpus["sim-h100-d", 3] not in faults
         assert pods["vision/detector-train-0"]["bottleneck"] == "throttling"
         # GPUs no pod holds are rows of their own, named by node and GPU, by the fleet's own definition:
-        # sim-h100-a's GPU 7 has no workload, its GPU 5 holds memory with no pod (profile memory_held).
-        unheld = {f"gpu:sim-h100-a/{gpus['sim-h100-a', 7]}": "unallocated"}
+        # sim-h100-a's GPU 7 has no workload, its GPU 5 holds memory with no pod (profile memory_held), and
+        # sim-h100-g's GPUs 1-7 have no workload.
+        free = [("sim-h100-a", 7), *(("sim-h100-g", k) for k in range(1, 8))]
+        unheld = {f"gpu:{node}/{gpus[node, k]}": "unallocated" for node, k in free}
         unheld[f"gpu:sim-h100-a/{gpus['sim-h100-a', 5]}"] = "held_without_pod"
         assert {v["unit"]: v["bottleneck"] for v in body["verdicts"] if not v["pod"]} == unheld
         exposed = samples(requests.get(direct_url + "/metrics").text)
@@ -180,7 +184,7 @@ def test_every_simulated_pod_is_classified_as_its_profile_from_exporters_and_pro
             (dict(labels)["gpu"], dict(labels)["bottleneck"])
             for (name, labels), value in exposed.items()
             if name == "gpulens_gpu_without_pod" and value == 1
-        } == {(gpus["sim-h100-a", 7], "unallocated"), (gpus["sim-h100-a", 5], "held_without_pod")}
+        } == {(gpus[node, k], "unallocated") for node, k in free} | {(gpus["sim-h100-a", 5], "held_without_pod")}
 
         named_as_their_profiles(through_url, "the analyzer reading Prometheus to name every pod's profile")
         parsed = samples(requests.get(through_url + "/metrics").text)
@@ -368,7 +372,13 @@ def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet_in_prometheu
     assert first.keys() & second.keys() == set()
     assert first | second == whole
     assert {node for node, _ in first.values()} == {"sim-l40s-c", "sim-a100-e"}
-    assert {node for node, _ in second.values()} == {"sim-h100-a", "sim-a100-b", "sim-h100-d", "sim-h100-f"}
+    assert {node for node, _ in second.values()} == {
+        "sim-h100-a",
+        "sim-a100-b",
+        "sim-h100-d",
+        "sim-h100-f",
+        "sim-h100-g",
+    }
 
 
 def test_each_cycle_reads_only_the_steps_it_has_not_read(fleet_in_prometheus):

@@ -71,6 +71,7 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
             "exporter sim-h100-d",
             "exporter sim-a100-e",
             "exporter sim-h100-f",
+            "exporter sim-h100-g",
             "analyzer",
             "prometheus",
             "alertmanager",
@@ -195,7 +196,7 @@ def test_the_live_view_redraws_in_place_on_a_terminal_under_its_addresses(tmp_pa
             lambda: any(not v["pod"] for v in _verdicts(stack)), 120, what="the demo's analyzer to judge the fleet"
         )
         out = io.StringIO()
-        # A terminal shorter than the table (31 rows): the pods by class.
+        # A terminal shorter than the table (32 rows): the pods by class.
         console = Console(file=out, force_terminal=True, width=120, height=16, color_system=None)
         _show_live(stack, threading.Event(), 4.5, console)
         page = stack.endpoints()["analyzer"]
@@ -218,13 +219,20 @@ def test_the_live_view_redraws_in_place_on_a_terminal_under_its_addresses(tmp_pa
     counts = [int(n) for n in re.findall(r"^[a-z_]+ (\d+): ", last, re.M)]
     said = re.search(r"^(\d+) pods and GPUs: the table needs \d+ lines, this terminal has 16\.", last, re.M)
     assert counts and said and 0 < sum(counts) <= int(said[1]) and "research/" not in last, last
-    # In a log, the whole table: every pod by name, then the GPUs no pod holds by node and GPU.
-    names = re.findall(r"^(\S+(?: GPU-\w+)?) ", log.getvalue().split("─\n", 1)[1], re.M)
+    # In a log, the whole table: every pod by name, then the GPUs no pod holds, one row a node and class: by
+    # GPU where the node has one of the class, else counted.
+    names = re.findall(r"^(\S+(?: GPU-\w+| \d+ GPUs)?) ", log.getvalue().split("─\n", 1)[1], re.M)
     held = sorted(v["unit"] for v in verdicts if v["pod"])
     assert names[: len(held)] == held
-    assert names[len(held) : len(verdicts)] == sorted(
-        f"{v['node']} {v['gpus'][0][:12]}" for v in verdicts if not v["pod"]
+    unheld: dict[tuple[str, str], list[str]] = {}
+    for v in verdicts:
+        if not v["pod"]:
+            unheld.setdefault((v["node"], v["bottleneck"]), []).append(v["gpus"][0])
+    rows = sorted(
+        f"{node} {gpus[0][:12]}" if len(gpus) == 1 else f"{node} {len(gpus)} GPUs" for (node, _), gpus in unheld.items()
     )
+    assert names[len(held) :] == rows
+    assert "sim-h100-g 7 GPUs" in rows  # its seven free GPUs, one row
 
 
 GOOD_ALERT = {
@@ -305,10 +313,10 @@ def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_e
         url = process.wait_listening()
         said = requests.get(f"{url}/metrics", timeout=5).text.splitlines()
         owners = [line for line in said if line.startswith("kube_pod_owner{")]
-        assert len(owners) == 28 + 1  # the fleet's 28 pods, and the job waiting for a node
+        assert len(owners) == 29 + 2  # the fleet's 29 pods, and the two jobs waiting for a node
         assert any('pod="chat-api-6c8f9d7b54-x2k4p"' in o and 'owner_kind="ReplicaSet"' in o for o in owners)
-        # The cluster's share: the GPUs each node offers (sim-a100-b's GPU 5 fell off the bus), and the job
-        # waiting, Pending on no node, asking 4 H100s of the training pool.
+        # The cluster's share: the GPUs each node offers (sim-a100-b's GPU 5 fell off the bus), and the jobs
+        # waiting, Pending on no node: 4 H100s of the training pool, 8 of the research pool.
         allocatable = {
             line.split('node="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
             for line in said
@@ -321,6 +329,7 @@ def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_e
             "sim-h100-d": 8,
             "sim-a100-e": 8,
             "sim-h100-f": 8,
+            "sim-h100-g": 8,
         }
         waiting = [line for line in said if 'pod="llm-pretrain-0"' in line]
         assert any(
@@ -332,6 +341,11 @@ def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_e
         [selector] = [line for line in waiting if line.startswith("kube_pod_nodeselectors{")]
         assert 'nodeselector_karpenter_sh_nodepool="training"' in selector
         assert 'nodeselector_nvidia_com_gpu_product="NVIDIA-H100-80GB-HBM3"' in selector
+        finetune = [line for line in said if 'pod="llm-finetune-0"' in line]
+        [request] = [line for line in finetune if line.startswith("kube_pod_container_resource_requests{")]
+        assert 'node=""' in request and 'namespace="research"' in request and request.endswith(" 8.0")
+        [selector] = [line for line in finetune if line.startswith("kube_pod_nodeselectors{")]
+        assert 'nodeselector_karpenter_sh_nodepool="research"' in selector
 
         def finished() -> float:
             text = requests.get(f"{url}/engines/serving/chat-api-6c8f9d7b54-x2k4p/metrics", timeout=5).text
@@ -349,22 +363,26 @@ def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_e
 
 def _fleet_verdicts() -> list[dict]:
     """The analyzer's verdicts on the demo fleet as its API serves them: every pod of its class, and the GPUs
-    no pod holds."""
+    no pod holds (sim-h100-a's GPU 5 holding memory, its GPU 7 and sim-h100-g's GPUs 1-7 unallocated)."""
     from tests.test_analyzer_service import EXPECTED
 
     pods = [
-        {"namespace": unit.split("/")[0], "pod": unit.split("/")[1], "gpus": ["GPU-1a2b3c4d-0000"], "bottleneck": c}
+        {"namespace": unit.split("/")[0], "pod": unit.split("/")[1], "node": "sim-h100-a", "bottleneck": c}
         for unit, c in EXPECTED.items()
     ]
     unheld = [
-        {"namespace": "", "pod": "", "gpus": [f"GPU-{k}f00d00{k}-1111-2222"], "bottleneck": "unallocated"}
-        for k in range(4)
+        {"namespace": "", "pod": "", "node": node, "gpu": gpu, "bottleneck": c}
+        for node, gpu, c in [
+            ("sim-h100-a", 5, "held_without_pod"),
+            ("sim-h100-a", 7, "unallocated"),
+            *(("sim-h100-g", k, "unallocated") for k in range(1, 8)),
+        ]
     ]
     return [
         {
             **v,
-            "unit": f"{v['namespace']}/{v['pod']}" if v["pod"] else f"gpu:sim-h100-a/{v['gpus'][0]}",
-            "node": "sim-h100-a",
+            "gpus": [f"GPU-{v.get('gpu', 0)}f00d00{v.get('gpu', 0)}-1111-2222"],
+            "unit": f"{v['namespace']}/{v['pod']}" if v["pod"] else f"gpu:{v['node']}/GPU-{v['gpu']}",
             "confidence": 0.8,
             "mean_activity": 0.125,
             "wasted_cost": 0.1,
@@ -385,9 +403,9 @@ ENDPOINTS = {
 
 @pytest.mark.parametrize(("width", "height"), [(80, 24), (100, 40), (120, 40)])
 def test_the_live_view_fits_an_ordinary_terminal_with_every_name_whole(width, height):
-    """The demo's 28 pods and 4 GPUs no pod holds at 80x24 (pods by class, one line a class), 100x40 (the
+    """The demo's 29 pods and 9 GPUs no pod holds at 80x24 (pods by class, one line a class), 100x40 (the
     table, pods by name) and 120x40 (the table with namespaces, nodes, GPUs and alerts by name): within the
-    terminal, the addresses on top, no pod's name cut."""
+    terminal, the addresses on top, no pod's name cut, a node's free GPUs one row."""
     from rich.console import Console
 
     from gpulens.demo_view import rows_of, view
@@ -412,6 +430,7 @@ def test_the_live_view_fits_an_ordinary_terminal_with_every_name_whole(width, he
         )
         assert by_class["idle"] == "idle 3: notebook-alice-0, notebook-bob-0, notebook-erin-0"
         # The title, two lines of addresses at 80 columns, the table's header and rule, its rows, a line under it.
+        # 29 pods, and three rows of GPUs no pod holds: sim-h100-a's two (of two classes), sim-h100-g's seven.
         assert lines[-1] == f"32 pods and GPUs: the table needs {1 + 2 + 2 + 32 + 1} lines, this terminal has 24."
         return
     header = next(line for line in lines if line.startswith("pod or GPU"))
@@ -419,12 +438,18 @@ def test_the_live_view_fits_an_ordinary_terminal_with_every_name_whole(width, he
     columns = ["pod or GPU", *(["node", "GPUs"] if wide else []), "class", "conf", "active", "$/h", "alerts"]
     assert header.split() == " ".join(columns).split()
     for v in verdicts:
-        name = (v["unit"] if wide else v["pod"]) if v["pod"] else f"sim-h100-a {v['gpus'][0][:12]}"
-        assert re.search(rf"^{re.escape(name)} ", text, re.M), name
+        if v["pod"]:
+            name = v["unit"] if wide else v["pod"]
+            assert re.search(rf"^{re.escape(name)} ", text, re.M), name
+    assert re.search(r"^sim-h100-a GPU-5f00d005 .*held_without_pod", text, re.M)
+    assert re.search(r"^sim-h100-a GPU-7f00d007 .*unallocated", text, re.M)
+    # sim-h100-g's seven: one row, their waste summed ($0.10 each in 120 s: $21.00 an hour).
+    [free] = [line for line in lines if line.startswith("sim-h100-g")]
+    assert free.split()[:3] == ["sim-h100-g", "7", "GPUs"] and "unallocated" in free and "21.00" in free, free
     starved = next(line for line in lines if line.startswith("nlp/bert-finetune-0" if wide else "bert-finetune-0 "))
     if wide:
         # Alerts by name, cut at the terminal's edge: the one column that gives way.
-        assert re.search(r"12%  3\.00  DataStarvation \(pages", starved), starved
+        assert re.search(r"12% +3\.00  DataStarvation \(pages", starved), starved
     else:
         assert starved.split()[-3:] == ["12%", "3.00", "2"]  # $0.10 in 120 s; 2 alerts
     assert lines[-1] == "GPU and node alerts: sim-a100-b/GPU 5: GpuFellOffBus (pages)"

@@ -19,7 +19,7 @@ from gpulens.core import mixin
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.dashboards import gpulens as dashboards
 from gpulens.simulator.fleet import DEFAULT_FLEET
-from tests.helpers import start_demo_stack, wait_until
+from tests.helpers import samples, start_demo_stack, wait_until
 from tests.test_analyzer_service import EXPECTED
 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
@@ -78,6 +78,9 @@ EXPECTED_ALERTS = {
     # Pipeline stages waiting in bubbles too large for their schedule (SMs about half busy: no low-SM page);
     # the pipeline whose bubbles are what its schedule costs pages nobody.
     ("GpulensPodHostStall", "nlp/gpt-pipeline-0"),
+    # The research pool's fine-tune, waiting (since an hour before the demo began) for 8 H100s on one node
+    # while 9 are free on two.
+    ("GpulensGpuPodWaitingWhileGpusFree", "pool research NVIDIA H100 80GB HBM3"),
 }
 HEALTHY = {pod for pod, bottleneck in EXPECTED.items() if bottleneck == "healthy"}
 
@@ -105,6 +108,8 @@ def firing_alerts(stack) -> set[tuple[str, str]]:
         labels = a["labels"]
         if labels.get("pod"):
             subject = f"{labels['namespace']}/{labels['pod']}"
+        elif "pool" in labels:
+            subject = f"pool {labels['pool']} {labels['gpu_model']}"
         else:
             subject = f"{labels.get('node', '')}/{labels.get('gpu', '')}"
             subject += f" {labels['reason']}" if "reason" in labels else ""
@@ -251,6 +256,36 @@ def test_the_chat_deployment_is_sized_by_its_engines_load(stack):
         found["evidence"]["sizing"],
     )
     assert sizing and int(sizing[2]) == 3 * int(sizing[1]), found["evidence"]["sizing"]
+
+
+def test_the_research_pools_free_gpus_are_stranded_while_its_whole_node_job_waits(stack):
+    """The demo's cluster as the analyzer reads it from kube-state-metrics in Prometheus (demo.yaml): the
+    research pool's 9 free H100s, 2 on sim-h100-a (GPU 7, and GPU 5, whose memory a process holds but no pod
+    asks for: Kubernetes offers it) and 7 on sim-h100-g, stranded while a fine-tune waits for 8 on one node
+    (fragmented); the training pool has no H100 free for its pre-training job's 4 (pool_full)."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    expected = {
+        ("gpulens_cluster_free_gpus", "research", ""): 9,
+        ("gpulens_cluster_largest_free_gpus", "research", ""): 7,
+        ("gpulens_cluster_stranded_gpus", "research", ""): 9,
+        ("gpulens_cluster_waiting_pods", "research", "fragmented"): 1,
+        ("gpulens_cluster_waiting_gpus", "research", "fragmented"): 8,
+        ("gpulens_cluster_free_gpus", "training", ""): 0,
+        ("gpulens_cluster_stranded_gpus", "training", ""): 0,
+        ("gpulens_cluster_waiting_pods", "training", "pool_full"): 1,
+        ("gpulens_cluster_waiting_gpus", "training", "pool_full"): 4,
+    }
+
+    def said() -> dict[tuple[str, str, str], float]:
+        exposed = samples(requests.get(f"http://{stack.plan.analyzer}/metrics", timeout=5).text)
+        found = {}
+        for (name, labels), value in exposed.items():
+            label = dict(labels)
+            if name.startswith("gpulens_cluster_") and label.get("gpu_model") == h100:
+                found[name, label["pool"], label.get("reason", "")] = value
+        return {key: found[key] for key in expected if key in found}
+
+    eventually(said, expected, 120, "the research pool's stranded GPUs")
 
 
 def test_rules_fire_for_exactly_the_simulated_sick_gpus(stack):
