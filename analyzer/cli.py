@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gpulens.analyzer.classify import Verdict
-    from gpulens.analyzer.owners import OwnerReader
+    from gpulens.analyzer.kinds import PodKey
+    from gpulens.analyzer.kube_state import KubeState
+    from gpulens.analyzer.owners import Owner, OwnerReader
     from gpulens.analyzer.plan import Plan, Use
     from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.scheduling import Scheduling
@@ -85,9 +87,18 @@ def register(commands: Subcommands) -> None:
         "pool's free and stranded GPU-hours (pool)",
     )
     p.add_argument(
+        "--kube-state",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="with files: kube-state-metrics' series over their span, recorded as OpenMetrics with timestamps "
+        "(`promtool tsdb dump-openmetrics`) or as saved /metrics scrapes (each at its file's modification time): "
+        "each pod's owner and kind, and the cluster's share (docs/cluster.md)",
+    )
+    p.add_argument(
         "--team-label",
         default="",
-        help="with --prometheus: the pod label (or namespace label) naming a pod's team, read from "
+        help="with --prometheus or --kube-state: the pod label (or namespace label) naming a pod's team, read from "
         "kube-state-metrics' kube_pod_labels (e.g. team reads label_team)",
     )
     flags.add(
@@ -95,8 +106,9 @@ def register(commands: Subcommands) -> None:
         "--analysis.config",
         dest="analysis_config",
         default="",
-        help="with --prometheus: settings YAML, its workload_kinds rules naming what your pods are (notebook, "
-        "serving, job) by label, image or owner, before the defaults (docs/workloads.md)",
+        help="with --prometheus or --kube-state: settings YAML, its workload_kinds rules naming what your pods are "
+        "(notebook, serving, job) by label, image or owner, before the defaults (docs/workloads.md), and its pools "
+        "(docs/cluster.md)",
     )
     _common(p)
     p.add_argument(
@@ -342,6 +354,10 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer import readers
     from gpulens.analyzer.features import UnitKeys
     from gpulens.analyzer.history import analyze, sample_interval
+    from gpulens.analyzer.kinds import load_rules
+    from gpulens.analyzer.kube_state import KubeStateError, RecordedKubeState
+    from gpulens.analyzer.owners import OwnerReader
+    from gpulens.analyzer.owners import apply as apply_owners
     from gpulens.analyzer.plan import Use, make_plan
     from gpulens.analyzer.readers import TraceError
     from gpulens.analyzer.store import StoreError
@@ -361,15 +377,14 @@ def run_report(args: argparse.Namespace) -> int:
             raise ValueError(f"--out {args.out}: it is a directory; name a file")
         scheduling = None
         if args.prometheus:
+            if args.kube_state:
+                raise ValueError("--kube-state is for files: a store's kube-state-metrics series are read from it")
             verdicts, timelines, use, scheduling = _report_from_store(args, thresholds, prices, window, step)
             trace = None
         else:
-            given = {
-                "--since": args.since,
-                "--until": args.until,
-                "--team-label": args.team_label,
-                "--analysis.config": args.analysis_config,
-            }
+            given = {"--since": args.since, "--until": args.until}
+            if not args.kube_state:
+                given |= {"--team-label": args.team_label, "--analysis.config": args.analysis_config}
             for_stores = [flag for flag, value in given.items() if value]
             for_stores += [
                 flag for dest, (flag, default) in args.store_defaults.items() if getattr(args, dest) != default
@@ -377,19 +392,30 @@ def run_report(args: argparse.Namespace) -> int:
             if for_stores:
                 raise ValueError(
                     f"{', '.join(for_stores)}: only for --prometheus (files cover their own span, carry no pod "
-                    "labels and are read whole); drop them, or read the store"
+                    "labels unless --kube-state gives kube-state-metrics' series, and are read whole); drop them, "
+                    "or read the store"
                 )
             trace, timelines = _read_with_progress(args, readers), None
             _warn_unknown_models(trace, prices)
-            verdicts = analyze(trace, thresholds, prices, window, step)
+            kube_state = RecordedKubeState.read(args.kube_state) if args.kube_state else None
+            owners = OwnerReader(kube_state, args.team_label, load_rules(args.analysis_config)) if kube_state else None
+            owned = _owners_of(owners, trace)
+            workloads = {f"{namespace}/{pod}": owner.workload for (namespace, pod), owner in owned.items()}
+            verdicts = analyze(trace, thresholds, prices, window, step, workloads if owners else None)
+            verdicts = apply_owners(verdicts, owned)
             # A file holds what it holds: the advice is to record more, not to check a scrape.
             advice = INSUFFICIENT_FILE.format(min_samples=thresholds.min_samples)
             verdicts = [
                 replace(v, recommendation=advice) if v.bottleneck == "insufficient_data" else v for v in verdicts
             ]
             keys = UnitKeys.of(trace) if len(trace) else None
-            use = Use.of_trace(trace, sample_interval(trace, keys) if keys else 1.0, thresholds, keys)
-    except (TraceError, ValueError, StoreError) as e:
+            interval = sample_interval(trace, keys) if keys else 1.0
+            use = Use.of_trace(trace, interval, thresholds, keys)
+            if kube_state is not None and owners is not None and len(trace):
+                ts = trace["timestamp"]
+                the_span = (float(ts.min()), float(ts.max()), interval)
+                scheduling = _scheduling(args, kube_state, owners, the_span, verdicts, thresholds, prices)
+    except (TraceError, ValueError, StoreError, KubeStateError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
     verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
@@ -504,7 +530,8 @@ def _report_from_store(
                 reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use, engines
             )
             verdicts = _some(verdicts, store.name, reader, the_span)
-            return verdicts, timelines, use, _scheduling(args, store, owners, the_span, verdicts, thresholds, prices)
+            grid = (the_span.start, the_span.end, the_span.step)
+            return verdicts, timelines, use, _scheduling(args, store, owners, grid, verdicts, thresholds, prices)
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
@@ -520,45 +547,47 @@ def _report_from_store(
             )
             verdicts = _some(verdicts, store.name, reader, the_span)
             bar.update(task, description="reading kube-state-metrics")
-            return verdicts, timelines, use, _scheduling(args, store, owners, the_span, verdicts, thresholds, prices)
+            grid = (the_span.start, the_span.end, the_span.step)
+            return verdicts, timelines, use, _scheduling(args, store, owners, grid, verdicts, thresholds, prices)
     finally:
         store.close()
 
 
-#: The most steps the cluster is judged at over a span: a week of minutes. A longer span is judged at a
-#: coarser step (a month at 5 minutes), so that its memory follows the nodes and pods, not the span.
-CLUSTER_MAX_STEPS = 7 * 24 * 60
-
-
 def _scheduling(
     args: argparse.Namespace,
-    store: Store,
+    source: Store | KubeState,
     owners: OwnerReader,
-    the_span: Span,
+    span: tuple[float, float, float],
     verdicts: list[Verdict],
     thresholds: Thresholds,
     prices: dict[str, float],
 ) -> Scheduling | None:
-    """The cluster's judgement over the span from kube-state-metrics (None where no pod asked for a GPU)."""
-    import math
-
-    from gpulens.analyzer.cluster import ClusterReader
+    """The cluster's judgement over `span` (start, end, step: unix seconds) from kube-state-metrics' series in a
+    store or recorded (None where no pod asked for a GPU)."""
+    from gpulens.analyzer.cluster import ClusterReader, judged_grid
     from gpulens.analyzer.kinds import load_pools
     from gpulens.analyzer.scheduling import judge_store
     from gpulens.analyzer.store import StoreError
 
     pools = load_pools(args.analysis_config)
-    steps = (the_span.end - the_span.start) / the_span.step + 1
-    step = the_span.step * math.ceil(steps / CLUSTER_MAX_STEPS)
-    end = the_span.start + math.floor((the_span.end - the_span.start) / step) * step
     models = {v.node: v.gpu_model for v in verdicts if v.node and v.gpu_model}
     try:
-        reader = ClusterReader(store, pools.label)
-        return judge_store(reader, owners, (the_span.start, end, step), thresholds, pools, prices, models)
+        reader = ClusterReader(source, pools.label)
+        return judge_store(reader, owners, judged_grid(*span), thresholds, pools, prices, models)
     except StoreError as e:
         # The pods' verdicts stand without it: say what is missing rather than lose the report.
         print(f"gpulens report: warning: the cluster's share is left out: {e}", file=sys.stderr)
         return None
+
+
+def _owners_of(owners: OwnerReader | None, trace: pd.DataFrame) -> dict[PodKey, Owner]:
+    """The owners of the trace's pods as kube-state-metrics said over its span ({} where it is not read)."""
+    if owners is None or trace.empty:
+        return {}
+    pods = trace.loc[trace["pod"].astype(str) != "", ["namespace", "pod"]].drop_duplicates()
+    ts = trace["timestamp"]
+    keys = zip(pods["namespace"].astype(str), pods["pod"].astype(str), strict=True)
+    return owners.read(keys, float(ts.max()), float(ts.max() - ts.min()))
 
 
 #: The step a store report reads at where the store holds no sample to read its scrape interval from.

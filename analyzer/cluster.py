@@ -1,6 +1,6 @@
-"""What Kubernetes says of the cluster's GPUs over a span, read from kube-state-metrics' series in a store:
-each node's allocatable GPUs, pool and model; each GPU pod's request and, step by step, whether it waited
-for a node or which node held it; each namespace's GPU quota.
+"""What Kubernetes says of the cluster's GPUs over a span, read from kube-state-metrics' series (in a store, or
+recorded in files: analyzer/kube_state.py): each node's allocatable GPUs, pool and model; each GPU pod's
+request and, step by step, whether it waited for a node or which node held it; each namespace's GPU quota.
 
 Series read (kube-state-metrics 2.x names and labels, kubernetes/kube-state-metrics docs/metrics):
 - kube_node_status_allocatable{node, resource="nvidia_com_gpu"}: the GPUs the device plugin offers;
@@ -27,22 +27,19 @@ half. A pod both waiting and on a node at a step (the wait's series carried that
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpulens.analyzer.kinds import PodKey
+from gpulens.analyzer.kube_state import GPU_RESOURCE, GPUS, KubeState, StoreKubeState
 from gpulens.analyzer.owners import label_name
-from gpulens.analyzer.series import IDENTITY_FRESH, fresh
+from gpulens.analyzer.series import IDENTITY_FRESH
 from gpulens.analyzer.store import Store
 from gpulens.core.catalog import model_info
-from gpulens.core.mixin import promql_string
 
-#: kube-state-metrics' name of the GPU resource (nvidia.com/gpu with its dots and slash made "_"), and the
-#: quota's (a ResourceQuota limits an extended resource by its requests only).
-GPU_RESOURCE = "nvidia_com_gpu"
-GPU_QUOTA_RESOURCE = "requests.nvidia.com/gpu"
 #: GPU feature discovery's label of a node's GPU model ("NVIDIA-A100-SXM4-80GB").
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 #: Node labels that name a pool on the common platforms, tried in order where the settings name none: Karpenter,
@@ -147,17 +144,13 @@ class ClusterHistory:
 
 
 class ClusterReader:
-    """Reads a ClusterHistory from kube-state-metrics' series in a store."""
+    """Reads a ClusterHistory from kube-state-metrics' series: in a store, or recorded (analyzer/kube_state.py)."""
 
-    def __init__(self, store: Store, pool_label: str = "", selector: str = ""):
-        self.store = store
+    def __init__(self, source: Store | KubeState, pool_label: str = "", selector: str = ""):
+        #: Where the series are read (a Store is read through PromQL; `selector` adds matchers to its queries).
+        self.source = StoreKubeState(source, selector) if isinstance(source, Store) else source
         #: The node label that names a pool (the settings'), else the first of POOL_LABELS a node carries.
         self.pool_labels = (pool_label,) if pool_label else POOL_LABELS
-        #: Extra matchers of kube-state-metrics' series (job="kube-state-metrics"), "" for none.
-        self.selector = selector
-
-    def _sel(self, name: str, *matchers: str) -> str:
-        return f"{name}{{{','.join(m for m in (self.selector, *matchers) if m)}}}"
 
     def scrape_interval(self, start: float, end: float) -> float | None:
         """Seconds between kube-state-metrics' samples, from the most samples a GPU node's allocatable series
@@ -165,9 +158,7 @@ class ClusterReader:
         window = min(3600.0, end - start)
         if window < 60:
             return None
-        selector = self._sel("kube_node_status_allocatable", f'resource="{GPU_RESOURCE}"')
-        found = self.store.query(f"max(count_over_time({selector}[{window:.0f}s]))", end)
-        count = float(found[0]["value"][1]) if found else 0.0
+        count = self.source.samples_per_series("kube_node_status_allocatable", end, window, GPUS)
         return window / count if count > 1 else None
 
     def read(self, start: float, end: float, step: float, models: dict[str, str] | None = None) -> ClusterHistory:
@@ -177,18 +168,6 @@ class ClusterReader:
         # Without a measured interval, a series lives for Prometheus' lookback, as it would unfiltered.
         age = FRESH * interval if interval else 300.0
         steps = int(round((end - start) / step)) + 1
-        gpus = f'resource="{GPU_RESOURCE}"'
-        allocatable_q = f"max by (node) ({fresh(self._sel('kube_node_status_allocatable', gpus), age)})"
-        cordoned_q = f"max by (node) ({fresh(self._sel('kube_node_spec_unschedulable'), age)})"
-        phase = fresh(self._sel("kube_pod_status_phase", 'phase=~"Pending|Running"'), age)
-        requests = fresh(self._sel("kube_pod_container_resource_requests", gpus), age)
-        pods_q = (
-            f"sum by (namespace, pod, node) ({requests} * on (namespace, pod) group_left () "
-            f"max by (namespace, pod) ({phase} == 1))"
-        )
-        hard = self._sel("kube_resourcequota", f'resource="{GPU_QUOTA_RESOURCE}"', 'type="hard"')
-        quota_q = f"min by (namespace) ({fresh(hard, age)})"
-
         node_index: dict[str, int] = {}
         allocatable: dict[int, np.ndarray] = {}
         cordoned: dict[int, np.ndarray] = {}
@@ -200,34 +179,31 @@ class ClusterReader:
                 node_index[name] = len(node_index)
             return node_index[name]
 
+        source = self.source
         for first in range(0, steps, PIECE_STEPS):
             last = min(steps, first + PIECE_STEPS) - 1
             at, until = start + first * step, start + last * step
-            for series in self.store.query_range(allocatable_q, at, until, step):
-                row = allocatable.setdefault(node_of(series["metric"].get("node", "")), np.zeros(steps))
-                _place(row, series["values"], start, step)
-            for series in self.store.query_range(cordoned_q, at, until, step):
-                row = cordoned.setdefault(node_of(series["metric"].get("node", "")), np.zeros(steps))
-                _place(row, series["values"], start, step)
-            for series in self.store.query_range(quota_q, at, until, step):
-                row = quota.setdefault(series["metric"].get("namespace", ""), np.full(steps, np.nan))
-                _place(row, series["values"], start, step)
-            for series in self.store.query_range(pods_q, at, until, step):
-                labels = series["metric"]
+            for labels, values in source.node_gpus(at, until, step, age):
+                _place(allocatable.setdefault(node_of(labels.get("node", "")), np.zeros(steps)), values, start, step)
+            for labels, values in source.cordoned(at, until, step, age):
+                _place(cordoned.setdefault(node_of(labels.get("node", "")), np.zeros(steps)), values, start, step)
+            for labels, values in source.gpu_quota(at, until, step, age):
+                _place(quota.setdefault(labels.get("namespace", ""), np.full(steps, np.nan)), values, start, step)
+            for labels, values in source.gpu_pods(at, until, step, age):
                 key = (labels.get("namespace", ""), labels.get("pod", ""))
                 node = labels.get("node", "")
                 track = pods.setdefault(key, PodTrack(key))
-                _add_runs(track, series["values"], start, step, node_of(node) if node else WAITING)
+                _add_runs(track, values, start, step, node_of(node) if node else WAITING)
         for track in pods.values():
             track.runs = _placed_over_waiting(track.runs)
 
         names = sorted(node_index, key=node_index.__getitem__)
-        labels, pool_label, missing = self._node_labels(bool(names), end, end - start)
+        node_labels, pool_label, missing = self._node_labels(bool(names), end, end - start)
         models = models or {}
-        nodes = [
-            Node(name, labels.get(name, ("", ""))[0], model_name(labels.get(name, ("", ""))[1] or models.get(name, "")))
-            for name in names
-        ]
+        nodes = []
+        for name in names:
+            pool, product = node_labels.get(name, ("", ""))
+            nodes.append(Node(name, pool, model_name(product or models.get(name, ""))))
         grid = np.zeros((len(names), steps))
         for i, row in allocatable.items():
             grid[i] = row
@@ -250,15 +226,13 @@ class ClusterReader:
         """Each node's (pool, model) from kube_node_labels, the pool label found ("" none), and what could not
         be read."""
         keys = [*self.pool_labels, PRODUCT_LABEL]
-        by = ", ".join(["node", *(label_name(k) for k in keys)])
-        window = f"{max(span, 60):.0f}s"
-        found = self.store.query(f"max by ({by}) (last_over_time({self._sel('kube_node_labels')}[{window}]))", end)
+        by = ["node", *(label_name(k) for k in keys)]
+        found = [labels for labels, _ in self.source.last("kube_node_labels", by, end, span)]
         out: dict[str, tuple[str, str]] = {}
-        for series in found:
-            labels = series["metric"]
+        for labels in found:
             pool = next((labels[label_name(k)] for k in self.pool_labels if labels.get(label_name(k))), "")
             out[labels.get("node", "")] = (pool, labels.get(label_name(PRODUCT_LABEL), ""))
-        pool_label = next((k for k in self.pool_labels if any(s["metric"].get(label_name(k)) for s in found)), "")
+        pool_label = next((k for k in self.pool_labels if any(labels.get(label_name(k)) for labels in found)), "")
         missing = []
         if any_node and not pool_label:
             missing.append(
@@ -273,21 +247,16 @@ class ClusterReader:
         waited = [t for t in history.pods.values() if t.waited()]
         if not waited:
             return
-        window = f"{max(end - history.start, 60):.0f}s"
-        pods = "pod=~" + promql_string("|".join(sorted({re.escape(t.key[1]) for t in waited})))
-        for series in self.store.query(
-            f"max by (namespace, pod) (last_over_time({self._sel('kube_pod_created', pods)}[{window}]))", end
-        ):
-            track = history.pods.get((series["metric"].get("namespace", ""), series["metric"].get("pod", "")))
+        window = end - history.start
+        pods = ("pod", "=~", "|".join(sorted({re.escape(t.key[1]) for t in waited})))
+        for labels, created in self.source.last("kube_pod_created", ["namespace", "pod"], end, window, pods):
+            track = history.pods.get((labels.get("namespace", ""), labels.get("pod", "")))
             if track is not None:
-                track.created = float(series["value"][1])
+                track.created = created
         keys = [*self.pool_labels, PRODUCT_LABEL]
-        by = ", ".join(["namespace", "pod", *(selector_name(k) for k in keys)])
-        selectors = self.store.query(
-            f"max by ({by}) (last_over_time({self._sel('kube_pod_nodeselectors', pods)}[{window}]))", end
-        )
-        for series in selectors:
-            labels = series["metric"]
+        by = ["namespace", "pod", *(selector_name(k) for k in keys)]
+        selectors = self.source.last("kube_pod_nodeselectors", by, end, window, pods)
+        for labels, _ in selectors:
             track = history.pods.get((labels.get("namespace", ""), labels.get("pod", "")))
             if track is not None:
                 track.wants_pool = next(
@@ -320,21 +289,21 @@ def _placed_over_waiting(runs: list[Run]) -> list[Run]:
     return sorted(kept, key=lambda r: (r.first, r.node))
 
 
-def _place(row: np.ndarray, values: list, start: float, step: float) -> None:
-    """A range answer's [time, "value"] points written into `row` at their steps."""
+def _place(row: np.ndarray, values: list[tuple[float, float]], start: float, step: float) -> None:
+    """A range answer's (time, value) points written into `row` at their steps."""
     for at, value in values:
-        i = int(round((float(at) - start) / step))
+        i = int(round((at - start) / step))
         if 0 <= i < len(row):
-            row[i] = float(value)
+            row[i] = value
 
 
-def _add_runs(track: PodTrack, values: list, start: float, step: float, node: int) -> None:
+def _add_runs(track: PodTrack, values: list[tuple[float, float]], start: float, step: float, node: int) -> None:
     """A range answer's points as runs of consecutive steps of one request, each joined to the track's run of
     the same node and request that ended the step before it (the previous piece of a span read in pieces)."""
     if not values:
         return
-    index = np.rint((np.array([float(at) for at, _ in values]) - start) / step).astype(np.int64)
-    gpus = np.array([float(value) for _, value in values])
+    index = np.rint((np.array([at for at, _ in values]) - start) / step).astype(np.int64)
+    gpus = np.array([value for _, value in values])
     breaks = np.flatnonzero((np.diff(index) != 1) | (np.diff(gpus) != 0)) + 1
     for first, last in zip(np.r_[0, breaks], np.r_[breaks, len(index)] - 1, strict=True):
         run = Run(int(index[first]), int(index[last]), node, float(gpus[first]))
@@ -350,3 +319,16 @@ def _add_runs(track: PodTrack, values: list, start: float, step: float, node: in
             track.runs.append(run)
         else:
             track.runs[joined] = Run(track.runs[joined].first, run.last, node, run.gpus)
+
+
+#: The most steps the cluster is judged at over a span: a week of minutes. A longer span is judged at a
+#: coarser step (a month at 5 minutes), so that its memory follows the nodes and pods, not the span.
+MAX_STEPS = 7 * 24 * 60
+
+
+def judged_grid(start: float, end: float, step: float) -> tuple[float, float, float]:
+    """The grid the cluster is judged on over a span read at `step`: the same where it has at most MAX_STEPS
+    steps, else a whole multiple of `step` that fits, its end the last step within the span."""
+    steps = (end - start) / step + 1
+    coarser = step * math.ceil(steps / MAX_STEPS)
+    return start, start + math.floor((end - start) / coarser) * coarser, coarser

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from gpulens.analyzer.classify import Verdict
 from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodFacts, PodKey, WorkloadKind, kind_of, label_keys
+from gpulens.analyzer.kube_state import KubeState, Matcher, StoreKubeState
 from gpulens.analyzer.store import Store
 
 
@@ -75,10 +76,11 @@ def resolve(
 
 
 class OwnerReader:
-    """Reads the owners, teams and workload kinds of pods from kube-state-metrics' series in a store."""
+    """Reads the owners, teams and workload kinds of pods from kube-state-metrics' series: in a store, or
+    recorded (analyzer/kube_state.py)."""
 
-    def __init__(self, store: Store, team_label: str = "", rules: Sequence[KindRule] = DEFAULT_RULES):
-        self.store = store
+    def __init__(self, source: Store | KubeState, team_label: str = "", rules: Sequence[KindRule] = DEFAULT_RULES):
+        self.source = StoreKubeState(source) if isinstance(source, Store) else source
         self.team_label = label_name(team_label) if team_label else ""
         self.rules = tuple(rules)
         #: kube-state-metrics' label name -> the Kubernetes key the rules read.
@@ -89,53 +91,43 @@ class OwnerReader:
         pods = [p for p in pods if p[1]]
         if not pods:
             return {}
-        window = f"{max(lookback, 60):.0f}s"
+        source = self.source
+        named: Matcher = ("owner_kind", "!=", "<none>")
 
-        def pairs(expr: str, key: str) -> dict[PodKey, tuple[str, str]]:
-            """(namespace, the `key` label) -> (owner_kind, owner_name) of each series of `expr`."""
+        def pairs(name: str, key: str, *matchers: Matcher) -> dict[PodKey, tuple[str, str]]:
+            """(namespace, the `key` label) -> (owner_kind, owner_name) of each series of `name`."""
+            by = ["namespace", key, "owner_kind", "owner_name"]
             return {
-                (s["metric"].get("namespace", ""), s["metric"].get(key, "")): (
-                    s["metric"].get("owner_kind", ""),
-                    s["metric"].get("owner_name", ""),
+                (labels.get("namespace", ""), labels.get(key, "")): (
+                    labels.get("owner_kind", ""),
+                    labels.get("owner_name", ""),
                 )
-                for s in self.store.query(expr, at)
+                for labels, _ in source.last(name, by, at, lookback, named, *matchers)
             }
 
-        def owned_by(series: str, key: str) -> str:
-            labels = f"namespace, {key}, owner_kind, owner_name"
-            return f'max by ({labels}) (last_over_time({series}{{owner_kind!="<none>"}}[{window}]))'
-
-        pod_owners = pairs(
-            'max by (namespace, pod, owner_kind, owner_name) (last_over_time(kube_pod_owner{owner_is_controller="true",'
-            f'owner_kind!="<none>"}}[{window}]))',
-            "pod",
-        )
-        known = bool(pod_owners) or bool(self.store.query(f"count(last_over_time(kube_pod_owner[{window}]))", at))
-        replicasets = pairs(owned_by("kube_replicaset_owner", "replicaset"), "replicaset")
-        jobs = pairs(owned_by("kube_job_owner", "job_name"), "job_name")
+        pod_owners = pairs("kube_pod_owner", "pod", ("owner_is_controller", "=", "true"))
+        known = bool(pod_owners) or bool(source.last("kube_pod_owner", [], at, lookback))
+        replicasets = pairs("kube_replicaset_owner", "replicaset")
+        jobs = pairs("kube_job_owner", "job_name")
         pod_teams: dict[PodKey, str] = {}
         namespace_teams: dict[str, str] = {}
         pod_labels: dict[PodKey, dict[str, str]] = {}
         names = sorted({*self.rule_labels, *([self.team_label] if self.team_label else [])})
-        for s in self.store.query(
-            f"max by ({', '.join(['namespace', 'pod', *names])}) (last_over_time(kube_pod_labels[{window}]))", at
-        ):
-            key = (s["metric"].get("namespace", ""), s["metric"].get("pod", ""))
-            pod_labels[key] = {self.rule_labels[n]: v for n, v in s["metric"].items() if n in self.rule_labels}
-            if self.team_label and s["metric"].get(self.team_label):
-                pod_teams[key] = s["metric"][self.team_label]
+        for labels, _ in source.last("kube_pod_labels", ["namespace", "pod", *names], at, lookback):
+            key = (labels.get("namespace", ""), labels.get("pod", ""))
+            pod_labels[key] = {self.rule_labels[n]: v for n, v in labels.items() if n in self.rule_labels}
+            if self.team_label and labels.get(self.team_label):
+                pod_teams[key] = labels[self.team_label]
         if self.team_label:
             label = self.team_label
-            for s in self.store.query(
-                f'max by (namespace, {label}) (last_over_time(kube_namespace_labels{{{label}!=""}}[{window}]))', at
+            for labels, _ in source.last(
+                "kube_namespace_labels", ["namespace", label], at, lookback, (label, "!=", "")
             ):
-                namespace_teams[s["metric"].get("namespace", "")] = s["metric"][label]
+                namespace_teams[labels.get("namespace", "")] = labels[label]
         images: dict[PodKey, set[str]] = {}
-        for s in self.store.query(
-            f"max by (namespace, pod, image) (last_over_time(kube_pod_container_info[{window}]))", at
-        ):
-            key = (s["metric"].get("namespace", ""), s["metric"].get("pod", ""))
-            images.setdefault(key, set()).add(s["metric"].get("image", ""))
+        for labels, _ in source.last("kube_pod_container_info", ["namespace", "pod", "image"], at, lookback):
+            key = (labels.get("namespace", ""), labels.get("pod", ""))
+            images.setdefault(key, set()).add(labels.get("image", ""))
         return resolve(
             pods,
             pod_owners,

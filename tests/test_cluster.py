@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
+from gpulens.analyzer import frame as fr
 from gpulens.analyzer.cluster import WAITING, ClusterHistory, Node, PodTrack, Run
 from gpulens.analyzer.frame import format_timestamp
 from gpulens.analyzer.kinds import Pools, WorkloadKind
@@ -231,6 +232,88 @@ def test_victoria_metrics_holding_the_same_cluster_gives_the_same_answer(store, 
     assert same["cluster"] == answer["cluster"]
     freed = sorted((v["gpus"][0], v["bottleneck"]) for v in same["verdicts"] if not v["pod"])
     assert freed == sorted((v["gpus"][0], v["bottleneck"]) for v in answer["verdicts"] if not v["pod"])
+
+
+def files_report(*args: str) -> subprocess.CompletedProcess:
+    """`gpulens report` on files."""
+    return subprocess.run(
+        [sys.executable, "-m", "gpulens", "report", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize("form", ["openmetrics", "text"])
+def test_trace_files_with_kube_state_metrics_recorded_give_the_stores_answer(store, answer, tmp_path, form):
+    """The same cluster from files: its GPUs' trace (the recorder's format) and kube-state-metrics' history as
+    OpenMetrics (the text promtool backfilled into the store) or in Prometheus' text format with timestamps in
+    milliseconds: the cluster's share and every pod's owner and kind as Prometheus' answer says them."""
+    trace = tmp_path / "gpus.parquet"
+    fr.write_trace(cluster.gpu_trace(), trace)
+    history = tmp_path / "kube-state.txt"
+    render = families_openmetrics if form == "openmetrics" else families_prometheus_text
+    history.write_text(render(cluster.kube_state_metrics()))
+    settings = store[1]
+    done = files_report(str(trace), "--kube-state", str(history), "--analysis.config", settings, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    files = json.loads(done.stdout)
+    assert files["cluster"] == answer["cluster"]
+
+    def owners(said: dict) -> set[tuple]:
+        return {(v["pod"], v["owner_kind"], v["owner"], v["workload_kind"]) for v in said["verdicts"] if v["pod"]}
+
+    assert owners(files) == owners(answer)
+    assert ("chat-7d9f8-h4k2p", "Deployment", "chat", "serving") in owners(files)
+    cluster_actions = ("consolidate", "bin_pack", "add_quota", "re_pool")
+    assert [a for a in files["plan"] if a["action"] in cluster_actions] == [
+        a for a in answer["plan"] if a["action"] in cluster_actions
+    ]
+
+
+def test_recorded_kube_state_metrics_that_cannot_be_read_are_named_with_the_fix(tmp_path):
+    trace = tmp_path / "gpus.parquet"
+    fr.write_trace(cluster.gpu_trace(), trace)
+    absent = files_report(str(trace), "--kube-state", str(tmp_path / "none.txt"))
+    assert absent.returncode == 2 and absent.stdout == ""
+    assert absent.stderr.startswith(f"gpulens report: --kube-state {tmp_path / 'none.txt'}: cannot be read"), (
+        absent.stderr
+    )
+    garbled = tmp_path / "garbled.txt"
+    garbled.write_text('kube_pod_created{namespace="ml",pod="a} 1\n')
+    said = files_report(str(trace), "--kube-state", str(garbled))
+    assert said.returncode == 2 and said.stdout == ""
+    assert said.stderr.startswith(f"gpulens report: --kube-state {garbled}: line 1 is not a sample"), said.stderr
+    assert "Traceback" not in said.stderr
+    with_store = files_report("--prometheus", "http://127.0.0.1:9", "--since", "1h", "--kube-state", str(garbled))
+    assert with_store.returncode == 2 and "--kube-state is for files" in with_store.stderr
+
+
+def test_saved_scrapes_of_kube_state_metrics_are_taken_at_their_files_times(tmp_path):
+    """Scrapes saved without timestamps (curl .../metrics > file): each at its file's modification time, read
+    as the store would read the same samples: a pod waiting in the first, on its node in the second."""
+    from gpulens.analyzer.kube_state import RecordedKubeState
+
+    first, second = tmp_path / "ksm-1.prom", tmp_path / "ksm-2.prom"
+    node = 'kube_node_status_allocatable{node="n1",resource="nvidia_com_gpu",unit="integer"} 8\n'
+    phase = 'kube_pod_status_phase{namespace="ml",pod="a",phase="%s"} 1\n'
+    request = 'kube_pod_container_resource_requests{namespace="ml",pod="a",node="%s",resource="nvidia_com_gpu"} 4\n'
+    first.write_text(node + phase % "Pending" + request % "")
+    second.write_text(node + phase % "Running" + request % "n1")
+    os.utime(first, (START, START))
+    os.utime(second, (START + 30, START + 30))
+    recorded = RecordedKubeState.read([first, second])
+    assert recorded.samples_per_series("kube_node_status_allocatable", START + 30, 3600) == 2
+    assert recorded.node_gpus(START, START + 90, 30, 45) == [
+        ({"node": "n1"}, [(START, 8.0), (START + 30, 8.0), (START + 60, 8.0)])  # 30 s old at START + 60
+    ]
+    # The wait's series ends with its last sample's freshness (45 s): at START + 30 the pod is on n1 (the
+    # reader keeps the node over a wait carried beside it), from START + 60 its series are too old.
+    assert sorted(recorded.gpu_pods(START, START + 90, 30, 45), key=lambda s: len(s[0])) == [
+        ({"namespace": "ml", "pod": "a"}, [(START, 4.0), (START + 30, 4.0)]),
+        ({"namespace": "ml", "pod": "a", "node": "n1"}, [(START + 30, 4.0), (START + 60, 4.0)]),
+    ]
 
 
 def test_the_live_analyzer_serves_the_cluster_as_it_is_now(store):

@@ -1,0 +1,314 @@
+"""kube-state-metrics' series as the cluster's and the owners' readers ask for them, from one of two sources:
+a store with the Prometheus HTTP API (PromQL, evaluated by the store), or recorded files (its history as
+OpenMetrics with timestamps, as promtool backfills it and `promtool tsdb dump-openmetrics` writes it; or saved
+scrapes of its /metrics, each stamped with its file's modification time), evaluated here with the same
+meaning: a series' value at a step is its newest sample at or before it, within the lookback (Prometheus'
+5 minutes) and, where asked, within `age` seconds (series.fresh: a series with no staleness marker ends
+where its samples do).
+
+The readers (analyzer/cluster.py, analyzer/owners.py) ask for:
+- last(): each series' newest sample in (at - window, at], their maximum by the labels named (PromQL's
+  `max by (...) (last_over_time(name{...}[window]))`);
+- samples_per_series(): the most samples one series holds in (at - window, at] (`max(count_over_time(...))`),
+  to measure kube-state-metrics' scrape interval;
+- the four series of the cluster's GPUs on a step grid: each node's allocatable GPUs (max by node), whether it
+  is cordoned (max by node), each namespace's GPU quota (min by namespace), and each GPU pod's request summed
+  by namespace, pod and node while its phase is Pending or Running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from gpulens.analyzer.series import fresh
+from gpulens.analyzer.store import Store
+from gpulens.core.mixin import promql_string
+
+#: kube-state-metrics' name of the GPU resource (nvidia.com/gpu with its dots and slash made "_"), and the
+#: quota's (a ResourceQuota limits an extended resource by its requests only).
+GPU_RESOURCE = "nvidia_com_gpu"
+GPU_QUOTA_RESOURCE = "requests.nvidia.com/gpu"
+#: Seconds a sample stands for after it was taken where nothing newer came (Prometheus' default lookback).
+LOOKBACK = 300.0
+
+Labels = dict[str, str]
+#: A label matcher: (label, operator, value), operator one of PromQL's =, !=, =~, !~.
+Matcher = tuple[str, str, str]
+#: A range answer in the shape of Prometheus' (a series' labels and its (unix seconds, value) points).
+RangeSeries = tuple[Labels, list[tuple[float, float]]]
+
+
+class KubeStateError(Exception):
+    """A recorded file of kube-state-metrics' series that cannot be read; the message names the file and the fix."""
+
+
+class KubeState(Protocol):
+    """Where kube-state-metrics' series are read from (a store, or recorded files)."""
+
+    def last(
+        self, name: str, by: Sequence[str], at: float, window: float, *matchers: Matcher
+    ) -> list[tuple[Labels, float]]: ...
+
+    def samples_per_series(self, name: str, at: float, window: float, *matchers: Matcher) -> float: ...
+
+    def node_gpus(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]: ...
+
+    def cordoned(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]: ...
+
+    def gpu_quota(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]: ...
+
+    def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]: ...
+
+
+GPUS: Matcher = ("resource", "=", GPU_RESOURCE)
+LIVE_PHASES: Matcher = ("phase", "=~", "Pending|Running")
+QUOTA_HARD: tuple[Matcher, Matcher] = (("resource", "=", GPU_QUOTA_RESOURCE), ("type", "=", "hard"))
+
+
+class StoreKubeState:
+    """kube-state-metrics' series in a store, through PromQL. `selector`: extra matchers of its series
+    (job="kube-state-metrics"), "" for none."""
+
+    def __init__(self, store: Store, selector: str = ""):
+        self.store = store
+        self.selector = selector
+
+    def _sel(self, name: str, *matchers: Matcher) -> str:
+        said = [f"{label}{op}{promql_string(value)}" for label, op, value in matchers]
+        return f"{name}{{{','.join(m for m in (self.selector, *said) if m)}}}"
+
+    def last(
+        self, name: str, by: Sequence[str], at: float, window: float, *matchers: Matcher
+    ) -> list[tuple[Labels, float]]:
+        expr = f"max by ({', '.join(by)}) (last_over_time({self._sel(name, *matchers)}[{max(window, 60):.0f}s]))"
+        return [(s["metric"], float(s["value"][1])) for s in self.store.query(expr, at)]
+
+    def samples_per_series(self, name: str, at: float, window: float, *matchers: Matcher) -> float:
+        found = self.store.query(f"max(count_over_time({self._sel(name, *matchers)}[{window:.0f}s]))", at)
+        return float(found[0]["value"][1]) if found else 0.0
+
+    def _range(self, expr: str, start: float, end: float, step: float) -> list[RangeSeries]:
+        return [
+            (s["metric"], [(float(t), float(v)) for t, v in s["values"]])
+            for s in self.store.query_range(expr, start, end, step)
+        ]
+
+    def node_gpus(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        expr = f"max by (node) ({fresh(self._sel('kube_node_status_allocatable', GPUS), age)})"
+        return self._range(expr, start, end, step)
+
+    def cordoned(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        return self._range(f"max by (node) ({fresh(self._sel('kube_node_spec_unschedulable'), age)})", start, end, step)
+
+    def gpu_quota(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        expr = f"min by (namespace) ({fresh(self._sel('kube_resourcequota', *QUOTA_HARD), age)})"
+        return self._range(expr, start, end, step)
+
+    def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        phase = fresh(self._sel("kube_pod_status_phase", LIVE_PHASES), age)
+        requests = fresh(self._sel("kube_pod_container_resource_requests", GPUS), age)
+        expr = (
+            f"sum by (namespace, pod, node) ({requests} * on (namespace, pod) group_left () "
+            f"max by (namespace, pod) ({phase} == 1))"
+        )
+        return self._range(expr, start, end, step)
+
+
+@dataclass
+class _Series:
+    labels: Labels
+    times: np.ndarray  # unix seconds, ascending
+    values: np.ndarray
+
+
+#: The families the readers ask for: the rest of a recording is skipped unparsed.
+READ = (
+    "kube_node_status_allocatable",
+    "kube_node_spec_unschedulable",
+    "kube_node_labels",
+    "kube_pod_container_resource_requests",
+    "kube_pod_status_phase",
+    "kube_pod_created",
+    "kube_pod_nodeselectors",
+    "kube_resourcequota",
+    "kube_pod_owner",
+    "kube_replicaset_owner",
+    "kube_job_owner",
+    "kube_pod_labels",
+    "kube_namespace_labels",
+    "kube_pod_container_info",
+)
+
+
+@dataclass
+class RecordedKubeState:
+    """kube-state-metrics' series read from recorded files, evaluated as the store would evaluate the same
+    PromQL (module docstring). `series`: by family name."""
+
+    series: dict[str, list[_Series]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, paths: Sequence[str | Path]) -> RecordedKubeState:
+        """Every file's samples of the families the readers ask for. A file is OpenMetrics (it ends with
+        "# EOF"; timestamps in seconds) or Prometheus' text format (timestamps in milliseconds); a sample
+        without a timestamp is taken at its file's modification time (a saved scrape). Samples of a series
+        need not be together (promtool's backfill takes them in any order, nor does this)."""
+        points: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = {}
+        for path in map(Path, paths):
+            try:
+                text = path.read_text()
+                taken = os.stat(path).st_mtime
+            except (OSError, UnicodeDecodeError) as e:
+                raise KubeStateError(f"--kube-state {path}: cannot be read ({e})") from e
+            per_second = 1.0 if text.rstrip().endswith("# EOF") else 1000.0
+            for number, line in enumerate(text.splitlines(), 1):
+                if not line or line.startswith("#") or line.split("{", 1)[0].split(" ", 1)[0] not in READ:
+                    continue
+                sample = _sample(line)
+                if sample is None:
+                    raise KubeStateError(
+                        f"--kube-state {path}: line {number} is not a sample of OpenMetrics or Prometheus' text "
+                        f"format ({line[:120]!r}); give kube-state-metrics' /metrics as saved, or its history as "
+                        "OpenMetrics with timestamps (what promtool backfills)"
+                    )
+                name, labels, value, stamp = sample
+                at = stamp / per_second if stamp is not None else taken
+                points.setdefault((name, labels), []).append((at, value))
+        out = cls()
+        for (name, labels_of), found_points in points.items():
+            found_points.sort()
+            times = np.array([t for t, _ in found_points])
+            values = np.array([v for _, v in found_points])
+            out.series.setdefault(name, []).append(_Series(dict(labels_of), times, values))
+        return out
+
+    def _matching(self, name: str, matchers: Sequence[Matcher]) -> list[_Series]:
+        tests = [_matcher(m) for m in matchers]
+        return [s for s in self.series.get(name, []) if all(test(s.labels) for test in tests)]
+
+    def last(
+        self, name: str, by: Sequence[str], at: float, window: float, *matchers: Matcher
+    ) -> list[tuple[Labels, float]]:
+        window = max(window, 60)
+        grouped: dict[tuple[tuple[str, str], ...], float] = {}
+        for s in self._matching(name, matchers):
+            i = int(np.searchsorted(s.times, at, side="right")) - 1
+            if i < 0 or s.times[i] <= at - window:
+                continue
+            key = tuple((label, s.labels[label]) for label in by if s.labels.get(label))
+            grouped[key] = max(grouped.get(key, -np.inf), float(s.values[i]))
+        return [(dict(key), value) for key, value in grouped.items()]
+
+    def samples_per_series(self, name: str, at: float, window: float, *matchers: Matcher) -> float:
+        counts = [
+            np.searchsorted(s.times, at, side="right") - np.searchsorted(s.times, at - window, side="right")
+            for s in self._matching(name, matchers)
+        ]
+        return float(max(counts, default=0))
+
+    def _on_grid(
+        self, name: str, start: float, end: float, step: float, age: float, *matchers: Matcher
+    ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]:
+        """The step grid from `start` to `end`, and each matching series' value at each step (NaN where it
+        has none within the lookback and `age`)."""
+        grid = start + step * np.arange(int(round((end - start) / step)) + 1)
+        limit = min(age, LOOKBACK)
+        out = []
+        for s in self._matching(name, matchers):
+            i = np.searchsorted(s.times, grid, side="right") - 1
+            taken = s.times[np.maximum(i, 0)]
+            values = np.where((i >= 0) & (grid - taken <= limit), s.values[np.maximum(i, 0)], np.nan)
+            if not np.isnan(values).all():
+                out.append((s.labels, values))
+        return grid, out
+
+    def _aggregate(
+        self, grid: np.ndarray, rows: list[tuple[Labels, np.ndarray]], by: Sequence[str], how: str
+    ) -> list[RangeSeries]:
+        grouped: dict[tuple[tuple[str, str], ...], list[np.ndarray]] = {}
+        for labels, values in rows:
+            key = tuple((label, labels[label]) for label in by if labels.get(label))
+            grouped.setdefault(key, []).append(values)
+        out = []
+        for key, stacked in grouped.items():
+            matrix = np.vstack(stacked)
+            present = ~np.isnan(matrix).all(axis=0)
+            if not present.any():
+                continue
+            seen = matrix[:, present]
+            if how == "max":
+                merged = np.nanmax(seen, axis=0)
+            elif how == "min":
+                merged = np.nanmin(seen, axis=0)
+            else:
+                merged = np.nansum(seen, axis=0)
+            out.append((dict(key), list(zip(grid[present].tolist(), merged.tolist(), strict=True))))
+        return out
+
+    def node_gpus(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        grid, rows = self._on_grid("kube_node_status_allocatable", start, end, step, age, GPUS)
+        return self._aggregate(grid, rows, ("node",), "max")
+
+    def cordoned(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        grid, rows = self._on_grid("kube_node_spec_unschedulable", start, end, step, age)
+        return self._aggregate(grid, rows, ("node",), "max")
+
+    def gpu_quota(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        grid, rows = self._on_grid("kube_resourcequota", start, end, step, age, *QUOTA_HARD)
+        return self._aggregate(grid, rows, ("namespace",), "min")
+
+    def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        """Each request while its pod's phase is Pending or Running (PromQL's `* on (namespace, pod)
+        group_left () (... == 1)`), summed by namespace, pod and node."""
+        grid, phases = self._on_grid("kube_pod_status_phase", start, end, step, age, LIVE_PHASES)
+        live: dict[tuple[str, str], np.ndarray] = {}
+        for labels, values in phases:
+            key = (labels.get("namespace", ""), labels.get("pod", ""))
+            live[key] = live.get(key, np.zeros(len(grid), dtype=bool)) | (values == 1)
+        _, requests = self._on_grid("kube_pod_container_resource_requests", start, end, step, age, GPUS)
+        kept = []
+        for labels, values in requests:
+            mask = live.get((labels.get("namespace", ""), labels.get("pod", "")))
+            if mask is not None and mask.any():
+                kept.append((labels, np.where(mask, values, np.nan)))
+        return self._aggregate(grid, kept, ("namespace", "pod", "node"), "sum")
+
+
+#: A sample line: its name, its labels' text, its value and its timestamp (OpenMetrics' seconds or the text
+#: format's milliseconds), as both formats write them.
+_SAMPLE = re.compile(
+    r"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+(?P<timestamp>-?[0-9.eE+]+))?"
+)
+#: One label pair, its value's quotes and backslashes escaped.
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def _sample(line: str) -> tuple[str, tuple[tuple[str, str], ...], float, float | None] | None:
+    """A sample line's name, labels (sorted), value and timestamp as written (None where it has none); None
+    where the line is not a sample."""
+    found = _SAMPLE.fullmatch(line.strip())
+    if found is None or _LABEL.sub("", found["labels"] or "").strip():
+        return None
+    try:
+        value = float(found["value"])
+        stamp = float(found["timestamp"]) if found["timestamp"] else None
+    except ValueError:
+        return None
+    unescape = lambda v: re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], v)  # noqa: E731
+    labels = tuple(sorted((key, unescape(v)) for key, v in _LABEL.findall(found["labels"] or "")))
+    return found["name"], labels, value, stamp
+
+
+def _matcher(matcher: Matcher) -> Callable[[Labels], bool]:
+    label, op, value = matcher
+    if op in ("=", "!="):
+        return lambda labels: (labels.get(label, "") == value) == (op == "=")
+    pattern = re.compile(value)
+    return lambda labels: bool(pattern.fullmatch(labels.get(label, ""))) == (op == "=~")
