@@ -168,7 +168,8 @@ def main() -> None:
     for name in sorted(SOURCES):
         document = load(name)
         changed = changed_since(name)
-        said = f"{len(changed)} files: " + ", ".join(changed[:4]) + (", ..." if len(changed) > 4 else "")
+        shown = ", ".join(changed[:4]) + (", ..." if len(changed) > 4 else "")
+        said = f"{len(changed)} file{'s' if len(changed) != 1 else ''}: {shown}"
         when = document["machine"]["measured_at"]
         print(f"{name:<18} {document['commit'][:12]:<12} {when:<21} {said if changed else '-'}")
 
