@@ -183,8 +183,8 @@ class RecordedKubeState:
                         "OpenMetrics with timestamps (what promtool backfills)"
                     )
                 name, labels, value, stamp = sample
-                if name == "kube_pod_status_phase" and value == 0:
-                    continue  # the pod is not in that phase: only a phase at 1 is read (gpu_pods)
+                if name == "kube_pod_status_phase" and dict(labels).get("phase") not in ("Pending", "Running"):
+                    continue  # only the phases a wait or a hold is read from (LIVE_PHASES)
                 times, values = points.setdefault((name, labels), (array("d"), array("d")))
                 times.append(stamp / per_second if stamp is not None else taken)
                 values.append(value)

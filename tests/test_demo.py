@@ -82,11 +82,11 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
         # Every link it prints answers on this system (Debian's Prometheus has only its classic UI,
         # Debian's Alertmanager no web UI script).
         links = re.findall(r"^  .{22} (http://\S+)$", text, re.M)
-        assert len(links) == 11, text
+        assert len(links) == 12, text  # seven exporters, the analyzer, Prometheus, Alertmanager, receiver, cluster
         for link in links:
             assert requests.get(link, timeout=5).status_code == 200, link
         children = descendants(demo.pid)
-        assert len(children) == 9, children  # six exporters, the analyzer, Prometheus, Alertmanager
+        assert len(children) == 10, children  # seven exporters, the analyzer, Prometheus, Alertmanager
     finally:
         demo.send_signal(signal.SIGINT)
         code = demo.wait(timeout=30)
