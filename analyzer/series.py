@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import json
 import math
 import re
@@ -60,6 +61,12 @@ _ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items()
 #: Range queries asked of the store at once: two keep it evaluating the next while this process decodes
 #: and places the last (about 40% of a cycle's time at 10,000 GPUs; benchmarks/live_prometheus.py).
 QUERIES_IN_FLIGHT = 2
+#: A query that reads at least this many steps is asked bare (_Bare): its labels (a dozen target labels a
+#: series through kube-prometheus) then weigh less than its points. A live cycle's few steps are asked
+#: aggregated, so that its answers carry only the labels that place them.
+BARE_STEPS = 60
+#: The labels that key a gpulens series' row (gpulens_gpu).
+_GPU_BY = ("instance", "uuid")
 #: The NVLink error kinds some trace column counts, as a matcher.
 _ERROR_TYPES = f'type=~"{"|".join(sorted(_ERROR_COLUMN))}"'
 #: The activity histogram's count increase per row (read once, not a trace column: "_" matrices are not).
@@ -117,6 +124,8 @@ class _Query:
     expr: str
     place: Callable[[int, list[dict]], int]
     weight: float
+    #: What a read of at least BARE_STEPS steps asks instead, and what places its answer (None: `expr`).
+    bare: tuple[str, Callable[[int, list[dict]], int]] | None = None
 
 
 def _parts(queries: list[_Query], parts: int) -> dict[str, int]:
@@ -218,7 +227,7 @@ class StepGrid:
         All of a query's points are converted and placed at once: per-series numpy calls would cost
         more than the points at 10,000 GPUs."""
         names: dict[str, int] = {}
-        rows, columns, factors, counts, points = [], [], [], [], []
+        rows, columns, factors, counts, chunks = [], [], [], [], []
         for series in result:
             labels = series["metric"]
             name = column(labels) if callable(column) else column
@@ -229,10 +238,11 @@ class StepGrid:
             columns.append(names.setdefault(name, len(names)))
             factors.append(1.0 if weight is None else weight(labels))
             counts.append(len(series["values"]))
-            points.extend(series["values"])
-        if not points:
+            chunks.append(series["values"])
+        read = sum(counts)
+        if not read:
             return 0
-        values = np.array(points, dtype=np.float64).reshape(-1, 2)
+        values = _points(chunks)
         steps = np.rint((values[:, 0] - self.start) / self.step).astype(np.intp)
         inside = (steps >= 0) & (steps < self.points)
         row, which = np.repeat(rows, counts)[inside], np.repeat(columns, counts)[inside]
@@ -248,7 +258,7 @@ class StepGrid:
             else:
                 matrix[at] = np.where(np.isnan(matrix[at]), 0.0, matrix[at])
                 np.add.at(matrix, at, values[mine])
-        return len(points)
+        return read
 
     def _row(self, key: tuple[str, str]) -> int:
         row = self.gpus.setdefault(key, len(self.gpus))
@@ -266,6 +276,12 @@ class StepGrid:
             self.values[name] = np.full((self._rows, self.points), np.nan)
             self.part_of[name] = part
         return self.values[name]
+
+    def drop(self, name: str) -> np.ndarray:
+        """The matrix of column `name` (all NaN if the grid has none), no longer held."""
+        self.part_of.pop(name, None)
+        held = self.values.pop(name, None)
+        return np.full((self._rows, self.points), np.nan) if held is None else held
 
     def rows(self, until: float) -> tuple[list[tuple[str, str]], np.ndarray, dict[str, np.ndarray]]:
         """The GPUs with any value in the window (others are forgotten), and the window up to step `until`
@@ -309,9 +325,74 @@ def _newest_last(identity: list[dict]) -> list[dict]:
     return sorted(
         identity,
         key=lambda series: (
-            (float(series["values"][0][0]), float(series["values"][-1][0])) if series["values"] else (0, 0)
+            (float(series["values"][0][0]), float(series["values"][-1][0])) if len(series["values"]) else (0, 0)
         ),
     )
+
+
+def _points(chunks: list) -> np.ndarray:
+    """(n, 2) float64 of (unix seconds, value) from answers' values: [t, "v"] lists as the API gives them
+    (converted at once), or arrays (a bare answer reduced here, _Bare)."""
+    if all(isinstance(chunk, list) for chunk in chunks):
+        return np.array(list(itertools.chain.from_iterable(chunks)), dtype=np.float64).reshape(-1, 2)
+    return np.concatenate([np.asarray(chunk, dtype=np.float64).reshape(-1, 2) for chunk in chunks])
+
+
+def _max_at_each_time(points: np.ndarray) -> np.ndarray:
+    """The (t, value) points of several series as one: the largest value at each time (NaN where all are),
+    as PromQL's max takes it."""
+    points = points[np.argsort(points[:, 0], kind="stable")]
+    starts = np.flatnonzero(np.r_[True, np.diff(points[:, 0]) != 0])
+    return np.column_stack([points[starts, 0], np.fmax.reduceat(points[:, 1], starts)])
+
+
+@dataclass(frozen=True)
+class _Bare:
+    """A query as a store answers it from its fast path, and how this process makes of that answer what the
+    query itself answers. Prometheus evaluates an aggregation or arithmetic step by step, making every output
+    series' point at every step: over 15.5 hours of 1,000 GPUs at 30 s, `max by (...) (X)` cost it 4.7 CPU-s
+    and `X * 0.01` 3.2, where X alone cost 0.5 and rate(X[2m]) 0.6 (Prometheus 2.42; docs/stores.md). The
+    bare form asks X (or rate, increase or timestamp of X) and takes the max, the factor and the freshness
+    here, on the same values: the grid holds what the aggregated query places (tests/test_store_report.py
+    reads a week both ways)."""
+
+    expr: str
+    #: The labels the query takes the max by; None: placed as answered (the placement adds series up).
+    by: tuple[str, ...] | None = None
+    #: The factor the query multiplies by.
+    scale: float = 1.0
+    #: An identity read through timestamp(): the steps whose sample is at most this many seconds old are
+    #: kept, as 1 (the `group` of fresh()); None: not an identity.
+    fresh: float | None = None
+
+    def reduce(self, answer: list[dict]) -> list[dict]:
+        """The answer to the aggregated query, from the answer to `expr`: a series per value of `by` (the
+        labels it has), each point the max of those series' at its time, times `scale`."""
+        if self.by is None:
+            return answer
+        groups: dict[tuple[str, ...], list[np.ndarray]] = {}
+        for series in answer:
+            points = np.array(series["values"], dtype=np.float64).reshape(-1, 2)
+            if self.fresh is not None:
+                points = points[points[:, 0] - points[:, 1] <= self.fresh]
+                points[:, 1] = 1.0
+            labels = series["metric"]
+            groups.setdefault(tuple(labels.get(name, "") for name in self.by), []).append(points)
+        out = []
+        for key, members in groups.items():
+            points = members[0] if len(members) == 1 else _max_at_each_time(np.concatenate(members))
+            if not len(points):
+                continue
+            if self.scale != 1.0:
+                points[:, 1] *= self.scale
+            out.append(
+                {"metric": {name: value for name, value in zip(self.by, key, strict=True) if value}, "values": points}
+            )
+        return out
+
+    def placed(self, place: Callable[[int, list[dict]], int]) -> tuple[str, Callable[[int, list[dict]], int]]:
+        """The bare query and what places its answer reduced, for _Query.bare."""
+        return self.expr, lambda part, answer: place(part, self.reduce(answer))
 
 
 @dataclass
@@ -516,19 +597,20 @@ class SeriesReader:
         """The queries' steps to `end` (on the grid) into `window`: every part's from `start`, or (a dict:
         Window.due) the parts it names, each from its own first step. QUERIES_IN_FLIGHT are asked at once,
         so that the store evaluates the next while this process decodes and places the last, each answer
-        placed in the order asked."""
+        placed in the order asked. A query of BARE_STEPS steps or more is asked in its bare form (_Bare)."""
         firsts = start if isinstance(start, dict) else dict.fromkeys(range(window.parts), start)
         queries = self._queries(window)
         part_of = _parts(queries, window.parts)
         self.last_points = 0
-        self._answered(
-            [
-                (query.expr, firsts[part], functools.partial(query.place, part))
-                for query in queries
-                if (part := part_of[query.key]) in firsts
-            ],
-            end,
-        )
+        asked: list[tuple[str, float, Callable[[list[dict]], int]]] = []
+        for query in queries:
+            part = part_of[query.key]
+            if part not in firsts:
+                continue
+            long = round((end - firsts[part]) / self.step) + 1 >= BARE_STEPS
+            expr, place = query.bare if long and query.bare is not None else (query.expr, query.place)
+            asked.append((expr, firsts[part], functools.partial(place, part)))
+        self._answered(asked, end)
         shape = part_of[_SHAPE_COUNT]
         if shape in firsts:
             self._shape_ratios(window.gpus, firsts[shape], end, shape)
@@ -542,11 +624,19 @@ class SeriesReader:
         gpus = window.gpus
         queries: list[_Query] = []
 
-        def ask(family: str, key: str, expr: str, place: Callable[[int, list[dict]], int], series: float = 1) -> None:
+        def ask(
+            family: str,
+            key: str,
+            expr: str,
+            place: Callable[[int, list[dict]], int],
+            series: float = 1,
+            bare: _Bare | tuple[str, Callable[[int, list[dict]], int]] | None = None,
+        ) -> None:
             # Prometheus allocates about 1.5 times as much for a rate over a GPU's series as for its gauge
             # (benchmarks/live_prometheus.py): the weight that balances the parts.
             rated = "rate(" in expr or "increase(" in expr
-            queries.append(_Query(key, family, expr, place, series * (1.5 if rated else 1.0)))
+            bare_form = bare.placed(place) if isinstance(bare, _Bare) else bare
+            queries.append(_Query(key, family, expr, place, series * (1.5 if rated else 1.0), bare_form))
 
         def add(
             family: str,
@@ -556,6 +646,7 @@ class SeriesReader:
             key: Callable[[dict], Key | None] = gpulens_gpu,
             grid: StepGrid = gpus,
             summed: bool | None = None,
+            bare: _Bare | None = None,
         ) -> None:
             ask(
                 family,
@@ -563,12 +654,13 @@ class SeriesReader:
                 expr,
                 lambda part, result: grid.add(result, column, weight, key, summed, part),
                 self._series_per_gpu(column),
+                bare,
             )
 
-        for expr, column, weight in self._gpulens_queries():
-            add("gpulens", expr, column, weight)
+        for expr, column, weight, bare in self._gpulens_queries():
+            add("gpulens", expr, column, weight, bare=bare)
         # The hardware XIDs counted at each step, one series per code: written lowest code first, so that
-        # where a GPU counted several the highest stays.
+        # where a GPU counted several the highest stays. Asked as it is: few GPUs have such series.
         ask(
             "gpulens",
             "hardware_xid",
@@ -586,11 +678,11 @@ class SeriesReader:
             ),
         )
         pod_labels = ("namespace", "pod", "container")
+        pod_info = self._sel(m.GPU_POD_INFO.name)
         ask(
             "gpulens",
             "_pod",
-            f"max by (instance, uuid, {', '.join(pod_labels)}) "
-            f"({self._fresh('gpulens', self._sel(m.GPU_POD_INFO.name))})",
+            f"max by (instance, uuid, {', '.join(pod_labels)}) ({self._fresh('gpulens', pod_info)})",
             lambda part, held: gpus.add(
                 _newest_last(held),
                 "_pod",
@@ -598,34 +690,73 @@ class SeriesReader:
                 summed=False,
                 part=part,
             ),
+            bare=self._bare_identity("gpulens", pod_info, (*_GPU_BY, *pod_labels)),
         )
-        by = "instance, " + ", ".join(mixin.DCGM_GPU_LABELS)
+        by_labels = ("instance", *mixin.DCGM_GPU_LABELS)
+        by = ", ".join(by_labels)
         # dcgm-exporter writes a GPU's pod on its value series: where a pod gives way to the next (or to none),
         # both series stand for a while (a store's lookback without staleness markers): each pod's values are
         # read apart and placed oldest first, so that at a step both name, the newer series' value stands, as
         # the newer pod does in the identity.
-        held_by = ", ".join(n for names in mixin.DCGM_POD_LABELS.values() for n in names)
+        held_by = tuple(n for names in mixin.DCGM_POD_LABELS.values() for n in names)
         for column, source in mixin.dcgm_columns().items():
+            selector = source.selector(self._matchers("dcgm"))
             ask(
                 "dcgm",
                 column,
-                f"max by ({by}, {held_by}) ({source.selector(self._matchers('dcgm'))}) * {source.scale!r}",
+                f"max by ({by}, {', '.join(held_by)}) ({selector}) * {source.scale!r}",
                 partial(self._add_newest_last, gpus, column),
                 self._series_per_gpu(column),
+                _Bare(selector, (*by_labels, *held_by), source.scale),
             )
-        add("dcgm", mixin.dcgm_memory_total(self._matchers("dcgm"), by), "memory_total_bytes", key=dcgm_gpu)
+        ask(
+            "dcgm",
+            "memory_total_bytes",
+            mixin.dcgm_memory_total(self._matchers("dcgm"), by),
+            lambda part, result: gpus.add(result, "memory_total_bytes", key=dcgm_gpu, part=part),
+            bare=(
+                mixin.dcgm_memory_selector(self._matchers("dcgm")),
+                lambda part, result: self._add_memory_total(gpus, by_labels, part, result),
+            ),
+        )
         add("dcgm", mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
-        labels = ", ".join((*mixin.DCGM_HARDWARE_LABELS, *(n for ns in mixin.DCGM_POD_LABELS.values() for n in ns)))
-        identity = self._fresh("dcgm", f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}")
+        labels = (*by_labels, *mixin.DCGM_HARDWARE_LABELS, *held_by)
+        identity = f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}"
         ask(
             "dcgm",
             "_pod",
-            f"group by ({by}, {labels}) ({identity})",
+            f"group by ({', '.join(labels)}) ({self._fresh('dcgm', identity)})",
             lambda part, identity: self._add_dcgm_identity(gpus, identity, part),
+            bare=self._bare_identity("dcgm", identity, labels),
         )
         for expr, column in self._pod_queries():
             add("pods", expr, column, key=pod_key, grid=window.pods)
         return queries
+
+    def _bare_identity(self, family: str, selector: str, by: tuple[str, ...]) -> _Bare:
+        """The bare form of an identity query (`max` or `group` by `by` of the family's fresh selector,
+        _fresh): the times of the samples, kept where fresh."""
+        interval = self.intervals.get(family)
+        return _Bare(f"timestamp({selector})", by, fresh=math.inf if interval is None else IDENTITY_FRESH * interval)
+
+    @staticmethod
+    def _add_memory_total(grid: StepGrid, by: tuple[str, ...], part: int, answer: list[dict]) -> int:
+        """dcgm-exporter's memory series (mixin.dcgm_memory_selector) into memory_total_bytes as
+        mixin.dcgm_memory_total() adds them up: the total where the counter set has it, else used + free
+        (+ reserved where reported), in bytes. Each kind is placed in a matrix of its own first, and only the
+        steps with a total are written: the rest of the grid keeps what it held."""
+        kinds = ("TOTAL", "USED", "FREE", "RESERVED")
+        reduced = _Bare("", (*by, "__name__")).reduce(answer)
+        read = 0
+        for kind in kinds:
+            mine = [series for series in reduced if series["metric"].get("__name__") == f"DCGM_FI_DEV_FB_{kind}"]
+            read += grid.add(mine, f"_fb_{kind}", key=dcgm_gpu, part=part)
+        total, used, free, reserved = (grid.drop(f"_fb_{kind}") for kind in kinds)
+        summed = used + free + np.where(np.isnan(reserved), 0.0, reserved)
+        in_bytes = np.where(np.isnan(total), summed, total) * mixin.dcgm.MIB
+        known = ~np.isnan(in_bytes)
+        grid.matrix("memory_total_bytes", part)[known] = in_bytes[known]
+        return read
 
     @staticmethod
     def _add_newest_last(grid: StepGrid, column: str, part: int, result: list[dict]) -> int:
@@ -674,28 +805,35 @@ class SeriesReader:
             part=part,
         )
 
-    def _gpulens_queries(self) -> list[tuple[str, str | Callable[[dict], str | None], Callable[[dict], float] | None]]:
-        rate_window, by_gpu = self.rate_window(), "instance, uuid"
-        # Each answer keeps only the labels that place its values (a GPU: its exporter and uuid): a scrape
-        # through kube-prometheus adds a dozen target labels to every series, and once a cycle reads only
-        # the newest steps, labels would be most of its bytes.
+    def _gpulens_queries(
+        self,
+    ) -> list[tuple[str, str | Callable[[dict], str | None], Callable[[dict], float] | None, _Bare]]:
+        """gpulens' value queries: (expression, column, weight, bare form)."""
+        rate_window, by_gpu = self.rate_window(), ", ".join(_GPU_BY)
+
+        def highest(inner: str, column: str, scale: float = 1.0) -> tuple[str, str, None, _Bare]:
+            # Each answer keeps only the labels that place its values (a GPU: its exporter and uuid): a scrape
+            # through kube-prometheus adds a dozen target labels to every series, and once a cycle reads only
+            # the newest steps, labels would be most of its bytes.
+            times = f" * {scale:g}" if scale != 1.0 else ""
+            return f"max by ({by_gpu}) ({inner}{times})", column, None, _Bare(inner, _GPU_BY, scale)
+
+        errors = f"rate({self._sel(m.NVLINK_ERRORS.name, _ERROR_TYPES)}[{rate_window}])"
         return [
-            *((f"max by ({by_gpu}) ({self._sel(spec.name)})", column, None) for column, spec in tr.FROM_GAUGES.items()),
+            *(highest(self._sel(spec.name), column) for column, spec in tr.FROM_GAUGES.items()),
             *(
-                (f"max by ({by_gpu}) (rate({self._sel(spec.name)}[{rate_window}]))", column, None)
+                highest(f"rate({self._sel(spec.name)}[{rate_window}])", column)
                 for column, spec in tr.FROM_RATES.items()
             ),
             # Error rates of a GPU's links add up by kind (of the kinds a column counts only).
-            (
-                f"sum by ({by_gpu}, type) (rate({self._sel(m.NVLINK_ERRORS.name, _ERROR_TYPES)}[{rate_window}]))",
-                _error_column,
-                lambda labels: 1.0,
-            ),
-            *self._clock_event_queries(),
-            *((f"max by ({by_gpu}) ({expr})", column, None) for column, expr in self._shape_queries().items()),
+            (f"sum by ({by_gpu}, type) ({errors})", _error_column, lambda labels: 1.0, _Bare(errors)),
+            *self._clock_event_queries(highest),
+            *(highest(inner, column, scale) for column, (inner, scale) in self._shape_queries().items()),
         ]
 
-    def _clock_event_queries(self) -> list[tuple[str, str, None]]:
+    def _clock_event_queries(
+        self, highest: Callable[[str, str, float], tuple[str, str, None, _Bare]]
+    ) -> list[tuple[str, str, None, _Bare]]:
         """The clock-event reasons as the classifier reads them (thresholds' throttle_reasons_mask): the
         mask where any of its reasons is active at a step, 0 where none is, one series a GPU. Only the
         mask's reasons are read (four of nine by default), and a GPU that reports them but is not
@@ -704,20 +842,21 @@ class SeriesReader:
         if not mask:
             return []
         selector = self._sel(m.CLOCK_EVENT_ACTIVE.name, f'reason=~"{self.config.throttle_reasons}"')
-        return [(f"max by (instance, uuid) ({selector}) * {mask}", "clock_event_reasons", None)]
+        return [highest(selector, "clock_event_reasons", float(mask))]
 
-    def _shape_queries(self) -> dict[str, str]:
-        """The SHAPE columns (core/trace.py) as PromQL: counts per row are rates times the step, so that
-        their sum over a window is the number of samples, transitions and bursts in it. The histogram's
-        count is read once (into _SHAPE_COUNT) and the buckets' increases divided by it after the read
-        (_shape_ratios), as PromQL would divide them: each bucket's query no longer reads the count again."""
+    def _shape_queries(self) -> dict[str, tuple[str, float]]:
+        """The SHAPE columns (core/trace.py) as PromQL and the factor it is multiplied by: counts per row are
+        rates times the step, so that their sum over a window is the number of samples, transitions and
+        bursts in it. The histogram's count is read once (into _SHAPE_COUNT) and the buckets' increases
+        divided by it after the read (_shape_ratios), as PromQL would divide them: each bucket's query no
+        longer reads the count again."""
         window = self.rate_window()
 
-        def increase(name: str, *extra: str) -> str:
-            return f"increase({self._sel(name, *extra)}[{window}])"
+        def increase(name: str, *extra: str) -> tuple[str, float]:
+            return f"increase({self._sel(name, *extra)}[{window}])", 1.0
 
-        def per_row(name: str) -> str:
-            return f"rate({self._sel(name)}[{window}]) * {self.step:g}"
+        def per_row(name: str) -> tuple[str, float]:
+            return f"rate({self._sel(name)}[{window}])", self.step
 
         return {
             _SHAPE_COUNT: increase(m.ACTIVITY.name + "_count"),

@@ -302,6 +302,13 @@ def dcgm_memory_total(matchers: str, by: str) -> str:
     return f"({total} or ({used} + {free} + ({reserved} or {used} * 0))) * {dcgm.MIB}"
 
 
+def dcgm_memory_selector(matchers: str) -> str:
+    """The series dcgm_memory_total() adds up, in one selector (the analyzer adds them up itself when it
+    reads many steps: analyzer/series.py)."""
+    names = "|".join(f"DCGM_FI_DEV_FB_{kind}" for kind in ("TOTAL", "USED", "FREE", "RESERVED"))
+    return f'{{__name__=~"{names}"{", " + matchers if matchers else ""}}}'
+
+
 def new_errors(selector: str, window: str) -> str:
     """Counter series that grew within `window`, including ones that first appeared in it (increase()
     needs two samples, so a counter born at 1 would be missed)."""
