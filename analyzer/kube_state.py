@@ -28,7 +28,6 @@ from typing import Protocol
 
 import numpy as np
 
-from gpulens.analyzer.series import fresh
 from gpulens.analyzer.store import Store
 from gpulens.core.mixin import promql_string
 
@@ -73,9 +72,86 @@ LIVE_PHASES: Matcher = ("phase", "=~", "Pending|Running")
 QUOTA_HARD: tuple[Matcher, Matcher] = (("resource", "=", GPU_QUOTA_RESOURCE), ("type", "=", "hard"))
 
 
-class StoreKubeState:
-    """kube-state-metrics' series in a store, through PromQL. `selector`: extra matchers of its series
-    (job="kube-state-metrics"), "" for none."""
+#: Steps a range read of kube-state-metrics' series asks at once: its answer is decoded whole, and a
+#: cluster's phase series (two a pod) over 500 steps are about 150 MB of decoded JSON at 1,000 pods.
+CHUNK_STEPS = 500
+
+
+class _OnGrid:
+    """The four series of the cluster's GPUs on a step grid, from each source's `_on_grid`: the value of
+    each matching series at each step (NaN where it has none, or none within `age` seconds)."""
+
+    def _on_grid(
+        self, name: str, start: float, end: float, step: float, age: float, *matchers: Matcher
+    ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]:
+        raise NotImplementedError
+
+    def node_gpus(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        grid, rows = self._on_grid("kube_node_status_allocatable", start, end, step, age, GPUS)
+        return _aggregate(grid, rows, ("node",), "max")
+
+    def cordoned(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        grid, rows = self._on_grid("kube_node_spec_unschedulable", start, end, step, age)
+        return _aggregate(grid, rows, ("node",), "max")
+
+    def gpu_quota(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        grid, rows = self._on_grid("kube_resourcequota", start, end, step, age, *QUOTA_HARD)
+        return _aggregate(grid, rows, ("namespace",), "min")
+
+    def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
+        """Each request while its pod's phase is Pending or Running (PromQL's `* on (namespace, pod)
+        group_left () (... == 1)`), summed by namespace, pod and node."""
+        grid, phases = self._on_grid("kube_pod_status_phase", start, end, step, age, LIVE_PHASES)
+        live: dict[tuple[str, str], np.ndarray] = {}
+        for labels, values in phases:
+            key = (labels.get("namespace", ""), labels.get("pod", ""))
+            live[key] = live.get(key, np.zeros(len(grid), dtype=bool)) | (values == 1)
+        del phases
+        _, requests = self._on_grid("kube_pod_container_resource_requests", start, end, step, age, GPUS)
+        kept = []
+        for labels, values in requests:
+            mask = live.get((labels.get("namespace", ""), labels.get("pod", "")))
+            if mask is not None and mask.any():
+                kept.append((labels, np.where(mask, values, np.nan)))
+        return _aggregate(grid, kept, ("namespace", "pod", "node"), "sum")
+
+
+def _aggregate(
+    grid: np.ndarray, rows: list[tuple[Labels, np.ndarray]], by: Sequence[str], how: str
+) -> list[RangeSeries]:
+    """PromQL's `max`, `min` or `sum by (by)` of series on `grid`: a series per value of `by` (the labels it
+    has), at the steps where any of its series has a value."""
+    grouped: dict[tuple[tuple[str, str], ...], list[np.ndarray]] = {}
+    for labels, values in rows:
+        key = tuple((label, labels[label]) for label in by if labels.get(label))
+        grouped.setdefault(key, []).append(values)
+    out = []
+    for key, stacked in grouped.items():
+        matrix = np.vstack(stacked)
+        present = ~np.isnan(matrix).all(axis=0)
+        if not present.any():
+            continue
+        seen = matrix[:, present]
+        if how == "max":
+            merged = np.nanmax(seen, axis=0)
+        elif how == "min":
+            merged = np.nanmin(seen, axis=0)
+        else:
+            merged = np.nansum(seen, axis=0)
+        out.append((dict(key), list(zip(grid[present].tolist(), merged.tolist(), strict=True))))
+    return out
+
+
+def _grid(start: float, end: float, step: float) -> np.ndarray:
+    return start + step * np.arange(int(round((end - start) / step)) + 1)
+
+
+class StoreKubeState(_OnGrid):
+    """kube-state-metrics' series in a store, through the HTTP API. `selector`: extra matchers of its series
+    (job="kube-state-metrics"), "" for none. The range series are read bare and aggregated here (as
+    analyzer/series.py reads a GPU's): Prometheus evaluates `sum by (...) (a * on (...) group_left () b)`
+    and fresh() step by step, at 126 CPU-s for a day of 1,000 pods at 30 s, where the bare series and their
+    count_over_time cost it 3."""
 
     def __init__(self, store: Store, selector: str = ""):
         self.store = store
@@ -95,31 +171,46 @@ class StoreKubeState:
         found = self.store.query(f"max(count_over_time({self._sel(name, *matchers)}[{window:.0f}s]))", at)
         return float(found[0]["value"][1]) if found else 0.0
 
-    def _range(self, expr: str, start: float, end: float, step: float) -> list[RangeSeries]:
-        return [
-            (s["metric"], [(float(t), float(v)) for t, v in s["values"]])
-            for s in self.store.query_range(expr, start, end, step)
-        ]
+    def _on_grid(
+        self, name: str, start: float, end: float, step: float, age: float, *matchers: Matcher
+    ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]:
+        """Each series' values on the grid as the store shows them (its lookback, its staleness markers),
+        kept where count_over_time over `age` seconds counts a sample: where fresh() keeps them. Read
+        CHUNK_STEPS steps at a time."""
+        grid = _grid(start, end, step)
+        selector = self._sel(name, *matchers)
+        counted = f"count_over_time({selector}[{round(age * 1000)}ms])" if age < LOOKBACK else None
+        rows: dict[frozenset[tuple[str, str]], tuple[Labels, np.ndarray]] = {}
+        for first in range(0, len(grid), CHUNK_STEPS):
+            last = min(first + CHUNK_STEPS, len(grid)) - 1
+            answer = [] if counted is None else self.store.query_range(counted, grid[first], grid[last], step)
+            fresh_at = {_key(s["metric"]): _counted_times(s) for s in answer}
+            for series in self.store.query_range(selector, grid[first], grid[last], step):
+                key = _key(series["metric"])
+                points = _points(series)
+                if counted is not None:
+                    points = points[np.isin(points[:, 0], fresh_at.get(key, ()))]
+                if not len(points):
+                    continue
+                labels, values = rows.setdefault(key, (series["metric"], np.full(len(grid), np.nan)))
+                values[np.rint((points[:, 0] - start) / step).astype(np.intp)] = points[:, 1]
+        return grid, list(rows.values())
 
-    def node_gpus(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
-        expr = f"max by (node) ({fresh(self._sel('kube_node_status_allocatable', GPUS), age)})"
-        return self._range(expr, start, end, step)
 
-    def cordoned(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
-        return self._range(f"max by (node) ({fresh(self._sel('kube_node_spec_unschedulable'), age)})", start, end, step)
+def _key(labels: Labels) -> frozenset[tuple[str, str]]:
+    """A series' labels without its name (count_over_time drops it), as a key."""
+    return frozenset((k, v) for k, v in labels.items() if k != "__name__")
 
-    def gpu_quota(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
-        expr = f"min by (namespace) ({fresh(self._sel('kube_resourcequota', *QUOTA_HARD), age)})"
-        return self._range(expr, start, end, step)
 
-    def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
-        phase = fresh(self._sel("kube_pod_status_phase", LIVE_PHASES), age)
-        requests = fresh(self._sel("kube_pod_container_resource_requests", GPUS), age)
-        expr = (
-            f"sum by (namespace, pod, node) ({requests} * on (namespace, pod) group_left () "
-            f"max by (namespace, pod) ({phase} == 1))"
-        )
-        return self._range(expr, start, end, step)
+def _points(series: dict) -> np.ndarray:
+    """A range answer's series as (n, 2) float64: unix seconds, value."""
+    return np.array(series["values"], dtype=np.float64).reshape(-1, 2)
+
+
+def _counted_times(series: dict) -> np.ndarray:
+    """The times at which a count_over_time answer counted a sample."""
+    points = _points(series)
+    return points[points[:, 1] >= 1, 0]
 
 
 @dataclass
@@ -151,7 +242,7 @@ READ = (
 
 
 @dataclass
-class RecordedKubeState:
+class RecordedKubeState(_OnGrid):
     """kube-state-metrics' series read from recorded files, evaluated as the store would evaluate the same
     PromQL (module docstring). `series`: by family name."""
 
@@ -224,7 +315,7 @@ class RecordedKubeState:
     ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]:
         """The step grid from `start` to `end`, and each matching series' value at each step (NaN where it
         has none within the lookback and `age`)."""
-        grid = start + step * np.arange(int(round((end - start) / step)) + 1)
+        grid = _grid(start, end, step)
         limit = min(age, LOOKBACK)
         out = []
         for s in self._matching(name, matchers):
@@ -234,57 +325,6 @@ class RecordedKubeState:
             if not np.isnan(values).all():
                 out.append((s.labels, values))
         return grid, out
-
-    def _aggregate(
-        self, grid: np.ndarray, rows: list[tuple[Labels, np.ndarray]], by: Sequence[str], how: str
-    ) -> list[RangeSeries]:
-        grouped: dict[tuple[tuple[str, str], ...], list[np.ndarray]] = {}
-        for labels, values in rows:
-            key = tuple((label, labels[label]) for label in by if labels.get(label))
-            grouped.setdefault(key, []).append(values)
-        out = []
-        for key, stacked in grouped.items():
-            matrix = np.vstack(stacked)
-            present = ~np.isnan(matrix).all(axis=0)
-            if not present.any():
-                continue
-            seen = matrix[:, present]
-            if how == "max":
-                merged = np.nanmax(seen, axis=0)
-            elif how == "min":
-                merged = np.nanmin(seen, axis=0)
-            else:
-                merged = np.nansum(seen, axis=0)
-            out.append((dict(key), list(zip(grid[present].tolist(), merged.tolist(), strict=True))))
-        return out
-
-    def node_gpus(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
-        grid, rows = self._on_grid("kube_node_status_allocatable", start, end, step, age, GPUS)
-        return self._aggregate(grid, rows, ("node",), "max")
-
-    def cordoned(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
-        grid, rows = self._on_grid("kube_node_spec_unschedulable", start, end, step, age)
-        return self._aggregate(grid, rows, ("node",), "max")
-
-    def gpu_quota(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
-        grid, rows = self._on_grid("kube_resourcequota", start, end, step, age, *QUOTA_HARD)
-        return self._aggregate(grid, rows, ("namespace",), "min")
-
-    def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
-        """Each request while its pod's phase is Pending or Running (PromQL's `* on (namespace, pod)
-        group_left () (... == 1)`), summed by namespace, pod and node."""
-        grid, phases = self._on_grid("kube_pod_status_phase", start, end, step, age, LIVE_PHASES)
-        live: dict[tuple[str, str], np.ndarray] = {}
-        for labels, values in phases:
-            key = (labels.get("namespace", ""), labels.get("pod", ""))
-            live[key] = live.get(key, np.zeros(len(grid), dtype=bool)) | (values == 1)
-        _, requests = self._on_grid("kube_pod_container_resource_requests", start, end, step, age, GPUS)
-        kept = []
-        for labels, values in requests:
-            mask = live.get((labels.get("namespace", ""), labels.get("pod", "")))
-            if mask is not None and mask.any():
-                kept.append((labels, np.where(mask, values, np.nan)))
-        return self._aggregate(grid, kept, ("namespace", "pod", "node"), "sum")
 
 
 #: A sample line: its name, its labels' text, its value and its timestamp (OpenMetrics' seconds or the text

@@ -124,8 +124,8 @@ class _Query:
     expr: str
     place: Callable[[int, list[dict]], int]
     weight: float
-    #: What a read of at least BARE_STEPS steps asks instead, and what places its answer (None: `expr`).
-    bare: tuple[str, Callable[[int, list[dict]], int]] | None = None
+    #: What a read of at least BARE_STEPS steps asks instead, each with what consumes its answer (None: `expr`).
+    bare: list[tuple[str, Callable[[int, list[dict]], int]]] | None = None
 
 
 def _parts(queries: list[_Query], parts: int) -> dict[str, int]:
@@ -349,34 +349,56 @@ def _max_at_each_time(points: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class _Bare:
     """A query as a store answers it from its fast path, and how this process makes of that answer what the
-    query itself answers. Prometheus evaluates an aggregation or arithmetic step by step, making every output
-    series' point at every step: over 15.5 hours of 1,000 GPUs at 30 s, `max by (...) (X)` cost it 4.7 CPU-s
-    and `X * 0.01` 3.2, where X alone cost 0.5 and rate(X[2m]) 0.6 (Prometheus 2.42; docs/stores.md). The
-    bare form asks X (or rate, increase or timestamp of X) and takes the max, the factor and the freshness
-    here, on the same values: the grid holds what the aggregated query places (tests/test_store_report.py
-    reads a week both ways)."""
+    query itself answers. Prometheus evaluates an aggregation, arithmetic or a function of an instant vector
+    step by step, making every output series' point at every step: over 15.5 hours of 1,000 GPUs at 30 s,
+    `max by (...) (X)` cost Prometheus 2.42 4.7 CPU-s, `X * 0.01` 3.2 and timestamp(X) 29, where X alone
+    cost 0.5, and rate(X[2m]) and count_over_time(X[45s]) 0.6 (docs/stores.md). The bare form asks X (or
+    rate or increase of X) and takes the max, the factor and the freshness here, on the same values: the
+    grid holds what the aggregated query places (tests/test_bare_reads.py reads every family both ways)."""
 
     expr: str
     #: The labels the query takes the max by; None: placed as answered (the placement adds series up).
     by: tuple[str, ...] | None = None
     #: The factor the query multiplies by.
     scale: float = 1.0
-    #: An identity read through timestamp(): the steps whose sample is at most this many seconds old are
-    #: kept, as 1 (the `group` of fresh()); None: not an identity.
+    #: Keep only the steps whose sample is at most this many seconds old (fresh()), read from a second
+    #: answer: count_over_time(expr[fresh]) counts a sample at a step exactly where fresh() keeps it, if the
+    #: store shows `expr` there at all (a staleness marker ends it). None: every step the store shows.
     fresh: float | None = None
+    #: Every point kept is 1 (PromQL's `group`: an identity, whatever the series' value).
+    group: bool = False
 
-    def reduce(self, answer: list[dict]) -> list[dict]:
-        """The answer to the aggregated query, from the answer to `expr`: a series per value of `by` (the
-        labels it has), each point the max of those series' at its time, times `scale`."""
+    def asked(self, place: Callable[[int, list[dict]], int]) -> list[tuple[str, Callable[[int, list[dict]], int]]]:
+        """The bare queries, each with what consumes its answer (in the order asked): `place` gets the
+        reduced answer."""
+        if self.fresh is None:
+            return [(self.expr, lambda part, answer: place(part, self.reduce(answer)))]
+        counted: list[list[dict]] = []
+
+        def hold(part: int, answer: list[dict]) -> int:
+            counted.append(answer)
+            return 0
+
+        return [
+            (f"count_over_time({self.expr}[{round(self.fresh * 1000)}ms])", hold),
+            (self.expr, lambda part, answer: place(part, self.reduce(answer, counted.pop()))),
+        ]
+
+    def reduce(self, answer: list[dict], counted: list[dict] | None = None) -> list[dict]:
+        """The answer to the aggregated query, from the answer to `expr` (and to its count_over_time where
+        `fresh`): a series per value of `by` (the labels it has), each point the max of those series' at
+        its time, times `scale`."""
         if self.by is None:
             return answer
+        fresh_at = None if counted is None else {_labels_key(c["metric"]): _counted_times(c) for c in counted}
         groups: dict[tuple[str, ...], list[np.ndarray]] = {}
         for series in answer:
             points = np.array(series["values"], dtype=np.float64).reshape(-1, 2)
-            if self.fresh is not None:
-                points = points[points[:, 0] - points[:, 1] <= self.fresh]
-                points[:, 1] = 1.0
             labels = series["metric"]
+            if fresh_at is not None:
+                points = points[np.isin(points[:, 0], fresh_at.get(_labels_key(labels), ()))]
+            if self.group:
+                points[:, 1] = 1.0
             groups.setdefault(tuple(labels.get(name, "") for name in self.by), []).append(points)
         out = []
         for key, members in groups.items():
@@ -390,9 +412,16 @@ class _Bare:
             )
         return out
 
-    def placed(self, place: Callable[[int, list[dict]], int]) -> tuple[str, Callable[[int, list[dict]], int]]:
-        """The bare query and what places its answer reduced, for _Query.bare."""
-        return self.expr, lambda part, answer: place(part, self.reduce(answer))
+
+def _labels_key(labels: dict[str, str]) -> frozenset[tuple[str, str]]:
+    """A series' labels without its name (which functions drop), as a key."""
+    return frozenset((name, value) for name, value in labels.items() if name != "__name__")
+
+
+def _counted_times(series: dict) -> np.ndarray:
+    """The times at which a count_over_time answer counted a sample."""
+    points = np.array(series["values"], dtype=np.float64).reshape(-1, 2)
+    return points[points[:, 1] >= 1, 0]
 
 
 @dataclass
@@ -608,8 +637,8 @@ class SeriesReader:
             if part not in firsts:
                 continue
             long = round((end - firsts[part]) / self.step) + 1 >= BARE_STEPS
-            expr, place = query.bare if long and query.bare is not None else (query.expr, query.place)
-            asked.append((expr, firsts[part], functools.partial(place, part)))
+            forms = query.bare if long and query.bare is not None else [(query.expr, query.place)]
+            asked.extend((expr, firsts[part], functools.partial(place, part)) for expr, place in forms)
         self._answered(asked, end)
         shape = part_of[_SHAPE_COUNT]
         if shape in firsts:
@@ -630,12 +659,12 @@ class SeriesReader:
             expr: str,
             place: Callable[[int, list[dict]], int],
             series: float = 1,
-            bare: _Bare | tuple[str, Callable[[int, list[dict]], int]] | None = None,
+            bare: _Bare | list[tuple[str, Callable[[int, list[dict]], int]]] | None = None,
         ) -> None:
             # Prometheus allocates about 1.5 times as much for a rate over a GPU's series as for its gauge
             # (benchmarks/live_prometheus.py): the weight that balances the parts.
             rated = "rate(" in expr or "increase(" in expr
-            bare_form = bare.placed(place) if isinstance(bare, _Bare) else bare
+            bare_form = bare.asked(place) if isinstance(bare, _Bare) else bare
             queries.append(_Query(key, family, expr, place, series * (1.5 if rated else 1.0), bare_form))
 
         def add(
@@ -714,10 +743,12 @@ class SeriesReader:
             "memory_total_bytes",
             mixin.dcgm_memory_total(self._matchers("dcgm"), by),
             lambda part, result: gpus.add(result, "memory_total_bytes", key=dcgm_gpu, part=part),
-            bare=(
-                mixin.dcgm_memory_selector(self._matchers("dcgm")),
-                lambda part, result: self._add_memory_total(gpus, by_labels, part, result),
-            ),
+            bare=[
+                (
+                    mixin.dcgm_memory_selector(self._matchers("dcgm")),
+                    lambda part, result: self._add_memory_total(gpus, by_labels, part, result),
+                )
+            ],
         )
         add("dcgm", mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
         labels = (*by_labels, *mixin.DCGM_HARDWARE_LABELS, *held_by)
@@ -734,10 +765,12 @@ class SeriesReader:
         return queries
 
     def _bare_identity(self, family: str, selector: str, by: tuple[str, ...]) -> _Bare:
-        """The bare form of an identity query (`max` or `group` by `by` of the family's fresh selector,
-        _fresh): the times of the samples, kept where fresh."""
+        """The bare form of an identity query: `max` (gpulens) or `group` (dcgm) by `by` of the family's fresh
+        selector (_fresh)."""
         interval = self.intervals.get(family)
-        return _Bare(f"timestamp({selector})", by, fresh=math.inf if interval is None else IDENTITY_FRESH * interval)
+        return _Bare(
+            selector, by, fresh=None if interval is None else IDENTITY_FRESH * interval, group=family == "dcgm"
+        )
 
     @staticmethod
     def _add_memory_total(grid: StepGrid, by: tuple[str, ...], part: int, answer: list[dict]) -> int:

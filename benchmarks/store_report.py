@@ -235,7 +235,8 @@ def run_report(url: str, hours: float, queries_out: str) -> dict:
     the_span = span.Span.aligned(START, end, STEP)
     owners = OwnerReader(store)
     verdicts = span.report(reader, the_span, Thresholds(), on_progress=progress.append, owners=owners)
-    cluster = _scheduling(argparse.Namespace(analysis_config=""), store, owners, the_span, verdicts, Thresholds(), {})
+    grid = (the_span.start, the_span.end, the_span.step)
+    cluster = _scheduling(argparse.Namespace(analysis_config=""), store, owners, grid, verdicts, Thresholds(), {})
     seconds = time.perf_counter() - started
     Path(queries_out).write_text(json.dumps(asked))
     return {

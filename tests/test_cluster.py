@@ -194,6 +194,45 @@ def test_free_gpus_are_released_from_the_step_their_pod_ended_not_a_lookback_lat
     assert t3["saving_usd_span"] == round(3 * 4 * 2.50 * 30 / 240, 2)
 
 
+def _by_labels(series: tuple[dict, list]) -> list:
+    return sorted(series[0].items())
+
+
+@pytest.mark.parametrize("age", [1.5 * STEP, 600.0])
+def test_the_clusters_series_read_bare_are_what_promql_answers(store, age):
+    """StoreKubeState reads the series bare and joins, sums and freshens them here (Prometheus would spend
+    40 times the CPU doing it step by step): what it finds is what the PromQL it replaces answers, evaluated
+    by the store, at every step, with fresh() where the age is under the lookback and without."""
+    from gpulens.analyzer.kube_state import GPUS, LIVE_PHASES, QUOTA_HARD, StoreKubeState
+    from gpulens.analyzer.series import fresh
+    from gpulens.analyzer.store import Store
+
+    source = StoreKubeState(Store(store[0]))
+    end = START + (cluster.STEPS - 1) * STEP
+
+    def promql(expr: str) -> list:
+        answer = source.store.query_range(expr, START, end, STEP)
+        return sorted(((s["metric"], [(float(t), float(v)) for t, v in s["values"]]) for s in answer), key=_by_labels)
+
+    def fresh_sel(name: str, *matchers) -> str:
+        selector = source._sel(name, *matchers)
+        return fresh(selector, age) if age < 300 else selector
+
+    requests = fresh_sel("kube_pod_container_resource_requests", GPUS)
+    phase = fresh_sel("kube_pod_status_phase", LIVE_PHASES)
+    oracle = {
+        "node_gpus": f"max by (node) ({fresh_sel('kube_node_status_allocatable', GPUS)})",
+        "cordoned": f"max by (node) ({fresh_sel('kube_node_spec_unschedulable')})",
+        "gpu_quota": f"min by (namespace) ({fresh_sel('kube_resourcequota', *QUOTA_HARD)})",
+        "gpu_pods": f"sum by (namespace, pod, node) ({requests} * on (namespace, pod) group_left () "
+        f"max by (namespace, pod) ({phase} == 1))",
+    }
+    for method, expr in oracle.items():
+        found = sorted(getattr(source, method)(START, end, STEP, age), key=_by_labels)
+        assert found == promql(expr), method
+        assert found or method == "cordoned", method  # the cluster has nodes, quotas and pods (none cordoned)
+
+
 def test_the_cluster_in_every_format(store, answer):
     text = report(store).stdout
     assert "research/train-big-0 asked 8 GPUs, waited 2 h 1 min (then scheduled): fragmented" in text
