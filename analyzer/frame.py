@@ -55,6 +55,20 @@ def empty() -> pd.DataFrame:
     return normalize(pd.DataFrame({c: [] for c in COLUMNS}))
 
 
+def concat(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
+    """Two trace frames, one after the other, identity columns still categorical (pd.concat makes strings of
+    categoricals whose categories differ, millions of them)."""
+    if first.empty or second.empty:
+        return normalize(second if first.empty else first)
+    joined = pd.concat([first, second], ignore_index=True)
+    for column in joined.columns:
+        if column in first and column in second:
+            pair = (first[column], second[column])
+            if all(isinstance(c.dtype, pd.CategoricalDtype) for c in pair):
+                joined[column] = pd.api.types.union_categoricals(list(pair), ignore_order=True)
+    return normalize(joined)
+
+
 def normalize(frame: pd.DataFrame) -> pd.DataFrame:
     """Every column present with its proper dtype: categorical strings for identity, floats for signals.
 

@@ -112,6 +112,7 @@ def report(
     progress = Progress(span_seconds=span.end - span.start)
     if span.end - span.start < window:  # one window: classify() the whole span
         frame = _read(reader, span.start, span.end, span.step, progress)
+        progress.largest_piece_rows = len(frame)
         _gather(unit_samples(frame), timelines, use)
         _report(progress, on_progress, span.end - span.start)
         said = _owners(owners, frame, span.end, span.end - span.start)
@@ -132,10 +133,19 @@ def report(
             reader.instances = ",".join(part for part in (shard, group.matcher) if part)
             piece = _piece_seconds(_piece_length(group.gpus, span.step, window), slide, window)
             counted_from = span.start
+            # The rows of the last piece's read the next one reads too (the window before its slots): kept, so
+            # that no step is read twice.
+            carried, carried_to = fr.empty(), -math.inf
             while counted_from <= span.end:
                 counted_to = min(counted_from + piece, span.end + span.step)
                 read_from, read_to = max(span.start, counted_from - window), min(span.end, counted_to + window)
-                frame = _read(reader, read_from, read_to, span.step, progress)
+                held = carried[carried["timestamp"].to_numpy() >= read_from]
+                new_from = max(read_from, carried_to + span.step)
+                frame = fr.concat(
+                    held, _read(reader, new_from, read_to, span.step, progress) if new_from <= read_to else fr.empty()
+                )
+                del carried, held
+                progress.largest_piece_rows = max(progress.largest_piece_rows, len(frame))
                 keys = UnitKeys.of(frame) if len(frame) else None
                 if (
                     timelines is not None or use is not None
@@ -150,6 +160,7 @@ def report(
                         totals[unit] = ledger
                 require_few_enough(len(totals))
                 owned |= _owners(owners, frame, read_to, read_to - read_from)
+                carried, carried_to = frame[frame["timestamp"].to_numpy() >= counted_to - window], read_to
                 del frame, keys, pieces  # not held while the next piece is read: a piece is gigabytes at scale
                 _report(progress, on_progress, counted_to - counted_from)
                 if group.gpus is None and progress.gpus:  # a store that could not say: sized from the first
@@ -275,7 +286,6 @@ def _read(reader: SeriesReader, start: float, end: float, step: float, progress:
     progress.first_impossible = progress.first_impossible or first
     progress.bytes_read += reader.store.read_bytes - before
     progress.gpus.update(frame["gpu"].unique())
-    progress.largest_piece_rows = max(progress.largest_piece_rows, len(frame))
     return frame
 
 

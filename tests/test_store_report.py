@@ -208,7 +208,20 @@ def test_a_week_read_in_pieces_is_the_week_read_whole(stores, monkeypatch):
     assert len(whole_progress) == 1
     pieces_progress: list = []
     monkeypatch.setattr(span, "PIECE_ROWS", 4 * 720)  # 4 GPUs x 720 steps of 5 minutes: 2.5 days
+    ranges: list[tuple[float, float]] = []
+    query_range = Store.query_range
+
+    def recorded(self, expr: str, start: float, end: float, step: float) -> list[dict]:
+        if "DCGM_FI_DEV_GPU_UTIL" in expr:
+            ranges.append((start, end))
+        return query_range(self, expr, start, end, step)
+
+    monkeypatch.setattr(Store, "query_range", recorded)
     assert verdicts(pieces_progress) == whole
+    # Each step read once: the rows a piece shares with the next (a window before the next one's slots) are
+    # kept, not read again, and the reads tile the week.
+    assert ranges[0][0] == week.START and ranges[-1][1] == LAST
+    assert all(later[0] == earlier[1] + week.STEP for earlier, later in itertools.pairwise(ranges))
     # The four GPUs named by the store's index from the first piece on: 39 slides of 75 minutes (2.03 days)
     # with a 5-hour window read on each side, 706 steps, three times; then the last 21.7 h.
     assert len(pieces_progress) == 4
