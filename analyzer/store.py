@@ -35,12 +35,14 @@ import os
 import re
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+import numpy as np
 import orjson
 import requests
 import urllib3
@@ -401,7 +403,9 @@ class Store:
             )
         values = "values" if kind == "matrix" else "value"
         for series in result:
-            if not isinstance(series.get(values), list) or not all(type(v) is str for v in series["metric"].values()):
+            if not isinstance(series.get(values), list | np.ndarray) or not all(
+                type(v) is str for v in series["metric"].values()
+            ):
                 raise StoreError(
                     f"{self.name} answered {expr!r} with a series that is not one of the Prometheus HTTP API "
                     f"(label values that are not strings, or no {values!r}): {_shown(series)}"
@@ -442,10 +446,13 @@ class _TooBig(Exception):
 
 
 def _decoded(content: bytes) -> object:
-    """The JSON of an answer, decoded with Python's cyclic garbage collector paused: an answer is millions of
-    new lists and strings, none cyclic, and each few hundred of them set off a collection of the whole heap
-    (a range answer of 10,000 GPUs, 10 MB, decodes four times faster without them; a first cycle at that
-    size spent 10 of its 16 s collecting)."""
+    """The JSON of an answer: a matrix as _matrix reads it (its values arrays), else decoded with Python's
+    cyclic garbage collector paused: an answer is millions of new lists and strings, none cyclic, and each few
+    hundred of them set off a collection of the whole heap (a range answer of 10,000 GPUs, 10 MB, decodes four
+    times faster without them; a first cycle at that size spent 10 of its 16 s collecting)."""
+    fast = _matrix(content)
+    if fast is not None:
+        return fast
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -453,6 +460,61 @@ def _decoded(content: bytes) -> object:
     finally:
         if enabled:
             gc.enable()
+
+
+_RESULT = b'"result":['
+_METRIC = b'{"metric":'
+_VALUES = b',"values":['
+
+
+def _matrix(content: bytes) -> dict | None:
+    """A matrix answer with each series' values as an (n, 2) float64 array of (unix seconds, value), read
+    without a Python object per point: 15.5 hours of 1,000 GPUs' series (32 MB) in 0.6 s where decoding the
+    JSON took 1.3 and its 1.9 million [time, "value"] pairs 0.5 more to convert, and a tenth of the memory.
+    Each series must be exactly `{"metric":{...},"values":[[t,"v"],...]}`, as every store of the Prometheus
+    HTTP API writes it (a `"` inside a label value is escaped, so the markers cannot occur in one), and the
+    rest of the answer valid JSON; None for anything else, which is then decoded as JSON."""
+    head = content[:512]
+    if b'"resultType":"matrix"' not in head or (start := content.find(_RESULT)) < 0:
+        return None
+    at = start + len(_RESULT)
+    series: list[dict] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # numpy 1's "could not be read to its end"
+        while not content.startswith(b"]", at):
+            if series:
+                if not content.startswith(b",", at):
+                    return None
+                at += 1
+            values_at = content.find(_VALUES, at)
+            if not content.startswith(_METRIC, at) or values_at < 0:
+                return None
+            try:
+                metric = orjson.loads(content[at + len(_METRIC) : values_at])
+            except orjson.JSONDecodeError:
+                return None
+            first = values_at + len(_VALUES)
+            end = first if content.startswith(b"]", first) else content.find(b"]]", first) + 1
+            if end <= 0 or not content.startswith(b"]}", end) or not isinstance(metric, dict):
+                return None
+            text = content[first:end].translate(None, b'[]"')
+            try:
+                numbers = np.fromstring(text, sep=",") if text else np.zeros(0)
+            except ValueError:  # numpy 2: a value that is not a number
+                return None
+            if len(numbers) != (text.count(b",") + 1 if text else 0) or len(numbers) % 2:
+                return None  # a value that is not a number
+            series.append({"metric": metric, "values": numbers.reshape(-1, 2)})
+            at = end + 2
+    try:
+        body = orjson.loads(content[:start] + b'"result":[]' + content[at + 1 :])
+    except orjson.JSONDecodeError:
+        return None
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, dict) or data.get("result") != []:
+        return None
+    data["result"] = series
+    return body
 
 
 class AnswerTooBig(Exception):
@@ -531,7 +593,12 @@ def _joined(first: list[dict], second: list[dict]) -> list[dict]:
     for series in second:
         held = by_labels.setdefault(tuple(sorted(series["metric"].items())), series)
         if held is not series:
-            held["values"].extend(series["values"])
+            held["values"] = np.concatenate(
+                [
+                    np.asarray(held["values"], dtype=np.float64).reshape(-1, 2),
+                    np.asarray(series["values"], dtype=np.float64).reshape(-1, 2),
+                ]
+            )
     return list(by_labels.values())
 
 

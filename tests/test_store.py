@@ -557,3 +557,55 @@ def test_a_gzip_bomb_is_inflated_no_further_than_the_answers_bound(scripted):
     whole = gzip.compress(json.dumps(INSTANT_ANSWER).encode())
     server = scripted([(200, whole, {"Content-Encoding": "gzip"})])
     assert Store(server.url).query("up", T0) == INSTANT_ANSWER["data"]["result"]
+
+
+def _as_lists(body: dict) -> dict:
+    """A decoded answer with each series' values as [[t, v], ...] of the floats' reprs (NaN equals NaN), to
+    compare the two decoders."""
+    import numpy as np
+
+    for series in body["data"]["result"]:
+        points = np.asarray(series["values"], dtype=float).reshape(-1, 2)
+        series["values"] = [[repr(float(t)), repr(float(v))] for t, v in points]
+    return body
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # Prometheus: special values, exponents, fractional times; a series with no point.
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"a","x":"1"},'
+        '"values":[[1.5,"NaN"],[2,"+Inf"],[3,"-Inf"],[4,"1e-05"],[5,"-2.5E+3"]]},{"metric":{},"values":[]}]}}',
+        # VictoriaMetrics' envelope, and label values holding the markers the reader looks for, escaped.
+        '{"status":"success","isPartial":false,"data":{"resultType":"matrix","result":[{"metric":{"v":'
+        '"\\",\\"values\\":[[1,\\"2\\"]]}"},"values":[[1,"2"]]}]},"stats":{"seriesFetched":"1"}}',
+        '{"status":"success","data":{"resultType":"matrix","result":[]}}',
+    ],
+)
+def test_a_matrix_is_read_without_a_python_object_per_point_and_means_what_its_json_says(answer):
+    from gpulens.analyzer.store import _decoded, _matrix
+
+    fast = _matrix(answer.encode())
+    assert fast is not None
+    assert _as_lists(fast) == _as_lists(json.loads(answer))
+    assert _as_lists(_decoded(answer.encode())) == _as_lists(json.loads(answer))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # A value that is no number: left to the JSON decoder (and the store client's checks).
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"x"]]}]}}',
+        # A native histogram's series, or any key more: the JSON decoder's.
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"histograms":[[1,{}]]}]}}',
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"2"]],"x":1}]}}',
+        # Cut short, and an envelope that is not JSON after the series.
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"2"]',
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"2"]]}]}',
+        '{"status":"success","data":{"resultType":"vector","result":[]}}',
+    ],
+)
+def test_anything_but_a_plain_matrix_is_left_to_the_json_decoder(answer):
+    from gpulens.analyzer.store import _matrix
+
+    assert _matrix(answer.encode()) is None
