@@ -11,17 +11,24 @@ node's allocatable GPUs, each pod's GPU request and phase (Pending and Running: 
 for), and a pod of every hundredth Deployment waiting for 8 GPUs all day (the cluster's share). They
 are written as OpenMetrics, backfilled with `promtool tsdb create-blocks-from openmetrics` into a real
 Prometheus (Debian's), and read back:
-- bare: every range and instant query the report made, sent again with requests and decoded with orjson,
-  nothing else: the floor of reading through the HTTP API;
-- report: the report as a user runs it (a process of its own), reading in pieces and judging.
-Prints seconds, the ratio to the bare transfer, peak resident memory and bytes read per GPU-day, and a
-week and a month of 1,000 and 10,000 GPUs extrapolated from the measured rate.
+- store: every range and instant query the report made, sent again and each answer read and thrown away:
+  the store's own cost of answering them (its CPU measured from /proc), the floor no client can go under;
+- bare: the same queries, each answer decoded with orjson, nothing else: the floor of reading through the
+  HTTP API;
+- report: the report as a user runs it (a process of its own), reading in pieces and judging, with the CPU
+  seconds Prometheus spent answering it.
+Prints seconds, the ratios to both floors, Prometheus' CPU per GPU-day (for sizing a store), peak resident
+memory and bytes read per GPU-day, and a month of 1,000 GPUs and a quarter of 10,000 extrapolated from the
+measured rates. (A month of 1,000 GPUs is about 1.2 billion samples: about 540 GB of OpenMetrics to backfill,
+more than this machine holds; the rate per GPU-day is measured on a day and the pieces a month is read in
+are the day's, so memory does not grow with the span.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -253,20 +260,38 @@ def run_report(url: str, hours: float, queries_out: str) -> dict:
     }
 
 
-def bare(url: str, queries: list[tuple[str, dict]]) -> float:
-    """Seconds to send `queries` again and decode their answers, nothing else."""
+def bare(url: str, queries: list[tuple[str, dict]], decode: bool = True) -> float:
+    """Seconds to send `queries` again and read their answers, decoded with orjson (or, `decode` False, thrown
+    away: the store's own cost), nothing else."""
     import orjson
     import requests
 
     session = requests.Session()
     started = time.perf_counter()
     for endpoint, params in queries:
-        if endpoint.startswith("label/"):  # label values are GET only, as the store client asks them
-            response = session.get(f"{url}/api/v1/{endpoint}", params=params, timeout=300)
-        else:
-            response = session.post(f"{url}/api/v1/{endpoint}", data=params, timeout=300)
-        orjson.loads(response.content)
+        get = endpoint.startswith("label/") or endpoint == "series"  # GET only, as the store client asks them
+        response = session.request(
+            "GET" if get else "POST",
+            f"{url}/api/v1/{endpoint}",
+            **({"params": params} if get else {"data": params}),
+            timeout=300,
+        )
+        if decode:
+            orjson.loads(response.content)
     return time.perf_counter() - started
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user and system) process `pid` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measured(run, pid: int) -> tuple[float, object]:
+    """Prometheus' CPU seconds over `run`(), and what it returned."""
+    before = cpu_seconds(pid)
+    out = run()
+    return cpu_seconds(pid) - before, out
 
 
 def main() -> int:
@@ -341,11 +366,16 @@ def main() -> int:
 
             report()  # warms the page cache the blocks are read through, and records the queries
             queries = [tuple(q) for q in json.loads(queries_file.read_text())]
+            store_cpu, store_seconds = min(
+                measured(lambda: bare(url, queries, decode=False), server.pid) for _ in range(2)
+            )
             bare_seconds = min(bare(url, queries) for _ in range(2))
-            measured = min((report() for _ in range(2)), key=lambda r: r["seconds"])
+            runs = [measured(report, server.pid) for _ in range(2)]
+            prometheus_cpu, best = min(runs, key=lambda r: r[1]["seconds"])
         finally:
             server.terminate()
             server.wait()
+    measured = best
     gpu_days = args.gpus * args.hours / 24
     rate = measured["seconds"] / gpu_days  # seconds per GPU-day
     figures = {
@@ -353,8 +383,12 @@ def main() -> int:
         "hours": args.hours,
         "step_s": STEP,
         "samples": samples,
+        "store_s": store_seconds,
+        "store_prometheus_cpu_s": store_cpu,
         "bare_s": bare_seconds,
         "report_s": measured["seconds"],
+        "report_prometheus_cpu_s": prometheus_cpu,
+        "prometheus_cpu_s_per_gpu_day": prometheus_cpu / gpu_days,
         "report_peak_rss_mib": measured["peak_rss_mib"],
         "pieces": measured["pieces"],
         "groups": measured["groups"],
@@ -373,10 +407,14 @@ def main() -> int:
         f"\n{args.gpus:,} GPUs x {args.hours:g} h at {STEP} s of dcgm-exporter series ({samples:,} samples), "
         f"read from Prometheus\n"
     )
-    print(f"{'':<44} {'seconds':>8} {'ratio':>6}")
-    print(f"{'bare: the same queries, HTTP and JSON only':<44} {bare_seconds:>8.1f} {1:>6.2f}")
-    ratio = measured["seconds"] / bare_seconds
-    print(f"{'gpulens report --prometheus':<44} {measured['seconds']:>8.1f} {ratio:>6.2f}")
+    print(f"{'':<46} {'seconds':>8} {'x store':>8} {'x bare':>7} {'Prometheus CPU-s':>17}")
+    rows = (
+        ("store: the same queries, answers thrown away", store_seconds, f"{store_cpu:.1f}"),
+        ("bare: the same queries, HTTP and JSON only", bare_seconds, ""),
+        ("gpulens report --prometheus", measured["seconds"], f"{prometheus_cpu:.1f}"),
+    )
+    for name, seconds, cpu in rows:
+        print(f"{name:<46} {seconds:>8.1f} {seconds / store_seconds:>8.2f} {seconds / bare_seconds:>7.2f} {cpu:>17}")
     print(
         f"\npeak resident memory {measured['peak_rss_mib']:,.0f} MiB, reading {measured['pieces']} pieces in "
         f"{measured['groups']} groups of nodes, the "
@@ -385,9 +423,12 @@ def main() -> int:
         f"{measured['bytes'] / gpu_days / 2**20:.2f} MiB read per GPU-day; {measured['verdicts']:,} verdicts, "
         f"{measured['workloads']:,} workloads"
     )
-    for gpus in (1000, 10_000):
-        for days, span in ((7, "week"), (30, "month")):
-            print(f"a {span} of {gpus:,} GPUs: about {rate * gpus * days / 60:,.0f} minutes at the measured rate")
+    cpu_rate = prometheus_cpu / gpu_days
+    for gpus, days, span in ((1000, 30, "month"), (10_000, 91, "quarter")):
+        print(
+            f"a {span} of {gpus:,} GPUs: about {rate * gpus * days / 60:,.0f} minutes in one process at the "
+            f"measured rate, and {cpu_rate * gpus * days / 3600:,.1f} CPU-hours of Prometheus"
+        )
     return 0
 
 
