@@ -9,7 +9,7 @@ import logging
 import os
 import shutil
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,9 +20,12 @@ from gpulens.core.flags import Subcommands
 from gpulens.core.thresholds import Thresholds
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import pandas as pd
 
     from gpulens.analyzer.classify import Verdict
+    from gpulens.analyzer.engines import EngineLoad
     from gpulens.analyzer.kinds import PodKey
     from gpulens.analyzer.kube_state import KubeState
     from gpulens.analyzer.owners import Owner, OwnerReader
@@ -78,6 +81,14 @@ def register(commands: Subcommands) -> None:
     )
     p.add_argument("--step", default="", help="how far the window moves each time; default a quarter of the window")
     p.add_argument("--out", default="", help="write to this file (atomically) instead of stdout")
+    p.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="with --prometheus: read and judge the span in this many processes at once, each the nodes whose "
+        "name hashes to its share (as --shard.count shares the live analyzer's), merged into one report; each "
+        "holds its own pieces (about 2 GiB), and the store answers them all at once",
+    )
     p.add_argument(
         "--by",
         choices=["pod", "class", "namespace", "owner", "team", "plan", "pending", "pool"],
@@ -375,6 +386,10 @@ def run_report(args: argparse.Namespace) -> int:
             raise ValueError(f"--out {args.out} is {read}, which the report reads: name another file for the report")
         if args.out and os.path.isdir(args.out):  # said before a long read, not after
             raise ValueError(f"--out {args.out}: it is a directory; name a file")
+        if args.processes < 1 or (args.processes > 1 and not args.prometheus):
+            raise ValueError(
+                f"--processes {args.processes}: give 1 or more, with --prometheus (files are read by one process)"
+            )
         scheduling = None
         if args.prometheus:
             if args.kube_state:
@@ -525,6 +540,14 @@ def _report_from_store(
     try:
         # What each serving pod's engine counted over the span: a few reduced queries, not its samples.
         engines = read_engine_loads(store, the_span.start, the_span.end, the_span.step, thresholds.plan_load_percentile)
+        if args.processes > 1:
+            job = _Share(
+                args, the_span, reader.intervals, thresholds, prices, window, slide, engines, timelines is not None
+            )
+            verdicts = _judged_in_processes(job, args.processes, use, timelines)
+            verdicts = _some(verdicts, store.name, reader, the_span)
+            grid = (the_span.start, the_span.end, the_span.step)
+            return verdicts, timelines, use, _scheduling(args, store, owners, grid, verdicts, thresholds, prices)
         if not sys.stderr.isatty():
             verdicts = span.report(
                 reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use, engines
@@ -549,6 +572,78 @@ def _report_from_store(
             bar.update(task, description="reading kube-state-metrics")
             grid = (the_span.start, the_span.end, the_span.step)
             return verdicts, timelines, use, _scheduling(args, store, owners, grid, verdicts, thresholds, prices)
+    finally:
+        store.close()
+
+
+@dataclass(frozen=True)
+class _Share:
+    """What a process of `--processes` needs to judge its share of a report's nodes (picklable: a process is
+    spawned, not forked, so that no thread or connection of this one is copied into it)."""
+
+    args: argparse.Namespace
+    span: Span
+    #: The store's scrape interval by family, as read once (SeriesReader.intervals).
+    intervals: dict[str, float]
+    thresholds: Thresholds
+    prices: dict[str, float]
+    window: float | None
+    slide: float | None
+    engines: Mapping[PodKey, EngineLoad]
+    html: bool
+
+
+def _judged_in_processes(job: _Share, count: int, use: Use, timelines: TimelineBins | None) -> list[Verdict]:
+    """The verdicts of `count` processes, each judging the nodes of its shard, what each unit used merged into
+    `use` and what an HTML report draws into `timelines`. A process's error (a store that fails, too many
+    pods) ends the report with it."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    verdicts: list[Verdict] = []
+    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
+        for found, used, drawn in pool.map(_judge_share, [(job, index, count) for index in range(count)]):
+            verdicts += found
+            use.merge(used)
+            if timelines is not None and drawn is not None:
+                timelines.merge(drawn)
+    return verdicts
+
+
+def _judge_share(task: tuple[_Share, int, int]) -> tuple[list[Verdict], Use, TimelineBins | None]:
+    """One process's share of a report: the verdicts of the nodes of shard `index` of `count`."""
+    from gpulens.analyzer import span
+    from gpulens.analyzer.kinds import load_rules
+    from gpulens.analyzer.owners import OwnerReader
+    from gpulens.analyzer.plan import Use
+    from gpulens.analyzer.report import TimelineBins
+    from gpulens.analyzer.series import SeriesReader, Shard
+    from gpulens.analyzer.store import Store
+
+    job, index, count = task
+    args, the_span, t = job.args, job.span, job.thresholds
+    store = Store(args.prometheus, _store_auth(args), args.timeout)
+    try:
+        reader = SeriesReader(store, the_span.step, _mixin(args, t), args.selector, args.dcgm_selector)
+        reader.intervals = dict(job.intervals)
+        owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config))
+        timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if job.html else None
+        use = Use.over(the_span.start, the_span.end, the_span.step, t)
+        verdicts = span.report(
+            reader,
+            the_span,
+            t,
+            job.prices,
+            job.window,
+            job.slide,
+            None,
+            owners,
+            timelines,
+            use,
+            job.engines,
+            Shard(index, count),
+        )
+        return verdicts, use, timelines
     finally:
         store.close()
 
@@ -824,9 +919,9 @@ def run_service(args: argparse.Namespace) -> int:
     from prometheus_client import CollectorRegistry
 
     from gpulens.analyzer.kinds import load_pools, load_rules
-    from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput, Shard
+    from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput
     from gpulens.analyzer.livepage import LivePage
-    from gpulens.analyzer.series import MAX_READ_PARTS
+    from gpulens.analyzer.series import MAX_READ_PARTS, Shard
     from gpulens.analyzer.service import AnalyzerService
     from gpulens.core.config import ConfigError, parse_duration, redact
     from gpulens.core.web import WebConfig, parse_listen_address, serve

@@ -12,7 +12,6 @@ Both turn gpulens exporter metrics into the trace frame (gpulens.analyzer.frame)
 from __future__ import annotations
 
 import collections
-import hashlib
 import logging
 import math
 import threading
@@ -33,7 +32,7 @@ from gpulens.analyzer.engines import EngineLoad, read_engine_loads
 from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodKey, Pools
 from gpulens.analyzer.owners import Owner, OwnerReader
 from gpulens.analyzer.scheduling import Scheduling, judge_store
-from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Window, instances_matcher
+from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Shard, Window, instances_matcher
 from gpulens.analyzer.store import (
     MAX_ANSWER_BYTES,
     AnswerLate,
@@ -341,28 +340,6 @@ OPENCOST_GPU_PRICE = "node_gpu_hourly_cost"
 PRICE_REFRESH_SECONDS = 300.0
 #: How often the live input reads the cluster's nodes, GPU requests and waits again.
 CLUSTER_REFRESH_SECONDS = 60.0
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One analyzer replica's share of the fleet: the nodes whose name hashes to `index` modulo `count`,
-    as Prometheus' hashmod relabelling hashes a label (so a scrape config can split the same way). N
-    replicas with indexes 0..N-1 over one store judge every pod exactly once: a pod's GPUs are on one
-    node, and each node hashes to one index."""
-
-    index: int
-    count: int
-
-    def owns(self, node: str) -> bool:
-        return hashmod(node, self.count) == self.index
-
-    def __str__(self) -> str:
-        return f"shard {self.index} of {self.count}"
-
-
-def hashmod(value: str, modulus: int) -> int:
-    """Prometheus' relabel action `hashmod`: the last 8 bytes of the value's MD5, big-endian, modulo."""
-    return int.from_bytes(hashlib.md5(value.encode()).digest()[8:], "big") % modulus
 
 
 class PrometheusInput:

@@ -110,6 +110,12 @@ class Use:
             if not math.isnan(peak):
                 self.peak_memory[str(unit)] = max(self.peak_memory.get(str(unit), 0.0), float(peak))
 
+    def merge(self, other: Use) -> None:
+        """Add what `other` gathered over the same span (another process's share of a report's units)."""
+        self.bins.merge(other.bins)
+        for unit, peak in other.peak_memory.items():
+            self.peak_memory[unit] = max(self.peak_memory.get(unit, 0.0), peak)
+
     def retain(self, units: set[str]) -> None:
         """Forget every unit but `units` (a live service's, as its history forgets them)."""
         self.bins.retain(units)

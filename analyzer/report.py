@@ -453,16 +453,28 @@ class TimelineBins:
         self.sums = self.sums[[row for _, row in kept]].copy()
         self.rows = {unit: k for k, (unit, _) in enumerate(kept)}
 
+    def merge(self, other: TimelineBins) -> None:
+        """Add what `other` gathered (bins of the same span and width: another process's share of a report)."""
+        if (other.start, other.width, other.bins, other.columns) != (self.start, self.width, self.bins, self.columns):
+            raise ValueError("timelines of another span or width cannot be merged")
+        rows = np.array([self.rows.setdefault(unit, len(self.rows)) for unit in other.rows], dtype=np.intp)
+        self._grow()
+        np.add.at(self.sums, rows, other.sums[list(other.rows.values())])
+
+    def _grow(self) -> None:
+        """Room in `sums` for every unit of `rows`, doubling."""
+        if len(self.rows) > len(self.sums):
+            grown = np.zeros((max(len(self.rows), 2 * len(self.sums)), *self.sums.shape[1:]), dtype=self.sums.dtype)
+            grown[: len(self.sums)] = self.sums
+            self.sums = grown
+
     def add(self, samples: pd.DataFrame) -> None:
         if samples.empty:
             return
         bins, keep = self._bins(samples["ts"].to_numpy(dtype=float))
         codes, names = pd.factorize(samples["unit"])
         rows = np.array([self.rows.setdefault(str(name), len(self.rows)) for name in names])
-        if len(self.rows) > len(self.sums):
-            grown = np.zeros((max(len(self.rows), 2 * len(self.sums)), *self.sums.shape[1:]), dtype=self.sums.dtype)
-            grown[: len(self.sums)] = self.sums
-            self.sums = grown
+        self._grow()
         cells = rows[codes] * self.bins + bins
         size = len(self.sums) * self.bins
         counts = len(self.columns)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -511,13 +512,37 @@ class Window:
 
 
 @dataclass(frozen=True)
+class Shard:
+    """One analyzer replica's share of the fleet: the nodes whose name hashes to `index` modulo `count`,
+    as Prometheus' hashmod relabelling hashes a label (so a scrape config can split the same way). N
+    replicas with indexes 0..N-1 over one store judge every pod exactly once: a pod's GPUs are on one
+    node, and each node hashes to one index."""
+
+    index: int
+    count: int
+
+    def owns(self, node: str) -> bool:
+        return hashmod(node, self.count) == self.index
+
+    def __str__(self) -> str:
+        return f"shard {self.index} of {self.count}"
+
+
+def hashmod(value: str, modulus: int) -> int:
+    """Prometheus' relabel action `hashmod`: the last 8 bytes of the value's MD5, big-endian, modulo."""
+    return int.from_bytes(hashlib.md5(value.encode()).digest()[8:], "big") % modulus
+
+
+@dataclass(frozen=True)
 class Exporters:
-    """The exporters (their `instance`) that report one node's GPUs, and those GPUs (UUIDs), as a store's
-    index names them: the least a read may select, since a GPU's series from gpulens' exporter and from
-    dcgm-exporter must meet in one read (analyzer/span.py reads a large fleet a group of these at a time)."""
+    """The exporters (their `instance`) that report one node's GPUs, those GPUs (UUIDs), and the node's name
+    (its `node` label, dcgm-exporter's `Hostname`, else the first exporter's address: what a Shard hashes), as
+    a store's index names them: the least a read may select, since a GPU's series from gpulens' exporter and
+    from dcgm-exporter must meet in one read (analyzer/span.py reads a large fleet a group of these at a time)."""
 
     instances: frozenset[str]
     gpus: frozenset[str]
+    node: str = ""
 
 
 def fresh(selector: str, seconds: float) -> str:
@@ -954,14 +979,17 @@ class SeriesReader:
         index without reading a sample; the shard's matcher (`instances`) is not applied."""
         shard, self.instances = self.instances, ""
         try:
-            named = [
-                (s.get("instance", ""), s.get("uuid", ""))
-                for s in self.store.series(self._sel(m.GPU_INFO.name), start, end)
-            ]
-            dcgm = f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}"
-            named += [(s.get("instance", ""), s.get("UUID", "")) for s in self.store.series(dcgm, start, end)]
+            gpulens = self.store.series(self._sel(m.GPU_INFO.name), start, end)
+            dcgm = self.store.series(f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}", start, end)
         finally:
             self.instances = shard
+        named = [(s.get("instance", ""), s.get("uuid", "")) for s in gpulens]
+        named += [(s.get("instance", ""), s.get("UUID", "")) for s in dcgm]
+        node_of: dict[str, str] = {}
+        for s in gpulens + dcgm:
+            node = next((s[n] for n in mixin.DCGM_NODE_LABELS if s.get(n)), "")
+            if node:
+                node_of.setdefault(s.get("instance", ""), node)
         # Instances that name one GPU are one group: a union-find over instances, joined through GPUs.
         parent: dict[str, str] = {}
 
@@ -982,7 +1010,14 @@ class SeriesReader:
             if gpu:
                 gpus[root(instance)].add(gpu)
         return sorted(
-            (Exporters(frozenset(instances[r]), frozenset(gpus[r])) for r in instances),
+            (
+                Exporters(
+                    frozenset(instances[r]),
+                    frozenset(gpus[r]),
+                    next((node_of[i] for i in sorted(instances[r]) if i in node_of), min(instances[r])),
+                )
+                for r in instances
+            ),
             key=lambda e: sorted(e.instances),
         )
 

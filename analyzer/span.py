@@ -34,7 +34,7 @@ from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.owners import Owner, OwnerReader
 from gpulens.analyzer.plan import Use
 from gpulens.analyzer.report import TimelineBins, unit_samples
-from gpulens.analyzer.series import Exporters, SeriesReader, Window, instances_matcher
+from gpulens.analyzer.series import Exporters, SeriesReader, Shard, Window, instances_matcher
 from gpulens.analyzer.store import StoreError
 from gpulens.core.thresholds import Thresholds
 
@@ -97,12 +97,14 @@ def report(
     timelines: TimelineBins | None = None,
     use: Use | None = None,
     engines: Mapping[PodKey, EngineLoad] | None = None,
+    shard: Shard | None = None,
 ) -> list[Verdict]:
     """Each unit's headline verdict over `span`, read through `reader` piece by piece. window and slide
     are seconds (None: default_window() for the step, as for a file sampled at that interval). With
     `owners`, each verdict names its pod's workload and team, as kube-state-metrics said in the span;
     `timelines` gathers what an HTML report draws, and `use` what each unit used (for the plan), each
-    sample once; `engines`, what each serving pod's engine counted over the span (engines.py)."""
+    sample once; `engines`, what each serving pod's engine counted over the span (engines.py). With
+    `shard`, only the nodes it owns are read (the store's index names them)."""
     _refuse_too_many_pods(reader, span)
     auto_window, auto_slide = default_window(span.step, t)
     window = window or auto_window
@@ -110,8 +112,17 @@ def report(
     if slide > window:
         raise ValueError(f"--step ({slide:g} s) must be at most --window ({window:g} s)")
     progress = Progress(span_seconds=span.end - span.start)
+    groups = _groups(reader, span, window, shard)
+    if not groups:  # a shard that owns no node of the span
+        return []
+    shard_matcher = reader.instances
     if span.end - span.start < window:  # one window: classify() the whole span
-        frame = _read(reader, span.start, span.end, span.step, progress)
+        if shard is not None:
+            reader.instances = ",".join(part for part in (shard_matcher, *(g.matcher for g in groups)) if part)
+        try:
+            frame = _read(reader, span.start, span.end, span.step, progress)
+        finally:
+            reader.instances = shard_matcher
         progress.largest_piece_rows = len(frame)
         _gather(unit_samples(frame), timelines, use)
         _report(progress, on_progress, span.end - span.start)
@@ -124,13 +135,11 @@ def report(
         return owners_mod.apply(verdicts, said)
     totals: dict[str, Ledger] = {}
     owned: dict[PodKey, Owner] = {}
-    groups = _groups(reader, span, window)
     progress.groups = len(groups)
     progress.span_seconds *= len(groups)
-    shard = reader.instances
     try:
         for group in groups:
-            reader.instances = ",".join(part for part in (shard, group.matcher) if part)
+            reader.instances = ",".join(part for part in (shard_matcher, group.matcher) if part)
             piece = _piece_seconds(_piece_length(group.gpus, span.step, window), slide, window)
             counted_from = span.start
             # The rows of the last piece's read the next one reads too (the window before its slots): kept, so
@@ -167,7 +176,7 @@ def report(
                     piece = _piece_seconds(_piece_length(len(progress.gpus), span.step, window), slide, window)
                 counted_from = counted_to
     finally:
-        reader.instances = shard
+        reader.instances = shard_matcher
     _say_impossible(progress, reader)
     verdicts = [
         ledger.verdict(t, _workload(owned, unit), (engines or {}).get(_pod_key(unit)))
@@ -196,20 +205,27 @@ class Group:
     gpus: int | None
 
 
-def _groups(reader: SeriesReader, span: Span, window: float) -> list[Group]:
+def _groups(reader: SeriesReader, span: Span, window: float, shard: Shard | None = None) -> list[Group]:
     """The groups of nodes a span is read in: as few as keep the shortest piece (a window counted, a window
     read on each side) of each within PIECE_ROWS, nodes balanced by GPUs. One group of every GPU where
-    that fits, or where the store cannot name its exporters from its index."""
+    that fits, or where the store cannot name its exporters from its index. With `shard`, only its nodes'
+    (none: no group), each group selecting them."""
     try:
         exporters = reader.exporters(span.start, span.end)
     except StoreError as e:
+        if shard is not None:
+            raise StoreError(f"{e}; the nodes are shared out between processes from the store's index") from None
         log.debug("cannot list the span's exporters in advance: %s", e)
         return [Group("", None)]
+    if shard is not None:
+        exporters = [e for e in exporters if shard.owns(e.node)]
+        if not exporters:
+            return []
     shortest_piece = (3 * window) / span.step + 1
     gpus = sum(len(e.gpus) for e in exporters)
     count = min(len(exporters), math.ceil(gpus * shortest_piece / PIECE_ROWS))
     if count <= 1:
-        return [Group("", gpus)]
+        return [Group(instances_matcher(i for e in exporters for i in e.instances) if shard else "", gpus)]
     # The largest first, each to the group holding the fewest GPUs so far.
     members: list[list[Exporters]] = [[] for _ in range(count)]
     held = [0] * count

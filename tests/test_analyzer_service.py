@@ -354,7 +354,8 @@ def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet_in_prometheu
     give exactly the verdicts of one unsharded analyzer on the same data, none lost or doubled; and
     the hash is Prometheus' own (its hashmod relabelling labels each exporter with its shard)."""
     from gpulens.analyzer.classify import classify
-    from gpulens.analyzer.live import PrometheusInput, Shard, hashmod
+    from gpulens.analyzer.live import PrometheusInput
+    from gpulens.analyzer.series import Shard, hashmod
 
     prometheus = fleet_in_prometheus
     shards = {r["metric"]["node"]: r["metric"]["prometheus_shard"] for r in prometheus.query("gpulens_gpu_up")}

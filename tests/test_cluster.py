@@ -194,6 +194,36 @@ def test_free_gpus_are_released_from_the_step_their_pod_ended_not_a_lookback_lat
     assert t3["saving_usd_span"] == round(3 * 4 * 2.50 * 30 / 240, 2)
 
 
+def test_a_report_judged_in_processes_is_the_report_judged_in_one(store, answer, tmp_path):
+    """`--processes 2`: each process reads the nodes whose name hashes to its share (t2 and t4; t1, t3, i1
+    and i2), and the merged report is the one process's: the same verdicts, plan and cluster, and the same
+    HTML timelines (what each unit used is merged, not read again)."""
+    from gpulens.analyzer.series import hashmod
+
+    assert sorted(node for node in cluster.NODES if hashmod(node, 2) == 0) == ["t2", "t4"]
+    merged = json.loads(report(store, "--format", "json", "--processes", "2").stdout)
+
+    def in_order(verdicts: list[dict]) -> list[dict]:
+        return sorted(verdicts, key=lambda v: (-v["wasted_gpu_seconds"], v["unit"]))
+
+    assert in_order(merged["verdicts"]) == in_order(answer["verdicts"])
+    assert merged["plan"] == answer["plan"] and merged["cluster"] == answer["cluster"]
+    one, two = tmp_path / "one.html", tmp_path / "two.html"
+    report(store, "--format", "html", "--out", str(one))
+    report(store, "--format", "html", "--out", str(two), "--processes", "2")
+    assert two.read_text() == one.read_text()
+
+
+def test_processes_are_for_a_store(store, tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("timestamp,gpu\n")
+    for flags in (("--processes", "0", "--prometheus", store[0], "--since", "1h"), (str(trace), "--processes", "2")):
+        done = subprocess.run(
+            [sys.executable, "-m", "gpulens", "report", *flags], capture_output=True, text=True, cwd=REPO, timeout=60
+        )
+        assert done.returncode == 2 and "--processes" in done.stderr and "Traceback" not in done.stderr
+
+
 def _by_labels(series: tuple[dict, list]) -> list:
     return sorted(series[0].items())
 

@@ -472,6 +472,11 @@ def test_the_plan_from_a_store_is_the_plan_from_a_file_of_the_same_samples(store
 
     planned = changes(json.loads(done.stdout))
     assert planned == changes(json.loads(from_file.stdout))
+    # Judged in two processes (the node is one's share, the other finds none), what each unit used comes back
+    # with its verdicts: the same plan, evidence and all.
+    in_two = report(stores["prometheus"], *done.args[done.args.index("--since") :], "--processes", "2")
+    assert in_two.returncode == 0, in_two.stderr
+    assert json.loads(in_two.stdout)["plan"] == json.loads(done.stdout)["plan"]
     # The CSV of the plan: the JSON's actions, a row each.
     as_csv = subprocess.run(
         [sys.executable, "-m", "gpulens", "report", str(tmp_path / "week.csv"), "--format", "csv", "--by", "plan"],
