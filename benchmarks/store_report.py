@@ -287,7 +287,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def measured(run, pid: int) -> tuple[float, object]:
+def with_cpu(run, pid: int) -> tuple[float, object]:
     """Prometheus' CPU seconds over `run`(), and what it returned."""
     before = cpu_seconds(pid)
     out = run()
@@ -367,10 +367,10 @@ def main() -> int:
             report()  # warms the page cache the blocks are read through, and records the queries
             queries = [tuple(q) for q in json.loads(queries_file.read_text())]
             store_cpu, store_seconds = min(
-                measured(lambda: bare(url, queries, decode=False), server.pid) for _ in range(2)
+                with_cpu(lambda: bare(url, queries, decode=False), server.pid) for _ in range(2)
             )
             bare_seconds = min(bare(url, queries) for _ in range(2))
-            runs = [measured(report, server.pid) for _ in range(2)]
+            runs = [with_cpu(report, server.pid) for _ in range(2)]
             prometheus_cpu, best = min(runs, key=lambda r: r[1]["seconds"])
         finally:
             server.terminate()
