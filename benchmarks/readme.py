@@ -275,36 +275,46 @@ def _soak(document: dict) -> list[str]:
 def _report_store(document: dict) -> list[str]:
     f = document["figures"]
     gpu_days = f["gpus"] * f["hours"] / 24
-    ratio = f["report_s"] / f["bare_s"]
+    store, bare, report = f["store_s"], f["bare_s"], f["report_s"]
+    cpu_rate = f["prometheus_cpu_s_per_gpu_day"]
+
+    def row(name: str, seconds: float, cpu: str) -> str:
+        return f"| {name} | {seconds:.1f} | {seconds / store:.2f} | {seconds / bare:.2f} | {cpu} |"
+
     out = [
         f"**A report from Prometheus** (`benchmarks/store_report.py`): {f['gpus']:,} GPUs x {f['hours']:g} h of "
         f"dcgm-exporter series at {f['step_s']} s ({f['samples']:,} samples, the GPU Operator's labels, "
         "kube-state-metrics' owners, GPU requests, phases and nodes, "
         f"{f.get('pods_waited', 0)} pods waiting for GPUs), backfilled with promtool into Debian's Prometheus and "
-        "read back, against a bare transfer of the same queries (HTTP and orjson alone). " + _machine(document),
+        "read back, against two floors: the store's own cost of answering the report's queries (answers read and "
+        "thrown away), and a bare transfer of them (HTTP and orjson alone). " + _machine(document),
         "",
-        "| | seconds | ratio |",
-        "| --- | ---: | ---: |",
-        f"| bare: the report's {f['queries']} queries, HTTP and JSON decoding only | {f['bare_s']:.1f} | 1.00 |",
-        "| `gpulens report --prometheus`: reading in pieces, owners, judging, the cluster's share | "
-        f"{f['report_s']:.1f} | {ratio:.2f} |",
+        "| | seconds | x store | x bare | Prometheus CPU-s |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        row(
+            f"store: the report's {f['queries']} queries, answers thrown away",
+            store,
+            f"{f['store_prometheus_cpu_s']:.1f}",
+        ),
+        row("bare: the same queries, HTTP and JSON decoding only", bare, ""),
+        row(
+            "`gpulens report --prometheus`: reading in pieces, owners, judging, the cluster's share",
+            report,
+            f"{f['report_prometheus_cpu_s']:.1f}",
+        ),
         "",
         f"Peak resident memory {f['report_peak_rss_mib']:,.0f} MiB, reading the span in {f['pieces']} pieces, the "
-        f"largest {f['largest_piece_rows']:,} rows: a piece holds at most {f['piece_rows_limit']:,} GPU-steps (and "
-        "a window on each side) whatever the span, so a week or a month of these GPUs needs the same memory; "
-        f"{f['bytes'] / gpu_days / 2**20:.2f} MiB of JSON "
-        f"read per GPU-day. At the measured rate ({f['seconds_per_gpu_day'] * 1000:.0f} ms per GPU-day) a week of "
-        "1,000 GPUs takes about "
-        + ", ".join(
-            f"{f['seconds_per_gpu_day'] * gpus * days / 60:,.0f} minutes" + label
-            for gpus, days, label in (
-                (1000, 7, ""),
-                (1000, 30, " for a month"),
-                (10_000, 7, " for a week of 10,000 GPUs"),
-                (10_000, 30, " for a month of them"),
-            )
+        f"largest {f['largest_piece_rows']:,} rows: a piece holds at most {f['piece_rows_limit']:,} GPU-steps "
+        "whatever the span, so a week or a month of these GPUs needs the same memory; "
+        f"{f['bytes'] / gpu_days / 2**20:.2f} MiB read per GPU-day. Prometheus spends {cpu_rate:.3f} CPU-s per "
+        f"GPU-day answering it. At the measured rates ({f['seconds_per_gpu_day'] * 1000:.0f} ms per GPU-day in one "
+        "process), "
+        + "; ".join(
+            f"a {span} of {gpus:,} GPUs takes about {f['seconds_per_gpu_day'] * gpus * days / 60:,.0f} minutes in one "
+            f"process and {cpu_rate * gpus * days / 3600:,.1f} CPU-hours of Prometheus"
+            for gpus, days, span in ((1000, 30, "month"), (10_000, 91, "quarter"))
         )
-        + ".",
+        + " (`--processes N` divides the first where the store has the cores for the second).",
     ]
     return out
 
@@ -340,8 +350,18 @@ def render() -> str:
 
 
 def render_sizing() -> str:
-    """docs/sizing.md's block of measured figures."""
-    return "\n".join([BEGIN, "", *_sizing(results.load("live-prometheus")), "", END])
+    """docs/sizing.md's block of measured figures: the live analyzer's, and a report's."""
+    return "\n".join(
+        [
+            BEGIN,
+            "",
+            *_sizing(results.load("live-prometheus")),
+            "",
+            *_report_store(results.load("report-store")),
+            "",
+            END,
+        ]
+    )
 
 
 def current_block(readme: str) -> str:
