@@ -28,7 +28,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpulens.analyzer.store import Store
+from gpulens.analyzer.store import Store, counted_times, series_key, series_points
 from gpulens.core.mixin import promql_string
 
 #: kube-state-metrics' name of the GPU resource (nvidia.com/gpu with its dots and slash made "_"), and the
@@ -184,10 +184,10 @@ class StoreKubeState(_OnGrid):
         for first in range(0, len(grid), CHUNK_STEPS):
             last = min(first + CHUNK_STEPS, len(grid)) - 1
             answer = [] if counted is None else self.store.query_range(counted, grid[first], grid[last], step)
-            fresh_at = {_key(s["metric"]): _counted_times(s) for s in answer}
+            fresh_at = {series_key(s["metric"]): counted_times(s) for s in answer}
             for series in self.store.query_range(selector, grid[first], grid[last], step):
-                key = _key(series["metric"])
-                points = _points(series)
+                key = series_key(series["metric"])
+                points = series_points(series)
                 if counted is not None:
                     points = points[np.isin(points[:, 0], fresh_at.get(key, ()))]
                 if not len(points):
@@ -195,22 +195,6 @@ class StoreKubeState(_OnGrid):
                 labels, values = rows.setdefault(key, (series["metric"], np.full(len(grid), np.nan)))
                 values[np.rint((points[:, 0] - start) / step).astype(np.intp)] = points[:, 1]
         return grid, list(rows.values())
-
-
-def _key(labels: Labels) -> frozenset[tuple[str, str]]:
-    """A series' labels without its name (count_over_time drops it), as a key."""
-    return frozenset((k, v) for k, v in labels.items() if k != "__name__")
-
-
-def _points(series: dict) -> np.ndarray:
-    """A range answer's series as (n, 2) float64: unix seconds, value."""
-    return np.array(series["values"], dtype=np.float64).reshape(-1, 2)
-
-
-def _counted_times(series: dict) -> np.ndarray:
-    """The times at which a count_over_time answer counted a sample."""
-    points = _points(series)
-    return points[points[:, 1] >= 1, 0]
 
 
 @dataclass

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from gpulens.analyzer import frame as fr
-from gpulens.analyzer.store import Store
+from gpulens.analyzer.store import Store, counted_times, series_key, series_points
 from gpulens.core import metrics as m
 from gpulens.core import mixin
 from gpulens.core import trace as tr
@@ -391,13 +391,13 @@ class _Bare:
         its time, times `scale`."""
         if self.by is None:
             return answer
-        fresh_at = None if counted is None else {_labels_key(c["metric"]): _counted_times(c) for c in counted}
+        fresh_at = None if counted is None else {series_key(c["metric"]): counted_times(c) for c in counted}
         groups: dict[tuple[str, ...], list[np.ndarray]] = {}
         for series in answer:
-            points = np.array(series["values"], dtype=np.float64).reshape(-1, 2)
+            points = series_points(series)
             labels = series["metric"]
             if fresh_at is not None:
-                points = points[np.isin(points[:, 0], fresh_at.get(_labels_key(labels), ()))]
+                points = points[np.isin(points[:, 0], fresh_at.get(series_key(labels), ()))]
             if self.group:
                 points[:, 1] = 1.0
             groups.setdefault(tuple(labels.get(name, "") for name in self.by), []).append(points)
@@ -412,17 +412,6 @@ class _Bare:
                 {"metric": {name: value for name, value in zip(self.by, key, strict=True) if value}, "values": points}
             )
         return out
-
-
-def _labels_key(labels: dict[str, str]) -> frozenset[tuple[str, str]]:
-    """A series' labels without its name (which functions drop), as a key."""
-    return frozenset((name, value) for name, value in labels.items() if name != "__name__")
-
-
-def _counted_times(series: dict) -> np.ndarray:
-    """The times at which a count_over_time answer counted a sample."""
-    points = np.array(series["values"], dtype=np.float64).reshape(-1, 2)
-    return points[points[:, 1] >= 1, 0]
 
 
 @dataclass
@@ -542,7 +531,7 @@ class Exporters:
 
     instances: frozenset[str]
     gpus: frozenset[str]
-    node: str = ""
+    node: str
 
 
 def fresh(selector: str, seconds: float) -> str:

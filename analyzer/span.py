@@ -115,14 +115,15 @@ def report(
     groups = _groups(reader, span, window, shard)
     if not groups:  # a shard that owns no node of the span
         return []
-    shard_matcher = reader.instances
+    given = reader.instances  # the reader's own matcher of exporters, kept with each group's
     if span.end - span.start < window:  # one window: classify() the whole span
-        if shard is not None:
-            reader.instances = ",".join(part for part in (shard_matcher, *(g.matcher for g in groups)) if part)
+        if shard is not None:  # every group of the shard's at once
+            shared = instances_matcher(i for group in groups for i in group.instances)
+            reader.instances = ",".join(part for part in (given, shared) if part)
         try:
             frame = _read(reader, span.start, span.end, span.step, progress)
         finally:
-            reader.instances = shard_matcher
+            reader.instances = given
         progress.largest_piece_rows = len(frame)
         _gather(unit_samples(frame), timelines, use)
         _report(progress, on_progress, span.end - span.start)
@@ -139,7 +140,7 @@ def report(
     progress.span_seconds *= len(groups)
     try:
         for group in groups:
-            reader.instances = ",".join(part for part in (shard_matcher, group.matcher) if part)
+            reader.instances = ",".join(part for part in (given, group.matcher) if part)
             piece = _piece_seconds(_piece_length(group.gpus, span.step, window), slide, window)
             counted_from = span.start
             # The rows of the last piece's read the next one reads too (the window before its slots): kept, so
@@ -176,7 +177,7 @@ def report(
                     piece = _piece_seconds(_piece_length(len(progress.gpus), span.step, window), slide, window)
                 counted_from = counted_to
     finally:
-        reader.instances = shard_matcher
+        reader.instances = given
     _say_impossible(progress, reader)
     verdicts = [
         ledger.verdict(t, _workload(owned, unit), (engines or {}).get(_pod_key(unit)))
@@ -198,11 +199,16 @@ def _workload(owned: dict[PodKey, Owner], unit: str) -> WorkloadKind:
 
 @dataclass(frozen=True)
 class Group:
-    """Nodes a report reads together: a PromQL matcher selecting their exporters ("": every GPU), and their
+    """Nodes a report reads together: their exporters (`instance`; none: every GPU, unselected), and their
     GPUs (None: the store's index could not say)."""
 
-    matcher: str
+    instances: frozenset[str]
     gpus: int | None
+
+    @property
+    def matcher(self) -> str:
+        """A PromQL matcher selecting the group's exporters ("": every GPU)."""
+        return instances_matcher(self.instances) if self.instances else ""
 
 
 def _groups(reader: SeriesReader, span: Span, window: float, shard: Shard | None = None) -> list[Group]:
@@ -216,7 +222,7 @@ def _groups(reader: SeriesReader, span: Span, window: float, shard: Shard | None
         if shard is not None:
             raise StoreError(f"{e}; the nodes are shared out between processes from the store's index") from None
         log.debug("cannot list the span's exporters in advance: %s", e)
-        return [Group("", None)]
+        return [Group(frozenset(), None)]
     if shard is not None:
         exporters = [e for e in exporters if shard.owns(e.node)]
         if not exporters:
@@ -225,7 +231,7 @@ def _groups(reader: SeriesReader, span: Span, window: float, shard: Shard | None
     gpus = sum(len(e.gpus) for e in exporters)
     count = min(len(exporters), math.ceil(gpus * shortest_piece / PIECE_ROWS))
     if count <= 1:
-        return [Group(instances_matcher(i for e in exporters for i in e.instances) if shard else "", gpus)]
+        return [Group(frozenset(i for e in exporters for i in e.instances) if shard else frozenset(), gpus)]
     # The largest first, each to the group holding the fewest GPUs so far.
     members: list[list[Exporters]] = [[] for _ in range(count)]
     held = [0] * count
@@ -241,7 +247,7 @@ def _groups(reader: SeriesReader, span: Span, window: float, shard: Shard | None
         PIECE_ROWS,
     )
     return [
-        Group(instances_matcher(i for node in group for i in node.instances), size)
+        Group(frozenset(i for node in group for i in node.instances), size)
         for group, size in zip(members, held, strict=True)
     ]
 

@@ -462,6 +462,24 @@ def _decoded(content: bytes) -> object:
             gc.enable()
 
 
+def series_points(series: dict) -> np.ndarray:
+    """A range answer's series' points as an (n, 2) float64 array of (unix seconds, value): _matrix's array as
+    it is, or the JSON's [t, "v"] pairs converted."""
+    return np.asarray(series["values"], dtype=np.float64).reshape(-1, 2)
+
+
+def counted_times(series: dict) -> np.ndarray:
+    """The times at which a series of a count_over_time() answer counted a sample."""
+    points = series_points(series)
+    return points[points[:, 1] >= 1, 0]
+
+
+def series_key(labels: dict[str, str]) -> frozenset[tuple[str, str]]:
+    """A series' labels without its name (which functions drop), as a key: the same series in the answers to
+    X and to count_over_time(X[...])."""
+    return frozenset((name, value) for name, value in labels.items() if name != "__name__")
+
+
 _RESULT = b'"result":['
 _METRIC = b'{"metric":'
 _VALUES = b',"values":['
@@ -593,12 +611,7 @@ def _joined(first: list[dict], second: list[dict]) -> list[dict]:
     for series in second:
         held = by_labels.setdefault(tuple(sorted(series["metric"].items())), series)
         if held is not series:
-            held["values"] = np.concatenate(
-                [
-                    np.asarray(held["values"], dtype=np.float64).reshape(-1, 2),
-                    np.asarray(series["values"], dtype=np.float64).reshape(-1, 2),
-                ]
-            )
+            held["values"] = np.concatenate([series_points(held), series_points(series)])
     return list(by_labels.values())
 
 

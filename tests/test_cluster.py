@@ -212,6 +212,13 @@ def test_a_report_judged_in_processes_is_the_report_judged_in_one(store, answer,
     report(store, "--format", "html", "--out", str(one))
     report(store, "--format", "html", "--out", str(two), "--processes", "2")
     assert two.read_text() == one.read_text()
+    # A span within one window (judged whole, not in pieces): each process selects all of its nodes at once.
+    whole = [
+        json.loads(report(store, "--format", "json", "--window", "6h", *more).stdout)
+        for more in ((), ("--processes", "2"))
+    ]
+    assert in_order(whole[1]["verdicts"]) == in_order(whole[0]["verdicts"])
+    assert len({v["node"] for v in whole[1]["verdicts"]}) == len(cluster.NODES)
 
 
 def test_processes_are_for_a_store(store, tmp_path):
