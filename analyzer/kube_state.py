@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,14 +78,14 @@ QUOTA_HARD: tuple[Matcher, Matcher] = (("resource", "=", GPU_QUOTA_RESOURCE), ("
 CHUNK_STEPS = 500
 
 
-class _OnGrid:
+class _OnGrid(ABC):
     """The four series of the cluster's GPUs on a step grid, from each source's `_on_grid`: the value of
     each matching series at each step (NaN where it has none, or none within `age` seconds)."""
 
+    @abstractmethod
     def _on_grid(
         self, name: str, start: float, end: float, step: float, age: float, *matchers: Matcher
-    ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]:
-        raise NotImplementedError
+    ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]: ...
 
     def node_gpus(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
         grid, rows = self._on_grid("kube_node_status_allocatable", start, end, step, age, GPUS)
