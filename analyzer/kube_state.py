@@ -73,11 +73,6 @@ LIVE_PHASES: Matcher = ("phase", "=~", "Pending|Running")
 QUOTA_HARD: tuple[Matcher, Matcher] = (("resource", "=", GPU_QUOTA_RESOURCE), ("type", "=", "hard"))
 
 
-#: Steps a range read of kube-state-metrics' series asks at once: its answer is decoded whole, and a
-#: cluster's phase series (two a pod) over 500 steps are about 150 MB of decoded JSON at 1,000 pods.
-CHUNK_STEPS = 500
-
-
 class _OnGrid(ABC):
     """The four series of the cluster's GPUs on a step grid, from each source's `_on_grid`: the value of
     each matching series at each step (NaN where it has none, or none within `age` seconds)."""
@@ -176,26 +171,24 @@ class StoreKubeState(_OnGrid):
         self, name: str, start: float, end: float, step: float, age: float, *matchers: Matcher
     ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]:
         """Each series' values on the grid as the store shows them (its lookback, its staleness markers),
-        kept where count_over_time over `age` seconds counts a sample: where fresh() keeps them. Read
-        CHUNK_STEPS steps at a time."""
+        kept where count_over_time over `age` seconds counts a sample: where fresh() keeps them. One range
+        query each (the caller, cluster.ClusterReader, asks a span in pieces sized for memory)."""
         grid = _grid(start, end, step)
         selector = self._sel(name, *matchers)
         counted = f"count_over_time({selector}[{round(age * 1000)}ms])" if age < LOOKBACK else None
-        rows: dict[frozenset[tuple[str, str]], tuple[Labels, np.ndarray]] = {}
-        for first in range(0, len(grid), CHUNK_STEPS):
-            last = min(first + CHUNK_STEPS, len(grid)) - 1
-            answer = [] if counted is None else self.store.query_range(counted, grid[first], grid[last], step)
-            fresh_at = {series_key(s["metric"]): counted_times(s) for s in answer}
-            for series in self.store.query_range(selector, grid[first], grid[last], step):
-                key = series_key(series["metric"])
-                points = series_points(series)
-                if counted is not None:
-                    points = points[np.isin(points[:, 0], fresh_at.get(key, ()))]
-                if not len(points):
-                    continue
-                labels, values = rows.setdefault(key, (series["metric"], np.full(len(grid), np.nan)))
-                values[np.rint((points[:, 0] - start) / step).astype(np.intp)] = points[:, 1]
-        return grid, list(rows.values())
+        answer = [] if counted is None else self.store.query_range(counted, start, grid[-1], step)
+        fresh_at = {series_key(s["metric"]): counted_times(s) for s in answer}
+        rows: list[tuple[Labels, np.ndarray]] = []
+        for series in self.store.query_range(selector, start, grid[-1], step):
+            points = series_points(series)
+            if counted is not None:
+                points = points[np.isin(points[:, 0], fresh_at.get(series_key(series["metric"]), ()))]
+            if not len(points):
+                continue
+            values = np.full(len(grid), np.nan)
+            values[np.rint((points[:, 0] - start) / step).astype(np.intp)] = points[:, 1]
+            rows.append((series["metric"], values))
+        return grid, rows
 
 
 @dataclass
