@@ -126,6 +126,17 @@ class Verdict:
     def to_dict(self) -> dict:
         return {"unit": self.unit, **asdict(self)}
 
+    @classmethod
+    def from_dict(cls, fields: dict) -> Verdict:
+        """The verdict to_dict() gave (its `unit` is derived, and dropped). TypeError or KeyError where a
+        field is missing or unknown (a dict another version of gpulens wrote)."""
+        fields = {name: value for name, value in fields.items() if name != "unit"}
+        fields["episodes"] = [Episode(**e) for e in fields["episodes"]]
+        fields["by_class"] = {name: ClassShare(**share) for name, share in fields["by_class"].items()}
+        if fields["engine_load"] is not None:
+            fields["engine_load"] = EngineLoad(**fields["engine_load"])
+        return cls(**fields)
+
     @property
     def unit(self) -> str:
         """What the verdict judges, as every output names it: "namespace/pod", or "gpu:node/GPU" for a GPU no

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     import pandas as pd
 
+    from gpulens.analyzer import shards
     from gpulens.analyzer.classify import Verdict
     from gpulens.analyzer.engines import EngineLoad
     from gpulens.analyzer.kinds import PodKey
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from gpulens.analyzer.plan import Plan, Use
     from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.scheduling import Scheduling
-    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.series import SeriesReader, Shard
     from gpulens.analyzer.span import Span
     from gpulens.analyzer.store import Store, StoreAuth
     from gpulens.core.mixin import MixinConfig
@@ -86,8 +87,35 @@ def register(commands: Subcommands) -> None:
         type=int,
         default=1,
         help="with --prometheus: read and judge the span in this many processes at once, each the nodes whose "
-        "name hashes to its share (as --shard.count shares the live analyzer's), merged into one report; each "
+        "name hashes to its share (as --shard.count shares them between machines), merged into one report; each "
         "holds its own pieces (about 2 GiB), and the store answers them all at once",
+    )
+    flags.add(
+        p,
+        "--shard.count",
+        dest="shard_count",
+        type=int,
+        default=1,
+        help="with --prometheus and --until: the report is shared between this many runs (pods, machines), each "
+        "judging the nodes whose name hashes to its --shard.index (Prometheus' hashmod) into a shard file at "
+        "--out; `--merge` makes the report of them (docs/sizing.md)",
+    )
+    flags.add(
+        p,
+        "--shard.index",
+        dest="shard_index",
+        type=int,
+        default=0,
+        help="this run's share, 0 to --shard.count - 1 (in an indexed Job: its completion index, from the pod's "
+        "batch.kubernetes.io/job-completion-index annotation through the downward API)",
+    )
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        default=[],
+        metavar="SHARD",
+        help="with --prometheus and the shards' --since and --until: the report of the fleet from the shard files "
+        "of every --shard.index, in any --format; kube-state-metrics' share is read here, once",
     )
     p.add_argument(
         "--by",
@@ -390,11 +418,15 @@ def run_report(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--processes {args.processes}: give 1 or more, with --prometheus (files are read by one process)"
             )
+        _check_shard_flags(args)
+        if args.shard_count > 1:
+            _shard_from_store(args, _Judging(thresholds, prices, window, step))
+            return 0
         scheduling = None
         if args.prometheus:
             if args.kube_state:
                 raise ValueError("--kube-state is for files: a store's kube-state-metrics series are read from it")
-            verdicts, timelines, use, scheduling = _report_from_store(args, thresholds, prices, window, step)
+            verdicts, timelines, use, scheduling = _report_from_store(args, _Judging(thresholds, prices, window, step))
             trace = None
         else:
             given = {"--since": args.since, "--until": args.until}
@@ -469,6 +501,30 @@ def run_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_shard_flags(args: argparse.Namespace) -> None:
+    """--shard.count, --shard.index and --merge: ValueError naming the flag where they cannot work."""
+    if args.shard_count < 1 or not 0 <= args.shard_index < args.shard_count:
+        raise ValueError(
+            f"--shard.index {args.shard_index} of --shard.count {args.shard_count}: give a count of 1 or more and "
+            "an index from 0 to the count - 1"
+        )
+    if args.shard_count > 1 or args.merge:
+        flag = "--merge" if args.merge else "--shard.count"
+        if args.shard_count > 1 and args.merge:
+            raise ValueError("--shard.count writes a shard, --merge reads them: give one of the two")
+        if not args.prometheus or not args.until:
+            raise ValueError(
+                f"{flag} needs --prometheus and --until: every shard and the merge read one store over one span "
+                "(a default --until is each run's own now)"
+            )
+    if args.merge and args.processes > 1:
+        raise ValueError("--processes judges a span; --merge reads shards already judged: drop --processes")
+    if args.shard_count > 1 and (not args.out or args.format != "table" or args.by != "pod"):
+        raise ValueError(
+            "--shard.count writes a shard file for --merge: name it with --out, and give --format and --by to the merge"
+        )
+
+
 def _same_file(a: str, b: str) -> bool:
     """Whether two paths name one file (through links too); False where either is not there."""
     try:
@@ -494,25 +550,40 @@ def _warn_unknown_models(trace: pd.DataFrame, prices: dict[str, float]) -> None:
     )
 
 
-def _report_from_store(
-    args: argparse.Namespace,
-    thresholds: Thresholds,
-    prices: dict[str, float],
-    window: float | None,
-    slide: float | None,
-) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None]:
-    """The verdicts of `--prometheus URL --since ... --until ...`, with a progress bar on a terminal, for
-    an HTML report what its timelines draw, for the plan what each unit used, and the cluster's judgement
-    where kube-state-metrics says which pods asked for GPUs (None where it does not)."""
+@dataclass(frozen=True)
+class _Judging:
+    """How a report judges (picklable, for --processes): the thresholds, the prices (USD per GPU-hour by
+    model), and the window and how far it slides (seconds; None: history.analyze's defaults)."""
+
+    thresholds: Thresholds
+    prices: dict[str, float]
+    window: float | None
+    slide: float | None
+
+    def of_report(self) -> tuple[Thresholds, dict[str, float], float | None, float | None]:
+        """In the order span.report takes them."""
+        return self.thresholds, self.prices, self.window, self.slide
+
+
+@dataclass(frozen=True)
+class _StoreSpan:
+    """A store opened for a report and the span read from it: the reader (its step the store's scrape
+    interval), and what says whose each pod is."""
+
+    store: Store
+    reader: SeriesReader
+    owners: OwnerReader
+    span: Span
+
+
+def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
+    """The store of `--prometheus` and the span of `--since` and `--until` on its step grid (close the store)."""
     import time
 
     from gpulens.analyzer import span
-    from gpulens.analyzer.engines import read_engine_loads
     from gpulens.analyzer.frame import format_timestamp
     from gpulens.analyzer.kinds import load_rules
     from gpulens.analyzer.owners import OwnerReader
-    from gpulens.analyzer.plan import Use
-    from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.series import SeriesReader
     from gpulens.analyzer.store import Store
     from gpulens.core.config import parse_duration
@@ -529,51 +600,137 @@ def _report_from_store(
     if since >= until:
         raise ValueError(f"--since {args.since} is not before --until {format_timestamp(until)}")
     store = Store(args.prometheus, _store_auth(args), args.timeout)
-    reader = SeriesReader(
-        store, args.query_step or DEFAULT_STORE_STEP, _mixin(args, thresholds), args.selector, args.dcgm_selector
-    )
-    reader.step = _step(args.query_step, reader.scrape_interval(until, min(until - since, 3600.0)))
-    owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config))
-    the_span = span.Span.aligned(since, until, reader.step)
-    timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if args.format == "html" else None
-    use = Use.over(the_span.start, the_span.end, the_span.step, thresholds)
     try:
-        # What each serving pod's engine counted over the span: a few reduced queries, not its samples.
-        engines = read_engine_loads(store, the_span.start, the_span.end, the_span.step, thresholds.plan_load_percentile)
-        if args.processes > 1:
-            job = _Share(
-                args, the_span, reader.intervals, thresholds, prices, window, slide, engines, timelines is not None
-            )
-            verdicts = _judged_in_processes(job, args.processes, use, timelines)
-            verdicts = _some(verdicts, store.name, reader, the_span)
-            grid = (the_span.start, the_span.end, the_span.step)
-            return verdicts, timelines, use, _scheduling(args, store, owners, grid, verdicts, thresholds, prices)
-        if not sys.stderr.isatty():
-            verdicts = span.report(
-                reader, the_span, thresholds, prices, window, slide, None, owners, timelines, use, engines
-            )
-            verdicts = _some(verdicts, store.name, reader, the_span)
-            grid = (the_span.start, the_span.end, the_span.step)
-            return verdicts, timelines, use, _scheduling(args, store, owners, grid, verdicts, thresholds, prices)
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-        columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
-        with Progress(*columns, TimeRemainingColumn(), transient=True) as bar:
-            task = bar.add_task(f"reading {store.name}", total=the_span.end - the_span.start, read="")
-
-            def show(p: span.Progress) -> None:
-                read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
-                bar.update(task, total=p.span_seconds, completed=p.seconds_done, read=read)
-
-            verdicts = span.report(
-                reader, the_span, thresholds, prices, window, slide, show, owners, timelines, use, engines
-            )
-            verdicts = _some(verdicts, store.name, reader, the_span)
-            bar.update(task, description="reading kube-state-metrics")
-            grid = (the_span.start, the_span.end, the_span.step)
-            return verdicts, timelines, use, _scheduling(args, store, owners, grid, verdicts, thresholds, prices)
-    finally:
+        reader = SeriesReader(
+            store, args.query_step or DEFAULT_STORE_STEP, _mixin(args, thresholds), args.selector, args.dcgm_selector
+        )
+        reader.step = _step(args.query_step, reader.scrape_interval(until, min(until - since, 3600.0)))
+        owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config))
+        return _StoreSpan(store, reader, owners, span.Span.aligned(since, until, reader.step))
+    except BaseException:
         store.close()
+        raise
+
+
+def _report_from_store(
+    args: argparse.Namespace,
+    how: _Judging,
+) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None]:
+    """The verdicts of `--prometheus URL --since ... --until ...` (or of the shard files of `--merge`), for an
+    HTML report what its timelines draw, for the plan what each unit used, and the cluster's judgement where
+    kube-state-metrics says which pods asked for GPUs (None where it does not)."""
+    from gpulens.analyzer import shards
+    from gpulens.analyzer.plan import Use
+    from gpulens.analyzer.report import TimelineBins
+
+    opened = _open_store(args, how.thresholds)
+    the_span = opened.span
+    try:
+        timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if args.format == "html" else None
+        use = Use.over(the_span.start, the_span.end, the_span.step, how.thresholds)
+        if args.merge:
+            origin = _origin(args, opened, how)
+            verdicts = shards.merge(args.merge, origin, use, timelines)
+        else:
+            verdicts = _judged(args, opened, how, use, timelines, None)
+        verdicts = _some(verdicts, opened.store.name, opened.reader, the_span)
+        grid = (the_span.start, the_span.end, the_span.step)
+        scheduling = _scheduling(args, opened.store, opened.owners, grid, verdicts, how.thresholds, how.prices)
+        return verdicts, timelines, use, scheduling
+    finally:
+        opened.store.close()
+
+
+def _shard_from_store(
+    args: argparse.Namespace,
+    how: _Judging,
+) -> None:
+    """`--shard.count N --shard.index I`: the verdicts, use and timelines of the shard's nodes into the shard
+    file at --out (analyzer/shards.py), for `--merge`."""
+    from gpulens.analyzer import shards
+    from gpulens.analyzer.plan import Use
+    from gpulens.analyzer.report import TimelineBins
+    from gpulens.analyzer.series import Shard
+
+    opened = _open_store(args, how.thresholds)
+    the_span, shard = opened.span, Shard(args.shard_index, args.shard_count)
+    try:
+        timelines = TimelineBins(the_span.start, the_span.end, the_span.step)
+        use = Use.over(the_span.start, the_span.end, the_span.step, how.thresholds)
+        verdicts = _judged(args, opened, how, use, timelines, shard)
+        origin = _origin(args, opened, how)
+        shards.write(args.out, shard, origin, shards.Judged(verdicts, use, timelines))
+    finally:
+        opened.store.close()
+    print(
+        f"gpulens report: {shard}: {len(verdicts)} verdicts of {len({v.node for v in verdicts})} nodes written to "
+        f"{args.out}; merge every shard's file with --merge",
+        file=sys.stderr,
+    )
+
+
+def _origin(
+    args: argparse.Namespace,
+    opened: _StoreSpan,
+    how: _Judging,
+) -> shards.Origin:
+    """What a shard is judged from, which its merge must share (shards.Origin): the settings that change a
+    verdict, the kinds config by its content (the same file may sit at another path on another machine)."""
+    import hashlib
+    from dataclasses import asdict
+
+    from gpulens.analyzer import shards
+
+    rules = Path(args.analysis_config).read_bytes() if args.analysis_config else b""
+    settings = {
+        "thresholds": asdict(how.thresholds),
+        "prices": how.prices,
+        "window": how.window,
+        "step": how.slide,
+        "selector": args.selector,
+        "dcgm_selector": args.dcgm_selector,
+        "dcgm_pod_labels": args.dcgm_pod_labels,
+        "team_label": args.team_label,
+        "analysis_config": hashlib.sha256(rules).hexdigest() if rules else "",
+        "scrape_intervals": opened.reader.intervals,
+    }
+    return shards.Origin(opened.store.name, opened.span, settings)
+
+
+def _judged(
+    args: argparse.Namespace,
+    opened: _StoreSpan,
+    how: _Judging,
+    use: Use,
+    timelines: TimelineBins | None,
+    shard: Shard | None,
+) -> list[Verdict]:
+    """The verdicts of the span's nodes (of `shard`'s, where given), read in `--processes` processes, with a
+    progress bar on a terminal; what each unit used into `use`, and its timelines into `timelines`."""
+    from gpulens.analyzer import span
+    from gpulens.analyzer.engines import read_engine_loads
+
+    store, reader, the_span = opened.store, opened.reader, opened.span
+    # What each serving pod's engine counted over the span: a few reduced queries, not its samples.
+    percentile = how.thresholds.plan_load_percentile
+    engines = read_engine_loads(store, the_span.start, the_span.end, the_span.step, percentile)
+    if args.processes > 1:
+        html = timelines is not None
+        job = _Share(args, the_span, reader.intervals, how, engines, html)
+        return _judged_in_processes(job, args.processes, use, timelines, shard)
+    if not sys.stderr.isatty():
+        return span.report(reader, the_span, *how.of_report(), None, opened.owners, timelines, use, engines, shard)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
+    with Progress(*columns, TimeRemainingColumn(), transient=True) as bar:
+        task = bar.add_task(f"reading {store.name}", total=the_span.end - the_span.start, read="")
+
+        def show(p: span.Progress) -> None:
+            read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
+            bar.update(task, total=p.span_seconds, completed=p.seconds_done, read=read)
+
+        return span.report(reader, the_span, *how.of_report(), show, opened.owners, timelines, use, engines, shard)
 
 
 @dataclass(frozen=True)
@@ -585,24 +742,28 @@ class _Share:
     span: Span
     #: The store's scrape interval by family, as read once (SeriesReader.intervals).
     intervals: dict[str, float]
-    thresholds: Thresholds
-    prices: dict[str, float]
-    window: float | None
-    slide: float | None
+    how: _Judging
     engines: Mapping[PodKey, EngineLoad]
     html: bool
 
 
-def _judged_in_processes(job: _Share, count: int, use: Use, timelines: TimelineBins | None) -> list[Verdict]:
-    """The verdicts of `count` processes, each judging the nodes of its shard, what each unit used merged into
-    `use` and what an HTML report draws into `timelines`. A process's error (a store that fails, too many
-    pods) ends the report with it."""
+def _judged_in_processes(
+    job: _Share, count: int, use: Use, timelines: TimelineBins | None, shard: Shard | None
+) -> list[Verdict]:
+    """The verdicts of `count` processes, each judging its share of the nodes (of `shard`'s, where given:
+    process p of shard I of N judges shard I + N * p of N * count, the nodes of I whose hash picks p), what
+    each unit used merged into `use` and what an HTML report draws into `timelines`. A process's error (a
+    store that fails, too many pods) ends the report with it."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from gpulens.analyzer.series import Shard
+
+    whole = shard or Shard(0, 1)
+    shares = [Shard(whole.index + whole.count * p, whole.count * count) for p in range(count)]
     verdicts: list[Verdict] = []
     with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for found, used, drawn in pool.map(_judge_share, [(job, index, count) for index in range(count)]):
+        for found, used, drawn in pool.map(_judge_share, [(job, share) for share in shares]):
             verdicts += found
             use.merge(used)
             if timelines is not None and drawn is not None:
@@ -610,39 +771,26 @@ def _judged_in_processes(job: _Share, count: int, use: Use, timelines: TimelineB
     return verdicts
 
 
-def _judge_share(task: tuple[_Share, int, int]) -> tuple[list[Verdict], Use, TimelineBins | None]:
-    """One process's share of a report: the verdicts of the nodes of shard `index` of `count`."""
+def _judge_share(task: tuple[_Share, Shard]) -> tuple[list[Verdict], Use, TimelineBins | None]:
+    """One process's share of a report: the verdicts of the nodes of its shard."""
     from gpulens.analyzer import span
     from gpulens.analyzer.kinds import load_rules
     from gpulens.analyzer.owners import OwnerReader
     from gpulens.analyzer.plan import Use
     from gpulens.analyzer.report import TimelineBins
-    from gpulens.analyzer.series import SeriesReader, Shard
+    from gpulens.analyzer.series import SeriesReader
     from gpulens.analyzer.store import Store
 
-    job, index, count = task
-    args, the_span, t = job.args, job.span, job.thresholds
+    job, shard = task
+    args, the_span, how = job.args, job.span, job.how
     store = Store(args.prometheus, _store_auth(args), args.timeout)
     try:
-        reader = SeriesReader(store, the_span.step, _mixin(args, t), args.selector, args.dcgm_selector)
+        reader = SeriesReader(store, the_span.step, _mixin(args, how.thresholds), args.selector, args.dcgm_selector)
         reader.intervals = dict(job.intervals)
         owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config))
         timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if job.html else None
-        use = Use.over(the_span.start, the_span.end, the_span.step, t)
-        verdicts = span.report(
-            reader,
-            the_span,
-            t,
-            job.prices,
-            job.window,
-            job.slide,
-            None,
-            owners,
-            timelines,
-            use,
-            job.engines,
-            Shard(index, count),
-        )
+        use = Use.over(the_span.start, the_span.end, the_span.step, how.thresholds)
+        verdicts = span.report(reader, the_span, *how.of_report(), None, owners, timelines, use, job.engines, shard)
         return verdicts, use, timelines
     finally:
         store.close()

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import cast
@@ -113,8 +113,12 @@ class Use:
     def merge(self, other: Use) -> None:
         """Add what `other` gathered over the same span (another process's share of a report's units)."""
         self.bins.merge(other.bins)
-        for unit, peak in other.peak_memory.items():
-            self.peak_memory[unit] = max(self.peak_memory.get(unit, 0.0), peak)
+        self.merge_peaks(other.peak_memory)
+
+    def merge_peaks(self, peaks: Mapping[str, float]) -> None:
+        """Add the most memory (bytes) other readers saw each unit's GPUs hold."""
+        for unit, peak in peaks.items():
+            self.peak_memory[unit] = max(self.peak_memory.get(unit, 0.0), float(peak))
 
     def retain(self, units: set[str]) -> None:
         """Forget every unit but `units` (a live service's, as its history forgets them)."""

@@ -457,9 +457,14 @@ class TimelineBins:
         """Add what `other` gathered (bins of the same span and width: another process's share of a report)."""
         if (other.start, other.width, other.bins, other.columns) != (self.start, self.width, self.bins, self.columns):
             raise ValueError("timelines of another span or width cannot be merged")
-        rows = np.array([self.rows.setdefault(unit, len(self.rows)) for unit in other.rows], dtype=np.intp)
+        self.merge_rows(list(other.rows), other.sums[list(other.rows.values())])
+
+    def merge_rows(self, units: list[str], sums: np.ndarray) -> None:
+        """Add the sums of `units` (`sums`' rows, in their order; bins of this span and width, as another
+        TimelineBins or a shard file holds them: analyzer/shards.py)."""
+        rows = np.array([self.rows.setdefault(unit, len(self.rows)) for unit in units], dtype=np.intp)
         self._grow()
-        np.add.at(self.sums, rows, other.sums[list(other.rows.values())])
+        np.add.at(self.sums, rows, sums)
 
     def _grow(self) -> None:
         """Room in `sums` for every unit of `rows`, doubling."""

@@ -220,7 +220,10 @@ def _groups(reader: SeriesReader, span: Span, window: float, shard: Shard | None
         exporters = reader.exporters(span.start, span.end)
     except StoreError as e:
         if shard is not None:
-            raise StoreError(f"{e}; the nodes are shared out between processes from the store's index") from None
+            raise StoreError(
+                f"{e}; a report split with --processes or --shard shares the nodes out from the store's index "
+                "(/api/v1/series): let the reader ask it, or read the span in one process without them"
+            ) from None
         log.debug("cannot list the span's exporters in advance: %s", e)
         return [Group(frozenset(), None)]
     if shard is not None:

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pytest
@@ -51,11 +52,12 @@ GPULENS = ("--prometheus.selector", 'job="gpulens"', "--prometheus.dcgm-selector
 DCGM = ("--prometheus.selector", 'job="none"', "--prometheus.dcgm-selector", 'job="dcgm-exported"')
 
 
-def report(store, *args: str, columns: int = 130, family: tuple[str, ...] = GPULENS) -> subprocess.CompletedProcess:
+def run_report(store, *args: str, columns: int = 130, family: tuple[str, ...] = GPULENS) -> subprocess.CompletedProcess:
+    """`gpulens report` of the store's span (a later --since or --until in `args` overrides it)."""
     url, settings = store
     span = ["--since", format_timestamp(START), "--until", format_timestamp(START + (cluster.STEPS - 1) * STEP)]
     span += family
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "gpulens", "report", "--prometheus", url, *span, "--analysis.config", settings, *args],
         capture_output=True,
         text=True,
@@ -63,6 +65,10 @@ def report(store, *args: str, columns: int = 130, family: tuple[str, ...] = GPUL
         timeout=300,
         env={**os.environ, "COLUMNS": str(columns)},
     )
+
+
+def report(store, *args: str, columns: int = 130, family: tuple[str, ...] = GPULENS) -> subprocess.CompletedProcess:
+    done = run_report(store, *args, columns=columns, family=family)
     assert done.returncode == 0, done.stderr
     return done
 
@@ -194,6 +200,11 @@ def test_free_gpus_are_released_from_the_step_their_pod_ended_not_a_lookback_lat
     assert t3["saving_usd_span"] == round(3 * 4 * 2.50 * 30 / 240, 2)
 
 
+def in_order(verdicts: list[dict]) -> list[dict]:
+    """Verdicts in the order a report sorts them (most waste first), ties by unit."""
+    return sorted(verdicts, key=lambda v: (-v["wasted_gpu_seconds"], v["unit"]))
+
+
 def test_a_report_judged_in_processes_is_the_report_judged_in_one(store, answer, tmp_path):
     """`--processes 2`: each process reads the nodes whose name hashes to its share (t2 and t4; t1, t3, i1
     and i2), and the merged report is the one process's: the same verdicts, plan and cluster, and the same
@@ -202,9 +213,6 @@ def test_a_report_judged_in_processes_is_the_report_judged_in_one(store, answer,
 
     assert sorted(node for node in cluster.NODES if hashmod(node, 2) == 0) == ["t2", "t4"]
     merged = json.loads(report(store, "--format", "json", "--processes", "2").stdout)
-
-    def in_order(verdicts: list[dict]) -> list[dict]:
-        return sorted(verdicts, key=lambda v: (-v["wasted_gpu_seconds"], v["unit"]))
 
     assert in_order(merged["verdicts"]) == in_order(answer["verdicts"])
     assert merged["plan"] == answer["plan"] and merged["cluster"] == answer["cluster"]
@@ -219,6 +227,75 @@ def test_a_report_judged_in_processes_is_the_report_judged_in_one(store, answer,
     ]
     assert in_order(whole[1]["verdicts"]) == in_order(whole[0]["verdicts"])
     assert len({v["node"] for v in whole[1]["verdicts"]}) == len(cluster.NODES)
+
+
+def test_a_report_sharded_between_runs_is_the_report_of_one_run(store, answer, tmp_path):
+    """`--shard.count 2`: each run (a pod of an indexed Job) writes the verdicts, use and timelines of the nodes
+    whose name hashes to its index into a shard file; `--merge` of both is the report one run writes: the
+    same verdicts, plan and cluster (read once, at the merge), and the same HTML. A shard read in two
+    processes shares its nodes out again (shard 1 of 2 in processes: shards 1 and 3 of 4)."""
+    from gpulens.analyzer.series import hashmod
+
+    files = [tmp_path / f"shard-{index}.zip" for index in range(2)]
+    for index, more in ((0, ()), (1, ("--processes", "2"))):
+        done = report(store, "--shard.count", "2", "--shard.index", str(index), "--out", str(files[index]), *more)
+        assert done.stdout == "" and f"shard {index} of 2" in done.stderr
+    with zipfile.ZipFile(files[0]) as archive:
+        nodes = {v["node"] for v in json.loads(archive.read("shard.json"))["verdicts"]}
+    assert nodes == {node for node in cluster.NODES if hashmod(node, 2) == 0} == {"t2", "t4"}
+    merged = json.loads(report(store, "--format", "json", "--merge", *map(str, files)).stdout)
+
+    assert in_order(merged["verdicts"]) == in_order(answer["verdicts"])
+    assert merged["plan"] == answer["plan"] and merged["cluster"] == answer["cluster"]
+    one, two = tmp_path / "one.html", tmp_path / "two.html"
+    report(store, "--format", "html", "--out", str(one))
+    report(store, "--format", "html", "--out", str(two), "--merge", *map(str, reversed(files)))
+    assert two.read_text() == one.read_text()
+
+
+def test_shards_that_do_not_make_one_report_are_refused(store, tmp_path):
+    """A merge names the file and what is wrong: a shard missing or given twice, another span or settings, a
+    file that is no shard; and a shard run names the flag it lacks. Nothing is written."""
+    url, settings = store
+    files = [tmp_path / f"shard-{index}.zip" for index in range(2)]
+    for index in range(2):
+        report(store, "--shard.count", "2", "--shard.index", str(index), "--out", str(files[index]))
+    other, thresholds = tmp_path / "other.zip", tmp_path / "thresholds.yaml"
+    thresholds.write_text("min_samples: 12\n")
+    report(store, "--shard.count", "2", "--shard.index", "1", "--out", str(other), "--thresholds", str(thresholds))
+    not_a_shard = tmp_path / "not-a-shard.zip"
+    not_a_shard.write_text("verdicts\n")
+    out = tmp_path / "report.json"
+    first, second = map(str, files)
+    end = format_timestamp(START + (cluster.STEPS - 1) * STEP)
+    refused = {
+        ("--merge", first): "shard 1 of 2 not given: merge every shard",
+        ("--merge", first, first, second): f"{first} and {first} are both shard 0 of 2",
+        ("--merge", first, str(other)): f"{other} was judged with other thresholds than this merge",
+        ("--merge", first, second, "--until", format_timestamp(START + 200 * STEP)): f"{first} covers the span "
+        f"{format_timestamp(START)} to {end} every 60 s, this merge {format_timestamp(START)} to "
+        f"{format_timestamp(START + 200 * STEP)} every 60 s",
+        ("--merge", first, str(not_a_shard)): f"{not_a_shard} is not a shard file",
+        ("--merge", first, str(tmp_path / "none.zip")): f"{tmp_path / 'none.zip'}: no such file",
+        ("--merge", first, second, "--processes", "2"): "--merge reads shards already judged: drop --processes",
+        ("--shard.count", "2", "--shard.index", "1"): "--shard.count writes a shard file for --merge: name it with",
+        ("--shard.count", "2", "--shard.index", "2", "--out", str(out)): "--shard.index 2 of --shard.count 2",
+        ("--shard.count", "2", "--merge", first): "give one of the two",
+    }
+    for flags, said in refused.items():
+        done = run_report(store, "--format", "json", "--out", str(out), *flags)
+        assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, (flags, done.stderr)
+        assert not out.exists()
+    # The span's end is each run's own now unless given: a shard run and a merge need --until.
+    for flags in (("--shard.count", "2", "--out", str(out)), ("--merge", first, second)):
+        done = subprocess.run(
+            [sys.executable, "-m", "gpulens", "report", "--prometheus", url, "--since", "1h", *flags],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=60,
+        )
+        assert done.returncode == 2 and "needs --prometheus and --until" in done.stderr, done.stderr
 
 
 def test_processes_are_for_a_store(store, tmp_path):

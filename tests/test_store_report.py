@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import zipfile
 
 import numpy as np
 import pandas as pd
@@ -235,7 +236,7 @@ def test_a_store_that_will_not_name_its_series_is_read_from_the_shortest_piece_o
     shortest (a window counted), the pieces after it are sized from the GPUs it found, and the verdicts
     are those of the store read directly."""
     from gpulens.analyzer import span
-    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.series import SeriesReader, Shard
     from gpulens.core.thresholds import Thresholds
 
     config = tmp_path / "auth.yml"
@@ -266,6 +267,10 @@ def test_a_store_that_will_not_name_its_series_is_read_from_the_shortest_piece_o
             Store(proxy.url, auth).series("DCGM_FI_DEV_FB_USED", week.START, LAST)
         behind: list = []
         assert verdicts(Store(proxy.url, auth), behind) == verdicts(Store(victoria), [])
+        # A report shared out by node (--processes, --shard.count) needs the index: the error says so.
+        reader = SeriesReader(Store(proxy.url, auth), week.STEP, gpulens_selector=gpulens, dcgm_selector=dcgm)
+        with pytest.raises(StoreError, match=r"shares the nodes out from the store's index \(/api/v1/series\)"):
+            span.report(reader, week_span, Thresholds(), shard=Shard(0, 2))
     finally:
         proxy.stop()
     # 5 hours (the shortest piece: a window, read with the window after it), then 39 slides of 75 minutes
@@ -477,6 +482,19 @@ def test_the_plan_from_a_store_is_the_plan_from_a_file_of_the_same_samples(store
     in_two = report(stores["prometheus"], *done.args[done.args.index("--since") :], "--processes", "2")
     assert in_two.returncode == 0, in_two.stderr
     assert json.loads(in_two.stdout)["plan"] == json.loads(done.stdout)["plan"]
+    # So does a report sharded between two runs and merged (shards.py), the one with no node of its own too.
+    shards = [str(tmp_path / f"shard-{index}.zip") for index in range(2)]
+    for index, shard in enumerate(shards):
+        wrote = report(
+            stores["prometheus"],
+            *done.args[done.args.index("--since") : done.args.index("--format")],
+            *("--shard.count", "2", "--shard.index", str(index), "--out", shard),
+        )
+        assert wrote.returncode == 0, wrote.stderr
+    merged = report(stores["prometheus"], *done.args[done.args.index("--since") :], "--merge", *shards)
+    assert merged.returncode == 0, merged.stderr
+    assert json.loads(merged.stdout)["plan"] == json.loads(done.stdout)["plan"]
+    assert sorted(len(json.loads(zipfile.ZipFile(s).read("shard.json"))["verdicts"]) for s in shards) == [0, 5]
     # The CSV of the plan: the JSON's actions, a row each.
     as_csv = subprocess.run(
         [sys.executable, "-m", "gpulens", "report", str(tmp_path / "week.csv"), "--format", "csv", "--by", "plan"],
