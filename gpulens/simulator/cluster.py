@@ -123,7 +123,8 @@ def kube_state_metrics(pods: list[SimPod], nodes: list[SimNodeInfo] | None = Non
     families: dict[str, list[str]] = {}
 
     def add(family: str, labels: dict[str, str], value: float = 1) -> None:
-        families.setdefault(family, []).append(f"{family}{_labels(labels)} {value:g}")
+        # Every digit of a double: "%g" keeps six, and rounded a pod's creation time to 10,000 s.
+        families.setdefault(family, []).append(f"{family}{_labels(labels)} {float(value)!r}")
 
     for n in sorted(nodes or [], key=lambda n: n.name):
         gpu = {"resource": "nvidia_com_gpu", "unit": "integer"}
