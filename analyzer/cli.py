@@ -418,14 +418,14 @@ def run_report(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--processes {args.processes}: give 1 or more, with --prometheus (files are read by one process)"
             )
+        if args.prometheus and args.kube_state:
+            raise ValueError("--kube-state is for files: a store's kube-state-metrics series are read from it")
         _check_shard_flags(args)
         if args.shard_count > 1:
             _shard_from_store(args, _Judging(thresholds, prices, window, step))
             return 0
         scheduling = None
         if args.prometheus:
-            if args.kube_state:
-                raise ValueError("--kube-state is for files: a store's kube-state-metrics series are read from it")
             verdicts, timelines, use, scheduling = _report_from_store(args, _Judging(thresholds, prices, window, step))
             trace = None
         else:
