@@ -339,6 +339,21 @@ def _points(chunks: list) -> np.ndarray:
     return np.concatenate([np.asarray(chunk, dtype=np.float64).reshape(-1, 2) for chunk in chunks])
 
 
+def _keep(answers: list[list[dict]]) -> Callable[[int, list[dict]], int]:
+    """A consumer that keeps its answer in `answers` for a later one (placing no point)."""
+
+    def keep(part: int, answer: list[dict]) -> int:
+        answers.append(answer)
+        return 0
+
+    return keep
+
+
+def _each(consumers: list[Callable[[list[dict]], int]]) -> Callable[[list[dict]], int]:
+    """One answer handed to each of `consumers` in turn: the points they placed."""
+    return lambda answer: sum(consume(answer) for consume in consumers)
+
+
 def _max_at_each_time(points: np.ndarray) -> np.ndarray:
     """The (t, value) points of several series as one: the largest value at each time (NaN where all are),
     as PromQL's max takes it."""
@@ -375,13 +390,8 @@ class _Bare:
         if self.fresh is None:
             return [(self.expr, lambda part, answer: place(part, self.reduce(answer)))]
         counted: list[list[dict]] = []
-
-        def hold(part: int, answer: list[dict]) -> int:
-            counted.append(answer)
-            return 0
-
         return [
-            (f"count_over_time({self.expr}[{round(self.fresh * 1000)}ms])", hold),
+            (f"count_over_time({self.expr}[{round(self.fresh * 1000)}ms])", _keep(counted)),
             (self.expr, lambda part, answer: place(part, self.reduce(answer, counted.pop()))),
         ]
 
@@ -398,8 +408,8 @@ class _Bare:
             labels = series["metric"]
             if fresh_at is not None:
                 points = points[np.isin(points[:, 0], fresh_at.get(series_key(labels), ()))]
-            if self.group:
-                points[:, 1] = 1.0
+            if self.group:  # a new array: the answer may feed another consumer (SeriesReader.read)
+                points = np.column_stack([points[:, 0], np.ones(len(points))])
             groups.setdefault(tuple(labels.get(name, "") for name in self.by), []).append(points)
         out = []
         for key, members in groups.items():
@@ -407,7 +417,7 @@ class _Bare:
             if not len(points):
                 continue
             if self.scale != 1.0:
-                points[:, 1] *= self.scale
+                points = points * (1.0, self.scale)
             out.append(
                 {"metric": {name: value for name, value in zip(self.by, key, strict=True) if value}, "values": points}
             )
@@ -645,14 +655,21 @@ class SeriesReader:
         queries = self._queries(window)
         part_of = _parts(queries, window.parts)
         self.last_points = 0
-        asked: list[tuple[str, float, Callable[[list[dict]], int]]] = []
+        # Each expression is asked once, where it is last asked, and its answer handed to each consumer in
+        # turn: bare reads of dcgm-exporter ask DCGM_FI_DEV_FB_USED as memory used, as a kind of the memory
+        # total and as the pod identity. A consumer that keeps an answer for a later one (a freshness count,
+        # the memory kinds) is asked before it, so moving a shared query later keeps that order.
+        consumers: dict[tuple[str, float], list[Callable[[list[dict]], int]]] = {}
         for query in queries:
             part = part_of[query.key]
             if part not in firsts:
                 continue
             long = round((end - firsts[part]) / self.step) + 1 >= BARE_STEPS
             forms = query.bare if long and query.bare is not None else [(query.expr, query.place)]
-            asked.extend((expr, firsts[part], functools.partial(place, part)) for expr, place in forms)
+            for expr, place in forms:
+                shared = consumers.pop((expr, firsts[part]), [])
+                consumers[expr, firsts[part]] = [*shared, functools.partial(place, part)]
+        asked = [(expr, start, _each(uses)) for (expr, start), uses in consumers.items()]
         self._answered(asked, end)
         shape = part_of[_SHAPE_COUNT]
         if shape in firsts:
@@ -752,21 +769,24 @@ class SeriesReader:
                 self._series_per_gpu(column),
                 _Bare(selector, (*by_labels, *held_by), source.scale),
             )
+        # Bare: the kinds but USED kept, then USED (the memory-used column's query, asked once) adds them up.
+        kept: list[list[dict]] = []
         ask(
             "dcgm",
             "memory_total_bytes",
             mixin.dcgm_memory_total(self._matchers("dcgm"), by),
             lambda part, result: gpus.add(result, "memory_total_bytes", key=dcgm_gpu, part=part),
             bare=[
+                (mixin.dcgm_memory_selector(self._matchers("dcgm"), ("TOTAL", "FREE", "RESERVED")), _keep(kept)),
                 (
-                    mixin.dcgm_memory_selector(self._matchers("dcgm")),
-                    lambda part, result: self._add_memory_total(gpus, by_labels, part, result),
-                )
+                    mixin.dcgm_memory_selector(self._matchers("dcgm"), ("USED",)),
+                    lambda part, used: self._add_memory_total(gpus, by_labels, part, [*kept.pop(), *used]),
+                ),
             ],
         )
         add("dcgm", mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
         labels = (*by_labels, *mixin.DCGM_HARDWARE_LABELS, *held_by)
-        identity = f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}"
+        identity = mixin.names_selector((mixin.DCGM_IDENTITY_SERIES,), self._matchers("dcgm"))
         ask(
             "dcgm",
             "_pod",

@@ -134,10 +134,20 @@ def stores(tmp_path_factory):
         victoria.stop()
 
 
-def read(url: str, bare_steps: int, monkeypatch) -> pd.DataFrame:
-    """The three hours as one read of a report, each query bare where it asks at least `bare_steps`."""
+def read(url: str, bare_steps: int, monkeypatch, asked: list[str] | None = None) -> pd.DataFrame:
+    """The three hours as one read of a report, each query bare where it asks at least `bare_steps`; the
+    range queries asked into `asked`."""
     monkeypatch.setattr(series, "BARE_STEPS", bare_steps)
-    reader = SeriesReader(Store(url), STEP)
+    store = Store(url)
+    if asked is not None:
+        query_range = store.query_range
+
+        def recorded(expr: str, *args, **kwargs):
+            asked.append(expr)
+            return query_range(expr, *args, **kwargs)
+
+        monkeypatch.setattr(store, "query_range", recorded)
+    reader = SeriesReader(store, STEP)
     end = float(TIMES[-1])
     assert reader.scrape_interval(end, 3600) == STEP  # identities are then read fresh, as a report reads them
     frame = span._read(reader, float(TIMES[0]), end, STEP, span.Progress())
@@ -148,7 +158,13 @@ def read(url: str, bare_steps: int, monkeypatch) -> pd.DataFrame:
 def test_a_read_asked_bare_is_the_read_asked_aggregated_and_the_samples_written(stores, store, monkeypatch):
     urls, expected = stores
     aggregated = read(urls[store], 10**9, monkeypatch)
-    bare = read(urls[store], 1, monkeypatch)
+    asked: list[str] = []
+    bare = read(urls[store], 1, monkeypatch, asked)
+    # Each series is read once: dcgm-exporter's FB_USED (memory used, a kind of the memory total, the pod
+    # identity) in one query, beside the count_over_time that says where the identity is fresh.
+    assert len(asked) == len(set(asked))
+    used = [expr for expr in asked if "DCGM_FI_DEV_FB_USED" in expr]
+    assert used == ['count_over_time({__name__=~"DCGM_FI_DEV_FB_USED"}[45000ms])', '{__name__=~"DCGM_FI_DEV_FB_USED"}']
     # The NVLink error kinds of a column are added up in another order: equal to the last bits of a double.
     errors = ["nvlink_crc_errors_per_second", "nvlink_replay_errors_per_second"]
     pd.testing.assert_frame_equal(bare.drop(columns=errors), aggregated.drop(columns=errors), check_exact=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpulens.core import dcgm, trace
@@ -187,8 +187,13 @@ class DcgmColumn:
     scale: float
 
     def selector(self, matchers: str) -> str:
-        names = "|".join(self.names)
-        return f'{{__name__=~"{names}"{", " + matchers if matchers else ""}}}'
+        return names_selector(self.names, matchers)
+
+
+def names_selector(names: Iterable[str], matchers: str) -> str:
+    """The series of any of `names` that `matchers` select, written one way wherever it is built, so that
+    a read asking the same series twice asks one query (analyzer/series.py)."""
+    return f'{{__name__=~"{"|".join(names)}"{", " + matchers if matchers else ""}}}'
 
 
 def dcgm_columns() -> dict[str, DcgmColumn]:
@@ -302,11 +307,10 @@ def dcgm_memory_total(matchers: str, by: str) -> str:
     return f"({total} or ({used} + {free} + ({reserved} or {used} * 0))) * {dcgm.MIB}"
 
 
-def dcgm_memory_selector(matchers: str) -> str:
-    """The series dcgm_memory_total() adds up, in one selector (the analyzer adds them up itself when it
-    reads many steps: analyzer/series.py)."""
-    names = "|".join(f"DCGM_FI_DEV_FB_{kind}" for kind in ("TOTAL", "USED", "FREE", "RESERVED"))
-    return f'{{__name__=~"{names}"{", " + matchers if matchers else ""}}}'
+def dcgm_memory_selector(matchers: str, kinds: Iterable[str] = ("TOTAL", "USED", "FREE", "RESERVED")) -> str:
+    """The series dcgm_memory_total() adds up (or those of `kinds`), in one selector (the analyzer adds them
+    up itself when it reads many steps: analyzer/series.py)."""
+    return names_selector((f"DCGM_FI_DEV_FB_{kind}" for kind in kinds), matchers)
 
 
 def new_errors(selector: str, window: str) -> str:
