@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -339,6 +340,27 @@ def _points(chunks: list) -> np.ndarray:
     return np.concatenate([np.asarray(chunk, dtype=np.float64).reshape(-1, 2) for chunk in chunks])
 
 
+def _scaled(answer: list[dict], scale: float) -> list[dict]:
+    """The answer with every value times `scale`: unit factors are applied here, not in PromQL, where
+    Prometheus evaluates arithmetic at every step of every series (a third of the cost of the live
+    analyzer's shape-rate queries, benchmarks/live_prometheus.py)."""
+    if scale == 1.0:
+        return answer
+    return [{"metric": series["metric"], "values": series_points(series) * (1.0, scale)} for series in answer]
+
+
+class _ValueQuery(NamedTuple):
+    """A query of gpulens' exporter's values: its PromQL, the column it fills (or the column each series'
+    labels name), the weight that adds series up (None: placed as they are), its bare form, and the factor
+    its values are multiplied by when placed."""
+
+    expr: str
+    column: str | Callable[[dict], str | None]
+    weight: Callable[[dict], float] | None
+    bare: _Bare
+    scale: float = 1.0
+
+
 def _keep(answers: list[list[dict]]) -> Callable[[int, list[dict]], int]:
     """A consumer that keeps its answer in `answers` for a later one (placing no point)."""
 
@@ -375,8 +397,6 @@ class _Bare:
     expr: str
     #: The labels the query takes the max by; None: placed as answered (the placement adds series up).
     by: tuple[str, ...] | None = None
-    #: The factor the query multiplies by.
-    scale: float = 1.0
     #: Keep only the steps whose sample is at most this many seconds old (fresh()), read from a second
     #: answer: count_over_time(expr[fresh]) counts a sample at a step exactly where fresh() keeps it, if the
     #: store shows `expr` there at all (a staleness marker ends it). None: every step the store shows.
@@ -398,7 +418,7 @@ class _Bare:
     def reduce(self, answer: list[dict], counted: list[dict] | None = None) -> list[dict]:
         """The answer to the aggregated query, from the answer to `expr` (and to its count_over_time where
         `fresh`): a series per value of `by` (the labels it has), each point the max of those series' at
-        its time, times `scale`."""
+        its time."""
         if self.by is None:
             return answer
         fresh_at = None if counted is None else {series_key(c["metric"]): counted_times(c) for c in counted}
@@ -416,8 +436,6 @@ class _Bare:
             points = members[0] if len(members) == 1 else _max_at_each_time(np.concatenate(members))
             if not len(points):
                 continue
-            if self.scale != 1.0:
-                points = points * (1.0, self.scale)
             out.append(
                 {"metric": {name: value for name, value in zip(self.by, key, strict=True) if value}, "values": points}
             )
@@ -707,18 +725,19 @@ class SeriesReader:
             grid: StepGrid = gpus,
             summed: bool | None = None,
             bare: _Bare | None = None,
+            scale: float = 1.0,
         ) -> None:
             ask(
                 family,
                 _part_key(column),
                 expr,
-                lambda part, result: grid.add(result, column, weight, key, summed, part),
+                lambda part, result: grid.add(_scaled(result, scale), column, weight, key, summed, part),
                 self._series_per_gpu(column),
                 bare,
             )
 
-        for expr, column, weight, bare in self._gpulens_queries():
-            add("gpulens", expr, column, weight, bare=bare)
+        for query in self._gpulens_queries():
+            add("gpulens", query.expr, query.column, query.weight, bare=query.bare, scale=query.scale)
         # The hardware XIDs counted at each step, one series per code: written lowest code first, so that
         # where a GPU counted several the highest stays. Asked as it is: few GPUs have such series.
         ask(
@@ -764,10 +783,10 @@ class SeriesReader:
             ask(
                 "dcgm",
                 column,
-                f"max by ({by}, {', '.join(held_by)}) ({selector}) * {source.scale!r}",
-                partial(self._add_newest_last, gpus, column),
+                f"max by ({by}, {', '.join(held_by)}) ({selector})",
+                partial(self._add_newest_last, gpus, column, source.scale),
                 self._series_per_gpu(column),
-                _Bare(selector, (*by_labels, *held_by), source.scale),
+                _Bare(selector, (*by_labels, *held_by)),
             )
         # Bare: the kinds but USED kept, then USED (the memory-used column's query, asked once) adds them up.
         kept: list[list[dict]] = []
@@ -826,10 +845,10 @@ class SeriesReader:
         return read
 
     @staticmethod
-    def _add_newest_last(grid: StepGrid, column: str, part: int, result: list[dict]) -> int:
-        """dcgm-exporter's series of `column` into `grid`, each pod's apart, older series first (a newer one
-        stands where both name a step)."""
-        return grid.add(_newest_last(result), column, key=dcgm_gpu, part=part)
+    def _add_newest_last(grid: StepGrid, column: str, scale: float, part: int, result: list[dict]) -> int:
+        """dcgm-exporter's series of `column` (in its unit: times `scale` in the trace's) into `grid`, each
+        pod's apart, older series first (a newer one stands where both name a step)."""
+        return grid.add(_newest_last(_scaled(result, scale)), column, key=dcgm_gpu, part=part)
 
     def _series_per_gpu(self, column: str | Callable[[dict], str | None]) -> float:
         """The series a query of `column` reads per GPU: the clock-event reasons read, the NVLink error
@@ -872,18 +891,15 @@ class SeriesReader:
             part=part,
         )
 
-    def _gpulens_queries(
-        self,
-    ) -> list[tuple[str, str | Callable[[dict], str | None], Callable[[dict], float] | None, _Bare]]:
-        """gpulens' value queries: (expression, column, weight, bare form)."""
+    def _gpulens_queries(self) -> list[_ValueQuery]:
+        """gpulens' value queries."""
         rate_window, by_gpu = self.rate_window(), ", ".join(_GPU_BY)
 
-        def highest(inner: str, column: str, scale: float = 1.0) -> tuple[str, str, None, _Bare]:
+        def highest(inner: str, column: str, scale: float = 1.0) -> _ValueQuery:
             # Each answer keeps only the labels that place its values (a GPU: its exporter and uuid): a scrape
             # through kube-prometheus adds a dozen target labels to every series, and once a cycle reads only
             # the newest steps, labels would be most of its bytes.
-            times = f" * {scale:g}" if scale != 1.0 else ""
-            return f"max by ({by_gpu}) ({inner}{times})", column, None, _Bare(inner, _GPU_BY, scale)
+            return _ValueQuery(f"max by ({by_gpu}) ({inner})", column, None, _Bare(inner, _GPU_BY), scale)
 
         errors = f"rate({self._sel(m.NVLINK_ERRORS.name, _ERROR_TYPES)}[{rate_window}])"
         return [
@@ -893,14 +909,12 @@ class SeriesReader:
                 for column, spec in tr.FROM_RATES.items()
             ),
             # Error rates of a GPU's links add up by kind (of the kinds a column counts only).
-            (f"sum by ({by_gpu}, type) ({errors})", _error_column, lambda labels: 1.0, _Bare(errors)),
+            _ValueQuery(f"sum by ({by_gpu}, type) ({errors})", _error_column, lambda labels: 1.0, _Bare(errors)),
             *self._clock_event_queries(highest),
             *(highest(inner, column, scale) for column, (inner, scale) in self._shape_queries().items()),
         ]
 
-    def _clock_event_queries(
-        self, highest: Callable[[str, str, float], tuple[str, str, None, _Bare]]
-    ) -> list[tuple[str, str, None, _Bare]]:
+    def _clock_event_queries(self, highest: Callable[[str, str, float], _ValueQuery]) -> list[_ValueQuery]:
         """The clock-event reasons as the classifier reads them (thresholds' throttle_reasons_mask): the
         mask where any of its reasons is active at a step, 0 where none is, one series a GPU. Only the
         mask's reasons are read (four of nine by default), and a GPU that reports them but is not
