@@ -346,7 +346,8 @@ def _scaled(answer: list[dict], scale: float) -> list[dict]:
     analyzer's shape-rate queries, benchmarks/live_prometheus.py)."""
     if scale == 1.0:
         return answer
-    return [{"metric": series["metric"], "values": series_points(series) * (1.0, scale)} for series in answer]
+    with np.errstate(over="ignore"):  # a value too large for the factor is infinite, as PromQL's product is
+        return [{"metric": series["metric"], "values": series_points(series) * (1.0, scale)} for series in answer]
 
 
 class _ValueQuery(NamedTuple):
