@@ -314,7 +314,8 @@ def _report_store(document: dict) -> list[str]:
             f"process and {cpu_rate * gpus * days / 3600:,.1f} CPU-hours of Prometheus"
             for gpus, days, span in ((1000, 30, "month"), (10_000, 91, "quarter"))
         )
-        + " (`--processes N` divides the first where the store has the cores for the second).",
+        + " (`--processes N` in one machine, or `--shard.count N` over N machines merged with `--merge`, divide the "
+        "first where the store has the cores for the second).",
     ]
     return out
 
