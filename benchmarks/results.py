@@ -53,6 +53,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "report-store": ("benchmarks/store_report.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "report-store-wide": ("benchmarks/store_report.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "live-prometheus": ("benchmarks/live_prometheus.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
+    # Prometheus' own costs, on store_report.py's data: no gpulens code on the path.
+    "store-reductions": ("benchmarks/store_reductions.py", "benchmarks/store_report.py"),
     "soak": ("benchmarks/soak.py", *_EXPORTER),
 }
 
