@@ -333,6 +333,27 @@ def _report_store_wide(document: dict) -> list[str]:
     ]
 
 
+def _store_reductions(document: dict) -> list[str]:
+    f = document["figures"]
+    raw = f["queries"][0]
+    out = [
+        f"**What the store pays to reduce a window** (`benchmarks/store_reductions.py`): on the report benchmark's "
+        f"data, {f['gpus']:,} GPUs x {f['hours']:g} h of dcgm-exporter series at {f['step_s']} s, each query "
+        "against the raw field a report reads today (best of 2). Prometheus' cost follows the points it writes "
+        "more than what it evaluates: a window's mean, maximum or count of the samples over a threshold costs "
+        "it about a quarter of the raw field. " + _machine(document),
+        "",
+        "| query | Prometheus CPU-s | x raw | MiB answered | x raw | points |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for q in f["queries"]:
+        out.append(
+            f"| {q['name']}: `{q['promql']}` | {q['cpu_s']:.2f} | {q['cpu_s'] / raw['cpu_s']:.2f} | "
+            f"{q['bytes'] / 2**20:.1f} | {q['bytes'] / raw['bytes']:.2f} | {q['points']:,} |"
+        )
+    return out
+
+
 def render() -> str:
     """docs/benchmarks.md's block, from the results files."""
     lines = [BEGIN, ""]
@@ -346,6 +367,7 @@ def render() -> str:
     lines += _input(results.load("analyzer-input")) + [""]
     lines += _report_store(results.load("report-store")) + [""]
     lines += _report_store_wide(results.load("report-store-wide")) + [""]
+    lines += _store_reductions(results.load("store-reductions")) + [""]
     lines.append(END)
     return "\n".join(lines)
 

@@ -117,7 +117,7 @@ def main() -> int:
         "step_s": STEP,
         "queries": [{"name": name, "promql": query, **m} for name, query, m in rows],
     }
-    print(f"\nresults written to {results.save('store-reductions', figures).relative_to(results.REPO)}")
+    results.save("store-reductions", figures)
     return 0
 
 
