@@ -336,12 +336,13 @@ def _report_store_wide(document: dict) -> list[str]:
 def _store_reductions(document: dict) -> list[str]:
     f = document["figures"]
     raw = f["queries"][0]
+    one_field = [q["cpu_s"] / raw["cpu_s"] for q in f["queries"][1:5]]
     out = [
         f"**What the store pays to reduce a window** (`benchmarks/store_reductions.py`): on the report benchmark's "
         f"data, {f['gpus']:,} GPUs x {f['hours']:g} h of dcgm-exporter series at {f['step_s']} s, each query "
         "against the raw field a report reads today (best of 2). Prometheus' cost follows the points it writes "
         "more than what it evaluates: a window's mean, maximum or count of the samples over a threshold costs "
-        "it about a quarter of the raw field. " + _machine(document),
+        f"it {min(one_field):.2f} to {max(one_field):.2f} of the raw field's CPU. " + _machine(document),
         "",
         "| query | Prometheus CPU-s | x raw | MiB answered | x raw | points |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",

@@ -53,8 +53,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
     "report-store": ("benchmarks/store_report.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "report-store-wide": ("benchmarks/store_report.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
     "live-prometheus": ("benchmarks/live_prometheus.py", "analyzer/**/*.py", "gpulens/core/**/*.py"),
-    # Prometheus' own costs, on store_report.py's data: no gpulens code on the path.
-    "store-reductions": ("benchmarks/store_reductions.py", "benchmarks/store_report.py"),
+    # Prometheus' own costs, on store_report.py's data (and the helpers that start it): no gpulens code.
+    "store-reductions": ("benchmarks/store_reductions.py", "benchmarks/store_report.py", "tests/helpers.py"),
     "soak": ("benchmarks/soak.py", *_EXPORTER),
 }
 
