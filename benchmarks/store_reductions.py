@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,7 +27,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import results  # noqa: E402
-from benchmarks.store_report import START, STEP, backfill, cpu_seconds  # noqa: E402
+from benchmarks.store_report import START, STEP, backfill, cpu_seconds, serving  # noqa: E402
 
 HOURS = 12.0
 UTIL, POWER = "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE"
@@ -78,31 +77,8 @@ def main() -> int:
         work = Path(args.data or scratch)
         tsdb = work / f"tsdb-{gpus}-{hours:g}h-cluster"
         backfill(promtool, work, tsdb, gpus, hours)
-        from tests.helpers import free_port, wait_until
-
-        address = f"127.0.0.1:{free_port()}"
-        url = f"http://{address}"
-        config = work / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1m\n")
-        server = subprocess.Popen(
-            [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tsdb}"]
-            + ["--storage.tsdb.retention.time=100y", f"--web.listen-address={address}"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-
-            def ready() -> bool:
-                try:
-                    return requests.get(url + "/-/ready", timeout=1).status_code == 200
-                except requests.RequestException:
-                    return False
-
-            wait_until(ready, 120, what="Prometheus to load the blocks")
-            rows = [(name, query, measure(url, server.pid, query, step)) for name, query, step in QUERIES]
-        finally:
-            server.terminate()
-            server.wait()
+        with serving(prometheus, work, tsdb) as (url, pid):
+            rows = [(name, query, measure(url, pid, query, step)) for name, query, step in QUERIES]
     base = rows[0][2]
     print(f"\n{gpus:,} GPUs x {HOURS:g} h of dcgm-exporter series at {STEP} s, from Prometheus (best of 2)\n")
     print(f"{'query':<52} {'CPU-s':>6} {'x raw':>6} {'seconds':>8} {'MiB':>6} {'x raw':>6} {'points':>10}")

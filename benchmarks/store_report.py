@@ -27,6 +27,7 @@ are the day's, so memory does not grow with the span.)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -294,6 +296,39 @@ def with_cpu(run, pid: int) -> tuple[float, object]:
     return cpu_seconds(pid) - before, out
 
 
+@contextlib.contextmanager
+def serving(prometheus: str, work: Path, tsdb: Path) -> Iterator[tuple[str, int]]:
+    """Debian's Prometheus over the backfilled `tsdb` (its config written in `work`), once it has loaded the
+    blocks: its URL and process id, until the block ends."""
+    import requests
+
+    from tests.helpers import free_port, wait_until
+
+    address = f"127.0.0.1:{free_port()}"
+    config = work / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1m\n")
+    server = subprocess.Popen(
+        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tsdb}"]
+        + ["--storage.tsdb.retention.time=100y", f"--web.listen-address={address}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://{address}"
+
+    def ready() -> bool:
+        try:
+            return requests.get(url + "/-/ready", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    try:
+        wait_until(ready, 120, what="Prometheus to load the blocks")
+        yield url, server.pid
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, default=1000)
@@ -325,33 +360,7 @@ def main() -> int:
         work = Path(args.data or scratch)
         tsdb = work / f"tsdb-{args.gpus}-{args.hours:g}h-cluster"
         samples = backfill(promtool, work, tsdb, args.gpus, args.hours)
-        from tests.helpers import free_port, wait_until
-
-        address = f"127.0.0.1:{free_port()}"
-        url = f"http://{address}"
-        config = work / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 1m\n")
-        server = subprocess.Popen(
-            [
-                prometheus,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tsdb}",
-                "--storage.tsdb.retention.time=100y",
-                f"--web.listen-address={address}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            import requests
-
-            def ready() -> bool:
-                try:
-                    return requests.get(url + "/-/ready", timeout=1).status_code == 200
-                except requests.RequestException:
-                    return False
-
-            wait_until(ready, 120, what="Prometheus to load the blocks")
+        with serving(prometheus, work, tsdb) as (url, pid):
             queries_file = work / "queries.json"
 
             def report(hours: float = args.hours) -> dict:
@@ -368,14 +377,11 @@ def main() -> int:
             queries = [tuple(q) for q in json.loads(queries_file.read_text())]
             # The faster of two runs, as the report's (min of the pairs would pick the one of less CPU).
             store_cpu, store_seconds = min(
-                (with_cpu(lambda: bare(url, queries, decode=False), server.pid) for _ in range(2)), key=lambda r: r[1]
+                (with_cpu(lambda: bare(url, queries, decode=False), pid) for _ in range(2)), key=lambda r: r[1]
             )
             bare_seconds = min(bare(url, queries) for _ in range(2))
-            runs = [with_cpu(report, server.pid) for _ in range(2)]
+            runs = [with_cpu(report, pid) for _ in range(2)]
             prometheus_cpu, best = min(runs, key=lambda r: r[1]["seconds"])
-        finally:
-            server.terminate()
-            server.wait()
     measured = best
     gpu_days = args.gpus * args.hours / 24
     rate = measured["seconds"] / gpu_days  # seconds per GPU-day
