@@ -3,8 +3,8 @@ a store with the Prometheus HTTP API (PromQL, evaluated by the store), or record
 OpenMetrics with timestamps, as promtool backfills it and `promtool tsdb dump-openmetrics` writes it; or saved
 scrapes of its /metrics, each stamped with its file's modification time), evaluated here with the same
 meaning: a series' value at a step is its newest sample at or before it, within the lookback (Prometheus'
-5 minutes) and, where asked, within `age` seconds (series.fresh: a series with no staleness marker ends
-where its samples do).
+5 minutes) and, where asked, within `age` seconds (`last_over_time(X[age])`: a series ends where its samples
+do, whether or not the store wrote a staleness marker after them).
 
 The readers (analyzer/cluster.py, analyzer/owners.py) ask for:
 - last(): each series' newest sample in (at - window, at], their maximum by the labels named (PromQL's
@@ -29,7 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpulens.analyzer.store import Store, counted_times, series_key, series_points
+from gpulens.analyzer.store import Store, series_points
 from gpulens.core.mixin import promql_string
 
 #: kube-state-metrics' name of the GPU resource (nvidia.com/gpu with its dots and slash made "_"), and the
@@ -79,8 +79,17 @@ class _OnGrid(ABC):
 
     @abstractmethod
     def _on_grid(
-        self, name: str, start: float, end: float, step: float, age: float, *matchers: Matcher
-    ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]: ...
+        self,
+        name: str,
+        start: float,
+        end: float,
+        step: float,
+        age: float,
+        *matchers: Matcher,
+        only: float | None = None,
+    ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]:
+        """The step grid, and each matching series' value at each step (NaN where it has none, or none within
+        `age` seconds); where `only` is given, only the steps where the value is `only` (a phase's 1)."""
 
     def node_gpus(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
         grid, rows = self._on_grid("kube_node_status_allocatable", start, end, step, age, GPUS)
@@ -97,7 +106,9 @@ class _OnGrid(ABC):
     def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
         """Each request while its pod's phase is Pending or Running (PromQL's `* on (namespace, pod)
         group_left () (... == 1)`), summed by namespace, pod and node."""
-        grid, phases = self._on_grid("kube_pod_status_phase", start, end, step, age, LIVE_PHASES)
+        # A phase's series is 1 while the pod is in it and 0 otherwise: only its 1s are read (a running pod's
+        # Pending series, half of what a fleet's phases hold, is all 0s).
+        grid, phases = self._on_grid("kube_pod_status_phase", start, end, step, age, LIVE_PHASES, only=1.0)
         live: dict[tuple[str, str], np.ndarray] = {}
         for labels, values in phases:
             key = (labels.get("namespace", ""), labels.get("pod", ""))
@@ -147,7 +158,8 @@ class StoreKubeState(_OnGrid):
     (job="kube-state-metrics"), "" for none. The range series are read bare and aggregated here (as
     analyzer/series.py reads a GPU's): Prometheus evaluates `sum by (...) (a * on (...) group_left () b)`
     and fresh() step by step, at 126 CPU-s for a day of 1,000 pods at 30 s, where the bare series and their
-    count_over_time cost it 3."""
+    count_over_time cost it 3. Each series is read once, its value and its freshness together
+    (last_over_time): a third of a report's transfer was kube-state-metrics' series read twice."""
 
     def __init__(self, store: Store, selector: str = ""):
         self.store = store
@@ -168,23 +180,27 @@ class StoreKubeState(_OnGrid):
         return float(found[0]["value"][1]) if found else 0.0
 
     def _on_grid(
-        self, name: str, start: float, end: float, step: float, age: float, *matchers: Matcher
+        self,
+        name: str,
+        start: float,
+        end: float,
+        step: float,
+        age: float,
+        *matchers: Matcher,
+        only: float | None = None,
     ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]:
-        """Each series' values on the grid as the store shows them (its lookback, its staleness markers),
-        kept where count_over_time over `age` seconds counts a sample: where fresh() keeps them. One range
-        query each (the caller, cluster.ClusterReader, asks a span in pieces sized for memory)."""
+        """Each series' newest sample within `age` seconds of each step, as `last_over_time(X[age])` (the
+        recorded files' meaning too); within the lookback as the store shows it (its staleness markers) where
+        `age` is longer. One range query each, its value and its freshness in one answer (the caller,
+        cluster.ClusterReader, asks a span in pieces sized for memory)."""
         grid = _grid(start, end, step)
         selector = self._sel(name, *matchers)
-        counted = f"count_over_time({selector}[{round(age * 1000)}ms])" if age < LOOKBACK else None
-        answer = [] if counted is None else self.store.query_range(counted, start, grid[-1], step)
-        fresh_at = {series_key(s["metric"]): counted_times(s) for s in answer}
+        expr = f"last_over_time({selector}[{round(age * 1000)}ms])" if age < LOOKBACK else selector
+        if only is not None:
+            expr = f"{expr} == {only:g}"
         rows: list[tuple[Labels, np.ndarray]] = []
-        for series in self.store.query_range(selector, start, grid[-1], step):
+        for series in self.store.query_range(expr, start, grid[-1], step):
             points = series_points(series)
-            if counted is not None:
-                points = points[np.isin(points[:, 0], fresh_at.get(series_key(series["metric"]), ()))]
-            if not len(points):
-                continue
             values = np.full(len(grid), np.nan)
             values[np.rint((points[:, 0] - start) / step).astype(np.intp)] = points[:, 1]
             rows.append((series["metric"], values))
@@ -289,10 +305,15 @@ class RecordedKubeState(_OnGrid):
         return float(max(counts, default=0))
 
     def _on_grid(
-        self, name: str, start: float, end: float, step: float, age: float, *matchers: Matcher
+        self,
+        name: str,
+        start: float,
+        end: float,
+        step: float,
+        age: float,
+        *matchers: Matcher,
+        only: float | None = None,
     ) -> tuple[np.ndarray, list[tuple[Labels, np.ndarray]]]:
-        """The step grid from `start` to `end`, and each matching series' value at each step (NaN where it
-        has none within the lookback and `age`)."""
         grid = _grid(start, end, step)
         limit = min(age, LOOKBACK)
         out = []
@@ -300,6 +321,8 @@ class RecordedKubeState(_OnGrid):
             i = np.searchsorted(s.times, grid, side="right") - 1
             taken = s.times[np.maximum(i, 0)]
             values = np.where((i >= 0) & (grid - taken <= limit), s.values[np.maximum(i, 0)], np.nan)
+            if only is not None:
+                values[values != only] = np.nan
             if not np.isnan(values).all():
                 out.append((s.labels, values))
         return grid, out

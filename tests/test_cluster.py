@@ -316,7 +316,9 @@ def _by_labels(series: tuple[dict, list]) -> list:
 def test_the_clusters_series_read_bare_are_what_promql_answers(store, age):
     """StoreKubeState reads the series bare and joins, sums and freshens them here (Prometheus would spend
     40 times the CPU doing it step by step): what it finds is what the PromQL it replaces answers, evaluated
-    by the store, at every step, with fresh() where the age is under the lookback and without."""
+    by the store, at every step, with fresh() where the age is under the lookback and without. (The store,
+    backfilled, holds no staleness marker: with one, fresh() would end a series at it, last_over_time at most
+    half a scrape interval later; docs/stores.md.)"""
     from gpulens.analyzer.kube_state import GPUS, LIVE_PHASES, QUOTA_HARD, StoreKubeState
     from gpulens.analyzer.series import fresh
     from gpulens.analyzer.store import Store
