@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -60,6 +60,8 @@ READ_PARTS = 4
 MAX_READ_PARTS = 16
 #: gpulens_gpu_nvlink_errors_total's type label -> the trace column whose rate it adds to.
 _ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items() for kind in kinds}
+#: A column's source (a gauge's spec, a dcgm-exporter field), in _judged.
+T = TypeVar("T")
 #: Range queries asked of the store at once: two keep it evaluating the next while this process decodes
 #: and places the last (about 40% of a cycle's time at 10,000 GPUs; benchmarks/live_prometheus.py).
 QUERIES_IN_FLIGHT = 2
@@ -563,6 +565,11 @@ class Exporters:
     node: str
 
 
+def _judged(columns: dict[str, T]) -> dict[str, T]:
+    """The columns of `columns` a verdict reads (trace.NOT_JUDGED left out): what a store is asked for."""
+    return {column: source for column, source in columns.items() if column not in tr.NOT_JUDGED}
+
+
 def fresh(selector: str, seconds: float) -> str:
     """`selector` at the steps its newest sample is at most `seconds` old (timestamp(): the sample's own
     time), so that a series a store holds no staleness marker for ends when its samples do, not a lookback
@@ -779,7 +786,7 @@ class SeriesReader:
         # read apart and placed oldest first, so that at a step both name, the newer series' value stands, as
         # the newer pod does in the identity.
         held_by = tuple(n for names in mixin.DCGM_POD_LABELS.values() for n in names)
-        for column, source in mixin.dcgm_columns().items():
+        for column, source in _judged(mixin.dcgm_columns()).items():
             selector = source.selector(self._matchers("dcgm"))
             ask(
                 "dcgm",
@@ -904,7 +911,7 @@ class SeriesReader:
 
         errors = f"rate({self._sel(m.NVLINK_ERRORS.name, _ERROR_TYPES)}[{rate_window}])"
         return [
-            *(highest(self._sel(spec.name), column) for column, spec in tr.FROM_GAUGES.items()),
+            *(highest(self._sel(spec.name), column) for column, spec in _judged(tr.FROM_GAUGES).items()),
             *(
                 highest(f"rate({self._sel(spec.name)}[{rate_window}])", column)
                 for column, spec in tr.FROM_RATES.items()

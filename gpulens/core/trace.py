@@ -72,6 +72,10 @@ NUMBERS = [
     "numa_node",
 ]
 SIGNALS = RATIOS + NUMBERS
+#: Columns a trace carries for people (a recording, a file's table) that no verdict reads: a store is not
+#: asked for them (a GPU's temperature was 6% of what a report of dcgm-exporter's series read).
+#: tests/test_not_judged.py holds the verdicts to this: they are the same without these columns.
+NOT_JUDGED = ("sm_occupancy", "temperature_celsius")
 COLUMNS = ["timestamp", "gpu"] + IDENTITY + SIGNALS
 #: Where the GPU sits beyond its socket, and how its NVLinks fare: a group, kept only where the input has
 #: any of it (traces from gpulens exporters), so that a day of a fleet from other tools does not pay six
