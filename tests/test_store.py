@@ -560,12 +560,12 @@ def test_a_gzip_bomb_is_inflated_no_further_than_the_answers_bound(scripted):
 
 
 def _as_lists(body: dict) -> dict:
-    """A decoded answer with each series' values as [[t, v], ...] of the floats' reprs (NaN equals NaN), to
-    compare the two decoders."""
+    """A decoded answer with each series' values as [[t, v], ...] of the floats' reprs (NaN equals NaN; -0 is
+    0, as every comparison has it), to compare the two decoders."""
     import numpy as np
 
     for series in body["data"]["result"]:
-        points = np.asarray(series["values"], dtype=float).reshape(-1, 2)
+        points = np.asarray(series["values"], dtype=float).reshape(-1, 2) + 0.0  # -0.0 + 0.0 is 0.0
         series["values"] = [[repr(float(t)), repr(float(v))] for t, v in points]
     return body
 
@@ -576,6 +576,11 @@ def _as_lists(body: dict) -> dict:
         # Prometheus: special values, exponents, fractional times; a series with no point.
         '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"a","x":"1"},'
         '"values":[[1.5,"NaN"],[2,"+Inf"],[3,"-Inf"],[4,"1e-05"],[5,"-2.5E+3"]]},{"metric":{},"values":[]}]}}',
+        # Numbers alone (read by orjson, not numpy's parser): fractions of a second, exponents, integers past
+        # 2**53 and 2**64, the shortest round trip of a double, -0.
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"a":"b"},"values":[[1700000000,'
+        '"0.1"],[1700000030.25,"1e-05"],[1700000060,"12345678901234567890123"],[1700000090,"-2.5E+3"],'
+        '[1700000120,"9007199254740993"],[1700000150,"0.30000000000000004"],[1700000180,"-0"]]}]}}',
         # VictoriaMetrics' envelope, and label values holding the markers the reader looks for, escaped.
         '{"status":"success","isPartial":false,"data":{"resultType":"matrix","result":[{"metric":{"v":'
         '"\\",\\"values\\":[[1,\\"2\\"]]}"},"values":[[1,"2"]]}]},"stats":{"seriesFetched":"1"}}',
@@ -596,6 +601,9 @@ def test_a_matrix_is_read_without_a_python_object_per_point_and_means_what_its_j
     [
         # A value that is no number: left to the JSON decoder (and the store client's checks).
         '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"x"]]}]}}',
+        # JSON's words, which a number parser would take for NaN or 1.
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"null"]]}]}}',
+        '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"true"]]}]}}',
         # A native histogram's series, or any key more: the JSON decoder's.
         '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"histograms":[[1,{}]]}]}}',
         '{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,"2"]],"x":1}]}}',
