@@ -131,8 +131,8 @@ def register(commands: Subcommands) -> None:
         default=[],
         metavar="FILE",
         help="with files: kube-state-metrics' series over their span, recorded as OpenMetrics with timestamps "
-        "(`promtool tsdb dump-openmetrics`) or as saved /metrics scrapes (each at its file's modification time): "
-        "each pod's owner and kind, and the cluster's share (docs/cluster.md)",
+        "(`promtool tsdb dump-openmetrics`, promtool 2.49+) or as saved /metrics scrapes (each at its file's "
+        "modification time): each pod's owner and kind, and the cluster's share (docs/cluster.md)",
     )
     p.add_argument(
         "--team-label",

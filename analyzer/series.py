@@ -344,8 +344,8 @@ def _points(chunks: list) -> np.ndarray:
 
 def _scaled(answer: list[dict], scale: float) -> list[dict]:
     """The answer with every value times `scale`: unit factors are applied here, not in PromQL, where
-    Prometheus evaluates arithmetic at every step of every series (a third of the cost of the live
-    analyzer's shape-rate queries, benchmarks/live_prometheus.py)."""
+    Prometheus evaluates arithmetic at every step of every series (a quarter to a third of the cost of
+    the live analyzer's shape-rate queries in benchmarks/live_prometheus.py's query log)."""
     if scale == 1.0:
         return answer
     with np.errstate(over="ignore"):  # a value too large for the factor is infinite, as PromQL's product is
