@@ -925,8 +925,10 @@ class PodFeatures(NamedTuple):
 
     @classmethod
     def rows(cls, features: pd.DataFrame) -> Iterator[PodFeatures]:
-        """Each row of pod_features() as a record."""
-        for values in features[list(cls._fields)].itertuples(index=False, name=None):
+        """Each row of pod_features() as a record. Column by column (a list each), not itertuples: a day of a
+        fleet's windows is a hundred thousand rows of a hundred columns, three times faster so."""
+        columns = [features[name].tolist() for name in cls._fields]
+        for values in zip(*columns, strict=True):
             yield cls(*values)
 
 
