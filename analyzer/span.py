@@ -13,13 +13,19 @@ of nodes, one after the other, each through the whole span: memory follows PIECE
 and the span (a pod's GPUs are on one node, so no unit is split).
 The store's own limits (points per series, samples per query) are the store client's concern
 (analyzer/store.py): it cuts and retries the range queries a piece makes.
+
+The next piece is read while one is judged (_read_ahead): the store evaluates its queries and this process
+decodes their answers while the last piece's windows are judged, which took as long again one after the
+other.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -40,8 +46,11 @@ from gpulens.core.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
 
-#: Rows (GPUs x steps) a piece holds: about 0.6 GiB of trace frame with every column, and its grid.
-PIECE_ROWS = 2_000_000
+#: Rows (GPUs x steps) a piece holds: about 0.45 GiB of trace frame with every column, and its grid. A piece
+#: is judged while the next one is read (_read_ahead), so two are held at once: a day of 1,000 GPUs peaked at
+#: 1.8 GiB at this size, 2.1 to 2.4 at 2 million. Larger pieces cost less per step (each piece's queries
+#: and the windows judged on both of its sides cost about 2 s at 1,000 GPUs, benchmarks/store_report.py).
+PIECE_ROWS = 1_500_000
 
 
 @dataclass
@@ -138,13 +147,55 @@ def report(
     owned: dict[PodKey, Owner] = {}
     progress.groups = len(groups)
     progress.span_seconds *= len(groups)
+    for piece in _read_ahead(_pieces(reader, span, groups, window, slide, progress)):
+        frame = piece.frame
+        progress.largest_piece_rows = max(progress.largest_piece_rows, len(frame))
+        keys = UnitKeys.of(frame) if len(frame) else None
+        if timelines is not None or use is not None:  # the piece's own samples: those around it are its neighbours'
+            counted = frame["timestamp"].between(piece.counted_from, piece.counted_to, inclusive="left").to_numpy()
+            _gather(unit_samples(frame, keys=keys, where=counted), timelines, use)
+        pieces = ledgers(frame, t, prices, window, slide, span.start, (piece.counted_from, piece.counted_to), keys=keys)
+        for unit, ledger in pieces.items():
+            if unit in totals:
+                totals[unit].merge(ledger)
+            else:
+                totals[unit] = ledger
+        require_few_enough(len(totals))
+        owned |= _owners(owners, frame, piece.read_to, piece.read_to - piece.read_from)
+        counted_seconds = piece.counted_to - piece.counted_from
+        del frame, piece, keys, pieces  # not held while the next piece is read: a piece is gigabytes at scale
+        _report(progress, on_progress, counted_seconds)
+    _say_impossible(progress, reader)
+    verdicts = [
+        ledger.verdict(t, _workload(owned, unit), (engines or {}).get(_pod_key(unit)))
+        for unit, ledger in totals.items()
+    ]
+    return owners_mod.apply(verdicts, owned)
+
+
+@dataclass
+class _Piece:
+    """A piece of the span read: its rows, the slots it counts ([counted_from, counted_to), unix seconds), and
+    the steps its rows cover (the window before and after those slots)."""
+
+    frame: pd.DataFrame
+    counted_from: float
+    counted_to: float
+    read_from: float
+    read_to: float
+
+
+def _pieces(
+    reader: SeriesReader, span: Span, groups: list[Group], window: float, slide: float, progress: Progress
+) -> Generator[_Piece, None, None]:
+    """Each group's pieces through the span, in order. The rows of a piece the next one needs too (the window
+    before its slots) are carried, not read again."""
+    given = reader.instances  # the reader's own matcher of exporters, kept with each group's
     try:
         for group in groups:
             reader.instances = ",".join(part for part in (given, group.matcher) if part)
             piece = _piece_seconds(_piece_length(group.gpus, span.step, window), slide, window)
             counted_from = span.start
-            # The rows of the last piece's read the next one reads too (the window before its slots): kept, so
-            # that no step is read twice.
             carried, carried_to = fr.empty(), -math.inf
             while counted_from <= span.end:
                 counted_to = min(counted_from + piece, span.end + span.step)
@@ -155,35 +206,31 @@ def report(
                     held, _read(reader, new_from, read_to, span.step, progress) if new_from <= read_to else fr.empty()
                 )
                 del carried, held
-                progress.largest_piece_rows = max(progress.largest_piece_rows, len(frame))
-                keys = UnitKeys.of(frame) if len(frame) else None
-                if (
-                    timelines is not None or use is not None
-                ):  # the piece's own samples: those around it are its neighbours'
-                    counted = frame["timestamp"].between(counted_from, counted_to, inclusive="left").to_numpy()
-                    _gather(unit_samples(frame, keys=keys, where=counted), timelines, use)
-                pieces = ledgers(frame, t, prices, window, slide, span.start, (counted_from, counted_to), keys=keys)
-                for unit, ledger in pieces.items():
-                    if unit in totals:
-                        totals[unit].merge(ledger)
-                    else:
-                        totals[unit] = ledger
-                require_few_enough(len(totals))
-                owned |= _owners(owners, frame, read_to, read_to - read_from)
+                yield _Piece(frame, counted_from, counted_to, read_from, read_to)
                 carried, carried_to = frame[frame["timestamp"].to_numpy() >= counted_to - window], read_to
-                del frame, keys, pieces  # not held while the next piece is read: a piece is gigabytes at scale
-                _report(progress, on_progress, counted_to - counted_from)
+                del frame
                 if group.gpus is None and progress.gpus:  # a store that could not say: sized from the first
                     piece = _piece_seconds(_piece_length(len(progress.gpus), span.step, window), slide, window)
                 counted_from = counted_to
     finally:
         reader.instances = given
-    _say_impossible(progress, reader)
-    verdicts = [
-        ledger.verdict(t, _workload(owned, unit), (engines or {}).get(_pod_key(unit)))
-        for unit, ledger in totals.items()
-    ]
-    return owners_mod.apply(verdicts, owned)
+
+
+def _read_ahead(pieces: Generator[_Piece, None, None]) -> Iterator[_Piece]:
+    """`pieces`, the next one read in a thread while the caller judges the last: the store evaluates and this
+    process decodes the next piece's answers while it judges (on a day of 1,000 GPUs, 25 s of reading and 15
+    s of judging, one after the other before). A piece read fails the caller when it takes it. If the caller
+    stops, the read under way ends before the pieces are let go."""
+    with ThreadPoolExecutor(1, thread_name_prefix="gpulens-piece") as pool:
+        ahead = pool.submit(next, pieces, None)
+        try:
+            while (piece := ahead.result()) is not None:
+                ahead = pool.submit(next, pieces, None)
+                yield piece
+                del piece  # the caller's only: judged, it goes
+        finally:
+            concurrent.futures.wait([ahead])
+            pieces.close()
 
 
 def _pod_key(unit: str) -> PodKey:
