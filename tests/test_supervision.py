@@ -216,9 +216,10 @@ def test_each_query_is_read_once_a_minute_a_quarter_of_them_a_cycle_and_the_verd
         if list(zip(frame["gpu"].astype(str), frame["timestamp"], strict=True)) != expected:
             return False
         values = [signal(uuid, t) for uuid, t in expected]
-        columns = [*tr.FROM_GAUGES, *tr.FROM_RATES]
+        columns = [c for c in (*tr.FROM_GAUGES, *tr.FROM_RATES) if c not in tr.NOT_JUDGED]
         more = {"memory_total_bytes": 1.0}  # as scripted: memory is 1 more than every signal
-        return all(list(frame[c]) == [v + more.get(c, 0.0) for v in values] for c in columns if c in frame)
+        asked = all(list(frame[c]) == [v + more.get(c, 0.0) for v in values] for c in columns if c in frame)
+        return asked and bool(frame[list(tr.NOT_JUDGED)].isna().all(axis=None))  # no verdict reads them: not asked
 
     assert exact(cycle(t0), t0)
     every = set(asked())
@@ -267,7 +268,7 @@ def test_a_read_that_fails_part_way_is_read_again_from_where_it_lacks_steps_with
     now[0], store.ranges = t0 + 30, []
     frame = source.window_frame()
     assert set(store.ranges) == {(t0 - 15, t0 + 30)}  # from t0, the newest read in full, less the two again
-    for column in ("gpu_util", "sm_active", "sm_occupancy", "power_watts"):  # first, second, third, later queries
+    for column in ("gpu_util", "sm_active", "tensor_active", "power_watts"):  # first, second, third, later queries
         assert list(zip(frame["gpu"].astype(str), frame["timestamp"], frame[column], strict=True)) == [
             (uuid, t, signal(uuid, t)) for uuid in ("GPU-A", "GPU-B") for t in range(int(t0) - 30, int(t0) + 31, 15)
         ]
