@@ -21,11 +21,10 @@ other.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import math
 from collections.abc import Callable, Generator, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -229,7 +228,7 @@ def _read_ahead(pieces: Generator[_Piece, None, None]) -> Iterator[_Piece]:
                 yield piece
                 del piece  # the caller's only: judged, it goes
         finally:
-            concurrent.futures.wait([ahead])
+            wait([ahead])
             pieces.close()
 
 
