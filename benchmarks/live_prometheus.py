@@ -370,7 +370,8 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
     run("first", args.cycles, kept)  # no file yet: the window read from the store, newest steps first
     cycles["filling"], cycles["steady"] = filling_and_steady(cycles["steady"])
     asked = [json.loads(line) for line in query_log.read_text().splitlines() if line.strip()]
-    floor = select_only(prometheus, by_cycle(asked)[-len(cycles["steady"]) :], ingest_rate)
+    steady_asked = by_cycle(asked)[-len(cycles["steady"]) :]
+    floor = select_only(prometheus, steady_asked, ingest_rate)
     run("restart", 0, kept)  # the file the first wrote at SIGTERM: only the steps missed meanwhile
     # Verdicts each minute instead of each 15 s: what a cycle and Prometheus' cores cost then.
     run("restart", args.minute_cycles, [*kept, "--analysis.interval", "60s"], then="minute")
@@ -386,6 +387,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
         "minute_interval_s": 60.0,
         "bare": bare(prometheus, asked),
         "select_only": floor,
+        "steady_queries": [evaluated(entries) for entries in steady_asked],
         "stop_seconds": stops,
     }
 
@@ -440,6 +442,14 @@ def select_only(prometheus: str, cycles: list[list[dict]], ingest_rate: float) -
         time.sleep(max(0.0, SCRAPE_SECONDS - 1 - (time.monotonic() - at)))  # the GC the cycle set off, too
         spent.append(prometheus_cpu(prometheus) - cpu - ingest_rate * (time.monotonic() - at))
     return {"prometheus_cpu_s": spent, "series_per_cycle": selected / max(1, len(cycles))}
+
+
+def evaluated(entries: list[dict]) -> dict:
+    """One cycle's queries as Prometheus' query log times them: their count, the seconds it spent evaluating
+    them (execTotalTime, summed), and the costliest three with theirs: which reads make a cycle heavy."""
+    seconds = [(e.get("stats", {}).get("timings", {}).get("execTotalTime", 0.0), e["params"]["query"]) for e in entries]
+    seconds.sort(key=lambda pair: -pair[0])
+    return {"queries": len(entries), "exec_s": sum(s for s, _ in seconds), "costliest": seconds[:3]}
 
 
 def _answers(prometheus: str) -> bool:
@@ -530,6 +540,11 @@ def report(figures: dict) -> None:
     print("\nPrometheus' evaluation time by query over the run (its query log), the costliest:")
     for expr, seconds in bare["costliest"]:
         print(f"  {seconds:8.2f} s  {expr[:150]}")
+    print("\nEach steady cycle as Prometheus evaluated it (query log): queries, seconds, the costliest three:")
+    for cycle, asked in zip(steady, figures.get("steady_queries", []), strict=False):
+        print(f"  {asked['queries']:3d} queries {asked['exec_s']:6.2f} s ({cycle['read_bytes'] / 2**20:5.1f} MiB read)")
+        for seconds, expr in asked["costliest"]:
+            print(f"      {seconds:6.2f} s  {expr[:130]}")
 
 
 if __name__ == "__main__":
