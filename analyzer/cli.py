@@ -1123,7 +1123,8 @@ def run_service(args: argparse.Namespace) -> int:
         return 2
     # Replicas sharing a Prometheus read it each at its own point of the interval, not all at once.
     phase = args.interval * args.shard_index / args.shard_count
-    service = AnalyzerService(source, thresholds, prices, args.interval, history=history, phase=phase)
+    grid = args.query_step if args.prometheus else None  # the step grid its range queries read
+    service = AnalyzerService(source, thresholds, prices, args.interval, history=history, phase=phase, grid_step=grid)
     live = LivePage(service)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(service)

@@ -1,6 +1,11 @@
 """`gpulens analyzer`: classifies every pod on a fixed cycle and serves the verdicts.
 
-Each cycle reads the window from its input, classifies, and replaces the verdicts as a whole. When
+Each cycle reads the window from its input, classifies, and replaces the verdicts as a whole. Cycles
+start at a fixed rate, on the wall clock's multiples of the interval (plus the replica's phase), as
+Prometheus evaluates its rule groups: a cycle that overruns skips the starts it missed rather than
+pushing every later cycle back, so a store read on a step grid moves one interval's steps a cycle (a
+cycle that started `interval` after the last ended would drift over the grid and now and then read two
+cycles' steps at once, the slowest cycles of benchmarks/live_prometheus.py). When
 the input fails (Prometheus down or slow, exporters unreachable) the last verdicts stay, marked
 stale with their age, and the input is asked again at the next interval. Nothing ends the loop: an
 unexpected error is logged once with its traceback, counted by stage, and retried with a capped
@@ -51,6 +56,37 @@ Unit = tuple[str, str, str]
 #: A workload's waste counter: namespace, owner kind, owner (the pod where the owner is unknown), team,
 #: bottleneck class.
 Workload = tuple[str, str, str, str, str]
+
+
+#: Seconds a cycle's start keeps from a step of the input's grid: the newest step a cycle reads is the last
+#: one at or before its start, so a start this close to a step could read it in one cycle and not in the
+#: next (a wait that ends a few milliseconds early or late), and move the window by 0 steps, then 2.
+GRID_CLEARANCE_SECONDS = 1.0
+
+
+def cycle_offset(phase: float, interval: float, grid_step: float | None) -> float:
+    """Where in each interval a replica's cycles start (seconds past a wall-clock multiple of `interval`):
+    its `phase`, moved later where it falls within GRID_CLEARANCE_SECONDS (a quarter of the step at most) of
+    a step of `grid_step` (seconds; None: an input without a grid)."""
+    if not grid_step:
+        return phase % interval
+    clearance = min(GRID_CLEARANCE_SECONDS, grid_step / 4)
+    into_step = phase % grid_step
+    if into_step < clearance:
+        phase += clearance - into_step
+    elif into_step > grid_step - clearance:
+        phase += grid_step - into_step + clearance
+    return phase % interval
+
+
+def next_start(started: float, now: float, interval: float, offset: float) -> tuple[float, int]:
+    """The next cycle's start at a fixed rate (unix seconds: a multiple of `interval`, plus `offset`) after the
+    last cycle `started`, at `now` or later; and how many starts a cycle that ran until `now` skipped."""
+    start = (math.floor((started - offset) / interval) + 1) * interval + offset
+    if start >= now:
+        return start, 0
+    skipped = math.ceil((now - start) / interval)
+    return start + skipped * interval, skipped
 
 
 def unit_of(v: Verdict) -> Unit:
@@ -110,6 +146,8 @@ class AnalyzerService:
     LIVENESS_INTERVALS = 5
     #: Episodes kept per pod: a pod whose class flips every cycle keeps its last MAX_EPISODES cycles.
     MAX_EPISODES = 256
+    #: Cycles in a row that overran the interval before it is said.
+    OVERRUNS = 3
     #: A pod whose samples stopped this many of its sampling (or analysis) intervals before the newest
     #: sample of the window is stale.
     STALE_INTERVALS = 3
@@ -123,10 +161,14 @@ class AnalyzerService:
         clock: Callable[[], float] = time.time,
         history: float = 86400.0,
         phase: float = 0.0,
+        grid_step: float | None = None,
     ):
         self.source = source
         #: Seconds the first cycle waits: replicas sharing a store read it at their own points of the interval.
         self.phase = phase
+        #: Where in each interval the cycles after the first start (seconds past a wall-clock multiple of
+        #: it): the phase, kept clear of the input's step grid (cycle_offset).
+        self.offset = cycle_offset(phase, interval, grid_step)
         self.thresholds = thresholds
         self.prices = prices
         self.interval = interval
@@ -148,6 +190,7 @@ class AnalyzerService:
         self.lock = threading.Lock()
         self._problems = ProblemLog(log)
         self._stop = threading.Event()
+        self._overruns = 0  # cycles in a row that overran the interval
         #: time.monotonic() when the loop last ended a cycle (or started): liveness.
         self.last_attempt = time.monotonic()
         #: What /metrics serves: rendered once per analysis (and at least once a second, for the ages in it).
@@ -304,10 +347,29 @@ class AnalyzerService:
         self._stop.wait(self.phase)
         while not self._stop.is_set():
             errors = sum(self.state.errors.values())
+            started = self.clock()
             self.cycle()
             self.last_attempt = time.monotonic()
             unexpected = unexpected + 1 if sum(self.state.errors.values()) > errors else 0
-            self._stop.wait(backoff(self.interval, unexpected))
+            self._stop.wait(backoff(self.interval, unexpected) if unexpected else self._until_next_start(started))
+
+    def _until_next_start(self, started: float) -> float:
+        """Seconds from now to the next cycle's start: the first start of the fixed rate after `started` (the
+        last cycle's) that is still ahead. Starts a long cycle overran are skipped; OVERRUNS in a row are said
+        (the few cycles that fill a large fleet's window after a start may overrun, and are not)."""
+        now = self.clock()
+        start, skipped = next_start(started, now, self.interval, self.offset)
+        self._overruns = self._overruns + 1 if skipped else 0
+        if self._overruns >= self.OVERRUNS:
+            self._problems.problem(
+                "overrun",
+                f"{self._overruns} analysis cycles in a row took longer than --analysis.interval ({self.interval:g} "
+                f"s), the last {now - started:.1f} s: verdicts are updated less often than the interval says; see "
+                "docs/sizing.md (--prometheus.read-parts, shards, a longer interval)",
+            )
+        elif not skipped:
+            self._problems.resolved("overrun", "analysis cycles fit in --analysis.interval again")
+        return start - now
 
     def start(self) -> None:
         self.source.start()

@@ -21,7 +21,7 @@ import pytest
 
 from gpulens.analyzer import live
 from gpulens.analyzer.live import ExporterInput, InputError, PrometheusInput
-from gpulens.analyzer.service import AnalyzerService
+from gpulens.analyzer.service import AnalyzerService, cycle_offset
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
 from gpulens.core.config import redact
@@ -544,6 +544,78 @@ def test_liveness_fails_only_when_the_loop_stops_cycling_and_readiness_when_verd
     service.last_attempt -= 2 * MAX_BACKOFF_SECONDS + 1
     alive, reason = service.health()
     assert not alive and reason.startswith("no analysis cycle has ended for 241 s")
+
+
+class Timed(Replay):
+    """A replay whose cycles take the given seconds of the test's clock, recording when each started; the
+    service's stop event is replaced by one on that clock (a wait moves it on), set after the last cycle."""
+
+    def __init__(self, trace: pd.DataFrame, now: list[float], durations: list[float]):
+        super().__init__(trace, 600, lambda: now[0])
+        self.now, self.durations, self.starts = now, durations, []
+
+    def window_frame(self) -> pd.DataFrame:
+        self.starts.append(self.now[0])
+        frame = super().window_frame()
+        self.now[0] += self.durations[len(self.starts) - 1]
+        return frame
+
+    def run(self, service: AnalyzerService) -> None:
+        timed = self
+
+        class Stop:
+            def wait(self, seconds: float) -> bool:
+                assert seconds >= 0
+                timed.now[0] += seconds
+                return False
+
+            def is_set(self) -> bool:
+                return len(timed.starts) == len(timed.durations)
+
+        service._stop = Stop()  # type: ignore[assignment]
+        service.run()
+
+
+def test_cycles_start_at_a_fixed_rate_on_the_wall_clock_skipping_the_starts_a_long_one_overran(caplog):
+    """Cycles start on multiples of the interval (plus the phase, kept a second clear of the store's step
+    grid), whatever a cycle took: a cycle that started an interval after the last ended would drift over
+    a 15 s step grid and now and then read two steps' parts at once. A cycle that overruns skips the starts
+    it missed; three in a row are said, once, and their end too."""
+    trace = fleet_trace(["training_finished"], 15.0, 1, finish=3600.0, keeps_memory=1.0)
+    grid = float(math.ceil(trace["timestamp"].min() / 15) * 15 + 600)  # a step of the store's grid, a window in
+    now = [grid + 7.5]
+    source = Timed(trace, now, [4, 16, 5, 31, 2, 20, 20, 20, 1])
+    service = AnalyzerService(source, Thresholds(), {}, 15, lambda: now[0], grid_step=15)
+    assert service.offset == 1.0  # phase 0 is on the grid: a second after it
+    with caplog.at_level(logging.WARNING):
+        source.run(service)
+    # 7.5 + 4 ends before 16; 16 + 16 overran 31 (skipped); 61 + 31 overran 76 and 91.
+    assert [start - grid for start in source.starts] == [7.5, 16, 46, 61, 106, 121, 151, 181, 211]
+    # Each cycle after the first starts a second past a step: its newest step is the one a whole
+    # number of intervals after the last cycle's, never two cycles' steps from a wait's jitter.
+    assert [(start - grid) % 15 for start in source.starts[1:]] == [1.0] * 8
+    said = [r.getMessage() for r in caplog.records if "analysis cycles" in r.getMessage()]
+    assert said == [
+        "3 analysis cycles in a row took longer than --analysis.interval (15 s), the last 20.0 s: verdicts are "
+        "updated less often than the interval says; see docs/sizing.md (--prometheus.read-parts, shards, a "
+        "longer interval)",
+        "analysis cycles fit in --analysis.interval again",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("phase", "interval", "grid_step", "offset"),
+    [
+        (0.0, 15, 15, 1.0),  # on a step: a second after it
+        (3.75, 15, 15, 3.75),  # replica 1 of 4: clear of the grid, kept
+        (14.5, 15, 15, 1.0),  # half a second before a step: a second after it
+        (15.0, 60, 15, 16.0),  # replica 1 of 4 at a minute's interval: on a step of the 15 s grid
+        (0.0, 2, 1, 0.25),  # a 1 s grid: a quarter of a step clear
+        (0.0, 15, None, 0.0),  # exporters directly: no grid to keep clear of
+    ],
+)
+def test_a_replicas_cycles_start_at_its_phase_clear_of_the_step_grid(phase, interval, grid_step, offset):
+    assert cycle_offset(phase, interval, grid_step) == offset
 
 
 @pytest.mark.parametrize(
