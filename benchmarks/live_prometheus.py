@@ -27,6 +27,7 @@ benchmarks/results/live-prometheus.json.
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import math
 import re
@@ -53,8 +54,6 @@ GPUS_PER_NODE = 8
 SCRAPE_SECONDS = 15
 #: Seconds the analyzer is given from SIGTERM to exit (Kubernetes gives a pod 30 by default).
 STOP_TIMEOUT_SECONDS = 30.0
-#: Seconds between two queries of the log that belong to different cycles (a cycle's follow each other).
-CYCLE_GAP_SECONDS = 4.0
 #: A series selector with its matchers in a query (every one the analyzer asks has matchers: its selector).
 SELECTOR = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\{[^{}]*\}|\{__name__[^{}]*\}")
 #: Seconds between the two samples of the node the fleet plays.
@@ -235,6 +234,9 @@ class Cycle:
     prometheus_cpu_s: float
     read_bytes: float
     peak_rss_mib: float
+    #: Unix seconds the cycle started (its verdicts' time, less its duration): the query log's entries from
+    #: one cycle's start to the next are that cycle's.
+    started_at: float | None = None
 
 
 def main() -> int:
@@ -350,12 +352,14 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
                 prometheus_cpu(prometheus),
                 analyzer.metric("gpulens_analyzer_input_read_bytes_total"),
             )
+            seconds = analyzer.metric("gpulens_analyzer_cycle_duration_seconds")
             cycles[then].append(
                 Cycle(
-                    analyzer.metric("gpulens_analyzer_cycle_duration_seconds"),
+                    seconds,
                     cpu_now - cpu - ingest_rate * (now - at),
                     read_now - read,
                     resident_peak_mib(analyzer.process.pid),
+                    newer - seconds,
                 )
             )
             last, cpu, at, read = newer, cpu_now, now, read_now
@@ -370,7 +374,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
     run("first", args.cycles, kept)  # no file yet: the window read from the store, newest steps first
     cycles["filling"], cycles["steady"] = filling_and_steady(cycles["steady"])
     asked = [json.loads(line) for line in query_log.read_text().splitlines() if line.strip()]
-    steady_asked = by_cycle(asked)[-len(cycles["steady"]) :]
+    steady_asked = in_cycles(asked, [c.started_at or 0.0 for c in cycles["steady"]])
     floor = select_only(prometheus, steady_asked, ingest_rate)
     run("restart", 0, kept)  # the file the first wrote at SIGTERM: only the steps missed meanwhile
     # Verdicts each minute instead of each 15 s: what a cycle and Prometheus' cores cost then.
@@ -401,17 +405,16 @@ def filling_and_steady(after: list[Cycle]) -> tuple[list[Cycle], list[Cycle]]:
     return after[:filling], after[filling:]
 
 
-def by_cycle(asked: list[dict]) -> list[list[dict]]:
-    """Query log entries in the cycles that asked them: a cycle's queries follow each other within
-    seconds, and cycles are an interval apart."""
-    cycles: list[list[dict]] = []
-    last = -math.inf
-    for entry in sorted(asked, key=lambda e: e["ts"]):
+def in_cycles(asked: list[dict], starts: list[float]) -> list[list[dict]]:
+    """The query log's entries of each cycle started at `starts` (unix seconds, in order): those logged from
+    its start to the next one's (the last: to the end of the log). A cycle asks its queries one after the
+    other, so none is logged before it starts or after the next starts."""
+    cycles: list[list[dict]] = [[] for _ in starts]
+    for entry in asked:
         at = float(_unix(entry["ts"]))
-        if at - last > CYCLE_GAP_SECONDS:
-            cycles.append([])
-        cycles[-1].append(entry)
-        last = at
+        index = bisect.bisect_right(starts, at) - 1
+        if index >= 0:
+            cycles[index].append(entry)
     return cycles
 
 
