@@ -58,8 +58,6 @@ READ_PARTS = 4
 #: The most parts a reader takes: past it a query would be read less than once every 16 steps, and the
 #: verdicts would lag as many (and there are not many more queries than that to split).
 MAX_READ_PARTS = 16
-#: gpulens_gpu_nvlink_errors_total's type label -> the trace column whose rate it adds to.
-_ERROR_COLUMN = {kind: column for column, kinds in tr.NVLINK_ERROR_RATES.items() for kind in kinds}
 #: A column's source (a gauge's spec, a dcgm-exporter field), in _judged.
 T = TypeVar("T")
 #: Range queries asked of the store at once: two keep it evaluating the next while this process decodes
@@ -71,8 +69,6 @@ QUERIES_IN_FLIGHT = 2
 BARE_STEPS = 60
 #: The labels that key a gpulens series' row (gpulens_gpu).
 _GPU_BY = ("instance", "uuid")
-#: The NVLink error kinds some trace column counts, as a matcher.
-_ERROR_TYPES = f'type=~"{"|".join(sorted(_ERROR_COLUMN))}"'
 #: The activity histogram's count increase per row (read once, not a trace column: "_" matrices are not).
 _SHAPE_COUNT = "_activity_count"
 #: The SHAPE columns that are a histogram bucket's share of the samples, and the bucket's bound.
@@ -97,23 +93,15 @@ def dcgm_gpu(labels: dict) -> Key | None:
     return (labels.get("instance", ""), f"{uuid}/gi{instance}" if instance else uuid)
 
 
-def _error_column(labels: dict) -> str | None:
-    """The trace column an NVLink error series' rate adds to, by its kind."""
-    return _ERROR_COLUMN.get(labels.get("type", ""))
-
-
 def pod_key(labels: dict) -> Key | None:
     pod = labels.get("pod", "")
     return (labels.get("namespace", ""), pod) if pod else None
 
 
-def _part_key(column: str | Callable[[dict], str | None]) -> str:
+def _part_key(column: str) -> str:
     """What ties a query to the others that must be read with it: the column it writes (gpulens' and
-    dcgm-exporter's queries of a column write one matrix, cleared as one), the NVLink error kinds' columns
-    as one, and the activity histogram's count with its buckets (their ratios are taken after a read)."""
-    if column is _error_column:
-        return "nvlink_errors"
-    assert isinstance(column, str)
+    dcgm-exporter's queries of a column write one matrix, cleared as one), and the activity histogram's
+    count with its buckets (their ratios are taken after a read)."""
     return _SHAPE_COUNT if column in _SHAPE_BUCKETS else column
 
 
@@ -216,30 +204,27 @@ class StepGrid:
     def add(
         self,
         result: list[dict],
-        column: str | Callable[[dict], str | None],
+        column: str,
         weight: Callable[[dict], float] | None = None,
         key: Callable[[dict], Key | None] = gpulens_gpu,
         summed: bool | None = None,
         part: int = 0,
     ) -> int:
-        """A range query's series into `column` (or the column each one's labels name), a matrix of `part`
-        (the part of the queries that asked it); with `weight`
+        """A range query's series into `column`, a matrix of `part` (the part of the queries that asked it);
+        with `weight`
         (labels -> factor), the series of a key add up (weight x value) instead; `key` (labels -> the row's
         key, None to skip the series) places each series. `summed=False` keeps the weight itself where the
         series' value is not 0 (0 where it is), without adding up: an identity code (the answers of `group`
         and `> bool 0` are 1; a store answering another value must not make another code). The points read.
         All of a query's points are converted and placed at once: per-series numpy calls would cost
         more than the points at 10,000 GPUs."""
-        names: dict[str, int] = {}
-        rows, columns, factors, counts, chunks = [], [], [], [], []
+        rows, factors, counts, chunks = [], [], [], []
         for series in result:
             labels = series["metric"]
-            name = column(labels) if callable(column) else column
             row_key = key(labels)
-            if name is None or row_key is None:  # a series without the labels that identify it
+            if row_key is None:  # a series without the labels that identify it
                 continue
             rows.append(self._row(row_key))
-            columns.append(names.setdefault(name, len(names)))
             factors.append(1.0 if weight is None else weight(labels))
             counts.append(len(series["values"]))
             chunks.append(series["values"])
@@ -249,19 +234,17 @@ class StepGrid:
         values = _points(chunks)
         steps = np.rint((values[:, 0] - self.start) / self.step).astype(np.intp)
         inside = (steps >= 0) & (steps < self.points)
-        row, which = np.repeat(rows, counts)[inside], np.repeat(columns, counts)[inside]
+        row = np.repeat(rows, counts)[inside]
         keep = not (weight is not None if summed is None else summed)
         raw = values[:, 1]
         scale = raw if weight is None or not keep else np.where(np.isnan(raw), np.nan, (raw != 0).astype(np.float64))
         steps, values = steps[inside], (scale * np.repeat(factors, counts))[inside]
-        for name, index in names.items():
-            mine = which == index
-            matrix, at = self.matrix(name, part), (row[mine], steps[mine])
-            if keep:
-                matrix[at] = values[mine]
-            else:
-                matrix[at] = np.where(np.isnan(matrix[at]), 0.0, matrix[at])
-                np.add.at(matrix, at, values[mine])
+        matrix, at = self.matrix(column, part), (row, steps)
+        if keep:
+            matrix[at] = values
+        else:
+            matrix[at] = np.where(np.isnan(matrix[at]), 0.0, matrix[at])
+            np.add.at(matrix, at, values)
         return read
 
     def _row(self, key: tuple[str, str]) -> int:
@@ -358,7 +341,7 @@ class _ValueQuery(NamedTuple):
     its values are multiplied by when placed."""
 
     expr: str
-    column: str | Callable[[dict], str | None]
+    column: str
     weight: Callable[[dict], float] | None
     bare: _Bare
     scale: float = 1.0
@@ -727,7 +710,7 @@ class SeriesReader:
         def add(
             family: str,
             expr: str,
-            column: str | Callable[[dict], str | None],
+            column: str,
             weight: Callable[[dict], float] | None = None,
             key: Callable[[dict], Key | None] = gpulens_gpu,
             grid: StepGrid = gpus,
@@ -858,12 +841,12 @@ class SeriesReader:
         pod's apart, older series first (a newer one stands where both name a step)."""
         return grid.add(_newest_last(_scaled(result, scale)), column, key=dcgm_gpu, part=part)
 
-    def _series_per_gpu(self, column: str | Callable[[dict], str | None]) -> float:
+    def _series_per_gpu(self, column: str) -> float:
         """The series a query of `column` reads per GPU: the clock-event reasons read, the NVLink error
-        kinds, else one."""
+        kinds the column adds up, else one."""
         if column == "clock_event_reasons":
             return float(self.config.throttle_reasons.count("|") + 1)
-        return float(len(_ERROR_COLUMN)) if column is _error_column else 1.0
+        return float(len(tr.NVLINK_ERROR_RATES.get(column, ("one",))))
 
     def _answered(self, queries: list[tuple[str, float, Callable[[list[dict]], int]]], end: float) -> None:
         """Each query's answer (from its start to `end`) handed to its consumer (which returns the points it
@@ -909,15 +892,23 @@ class SeriesReader:
             # the newest steps, labels would be most of its bytes.
             return _ValueQuery(f"max by ({by_gpu}) ({inner})", column, None, _Bare(inner, _GPU_BY), scale)
 
-        errors = f"rate({self._sel(m.NVLINK_ERRORS.name, _ERROR_TYPES)}[{rate_window}])"
+        def errors(kinds: tuple[str, ...]) -> str:
+            kinds_matcher = 'type=~"' + "|".join(kinds) + '"'
+            return f"rate({self._sel(m.NVLINK_ERRORS.name, kinds_matcher)}[{rate_window}])"
+
         return [
             *(highest(self._sel(spec.name), column) for column, spec in _judged(tr.FROM_GAUGES).items()),
             *(
                 highest(f"rate({self._sel(spec.name)}[{rate_window}])", column)
                 for column, spec in tr.FROM_RATES.items()
             ),
-            # Error rates of a GPU's links add up by kind (of the kinds a column counts only).
-            _ValueQuery(f"sum by ({by_gpu}, type) ({errors})", _error_column, lambda labels: 1.0, _Bare(errors)),
+            # A column's NVLink error kinds add up, a query a column: one series a GPU in each answer. Asked by
+            # kind and added up here, the answer held four series a GPU and cost Prometheus a third more
+            # (benchmarks/live_prometheus.py, the costliest query of a live cycle).
+            *(
+                _ValueQuery(f"sum by ({by_gpu}) ({errors(kinds)})", column, lambda labels: 1.0, _Bare(errors(kinds)))
+                for column, kinds in tr.NVLINK_ERROR_RATES.items()
+            ),
             *self._clock_event_queries(highest),
             *(highest(inner, column, scale) for column, (inner, scale) in self._shape_queries().items()),
         ]

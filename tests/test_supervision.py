@@ -784,7 +784,9 @@ def test_a_pod_identity_of_an_odd_value_names_its_pod_not_another(value):
     """gpulens_gpu_pod_info is 1 and `group` answers 1; a store answering another value (a broken exporter,
     a proxy) made the value a code of another pod, or one past the pod table (an IndexError a cycle)."""
     with answering([{"metric": POD_SERIES, "values": [[T, value]]}]) as url:
-        frame = PrometheusInput(url, window=60, step=15, clock=lambda: T).window_frame()
+        # A window of three steps, read in one: the stub answers every query with the point at T, even the
+        # read of older steps a longer window makes (a store answers only the steps asked).
+        frame = PrometheusInput(url, window=30, step=15, clock=lambda: T).window_frame()
     assert list(zip(frame["namespace"].astype(str), frame["pod"].astype(str), strict=True)) == [("nlp", "bert-0")]
 
 
