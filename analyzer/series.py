@@ -211,9 +211,8 @@ class StepGrid:
         part: int = 0,
     ) -> int:
         """A range query's series into `column`, a matrix of `part` (the part of the queries that asked it);
-        with `weight`
-        (labels -> factor), the series of a key add up (weight x value) instead; `key` (labels -> the row's
-        key, None to skip the series) places each series. `summed=False` keeps the weight itself where the
+        with `weight` (labels -> factor), the series of a key add up (weight x value) instead; `key` (labels
+        -> the row's key, None to skip the series) places each series. `summed=False` keeps the weight itself where the
         series' value is not 0 (0 where it is), without adding up: an identity code (the answers of `group`
         and `> bool 0` are 1; a store answering another value must not make another code). The points read.
         All of a query's points are converted and placed at once: per-series numpy calls would cost
