@@ -237,6 +237,10 @@ class Cycle:
     #: Unix seconds the cycle started (its verdicts' time, less its duration): the query log's entries from
     #: one cycle's start to the next are that cycle's.
     started_at: float | None = None
+    #: Prometheus' garbage collections and TSDB reloads (its once-a-minute loop) since the cycle before: what
+    #: else it did while the cycle ran.
+    prometheus_gcs: float | None = None
+    prometheus_reloads: float | None = None
 
 
 def main() -> int:
@@ -297,6 +301,17 @@ def prometheus_cpu(prometheus: str) -> float:
     return scalar(prometheus + "/metrics", "process_cpu_seconds_total")
 
 
+def prometheus_chores(prometheus: str) -> tuple[float, float]:
+    """Prometheus' garbage collections and TSDB reloads so far (its Go runtime's and its TSDB's counters)."""
+    text = requests.get(prometheus + "/metrics", timeout=10).text
+    counts = dict.fromkeys(("go_gc_duration_seconds_count", "prometheus_tsdb_reloads_total"), math.nan)
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in counts:
+            counts[name] = float(value)
+    return counts["go_gc_duration_seconds_count"], counts["prometheus_tsdb_reloads_total"]
+
+
 def query(prometheus: str, expr: str) -> list:
     answer = requests.get(prometheus + "/api/v1/query", params={"query": expr}, timeout=60).json()
     return answer["data"]["result"]
@@ -333,10 +348,11 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
         spent = prometheus_cpu(prometheus) - cpu - ingest_rate * (now - analyzer.started)
         read = analyzer.metric("gpulens_analyzer_input_read_bytes_total")
         cycles[first].append(Cycle(now - analyzer.started, spent, read, resident_peak_mib(analyzer.process.pid)))
-        last, cpu, at = (
+        last, cpu, at, chores = (
             analyzer.metric("gpulens_analyzer_last_success_timestamp_seconds"),
             prometheus_cpu(prometheus),
             now,
+            prometheus_chores(prometheus),
         )
         for _ in range(steady):
             newer = wait(
@@ -353,6 +369,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
                 analyzer.metric("gpulens_analyzer_input_read_bytes_total"),
             )
             seconds = analyzer.metric("gpulens_analyzer_cycle_duration_seconds")
+            chores_now = prometheus_chores(prometheus)
             cycles[then].append(
                 Cycle(
                     seconds,
@@ -360,9 +377,11 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
                     read_now - read,
                     resident_peak_mib(analyzer.process.pid),
                     newer - seconds,
+                    chores_now[0] - chores[0],
+                    chores_now[1] - chores[1],
                 )
             )
-            last, cpu, at, read = newer, cpu_now, now, read_now
+            last, cpu, at, read, chores = newer, cpu_now, now, read_now, chores_now
         # SIGTERM: the cycle under way ends and the window is written to the state file, then the process
         # exits; a kill before that would leave the next start an older file.
         stopping = time.monotonic()
@@ -425,10 +444,11 @@ def select_only(prometheus: str, cycles: list[list[dict]], ingest_rate: float) -
     analyzer's are measured (from one cycle's start to the next's, less ingesting)."""
     session = requests.Session()
     spent: list[float] = []
+    gcs: list[float] = []  # Prometheus' garbage collections during each
     selected = 0
     for entries in cycles:
         time.sleep(SCRAPE_SECONDS - time.time() % SCRAPE_SECONDS + 3)  # where the analyzer's cycles start
-        cpu, at = prometheus_cpu(prometheus), time.monotonic()
+        cpu, at, chores = prometheus_cpu(prometheus), time.monotonic(), prometheus_chores(prometheus)
         for entry in entries:
             params = entry["params"]
             start, end = _unix(params["start"]), _unix(params["end"])
@@ -444,7 +464,8 @@ def select_only(prometheus: str, cycles: list[list[dict]], ingest_rate: float) -
                 selected += int(sum(counts))
         time.sleep(max(0.0, SCRAPE_SECONDS - 1 - (time.monotonic() - at)))  # the GC the cycle set off, too
         spent.append(prometheus_cpu(prometheus) - cpu - ingest_rate * (time.monotonic() - at))
-    return {"prometheus_cpu_s": spent, "series_per_cycle": selected / max(1, len(cycles))}
+        gcs.append(prometheus_chores(prometheus)[0] - chores[0])
+    return {"prometheus_cpu_s": spent, "prometheus_gcs": gcs, "series_per_cycle": selected / max(1, len(cycles))}
 
 
 def evaluated(entries: list[dict]) -> dict:
@@ -536,16 +557,24 @@ def report(figures: dict) -> None:
     print(
         f"floor: the steady cycles' {floor['series_per_cycle']:,.0f} series only selected and counted, nothing "
         f"evaluated or answered: {statistics.median(floor['prometheus_cpu_s']):.2f} Prometheus CPU-s a cycle "
-        f"(median of {len(floor['prometheus_cpu_s'])})"
+        f"(median of {len(floor['prometheus_cpu_s'])}); each, with Prometheus' garbage collections meanwhile: "
+        + ", ".join(f"{c:.2f} ({g:g})" for c, g in zip(floor["prometheus_cpu_s"], floor["prometheus_gcs"], strict=True))
     )
     stop = max(figures["stop_seconds"])
     print(f"SIGTERM to exit, the cycle under way ended and the state file written: {stop:.1f} s at most")
     print("\nPrometheus' evaluation time by query over the run (its query log), the costliest:")
     for expr, seconds in bare["costliest"]:
         print(f"  {seconds:8.2f} s  {expr[:150]}")
-    print("\nEach steady cycle as Prometheus evaluated it (query log): queries, seconds, the costliest three:")
+    print(
+        "\nEach steady cycle as Prometheus evaluated it (query log): queries, seconds, the costliest three; and "
+        "what else Prometheus did meanwhile (garbage collections, TSDB reloads)"
+    )
     for cycle, asked in zip(steady, figures.get("steady_queries", []), strict=False):
-        print(f"  {asked['queries']:3d} queries {asked['exec_s']:6.2f} s ({cycle['read_bytes'] / 2**20:5.1f} MiB read)")
+        print(
+            f"  {asked['queries']:3d} queries {asked['exec_s']:6.2f} s ({cycle['read_bytes'] / 2**20:5.1f} MiB read, "
+            f"{cycle['prometheus_cpu_s']:.2f} CPU-s; {cycle.get('prometheus_gcs')} GCs, "
+            f"{cycle.get('prometheus_reloads')} reloads)"
+        )
         for seconds, expr in asked["costliest"]:
             print(f"      {seconds:6.2f} s  {expr[:130]}")
 
