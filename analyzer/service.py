@@ -369,7 +369,8 @@ class AnalyzerService:
             )
         elif not skipped:
             self._problems.resolved("overrun", "analysis cycles fit in --analysis.interval again")
-        return start - now
+        # At most an interval: a clock set back (NTP) during a cycle must not hold the next for as long.
+        return min(start - now, self.interval)
 
     def start(self) -> None:
         self.source.start()

@@ -603,6 +603,15 @@ def test_cycles_start_at_a_fixed_rate_on_the_wall_clock_skipping_the_starts_a_lo
     ]
 
 
+def test_a_clock_set_back_during_a_cycle_delays_the_next_by_an_interval_not_by_as_long():
+    trace = fleet_trace(["training_finished"], 15.0, 1, finish=3600.0, keeps_memory=1.0)
+    grid = float(math.ceil(trace["timestamp"].min() / 15) * 15 + 3600)
+    now = [grid + 7.5]
+    source = Timed(trace, now, [-3600, 1])  # the clock goes back an hour during the first cycle
+    source.run(AnalyzerService(source, Thresholds(), {}, 15, lambda: now[0], grid_step=15))
+    assert [start - grid for start in source.starts] == [7.5, 7.5 - 3600 + 15]
+
+
 @pytest.mark.parametrize(
     ("phase", "interval", "grid_step", "offset"),
     [
