@@ -845,7 +845,8 @@ class SeriesReader:
         kinds the column adds up, else one."""
         if column == "clock_event_reasons":
             return float(self.config.throttle_reasons.count("|") + 1)
-        return float(len(tr.NVLINK_ERROR_RATES.get(column, ("one",))))
+        kinds = tr.NVLINK_ERROR_RATES.get(column)
+        return float(len(kinds)) if kinds else 1.0
 
     def _answered(self, queries: list[tuple[str, float, Callable[[list[dict]], int]]], end: float) -> None:
         """Each query's answer (from its start to `end`) handed to its consumer (which returns the points it

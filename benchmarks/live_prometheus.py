@@ -178,10 +178,17 @@ def prometheus_config(fleet_port: int, nodes: int, prometheus_port: int, query_l
 # --- measuring ------------------------------------------------------------------------------------------
 def scalar(url: str, name: str) -> float:
     """The value of the one sample `name` in a /metrics answer (NaN if absent)."""
+    return scalars(url, (name,))[0]
+
+
+def scalars(url: str, names: tuple[str, ...]) -> tuple[float, ...]:
+    """The values of the samples `names` (one each, labelled or not) in one /metrics answer (NaN if absent)."""
+    found = dict.fromkeys(names, math.nan)
     for line in requests.get(url, timeout=10).text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    return math.nan
+        name = line.partition("{")[0].partition(" ")[0]
+        if name in found and math.isnan(found[name]):
+            found[name] = float(line.rsplit(" ", 1)[1])
+    return tuple(found[name] for name in names)
 
 
 def resident_peak_mib(pid: int) -> float:
@@ -301,15 +308,9 @@ def prometheus_cpu(prometheus: str) -> float:
     return scalar(prometheus + "/metrics", "process_cpu_seconds_total")
 
 
-def prometheus_chores(prometheus: str) -> tuple[float, float]:
+def prometheus_chores(prometheus: str) -> tuple[float, ...]:
     """Prometheus' garbage collections and TSDB reloads so far (its Go runtime's and its TSDB's counters)."""
-    text = requests.get(prometheus + "/metrics", timeout=10).text
-    counts = dict.fromkeys(("go_gc_duration_seconds_count", "prometheus_tsdb_reloads_total"), math.nan)
-    for line in text.splitlines():
-        name, _, value = line.partition(" ")
-        if name in counts:
-            counts[name] = float(value)
-    return counts["go_gc_duration_seconds_count"], counts["prometheus_tsdb_reloads_total"]
+    return scalars(prometheus + "/metrics", ("go_gc_duration_seconds_count", "prometheus_tsdb_reloads_total"))
 
 
 def query(prometheus: str, expr: str) -> list:
