@@ -331,6 +331,14 @@ def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> Non
     add("--prometheus.step", dest="query_step", type=flags.duration, default=step, help=step_help)
     add("--prometheus.timeout", dest="timeout", type=flags.duration, default=30.0, help="seconds a query may take")
     add(
+        "--prometheus.compression",
+        dest="compression",
+        choices=["auto", "gzip", "none"],
+        default="auto",
+        help="answers gzipped (for slow or metered links) or not (none: the store spends about half the CPU); "
+        "auto: none for a store on this host or a Kubernetes service, gzip elsewhere (docs/stores.md)",
+    )
+    add(
         "--prometheus.bearer-token-file",
         dest="bearer_token_file",
         default="",
@@ -371,6 +379,13 @@ def _store_auth(args: argparse.Namespace) -> StoreAuth:
     )
     auth.check()
     return auth
+
+
+def _store(args: argparse.Namespace) -> Store:
+    """The store the flags name, with their credentials, time-out and compression."""
+    from gpulens.analyzer.store import Store
+
+    return Store(args.prometheus, _store_auth(args), args.timeout, compression=args.compression)
 
 
 def _mixin(args: argparse.Namespace, thresholds: Thresholds) -> MixinConfig:
@@ -585,7 +600,6 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
     from gpulens.analyzer.kinds import load_rules
     from gpulens.analyzer.owners import OwnerReader
     from gpulens.analyzer.series import SeriesReader
-    from gpulens.analyzer.store import Store
     from gpulens.core.config import parse_duration
 
     if not args.prometheus.startswith(("http://", "https://")):
@@ -599,7 +613,7 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
         since = _when(args.since, "--since", "a duration (7d, 24h), ")
     if since >= until:
         raise ValueError(f"--since {args.since} is not before --until {format_timestamp(until)}")
-    store = Store(args.prometheus, _store_auth(args), args.timeout)
+    store = _store(args)
     try:
         reader = SeriesReader(
             store, args.query_step or DEFAULT_STORE_STEP, _mixin(args, thresholds), args.selector, args.dcgm_selector
@@ -779,11 +793,10 @@ def _judge_share(task: tuple[_Share, Shard]) -> tuple[list[Verdict], Use, Timeli
     from gpulens.analyzer.plan import Use
     from gpulens.analyzer.report import TimelineBins
     from gpulens.analyzer.series import SeriesReader
-    from gpulens.analyzer.store import Store
 
     job, shard = task
     args, the_span, how = job.args, job.span, job.how
-    store = Store(args.prometheus, _store_auth(args), args.timeout)
+    store = _store(args)
     try:
         reader = SeriesReader(store, the_span.step, _mixin(args, how.thresholds), args.selector, args.dcgm_selector)
         reader.intervals = dict(job.intervals)
@@ -1105,6 +1118,7 @@ def run_service(args: argparse.Namespace) -> int:
                 price_metric=args.price_metric,
                 shard=shard,
                 auth=_store_auth(args),
+                compression=args.compression,
                 dcgm_selector=args.dcgm_selector,
                 config=_mixin(args, thresholds),
                 team_label=args.team_label,

@@ -359,6 +359,7 @@ class PrometheusInput:
         price_metric: str = OPENCOST_GPU_PRICE,
         shard: Shard | None = None,
         auth: StoreAuth | None = None,
+        compression: str = "auto",
         dcgm_selector: str = "",
         config: MixinConfig | None = None,
         team_label: str = "",
@@ -367,7 +368,7 @@ class PrometheusInput:
         rules: Sequence[KindRule] = DEFAULT_RULES,
         pools: Pools | None = None,
     ):
-        self.store = Store(url, auth, timeout, retries=1)
+        self.store = Store(url, auth, timeout, retries=1, compression=compression)
         self.checks = ValueChecks(self.store.name)
         self.url = self.store.url
         #: This replica's share of the nodes; None judges them all.

@@ -13,6 +13,8 @@ are written as OpenMetrics, backfilled with `promtool tsdb create-blocks-from op
 Prometheus (Debian's), and read back:
 - store: every range and instant query the report made, sent again and each answer read and thrown away:
   the store's own cost of answering them (its CPU measured from /proc), the floor no client can go under;
+  asked plain, as the report asks a store on its own host or the cluster's network, and again gzipped, as
+  it asks a store elsewhere (--prometheus.compression): what compressing costs the store, and saves the wire;
 - bare: the same queries, each answer decoded with orjson, nothing else: the floor of reading through the
   HTTP API;
 - report: the report as a user runs it (a process of its own), reading in pieces and judging, with the CPU
@@ -251,6 +253,7 @@ def run_report(url: str, hours: float, queries_out: str) -> dict:
     return {
         "seconds": seconds,
         "bytes": store.read_bytes,
+        "wire_bytes": store.wire_bytes,
         "verdicts": len(verdicts),
         "pods_waited": len(cluster.pending) if cluster else 0,
         "workloads": len({v.workload for v in verdicts}),
@@ -262,14 +265,16 @@ def run_report(url: str, hours: float, queries_out: str) -> dict:
     }
 
 
-def bare(url: str, queries: list[tuple[str, dict]], decode: bool = True) -> float:
+def bare(url: str, queries: list[tuple[str, dict]], decode: bool = True, gzipped: bool = False) -> tuple[float, int]:
     """Seconds to send `queries` again and read their answers, decoded with orjson (or, `decode` False, thrown
-    away: the store's own cost), nothing else."""
+    away: the store's own cost), nothing else; and the bytes that crossed the wire. The answers are asked
+    plain, as the report asks a store on this host, or `gzipped`, as it asks one elsewhere (store.accept_encoding)."""
     import orjson
     import requests
 
     session = requests.Session()
-    started = time.perf_counter()
+    session.headers["Accept-Encoding"] = "gzip, deflate" if gzipped else "identity"
+    started, wire = time.perf_counter(), 0
     for endpoint, params in queries:
         get = endpoint.startswith("label/") or endpoint == "series"  # GET only, as the store client asks them
         response = session.request(
@@ -278,9 +283,10 @@ def bare(url: str, queries: list[tuple[str, dict]], decode: bool = True) -> floa
             **({"params": params} if get else {"data": params}),
             timeout=300,
         )
+        wire += response.raw.tell()  # after .content has read it all: the bytes as they came
         if decode:
             orjson.loads(response.content)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, wire
 
 
 def cpu_seconds(pid: int) -> float:
@@ -376,10 +382,14 @@ def main() -> int:
             report()  # warms the page cache the blocks are read through, and records the queries
             queries = [tuple(q) for q in json.loads(queries_file.read_text())]
             # The faster of two runs, as the report's (min of the pairs would pick the one of less CPU).
-            store_cpu, store_seconds = min(
+            store_cpu, (store_seconds, _) = min(
                 (with_cpu(lambda: bare(url, queries, decode=False), pid) for _ in range(2)), key=lambda r: r[1]
             )
-            bare_seconds = min(bare(url, queries) for _ in range(2))
+            gzip_cpu, (gzip_seconds, gzip_wire) = min(
+                (with_cpu(lambda: bare(url, queries, decode=False, gzipped=True), pid) for _ in range(2)),
+                key=lambda r: r[1],
+            )
+            bare_seconds = min(bare(url, queries)[0] for _ in range(2))
             runs = [with_cpu(report, pid) for _ in range(2)]
             prometheus_cpu, best = min(runs, key=lambda r: r[1]["seconds"])
     measured = best
@@ -392,6 +402,9 @@ def main() -> int:
         "samples": samples,
         "store_s": store_seconds,
         "store_prometheus_cpu_s": store_cpu,
+        "store_gzip_s": gzip_seconds,
+        "store_gzip_prometheus_cpu_s": gzip_cpu,
+        "gzip_wire_bytes": gzip_wire,
         "bare_s": bare_seconds,
         "report_s": measured["seconds"],
         "report_prometheus_cpu_s": prometheus_cpu,
@@ -402,6 +415,7 @@ def main() -> int:
         "largest_piece_rows": measured["largest_piece_rows"],
         "piece_rows_limit": PIECE_ROWS,
         "bytes": measured["bytes"],
+        "wire_bytes": measured["wire_bytes"],
         "bytes_per_gpu_day": measured["bytes"] / gpu_days,
         "queries": measured["queries"],
         "verdicts": measured["verdicts"],
@@ -417,6 +431,7 @@ def main() -> int:
     print(f"{'':<46} {'seconds':>8} {'x store':>8} {'x bare':>7} {'Prometheus CPU-s':>17}")
     rows = (
         ("store: the same queries, answers thrown away", store_seconds, f"{store_cpu:.1f}"),
+        ("store, answers gzipped (a store elsewhere)", gzip_seconds, f"{gzip_cpu:.1f}"),
         ("bare: the same queries, HTTP and JSON only", bare_seconds, ""),
         ("gpulens report --prometheus", measured["seconds"], f"{prometheus_cpu:.1f}"),
     )

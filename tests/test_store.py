@@ -18,7 +18,7 @@ import zlib
 import pytest
 import requests
 
-from gpulens.analyzer.store import Store, StoreAuth, StoreError
+from gpulens.analyzer.store import Store, StoreAuth, StoreError, accept_encoding, series_points
 from gpulens.core.config import ConfigError
 from tests.helpers import (
     REPO,
@@ -193,6 +193,70 @@ def test_a_tenant_header_goes_with_every_query(scripted):
     store.query_range("up", T0, T0, 1)
     store.query("up", T0)
     assert [headers.get("X-Scope-OrgID") for headers, _ in server.requests] == ["team-a", "team-a"]
+
+
+@pytest.mark.parametrize(
+    ("url", "compression", "sent"),
+    [
+        # auto: a store on this host or the cluster's network is read plain, any other gzipped.
+        ("http://127.0.0.1:9090", "auto", "identity"),
+        ("http://127.8.0.1:9090", "auto", "identity"),
+        ("http://[::1]:9090", "auto", "identity"),
+        ("http://localhost:9090/prometheus", "auto", "identity"),
+        ("http://prometheus:9090", "auto", "identity"),  # a service of the same namespace, a Compose service
+        ("http://prometheus-operated.monitoring.svc:9090", "auto", "identity"),
+        ("https://thanos-query.monitoring.svc.cluster.local:10902", "auto", "identity"),
+        ("http://vmselect.vm.svc.corp.example:8481/select/0/prometheus", "auto", "identity"),
+        ("https://prometheus-prod-10-prod-us-central-0.grafana.net/api/prom", "auto", "gzip, deflate"),
+        ("http://10.0.4.17:9090", "auto", "gzip, deflate"),  # an address says nothing of the link
+        ("http://[2001:db8::7]:9090", "auto", "gzip, deflate"),
+        ("http://mimir.example.com", "auto", "gzip, deflate"),
+        ("http://127.0.0.1:9090", "gzip", "gzip, deflate"),
+        ("https://prometheus-prod-10-prod-us-central-0.grafana.net/api/prom", "none", "identity"),
+    ],
+)
+def test_answers_are_asked_gzipped_only_where_the_link_is_worth_the_stores_cpu(url, compression, sent):
+    assert accept_encoding(url, compression) == sent
+
+
+def test_a_compression_that_is_not_one_is_refused_naming_the_flag():
+    with pytest.raises(ConfigError, match=r"--prometheus.compression 'zstd' is not one of auto, gzip, none"):
+        Store("http://127.0.0.1:9", compression="zstd")
+
+
+def test_the_encoding_asked_for_goes_with_every_query(scripted):
+    server = scripted([(200, ANSWER, {}), (200, INSTANT_ANSWER, {}), (200, ANSWER, {})])
+    Store(server.url).query_range("up", T0, T0, 1)  # on this host: plain
+    Store(server.url).query("up", T0)
+    Store(server.url, compression="gzip").query_range("up", T0, T0, 1)
+    assert [headers.get("Accept-Encoding") for headers, _ in server.requests] == [
+        "identity",
+        "identity",
+        "gzip, deflate",
+    ]
+
+
+@pytest.mark.slow
+def test_a_real_prometheus_sends_the_same_series_plain_or_gzipped(tmp_path):
+    """Debian's Prometheus answers "identity" uncompressed and "gzip" compressed: the same points either
+    way, as written, and the wire carries what the store was asked for."""
+    lines = ["# TYPE gpu_test gauge"]
+    lines += [f'gpu_test{{uuid="GPU-{g}"}} {(g * 7 + k) % 100} {T0 + 15 * k}' for g in range(4) for k in range(240)]
+    prometheus = BackfilledPrometheus(tmp_path, "\n".join(lines) + "\n# EOF\n")
+    try:
+        read = {}
+        for compression in ("none", "gzip"):
+            store = Store(prometheus.url, compression=compression)
+            series = store.query_range("gpu_test", T0, T0 + 15 * 239, 15)
+            read[compression] = (store, {s["metric"]["uuid"]: series_points(s).tolist() for s in series})
+    finally:
+        prometheus.stop()
+    written = {f"GPU-{g}": [[T0 + 15 * k, float((g * 7 + k) % 100)] for k in range(240)] for g in range(4)}
+    assert read["none"][1] == read["gzip"][1] == written
+    plain, gzipped = read["none"][0], read["gzip"][0]
+    assert plain.read_bytes == gzipped.read_bytes  # the same answer, inflated
+    assert plain.wire_bytes == plain.read_bytes  # sent as it is
+    assert gzipped.wire_bytes < gzipped.read_bytes / 4  # sent gzipped: 960 points of two-digit values
 
 
 @pytest.mark.parametrize(
