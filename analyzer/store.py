@@ -456,9 +456,9 @@ def accept_encoding(url: str, compression: str) -> str:
     (a loopback address or localhost) or on the cluster's own network (a Kubernetes service, `*.svc` or
     `*.svc.<cluster domain>`, or a name without a dot: a service of the same namespace, a Compose service),
     gzip elsewhere. Compressing a range query's answer costs the store more than evaluating it: Debian's
-    Prometheus 2.42 spent 21.8-24.3 CPU-s answering a day of 1,000 GPUs gzipped against 12.0-13.2 plain,
-    for answers 7.5 times smaller (benchmarks/store_report.py: about 80 MB against 610 MB). That is about
-    50 MB saved per CPU-second: on a link of 1 Gbit/s or more the bytes cross faster than they compress."""
+    Prometheus 2.42 spent 21.6 CPU-s answering a day of 1,000 GPUs' report gzipped against 11.2 plain, for
+    answers 7.5 times smaller (benchmarks/store_report.py: 82 MB against 610 MB). That is about 50 MB saved
+    per CPU-second: on a link of 1 Gbit/s or more the bytes cross faster than they compress."""
     if compression not in COMPRESSIONS:
         raise ConfigError(f"--prometheus.compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
     if compression == "auto":

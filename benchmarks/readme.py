@@ -296,16 +296,10 @@ def _report_store(document: dict) -> list[str]:
             store,
             f"{f['store_prometheus_cpu_s']:.1f}",
         ),
-        *(
-            [
-                row(
-                    "store, answers gzipped (`--prometheus.compression gzip`: a store across a slow link)",
-                    f["store_gzip_s"],
-                    f"{f['store_gzip_prometheus_cpu_s']:.1f}",
-                )
-            ]
-            if "store_gzip_s" in f
-            else []
+        row(
+            "store, answers gzipped (`--prometheus.compression gzip`: a store across a slow link)",
+            f["store_gzip_s"],
+            f"{f['store_gzip_prometheus_cpu_s']:.1f}",
         ),
         row("bare: the same queries, HTTP and JSON decoding only", bare, ""),
         row(
@@ -317,13 +311,9 @@ def _report_store(document: dict) -> list[str]:
         f"Peak resident memory {f['report_peak_rss_mib']:,.0f} MiB, reading the span in {f['pieces']} pieces, the "
         f"largest {f['largest_piece_rows']:,} rows: a piece holds at most {f['piece_rows_limit']:,} GPU-steps "
         "whatever the span, so a week or a month of these GPUs needs the same memory; "
-        f"{f['bytes'] / gpu_days / 2**20:.2f} MiB read per GPU-day"
-        + (
-            f" ({f['gzip_wire_bytes'] / gpu_days / 2**20:.2f} MiB on the wire where the answers are gzipped)"
-            if "gzip_wire_bytes" in f
-            else ""
-        )
-        + f". Prometheus spends {cpu_rate:.3f} CPU-s per "
+        f"{f['bytes'] / gpu_days / 2**20:.2f} MiB read per GPU-day "
+        f"({f['gzip_wire_bytes'] / gpu_days / 2**20:.2f} MiB on the wire where the answers are gzipped). "
+        f"Prometheus spends {cpu_rate:.3f} CPU-s per "
         f"GPU-day answering it. At the measured rates ({f['seconds_per_gpu_day'] * 1000:.0f} ms per GPU-day in one "
         "process), "
         + "; ".join(

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -277,15 +278,17 @@ def bare(url: str, queries: list[tuple[str, dict]], decode: bool = True, gzipped
     started, wire = time.perf_counter(), 0
     for endpoint, params in queries:
         get = endpoint.startswith("label/") or endpoint == "series"  # GET only, as the store client asks them
-        response = session.request(
+        with session.request(
             "GET" if get else "POST",
             f"{url}/api/v1/{endpoint}",
             **({"params": params} if get else {"data": params}),
             timeout=300,
-        )
-        wire += response.raw.tell()  # after .content has read it all: the bytes as they came
+            stream=True,
+        ) as response:
+            body = response.raw.read(decode_content=False)  # as it came over the wire
+        wire += len(body)
         if decode:
-            orjson.loads(response.content)
+            orjson.loads(zlib.decompress(body, 32 + zlib.MAX_WBITS) if gzipped else body)
     return time.perf_counter() - started, wire
 
 
