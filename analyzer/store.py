@@ -456,8 +456,8 @@ def accept_encoding(url: str, compression: str) -> str:
     (a loopback address or localhost) or on the cluster's own network (a Kubernetes service, `*.svc` or
     `*.svc.<cluster domain>`, or a name without a dot: a service of the same namespace, a Compose service),
     gzip elsewhere. Compressing a range query's answer costs the store more than evaluating it: Debian's
-    Prometheus 2.42 spent 21.6 CPU-s answering a day of 1,000 GPUs' report gzipped against 11.2 plain, for
-    answers 7.5 times smaller (benchmarks/store_report.py: 82 MB against 610 MB). That is about 50 MB saved
+    Prometheus 2.42 spent 21.7 CPU-s answering a day of 1,000 GPUs' report gzipped against 11.5 plain, for
+    answers ten times smaller (benchmarks/store_report.py: 59 MB against 610 MB). That is about 50 MB saved
     per CPU-second: on a link of 1 Gbit/s or more the bytes cross faster than they compress."""
     if compression not in COMPRESSIONS:
         raise ConfigError(f"--prometheus.compression {compression!r} is not one of {', '.join(COMPRESSIONS)}")
