@@ -15,6 +15,7 @@ This module judges one window; gpulens.analyzer.history slides windows across ho
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -118,6 +119,11 @@ class Verdict:
     #: What it found beyond its class that outputs act on (Fact), sorted.
     facts: list[str] = field(default_factory=list)
 
+    def verdict(self) -> Verdict:
+        """Itself: a Verdict is written out already (Judgement.verdict() writes one out), so that a ledger
+        books either."""
+        return self
+
     @property
     def kind(self) -> WorkloadKind:
         """What the pod is, as its kind fields say (workload is its owner)."""
@@ -218,21 +224,90 @@ def judge(
 ) -> list[Verdict]:
     """A verdict for every row of pod_features(). A GPU's price per hour is its node's in `node_prices`
     (the cluster's cost tool: OpenCost), else its model's in `prices` (the price file), else the catalogue's."""
+    return [judged.verdict() for judged in judgements(features, t, prices, node_prices)]
+
+
+def judgements(
+    features: pd.DataFrame,
+    t: Thresholds,
+    prices: dict[str, float] | None,
+    node_prices: Mapping[str, float] | None = None,
+) -> list[Judgement]:
+    """judge() without writing each verdict out: what a report's windows need, most of which only a ledger
+    books (history.ledgers)."""
     models = {name: model_info(name, prices) for name in features["gpu_model"].unique()} if len(features) else {}
     node_prices = node_prices or {}
     # Data that attributes GPUs to pods (some GPU has one): a GPU without a pod there is capacity nobody
     # holds. Data that attributes none (a dmon or nvidia-smi capture, dcgm-exporter without its pod mapping)
     # says nothing of pods: each GPU is judged as the workload on it.
     attributed = bool(len(features)) and bool((features["pod"] != "").any())
-    verdicts = []
+    judged = []
     for f in PodFeatures.rows(features) if len(features) else ():
         model, node_price = models[f.gpu_model], node_prices.get(str(f.node))
         info = model if node_price is None else replace(model, price_per_hour=node_price)
-        verdicts.append(_verdict(f, t, info, attributed))
-    return verdicts
+        judged.append(_judgement(f, t, info, attributed))
+    return judged
 
 
-def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = True) -> Verdict:
+@dataclass(frozen=True, eq=False)
+class Judgement:
+    """A unit's class in one window, with what a ledger books of it (history.Ledger), and its Verdict,
+    evidence and all, written out only when asked (verdict()). A report judges every window of its span and
+    keeps the evidence of few (each class's newest window): writing each out took half of judging."""
+
+    features: PodFeatures
+    t: Thresholds
+    info: GpuModel
+    found: Finding
+    #: The verdict's confidence: the finding's, capped where profiling fields would help and are absent.
+    confidence: float
+    #: The throttling overlay's evidence (None: not throttled), and whether the GPU is larger than needed.
+    throttled: dict[str, str] | None
+    oversized: bool
+    without_pod: bool
+
+    @property
+    def bottleneck(self) -> str:
+        return self.found.bottleneck
+
+    @property
+    def gpu_model(self) -> str:
+        return self.features.gpu_model
+
+    @property
+    def gpus(self) -> list[str]:
+        return list(self.features.gpu_list)
+
+    @property
+    def window_seconds(self) -> float:
+        return float(self.features.window_seconds)
+
+    @property
+    def sample_seconds(self) -> float:
+        return float(self.features.sample_seconds)
+
+    @property
+    def waiting_share(self) -> float | None:
+        return self.found.waiting_share
+
+    @property
+    def served(self) -> bool:
+        return self.found.served
+
+    @property
+    def facts(self) -> list[str]:
+        return sorted(self.found.facts | ({"xid_fault"} if self.features.hardware_xid > 0 else set()))
+
+    @functools.cached_property
+    def _written(self) -> Verdict:
+        return _written_out(self)
+
+    def verdict(self) -> Verdict:
+        """The Verdict (the same object each time it is asked)."""
+        return self._written
+
+
+def _judgement(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = True) -> Judgement:
     activity = None if math.isnan(f.activity) else float(f.activity)
     without_pod = not f.pod and attributed
     throttled = None if without_pod else _throttled(f, t)
@@ -244,13 +319,23 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
         else next((finding for check in SIGNATURES if (finding := check(f, t, info))), None)
         or _without_signature(f, t, activity, throttled is not None, oversized)
     )
-    name, confidence = found.bottleneck, found.confidence
+    confidence = found.confidence
+    if not f.has_profiling and BY_NAME[found.bottleneck].profiling == "helps":
+        confidence = min(confidence, t.confidence_without_profiling)
+    confidence = round(min(max(confidence, 0.0), 1.0), 2)
+    return Judgement(f, t, info, found, confidence, throttled, oversized, without_pod)
+
+
+def _written_out(judged: Judgement) -> Verdict:
+    """A judgement's Verdict: its evidence, overlays first, the fix, the waste and the rest."""
+    f, t, found, name = judged.features, judged.t, judged.found, judged.bottleneck
+    activity = None if math.isnan(f.activity) else float(f.activity)
     # Overlays first, so that their evidence leads whatever the primary class is.
-    evidence = {**_hardware_xid(f), **(throttled or {}), **found.evidence}
+    evidence = {**_hardware_xid(f), **(judged.throttled or {}), **found.evidence}
     if f.start_up_seconds > 0:  # whatever the class: what it was judged on began after the start-up
         evidence.update(_start_up(f))
     not_judged = _not_judged(f, t)
-    if not_judged and name != "insufficient_data" and not without_pod:
+    if not_judged and name != "insufficient_data" and not judged.without_pod:
         evidence["not_judged"] = not_judged
     if not f.has_profiling and BY_NAME[name].profiling == "helps":
         evidence["profiling_fields"] = (
@@ -258,22 +343,21 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
             if not math.isnan(f.engine_active)
             else "absent: utilization shows that a kernel ran, not how much of the GPU worked"
         )
-        confidence = min(confidence, t.confidence_without_profiling)
-    confidence = round(min(max(confidence, 0.0), 1.0), 2)
     secondary = []
-    if throttled and name != "throttling":
+    if judged.throttled and name != "throttling":
         secondary.append("throttling")
-    if oversized and name not in ("wrong_gpu_type", "idle", "insufficient_data"):
+    if judged.oversized and name not in ("wrong_gpu_type", "idle", "insufficient_data"):
         secondary.append("wrong_gpu_type")
     wasted = 0.0
     if activity is not None and BY_NAME[name].waste:
         wasted = (1.0 - worked(activity, found.waiting_share)) * f.gpu_seconds
-    cost = wasted / 3600 * info.price_per_hour
+    cost = wasted / 3600 * judged.info.price_per_hour
+    confidence = judged.confidence
     return Verdict(
         namespace=f.namespace,
         pod=f.pod,
         node=f.node,
-        gpus=list(f.gpu_list),
+        gpus=judged.gpus,
         gpu_model=f.gpu_model,
         bottleneck=name,
         confidence=confidence,
@@ -293,7 +377,7 @@ def _verdict(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = T
         waiting_share=found.waiting_share,
         served=found.served,
         cause=found.cause,
-        facts=sorted(found.facts | ({"xid_fault"} if f.hardware_xid > 0 else set())),
+        facts=judged.facts,
     )
 
 

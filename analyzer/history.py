@@ -26,8 +26,10 @@ from gpulens.analyzer.classify import (
     XID_FAULTS,
     ClassShare,
     Episode,
+    Judgement,
     Verdict,
     judge,
+    judgements,
     sparse_use,
     worked,
 )
@@ -178,12 +180,12 @@ def ledgers(
     slot = ((ts - origin) // step).astype(np.int64)
     first_slot, slots, per_window = int(slot.min()), int(slot.max()) + 1, max(1, round(window / step))
     # The verdict of the window ending with each slot, by unit.
-    by_window: dict[str, dict[int, Verdict]] = defaultdict(dict)
+    by_window: dict[str, dict[int, Judgement]] = defaultdict(dict)
     for offset in range(per_window):
         end_slot = slot + (offset - slot) % per_window
         end_slot[end_slot >= slots] = -1  # windows that would end after the data
         features = pod_features(trace, t, window=end_slot, keys=keys)
-        for unit, k, verdict in zip(features.index, features["window"], judge(features, t, prices), strict=True):
+        for unit, k, verdict in zip(features.index, features["window"], judgements(features, t, prices), strict=True):
             if k >= first_slot:
                 by_window[str(unit)][int(k)] = verdict
     own = _slots(trace, keys, slot, slots, t)
@@ -242,7 +244,7 @@ def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t:
     return stats
 
 
-def _slot_verdict(windows: dict[int, Verdict], k: int, per_window: int, t: Thresholds) -> Verdict | None:
+def _slot_verdict(windows: dict[int, Judgement], k: int, per_window: int, t: Thresholds) -> Judgement | None:
     """The verdict of the window ending with slot k, or if it could not judge, of the first later
     window that covers slot k and could. A window that saw less than sparse_span_seconds (the start of
     the data) cannot tell sparse use from serving: where a later window that covers slot k saw enough to
@@ -277,8 +279,9 @@ class Ledger:
     #: Per episode: whether its newest window still served work (Verdict.served: a replica's quiet hour, not
     #: the fading tail of work that stopped).
     episode_served: list[bool] = field(default_factory=list)
-    #: The newest window verdict of each class: the headline's fix and evidence come from it (reports).
-    latest: dict[str, Verdict] = field(default_factory=dict)
+    #: The newest window verdict of each class: the headline's fix and evidence come from it (reports). A
+    #: report's windows are booked as Judgements, written out only where read (latest_verdict()).
+    latest: dict[str, Verdict | Judgement] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
     busy_seconds: float = 0.0
     idle_seconds: float = 0.0
@@ -292,7 +295,14 @@ class Ledger:
     xid_fault: tuple[float, str] | None = None
 
     def record(
-        self, verdict: Verdict, start: float, end: float, covered: float, waste: float, cost: float, joins: bool
+        self,
+        verdict: Verdict | Judgement,
+        start: float,
+        end: float,
+        covered: float,
+        waste: float,
+        cost: float,
+        joins: bool,
     ) -> None:
         """From `start` to `end` (unix seconds) judged `verdict`, covering `covered` GPU-seconds that wasted
         `waste` GPU-seconds and `cost` money. `joins`: it follows the last episode without a gap, which it
@@ -300,7 +310,7 @@ class Ledger:
         self.latest[verdict.bottleneck] = verdict
         self.gpus.update(verdict.gpus)
         if "xid_fault" in verdict.facts:
-            self.xid_fault = (end, verdict.evidence[XID_FAULTS])
+            self.xid_fault = (end, verdict.verdict().evidence[XID_FAULTS])
         last = self.episodes[-1] if self.episodes else None
         if joins and last is not None and last.bottleneck == verdict.bottleneck:
             last.extend(end, verdict.confidence, waste)
@@ -318,7 +328,7 @@ class Ledger:
     def add(
         self,
         k: int,
-        verdict: Verdict,
+        verdict: Verdict | Judgement,
         samples: float,
         mean_activity: float,
         idle: float,
@@ -441,7 +451,7 @@ class Ledger:
         name = headline(
             seconds, wasted_by_class, total, self.episodes, self.episode_seconds, t, self.episode_served, workload.kind
         )
-        base, confidence = self.latest[name], confidences[name]
+        base, confidence = self.latest[name].verdict(), confidences[name]
         episodes = [e.rounded() for e in self.episodes]
         by_class = class_shares(seconds, wasted_by_class, cost)
         span = episodes[-1].end - episodes[0].start
@@ -502,8 +512,8 @@ class Ledger:
         """This ledger with its episodes of class `old` of class `new` (verdict()): the same time and waste."""
         if old not in self.latest:
             return self
-        was = self.latest[old]
-        now = self.latest.get(new) or _as_class(was, new)
+        was = self.latest[old].verdict()
+        now = self.latest[new].verdict() if new in self.latest else _as_class(was, new)
         return replace(
             self,
             episodes=[replace(e, bottleneck=new) if e.bottleneck == old else e for e in self.episodes],

@@ -101,7 +101,7 @@ def unit_name(unit: Unit) -> str:
 
 def workload_of(past: Ledger) -> WorkloadKind:
     """What a unit's workload is, as the owners applied to its newest window verdicts say (kinds.py)."""
-    known = [v for v in past.latest.values() if v.workload_kind != "unknown"]
+    known = [v for v in (judged.verdict() for judged in past.latest.values()) if v.workload_kind != "unknown"]
     return known[-1].kind if known else UNKNOWN
 
 

@@ -105,6 +105,32 @@ def test_episodes_tile_the_span_and_add_up_to_the_waste(serving_day):
         assert by_episode == pytest.approx({k: c.wasted_gpu_seconds for k, c in v.by_class.items()}, abs=1)
 
 
+def test_a_span_writes_out_only_the_window_verdicts_its_headlines_read(serving_day, monkeypatch):
+    """Every window of the span is judged, and booked by its class; its evidence, fix and waste are written
+    out only for the newest window of a class that a headline reads (the hardware XID evidence aside)."""
+    from gpulens.analyzer import classify
+
+    judged, written = [], []
+
+    def judging(*args):
+        judged.extend(found := classify.judgements(*args))
+        return found
+
+    def writing_out(judgement):
+        written.append(judgement)
+        return write_out(judgement)
+
+    write_out = classify._written_out
+    monkeypatch.setattr("gpulens.analyzer.history.judgements", judging)
+    monkeypatch.setattr(classify, "_written_out", writing_out)
+    verdicts = analyze(serving_day)
+    assert len(judged) == 8 * 92  # 8 pods, a window ending at each 15-minute slot of 23 hours
+    assert len(written) == len(verdicts) == 8  # each headline's class, from its newest window
+    for verdict, newest in zip(verdicts, written, strict=True):
+        assert (newest.features.pod, newest.bottleneck) == (verdict.pod, verdict.bottleneck)
+        assert newest.verdict().recommendation == verdict.recommendation
+
+
 def test_a_job_that_finished_keeps_its_gpu_is_idle_from_when_it_stopped():
     # Healthy training until 06:00, then nothing for 18 hours, sampled every 60 s.
     trace = fleet_trace(["training_finished"], 60.0, 24, finish=6 * 3600.0, keeps_memory=1.0)
