@@ -18,10 +18,11 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
+import numpy as np
 import pandas as pd
 
 from gpulens.analyzer.engines import EngineLoad
@@ -224,7 +225,7 @@ def judge(
 ) -> list[Verdict]:
     """A verdict for every row of pod_features(). A GPU's price per hour is its node's in `node_prices`
     (the cluster's cost tool: OpenCost), else its model's in `prices` (the price file), else the catalogue's."""
-    return [judged.verdict() for judged in judgements(features, t, prices, node_prices)]
+    return [_written_out(judged, f) for f, judged in _judging(features, t, prices, node_prices)]
 
 
 def judgements(
@@ -235,27 +236,36 @@ def judgements(
 ) -> list[Judgement]:
     """judge() without writing each verdict out: what a report's windows need, most of which only a ledger
     books (history.ledgers)."""
+    return [judged for _, judged in _judging(features, t, prices, node_prices)]
+
+
+def _judging(
+    features: pd.DataFrame, t: Thresholds, prices: dict[str, float] | None, node_prices: Mapping[str, float] | None
+) -> Iterator[tuple[PodFeatures, Judgement]]:
+    """Each row of `features` as a record, and its judgement."""
     models = {name: model_info(name, prices) for name in features["gpu_model"].unique()} if len(features) else {}
     node_prices = node_prices or {}
     # Data that attributes GPUs to pods (some GPU has one): a GPU without a pod there is capacity nobody
     # holds. Data that attributes none (a dmon or nvidia-smi capture, dcgm-exporter without its pod mapping)
     # says nothing of pods: each GPU is judged as the workload on it.
     attributed = bool(len(features)) and bool((features["pod"] != "").any())
-    judged = []
-    for f in PodFeatures.rows(features) if len(features) else ():
+    columns = PodFeatures.columns(features) if len(features) else []
+    for position, f in enumerate(PodFeatures.rows(features) if len(features) else ()):
         model, node_price = models[f.gpu_model], node_prices.get(str(f.node))
         info = model if node_price is None else replace(model, price_per_hour=node_price)
-        judged.append(_judgement(f, t, info, attributed))
-    return judged
+        yield f, _judgement(f, t, info, attributed, columns, position)
 
 
 @dataclass(frozen=True, eq=False)
 class Judgement:
     """A unit's class in one window, with what a ledger books of it (history.Ledger), and its Verdict,
     evidence and all, written out only when asked (verdict()). A report judges every window of its span and
-    keeps the evidence of few (each class's newest window): writing each out took half of judging."""
+    keeps the evidence of few (each class's newest window): writing each out took half of judging. The
+    window's features stay in their frame's columns (PodFeatures.columns(), row `position`) until then: a
+    record of a hundred Python numbers for each window would hold several times the frame."""
 
-    features: PodFeatures
+    columns: list[np.ndarray]
+    position: int
     t: Thresholds
     info: GpuModel
     found: Finding
@@ -265,26 +275,16 @@ class Judgement:
     throttled: dict[str, str] | None
     oversized: bool
     without_pod: bool
+    #: What a ledger books of the window (PodFeatures' fields of the same names).
+    gpu_model: str
+    gpus: tuple[str, ...]
+    window_seconds: float
+    sample_seconds: float
+    hardware_xid: float
 
     @property
     def bottleneck(self) -> str:
         return self.found.bottleneck
-
-    @property
-    def gpu_model(self) -> str:
-        return self.features.gpu_model
-
-    @property
-    def gpus(self) -> list[str]:
-        return list(self.features.gpu_list)
-
-    @property
-    def window_seconds(self) -> float:
-        return float(self.features.window_seconds)
-
-    @property
-    def sample_seconds(self) -> float:
-        return float(self.features.sample_seconds)
 
     @property
     def waiting_share(self) -> float | None:
@@ -296,18 +296,21 @@ class Judgement:
 
     @property
     def facts(self) -> list[str]:
-        return sorted(self.found.facts | ({"xid_fault"} if self.features.hardware_xid > 0 else set()))
+        return sorted(self.found.facts | ({"xid_fault"} if self.hardware_xid > 0 else set()))
 
     @functools.cached_property
     def _written(self) -> Verdict:
-        return _written_out(self)
+        return _written_out(self, PodFeatures.at(self.columns, self.position))
 
     def verdict(self) -> Verdict:
         """The Verdict (the same object each time it is asked)."""
         return self._written
 
 
-def _judgement(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool = True) -> Judgement:
+def _judgement(
+    f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool, columns: list[np.ndarray], position: int
+) -> Judgement:
+    """The class of `f` (row `position` of `columns`, PodFeatures.columns())."""
     activity = None if math.isnan(f.activity) else float(f.activity)
     without_pod = not f.pod and attributed
     throttled = None if without_pod else _throttled(f, t)
@@ -323,12 +326,28 @@ def _judgement(f: PodFeatures, t: Thresholds, info: GpuModel, attributed: bool =
     if not f.has_profiling and BY_NAME[found.bottleneck].profiling == "helps":
         confidence = min(confidence, t.confidence_without_profiling)
     confidence = round(min(max(confidence, 0.0), 1.0), 2)
-    return Judgement(f, t, info, found, confidence, throttled, oversized, without_pod)
+    return Judgement(
+        columns,
+        position,
+        t,
+        info,
+        found,
+        confidence,
+        throttled,
+        oversized,
+        without_pod,
+        f.gpu_model,
+        tuple(f.gpu_list),
+        float(f.window_seconds),
+        float(f.sample_seconds),
+        f.hardware_xid,
+    )
 
 
-def _written_out(judged: Judgement) -> Verdict:
-    """A judgement's Verdict: its evidence, overlays first, the fix, the waste and the rest."""
-    f, t, found, name = judged.features, judged.t, judged.found, judged.bottleneck
+def _written_out(judged: Judgement, f: PodFeatures) -> Verdict:
+    """A judgement's Verdict (`f`: the features it judged): its evidence, overlays first, the fix, the waste
+    and the rest."""
+    t, found, name = judged.t, judged.found, judged.bottleneck
     activity = None if math.isnan(f.activity) else float(f.activity)
     # Overlays first, so that their evidence leads whatever the primary class is.
     evidence = {**_hardware_xid(f), **(judged.throttled or {}), **found.evidence}
@@ -357,7 +376,7 @@ def _written_out(judged: Judgement) -> Verdict:
         namespace=f.namespace,
         pod=f.pod,
         node=f.node,
-        gpus=judged.gpus,
+        gpus=list(judged.gpus),
         gpu_model=f.gpu_model,
         bottleneck=name,
         confidence=confidence,

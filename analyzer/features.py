@@ -931,6 +931,16 @@ class PodFeatures(NamedTuple):
         for values in zip(*columns, strict=True):
             yield cls(*values)
 
+    @classmethod
+    def columns(cls, features: pd.DataFrame) -> list[np.ndarray]:
+        """The columns of pod_features() a record is made of, as arrays (not copied): at() reads a row of them."""
+        return [features[name].to_numpy() for name in cls._fields]
+
+    @classmethod
+    def at(cls, columns: list[np.ndarray], position: int) -> PodFeatures:
+        """The record of row `position` of columns(), with the Python values rows() gives."""
+        return cls(*(v.item() if isinstance(v, np.generic) else v for v in (c[position] for c in columns)))
+
 
 def _add_identity(rows: _Rows, features: pd.DataFrame) -> None:
     """Who each unit is: node, model, pod, its GPUs, and the index ("namespace/pod" or "gpu:node/gpu")."""

@@ -201,6 +201,7 @@ def ledgers(
             if judged is not None:
                 ledger.add(int(k), judged, samples, activity, idle, work, ts_min, ts_max, prices)
         if ledger.episodes:
+            ledger.write_out()
             out[str(unit)] = ledger
     return out
 
@@ -280,7 +281,7 @@ class Ledger:
     #: the fading tail of work that stopped).
     episode_served: list[bool] = field(default_factory=list)
     #: The newest window verdict of each class: the headline's fix and evidence come from it (reports). A
-    #: report's windows are booked as Judgements, written out only where read (latest_verdict()).
+    #: report's windows are booked as Judgements, and the newest written out at the end of a piece (write_out()).
     latest: dict[str, Verdict | Judgement] = field(default_factory=dict)
     gpus: set[str] = field(default_factory=set)
     busy_seconds: float = 0.0
@@ -361,6 +362,11 @@ class Ledger:
             self.busy_seconds += activity * covered
             self.idle_seconds += (0.0 if math.isnan(idle) else float(idle)) * covered
             self.work_seconds += (activity if math.isnan(work) else float(work)) * covered
+
+    def write_out(self) -> None:
+        """Write out the newest window verdict of each class (Judgement.verdict()), so that the ledger holds
+        no window's features: a report's ledgers outlive the piece of the span they were judged in."""
+        self.latest = {name: judged.verdict() for name, judged in self.latest.items()}
 
     def merge(self, later: Ledger) -> None:
         """Add the ledger of the next piece of the span (its slots all after this one's)."""

@@ -107,28 +107,38 @@ def test_episodes_tile_the_span_and_add_up_to_the_waste(serving_day):
 
 def test_a_span_writes_out_only_the_window_verdicts_its_headlines_read(serving_day, monkeypatch):
     """Every window of the span is judged, and booked by its class; its evidence, fix and waste are written
-    out only for the newest window of a class that a headline reads (the hardware XID evidence aside)."""
+    out only for the newest window of each class, which a headline reads (and a window with a hardware XID,
+    whose evidence the ledger keeps)."""
     from gpulens.analyzer import classify
 
-    judged, written = [], []
+    judged, written, frames = [], [], {}
 
-    def judging(*args):
-        judged.extend(found := classify.judgements(*args))
+    def judging(features, *args):
+        judged.extend(found := classify.judgements(features, *args))
+        frames.update((id(judgement), features) for judgement in found)
         return found
 
-    def writing_out(judgement):
+    def writing_out(judgement, features):
         written.append(judgement)
-        return write_out(judgement)
+        return write_out(judgement, features)
 
     write_out = classify._written_out
     monkeypatch.setattr("gpulens.analyzer.history.judgements", judging)
     monkeypatch.setattr(classify, "_written_out", writing_out)
     verdicts = analyze(serving_day)
+    monkeypatch.undo()
     assert len(judged) == 8 * 92  # 8 pods, a window ending at each 15-minute slot of 23 hours
-    assert len(written) == len(verdicts) == 8  # each headline's class, from its newest window
-    for verdict, newest in zip(verdicts, written, strict=True):
-        assert (newest.features.pod, newest.bottleneck) == (verdict.pod, verdict.bottleneck)
-        assert newest.verdict().recommendation == verdict.recommendation
+    # Written out: the newest window of each class a pod was judged, once each.
+    newest = {(judgement.verdict().pod, judgement.bottleneck): judgement for judgement in written}
+    assert len(newest) == len(written) == sum(len(v.by_class) for v in verdicts) == 14
+    for verdict in verdicts:
+        assert {name for pod, name in newest if pod == verdict.pod} == set(verdict.by_class)
+        headline = newest[verdict.pod, verdict.bottleneck]
+        assert headline.verdict().recommendation == verdict.recommendation
+        # Written out from its frame's columns, as judge() writes the row out from the record it judged.
+        assert (
+            headline.verdict() == classify.judge(frames[id(headline)].iloc[[headline.position]], Thresholds(), None)[0]
+        )
 
 
 def test_a_job_that_finished_keeps_its_gpu_is_idle_from_when_it_stopped():
