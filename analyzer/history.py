@@ -185,9 +185,9 @@ def ledgers(
         end_slot = slot + (offset - slot) % per_window
         end_slot[end_slot >= slots] = -1  # windows that would end after the data
         features = pod_features(trace, t, window=end_slot, keys=keys)
-        for unit, k, judged in zip(features.index, features["window"], judgements(features, t, prices), strict=True):
+        for unit, k, judgement in zip(features.index, features["window"], judgements(features, t, prices), strict=True):
             if k >= first_slot:
-                by_window[str(unit)][int(k)] = judged
+                by_window[str(unit)][int(k)] = judgement
     own = _slots(trace, keys, slot, slots, t)
     low, high = (counted[0] - origin) / step, (counted[1] - origin) / step
     own = own[(own["window"] >= low) & (own["window"] < high)]
