@@ -333,7 +333,7 @@ def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> Non
     add(
         "--prometheus.compression",
         dest="compression",
-        choices=["auto", "gzip", "none"],
+        choices=["auto", "gzip", "none"],  # store.COMPRESSIONS, not imported: the exporter shares this CLI
         default="auto",
         help="answers gzipped (for slow or metered links) or not (none: the store spends about half the CPU); "
         "auto: none for a store on this host or a Kubernetes service, gzip elsewhere (docs/stores.md)",
