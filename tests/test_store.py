@@ -224,6 +224,18 @@ def test_a_compression_that_is_not_one_is_refused_naming_the_flag():
         Store("http://127.0.0.1:9", compression="zstd")
 
 
+def test_the_compression_flag_offers_what_the_store_client_takes():
+    import argparse
+
+    from gpulens.analyzer.store import COMPRESSIONS
+    from gpulens.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for command in ("report", "analyzer"):
+        flag = next(a for a in commands.choices[command]._actions if "--prometheus.compression" in a.option_strings)
+        assert (tuple(flag.choices), flag.default) == (COMPRESSIONS, "auto")
+
+
 def test_the_encoding_asked_for_goes_with_every_query(scripted):
     server = scripted([(200, ANSWER, {}), (200, INSTANT_ANSWER, {}), (200, ANSWER, {})])
     Store(server.url).query_range("up", T0, T0, 1)  # on this host: plain
