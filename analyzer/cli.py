@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpulens.core import catalog, flags
 from gpulens.core.bottlenecks import INSUFFICIENT_FILE
-from gpulens.core.config import finite_json, write_atomically
+from gpulens.core.config import finite_json, parse_duration, write_atomically
 from gpulens.core.flags import Subcommands
 from gpulens.core.thresholds import Thresholds
 
@@ -61,7 +61,8 @@ def register(commands: Subcommands) -> None:
     p.add_argument(
         "--since",
         default="",
-        help="with --prometheus: the span's start, as a duration before --until (7d, 12h) or an RFC 3339 time",
+        help="with --prometheus: the span's start, as a duration before --until (7d, 12h) or a time, RFC 3339 or "
+        "unix seconds",
     )
     p.add_argument(
         "--until",
@@ -415,7 +416,6 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer.plan import Use, make_plan
     from gpulens.analyzer.readers import TraceError
     from gpulens.analyzer.store import StoreError
-    from gpulens.core.config import parse_duration
 
     try:
         thresholds, prices = _config(args)
@@ -600,17 +600,13 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
     from gpulens.analyzer.kinds import load_rules
     from gpulens.analyzer.owners import OwnerReader
     from gpulens.analyzer.series import SeriesReader
-    from gpulens.core.config import parse_duration
 
     if not args.prometheus.startswith(("http://", "https://")):
         raise ValueError(f"--prometheus {args.prometheus!r} is not an http(s) URL")
     if not args.since:
         raise ValueError("--prometheus needs --since: how far back to read (7d, 24h, or an RFC 3339 time)")
     until = _when(args.until, "--until") if args.until else time.time()
-    try:
-        since = until - parse_duration(args.since, "--since")
-    except ValueError:
-        since = _when(args.since, "--since", "a duration (7d, 24h), ")
+    since = _since(args.since, until)
     if since >= until:
         raise ValueError(f"--since {args.since} is not before --until {format_timestamp(until)}")
     store = _store(args)
@@ -881,6 +877,21 @@ def _some(verdicts: list[Verdict], store: str, reader: SeriesReader, the_span: S
     )
 
 
+#: Seconds past which a bare --since number is a time (unix seconds, as --until takes), not a span: 31 years
+#: (10**9 is 2001-09-09T01:46:40Z), more history than any store holds.
+SINCE_IS_A_TIME = 1e9
+
+
+def _since(text: str, until: float) -> float:
+    """--since as unix seconds: a duration before `until` (7d, or a number of seconds), else a time as --until
+    takes it (RFC 3339, or unix seconds: a number too large to be a span of history, SINCE_IS_A_TIME)."""
+    try:
+        back = parse_duration(text, "--since")
+    except ValueError:
+        return _when(text, "--since", "a duration (7d, 24h), ")
+    return _when(text, "--since") if back >= SINCE_IS_A_TIME else until - back
+
+
 def _when(text: str, flag: str, or_else: str = "") -> float:
     from gpulens.analyzer.readers import parse_timestamp
 
@@ -1049,7 +1060,6 @@ def _csv(verdicts: list[Verdict]) -> str:
 
 def run_eval(args: argparse.Namespace) -> int:
     from gpulens.analyzer.evaluate import evaluate, render
-    from gpulens.core.config import parse_duration
 
     try:
         thresholds, _ = _config(args)
@@ -1084,7 +1094,7 @@ def run_service(args: argparse.Namespace) -> int:
     from gpulens.analyzer.livepage import LivePage
     from gpulens.analyzer.series import MAX_READ_PARTS, Shard
     from gpulens.analyzer.service import AnalyzerService
-    from gpulens.core.config import ConfigError, parse_duration, redact
+    from gpulens.core.config import ConfigError, redact
     from gpulens.core.web import WebConfig, parse_listen_address, serve
 
     try:

@@ -18,6 +18,7 @@ import zlib
 import pytest
 import requests
 
+from gpulens.analyzer import cli
 from gpulens.analyzer.store import Store, StoreAuth, StoreError, accept_encoding, series_points
 from gpulens.core.config import ConfigError
 from tests.helpers import (
@@ -309,6 +310,10 @@ def test_a_header_flag_that_is_not_a_header_is_refused(header):
             ["trace.csv", "--team-label", "team", "--prometheus.selector", 'job="x"', "--prometheus.step", "1m"],
             "--team-label, --prometheus.selector, --prometheus.step: only for --prometheus",
         ),
+        (  # unix seconds, as --until takes them: not a span of 56 years
+            ["--prometheus", "http://127.0.0.1:9", "--since", "1762732800", "--until", "1762646400"],
+            "--since 1762732800 is not before --until 2025-11-09T00:00:00Z",
+        ),
         (
             ["--prometheus", "http://127.0.0.1:9", "--since", "last week"],
             "--since 'last week' is not a time: give a duration (7d, 24h), RFC 3339",
@@ -326,6 +331,21 @@ def test_a_report_span_that_cannot_be_read_is_one_line_naming_the_flag(args, mes
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.startswith(f"gpulens report: {message}") and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("since", "start"),
+    [
+        ("7d", 1_762_732_800 - 7 * 86400),
+        ("3600", 1_762_732_800 - 3600),  # a number of seconds
+        ("999999999", 1_762_732_800 - 999_999_999),  # still a span: 31.7 years
+        ("1000000000", 1_000_000_000),  # unix seconds: 2001-09-09T01:46:40Z
+        ("1762646400", 1_762_646_400),
+        ("2025-11-09T00:00:00Z", 1_762_646_400),
+    ],
+)
+def test_since_is_a_span_before_until_or_a_time_as_until_takes_it(since, start):
+    assert cli._since(since, 1_762_732_800.0) == start
 
 
 def test_a_query_too_big_even_for_one_step_names_the_limit_to_raise(scripted):
