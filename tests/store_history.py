@@ -20,7 +20,7 @@ dcgm-exporter's units are its own: percent, MiB, MHz; gpulens' are ratios, bytes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -63,34 +63,32 @@ SIGNALS = (
 def week_trace() -> pd.DataFrame:
     """The fleet's week as a trace: a training pod, notebooks handed over, a serving replica, and a GPU no
     pod holds, on one H100 node with profiling."""
+    workloads = [
+        {"profile": "healthy_training", "gpus": [0], "pod": "ml/trainer-0/train"},
+        {"profile": "notebook", "gpus": [1], "pod": "research/notebook-a/jupyter"},
+        {"profile": "serving", "gpus": [2], "pod": "serve/llm-0/server"},
+    ]
+    trace = simulated_trace(workloads, 4, START, DAYS * 86400, STEP)
+    handed_over = (trace["pod"] == "notebook-a") & (trace["timestamp"] >= HANDOVER)
+    trace["pod"] = trace["pod"].astype(str).where(~handed_over, "notebook-b")
+    return fr.normalize(trace)
+
+
+def simulated_trace(workloads: list[dict], gpus: int, start: float, seconds: float, step: float) -> pd.DataFrame:
+    """The simulator's `workloads` (as a fleet file names them) on one H100 node of `gpus` GPUs with profiling,
+    sampled every `step` seconds for `seconds` from `start`, with the values dcgm-exporter rounds to."""
     node = load_fleet(
-        {
-            "seed": 7,
-            "nodes": [
-                {
-                    "name": NODE,
-                    "model": "H100-SXM5-80GB",
-                    "gpus": 4,
-                    "workloads": [
-                        {"profile": "healthy_training", "gpus": [0], "pod": "ml/trainer-0/train"},
-                        {"profile": "notebook", "gpus": [1], "pod": "research/notebook-a/jupyter"},
-                        {"profile": "serving", "gpus": [2], "pod": "serve/llm-0/server"},
-                    ],
-                }
-            ],
-        }
+        {"seed": 7, "nodes": [{"name": NODE, "model": "H100-SXM5-80GB", "gpus": gpus, "workloads": workloads}]}
     )[0]
     rows = []
-    times = START + STEP * np.arange(int(DAYS * 86400 / STEP))
+    times = start + step * np.arange(int(seconds / step))
     for gpu in node.gpus:
         model = gpu.model
         usable = model.memory_total_bytes - model.memory_reserved_bytes
         idle = model.idle_power_watts
+        pod = gpu.pod
         for t in times:
-            a = PROFILES[gpu.profile](gpu, float(t), STEP)
-            pod = gpu.pod
-            if pod is not None and gpu.index == 1 and t >= HANDOVER:
-                pod = replace(pod, pod="notebook-b")
+            a = PROFILES[gpu.profile](gpu, float(t), step)
             rows.append(
                 {
                     "timestamp": float(t),
