@@ -308,9 +308,14 @@ def prometheus_cpu(prometheus: str) -> float:
     return scalar(prometheus + "/metrics", "process_cpu_seconds_total")
 
 
-def prometheus_chores(prometheus: str) -> tuple[float, ...]:
-    """Prometheus' garbage collections and TSDB reloads so far (its Go runtime's and its TSDB's counters)."""
-    return scalars(prometheus + "/metrics", ("go_gc_duration_seconds_count", "prometheus_tsdb_reloads_total"))
+def prometheus_state(prometheus: str) -> tuple[float, tuple[float, float]]:
+    """Prometheus' CPU seconds, and its garbage collections and TSDB reloads (its Go runtime's and its TSDB's
+    counters) so far, from one /metrics answer: all three at one instant."""
+    cpu, gcs, reloads = scalars(
+        prometheus + "/metrics",
+        ("process_cpu_seconds_total", "go_gc_duration_seconds_count", "prometheus_tsdb_reloads_total"),
+    )
+    return cpu, (gcs, reloads)
 
 
 def query(prometheus: str, expr: str) -> list:
@@ -349,12 +354,8 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
         spent = prometheus_cpu(prometheus) - cpu - ingest_rate * (now - analyzer.started)
         read = analyzer.metric("gpulens_analyzer_input_read_bytes_total")
         cycles[first].append(Cycle(now - analyzer.started, spent, read, resident_peak_mib(analyzer.process.pid)))
-        last, cpu, at, chores = (
-            analyzer.metric("gpulens_analyzer_last_success_timestamp_seconds"),
-            prometheus_cpu(prometheus),
-            now,
-            prometheus_chores(prometheus),
-        )
+        last, at = analyzer.metric("gpulens_analyzer_last_success_timestamp_seconds"), now
+        cpu, chores = prometheus_state(prometheus)
         for _ in range(steady):
             newer = wait(
                 lambda last=last: (
@@ -364,13 +365,9 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
                 "the next cycle",
                 every=0.25,
             )
-            now, cpu_now, read_now = (
-                time.monotonic(),
-                prometheus_cpu(prometheus),
-                analyzer.metric("gpulens_analyzer_input_read_bytes_total"),
-            )
+            now, (cpu_now, chores_now) = time.monotonic(), prometheus_state(prometheus)
+            read_now = analyzer.metric("gpulens_analyzer_input_read_bytes_total")
             seconds = analyzer.metric("gpulens_analyzer_cycle_duration_seconds")
-            chores_now = prometheus_chores(prometheus)
             cycles[then].append(
                 Cycle(
                     seconds,
@@ -449,7 +446,7 @@ def select_only(prometheus: str, cycles: list[list[dict]], ingest_rate: float) -
     selected = 0
     for entries in cycles:
         time.sleep(SCRAPE_SECONDS - time.time() % SCRAPE_SECONDS + 3)  # where the analyzer's cycles start
-        cpu, at, chores = prometheus_cpu(prometheus), time.monotonic(), prometheus_chores(prometheus)
+        (cpu, chores), at = prometheus_state(prometheus), time.monotonic()
         for entry in entries:
             params = entry["params"]
             start, end = _unix(params["start"]), _unix(params["end"])
@@ -464,8 +461,9 @@ def select_only(prometheus: str, cycles: list[list[dict]], ingest_rate: float) -
                     counts = [float(s["value"][1]) for s in answer["data"]["result"]]
                 selected += int(sum(counts))
         time.sleep(max(0.0, SCRAPE_SECONDS - 1 - (time.monotonic() - at)))  # the GC the cycle set off, too
-        spent.append(prometheus_cpu(prometheus) - cpu - ingest_rate * (time.monotonic() - at))
-        gcs.append(prometheus_chores(prometheus)[0] - chores[0])
+        cpu_now, chores_now = prometheus_state(prometheus)
+        spent.append(cpu_now - cpu - ingest_rate * (time.monotonic() - at))
+        gcs.append(chores_now[0] - chores[0])
     return {"prometheus_cpu_s": spent, "prometheus_gcs": gcs, "series_per_cycle": selected / max(1, len(cycles))}
 
 

@@ -307,6 +307,15 @@ def _report_store(document: dict) -> list[str]:
             report,
             f"{f['report_prometheus_cpu_s']:.1f}",
         ),
+        *(
+            row(
+                f"the report at `--prometheus.step {c['step_s']:g}s`: one sample in {c['step_s'] / f['step_s']:g}, "
+                f"the class of every sample's read for {c['same_class_share']:.1%} of the pods",
+                c["report_s"],
+                f"{c['report_prometheus_cpu_s']:.1f}",
+            )
+            for c in f.get("coarser", [])
+        ),
         "",
         f"Peak resident memory {f['report_peak_rss_mib']:,.0f} MiB, reading the span in {f['pieces']} pieces, the "
         f"largest {f['largest_piece_rows']:,} rows: a piece holds at most {f['piece_rows_limit']:,} GPU-steps "
@@ -322,7 +331,12 @@ def _report_store(document: dict) -> list[str]:
             for gpus, days, span in ((1000, 30, "month"), (10_000, 91, "quarter"))
         )
         + " (`--processes N` in one machine, or `--shard.count N` over N machines merged with `--merge`, divide the "
-        "first where the store has the cores for the second).",
+        "first where the store has the cores for the second)."
+        + "".join(
+            f" At a step of {c['step_s']:g} s a month of 1,000 GPUs takes about "
+            f"{c['seconds_per_gpu_day'] * 1000 * 30 / 60:,.0f} minutes."
+            for c in f.get("coarser", [])
+        ),
     ]
     return out
 
@@ -344,12 +358,16 @@ def _store_reductions(document: dict) -> list[str]:
     f = document["figures"]
     raw = f["queries"][0]
     one_field = [q["cpu_s"] / raw["cpu_s"] for q in f["queries"][1:5]]
+    other, mean = f["queries"][-2:]  # at twice the interval: every other sample, each step's mean
     out = [
         f"**What the store pays to reduce a window** (`benchmarks/store_reductions.py`): on the report benchmark's "
         f"data, {f['gpus']:,} GPUs x {f['hours']:g} h of dcgm-exporter series at {f['step_s']} s, each query "
         "against the raw field a report reads today (best of 2). Prometheus' cost follows the points it writes "
         "more than what it evaluates: a window's mean, maximum or count of the samples over a threshold costs "
-        f"it {min(one_field):.2f} to {max(one_field):.2f} of the raw field's CPU. " + _machine(document),
+        f"it {min(one_field):.2f} to {max(one_field):.2f} of the raw field's CPU. At a step of twice the interval "
+        f"(`--prometheus.step 1m`) the mean of each step's samples costs it {mean['cpu_s'] / raw['cpu_s']:.2f} of the "
+        f"raw field's CPU, and every other sample {other['cpu_s'] / raw['cpu_s']:.2f}: a coarser step reads the "
+        "samples at its points (docs/stores.md). " + _machine(document),
         "",
         "| query | Prometheus CPU-s | x raw | MiB answered | x raw | points |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",

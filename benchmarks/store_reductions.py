@@ -5,10 +5,12 @@ Run: .venv/bin/python benchmarks/store_reductions.py [--data DIR]   (DIR: benchm
 
 On benchmarks/store_report.py's day of 1,000 GPUs of dcgm-exporter series at 30 s (backfilled into Debian's
 Prometheus, or reused from --data), each query below is asked over the first 12 hours, best of two: the raw
-series at the scrape interval (the baseline: what a report reads today, field by field), a per-window mean and
-maximum at a 5-minute step, a count of the samples in each window, a count of the samples over a threshold
-(a subquery at the scrape interval, as a share of busy samples needs), and a count of the samples where two
-fields' conditions hold at once (utilization high while power is low: a rank waiting in a collective).
+series at the scrape interval (the baseline: what a report reads today, field by field), the raw series and
+the mean of each step's samples at twice the interval (what a report at --prometheus.step 1m could ask), a
+per-window mean and maximum at a 5-minute step, a count of the samples in each window, a count of the
+samples over a threshold (a subquery at the scrape interval, as a share of busy samples needs), and a count
+of the samples where two fields' conditions hold at once (utilization high while power is low: a rank
+waiting in a collective).
 Prints Prometheus' CPU seconds (from /proc), the wall time, the bytes of the answer and its points, each as a
 ratio to the raw field's.
 """
@@ -44,6 +46,10 @@ QUERIES = [
         f"count_over_time(({UTIL} > 90 and on (instance, gpu) {POWER} < 140)[{WINDOW}:{STEP}s])",
         300,
     ),
+    # A report at a step of twice the interval (--prometheus.step): every other sample, or the mean of each
+    # step's two (a millisecond short of the step, so that no sample is in two steps' ranges).
+    ("raw at twice the interval (every other sample)", POWER, 2 * STEP),
+    ("mean of each step's samples at twice the interval", f"avg_over_time({POWER}[{2 * STEP * 1000 - 1}ms])", 2 * STEP),
 ]
 
 

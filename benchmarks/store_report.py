@@ -40,6 +40,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import TextIO
 
@@ -53,6 +54,8 @@ from gpulens.analyzer.span import PIECE_ROWS  # noqa: E402
 #: The day: 2025-11-10 00:00 UTC, sampled every 30 s (dcgm-exporter's interval under the GPU Operator).
 START = 1_762_732_800
 STEP = 30
+#: The coarser steps the report is also run at (--prometheus.step): every other sample, every fourth.
+COARSE_STEPS = (60, 120)
 GPUS_PER_NODE = 8
 REPLICAS_PER_DEPLOYMENT = 10
 #: dcgm-exporter's series of each GPU: name -> (low, high) of its values, in dcgm-exporter's units.
@@ -220,8 +223,9 @@ def backfill(promtool: str, work: Path, tsdb: Path, gpus: int, hours: float) -> 
     return samples
 
 
-def run_report(url: str, hours: float, queries_out: str) -> dict:
-    """The report in this process, its queries written to `queries_out`: seconds, bytes, verdicts, peak RSS."""
+def run_report(url: str, hours: float, queries_out: str, step: float = STEP) -> dict:
+    """The report in this process at `step` (--prometheus.step), its queries written to `queries_out` (where
+    given): seconds, bytes, verdicts and each unit's class, peak RSS."""
     from gpulens.analyzer import span
     from gpulens.analyzer.cli import _scheduling
     from gpulens.analyzer.owners import OwnerReader
@@ -238,19 +242,20 @@ def run_report(url: str, hours: float, queries_out: str) -> dict:
 
     started = time.perf_counter()
     store = Recorded(url, timeout=300)
-    reader = SeriesReader(store, STEP)
+    reader = SeriesReader(store, step)
     end = START + hours * 3600 - STEP
     # As `gpulens report` does: the scrape interval read first (it sets how old a sample may be and still
     # stand), the cluster's share after the verdicts.
     reader.scrape_interval(end, min(end - START, 3600.0))
     progress: list[span.Progress] = []
-    the_span = span.Span.aligned(START, end, STEP)
+    the_span = span.Span.aligned(START, end, step)
     owners = OwnerReader(store)
     verdicts = span.report(reader, the_span, Thresholds(), on_progress=progress.append, owners=owners)
     grid = (the_span.start, the_span.end, the_span.step)
     cluster = _scheduling(argparse.Namespace(analysis_config=""), store, owners, grid, verdicts, Thresholds(), {})
     seconds = time.perf_counter() - started
-    Path(queries_out).write_text(json.dumps(asked))
+    if queries_out:
+        Path(queries_out).write_text(json.dumps(asked))
     return {
         "seconds": seconds,
         "bytes": store.read_bytes,
@@ -263,6 +268,7 @@ def run_report(url: str, hours: float, queries_out: str) -> dict:
         "groups": progress[-1].groups,
         "largest_piece_rows": progress[-1].largest_piece_rows,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "classes": {verdict.unit: verdict.bottleneck for verdict in verdicts},
     }
 
 
@@ -357,9 +363,10 @@ def main() -> int:
     )
     parser.add_argument("--report", default="", help=argparse.SUPPRESS)  # a child: the report against this URL
     parser.add_argument("--queries-out", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--step", type=float, default=STEP, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.report:
-        print(json.dumps(run_report(args.report, args.hours, args.queries_out)))
+        print(json.dumps(run_report(args.report, args.hours, args.queries_out, args.step)))
         return 0
     promtool, prometheus = shutil.which("promtool"), shutil.which("prometheus")
     if not (promtool and prometheus):
@@ -372,10 +379,11 @@ def main() -> int:
         with serving(prometheus, work, tsdb) as (url, pid):
             queries_file = work / "queries.json"
 
-            def report(hours: float = args.hours) -> dict:
+            def report(step: float = STEP) -> dict:
+                recorded = ["--queries-out", str(queries_file)] if step == STEP else []
                 child = subprocess.run(
-                    [sys.executable, __file__, "--report", url, "--hours", str(hours)]
-                    + ["--queries-out", str(queries_file)],
+                    [sys.executable, __file__, "--report", url, "--hours", str(args.hours), "--step", str(step)]
+                    + recorded,
                     capture_output=True,
                     text=True,
                     check=True,
@@ -395,8 +403,27 @@ def main() -> int:
             bare_seconds = min(bare(url, queries)[0] for _ in range(2))
             runs = [with_cpu(report, pid) for _ in range(2)]
             prometheus_cpu, best = min(runs, key=lambda r: r[1]["seconds"])
+            coarse = {
+                step: min((with_cpu(partial(report, step), pid) for _ in range(2)), key=lambda r: r[1]["seconds"])
+                for step in COARSE_STEPS
+            }
     measured = best
     gpu_days = args.gpus * args.hours / 24
+    classes = measured.pop("classes")
+    coarser = [
+        {
+            "step_s": step,
+            "report_s": run["seconds"],
+            "report_prometheus_cpu_s": cpu,
+            "seconds_per_gpu_day": run["seconds"] / gpu_days,
+            "report_peak_rss_mib": run["peak_rss_mib"],
+            "bytes": run["bytes"],
+            # The units whose class (the headline, over the span) is the one every sample gave.
+            "same_class_share": sum(run["classes"].get(unit) == judged for unit, judged in classes.items())
+            / len(classes),
+        }
+        for step, (cpu, run) in coarse.items()
+    ]
     rate = measured["seconds"] / gpu_days  # seconds per GPU-day
     figures = {
         "gpus": args.gpus,
@@ -425,6 +452,7 @@ def main() -> int:
         "workloads": measured["workloads"],
         "pods_waited": measured["pods_waited"],
         "seconds_per_gpu_day": rate,
+        "coarser": coarser,
     }
     results.save(args.name, figures)
     print(
@@ -440,6 +468,13 @@ def main() -> int:
     )
     for name, seconds, cpu in rows:
         print(f"{name:<46} {seconds:>8.1f} {seconds / store_seconds:>8.2f} {seconds / bare_seconds:>7.2f} {cpu:>17}")
+    for run in coarser:
+        name = f"  at --prometheus.step {run['step_s']:g} s"
+        print(
+            f"{name:<46} {run['report_s']:>8.1f} "
+            f"{run['report_s'] / store_seconds:>8.2f} {run['report_s'] / bare_seconds:>7.2f} "
+            f"{run['report_prometheus_cpu_s']:>17.1f}   the class of {run['same_class_share']:.1%} of the pods"
+        )
     print(
         f"\npeak resident memory {measured['peak_rss_mib']:,.0f} MiB, reading {measured['pieces']} pieces in "
         f"{measured['groups']} groups of nodes, the "
@@ -452,7 +487,11 @@ def main() -> int:
     for gpus, days, span in ((1000, 30, "month"), (10_000, 91, "quarter")):
         print(
             f"a {span} of {gpus:,} GPUs: about {rate * gpus * days / 60:,.0f} minutes in one process at the "
-            f"measured rate, and {cpu_rate * gpus * days / 3600:,.1f} CPU-hours of Prometheus"
+            f"measured rate, and {cpu_rate * gpus * days / 3600:,.1f} CPU-hours of Prometheus; "
+            + ", ".join(
+                f"{run['seconds_per_gpu_day'] * gpus * days / 60:,.0f} minutes at a step of {run['step_s']:g} s"
+                for run in coarser
+            )
         )
     return 0
 
