@@ -309,8 +309,8 @@ def _report_store(document: dict) -> list[str]:
         ),
         *(
             row(
-                f"the report at `--prometheus.step {c['step_s']:g}s`: one sample in {c['step_s'] / f['step_s']:g}, "
-                f"the class of every sample's read for {c['same_class_share']:.1%} of the pods",
+                f"the report at `--prometheus.step {c['step_s']:g}s` (one sample in {c['step_s'] / f['step_s']:g}): "
+                f"{c['same_class_share']:.1%} of the pods keep the class every sample gives",
                 c["report_s"],
                 f"{c['report_prometheus_cpu_s']:.1f}",
             )
@@ -362,9 +362,9 @@ def _store_reductions(document: dict) -> list[str]:
     out = [
         f"**What the store pays to reduce a window** (`benchmarks/store_reductions.py`): on the report benchmark's "
         f"data, {f['gpus']:,} GPUs x {f['hours']:g} h of dcgm-exporter series at {f['step_s']} s, each query "
-        "against the raw field a report reads today (best of 2). Prometheus' cost follows the points it writes "
-        "more than what it evaluates: a window's mean, maximum or count of the samples over a threshold costs "
-        f"it {min(one_field):.2f} to {max(one_field):.2f} of the raw field's CPU. At a step of twice the interval "
+        "against the raw field a report reads today (best of 2, answers plain). A window's mean, maximum or count "
+        f"of the samples over a threshold costs Prometheus {min(one_field):.2f} to {max(one_field):.2f} of the raw "
+        "field's CPU, for a tenth of its points or fewer. At a step of twice the interval "
         f"(`--prometheus.step 1m`) the mean of each step's samples costs it {mean['cpu_s'] / raw['cpu_s']:.2f} of the "
         f"raw field's CPU, and every other sample {other['cpu_s'] / raw['cpu_s']:.2f}: a coarser step reads the "
         "samples at its points (docs/stores.md). " + _machine(document),
