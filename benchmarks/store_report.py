@@ -18,7 +18,9 @@ Prometheus (Debian's), and read back:
 - bare: the same queries, each answer decoded with orjson, nothing else: the floor of reading through the
   HTTP API;
 - report: the report as a user runs it (a process of its own), reading in pieces and judging, with the CPU
-  seconds Prometheus spent answering it.
+  seconds Prometheus spent answering it;
+- the report again at --prometheus.step 60 and 120 s (one sample in two, in four: what a long span can be
+  read at), with the share of pods whose class is the one every sample gave.
 Prints seconds, the ratios to both floors, Prometheus' CPU per GPU-day (for sizing a store), peak resident
 memory and bytes read per GPU-day, and a month of 1,000 GPUs and a quarter of 10,000 extrapolated from the
 measured rates. (A month of 1,000 GPUs is about 1.2 billion samples: about 540 GB of OpenMetrics to backfill,
