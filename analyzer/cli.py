@@ -24,18 +24,18 @@ if TYPE_CHECKING:
 
     import pandas as pd
 
-    from gpulens.analyzer import shards
-    from gpulens.analyzer.classify import Verdict
-    from gpulens.analyzer.engines import EngineLoad
-    from gpulens.analyzer.kinds import PodKey
-    from gpulens.analyzer.kube_state import KubeState
-    from gpulens.analyzer.owners import Owner, OwnerReader
-    from gpulens.analyzer.plan import Plan, Use
-    from gpulens.analyzer.report import TimelineBins
-    from gpulens.analyzer.scheduling import Scheduling
-    from gpulens.analyzer.series import SeriesReader, Shard
-    from gpulens.analyzer.span import Span
-    from gpulens.analyzer.store import Store, StoreAuth
+    from gpulens.analyzer.inputs.engines import EngineLoad
+    from gpulens.analyzer.inputs.kinds import PodKey
+    from gpulens.analyzer.inputs.kube_state import KubeState
+    from gpulens.analyzer.inputs.owners import Owner, OwnerReader
+    from gpulens.analyzer.inputs.series import SeriesReader, Shard
+    from gpulens.analyzer.inputs.store import Store, StoreAuth
+    from gpulens.analyzer.judging.classify import Verdict
+    from gpulens.analyzer.judging.scheduling import Scheduling
+    from gpulens.analyzer.outputs import shards
+    from gpulens.analyzer.outputs.plan import Plan, Use
+    from gpulens.analyzer.outputs.span import Span
+    from gpulens.analyzer.outputs.timelines import TimelineBins
     from gpulens.core.mixin import MixinConfig
 
 
@@ -301,7 +301,7 @@ def register(commands: Subcommands) -> None:
 
 def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> None:
     """What reading a store takes, the same for the report and the service: selectors, step, time-out and
-    credentials (analyzer/store.py). Each flag's default is kept (`store_defaults`), so that a report of
+    credentials (analyzer/inputs/store.py). Each flag's default is kept (`store_defaults`), so that a report of
     files can refuse the flags it would ignore."""
     defaults: dict[str, tuple[str, object]] = {}
 
@@ -367,7 +367,7 @@ def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> Non
 
 def _store_auth(args: argparse.Namespace) -> StoreAuth:
     """The store's credentials from the flags, checked: ConfigError naming the flag otherwise."""
-    from gpulens.analyzer.store import StoreAuth
+    from gpulens.analyzer.inputs.store import StoreAuth
 
     auth = StoreAuth(
         bearer_token_file=args.bearer_token_file,
@@ -384,7 +384,7 @@ def _store_auth(args: argparse.Namespace) -> StoreAuth:
 
 def _store(args: argparse.Namespace) -> Store:
     """The store the flags name, with their credentials, time-out and compression."""
-    from gpulens.analyzer.store import Store
+    from gpulens.analyzer.inputs.store import Store
 
     return Store(args.prometheus, _store_auth(args), args.timeout, compression=args.compression)
 
@@ -406,16 +406,15 @@ def _config(args: argparse.Namespace) -> tuple[Thresholds, dict[str, float]]:
 
 def run_report(args: argparse.Namespace) -> int:
     # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
-    from gpulens.analyzer import readers
-    from gpulens.analyzer.features import UnitKeys
-    from gpulens.analyzer.history import analyze, sample_interval
-    from gpulens.analyzer.kinds import load_rules
-    from gpulens.analyzer.kube_state import KubeStateError, RecordedKubeState
-    from gpulens.analyzer.owners import OwnerReader
-    from gpulens.analyzer.owners import apply as apply_owners
-    from gpulens.analyzer.plan import Use, make_plan
-    from gpulens.analyzer.readers import TraceError
-    from gpulens.analyzer.store import StoreError
+    from gpulens.analyzer.inputs import readers
+    from gpulens.analyzer.inputs.kinds import load_rules
+    from gpulens.analyzer.inputs.kube_state import KubeStateError, RecordedKubeState
+    from gpulens.analyzer.inputs.owners import OwnerReader
+    from gpulens.analyzer.inputs.readers import TraceError
+    from gpulens.analyzer.inputs.store import StoreError
+    from gpulens.analyzer.judging.features import UnitKeys
+    from gpulens.analyzer.judging.history import analyze, sample_interval, with_owners
+    from gpulens.analyzer.outputs.plan import Use, make_plan
 
     try:
         thresholds, prices = _config(args)
@@ -464,7 +463,7 @@ def run_report(args: argparse.Namespace) -> int:
             owned = _owners_of(owners, trace)
             workloads = {f"{namespace}/{pod}": owner.workload for (namespace, pod), owner in owned.items()}
             verdicts = analyze(trace, thresholds, prices, window, step, workloads if owners else None)
-            verdicts = apply_owners(verdicts, owned)
+            verdicts = with_owners(verdicts, owned)
             # A file holds what it holds: the advice is to record more, not to check a scrape.
             advice = INSUFFICIENT_FILE.format(min_samples=thresholds.min_samples)
             verdicts = [
@@ -492,7 +491,7 @@ def run_report(args: argparse.Namespace) -> int:
         else:
             text = _csv(verdicts) if args.by == "pod" else _csv_sums(verdicts, args.by)
     elif args.format == "html":
-        from gpulens.analyzer import report
+        from gpulens.analyzer.outputs import report
 
         if timelines is not None:
             text = report.render(verdicts, timelines.samples(report.drawn_units(verdicts)), plan, scheduling=scheduling)
@@ -500,7 +499,7 @@ def run_report(args: argparse.Namespace) -> int:
             assert trace is not None
             text = report.render(verdicts, report.trace_timelines(trace, verdicts), plan)
     else:
-        from gpulens.analyzer import terminal
+        from gpulens.analyzer.outputs import terminal
 
         on_terminal = not args.out and sys.stdout.isatty()
         width = shutil.get_terminal_size((terminal.PIPED_COLUMNS, 24)).columns if on_terminal else terminal.columns_of()
@@ -595,11 +594,11 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
     """The store of `--prometheus` and the span of `--since` and `--until` on its step grid (close the store)."""
     import time
 
-    from gpulens.analyzer import span
-    from gpulens.analyzer.frame import format_timestamp
-    from gpulens.analyzer.kinds import load_rules
-    from gpulens.analyzer.owners import OwnerReader
-    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.inputs.frame import format_timestamp
+    from gpulens.analyzer.inputs.kinds import load_rules
+    from gpulens.analyzer.inputs.owners import OwnerReader
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.outputs import span
 
     if not args.prometheus.startswith(("http://", "https://")):
         raise ValueError(f"--prometheus {args.prometheus!r} is not an http(s) URL")
@@ -629,9 +628,9 @@ def _report_from_store(
     """The verdicts of `--prometheus URL --since ... --until ...` (or of the shard files of `--merge`), for an
     HTML report what its timelines draw, for the plan what each unit used, and the cluster's judgement where
     kube-state-metrics says which pods asked for GPUs (None where it does not)."""
-    from gpulens.analyzer import shards
-    from gpulens.analyzer.plan import Use
-    from gpulens.analyzer.report import TimelineBins
+    from gpulens.analyzer.outputs import shards
+    from gpulens.analyzer.outputs.plan import Use
+    from gpulens.analyzer.outputs.timelines import TimelineBins
 
     opened = _open_store(args, how.thresholds)
     the_span = opened.span
@@ -656,11 +655,11 @@ def _shard_from_store(
     how: _Judging,
 ) -> None:
     """`--shard.count N --shard.index I`: the verdicts, use and timelines of the shard's nodes into the shard
-    file at --out (analyzer/shards.py), for `--merge`."""
-    from gpulens.analyzer import shards
-    from gpulens.analyzer.plan import Use
-    from gpulens.analyzer.report import TimelineBins
-    from gpulens.analyzer.series import Shard
+    file at --out (analyzer/outputs/shards.py), for `--merge`."""
+    from gpulens.analyzer.inputs.series import Shard
+    from gpulens.analyzer.outputs import shards
+    from gpulens.analyzer.outputs.plan import Use
+    from gpulens.analyzer.outputs.timelines import TimelineBins
 
     opened = _open_store(args, how.thresholds)
     the_span, shard = opened.span, Shard(args.shard_index, args.shard_count)
@@ -689,7 +688,7 @@ def _origin(
     import hashlib
     from dataclasses import asdict
 
-    from gpulens.analyzer import shards
+    from gpulens.analyzer.outputs import shards
 
     rules = Path(args.analysis_config).read_bytes() if args.analysis_config else b""
     settings = {
@@ -717,8 +716,8 @@ def _judged(
 ) -> list[Verdict]:
     """The verdicts of the span's nodes (of `shard`'s, where given), read in `--processes` processes, with a
     progress bar on a terminal; what each unit used into `use`, and its timelines into `timelines`."""
-    from gpulens.analyzer import span
-    from gpulens.analyzer.engines import read_engine_loads
+    from gpulens.analyzer.inputs.engines import read_engine_loads
+    from gpulens.analyzer.outputs import span
 
     store, reader, the_span = opened.store, opened.reader, opened.span
     # What each serving pod's engine counted over the span: a few reduced queries, not its samples.
@@ -767,7 +766,7 @@ def _judged_in_processes(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from gpulens.analyzer.series import Shard
+    from gpulens.analyzer.inputs.series import Shard
 
     whole = shard or Shard(0, 1)
     shares = [Shard(whole.index + whole.count * p, whole.count * count) for p in range(count)]
@@ -783,12 +782,12 @@ def _judged_in_processes(
 
 def _judge_share(task: tuple[_Share, Shard]) -> tuple[list[Verdict], Use, TimelineBins | None]:
     """One process's share of a report: the verdicts of the nodes of its shard."""
-    from gpulens.analyzer import span
-    from gpulens.analyzer.kinds import load_rules
-    from gpulens.analyzer.owners import OwnerReader
-    from gpulens.analyzer.plan import Use
-    from gpulens.analyzer.report import TimelineBins
-    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.inputs.kinds import load_rules
+    from gpulens.analyzer.inputs.owners import OwnerReader
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.outputs import span
+    from gpulens.analyzer.outputs.plan import Use
+    from gpulens.analyzer.outputs.timelines import TimelineBins
 
     job, shard = task
     args, the_span, how = job.args, job.span, job.how
@@ -816,10 +815,10 @@ def _scheduling(
 ) -> Scheduling | None:
     """The cluster's judgement over `span` (start, end, step: unix seconds) from kube-state-metrics' series in a
     store or recorded (None where no pod asked for a GPU)."""
-    from gpulens.analyzer.cluster import ClusterReader, judged_grid
-    from gpulens.analyzer.kinds import load_pools
-    from gpulens.analyzer.scheduling import judge_store
-    from gpulens.analyzer.store import StoreError
+    from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
+    from gpulens.analyzer.inputs.kinds import load_pools
+    from gpulens.analyzer.inputs.store import StoreError
+    from gpulens.analyzer.judging.scheduling import judge_store
 
     pools = load_pools(args.analysis_config)
     models = {v.node: v.gpu_model for v in verdicts if v.node and v.gpu_model}
@@ -862,8 +861,8 @@ def _step(given: float, interval: float | None) -> float:
 def _some(verdicts: list[Verdict], store: str, reader: SeriesReader, the_span: Span) -> list[Verdict]:
     """The verdicts, or where a store that answered held no GPU's series in the span, the error that says so
     and what to check (an empty report would read as a fleet without GPUs)."""
-    from gpulens.analyzer.frame import format_timestamp
-    from gpulens.analyzer.store import StoreError
+    from gpulens.analyzer.inputs.frame import format_timestamp
+    from gpulens.analyzer.inputs.store import StoreError
 
     if verdicts:
         return verdicts
@@ -893,7 +892,7 @@ def _since(text: str, until: float) -> float:
 
 
 def _when(text: str, flag: str, or_else: str = "") -> float:
-    from gpulens.analyzer.readers import parse_timestamp
+    from gpulens.analyzer.inputs.readers import parse_timestamp
 
     try:
         return parse_timestamp(text)
@@ -939,7 +938,7 @@ def _json(verdicts: list[Verdict], plan: Plan, scheduling: Scheduling | None = N
     one object per action, then its sums, what it did not plan and why, and what it assumed."""
     from dataclasses import asdict
 
-    from gpulens.analyzer.summary import DIMENSIONS, waste_by
+    from gpulens.analyzer.outputs.summary import DIMENSIONS, waste_by
 
     return {
         "verdicts": [v.to_dict() for v in verdicts],
@@ -952,7 +951,7 @@ def _json(verdicts: list[Verdict], plan: Plan, scheduling: Scheduling | None = N
 def _csv_sums(verdicts: list[Verdict], dimension: str) -> str:
     from dataclasses import asdict
 
-    from gpulens.analyzer.summary import WasteSum, waste_by
+    from gpulens.analyzer.outputs.summary import WasteSum, waste_by
 
     out = io.StringIO()
     fields = list(WasteSum.__dataclass_fields__)
@@ -968,7 +967,7 @@ def _csv_plan(plan: Plan) -> str:
     """The plan, a row per action; its evidence and assumptions as "key: value; ..." text."""
     from dataclasses import asdict
 
-    from gpulens.analyzer.plan import Action
+    from gpulens.analyzer.outputs.plan import Action
 
     out = io.StringIO()
     fields = [f for f in Action.__dataclass_fields__ if f != "needs"]
@@ -988,8 +987,8 @@ def _csv_cluster(scheduling: Scheduling | None, by: str) -> str:
     (`pool`); the header alone where kube-state-metrics said nothing of GPU pods."""
     from dataclasses import asdict, fields
 
-    from gpulens.analyzer.frame import format_timestamp
-    from gpulens.analyzer.scheduling import Pending, PoolUse
+    from gpulens.analyzer.inputs.frame import format_timestamp
+    from gpulens.analyzer.judging.scheduling import Pending, PoolUse
 
     out = io.StringIO()
     if by == "pending":
@@ -1040,7 +1039,7 @@ _CSV_FIELDS = [
 
 
 def _csv(verdicts: list[Verdict]) -> str:
-    from gpulens.analyzer.frame import format_timestamp as when
+    from gpulens.analyzer.inputs.frame import format_timestamp as when
 
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=_CSV_FIELDS, extrasaction="ignore")
@@ -1059,7 +1058,7 @@ def _csv(verdicts: list[Verdict]) -> str:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from gpulens.analyzer.evaluate import evaluate, render
+    from gpulens.analyzer.outputs.evaluate import evaluate, render
 
     try:
         thresholds, _ = _config(args)
@@ -1089,11 +1088,11 @@ def run_service(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry
 
-    from gpulens.analyzer.kinds import load_pools, load_rules
-    from gpulens.analyzer.live import AnalyzerInput, ExporterInput, PrometheusInput
-    from gpulens.analyzer.livepage import LivePage
-    from gpulens.analyzer.series import MAX_READ_PARTS, Shard
-    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.analyzer.inputs.kinds import load_pools, load_rules
+    from gpulens.analyzer.inputs.live import AnalyzerInput, ExporterInput, PrometheusInput
+    from gpulens.analyzer.inputs.series import MAX_READ_PARTS, Shard
+    from gpulens.analyzer.outputs.livepage import LivePage
+    from gpulens.analyzer.outputs.service import AnalyzerService
     from gpulens.core.config import ConfigError, redact
     from gpulens.core.web import WebConfig, parse_listen_address, serve
 

@@ -40,10 +40,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import results  # noqa: E402
-from gpulens.analyzer import frame as fr  # noqa: E402
-from gpulens.analyzer import readers  # noqa: E402
-from gpulens.analyzer.classify import classify  # noqa: E402
-from gpulens.analyzer.history import analyze  # noqa: E402
+from gpulens.analyzer.inputs import frame as fr  # noqa: E402
+from gpulens.analyzer.inputs import readers  # noqa: E402
+from gpulens.analyzer.judging.classify import classify  # noqa: E402
+from gpulens.analyzer.judging.history import analyze  # noqa: E402
 
 
 def make_trace(gpus: int, seconds: int, seed: int = 0, step: float = 1.0, exporter: bool = False) -> pd.DataFrame:
@@ -207,8 +207,8 @@ def day(gpus: int, hours: float, step: float, repeat: int) -> None:
 
 def input_cycle(gpus: int, repeat: int) -> None:
     """Seconds, bytes and points of the live input's first cycle (the window whole) and of the next."""
-    from gpulens.analyzer import live
-    from gpulens.analyzer.live import PrometheusInput
+    from gpulens.analyzer.inputs import live
+    from gpulens.analyzer.inputs.live import PrometheusInput
 
     # The client's cost of a whole window in one cycle, as before a first cycle was cut into pieces
     # (benchmarks/live_prometheus.py measures the pieces against a real Prometheus).

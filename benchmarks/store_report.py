@@ -51,7 +51,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import results  # noqa: E402
-from gpulens.analyzer.span import PIECE_ROWS  # noqa: E402
+from gpulens.analyzer.outputs.span import PIECE_ROWS  # noqa: E402
 
 #: The day: 2025-11-10 00:00 UTC, sampled every 30 s (dcgm-exporter's interval under the GPU Operator).
 START = 1_762_732_800
@@ -228,11 +228,11 @@ def backfill(promtool: str, work: Path, tsdb: Path, gpus: int, hours: float) -> 
 def run_report(url: str, hours: float, queries_out: str, step: float = STEP) -> dict:
     """The report in this process at `step` (--prometheus.step), its queries written to `queries_out` (where
     given): seconds, bytes, verdicts and each unit's class, peak RSS."""
-    from gpulens.analyzer import span
     from gpulens.analyzer.cli import _scheduling
-    from gpulens.analyzer.owners import OwnerReader
-    from gpulens.analyzer.series import SeriesReader
-    from gpulens.analyzer.store import Store
+    from gpulens.analyzer.inputs.owners import OwnerReader
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.store import Store
+    from gpulens.analyzer.outputs import span
     from gpulens.core.thresholds import Thresholds
 
     asked: list[tuple[str, dict]] = []

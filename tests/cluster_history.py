@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gpulens.analyzer import frame as fr
+from gpulens.analyzer.inputs import frame as fr
 from tests.store_history import Families, _labels, series_lines
 
 #: 2025-12-01T00:00:00Z.

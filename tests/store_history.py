@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import frame as fr
+from gpulens.analyzer.inputs import frame as fr
 from gpulens.core.dcgm import MIB
 from gpulens.simulator.fleet import load_fleet
 from gpulens.simulator.workloads import PROFILES

@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer import readers
-from gpulens.analyzer.classify import classify
-from gpulens.analyzer.evaluate import DAY_KINDS, VARIANTS, Scenario, evaluate, scenario_trace
-from gpulens.analyzer.evidence import Evidence, byte_count, duration, in_units, percent, seconds, share
-from gpulens.analyzer.readers import TraceError, read_trace
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.inputs import readers
+from gpulens.analyzer.inputs.readers import TraceError, read_trace
+from gpulens.analyzer.judging.classify import classify
+from gpulens.analyzer.judging.evidence import Evidence, byte_count, duration, in_units, percent, seconds, share
+from gpulens.analyzer.outputs.evaluate import DAY_KINDS, VARIANTS, Scenario, evaluate, scenario_trace
 from gpulens.core.bottlenecks import POD_CLASSES
 from gpulens.core.thresholds import REMOVED, Thresholds
 from tests.captures import FIXTURES, H100_CAPTURE, capture_sections
@@ -69,7 +69,7 @@ def test_experiments_run_one_after_another_are_not_checkpoint_stalls():
     """The BERT recording runs its experiments one after another, each a new process: gaps of 17-120 s at a
     near-steady period, as a job that checkpoints would show, but with the GPU's memory released in them.
     Every window of it is healthy training, as it was before host stalls were judged."""
-    from gpulens.analyzer.history import analyze
+    from gpulens.analyzer.judging.history import analyze
 
     trace = readers.read_files([DMON / "train_nlp_dcgm.csv"], gpu_model="NVIDIA A100 80GB PCIe")
     [v] = analyze(trace)
@@ -562,7 +562,7 @@ def test_a_node_price_from_the_clusters_cost_tool_wins_over_the_price_file():
 def test_the_class_table_is_whole_and_every_set_of_classes_derives_from_it():
     """core/bottlenecks.py is the one home of the vocabulary: each class a fix, a colour of its own, whether
     it is a problem and whether it needs profiling fields; the sets the code uses are read from it."""
-    from gpulens.analyzer import report
+    from gpulens.analyzer.outputs import report
     from gpulens.core import bottlenecks
 
     table = bottlenecks.BOTTLENECKS
@@ -647,8 +647,8 @@ def test_a_threshold_the_exporters_histogram_cannot_honour_is_refused_saying_why
 def test_the_html_report_draws_gaps_as_gaps_and_counts_in_words():
     """Two hours of samples 14 hours apart: the activity line stops at the gap and starts again after it;
     one pod is "1 pod" and "the pod"; numbers sit under headers aligned as they are."""
-    from gpulens.analyzer import report as html_report
-    from gpulens.analyzer.history import analyze
+    from gpulens.analyzer.judging.history import analyze
+    from gpulens.analyzer.outputs import report as html_report
 
     trace = blocks([1_800_000_000.0, 1_800_000_000.0 + 15 * 3600], 3600, step=30.0, activity=0.3)
     verdicts = analyze(trace)

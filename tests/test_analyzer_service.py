@@ -353,9 +353,9 @@ def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet_in_prometheu
     """Past one analyzer: two replicas over one Prometheus, each owning the nodes that hash to it,
     give exactly the verdicts of one unsharded analyzer on the same data, none lost or doubled; and
     the hash is Prometheus' own (its hashmod relabelling labels each exporter with its shard)."""
-    from gpulens.analyzer.classify import classify
-    from gpulens.analyzer.live import PrometheusInput
-    from gpulens.analyzer.series import Shard, hashmod
+    from gpulens.analyzer.inputs.live import PrometheusInput
+    from gpulens.analyzer.inputs.series import Shard, hashmod
+    from gpulens.analyzer.judging.classify import classify
 
     prometheus = fleet_in_prometheus
     shards = {r["metric"]["node"]: r["metric"]["prometheus_shard"] for r in prometheus.query("gpulens_gpu_up")}
@@ -388,8 +388,8 @@ def test_each_cycle_reads_only_the_steps_it_has_not_read(fleet_in_prometheus):
     still holds exactly the window a fresh analyzer reads whole, up to the step every part has read."""
     import pandas as pd
 
-    from gpulens.analyzer.live import PrometheusInput
-    from gpulens.analyzer.series import REREAD_STEPS
+    from gpulens.analyzer.inputs.live import PrometheusInput
+    from gpulens.analyzer.inputs.series import REREAD_STEPS
 
     prometheus = fleet_in_prometheus
     end = float(int(time.time()) - 5)  # steps whose scrapes have all landed: both readers see the same data
@@ -523,7 +523,7 @@ def test_gpu_prices_are_read_from_opencost_through_prometheus(tmp_path):
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from gpulens.analyzer.live import PrometheusInput
+    from gpulens.analyzer.inputs.live import PrometheusInput
 
     class OpenCost(BaseHTTPRequestHandler):
         def do_GET(self):
@@ -551,7 +551,7 @@ def test_gpu_prices_are_read_from_opencost_through_prometheus(tmp_path):
 
 def test_gpu_prices_survive_prometheus_going_away(caplog):
     """Prometheus down when prices are due: the last prices stay, a warning says why."""
-    from gpulens.analyzer import live
+    from gpulens.analyzer.inputs import live
 
     source = live.PrometheusInput(f"http://127.0.0.1:{free_port()}")
     source._prices = {"gpu-a": 12.29}

@@ -1,4 +1,4 @@
-"""A read of many steps asks a store bare series (analyzer/series.py _Bare: a selector, rate() or increase()
+"""A read of many steps asks a store bare series (analyzer/inputs/series.py _Bare: a selector, rate() or increase()
 alone, without `max by` or arithmetic, which Prometheus evaluates step by step at many times the cost) and
 takes the max, the factors and the freshness itself. Read from a real Prometheus and a real
 VictoriaMetrics both ways, three hours of every family the analyzer reads give the same frame, value for
@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpulens.analyzer import series, span
-from gpulens.analyzer.series import SeriesReader
-from gpulens.analyzer.store import Store
+from gpulens.analyzer.inputs import series
+from gpulens.analyzer.inputs.series import SeriesReader
+from gpulens.analyzer.inputs.store import Store
+from gpulens.analyzer.outputs import span
 from gpulens.core.catalog import MIB
 from tests.helpers import BackfilledPrometheus, VictoriaMetrics
 from tests.store_history import Families, families_openmetrics, families_prometheus_text

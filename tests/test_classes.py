@@ -1,5 +1,5 @@
 """Adding a class, or a cause of host_stall, means its record (core/bottlenecks.py), the rule that finds it
-(analyzer/classify.py), a simulator profile that `gpulens eval` judges it on (analyzer/evaluate.py) and
+(analyzer/judging/classify.py), a simulator profile that `gpulens eval` judges it on (analyzer/outputs/evaluate.py) and
 signature tests at its thresholds' edges (tests/test_signatures.py): docs/architecture.md says so, and these
 tests fail naming what a class or cause lacks."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ast
 
-from gpulens.analyzer import evaluate
+from gpulens.analyzer.outputs import evaluate
 from gpulens.core.bottlenecks import POD_CLASSES, STALL_CAUSES
 from tests.helpers import REPO
 
@@ -35,7 +35,7 @@ def stall_causes_named(tree: ast.AST) -> set[str]:
 def found_by_rules() -> set[str]:
     """The classes a Finding of classify.py names: its first argument, a name or a choice of names."""
     names: set[str] = set()
-    for node in ast.walk(parsed("analyzer/classify.py")):
+    for node in ast.walk(parsed("analyzer/judging/classify.py")):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Finding":
             names |= literals(node.args[0])
     return names
@@ -44,7 +44,7 @@ def found_by_rules() -> set[str]:
 def causes_of_rules() -> set[str]:
     """The host_stall causes classify.py gives a fix for: STALL_CAUSES["..."], and the causes _stall_shape
     names (looked up with STALL_CAUSES.get)."""
-    tree = parsed("analyzer/classify.py")
+    tree = parsed("analyzer/judging/classify.py")
     return stall_causes_named(tree) | (literals(tree) & set(STALL_CAUSES))
 
 

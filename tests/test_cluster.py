@@ -1,4 +1,4 @@
-"""The cluster's share of the waste (analyzer/cluster.py, analyzer/scheduling.py): a constructed cluster
+"""The cluster's share of the waste (analyzer/inputs/cluster.py, analyzer/judging/scheduling.py): a constructed cluster
 (tests/cluster_history.py) backfilled into a real Prometheus, read by `gpulens report --prometheus`, against
 answers worked by hand from its table; then the reasons a wait can have, on clusters built in memory."""
 
@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer.cluster import WAITING, ClusterHistory, Node, PodTrack, Run
-from gpulens.analyzer.frame import format_timestamp
-from gpulens.analyzer.kinds import Pools, WorkloadKind
-from gpulens.analyzer.owners import Owner
-from gpulens.analyzer.plan import Use, make_plan
-from gpulens.analyzer.scheduling import judge
-from gpulens.analyzer.terminal import _cluster
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.inputs.cluster import WAITING, ClusterHistory, Node, PodTrack, Run
+from gpulens.analyzer.inputs.frame import format_timestamp
+from gpulens.analyzer.inputs.kinds import Pools, WorkloadKind
+from gpulens.analyzer.inputs.owners import Owner
+from gpulens.analyzer.judging.scheduling import judge
+from gpulens.analyzer.outputs.plan import Use, make_plan
+from gpulens.analyzer.outputs.terminal import _cluster
 from gpulens.core.thresholds import Thresholds
 from tests import cluster_history as cluster
 from tests.helpers import BackfilledPrometheus, VictoriaMetrics
@@ -209,7 +209,7 @@ def test_a_report_judged_in_processes_is_the_report_judged_in_one(store, answer,
     """`--processes 2`: each process reads the nodes whose name hashes to its share (t2 and t4; t1, t3, i1
     and i2), and the merged report is the one process's: the same verdicts, plan and cluster, and the same
     HTML timelines (what each unit used is merged, not read again)."""
-    from gpulens.analyzer.series import hashmod
+    from gpulens.analyzer.inputs.series import hashmod
 
     assert sorted(node for node in cluster.NODES if hashmod(node, 2) == 0) == ["t2", "t4"]
     merged = json.loads(report(store, "--format", "json", "--processes", "2").stdout)
@@ -234,7 +234,7 @@ def test_a_report_sharded_between_runs_is_the_report_of_one_run(store, answer, t
     whose name hashes to its index into a shard file; `--merge` of both is the report one run writes: the
     same verdicts, plan and cluster (read once, at the merge), and the same HTML. A shard read in two
     processes shares its nodes out again (shard 1 of 2 in processes: shards 1 and 3 of 4)."""
-    from gpulens.analyzer.series import hashmod
+    from gpulens.analyzer.inputs.series import hashmod
 
     files = [tmp_path / f"shard-{index}.zip" for index in range(2)]
     for index, more in ((0, ()), (1, ("--processes", "2"))):
@@ -319,9 +319,9 @@ def test_the_clusters_series_read_bare_are_what_promql_answers(store, age):
     by the store, at every step, with fresh() where the age is under the lookback and without. (The store,
     backfilled, holds no staleness marker: with one, fresh() would end a series at it, last_over_time at most
     half a scrape interval later; docs/stores.md.)"""
-    from gpulens.analyzer.kube_state import GPUS, LIVE_PHASES, QUOTA_HARD, StoreKubeState
-    from gpulens.analyzer.series import fresh
-    from gpulens.analyzer.store import Store
+    from gpulens.analyzer.inputs.kube_state import GPUS, LIVE_PHASES, QUOTA_HARD, StoreKubeState
+    from gpulens.analyzer.inputs.series import fresh
+    from gpulens.analyzer.inputs.store import Store
 
     source = StoreKubeState(Store(store[0]))
     end = START + (cluster.STEPS - 1) * STEP
@@ -448,7 +448,7 @@ def test_recorded_kube_state_metrics_that_cannot_be_read_are_named_with_the_fix(
 def test_saved_scrapes_of_kube_state_metrics_are_taken_at_their_files_times(tmp_path):
     """Scrapes saved without timestamps (curl .../metrics > file): each at its file's modification time, read
     as the store would read the same samples: a pod waiting in the first, on its node in the second."""
-    from gpulens.analyzer.kube_state import RecordedKubeState
+    from gpulens.analyzer.inputs.kube_state import RecordedKubeState
 
     first, second = tmp_path / "ksm-1.prom", tmp_path / "ksm-2.prom"
     node = 'kube_node_status_allocatable{node="n1",resource="nvidia_com_gpu",unit="integer"} 8\n'
@@ -474,9 +474,9 @@ def test_saved_scrapes_of_kube_state_metrics_are_taken_at_their_files_times(tmp_
 def test_the_live_analyzer_serves_the_cluster_as_it_is_now(store):
     """At 01:40 (step 100): train-big-0 waits on fragmentation (created 00:30), train-huge-0 for a node of 16
     (created 01:00); training has 10 GPUs free, 3 at most on a node, all stranded; inference 7, 4 on i2."""
-    from gpulens.analyzer.kinds import load_pools
-    from gpulens.analyzer.live import PrometheusInput
-    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.analyzer.inputs.kinds import load_pools
+    from gpulens.analyzer.inputs.live import PrometheusInput
+    from gpulens.analyzer.outputs.service import AnalyzerService
     from tests.helpers import samples
 
     url, settings = store
@@ -625,7 +625,7 @@ def test_pods_that_wait_in_a_cluster_with_no_gpu_node_are_said_without_a_crash()
 
 def test_the_terminal_lists_the_longest_waits_and_counts_the_rest():
     """A busy month names hundreds of waits: the table lists MAX_WAITS, longest first, and says how many more."""
-    from gpulens.analyzer.terminal import MAX_WAITS
+    from gpulens.analyzer.outputs.terminal import MAX_WAITS
 
     pods = {("ns", f"w{k:02d}"): [Run(0, 5 + k, WAITING, 1)] for k in range(MAX_WAITS + 3)}
     s = judge(history([], pods, steps=40), {}, Thresholds())

@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpulens.alerts import rules
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer import readers
-from gpulens.analyzer.features import UnitKeys
-from gpulens.analyzer.history import analyze, sample_interval
-from gpulens.analyzer.plan import Use, make_plan
-from gpulens.analyzer.readers import TraceError
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.inputs import readers
+from gpulens.analyzer.inputs.readers import TraceError
+from gpulens.analyzer.judging.features import UnitKeys
+from gpulens.analyzer.judging.history import analyze, sample_interval
+from gpulens.analyzer.outputs.plan import Use, make_plan
 from gpulens.core import catalog, dcgm
 from gpulens.core.config import ConfigError, finite_json
 from gpulens.core.mixin import MixinConfig

@@ -17,10 +17,10 @@ from PIL import Image
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics_latest
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer.evidence import duration, percent
-from gpulens.analyzer.history import analyze
-from gpulens.analyzer.live import ValueChecks
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.inputs.live import ValueChecks
+from gpulens.analyzer.judging.evidence import duration, percent
+from gpulens.analyzer.judging.history import analyze
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.thresholds import Thresholds
 from gpulens.simulator.fleet import load_fleet
@@ -109,7 +109,7 @@ def test_a_span_writes_out_only_the_window_verdicts_its_headlines_read(serving_d
     """Every window of the span is judged, and booked by its class; its evidence, fix and waste are written
     out only for the newest window of each class, which a headline reads (and a window with a hardware XID,
     whose evidence the ledger keeps)."""
-    from gpulens.analyzer import classify
+    from gpulens.analyzer.judging import classify
 
     judged, written, frames = [], [], {}
 
@@ -123,7 +123,7 @@ def test_a_span_writes_out_only_the_window_verdicts_its_headlines_read(serving_d
         return write_out(judgement, features)
 
     write_out = classify._written_out
-    monkeypatch.setattr("gpulens.analyzer.history.judgements", judging)
+    monkeypatch.setattr("gpulens.analyzer.judging.history.judgements", judging)
     monkeypatch.setattr(classify, "_written_out", writing_out)
     verdicts = analyze(serving_day)
     monkeypatch.undo()
@@ -279,12 +279,12 @@ class Replay:
     def engine_loads(self, history: float, percentile: float) -> dict:
         return {}
 
-    def cluster(self, t, prices) -> None:
+    def cluster(self) -> None:
         return None  # a trace holds no kube-state-metrics
 
 
 def run_service(trace: pd.DataFrame, until_hour: float, history: float):
-    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.analyzer.outputs.service import AnalyzerService
 
     now = [MIDNIGHT + 600.0]
     service = AnalyzerService(Replay(trace, 600, lambda: now[0]), Thresholds(), {}, 300, lambda: now[0], history)
@@ -375,8 +375,8 @@ def test_the_analyzers_metrics_never_carry_a_series_twice(openmetrics):
 
 def test_a_ledger_keeps_at_most_its_newest_episodes_and_its_totals_follow():
     """The live service's ledger: episodes dropped by age or count leave its totals by class."""
-    from gpulens.analyzer.classify import Verdict
-    from gpulens.analyzer.history import Ledger
+    from gpulens.analyzer.judging.classify import Verdict
+    from gpulens.analyzer.judging.history import Ledger
 
     def judged(name: str, confidence: float) -> Verdict:
         return Verdict("ns", "p", "n1", ["GPU-0"], "H100", name, confidence, {}, "", 0.0, 0.0)
@@ -431,7 +431,7 @@ class Outage(Replay):
         self.down, self.up = down, up
 
     def window_frame(self) -> pd.DataFrame:
-        from gpulens.analyzer.live import InputError
+        from gpulens.analyzer.inputs.live import InputError
 
         if self.down <= self.clock() < self.up:
             raise InputError("Prometheus at http://prom:9090 is down")
@@ -439,7 +439,7 @@ class Outage(Replay):
 
 
 def test_waste_and_history_count_only_the_time_the_samples_cover_across_an_outage():
-    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.analyzer.outputs.service import AnalyzerService
 
     trace = fleet_trace(["idle"], 15.0, 3)
     now = [MIDNIGHT + 600.0]
@@ -481,7 +481,7 @@ class Advancing(Replay):
 
 
 def test_a_clock_that_jumps_a_day_counts_no_day_of_waste():
-    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.analyzer.outputs.service import AnalyzerService
 
     trace = fleet_trace(["idle"], 15.0, 2)
     now = [MIDNIGHT + 600.0]
@@ -532,8 +532,8 @@ def test_a_replica_still_serving_through_quiet_nights_is_serving_over_its_day(ni
 def test_the_span_judgement_is_one_for_the_api_the_page_and_the_plan():
     """Two hours of windows each judged overprovisioned_serving, at 0.4% of the time worked over the span:
     sparse use, idle. The live service's history[].headline is that verdict, not the windows' class."""
-    from gpulens.analyzer.classify import Verdict
-    from gpulens.analyzer.history import Ledger
+    from gpulens.analyzer.judging.classify import Verdict
+    from gpulens.analyzer.judging.history import Ledger
 
     ledger = Ledger()
     window = Verdict("ns", "p", "n1", ["GPU-0"], "H100", "overprovisioned_serving", 0.6, {}, "", 0.0, 0.0)
@@ -580,7 +580,7 @@ def test_a_serving_replica_quiet_all_night_is_serving_where_kubernetes_says_it_s
     """The replica's day with no request after 18:00: from its GPU alone the work stopped (idle, the test
     above); a vLLM Deployment's replica quiet for the night is still a replica: serving, its evidence naming
     what said so."""
-    from gpulens.analyzer.kinds import WorkloadKind
+    from gpulens.analyzer.inputs.kinds import WorkloadKind
 
     [alone] = analyze(_replica_day(0.0))
     assert alone.bottleneck == "idle"
@@ -595,9 +595,9 @@ def test_a_notebooks_cells_are_never_serving():
     """Two hours of windows each judged overprovisioned_serving at 5% of the time worked (not sparse): from the
     GPU alone a replica with few requests; a JupyterHub user's server is a notebook, its bursts cells, the time
     its kernel holds the GPU between them idle (the plan culls it), its waste the same GPU-seconds."""
-    from gpulens.analyzer.classify import Episode, Verdict
-    from gpulens.analyzer.history import Ledger
-    from gpulens.analyzer.kinds import WorkloadKind
+    from gpulens.analyzer.inputs.kinds import WorkloadKind
+    from gpulens.analyzer.judging.classify import Episode, Verdict
+    from gpulens.analyzer.judging.history import Ledger
 
     ledger = Ledger()
     window = Verdict("ns", "p", "n1", ["GPU-0"], "H100", "overprovisioned_serving", 0.6, {}, "", 0.0, 0.0)
@@ -619,9 +619,9 @@ def test_the_live_service_says_what_each_pod_is_and_judges_a_notebooks_windows_b
     alone replicas with few requests (4-16% active). Kubernetes says the first is a JupyterHub user's server:
     its windows are notebook cells, so /metrics, the alerts on it and the API call it idle with what said so,
     and its gpulens_pod_workload_info says notebook; the second, which nothing names, stays serving."""
-    from gpulens.analyzer.kinds import WorkloadKind
-    from gpulens.analyzer.owners import Owner
-    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.analyzer.inputs.kinds import WorkloadKind
+    from gpulens.analyzer.inputs.owners import Owner
+    from gpulens.analyzer.outputs.service import AnalyzerService
 
     notebook = WorkloadKind("notebook", "", "label component=singleuser-server")
 
@@ -658,7 +658,7 @@ def test_what_the_engine_counted_decides_serving_against_idle(requests, headline
     """The replica's day with nights of one request an hour (serving from its GPU alone, above): its vLLM
     finished 1,843 requests, so it served; a replica whose engine finished none is idle whatever its GPU
     showed (a model load, health checks). Its waste is the same GPU-seconds either way."""
-    from gpulens.analyzer.engines import EngineLoad
+    from gpulens.analyzer.inputs.engines import EngineLoad
 
     [alone] = analyze(_replica_day(0.5))
     load = EngineLoad("vllm", requests, 0.95, 3.0, 7.0, 0.0, 1.0, 0.12, 0.3)
@@ -678,7 +678,7 @@ def test_a_trace_files_workload_columns_say_what_its_pods_are(tmp_path, suffix):
     """The replica's day with no request after 18:00 (idle from its GPU alone) in a file whose rows say it is a
     vLLM replica: serving, as Kubernetes would have said, with the file named as the source. The same day of a
     pod the file calls a job keeps its GPU's verdict."""
-    from gpulens.analyzer.readers import read_trace
+    from gpulens.analyzer.inputs.readers import read_trace
 
     day = _replica_day(0.0)
     path = tmp_path / f"day{suffix}"
@@ -708,7 +708,7 @@ def test_a_trace_files_workload_columns_say_what_its_pods_are(tmp_path, suffix):
     ],
 )
 def test_a_workload_column_holding_what_gpulens_does_not_know_is_refused(tmp_path, column, value, message):
-    from gpulens.analyzer.readers import TraceError, read_trace
+    from gpulens.analyzer.inputs.readers import TraceError, read_trace
 
     path = tmp_path / "day.csv"
     rows = _replica_day(0.0).head(3).assign(workload_kind="serving", engine="vllm")
@@ -723,7 +723,7 @@ def test_a_workload_column_holding_what_gpulens_does_not_know_is_refused(tmp_pat
 def test_a_notebook_judged_in_one_window_is_idle_not_serving():
     """Forty minutes of the replica's working hours, one window: from the GPU alone a replica with few requests
     (overprovisioned_serving); the same rows of a JupyterHub user's server are cells run in a kernel left open."""
-    from gpulens.analyzer.kinds import WorkloadKind
+    from gpulens.analyzer.inputs.kinds import WorkloadKind
 
     morning = _replica_day(0.0)
     morning = morning[morning["timestamp"].between(MIDNIGHT + 9 * 3600, MIDNIGHT + 9 * 3600 + 40 * 60)]
@@ -744,10 +744,10 @@ def test_an_engine_that_served_with_room_settles_low_activity_as_serving(waiting
     """Low activity with no signature leaves its causes open (unexplained); a vLLM replica that finished
     requests with nobody waiting at p95 had room: serving with headroom, its open causes settled. With
     requests queued at p95 it had none, and what held it back (its KV cache, a CPU-bound loop) stays open."""
-    from gpulens.analyzer.classify import Verdict
-    from gpulens.analyzer.engines import EngineLoad
-    from gpulens.analyzer.history import with_workload
-    from gpulens.analyzer.kinds import WorkloadKind
+    from gpulens.analyzer.inputs.engines import EngineLoad
+    from gpulens.analyzer.inputs.kinds import WorkloadKind
+    from gpulens.analyzer.judging.classify import Verdict
+    from gpulens.analyzer.judging.history import with_workload
 
     open_causes = {
         "mean_activity": "13% < 50% with no signature of a cause",

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpulens.analyzer import readers
-from gpulens.analyzer.readers import TraceError, read_trace
+from gpulens.analyzer.inputs import readers
+from gpulens.analyzer.inputs.readers import TraceError, read_trace
 from tests.captures import FIXTURES
 from tests.helpers import REPO
 
@@ -419,10 +419,10 @@ def test_an_nvidia_smi_log_with_two_columns_for_one_value_is_refused_naming_both
 def test_more_pods_than_a_report_can_hold_are_refused_saying_why(tmp_path, monkeypatch, capsys):
     """A million tiny pods took the report past the machine's memory with a traceback: past MAX_UNITS
     (lowered to 3 here) it is refused in one line with the fix."""
-    from gpulens.analyzer import features
+    from gpulens.analyzer.inputs import frame
     from gpulens.cli import main
 
-    monkeypatch.setattr(features, "MAX_UNITS", 3)
+    monkeypatch.setattr(frame, "MAX_UNITS", 3)
     fix = "one report judges at most 3 (about 20 KB each); report a shorter span (files: fewer at a time, or split "
     fix += "by time; a store: --since, --until)"
     # Pods by name: refused as the file is read, at the line of the fourth (not once all are read and judged).

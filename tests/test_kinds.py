@@ -1,10 +1,10 @@
-"""What each workload is, from what Kubernetes says of its pod (analyzer/kinds.py)."""
+"""What each workload is, from what Kubernetes says of its pod (analyzer/inputs/kinds.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodFacts, WorkloadKind, kind_of, load_rules
+from gpulens.analyzer.inputs.kinds import DEFAULT_RULES, KindRule, PodFacts, WorkloadKind, kind_of, load_rules
 from gpulens.core.config import ConfigError
 
 JUPYTERHUB = {"app": "jupyterhub", "component": "singleuser-server", "hub.jupyter.org/username": "alice"}

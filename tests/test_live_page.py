@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gpulens.analyzer.livepage import LivePage
-from gpulens.analyzer.service import AnalyzerService
+from gpulens.analyzer.outputs.livepage import LivePage
+from gpulens.analyzer.outputs.service import AnalyzerService
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.web import WebConfig, serve
 from tests.helpers import require_binary

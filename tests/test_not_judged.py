@@ -1,4 +1,4 @@
-"""The columns no verdict reads (trace.NOT_JUDGED) are not asked of a store (analyzer/series.py): these tests
+"""The columns no verdict reads (trace.NOT_JUDGED) are not asked of a store (analyzer/inputs/series.py): these tests
 hold the features and the verdicts to that, on a simulated pod of every class, so that a signature that
 starts reading one of them fails here rather than judging a store's fleet without it."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import evaluate
-from gpulens.analyzer.features import pod_features
-from gpulens.analyzer.history import analyze
+from gpulens.analyzer.judging.features import pod_features
+from gpulens.analyzer.judging.history import analyze
+from gpulens.analyzer.outputs import evaluate
 from gpulens.core import trace as tr
 from gpulens.core.thresholds import Thresholds
 

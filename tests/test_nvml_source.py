@@ -599,7 +599,7 @@ def test_topology_peer_paths_and_nvlink_health_from_the_driver(fake_nvml, tmp_pa
     assert exporter.log.count(f"GPU 0 ({uuid[0]}): every NVLink link is up again") == 1
     assert exporter.log.count("NVLink links down: [3, 7]") == 1
     # The recorder writes where each GPU sits and how its links fare.
-    from gpulens.analyzer.readers import read_trace
+    from gpulens.analyzer.inputs.readers import read_trace
 
     frame = read_trace(record)
     last = frame.groupby("gpu").last()

@@ -11,7 +11,7 @@ import pytest
 from tests.helpers import REPO
 
 USER_CODE = """
-import gpulens.alerts.rules, gpulens.analyzer.classify, gpulens.dashboards.style, gpulens.exporter.sampler
+import gpulens.alerts.rules, gpulens.analyzer.judging.classify, gpulens.dashboards.style, gpulens.exporter.sampler
 import alerts, analyzer
 print(alerts.OWNER, analyzer.OWNER)
 for name in ("exporter", "dashboards"):
@@ -54,7 +54,7 @@ def test_the_wheel_holds_one_top_level_package_with_every_part_and_its_data(tmp_
         "gpulens/simulator/fleets/demo.yaml",
         "gpulens/demo-thresholds.yaml",
         "gpulens/exporter/sampler.py",
-        "gpulens/analyzer/classify.py",
+        "gpulens/analyzer/judging/classify.py",
         "gpulens/dashboards/gpulens.py",
         "gpulens/alerts/rules.py",
     ):
@@ -90,7 +90,7 @@ def test_docs_verdicts_names_every_field_of_a_verdict_an_episode_and_a_class_sha
     added to one of them without its row fails here, as does a row for a field that is gone."""
     from dataclasses import fields
 
-    from gpulens.analyzer.classify import ClassShare, Episode, Verdict
+    from gpulens.analyzer.judging.classify import ClassShare, Episode, Verdict
 
     sections = (REPO / "docs" / "verdicts.md").read_text().split("\n## ")[1:]
     documented = [

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer.evaluate import Scenario, scenario_trace
-from gpulens.analyzer.history import analyze
-from gpulens.analyzer.plan import GPU_ONLY_REPLICA_CONFIDENCE, Use, make_plan
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.judging.history import analyze
+from gpulens.analyzer.outputs.evaluate import Scenario, scenario_trace
+from gpulens.analyzer.outputs.plan import GPU_ONLY_REPLICA_CONFIDENCE, Use, make_plan
 from gpulens.core.catalog import MODELS
 from gpulens.core.thresholds import Thresholds
 
@@ -221,7 +221,7 @@ def test_the_live_service_plans_over_its_history_and_exposes_the_savings(project
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.analyzer.outputs.service import AnalyzerService
     from tests.test_history import Replay
 
     rng = np.random.default_rng(3)
@@ -267,7 +267,7 @@ def test_replicas_bound_by_their_kv_cache_are_sized_by_their_engines_load_not_th
     (plan_kv_cache_bound), the replicas' peaks sum to 96, so 4 replicas, not 1."""
     from dataclasses import replace
 
-    from gpulens.analyzer.engines import EngineLoad
+    from gpulens.analyzer.inputs.engines import EngineLoad
 
     rng = np.random.default_rng(7)
     minutes, step = 12 * 60, 1.0
@@ -335,8 +335,8 @@ def test_a_notebook_idle_for_less_than_the_cull_time_changes_nothing_and_says_so
 def test_a_plan_over_less_than_a_day_says_what_it_saved_in_the_span_not_per_month():
     """12 hours of a light job on an A100 40GB (a T4 carries it for $1.50 an hour less): $18 saved in the
     span; the 30-day figure ($1,080) is projected only from a day of samples: not in the text, null in JSON."""
-    from gpulens.analyzer import terminal
-    from gpulens.analyzer.report import plan_section
+    from gpulens.analyzer.outputs import terminal
+    from gpulens.analyzer.outputs.report import plan_section
 
     step = 30.0
     verdicts, plan = planned([pod("batch/etl-0", "A100-SXM4-40GB", np.full(12 * 120, 0.15), 10e9, step)], step)

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer import report
-from gpulens.analyzer.history import analyze
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.judging.history import analyze
+from gpulens.analyzer.outputs import report
 from gpulens.core.catalog import model_info
 from tests import store_history as week
 from tests.helpers import gpulens, require_binary

@@ -14,8 +14,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from gpulens.analyzer.classify import classify
-from gpulens.analyzer.live import PrometheusInput
+from gpulens.analyzer.inputs.live import PrometheusInput
+from gpulens.analyzer.judging.classify import classify
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
 from gpulens.core.trace import SHAPE
 from gpulens.exporter.collector import ExporterCollector

@@ -13,8 +13,8 @@ import pytest
 import requests
 from PIL import Image
 
-from gpulens.analyzer.livepage import LivePage
-from gpulens.analyzer.service import AnalyzerService
+from gpulens.analyzer.outputs.livepage import LivePage
+from gpulens.analyzer.outputs.service import AnalyzerService
 from gpulens.core.thresholds import Thresholds
 from gpulens.receiver import AlertReceiver
 from tests.helpers import gpulens, require_binary
@@ -66,7 +66,7 @@ def _fits(seen: dict[int, dict]) -> None:
 def test_the_html_report_fits_a_desktop_and_a_half_screen(tmp_path):
     chromium = require_binary("chromium")
     trace = fleet_trace(["training_finished", "serving", "idle_replica", "healthy_training"], 15.0, 3, finish=3600.0)
-    from gpulens.analyzer import frame as fr
+    from gpulens.analyzer.inputs import frame as fr
 
     fr.write_trace(trace, tmp_path / "trace.csv")
     done = gpulens("report", str(tmp_path / "trace.csv"), "--format", "html", "--out", str(tmp_path / "r.html"))

@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.analyzer import frame as fr
+from gpulens.analyzer.inputs import frame as fr
 from gpulens.core.thresholds import Thresholds
 from gpulens.simulator.cluster import kube_state_metrics
 from gpulens.simulator.engines import engine_text
@@ -257,8 +257,8 @@ def test_the_kv_cache_bound_deployment_keeps_the_replicas_its_engines_needed(sto
     # The same GPU samples without the engines and the cluster (a file of them) leave the cause open at 60 s
     # (unexplained: nothing to plan). Had they been judged serving from their GPUs alone, sizing by summed
     # activity would cut the Deployment below what its peak ran: what the engines' load prevents.
-    from gpulens.analyzer.history import analyze
-    from gpulens.analyzer.plan import Use, make_plan
+    from gpulens.analyzer.judging.history import analyze
+    from gpulens.analyzer.outputs.plan import Use, make_plan
 
     t = Thresholds()
     alone = [v for v in analyze(trace, t) if v.pod in {p.split("/")[1] for p in CHAT}]

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer.classify import classify
-from gpulens.analyzer.evidence import percent
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.judging.classify import classify
+from gpulens.analyzer.judging.evidence import percent
 from gpulens.core.bottlenecks import STALL_CAUSES
 from gpulens.core.thresholds import Thresholds
 

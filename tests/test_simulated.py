@@ -341,7 +341,7 @@ def test_the_simulated_kube_state_metrics_say_what_the_fleet_file_says_of_each_p
     names (read here from the YAML itself), else is its own (kind Pod); its labels and image are the file's."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gpulens.analyzer.owners import resolve
+    from gpulens.analyzer.inputs.owners import resolve
     from gpulens.simulator.cluster import kube_state_metrics
 
     nodes = fleet.fleet_from_file(fleet.DEFAULT_FLEET)

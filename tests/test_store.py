@@ -1,4 +1,4 @@
-"""The store client (analyzer/store.py): credentials through a real vmauth, a real VictoriaMetrics that
+"""The store client (analyzer/inputs/store.py): credentials through a real vmauth, a real VictoriaMetrics that
 refuses long ranges, and a scripted API for the failures real stores cannot be made to show on demand
 (503 then an answer, a partial answer, a tenant header)."""
 
@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from gpulens.analyzer import cli
-from gpulens.analyzer.store import Store, StoreAuth, StoreError, accept_encoding, series_points
+from gpulens.analyzer.inputs.store import Store, StoreAuth, StoreError, accept_encoding, series_points
 from gpulens.core.config import ConfigError
 from tests.helpers import (
     REPO,
@@ -228,7 +228,7 @@ def test_a_compression_that_is_not_one_is_refused_naming_the_flag():
 def test_the_compression_flag_offers_what_the_store_client_takes():
     import argparse
 
-    from gpulens.analyzer.store import COMPRESSIONS
+    from gpulens.analyzer.inputs.store import COMPRESSIONS
     from gpulens.cli import build_parser
 
     commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
@@ -403,7 +403,7 @@ def test_a_gpu_handed_to_a_new_pod_is_the_new_pods_from_its_first_step(tmp_path,
     """Backfilled data has no staleness markers: Prometheus' 5-minute lookback keeps the old pod's series
     beside the new one's for 5 minutes after the handover. The new pod holds the GPU from its first
     sample, whichever pod's name sorts first."""
-    from gpulens.analyzer.series import SeriesReader, Window
+    from gpulens.analyzer.inputs.series import SeriesReader, Window
 
     lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]
     lines += [f'gpulens_gpu_utilization_ratio{{instance="n1",uuid="GPU-1"}} 0.5 {T0 + 60 * k}' for k in range(20)]
@@ -428,7 +428,7 @@ def test_a_reader_that_runs_for_long_forgets_the_pods_and_gpus_gone_from_its_win
     """A service reads the fleet every cycle for months: the pods (300 here, one a minute) and the
     dcgm-exporter GPUs (one leaves after 50 minutes) it keeps are those of its window, and every frame still
     names each step's pod."""
-    from gpulens.analyzer.series import SeriesReader, Window
+    from gpulens.analyzer.inputs.series import SeriesReader, Window
 
     steps = 300
     lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]
@@ -551,9 +551,9 @@ def test_values_no_gpu_can_report_are_left_out_named_and_counted(tmp_path, caplo
     """A broken exporter's +Inf, 1e308 watts and negative utilisation reach Prometheus as they are. The
     live input and a report leave them out (as if not sampled), count them and name the first; NaN is a
     missing sample, not an error. The same values in a file refuse it (test_inputs.py)."""
-    from gpulens.analyzer import span
-    from gpulens.analyzer.live import PrometheusInput
-    from gpulens.analyzer.series import SeriesReader
+    from gpulens.analyzer.inputs.live import PrometheusInput
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.outputs import span
     from gpulens.core.thresholds import Thresholds
 
     broken = {3: "+Inf", 4: "-0.5", 5: "NaN"}  # GPU-2's utilisation at those minutes; GPU-1's is 0.5
@@ -684,7 +684,7 @@ def _as_lists(body: dict) -> dict:
     ],
 )
 def test_a_matrix_is_read_without_a_python_object_per_point_and_means_what_its_json_says(answer):
-    from gpulens.analyzer.store import _decoded, _matrix
+    from gpulens.analyzer.inputs.store import _decoded, _matrix
 
     fast = _matrix(answer.encode())
     assert fast is not None
@@ -710,6 +710,6 @@ def test_a_matrix_is_read_without_a_python_object_per_point_and_means_what_its_j
     ],
 )
 def test_anything_but_a_plain_matrix_is_left_to_the_json_decoder(answer):
-    from gpulens.analyzer.store import _matrix
+    from gpulens.analyzer.inputs.store import _matrix
 
     assert _matrix(answer.encode()) is None

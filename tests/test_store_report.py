@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer import report as html_report
-from gpulens.analyzer.evidence import percent
-from gpulens.analyzer.history import analyze
-from gpulens.analyzer.store import Store, StoreAuth, StoreError
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.inputs.store import Store, StoreAuth, StoreError
+from gpulens.analyzer.judging.evidence import percent
+from gpulens.analyzer.judging.history import analyze
+from gpulens.analyzer.outputs import report as html_report
 from gpulens.core.catalog import MIB, model_info
 from tests import store_history as week
 from tests.helpers import REPO, BackfilledPrometheus, ServerProcess, VictoriaMetrics
@@ -190,9 +190,9 @@ def test_waste_is_summed_by_workload_and_team_from_kube_state_metrics(stores, st
 
 def test_a_week_read_in_pieces_is_the_week_read_whole(stores, monkeypatch):
     """Pieces of the span, each with a window of samples around it, give the verdicts of one read."""
-    from gpulens.analyzer import span
-    from gpulens.analyzer.series import SeriesReader
-    from gpulens.analyzer.store import Store
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.store import Store
+    from gpulens.analyzer.outputs import span
     from gpulens.core.thresholds import Thresholds
 
     gpulens, dcgm = LAYOUTS["dcgm-exported"]
@@ -235,8 +235,8 @@ def test_a_store_that_will_not_name_its_series_is_read_from_the_shortest_piece_o
     read-only front ends are configured), the GPUs are not known before the first piece: it is the
     shortest (a window counted), the pieces after it are sized from the GPUs it found, and the verdicts
     are those of the store read directly."""
-    from gpulens.analyzer import span
-    from gpulens.analyzer.series import SeriesReader, Shard
+    from gpulens.analyzer.inputs.series import SeriesReader, Shard
+    from gpulens.analyzer.outputs import span
     from gpulens.core.thresholds import Thresholds
 
     config = tmp_path / "auth.yml"
@@ -291,9 +291,9 @@ def test_a_fleet_too_large_for_one_piece_is_read_in_groups_of_nodes_with_the_ver
     is read a group of nodes at a time: each query selects one group's exporters (gpulens' and
     dcgm-exporter's of a node, joined by the GPUs they both name), no piece holds more than PIECE_ROWS,
     and the verdicts are a file's of the same samples."""
-    from gpulens.analyzer import span
-    from gpulens.analyzer.series import SeriesReader
-    from gpulens.analyzer.store import Store
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.store import Store
+    from gpulens.analyzer.outputs import span
     from gpulens.core.thresholds import Thresholds
 
     trace = week.week_trace()
@@ -350,8 +350,8 @@ def test_a_fleet_too_large_for_one_piece_is_read_in_groups_of_nodes_with_the_ver
 def test_the_live_analyzer_judges_a_fleet_that_runs_only_dcgm_exporter(stores, layout):
     """The service on dcgm-exporter's series alone: the GPU's pod from either label layout, never the
     dcgm-exporter pod, and its waste counted by workload and team."""
-    from gpulens.analyzer.live import PrometheusInput
-    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.analyzer.inputs.live import PrometheusInput
+    from gpulens.analyzer.outputs.service import AnalyzerService
     from gpulens.core.thresholds import Thresholds
     from tests.helpers import samples
 
@@ -526,9 +526,9 @@ def test_the_plan_from_a_store_is_the_plan_from_a_file_of_the_same_samples(store
 def test_a_span_naming_more_pods_than_a_report_judges_is_refused_before_a_sample_is_read(stores, monkeypatch):
     """Heavy churn (a pod a job) was refused only once the pieces read had judged that many: the store's
     index names the span's pods at once. The week names four pods (a notebook is replaced halfway)."""
-    from gpulens.analyzer import features, span
-    from gpulens.analyzer.series import SeriesReader
-    from gpulens.analyzer.store import Store
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.store import Store
+    from gpulens.analyzer.outputs import span
     from gpulens.core.thresholds import Thresholds
 
     for url, layout in itertools.product(stores.values(), ("gpulens", "dcgm-exported", "dcgm-plain")):
@@ -536,7 +536,7 @@ def test_a_span_naming_more_pods_than_a_report_judges_is_refused_before_a_sample
         store = Store(url)
         reader = SeriesReader(store, week.STEP, gpulens_selector=gpulens, dcgm_selector=dcgm)
         assert reader.pods_named(week.START, LAST) == 4, layout
-        monkeypatch.setattr(features, "MAX_UNITS", 3)
+        monkeypatch.setattr(fr, "MAX_UNITS", 3)
         with pytest.raises(ValueError) as refused:
             span.report(reader, span.Span.aligned(week.START, LAST, week.STEP), Thresholds())
         monkeypatch.undo()

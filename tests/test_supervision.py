@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from gpulens.analyzer import live
-from gpulens.analyzer.live import ExporterInput, InputError, PrometheusInput
-from gpulens.analyzer.service import AnalyzerService, cycle_offset
+from gpulens.analyzer.inputs import live
+from gpulens.analyzer.inputs.live import ExporterInput, InputError, PrometheusInput
+from gpulens.analyzer.outputs.service import AnalyzerService, cycle_offset
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
 from gpulens.core.config import redact
@@ -277,7 +277,7 @@ def test_a_read_that_fails_part_way_is_read_again_from_where_it_lacks_steps_with
 def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_a_few_a_cycle(monkeypatch, caplog):
     """At 10,000 GPUs the whole window is the costliest read a replica makes: the first cycle serves
     verdicts from the newest eighth, and each cycle after reads as many older steps as its budget allows."""
-    caplog.set_level(logging.INFO, logger="gpulens.analyzer.live")
+    caplog.set_level(logging.INFO, logger="gpulens.analyzer.inputs.live")
     monkeypatch.setattr(live, "READ_POINTS_PER_CYCLE", 1)  # a fleet so large that one step a cycle is the budget
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
     now = [1_800_000_000.0]
@@ -294,7 +294,7 @@ def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_
         assert len(older) <= 1 and all(end == start for start, end in older)
     # 36 steps unread after the first cycle, two fewer a cycle: one read, one slid out of the window.
     assert cycles == 18
-    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.live"]
+    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.inputs.live"]
     assert said == [
         f"Prometheus at {store.url}: reading the window newest steps first (60 s so far), the older ones a few "
         "a cycle; verdicts meanwhile rest on the span read",
@@ -352,7 +352,7 @@ def test_a_damaged_state_file_is_said_once_and_the_window_read_from_the_store(tm
     finally:
         tracemalloc.stop()
         again.close()
-    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.state"]
+    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.inputs.state"]
     assert said == [f"cannot read the analyzer's state file {kept} ({reason}): reading the window from the store"]
     assert set(store.ranges) == {(now[0] - 30, now[0]), (now[0] - 60, now[0] - 45)}  # whole, as on a first start
     pd.testing.assert_frame_equal(frame, whole)
@@ -379,7 +379,7 @@ def test_two_replicas_given_one_state_file_never_tear_it(tmp_path, caplog):
     try:
         for replica in replicas:
             replica.window_frame()
-        said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "gpulens.analyzer.live"]
+        said = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "gpulens.analyzer.inputs.live"]
         assert said == [
             (
                 "ERROR",
@@ -399,7 +399,7 @@ def test_two_replicas_given_one_state_file_never_tear_it(tmp_path, caplog):
 
 
 def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="gpulens.analyzer.state")
+    caplog.set_level(logging.INFO, logger="gpulens.analyzer.inputs.state")
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
     now = [1_800_000_000.0]
     t0, kept = now[0], str(tmp_path / "analyzer.state")
@@ -461,13 +461,13 @@ def test_a_state_file_that_cannot_be_written_is_said_once_and_once_when_it_can_a
     source.window_frame()
     source.close()  # the first write (a cycle's comes once a minute)
     source.close()
-    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.live"]
+    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.inputs.live"]
     assert said == [
         f"cannot keep the window across restarts: --analysis.state-file {kept}: it is a directory; name a file"
     ]
     kept.rmdir()
     source.close()
-    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.live"]
+    said = [r.getMessage() for r in caplog.records if r.name == "gpulens.analyzer.inputs.live"]
     assert said[1:] == [f"the window is kept across restarts again, in {kept}"]
     assert kept.is_file()
 

@@ -2,7 +2,7 @@
 
 Every list of class names and every set of them (what is a problem, what needs profiling fields, the
 colours of the HTML report, the fix the verdicts and runbooks quote) derives from BOTTLENECKS, so adding a
-class touches this table and its signature (analyzer/classify.py). The names are public API: label values
+class touches this table and its signature (analyzer/judging/classify.py). The names are public API: label values
 of gpulens_pod_bottleneck and keys of the analyzer's JSON, in this order.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-#: What the right-sizing plan (analyzer/plan.py) does with a unit of the class: nothing to change ("none"),
+#: What the right-sizing plan (analyzer/outputs/plan.py) does with a unit of the class: nothing to change ("none"),
 #: fix its code, input or placement ("fix"), release its GPUs ("release"), give it a smaller share of a GPU
 #: or fewer replicas ("resize"), repair the GPU or find the process first ("repair"), or no action because the
 #: data does not say what would help ("not_planned").

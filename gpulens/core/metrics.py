@@ -891,7 +891,7 @@ PLAN_GPUS = _spec(
     labels=PLAN_LABELS + ("state",),
     group="analyzer",
 )
-#: The cluster's share (analyzer/scheduling.py, docs/cluster.md): by node pool and GPU model, and for the pods
+#: The cluster's share (analyzer/judging/scheduling.py, docs/cluster.md): by node pool and GPU model, and for the pods
 #: waiting, by the reason of their wait now. Bounded by pools x models x 5 reasons, not by pods.
 CLUSTER_LABELS = ("pool", "gpu_model")
 CLUSTER_FREE_GPUS = _spec(

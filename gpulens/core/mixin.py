@@ -192,7 +192,7 @@ class DcgmColumn:
 
 def names_selector(names: Iterable[str], matchers: str) -> str:
     """The series of any of `names` that `matchers` select, written one way wherever it is built, so that
-    a read asking the same series twice asks one query (analyzer/series.py)."""
+    a read asking the same series twice asks one query (analyzer/inputs/series.py)."""
     return f'{{__name__=~"{"|".join(names)}"{", " + matchers if matchers else ""}}}'
 
 
@@ -224,7 +224,7 @@ def dcgm_device(expr: str, board: bool = True, by: tuple[str, ...] = DEVICE_BY, 
     """`expr` (over dcgm-exporter series) labelled as gpulens' device series are, one series per `by`:
     `node` from the first of DCGM_NODE_LABELS a series has, `uuid` from UUID, `gpu` as dcgm-exporter
     writes it. A MIG instance's fields (board=False) get "/gi<GPU_I_ID>" on both, as the analyzer's
-    reader keys them (analyzer/series.py); board-level fields (power, clocks, temperature, utilization),
+    reader keys them (analyzer/inputs/series.py); board-level fields (power, clocks, temperature, utilization),
     which dcgm-exporter repeats on every instance's row, name the physical GPU."""
     sources = ", ".join(f'"{label}"' for label in DCGM_NODE_LABELS)
     node = f'label_join({expr}, "node", ";", {sources})'
@@ -309,7 +309,7 @@ def dcgm_memory_total(matchers: str, by: str) -> str:
 
 def dcgm_memory_selector(matchers: str, kinds: Iterable[str] = ("TOTAL", "USED", "FREE", "RESERVED")) -> str:
     """The series dcgm_memory_total() adds up (or those of `kinds`), in one selector (the analyzer adds them
-    up itself when it reads many steps: analyzer/series.py)."""
+    up itself when it reads many steps: analyzer/inputs/series.py)."""
     return names_selector((f"DCGM_FI_DEV_FB_{kind}" for kind in kinds), matchers)
 
 
@@ -353,7 +353,7 @@ class EngineSeries:
     kv_cache: tuple[str, ...] = ()
 
 
-#: Each engine's series, as its docs name them (analyzer/engines.py reads them over a span).
+#: Each engine's series, as its docs name them (analyzer/inputs/engines.py reads them over a span).
 ENGINE_SERIES = (
     EngineSeries(
         "vllm",

@@ -190,7 +190,7 @@ class Thresholds:
     healthy_sm: float = 0.8
     #: Below this mean activity a GPU is likely used ineffectively. (NVIDIA: < 0.5)
     ineffective_sm: float = 0.5
-    # --- the right-sizing plan (analyzer/plan.py) -----------------------------------------------------
+    # --- the right-sizing plan (analyzer/outputs/plan.py) -----------------------------------------------------
     #: Capacity a plan keeps above the measured peak (memory, activity, load): 15%. (tool: the Kubernetes
     #: VPA recommender's default safety margin, --recommendation-margin-fraction 0.15)
     plan_headroom: float = 0.15
@@ -216,7 +216,7 @@ class Thresholds:
     #: projected from minutes multiplies a burst or a lull by thousands. (proposal: a day, one cycle of the
     #: daily pattern of serving load and working hours)
     plan_projection_min_seconds: float = 86400.0
-    # --- the cluster: waits, pools and quotas (analyzer/scheduling.py) ---------------------------------------
+    # --- the cluster: waits, pools and quotas (analyzer/judging/scheduling.py) ---------------------------------------
     #: A GPU pod waits this long for a node before a report names it: shorter waits are the scheduler's own
     #: latency and a node autoscaler's scale-up. (proposal: 5 minutes, half kubernetes-mixin's KubePodNotReady)
     schedule_pending_seconds: float = 300.0

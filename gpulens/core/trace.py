@@ -31,7 +31,7 @@ shape     activity_samples, activity_idle_ratio, activity_low_ratio, activity_hi
 Any signal column may be absent or empty: the analyzer says what it could not judge without it.
 
 This module is the schema only (no pandas): the exporter's recorder writes it, the analyzer reads it
-(gpulens.analyzer.frame holds it as a DataFrame). The file format is documented in
+(gpulens.analyzer.inputs.frame holds it as a DataFrame). The file format is documented in
 docs/trace-format.md.
 """
 

@@ -13,7 +13,7 @@ serves for them, with its label names and conventions (kubernetes/kube-state-met
 - kube_pod_container_info{namespace, pod, uid, container, image, image_spec, image_id, container_id};
 - kube_pod_status_phase{namespace, pod, uid, phase}: Running 1 (Pending 1 for a pod waiting for a node), the
   other phases 0;
-- the cluster's GPUs (analyzer/cluster.py reads them): kube_node_status_allocatable{node, resource=
+- the cluster's GPUs (analyzer/inputs/cluster.py reads them): kube_node_status_allocatable{node, resource=
   "nvidia_com_gpu"}, kube_node_spec_unschedulable, kube_node_labels{node, label_karpenter_sh_nodepool,
   label_nvidia_com_gpu_product} (as if --metric-labels-allowlist=nodes=[...] named them),
   kube_pod_container_resource_requests{..., node, resource="nvidia_com_gpu"}, kube_pod_created, and for a

@@ -1,5 +1,5 @@
 """What Kubernetes says of the cluster's GPUs over a span, read from kube-state-metrics' series (in a store, or
-recorded in files: analyzer/kube_state.py): each node's allocatable GPUs, pool and model; each GPU pod's
+recorded in files: analyzer/inputs/kube_state.py): each node's allocatable GPUs, pool and model; each GPU pod's
 request and, step by step, whether it waited for a node or which node held it; each namespace's GPU quota.
 
 Series read (kube-state-metrics 2.x names and labels, kubernetes/kube-state-metrics docs/metrics):
@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpulens.analyzer.kinds import PodKey
-from gpulens.analyzer.kube_state import GPU_RESOURCE, GPUS, KubeState, StoreKubeState
-from gpulens.analyzer.owners import label_name
-from gpulens.analyzer.series import IDENTITY_FRESH
-from gpulens.analyzer.store import Store
+from gpulens.analyzer.inputs.kinds import PodKey, Pools
+from gpulens.analyzer.inputs.kube_state import GPU_RESOURCE, GPUS, KubeState, StoreKubeState
+from gpulens.analyzer.inputs.owners import Owner, OwnerReader, label_name
+from gpulens.analyzer.inputs.series import IDENTITY_FRESH
+from gpulens.analyzer.inputs.store import Store
 from gpulens.core.catalog import model_info
 
 #: GPU feature discovery's label of a node's GPU model ("NVIDIA-A100-SXM4-80GB").
@@ -144,7 +144,8 @@ class ClusterHistory:
 
 
 class ClusterReader:
-    """Reads a ClusterHistory from kube-state-metrics' series: in a store, or recorded (analyzer/kube_state.py)."""
+    """Reads a ClusterHistory from kube-state-metrics' series: in a store, or recorded
+    (analyzer/inputs/kube_state.py)."""
 
     def __init__(self, source: Store | KubeState, pool_label: str = "", selector: str = ""):
         #: Where the series are read (a Store is read through PromQL; `selector` adds matchers to its queries).
@@ -324,6 +325,33 @@ def _add_runs(track: PodTrack, values: list[tuple[float, float]], start: float, 
 #: The most steps the cluster is judged at over a span: a week of minutes. A longer span is judged at a
 #: coarser step (a month at 5 minutes), so that its memory follows the nodes and pods, not the span.
 MAX_STEPS = 7 * 24 * 60
+
+
+@dataclass(frozen=True)
+class ClusterReading:
+    """What scheduling.judge() judges: kube-state-metrics' cluster over a span, its GPU pods' owners and kinds,
+    and where each kind belongs."""
+
+    history: ClusterHistory
+    owners: dict[PodKey, Owner]
+    pools: Pools
+
+
+def read_cluster(
+    reader: ClusterReader,
+    owners: OwnerReader,
+    span: tuple[float, float, float],
+    pools: Pools,
+    models: dict[str, str] | None = None,
+) -> ClusterReading | None:
+    """The cluster over `span` (start, end, step: unix seconds) as a store says it: kube-state-metrics' nodes
+    and GPU pods through `reader`, the pods' owners and kinds through `owners`; None where no pod asked for a
+    GPU. A report reads it once over its span, the live analyzer over its window each minute."""
+    start, end, step = span
+    history = reader.read(start, end, step, models)
+    if not history.pods:
+        return None
+    return ClusterReading(history, owners.read(history.pods, end, end - start), pools)
 
 
 def judged_grid(start: float, end: float, step: float) -> tuple[float, float, float]:

@@ -8,7 +8,7 @@ trace already is in that order), and every feature is then a reduction over cont
 memory drops) are comparisons of neighbouring rows.
 
 A "unit" is a pod (namespace/pod), or a GPU that no pod holds (gpu:<node>/<gpu>); over hours or days
-(gpulens.analyzer.history) it is a unit in one analysis window, and all windows are reduced at once.
+(gpulens.analyzer.judging.history) it is a unit in one analysis window, and all windows are reduced at once.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import frame as fr
+from gpulens.analyzer.inputs import frame as fr
 from gpulens.core import trace as tr
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.catalog import model_info
@@ -148,26 +148,6 @@ def _after_start_up(
     others = np.setdiff1d(np.arange(len(features)), at)
     merged = pd.concat([features.iloc[others], steady[features.columns]])
     return merged.iloc[np.argsort(np.r_[others, at], kind="stable")]
-
-
-#: Units (pods, and GPUs no pod holds) one report judges at most: each costs about 20 KB while it is judged
-#: (50,000 took 1 GiB), so a million tiny pods would take 20 GB. Past it the report is refused, saying why.
-MAX_UNITS = 200_000
-
-
-def require_few_enough(units: int, counted: str = "pods and GPUs without a pod to judge") -> None:
-    """ValueError, naming the bound and the fix, when a report would judge more than MAX_UNITS units
-    (`units` of what `counted` says)."""
-    if units > MAX_UNITS:
-        raise ValueError(too_many_units(f"{units:,} {counted}"))
-
-
-def too_many_units(found: str) -> str:
-    """The refusal of a report of more than MAX_UNITS units, after `found` (what was counted)."""
-    return (
-        f"{found}: one report judges at most {MAX_UNITS:,} (about 20 KB each); report a shorter span (files: "
-        "fewer at a time, or split by time; a store: --since, --until)"
-    )
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.evidence import duration, gpu_count, in_units
-from gpulens.analyzer.plan import Plan
-from gpulens.analyzer.report import fleet_line
-from gpulens.analyzer.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
-from gpulens.analyzer.summary import waste_by
+from gpulens.analyzer.judging.classify import Verdict
+from gpulens.analyzer.judging.evidence import duration, gpu_count, in_units
+from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
+from gpulens.analyzer.outputs.plan import Plan
+from gpulens.analyzer.outputs.report import fleet_line
+from gpulens.analyzer.outputs.summary import waste_by
 
 #: The width of a table written to a pipe or a file where COLUMNS does not say: a wide terminal's.
 PIPED_COLUMNS = 120

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from gpulens.analyzer.classify import NO_POD, Verdict
+from gpulens.analyzer.judging.classify import NO_POD, Verdict
 from gpulens.core.bottlenecks import WASTEFUL
 
 #: The ways waste is summed, in the order reports show them.

@@ -20,8 +20,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer.classify import (
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.inputs.engines import EngineLoad
+from gpulens.analyzer.inputs.frame import format_timestamp
+from gpulens.analyzer.inputs.kinds import UNKNOWN, PodKey, WorkloadKind
+from gpulens.analyzer.inputs.owners import Owner
+from gpulens.analyzer.judging.classify import (
     SPARSE,
     XID_FAULTS,
     ClassShare,
@@ -33,11 +37,8 @@ from gpulens.analyzer.classify import (
     sparse_use,
     worked,
 )
-from gpulens.analyzer.engines import EngineLoad
-from gpulens.analyzer.evidence import duration
-from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
-from gpulens.analyzer.frame import format_timestamp
-from gpulens.analyzer.kinds import UNKNOWN, WorkloadKind
+from gpulens.analyzer.judging.evidence import duration
+from gpulens.analyzer.judging.features import UnitKeys, pod_features
 from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
@@ -84,7 +85,7 @@ def analyze(
     if trace.empty:
         return []
     keys = UnitKeys.of(trace)
-    require_few_enough(int(keys.unit.max()) + 1)
+    fr.require_few_enough(int(keys.unit.max()) + 1)
     window, step = resolve_window(trace, keys, t, window, step)
     ts = trace["timestamp"].to_numpy()
     workloads = workloads_in(trace) if workloads is None else workloads
@@ -116,6 +117,29 @@ def workloads_in(trace: pd.DataFrame) -> dict[str, WorkloadKind]:
         )
         if kind != "unknown"
     }
+
+
+def with_owners(verdicts: list[Verdict], owners: dict[PodKey, Owner]) -> list[Verdict]:
+    """The verdicts with their pods' owners and teams (unchanged where the owner is not known)."""
+    out = []
+    for v in verdicts:
+        owner = owners.get((v.namespace, v.pod))
+        if owner is None:
+            out.append(v)
+            continue
+        workload = owner.workload
+        out.append(
+            replace(
+                v,
+                owner_kind=owner.kind,
+                owner=owner.name,
+                team=owner.team,
+                workload_kind=workload.kind,
+                engine=workload.engine,
+                kind_source=workload.source,
+            )
+        )
+    return out
 
 
 def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None = None) -> Verdict:
@@ -439,8 +463,8 @@ class Ledger:
 
     def verdict(self, t: Thresholds, workload: WorkloadKind = UNKNOWN, engine: EngineLoad | None = None) -> Verdict:
         """The unit's verdict over the span: the headline class (see headline()), or idle where the whole span
-        is sparse use. What the workload is (analyzer/kinds.py, from Kubernetes) and what its serving engine
-        counted (analyzer/engines.py) settle what its GPU leaves open (workload_relabels()); a serving
+        is sparse use. What the workload is (analyzer/inputs/kinds.py, from Kubernetes) and what its serving engine
+        counted (analyzer/inputs/engines.py) settle what its GPU leaves open (workload_relabels()); a serving
         replica's quiet spells are serving's (headline())."""
         relabeled = self
         for old, new in workload_relabels(workload, engine):

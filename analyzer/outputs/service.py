@@ -31,16 +31,16 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import owners
-from gpulens.analyzer.classify import Verdict, classify
-from gpulens.analyzer.engines import EngineLoad
-from gpulens.analyzer.features import UnitKeys
-from gpulens.analyzer.history import Ledger, with_workload
-from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
-from gpulens.analyzer.live import AnalyzerInput, InputError
-from gpulens.analyzer.plan import Plan, Use, make_plan
-from gpulens.analyzer.report import RollingTimelines, unit_samples
-from gpulens.analyzer.scheduling import Scheduling
+from gpulens.analyzer.inputs.cluster import ClusterReading
+from gpulens.analyzer.inputs.engines import EngineLoad
+from gpulens.analyzer.inputs.kinds import UNKNOWN, PodKey, WorkloadKind
+from gpulens.analyzer.inputs.live import AnalyzerInput, InputError
+from gpulens.analyzer.judging.classify import Verdict, classify
+from gpulens.analyzer.judging.features import UnitKeys
+from gpulens.analyzer.judging.history import Ledger, with_owners, with_workload
+from gpulens.analyzer.judging.scheduling import Scheduling, judge_reading
+from gpulens.analyzer.outputs.plan import Plan, Use, make_plan
+from gpulens.analyzer.outputs.timelines import RollingTimelines, unit_samples
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES, WASTEFUL
 from gpulens.core.config import finite_json
@@ -184,6 +184,8 @@ class AnalyzerService:
         #: Unix seconds of the newest sample whose time the waste counters and the history hold.
         self._counted_until: float | None = None
         self._view: HistoryView | None = None
+        #: The input's last reading of the cluster and its share, judged once for each reading.
+        self._cluster: tuple[ClusterReading | None, Scheduling | None] = (None, None)
         #: Successful cycles so far: the page at / asks what changed since the one it shows.
         self.cycles = 0
         #: Held while a cycle changes the history, and while a page reads it.
@@ -195,6 +197,19 @@ class AnalyzerService:
         self.last_attempt = time.monotonic()
         #: What /metrics serves: rendered once per analysis (and at least once a second, for the ages in it).
         self.exposition = Exposition(self._families, lambda: self.state)
+
+    def _cluster_share(self) -> Scheduling | None:
+        """The cluster's share over the window, judged when the input has read the cluster again (once a
+        minute: analyzer/inputs/live.py); a judgement that fails keeps the last share."""
+        reading = self.source.cluster()
+        if reading is not self._cluster[0]:
+            try:
+                share = None if reading is None else judge_reading(reading, self.thresholds, self.prices)
+                self._cluster = (reading, share)
+            except (KeyError, TypeError, ValueError) as e:
+                log.warning("cannot judge the cluster from kube-state-metrics, keeping the last share: %s", e)
+                self._cluster = (reading, self._cluster[1])
+        return self._cluster[1]
 
     def cycle(self) -> bool:
         """One analysis; False if it failed (the previous verdicts are kept, and go stale). Never raises:
@@ -227,7 +242,7 @@ class AnalyzerService:
     def _judge(self, frame: pd.DataFrame, started: float) -> None:
         """Verdicts for the window's frame; the history, timelines and waste counters move on with them."""
         verdicts = classify(frame, self.thresholds, self.prices, self.source.node_prices())
-        verdicts = owners.apply(verdicts, self.source.owners({(v.namespace, v.pod) for v in verdicts if v.pod}))
+        verdicts = with_owners(verdicts, self.source.owners({(v.namespace, v.pod) for v in verdicts if v.pod}))
         # What each pod is and what its engine counted over the history settle what its window leaves open (a
         # notebook's cells are never requests; a replica that served is never idle), so that /metrics and the
         # alerts on it say what the history and the reports say.
@@ -242,7 +257,7 @@ class AnalyzerService:
         keys = UnitKeys.of(frame) if len(frame) else None
         seen = self._newly_seen(frame, ts, keys)
         # Read before the lock: a page waits on the lock, never on kube-state-metrics.
-        cluster = self.source.cluster(self.thresholds, self.prices)
+        cluster = self._cluster_share()
         with self.lock:
             for v in verdicts:
                 if v.window_seconds <= 0 or unit_of(v) in stale:

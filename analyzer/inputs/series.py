@@ -2,8 +2,8 @@
 for NVIDIA dcgm-exporter's (fleets that run only the GPU Operator get verdicts too), cAdvisor's and
 kube-state-metrics' per-pod series, and the step grid the answers are placed on.
 
-The live analyzer (analyzer/live.py) reads a sliding window through it, and `gpulens report --prometheus`
-a span of days, piece by piece (analyzer/span.py). Every fact is read per step, the pod that holds a GPU
+The live analyzer (analyzer/inputs/live.py) reads a sliding window through it, and `gpulens report --prometheus`
+a span of days, piece by piece (analyzer/outputs/span.py). Every fact is read per step, the pod that holds a GPU
 included: over a week a GPU passes from pod to pod.
 
 Where a GPU reports through both gpulens' exporter and dcgm-exporter, gpulens' series are used (they hold
@@ -31,8 +31,8 @@ from typing import NamedTuple, TypeVar
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer.store import Store, counted_times, series_key, series_points
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.inputs.store import Store, counted_times, series_key, series_points
 from gpulens.core import metrics as m
 from gpulens.core import mixin
 from gpulens.core import trace as tr
@@ -188,7 +188,7 @@ class StepGrid:
     def restore(
         self, end: float | None, keys: list[Key], values: dict[str, np.ndarray], part_of: dict[str, int]
     ) -> None:
-        """Hold what a grid of the same step and points held (analyzer/state.py): its newest step, its keys in
+        """Hold what a grid of the same step and points held (analyzer/inputs/state.py): its newest step, its keys in
         row order, a matrix of len(keys) rows per column and the part each column belongs to."""
         for name, matrix in values.items():
             if matrix.shape != (len(keys), self.points) or matrix.dtype != np.float64:
@@ -540,7 +540,8 @@ class Exporters:
     """The exporters (their `instance`) that report one node's GPUs, those GPUs (UUIDs), and the node's name
     (its `node` label, dcgm-exporter's `Hostname`, else the first exporter's address: what a Shard hashes), as
     a store's index names them: the least a read may select, since a GPU's series from gpulens' exporter and
-    from dcgm-exporter must meet in one read (analyzer/span.py reads a large fleet a group of these at a time)."""
+    from dcgm-exporter must meet in one read (analyzer/outputs/span.py reads a large fleet a group of these at a
+    time)."""
 
     instances: frozenset[str]
     gpus: frozenset[str]
@@ -1044,7 +1045,7 @@ class SeriesReader:
         )
 
     def restore_pods(self, pods: list[tuple[str, str, str]]) -> None:
-        """The pod table a window's "_pod" codes index (analyzer/state.py)."""
+        """The pod table a window's "_pod" codes index (analyzer/inputs/state.py)."""
         self.pods = pods
         self._pod_codes = {pod: code for code, pod in enumerate(pods)}
 

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer.history import analyze
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.judging.history import analyze
 from gpulens.core import trace as tr
 from gpulens.core.activity import ActivityShape
 from gpulens.core.bottlenecks import BY_NAME, POD_CLASSES
@@ -420,7 +420,7 @@ DAY_SCENARIOS = {
     # insufficient_data where too few samples follow it (day_traces).
     "training_started": "healthy",
 }
-#: What Kubernetes says each day-scale profile's pod is (analyzer/kinds.py): a Deployment's replica, a JupyterHub
+#: What Kubernetes says each day-scale profile's pod is (analyzer/inputs/kinds.py): a Deployment's replica, a JupyterHub
 #: user's server, a Job. The eval judges every day-scale pod twice: from its GPU alone, and with its kind in the
 #: trace's workload_kind column (Report.with_kinds).
 DAY_KINDS = {

@@ -6,7 +6,7 @@ meaning: a series' value at a step is its newest sample at or before it, within 
 5 minutes) and, where asked, within `age` seconds (`last_over_time(X[age])`: a series ends where its samples
 do, whether or not the store wrote a staleness marker after them).
 
-The readers (analyzer/cluster.py, analyzer/owners.py) ask for:
+The readers (analyzer/inputs/cluster.py, analyzer/inputs/owners.py) ask for:
 - last(): each series' newest sample in (at - window, at], their maximum by the labels named (PromQL's
   `max by (...) (last_over_time(name{...}[window]))`);
 - samples_per_series(): the most samples one series holds in (at - window, at] (`max(count_over_time(...))`),
@@ -29,7 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
-from gpulens.analyzer.store import Store, series_points
+from gpulens.analyzer.inputs.store import Store, series_points
 from gpulens.core.mixin import promql_string
 
 #: kube-state-metrics' name of the GPU resource (nvidia.com/gpu with its dots and slash made "_"), and the
@@ -156,7 +156,7 @@ def _grid(start: float, end: float, step: float) -> np.ndarray:
 class StoreKubeState(_OnGrid):
     """kube-state-metrics' series in a store, through the HTTP API. `selector`: extra matchers of its series
     (job="kube-state-metrics"), "" for none. The range series are read bare and aggregated here (as
-    analyzer/series.py reads a GPU's): Prometheus evaluates `sum by (...) (a * on (...) group_left () b)`
+    analyzer/inputs/series.py reads a GPU's): Prometheus evaluates `sum by (...) (a * on (...) group_left () b)`
     and fresh() step by step, at 126 CPU-s for a day of 1,000 pods at 30 s, where the bare series and their
     count_over_time cost it 3. Each series is read once, its value and its freshness together
     (last_over_time): a third of a report's transfer was kube-state-metrics' series read twice."""

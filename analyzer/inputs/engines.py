@@ -22,11 +22,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpulens.analyzer.kinds import PodKey
+from gpulens.analyzer.inputs.kinds import PodKey
 from gpulens.core.mixin import ENGINE_SERIES
 
 if TYPE_CHECKING:
-    from gpulens.analyzer.store import Store
+    from gpulens.analyzer.inputs.store import Store
 
 
 @dataclass(frozen=True)

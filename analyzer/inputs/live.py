@@ -1,6 +1,6 @@
 """Live inputs of the analyzer service: Prometheus (the production path) or exporters directly.
 
-Both turn gpulens exporter metrics into the trace frame (gpulens.analyzer.frame) over a sliding window.
+Both turn gpulens exporter metrics into the trace frame (gpulens.analyzer.inputs.frame) over a sliding window.
 - PrometheusInput issues one range query per signal per cycle, for all GPUs at once, so the number
   of queries does not grow with the number of pods; any server with Prometheus' HTTP API works
   (Thanos, Mimir, VictoriaMetrics). cAdvisor and kube-state-metrics series, where present, add the
@@ -25,15 +25,14 @@ import pandas as pd
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer import state
-from gpulens.analyzer.cluster import ClusterReader
-from gpulens.analyzer.engines import EngineLoad, read_engine_loads
-from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodKey, Pools
-from gpulens.analyzer.owners import Owner, OwnerReader
-from gpulens.analyzer.scheduling import Scheduling, judge_store
-from gpulens.analyzer.series import READ_PARTS, REREAD_STEPS, SeriesReader, Shard, Window, instances_matcher
-from gpulens.analyzer.store import (
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.inputs import state
+from gpulens.analyzer.inputs.cluster import ClusterReader, ClusterReading, read_cluster
+from gpulens.analyzer.inputs.engines import EngineLoad, read_engine_loads
+from gpulens.analyzer.inputs.kinds import DEFAULT_RULES, KindRule, PodKey, Pools
+from gpulens.analyzer.inputs.owners import Owner, OwnerReader
+from gpulens.analyzer.inputs.series import READ_PARTS, REREAD_STEPS, SeriesReader, Shard, Window, instances_matcher
+from gpulens.analyzer.inputs.store import (
     MAX_ANSWER_BYTES,
     AnswerLate,
     AnswerTooBig,
@@ -49,7 +48,6 @@ from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND, Totals
 from gpulens.core.config import ConfigError, redact
 from gpulens.core.mixin import MixinConfig
 from gpulens.core.status import LoopGuard, ProblemLog
-from gpulens.core.thresholds import Thresholds
 from gpulens.core.topology import GROUPS, Pair
 
 log = logging.getLogger(__name__)
@@ -141,13 +139,13 @@ class AnalyzerInput(Protocol):
         ...
 
     def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
-        """What each serving pod's engine counted over the last `history` seconds (analyzer/engines.py),
+        """What each serving pod's engine counted over the last `history` seconds (analyzer/inputs/engines.py),
         where the store holds its metrics, else empty."""
         ...
 
-    def cluster(self, t: Thresholds, prices: dict[str, float]) -> Scheduling | None:
-        """The cluster's share over the window (analyzer/scheduling.py) where kube-state-metrics says which
-        pods ask GPUs, else None."""
+    def cluster(self) -> ClusterReading | None:
+        """The cluster over the window, for its share (analyzer/judging/scheduling.py), where kube-state-metrics
+        says which pods ask GPUs, else None; the same object until it is read again."""
         ...
 
 
@@ -320,7 +318,7 @@ class ExporterInput:
     def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
         return {}  # the engines are scraped into a store, not read here
 
-    def cluster(self, t: Thresholds, prices: dict[str, float]) -> Scheduling | None:
+    def cluster(self) -> ClusterReading | None:
         return None  # kube-state-metrics is scraped into a store, not read here
 
 
@@ -344,7 +342,7 @@ CLUSTER_REFRESH_SECONDS = 60.0
 
 class PrometheusInput:
     """Range queries against a Prometheus HTTP API: a fixed number per cycle, whatever the fleet. Reads
-    gpulens' series and dcgm-exporter's (analyzer/series.py), through analyzer/store.py."""
+    gpulens' series and dcgm-exporter's (analyzer/inputs/series.py), through analyzer/inputs/store.py."""
 
     name = "prometheus"
 
@@ -380,7 +378,7 @@ class PrometheusInput:
         self.clock = clock  # the window ends now: unix seconds
         self.window = window
         self.step = step
-        #: The parts the queries are split into, read in turns (analyzer/series.py READ_PARTS).
+        #: The parts the queries are split into, read in turns (analyzer/inputs/series.py READ_PARTS).
         self.parts = parts
         self.reader = SeriesReader(self.store, step, config, selector, dcgm_selector)
         self._owner_reader = OwnerReader(self.store, team_label, rules)
@@ -391,7 +389,7 @@ class PrometheusInput:
         #: Where each kind of workload belongs (--analysis.config's pools), and the cluster last read.
         self.pools = pools or Pools()
         self._cluster_reader = ClusterReader(self.store, self.pools.label)
-        self._cluster: Scheduling | None = None
+        self._cluster: ClusterReading | None = None
         self._cluster_read_at = -math.inf
         self._status = TargetStatus()
         #: The window held between cycles; None: the next cycle reads it whole.
@@ -480,8 +478,8 @@ class PrometheusInput:
         self._owners_read_at = time.monotonic()
         return self._owners
 
-    def cluster(self, t: Thresholds, prices: dict[str, float]) -> Scheduling | None:
-        """The cluster's share over the window, read every CLUSTER_REFRESH_SECONDS (kube-state-metrics
+    def cluster(self) -> ClusterReading | None:
+        """The cluster over the window, read every CLUSTER_REFRESH_SECONDS (kube-state-metrics
         changes at a pod's pace, not a scrape's); a failed read keeps the last one. The cluster is one
         whatever the shards: shard 0 alone reads it, so that its series are not repeated by every replica."""
         if self.shard is not None and self.shard.index != 0:
@@ -492,7 +490,7 @@ class PrometheusInput:
         try:
             before = self.store.read_bytes
             span = (end - self.window, end, self.step)
-            self._cluster = judge_store(self._cluster_reader, self._owner_reader, span, t, self.pools, prices)
+            self._cluster = read_cluster(self._cluster_reader, self._owner_reader, span, self.pools)
             self._status.read_bytes += self.store.read_bytes - before
         except (StoreError, KeyError, TypeError, ValueError) as e:
             log.warning("cannot read the cluster from kube-state-metrics, keeping the last reading: %s", e)

@@ -12,7 +12,7 @@ One action a workload, the first that applies:
 - mig, cheaper_gpu or time_slicing: a workload whose peak memory and peak activity (with plan_headroom)
   fit a MIG profile of its GPU, a cheaper catalogue model, or a time-sliced share: the largest saving;
 - release_capacity: the GPUs no pod holds on a node.
-The cluster's share (analyzer/scheduling.py), where kube-state-metrics was read: per pool whose GPUs were
+The cluster's share (analyzer/judging/scheduling.py), where kube-state-metrics was read: per pool whose GPUs were
 stranded by fragmentation while pods waited, consolidate (the pods to move that free a node whole for the pod
 that waited) or, where it recurred, bin_pack (kube-scheduler's MostAllocated scoring); add_quota for each
 namespace with no GPU quota that held most of the cluster's GPUs while other namespaces' pods waited; re_pool
@@ -37,12 +37,12 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer.classify import NO_POD, XID_FAULTS, Verdict
-from gpulens.analyzer.engines import EngineLoad
-from gpulens.analyzer.evidence import duration, percent
-from gpulens.analyzer.features import UnitKeys
-from gpulens.analyzer.report import TimelineBins, unit_samples
-from gpulens.analyzer.scheduling import Scheduling, quota_advice, spent
+from gpulens.analyzer.inputs.engines import EngineLoad
+from gpulens.analyzer.judging.classify import NO_POD, XID_FAULTS, Verdict
+from gpulens.analyzer.judging.evidence import duration, percent
+from gpulens.analyzer.judging.features import UnitKeys
+from gpulens.analyzer.judging.scheduling import Scheduling, quota_advice, spent
+from gpulens.analyzer.outputs.timelines import TimelineBins, unit_samples
 from gpulens.core.bottlenecks import BY_NAME, PLANNED
 from gpulens.core.catalog import MODELS, GpuModel, model_info
 from gpulens.core.thresholds import Thresholds

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer.kinds import ENGINES, KINDS
+from gpulens.analyzer.inputs.kinds import ENGINES, KINDS
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
 from gpulens.core.catalog import model_info
 from gpulens.core.config import atomic_output
@@ -49,6 +49,26 @@ PROBLEMS = {
 }
 #: The values each WORKLOAD column may hold.
 WORKLOAD_VALUES = {"workload_kind": ("", *KINDS), "engine": ("", *ENGINES)}
+
+
+#: Units (pods, and GPUs no pod holds) one report judges at most: each costs about 20 KB while it is judged
+#: (50,000 took 1 GiB), so a million tiny pods would take 20 GB. Past it the report is refused, saying why.
+MAX_UNITS = 200_000
+
+
+def require_few_enough(units: int, counted: str = "pods and GPUs without a pod to judge") -> None:
+    """ValueError, naming the bound and the fix, when a report would judge more than MAX_UNITS units
+    (`units` of what `counted` says)."""
+    if units > MAX_UNITS:
+        raise ValueError(too_many_units(f"{units:,} {counted}"))
+
+
+def too_many_units(found: str) -> str:
+    """The refusal of a report of more than MAX_UNITS units, after `found` (what was counted)."""
+    return (
+        f"{found}: one report judges at most {MAX_UNITS:,} (about 20 KB each); report a shorter span (files: "
+        "fewer at a time, or split by time; a store: --since, --until)"
+    )
 
 
 def empty() -> pd.DataFrame:

@@ -19,19 +19,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.kinds import DEFAULT_RULES, KindRule, PodFacts, PodKey, WorkloadKind, kind_of, label_keys
-from gpulens.analyzer.kube_state import KubeState, Matcher, StoreKubeState
-from gpulens.analyzer.store import Store
+from gpulens.analyzer.inputs.kinds import DEFAULT_RULES, KindRule, PodFacts, PodKey, WorkloadKind, kind_of, label_keys
+from gpulens.analyzer.inputs.kube_state import KubeState, Matcher, StoreKubeState
+from gpulens.analyzer.inputs.store import Store
 
 
 @dataclass(frozen=True)
 class Owner:
     """A pod's workload: its kind (Deployment, StatefulSet, DaemonSet, Job, CronJob, Pod, another
     controller's kind; "" when unknown), its name, its team ("" when the label is not set), and what the
-    workload is (analyzer/kinds.py: notebook, serving, job or unknown)."""
+    workload is (analyzer/inputs/kinds.py: notebook, serving, job or unknown)."""
 
     kind: str
     name: str
@@ -77,7 +76,7 @@ def resolve(
 
 class OwnerReader:
     """Reads the owners, teams and workload kinds of pods from kube-state-metrics' series: in a store, or
-    recorded (analyzer/kube_state.py)."""
+    recorded (analyzer/inputs/kube_state.py)."""
 
     def __init__(self, source: Store | KubeState, team_label: str = "", rules: Sequence[KindRule] = DEFAULT_RULES):
         self.source = StoreKubeState(source) if isinstance(source, Store) else source
@@ -140,26 +139,3 @@ class OwnerReader:
             {key: tuple(sorted(found)) for key, found in images.items()},
             self.rules,
         )
-
-
-def apply(verdicts: list[Verdict], owners: dict[PodKey, Owner]) -> list[Verdict]:
-    """The verdicts with their pods' owners and teams (unchanged where the owner is not known)."""
-    out = []
-    for v in verdicts:
-        owner = owners.get((v.namespace, v.pod))
-        if owner is None:
-            out.append(v)
-            continue
-        workload = owner.workload
-        out.append(
-            replace(
-                v,
-                owner_kind=owner.kind,
-                owner=owner.name,
-                team=owner.team,
-                workload_kind=workload.kind,
-                engine=workload.engine,
-                kind_source=workload.source,
-            )
-        )
-    return out

@@ -3,7 +3,7 @@ URL --since ... --until T --shard.count N --shard.index I --out FILE` judges the
 (series.Shard, Prometheus' hashmod: a pod's GPUs are on one node, so each pod is judged by one shard) and
 writes what the report of the whole fleet needs of them; `gpulens report --prometheus URL --since ... --until
 T --merge FILE...` merges the N files into the report one run over the fleet writes: the same verdicts, plan
-(what each unit used, plan.Use), HTML timelines (report.TimelineBins) and cluster share (read once, at the
+(what each unit used, plan.Use), HTML timelines (timelines.TimelineBins) and cluster share (read once, at the
 merge, from kube-state-metrics' series).
 
 A shard file is a zip archive: `shard.json` (what wrote it: the store, the span, the shard, the settings
@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from gpulens import __version__
-from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.plan import Use
-from gpulens.analyzer.report import TimelineBins
-from gpulens.analyzer.series import Shard
-from gpulens.analyzer.span import Span
+from gpulens.analyzer.inputs.series import Shard
+from gpulens.analyzer.judging.classify import Verdict
+from gpulens.analyzer.outputs.plan import Use
+from gpulens.analyzer.outputs.span import Span
+from gpulens.analyzer.outputs.timelines import TimelineBins
 from gpulens.core.config import atomic_output
 
 #: What `shard.json` says it is, and the version of its layout (raised when the layout changes).
@@ -182,7 +182,7 @@ def _check_origin(path: str, document: dict, origin: Origin) -> None:
 
 
 def _span_text(span: object) -> str:
-    from gpulens.analyzer.frame import format_timestamp
+    from gpulens.analyzer.inputs.frame import format_timestamp
 
     if isinstance(span, list) and len(span) == 3 and all(isinstance(x, int | float) for x in span):
         return f"{format_timestamp(span[0])} to {format_timestamp(span[1])} every {span[2]:g} s"

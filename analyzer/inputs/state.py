@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gpulens.analyzer.series import Key, SeriesReader, Window
+from gpulens.analyzer.inputs.series import Key, SeriesReader, Window
 from gpulens.core.config import atomic_output
 
 log = logging.getLogger(__name__)

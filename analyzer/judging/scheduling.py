@@ -1,7 +1,7 @@
 """The cluster's share of the waste: GPUs that sat free while pods waited for them, and why.
 
-From a ClusterHistory (analyzer/cluster.py: kube-state-metrics over the span) and what each pod is
-(analyzer/owners.py), step by step:
+From a ClusterHistory (analyzer/inputs/cluster.py: kube-state-metrics over the span) and what each pod is
+(analyzer/inputs/owners.py), step by step:
 - a node's free GPUs are its allocatable less its pods' requests (none on a cordoned node);
 - a waiting pod is judged against the nodes it may run on: the pool and model its node selector names, else
   the pool the settings mean for its kind (`pools.for_kinds`), else every GPU node. Each step of its wait has
@@ -29,10 +29,19 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gpulens.analyzer.cluster import WAITING, ClusterHistory, ClusterReader, Node, PodTrack, model_name
-from gpulens.analyzer.frame import format_timestamp
-from gpulens.analyzer.kinds import PodKey, Pools
-from gpulens.analyzer.owners import Owner, OwnerReader
+from gpulens.analyzer.inputs.cluster import (
+    WAITING,
+    ClusterHistory,
+    ClusterReader,
+    ClusterReading,
+    Node,
+    PodTrack,
+    model_name,
+    read_cluster,
+)
+from gpulens.analyzer.inputs.frame import format_timestamp
+from gpulens.analyzer.inputs.kinds import PodKey, Pools
+from gpulens.analyzer.inputs.owners import Owner, OwnerReader
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -429,14 +438,15 @@ def judge_store(
     prices: dict[str, float],
     models: dict[str, str] | None = None,
 ) -> Scheduling | None:
-    """The cluster's share over `span` (start, end, step: unix seconds) as a store says it: kube-state-metrics'
-    nodes and GPU pods through `reader`, the pods' kinds through `owners`; None where no pod asked for a GPU.
-    A report reads it once over its span, the live analyzer over its window each minute."""
-    start, end, step = span
-    history = reader.read(start, end, step, models)
-    if not history.pods:
-        return None
-    return judge(history, owners.read(history.pods, end, end - start), t, pools, prices)
+    """The cluster's share over `span` (start, end, step: unix seconds) as a store says it (read_cluster());
+    None where no pod asked for a GPU."""
+    reading = read_cluster(reader, owners, span, pools, models)
+    return None if reading is None else judge_reading(reading, t, prices)
+
+
+def judge_reading(reading: ClusterReading, t: Thresholds, prices: dict[str, float]) -> Scheduling:
+    """The cluster's share as `reading` says it."""
+    return judge(reading.history, reading.owners, t, reading.pools, prices)
 
 
 def _wait_evidence(

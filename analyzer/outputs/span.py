@@ -1,7 +1,7 @@
 """`gpulens report --prometheus`: verdicts over a span of days read from a store, in pieces.
 
 A week of a fleet does not fit in memory as one trace (1,000 GPUs at 30 s is 20 million rows), so the span
-is read and judged a piece at a time, and each pod's ledger (analyzer/history.py) carries on from piece
+is read and judged a piece at a time, and each pod's ledger (analyzer/judging/history.py) carries on from piece
 to piece: memory grows with the GPUs and pods, not with the span. Each piece counts its own slots and is
 read with a window of samples before and after them, so the verdicts are those of judging the span whole
 (tests/test_history.py holds them equal).
@@ -12,7 +12,7 @@ fleet so large that even the shortest piece (three windows) of every GPU would h
 of nodes, one after the other, each through the whole span: memory follows PIECE_ROWS, whatever the fleet
 and the span (a pod's GPUs are on one node, so no unit is split).
 The store's own limits (points per series, samples per query) are the store client's concern
-(analyzer/store.py): it cuts and retries the range queries a piece makes.
+(analyzer/inputs/store.py): it cuts and retries the range queries a piece makes.
 
 The next piece is read while one is judged (_read_ahead): the store evaluates its queries and this process
 decodes their answers while the last piece's windows are judged, which took as long again one after the
@@ -29,18 +29,17 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from gpulens.analyzer import frame as fr
-from gpulens.analyzer import owners as owners_mod
-from gpulens.analyzer.classify import Verdict, judge
-from gpulens.analyzer.engines import EngineLoad
-from gpulens.analyzer.features import UnitKeys, pod_features, require_few_enough
-from gpulens.analyzer.history import Ledger, default_window, ledgers, with_workload
-from gpulens.analyzer.kinds import UNKNOWN, PodKey, WorkloadKind
-from gpulens.analyzer.owners import Owner, OwnerReader
-from gpulens.analyzer.plan import Use
-from gpulens.analyzer.report import TimelineBins, unit_samples
-from gpulens.analyzer.series import Exporters, SeriesReader, Shard, Window, instances_matcher
-from gpulens.analyzer.store import StoreError
+from gpulens.analyzer.inputs import frame as fr
+from gpulens.analyzer.inputs.engines import EngineLoad
+from gpulens.analyzer.inputs.kinds import UNKNOWN, PodKey, WorkloadKind
+from gpulens.analyzer.inputs.owners import Owner, OwnerReader
+from gpulens.analyzer.inputs.series import Exporters, SeriesReader, Shard, Window, instances_matcher
+from gpulens.analyzer.inputs.store import StoreError
+from gpulens.analyzer.judging.classify import Verdict, judge
+from gpulens.analyzer.judging.features import UnitKeys, pod_features
+from gpulens.analyzer.judging.history import Ledger, default_window, ledgers, with_owners, with_workload
+from gpulens.analyzer.outputs.plan import Use
+from gpulens.analyzer.outputs.timelines import TimelineBins, unit_samples
 from gpulens.core.thresholds import Thresholds
 
 log = logging.getLogger(__name__)
@@ -141,7 +140,7 @@ def report(
             for v in (judge(pod_features(frame, t), t, prices) if len(frame) else [])
         ]
         _say_impossible(progress, reader)
-        return owners_mod.apply(verdicts, said)
+        return with_owners(verdicts, said)
     totals: dict[str, Ledger] = {}
     owned: dict[PodKey, Owner] = {}
     progress.groups = len(groups)
@@ -159,7 +158,7 @@ def report(
                 totals[unit].merge(ledger)
             else:
                 totals[unit] = ledger
-        require_few_enough(len(totals))
+        fr.require_few_enough(len(totals))
         owned |= _owners(owners, frame, piece.read_to, piece.read_to - piece.read_from)
         counted_seconds = piece.counted_to - piece.counted_from
         del frame, piece, keys, pieces  # not held while the next piece is read: a piece is gigabytes at scale
@@ -169,7 +168,7 @@ def report(
         ledger.verdict(t, _workload(owned, unit), (engines or {}).get(_pod_key(unit)))
         for unit, ledger in totals.items()
     ]
-    return owners_mod.apply(verdicts, owned)
+    return with_owners(verdicts, owned)
 
 
 @dataclass
@@ -318,7 +317,7 @@ def _refuse_too_many_pods(reader: SeriesReader, span: Span) -> None:
     except StoreError as e:
         log.debug("cannot count the span's pods in advance: %s", e)
         return
-    require_few_enough(named, f"pods named in the span by {reader.store.name}")
+    fr.require_few_enough(named, f"pods named in the span by {reader.store.name}")
 
 
 def _say_impossible(progress: Progress, reader: SeriesReader) -> None:

@@ -35,8 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer import features
-from gpulens.analyzer import frame as fr
+from gpulens.analyzer.inputs import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
 from gpulens.core.trace import ALL_COLUMNS, TEXT
@@ -287,9 +286,9 @@ def _read_trace_csv(path: Path) -> pd.DataFrame:
             code = seen.get(fields[i])
             if code is None:
                 code = seen[fields[i]] = len(seen)
-                if seen is pods and code >= features.MAX_UNITS:  # refused as names come, not once all are read
-                    found = f"more than {features.MAX_UNITS:,} pods by this line"
-                    raise TraceError(path, features.too_many_units(found), line=line)
+                if seen is pods and code >= fr.MAX_UNITS:  # refused as names come, not once all are read
+                    found = f"more than {fr.MAX_UNITS:,} pods by this line"
+                    raise TraceError(path, fr.too_many_units(found), line=line)
             codes[i].append(code)
         lines.append(line)
     columns: dict[str, Any] = {"timestamp": np.frombuffer(stamps, dtype=np.float64)}
@@ -343,8 +342,8 @@ def _read_parquet(path: Path) -> pd.DataFrame:
             import pyarrow.compute as pc
 
             pods = len(pc.unique(table.column("pod")))  # dictionary-encoded (categorical) columns too
-            if pods > features.MAX_UNITS:
-                raise TraceError(path, features.too_many_units(f"{pods:,} pods in the file"))
+            if pods > fr.MAX_UNITS:
+                raise TraceError(path, fr.too_many_units(f"{pods:,} pods in the file"))
     except TraceError:
         raise
     except Exception as e:  # pyarrow raises several types; all mean "not a readable Parquet trace"

@@ -11,14 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpulens.analyzer import report
-from gpulens.analyzer.classify import Verdict
-from gpulens.analyzer.evidence import duration
-from gpulens.analyzer.frame import format_timestamp
+from gpulens.analyzer.inputs.frame import format_timestamp
+from gpulens.analyzer.judging.classify import Verdict
+from gpulens.analyzer.judging.evidence import duration
+from gpulens.analyzer.outputs import report
 from gpulens.core.config import finite_json
 
 if TYPE_CHECKING:
-    from gpulens.analyzer.service import AnalyzerService
+    from gpulens.analyzer.outputs.service import AnalyzerService
 
 #: Rows the page lists, most waste first: a table a browser lays out at once at any fleet size (every
 #: verdict is in /api/v1/verdicts).

@@ -1,7 +1,7 @@
 """What each workload is: a notebook, a serving replica (with its engine where known), a job (training or
 batch), or unknown, from what Kubernetes says of its pod rather than from its GPU series.
 
-Read from kube-state-metrics (analyzer/owners.py reads the series): the pod's controller (kube_pod_owner,
+Read from kube-state-metrics (analyzer/inputs/owners.py reads the series): the pod's controller (kube_pod_owner,
 through ReplicaSets to Deployments and Jobs to CronJobs), its labels (kube_pod_labels: only those its
 --metric-labels-allowlist exports; by default none) and its containers' images (kube_pod_container_info).
 Rules are tried in order, the first that matches names the kind; a settings file's rules come before the

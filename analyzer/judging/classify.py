@@ -10,7 +10,7 @@ stock dcgm-exporter) the analyzer says so with low confidence and never claims m
 
 Every check knows the sample interval of its input: a signature that needs to see a training step's
 bursts and gaps is claimed only from samples fine enough to resolve them, and the evidence says so.
-This module judges one window; gpulens.analyzer.history slides windows across hours or days.
+This module judges one window; gpulens.analyzer.judging.history slides windows across hours or days.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from gpulens.analyzer.engines import EngineLoad
-from gpulens.analyzer.evidence import Evidence, byte_count, duration, percent, seconds, share
-from gpulens.analyzer.features import PodFeatures, PodGpu, pod_features
-from gpulens.analyzer.kinds import Kind, WorkloadKind
+from gpulens.analyzer.inputs.engines import EngineLoad
+from gpulens.analyzer.inputs.kinds import Kind, WorkloadKind
+from gpulens.analyzer.judging.evidence import Evidence, byte_count, duration, percent, seconds, share
+from gpulens.analyzer.judging.features import PodFeatures, PodGpu, pod_features
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STALL_CAUSES
 from gpulens.core.catalog import GpuModel, model_info
@@ -95,17 +95,17 @@ class Verdict:
     episodes: list[Episode] = field(default_factory=list)
     #: Over the span, per class: share of the covered time, and the GPU-seconds and money wasted in it.
     by_class: dict[str, ClassShare] = field(default_factory=dict)
-    #: The pod's workload (analyzer/owners.py): Deployment, StatefulSet, DaemonSet, Job, CronJob, Pod or
+    #: The pod's workload (analyzer/inputs/owners.py): Deployment, StatefulSet, DaemonSet, Job, CronJob, Pod or
     #: another controller's kind ("" where kube-state-metrics is not read), its name, and its team.
     owner_kind: str = ""
     owner: str = ""
     team: str = ""
-    #: What the workload is (analyzer/kinds.py: notebook, serving, job, unknown), its serving engine ("" where
+    #: What the workload is (analyzer/inputs/kinds.py: notebook, serving, job, unknown), its serving engine ("" where
     #: none is known: vllm, tgi, triton, sglang), and what said so (the rule that matched).
     workload_kind: Kind = "unknown"
     engine: str = ""
     kind_source: str = ""
-    #: What its serving engine counted over the span (analyzer/engines.py), where it exports its metrics.
+    #: What its serving engine counted over the span (analyzer/inputs/engines.py), where it exports its metrics.
     engine_load: EngineLoad | None = None
     #: Share of samples busy at under waiting_power_share of the power limit, counted as no work in the waste
     #: where activity is utilization (it shows that a kernel ran, and a kernel spinning on a peer runs all
