@@ -60,12 +60,16 @@ class FakeNvml:
         init_error: int = 0,
         topology: dict[tuple[int, int], int] | None = None,
         p2p: dict[tuple[int, int], str] | None = None,
+        count_calls: str = "nvmlDeviceGetCount_v2",
     ) -> None:
+        """The state the library serves from now on; `count_calls`: the NVML function whose calls calls()
+        counts (by default the enumerations: discovery and each rediscovery)."""
         lines = [
             f"driver_version={driver_version}",
             f"nvml_version={nvml_version}",
             f"init_error={init_error}",
             f"device_count={len(gpus)}",
+            f"count_calls={count_calls}",
         ]
         for index, gpu in enumerate(gpus):
             lines += [f"gpu{index}.{key}={value}" for key, value in gpu.items()]
@@ -77,6 +81,18 @@ class FakeNvml:
         with os.fdopen(fd, "w") as f:
             f.write("\n".join(lines) + "\n")
         os.replace(tmp, self.state_path)
+
+    def calls(self) -> int:
+        """Calls so far of the function write()'s `count_calls` names, as the library counted them."""
+        try:
+            return int(self.state_path.with_name(self.state_path.name + ".calls").read_text())
+        except FileNotFoundError:
+            return 0
+
+    def wait_for_calls(self, more: int, what: str, timeout: float = 10.0) -> None:
+        """Wait until the counted function has been called `more` times after now (`what` they are)."""
+        target = self.calls() + more
+        wait_until(lambda: self.calls() >= target, timeout, what=what)
 
 
 class ScriptedHttp:
@@ -417,6 +433,20 @@ class Alertmanager(_PrometheusProject):
 
     def alerts(self) -> list[dict]:
         return requests.get(self.url + "/api/v2/alerts", timeout=5).json()
+
+    def groups(self) -> list[tuple[str, dict[str, str], int]]:
+        """Alertmanager's aggregation groups as (receiver, group labels, active alerts), sorted: each group
+        with an active alert is one notification, so this set is every page and ticket it will send."""
+        return active_groups(self.url)
+
+
+def active_groups(url: str) -> list[tuple[str, dict[str, str], int]]:
+    """Alertmanager.groups() of the Alertmanager at `url`."""
+    groups = requests.get(url + "/api/v2/alerts/groups", timeout=5).json()
+    found = [
+        (g["receiver"]["name"], g["labels"], sum(a["status"]["state"] == "active" for a in g["alerts"])) for g in groups
+    ]
+    return sorted((g for g in found if g[2]), key=lambda g: (g[0], sorted(g[1].items())))
 
 
 def start_demo_stack(workdir: Path, thresholds: str, **settings):

@@ -1,5 +1,6 @@
 """The analyzer: readers on real recordings, the classifier, `gpulens report` and `gpulens eval`."""
 
+import csv
 import json
 import os
 import pickle
@@ -7,6 +8,7 @@ import re
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -495,11 +497,19 @@ def test_eval_command_prints_the_matrix():
     assert result.stdout.count("  day-scale pods with their kind (GPU alone): accuracy 1.000 (") == 2
 
 
+def _recorded_seconds(record: Path, pod: str) -> float:
+    """Simulated seconds of `pod` the --record file holds (at --simulate.speed 5: five each wall second), from
+    its whole lines as they are written."""
+    if not record.exists():
+        return 0.0
+    lines = record.read_text().splitlines(keepends=True)
+    rows = [row for row in csv.DictReader(line for line in lines if line.endswith("\n")) if row["pod"] == pod]
+    return 5 * (float(rows[-1]["timestamp"]) - float(rows[0]["timestamp"])) if rows else 0.0
+
+
 @pytest.mark.slow
 def test_the_exporter_records_a_trace_that_analyze_reads(tmp_path):
-    import time as _time
-
-    from tests.helpers import start_exporter
+    from tests.helpers import start_exporter, wait_until
 
     record = tmp_path / "node.csv"
     exporter, url = start_exporter(
@@ -516,7 +526,7 @@ def test_the_exporter_records_a_trace_that_analyze_reads(tmp_path):
             str(record),
         ]
     )
-    _time.sleep(16)  # 80 simulated seconds: 13 or more training steps of the starving pod
+    wait_until(lambda: _recorded_seconds(record, "bert-finetune-0") >= 80, 60, what="80 simulated seconds")
     exporter.stop()
     frame = read_trace(record)
     assert set(frame.node) == {"sim-h100-a"} and frame.gpu.nunique() == 8

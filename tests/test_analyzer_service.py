@@ -456,8 +456,19 @@ def test_prometheus_down_from_the_start():
             "history_seconds": 86400.0,
             "history": [],
         }
-        time.sleep(2)  # backing off, not spinning
-        assert proc.log.count("cannot reach Prometheus") == 1
+        wait_until(
+            lambda: (
+                value(
+                    samples(requests.get(url + "/metrics").text),
+                    "gpulens_analyzer_input_errors_total",
+                    input="prometheus",
+                )
+                >= 3
+            ),
+            10,
+            what="three failed cycles",
+        )
+        assert proc.log.count("cannot reach Prometheus") == 1  # logged once, however many cycles fail
         assert f"judging the last 600 s of Prometheus at http://<redacted>@{store} every 0.5 s" in proc.log
     finally:
         proc.stop()

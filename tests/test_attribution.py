@@ -343,12 +343,15 @@ def test_every_gpu_instance_and_process_is_in_its_pod(attributed_exporter):
     assert value(parsed, "gpulens_pod_gpu_memory_used_bytes", pod="bert-b-0", **t4_pod) == 5 * 2**30
     assert value(parsed, "gpulens_pod_gpu_utilization_ratio", pod="bert-a-0", **t4_pod) == 0.30
     assert value(parsed, "gpulens_pod_gpu_utilization_ratio", pod="bert-b-0", **t4_pod) == 0.45
+
     # Integrated per pod: 0.45 of each second for bert-b, 0.30 for bert-a.
-    time.sleep(1.0)
-    later = scrape(url)
-    busy_a = value(later, "gpulens_pod_gpu_busy_seconds_total", pod="bert-a-0", **t4_pod)
-    busy_b = value(later, "gpulens_pod_gpu_busy_seconds_total", pod="bert-b-0", **t4_pod)
-    assert busy_b > 0.3 and busy_b / busy_a == pytest.approx(0.45 / 0.30, rel=0.01)
+    def busy() -> tuple[float, float]:
+        later = scrape(url)
+        pods = ("bert-a-0", "bert-b-0")
+        return tuple(value(later, "gpulens_pod_gpu_busy_seconds_total", pod=p, **t4_pod) or 0.0 for p in pods)
+
+    busy_a, busy_b = wait_until(lambda: (b := busy())[1] > 0.3 and b, 10, what="0.3 s of bert-b busy")
+    assert busy_b / busy_a == pytest.approx(0.45 / 0.30, rel=0.01)
     # Processes carry their pod; a host process none; a plain Docker one its container ID only.
     assert (
         value(
@@ -408,7 +411,8 @@ def test_unknown_device_ids_are_counted_and_logged_once(attributed_exporter):
     )
     parsed = scrape(url)
     assert value(parsed, "gpulens_exporter_kubelet_unmapped_device_ids", reason="no_such_device") == 1
-    time.sleep(1.0)  # three more refreshes
+    calls = kubelet.list_calls
+    wait_until(lambda: kubelet.list_calls >= calls + 3, 10, what="three more refreshes")
     assert exporter.log.count("device ID 'weird-7'") == 1
     assert len(pod_info(scrape(url))) == 6  # the rest is attributed as before
 
@@ -438,7 +442,12 @@ def test_socket_absent_then_appearing(fake_nvml, tmp_path):
         assert [k for k in parsed if k[0] == "gpulens_gpu_pods"] == []  # unknown, not zero
         # Processes are still placed by their cgroups.
         assert value(parsed, "gpulens_process_info", pid="4101", pod="trainer-0") == 1
-        time.sleep(1.0)
+        failed = {"collector": "kubelet"}
+        wait_until(
+            lambda: value(scrape(url), "gpulens_exporter_collector_failures_total", **failed) >= 3,
+            10,
+            what="three failed reads of the absent socket",
+        )
         assert exporter.log.count(f"the kubelet pod-resources socket {socket_path} does not exist") == 1
         kubelet.start()
         wait_until(lambda: len(pod_info(scrape(url))) == 6, 5, what="attribution to recover")

@@ -78,6 +78,7 @@ def answer(store):
     return json.loads(report(store, "--format", "json").stdout)
 
 
+@pytest.mark.slow
 def test_each_pod_that_waited_says_how_long_and_why(answer):
     pending = {p["pod"]: p for p in answer["cluster"]["pending"]}
     assert list(pending) == ["train-huge-0", "train-big-0"]  # longest wait first
@@ -103,6 +104,7 @@ def test_each_pod_that_waited_says_how_long_and_why(answer):
     assert huge["evidence"] == "no node offers 16 GPUs: the largest offers 8; it cannot be scheduled as asked"
 
 
+@pytest.mark.slow
 def test_stranded_and_unwanted_gpu_hours_by_pool_are_the_hand_worked_ones(answer):
     pools = {p["pool"]: p for p in answer["cluster"]["pools"]}
     training = pools["training"]
@@ -123,6 +125,7 @@ def test_stranded_and_unwanted_gpu_hours_by_pool_are_the_hand_worked_ones(answer
     assert inference["stranded_gpu_seconds"] == 0
 
 
+@pytest.mark.slow
 def test_the_consolidation_frees_a_node_for_the_pod_that_waited(answer):
     [found] = answer["cluster"]["consolidations"]
     # At 00:30, t3 (3 free; trainer-d 2, -e 2, -g 1) is the only node whose pods fit the others' free blocks
@@ -147,6 +150,7 @@ def test_the_consolidation_frees_a_node_for_the_pod_that_waited(answer):
     assert (a100["gpus_needed"], a100["gpus_freed"], a100["nodes_freed"]) == (24, 8, 1)
 
 
+@pytest.mark.slow
 def test_a_serving_pod_on_the_training_pool_is_moved_to_its_own(answer):
     [misplaced] = answer["cluster"]["misplaced"]
     assert (misplaced["pod"], misplaced["kind"], misplaced["pool"], misplaced["meant_pool"]) == (
@@ -160,6 +164,7 @@ def test_a_serving_pod_on_the_training_pool_is_moved_to_its_own(answer):
     assert (action["owner"], action["saving_usd_span"]) == ("serve/Deployment/chat", 4 * 2.50)
 
 
+@pytest.mark.slow
 def test_namespaces_without_a_gpu_quota_are_named_and_the_one_that_took_the_cluster_first(answer):
     gaps = answer["cluster"]["quota_gaps"]
     assert [g["namespace"] for g in gaps] == ["ml", "serve"]  # research has its quota
@@ -175,6 +180,7 @@ def test_namespaces_without_a_gpu_quota_are_named_and_the_one_that_took_the_clus
     assert quotas["ml"]["what"].startswith("add a ResourceQuota of requests.nvidia.com/gpu: 21 to ml")
 
 
+@pytest.mark.slow
 def test_free_gpus_are_released_from_the_step_their_pod_ended_not_a_lookback_later(store, answer):
     """trainer-b is deleted after step 199 (its series end); the store, backfilled, holds no staleness marker,
     so Prometheus would carry its GPUs' pod for its 5 minute lookback. They are free from step 201."""
@@ -205,6 +211,7 @@ def in_order(verdicts: list[dict]) -> list[dict]:
     return sorted(verdicts, key=lambda v: (-v["wasted_gpu_seconds"], v["unit"]))
 
 
+@pytest.mark.slow
 def test_a_report_judged_in_processes_is_the_report_judged_in_one(store, answer, tmp_path):
     """`--processes 2`: each process reads the nodes whose name hashes to its share (t2 and t4; t1, t3, i1
     and i2), and the merged report is the one process's: the same verdicts, plan and cluster, and the same
@@ -229,6 +236,7 @@ def test_a_report_judged_in_processes_is_the_report_judged_in_one(store, answer,
     assert len({v["node"] for v in whole[1]["verdicts"]}) == len(cluster.NODES)
 
 
+@pytest.mark.slow
 def test_a_report_sharded_between_runs_is_the_report_of_one_run(store, answer, tmp_path):
     """`--shard.count 2`: each run (a pod of an indexed Job) writes the verdicts, use and timelines of the nodes
     whose name hashes to its index into a shard file; `--merge` of both is the report one run writes: the
@@ -253,6 +261,7 @@ def test_a_report_sharded_between_runs_is_the_report_of_one_run(store, answer, t
     assert two.read_text() == one.read_text()
 
 
+@pytest.mark.slow
 def test_shards_that_do_not_make_one_report_are_refused(store, tmp_path):
     """A merge names the file and what is wrong: a shard missing or given twice, another span or settings, a
     file that is no shard; and a shard run names the flag it lacks. Nothing is written."""
@@ -298,6 +307,7 @@ def test_shards_that_do_not_make_one_report_are_refused(store, tmp_path):
         assert done.returncode == 2 and "needs --prometheus and --until" in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 def test_processes_are_for_a_store(store, tmp_path):
     trace = tmp_path / "trace.csv"
     trace.write_text("timestamp,gpu\n")
@@ -313,6 +323,7 @@ def _by_labels(series: tuple[dict, list]) -> list:
 
 
 @pytest.mark.parametrize("age", [1.5 * STEP, 600.0])
+@pytest.mark.slow
 def test_the_clusters_series_read_bare_are_what_promql_answers(store, age):
     """StoreKubeState reads the series bare and joins, sums and freshens them here (Prometheus would spend
     40 times the CPU doing it step by step): what it finds is what the PromQL it replaces answers, evaluated
@@ -349,6 +360,7 @@ def test_the_clusters_series_read_bare_are_what_promql_answers(store, age):
         assert found or method == "cordoned", method  # the cluster has nodes, quotas and pods (none cordoned)
 
 
+@pytest.mark.slow
 def test_the_cluster_in_every_format(store, answer):
     text = report(store).stdout
     assert "research/train-big-0 asked 8 GPUs, waited 2 h 1 min (then scheduled): fragmented" in text
@@ -375,6 +387,7 @@ def test_the_cluster_in_every_format(store, answer):
     )
 
 
+@pytest.mark.slow
 def test_victoria_metrics_holding_the_same_cluster_gives_the_same_answer(store, answer, tmp_path):
     """The same samples imported into a real VictoriaMetrics (MetricsQL's timestamp() and lookback are its
     own): every figure of the cluster's share, and the freed GPUs, as from Prometheus."""
@@ -401,6 +414,7 @@ def files_report(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("form", ["openmetrics", "text"])
+@pytest.mark.slow
 def test_trace_files_with_kube_state_metrics_recorded_give_the_stores_answer(store, answer, tmp_path, form):
     """The same cluster from files: its GPUs' trace (the recorder's format) and kube-state-metrics' history as
     OpenMetrics (the text promtool backfilled into the store) or in Prometheus' text format with timestamps in
@@ -427,6 +441,7 @@ def test_trace_files_with_kube_state_metrics_recorded_give_the_stores_answer(sto
     ]
 
 
+@pytest.mark.slow
 def test_recorded_kube_state_metrics_that_cannot_be_read_are_named_with_the_fix(tmp_path):
     trace = tmp_path / "gpus.parquet"
     fr.write_trace(cluster.gpu_trace(), trace)
@@ -471,6 +486,7 @@ def test_saved_scrapes_of_kube_state_metrics_are_taken_at_their_files_times(tmp_
     ]
 
 
+@pytest.mark.slow
 def test_the_live_analyzer_serves_the_cluster_as_it_is_now(store):
     """At 01:40 (step 100): train-big-0 waits on fragmentation (created 00:30), train-huge-0 for a node of 16
     (created 01:00); training has 10 GPUs free, 3 at most on a node, all stranded; inference 7, 4 on i2."""

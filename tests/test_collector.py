@@ -3,6 +3,7 @@ Prometheus negotiates, and every scrape of one sample shares one rendering."""
 
 import gzip
 
+import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
@@ -167,6 +168,7 @@ def test_openmetrics_is_served_when_the_scraper_names_a_version_gpulens_writes()
     ] == [True, True, True, False, False, False, False]
 
 
+@pytest.mark.slow
 def test_the_series_prefix_cache_lets_ended_processes_go():
     """Processes come and go on a node for months: the formatted series of those that ended are let go,
     so the cache follows the node's series, and every scrape still writes what prometheus_client writes."""

@@ -342,14 +342,18 @@ def test_mig_instances_get_their_activity_from_dcgm(fake_nvml, dcgm_exporter):
         fake_nvml, "--kubelet.socket", "", "--dcgm.url", dcgm_exporter.url, "--dcgm.interval", "0.5"
     )
     try:
-        time.sleep(1.0)
-        parsed = samples(requests.get(url + "/metrics").text)
+
+        def integrated() -> dict | None:
+            """The scrape once the instances' busy and idle time passed half a second."""
+            parsed = samples(requests.get(url + "/metrics").text)
+            busy = value(parsed, "gpulens_gpu_busy_seconds_total", gpu="0/gi9") or 0.0
+            idle = value(parsed, "gpulens_gpu_idle_seconds_total", gpu="0/gi7") or 0.0
+            return parsed if busy > 0.5 and idle > 0.5 else None
+
+        parsed = wait_until(integrated, 10, what="half a second of busy and idle time")
         assert value(parsed, "gpulens_gpu_graphics_engine_active_ratio", gpu="0/gi9") == 0.999917
         assert value(parsed, "gpulens_gpu_graphics_engine_active_ratio", gpu="0/gi5") == 0.000036
         # NVML has no utilization on MIG; the instance's busy time comes from DCGM's activity.
-        busy = value(parsed, "gpulens_gpu_busy_seconds_total", gpu="0/gi9")
-        idle = value(parsed, "gpulens_gpu_idle_seconds_total", gpu="0/gi7")
-        assert busy > 0.5 and idle > 0.5
         assert value(parsed, "gpulens_gpu_idle_seconds_total", gpu="0/gi9") == 0
     finally:
         exporter.stop()

@@ -640,6 +640,7 @@ def test_a_settings_env_that_would_break_the_rules_is_refused_at_apply(user_copy
         hypothesis.strategies.just("https://" + "a" * 249),
     )
 )
+@pytest.mark.slow
 def test_the_policy_and_gpulens_hold_urls_to_one_rule(url):
     """check_url (what `gpulens alerts` accepts), Python's and RE2's reading of URL_PATTERN, and the
     policy's CEL agree on every URL."""

@@ -294,6 +294,7 @@ def run_service(trace: pd.DataFrame, until_hour: float, history: float):
     return service
 
 
+@pytest.mark.slow
 def test_the_live_service_keeps_each_pods_day_with_bounded_memory():
     # A job that finishes at 01:00 and keeps its GPU, sampled every 15 s; a verdict every 5 minutes.
     trace = fleet_trace(["training_finished"], 15.0, 3, finish=3600.0, keeps_memory=1.0)
@@ -438,6 +439,7 @@ class Outage(Replay):
         return super().window_frame()
 
 
+@pytest.mark.slow
 def test_waste_and_history_count_only_the_time_the_samples_cover_across_an_outage():
     from gpulens.analyzer.outputs.service import AnalyzerService
 

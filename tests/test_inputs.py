@@ -275,6 +275,7 @@ def _two_gpus_trace(tmp_path, name: str, sm_of_gpu_1: float = 0.3) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_the_same_file_given_twice_is_that_files_answer(tmp_path):
     """Rows that repeat others (the same file twice, logs that overlap) are kept once, not judged twice."""
     once = _two_gpus_trace(tmp_path, "a.csv")
@@ -441,6 +442,7 @@ def test_more_pods_than_a_report_can_hold_are_refused_saying_why(tmp_path, monke
     assert capsys.readouterr().err.endswith(f"gpulens report: 5 pods and GPUs without a pod to judge: {fix}\n")
 
 
+@pytest.mark.slow
 def test_a_trace_takes_a_few_times_its_size_in_memory_while_it_is_read(tmp_path):
     """Rows are kept column by column, numbers as doubles and names as codes: a list of rows of Python
     objects took 14 to 19 times the file's size (a 1 GB recording needed 19 GiB)."""

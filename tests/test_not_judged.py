@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from gpulens.analyzer.judging.features import pod_features
 from gpulens.analyzer.judging.history import analyze
@@ -21,6 +22,7 @@ def without_unjudged(trace: pd.DataFrame) -> pd.DataFrame:
     return blank
 
 
+@pytest.mark.slow
 def test_every_class_is_judged_the_same_without_the_columns_a_store_is_not_asked_for():
     scenarios = evaluate.make_scenarios(seed=7, per_class=2)
     assert {s.label for s in scenarios} == set(evaluate.SCENARIOS)  # every class (and its variants)
@@ -35,6 +37,7 @@ def test_every_class_is_judged_the_same_without_the_columns_a_store_is_not_asked
     assert carried >= len(scenarios) // 2
 
 
+@pytest.mark.slow
 def test_a_day_of_every_profile_is_judged_the_same_without_them():
     """Over a day in windows (history.ledgers), at a store's 30 s."""
     for scenario in evaluate.make_day_scenarios(seed=7, per_profile=1, spans=(2 * 3600.0,)):

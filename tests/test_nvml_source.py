@@ -262,13 +262,13 @@ def test_lost_gpu_goes_down_alone_and_is_logged_once(fake_nvml):
         t4 = gpus[1]["uuid"]
         assert value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_up", uuid=t4) == 1
         gpus[1]["lost"] = 1
-        fake_nvml.write(gpus)
+        fake_nvml.write(gpus, count_calls="nvmlDeviceGetTemperature")  # read once a sample, of GPU 0
         wait_until(
             lambda: value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_up", uuid=t4) == 0,
             10,
             what="the lost GPU to report up 0",
         )
-        time.sleep(1.0)  # ten more samples of the lost GPU
+        fake_nvml.wait_for_calls(10, "ten more samples of the lost GPU")
         parsed = samples(requests.get(url + "/metrics").text)
         assert sorted(name for name, labels in parsed if ("uuid", t4) in labels) == ["gpulens_gpu_up"]
         assert value(parsed, "gpulens_gpu_up", gpu="0") == 1
@@ -297,7 +297,7 @@ def test_lost_gpu_keeps_its_identity_across_rediscovery(fake_nvml):
     exporter, url = start_nvml_exporter(fake_nvml, "--nvml.rediscover-interval", "0.2")
     try:
         fake_nvml.write(gpus)  # lost, and re-enumeration can no longer open it
-        time.sleep(1.0)  # several re-enumerations
+        fake_nvml.wait_for_calls(3, "three re-enumerations")
         parsed = samples(requests.get(url + "/metrics").text)
         ups = {dict(labels)["uuid"]: v for (name, labels), v in parsed.items() if name == "gpulens_gpu_up"}
         assert ups == {gpus[0]["uuid"]: 1.0, gpus[1]["uuid"]: 0.0}
@@ -321,7 +321,7 @@ def test_a_gpu_that_leaves_the_enumeration_stays_expected_and_reported_down(fake
         assert state() == ({h100: 1.0, t4: 1.0}, 2.0, 2.0)
         fake_nvml.write(gpus[:1])
         wait_until(lambda: state() == ({h100: 1.0, t4: 0.0}, 2.0, 1.0), 10, what="the T4 reported down, expected")
-        time.sleep(1.0)  # several re-enumerations: logged once
+        fake_nvml.wait_for_calls(3, "three re-enumerations: logged once")
         assert exporter.log.count(f"GPU 1 ({t4}, PCI {gpus[1]['pci_bus_id']}) is no longer enumerated") == 1
         fake_nvml.write(gpus)
         wait_until(lambda: state() == ({h100: 1.0, t4: 1.0}, 2.0, 2.0), 10, what="the T4 back")
@@ -366,7 +366,11 @@ def test_hanging_nvml_call_never_hangs_the_scrape(fake_nvml):
     try:
         gpus[0].update({"hang": "nvmlDeviceGetTemperature", "hang_ms": 4000})
         fake_nvml.write(gpus)
-        time.sleep(1.5)
+
+        def sample_age() -> float:
+            return value(samples(requests.get(url + "/metrics", timeout=2).text), "gpulens_exporter_sample_age_seconds")
+
+        wait_until(lambda: sample_age() > 1.0, 10, what="the sampler held a second in the hanging call")
         started = time.monotonic()
         response = requests.get(url + "/metrics", timeout=2)
         assert response.status_code == 200 and time.monotonic() - started < 1.0
@@ -385,13 +389,16 @@ def test_intermittent_errors_drop_one_value_and_log_once(fake_nvml):
     exporter, url = start_nvml_exporter(fake_nvml)
     try:
         seen = set()
-        for _ in range(20):
+
+        def scrape_both() -> bool:
+            """Samples whose temperature read failed and samples whose read worked (any other value stops it)."""
             parsed = samples(requests.get(url + "/metrics").text)
             seen.add(value(parsed, "gpulens_gpu_temperature_celsius", gpu="1"))
             assert value(parsed, "gpulens_gpu_power_watts", gpu="1") == 26.78
             assert value(parsed, "gpulens_gpu_up", gpu="1") == 1
-            time.sleep(0.05)
-        assert seen == {40.0, None}
+            return seen == {40.0, None}
+
+        wait_until(scrape_both, 10, interval=0.05, what="a temperature dropped and one read")
         assert exporter.log.count("nvmlDeviceGetTemperature failed") == 1
     finally:
         exporter.stop()
@@ -482,7 +489,7 @@ def test_every_driver_sample_counts_once_at_the_drivers_own_rate(fake_nvml):
     gpu = captures.h100_under_load()
     start = 1_900_000_000_000_000  # CPU time in us; the driver's, not ours
     gpu["util_samples"] = _sample_list(start, [0])
-    fake_nvml.write([gpu])
+    fake_nvml.write([gpu], count_calls="nvmlDeviceGetSamples")
     exporter, url = start_nvml_exporter(fake_nvml)
     uuid = gpu["uuid"]
 
@@ -492,14 +499,14 @@ def test_every_driver_sample_counts_once_at_the_drivers_own_rate(fake_nvml):
         return parsed if count else None
 
     try:
-        time.sleep(0.5)  # the first read only learns how far the buffer goes: nothing of it is counted
+        fake_nvml.wait_for_calls(1, "the first read, which only learns how far the buffer goes")
         assert activity() is None
         # A starving training step every second: 2 busy samples of 1/6 s, then 4 idle ones, four times.
         steps = [100, 100, 0, 0, 0, 0] * 4
         gpu["util_samples"] = _sample_list(start, [0] + steps)
-        fake_nvml.write([gpu])
+        fake_nvml.write([gpu], count_calls="nvmlDeviceGetSamples")
         parsed = wait_until(activity, 10, what="the new samples to be counted")
-        time.sleep(0.5)  # five more reads, each answered NVML_ERROR_NOT_FOUND: nothing new to count
+        fake_nvml.wait_for_calls(5, "five more reads, each answered NVML_ERROR_NOT_FOUND: nothing new to count")
         parsed = samples(requests.get(url + "/metrics").text)
         bucket = {
             labels_le: v
@@ -585,7 +592,7 @@ def test_topology_peer_paths_and_nvlink_health_from_the_driver(fake_nvml, tmp_pa
         assert f"GPU 2 ({uuid[2]}): NVLink links down: [0] of 18" in exporter.log
         # The links come back and replays go on: the gauge drops to 0, the log says so once.
         gpus[0].update(nvlink_down="", nvlink_replay=112)
-        fake_nvml.write(gpus, topology=topology, p2p=p2p)
+        fake_nvml.write(gpus, topology=topology, p2p=p2p, count_calls="nvmlDeviceGetTemperature")
         wait_until(
             lambda: (
                 value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_nvlink_links_down", uuid=uuid[0]) == 0
@@ -593,7 +600,7 @@ def test_topology_peer_paths_and_nvlink_health_from_the_driver(fake_nvml, tmp_pa
             10,
             what="the links to come back",
         )
-        time.sleep(0.5)
+        fake_nvml.wait_for_calls(3 * 5, "five more samples of the three GPUs: the links' return logged once")
     finally:
         exporter.stop()
     assert exporter.log.count(f"GPU 0 ({uuid[0]}): every NVLink link is up again") == 1

@@ -213,6 +213,7 @@ def test_fewer_replicas_never_carry_less_than_the_measured_peak_with_headroom(re
 
 
 @pytest.mark.parametrize("projected_from", [3600.0, T.plan_projection_min_seconds])
+@pytest.mark.slow
 def test_the_live_service_plans_over_its_history_and_exposes_the_savings(projected_from):
     """The analyzer's plan over its history: the eight replicas become one, in its API and its metrics
     (one series a workload, not a pod). Three hours project a month where an hour suffices; where a day is
@@ -261,6 +262,7 @@ def test_the_live_service_plans_over_its_history_and_exposes_the_savings(project
     }
 
 
+@pytest.mark.slow
 def test_replicas_bound_by_their_kv_cache_are_sized_by_their_engines_load_not_their_sms():
     """The same 8 replicas, their SMs as idle as above (one replica would carry the activity), but each vLLM
     ran 8 requests at p95 and 12 at its peak with its KV cache 45% full: a replica holds 12 x 0.9 / 0.45 = 24

@@ -146,6 +146,7 @@ def test_the_report_reads_on_a_wide_and_a_narrow_screen(page, tmp_path):
         assert same < 6 and same < min(others) / 2, (i, same, others)
 
 
+@pytest.mark.slow
 def test_every_signal_is_drawn_with_its_scale_and_gaps_as_gaps(page):
     path, trace = page
     text = path.read_text()

@@ -190,6 +190,7 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("store", ["prometheus", "victoria-metrics"])
+@pytest.mark.slow
 def test_each_pod_is_judged_by_what_kubernetes_and_its_engine_say(stores, store):
     document = _report(stores[store])
     found = {
@@ -226,6 +227,7 @@ def _oracle(node) -> tuple[int, float, float, int]:
 
 
 @pytest.mark.parametrize("store", ["prometheus", "victoria-metrics"])
+@pytest.mark.slow
 def test_the_kv_cache_bound_deployment_keeps_the_replicas_its_engines_needed(stores, day, store):
     """From the GPUs alone the 4 chat replicas' summed activity fits in fewer; their engines ran as many
     requests at once as their KV caches held, so the plan keeps what carried the peak. The replica that never

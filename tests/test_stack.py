@@ -299,11 +299,7 @@ def test_the_low_sm_page_for_the_starved_pod_reaches_the_webhook_with_why_and_wh
                 return alert
         return None
 
-    deadline = time.monotonic() + 300
-    while not page() and time.monotonic() < deadline:
-        time.sleep(2)
-    alert = page()
-    assert alert is not None, f"no page for nlp/bert-finetune-0; the receiver got: {stack.receiver.text()}"
+    alert = wait_until(page, 300, interval=2, what="a page for nlp/bert-finetune-0")
     annotations = alert.annotations
     assert annotations["recommendation"] == RECOMMENDATIONS["data_starvation"]
     assert "busy_idle_switches_per_minute" in annotations["evidence"]

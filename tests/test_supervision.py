@@ -274,6 +274,7 @@ def test_a_read_that_fails_part_way_is_read_again_from_where_it_lacks_steps_with
         ]
 
 
+@pytest.mark.slow
 def test_a_large_fleets_first_cycle_reads_the_newest_steps_and_the_rest_follows_a_few_a_cycle(monkeypatch, caplog):
     """At 10,000 GPUs the whole window is the costliest read a replica makes: the first cycle serves
     verdicts from the newest eighth, and each cycle after reads as many older steps as its budget allows."""
@@ -335,6 +336,7 @@ def _state_with(path: Path, **meta_changes) -> None:
         ),
     ],
 )
+@pytest.mark.slow
 def test_a_damaged_state_file_is_said_once_and_the_window_read_from_the_store(tmp_path, caplog, damage, reason):
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
     now = [1_800_000_000.0]
@@ -398,6 +400,7 @@ def test_two_replicas_given_one_state_file_never_tear_it(tmp_path, caplog):
     assert set(store.ranges) == {(now[0] - 15, now[0])}
 
 
+@pytest.mark.slow
 def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="gpulens.analyzer.inputs.state")
     store = ScriptedPrometheus({"GPU-A": math.inf, "GPU-B": math.inf})
@@ -799,6 +802,7 @@ def test_a_pod_identity_of_an_odd_value_names_its_pod_not_another(value):
     assert list(zip(frame["namespace"].astype(str), frame["pod"].astype(str), strict=True)) == [("nlp", "bert-0")]
 
 
+@pytest.mark.slow
 def test_a_pod_name_of_a_megabyte_costs_a_megabyte_not_a_megabyte_a_pod():
     """Pod names are kept as the strings they are: as numpy's fixed-width text, each of 200 pods took the
     width of the longest, four bytes a character: 800 MiB for one name of 1 MiB."""

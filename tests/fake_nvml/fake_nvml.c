@@ -136,6 +136,10 @@ static unsigned flaky_calls[MAX_GPUS][MAX_MIG + 1];
 static int topology[MAX_GPUS][MAX_GPUS]; /* nvmlGpuTopologyLevel_t, or -1 */
 static char p2p[MAX_GPUS][MAX_GPUS][8];  /* "nvlink", "pcie", "none", or "" (not set: NOT_SUPPORTED) */
 static unsigned device_count;
+/* count_calls= in the state file names a function whose calls are counted into FAKE_NVML_STATE.calls, so that
+   a test waits for the exporter's reads (its samples, its re-enumerations) rather than for time. */
+static char count_fn[64];
+static unsigned long counted_calls;
 /* GPU slots the last state file touched: a reload clears only those, so that a 128-slot table costs a
    process (the exporter's resident memory in the benchmarks) only the GPUs a test describes. */
 static int slots_used;
@@ -227,6 +231,7 @@ static void parse_line(char *line) {
     if (strcmp(key, "nvml_version") == 0) { snprintf(nvml_version, TEXT, "%s", value); return; }
     if (strcmp(key, "init_error") == 0) { init_error = atoi(value); return; }
     if (strcmp(key, "device_count") == 0) { device_count = (unsigned)atoi(value); return; }
+    if (strcmp(key, "count_calls") == 0) { snprintf(count_fn, sizeof count_fn, "%s", value); return; }
     int a, b, n;
     if (sscanf(key, "topo.%d.%d%n", &a, &b, &n) == 2 && key[n] == 0) {
         if (a >= 0 && a < MAX_GPUS && b >= 0 && b < MAX_GPUS) topology[a][b] = atoi(value);
@@ -286,6 +291,7 @@ static void refresh(void) {
     memset(p2p, 0, sizeof p2p);
     device_count = 0;
     init_error = 0;
+    count_fn[0] = 0;
     char *line = NULL; /* lines of samples are long: getline grows the buffer */
     size_t size = 0;
     while (getline(&line, &size, f) > 0) parse_line(line);
@@ -302,6 +308,20 @@ static unsigned long long now_us(void) {
     return (unsigned long long)tv.tv_sec * 1000000ULL + tv.tv_usec;
 }
 
+/* One more call of `fn`, written to FAKE_NVML_STATE.calls (replaced whole) if the state counts its calls. */
+static void count_call(const char *fn) {
+    const char *path = getenv("FAKE_NVML_STATE");
+    if (!path || !count_fn[0] || strcmp(fn, count_fn) != 0) return;
+    char name[4096], tmp[4200];
+    snprintf(name, sizeof name, "%s.calls", path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    fprintf(f, "%lu\n", ++counted_calls);
+    fclose(f);
+    rename(tmp, name);
+}
+
 static int listed(const char *list, const char *fn) {
     char needle[128];
     snprintf(needle, sizeof needle, ",%s,", fn);
@@ -310,6 +330,7 @@ static int listed(const char *list, const char *fn) {
 
 /* The fault gate every device call passes. Called with `mu` held; may drop it to hang. */
 static nvmlReturn_t gate(device_t *d, const char *fn) {
+    count_call(fn);
     if (!initialized) return NVML_ERROR_UNINITIALIZED;
     if (!d || !d->exists) return NVML_ERROR_INVALID_ARGUMENT;
     device_t *gpu = d->is_mig ? d->parent : d;
@@ -409,6 +430,7 @@ nvmlReturn_t nvmlSystemGetProcessName(unsigned pid, char *out, unsigned len) {
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned *count) {
     pthread_mutex_lock(&mu);
     refresh();
+    count_call("nvmlDeviceGetCount_v2");
     if (!initialized) END(NVML_ERROR_UNINITIALIZED);
     *count = device_count;
     END(NVML_SUCCESS);
