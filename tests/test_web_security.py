@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from gpulens.core import web
 from gpulens.core.config import ConfigError
-from gpulens.core.web import WebConfig, serve
+from gpulens.core.web import WebConfig, auth, connections, serve
 from tests.helpers import certificate, certificate_authority, wait_until
 
 pytestmark = pytest.mark.slow
@@ -258,7 +258,7 @@ def closed_by_server(client: socket.socket) -> bool:
 
 
 def test_an_idle_kept_alive_connection_is_closed(tmp_path, monkeypatch):
-    monkeypatch.setattr(web, "IDLE_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(connections, "IDLE_TIMEOUT_SECONDS", 0.5)
     with serving(tmp_path, "") as address:
         client = connect(address)
         client.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -270,8 +270,8 @@ def test_an_idle_kept_alive_connection_is_closed(tmp_path, monkeypatch):
 def test_slowloris_is_shed_and_scrapes_and_probes_are_still_served(tmp_path, monkeypatch, caplog):
     """Every slot held by a client trickling an unfinished head: a scrape takes the oldest one's slot,
     and a head that is not whole HEAD_TIMEOUT_SECONDS after its first byte is ended however it trickles."""
-    monkeypatch.setattr(web, "MAX_CONNECTIONS", 3)
-    monkeypatch.setattr(web, "HEAD_TIMEOUT_SECONDS", 1.0)
+    monkeypatch.setattr(connections, "MAX_CONNECTIONS", 3)
+    monkeypatch.setattr(connections, "HEAD_TIMEOUT_SECONDS", 1.0)
     with serving(tmp_path, "") as address:
         attackers = [connect(address) for _ in range(3)]
         for attacker in attackers:
@@ -317,7 +317,7 @@ def shed(address: str) -> dict[str, int]:
 
 
 def test_a_full_server_of_busy_answers_closes_new_connections(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(web, "MAX_CONNECTIONS", 2)
+    monkeypatch.setattr(connections, "MAX_CONNECTIONS", 2)
     release, entered = threading.Event(), []
 
     def slow(_query):
@@ -386,7 +386,7 @@ def test_odd_bodies_are_refused_naming_the_fix(tmp_path, headers, status, messag
 def test_a_bcrypt_flood_never_slows_the_scraper_nor_the_probes(tmp_path, monkeypatch):
     """Wrong passwords do not evict the scraper's verified credentials, probes never run bcrypt, and no
     more than BCRYPT_WAITING requests wait for it (one here): the rest are told to retry (429) at once."""
-    monkeypatch.setattr(web, "BCRYPT_WAITING", 1)
+    monkeypatch.setattr(auth, "BCRYPT_WAITING", 1)
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     real, runs, gate = bcrypt.checkpw, [], threading.Event()
     gate.set()
@@ -401,9 +401,9 @@ def test_a_bcrypt_flood_never_slows_the_scraper_nor_the_probes(tmp_path, monkeyp
         url = f"http://{address}"
         assert requests.get(f"{url}/metrics", headers=basic("prometheus", b"s3cret"), timeout=5).status_code == 200
         runs.clear()
-        for i in range(3 * web._Authenticator.CACHE_SIZE):  # wrong passwords, each new
+        for i in range(3 * auth.Authenticator.CACHE_SIZE):  # wrong passwords, each new
             assert requests.get(f"{url}/metrics", headers=basic("prometheus", b"%d" % i), timeout=5).status_code == 401
-        assert len(runs) == 3 * web._Authenticator.CACHE_SIZE
+        assert len(runs) == 3 * auth.Authenticator.CACHE_SIZE
         runs.clear()
         assert requests.get(f"{url}/metrics", headers=basic("prometheus", b"s3cret"), timeout=5).status_code == 200
         for probe in ("/healthz", "/readyz"):
@@ -440,12 +440,12 @@ def test_checks_of_every_cost_take_as_long_as_the_costliest():
     }
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bcrypt, "checkpw", counting)
-        auth = web._Authenticator(users, clock=clock, sleep=slept.append)
-        assert auth.slowest == 2**6  # measured on the decoy, at the highest cost
+        checker = auth.Authenticator(users, clock=clock, sleep=slept.append)
+        assert checker.slowest == 2**6  # measured on the decoy, at the highest cost
         for user, password in (("cheap", b"a"), ("dear", b"b"), ("nobody", b"c"), ("cheap", b"wrong")):
             slept.clear()
             started = now[0]
-            auth.allowed("Basic " + base64.b64encode(f"{user}:".encode() + password).decode())
+            checker.allowed("Basic " + base64.b64encode(f"{user}:".encode() + password).decode())
             assert now[0] - started + sum(slept) == 2**6, user
 
 
