@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import logging
 import os
 import shutil
@@ -33,7 +31,7 @@ if TYPE_CHECKING:
     from gpulens.analyzer.judging.classify import Verdict
     from gpulens.analyzer.judging.scheduling import Scheduling
     from gpulens.analyzer.outputs import shards
-    from gpulens.analyzer.outputs.plan import Plan, Use
+    from gpulens.analyzer.outputs.plan import Use
     from gpulens.analyzer.outputs.span import Span
     from gpulens.analyzer.outputs.timelines import TimelineBins
     from gpulens.core.mixin import MixinConfig
@@ -406,7 +404,6 @@ def _config(args: argparse.Namespace) -> tuple[Thresholds, dict[str, float]]:
 
 def run_report(args: argparse.Namespace) -> int:
     # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
-    from gpulens.analyzer.inputs import readers
     from gpulens.analyzer.inputs.kinds import load_rules
     from gpulens.analyzer.inputs.kube_state import KubeStateError, RecordedKubeState
     from gpulens.analyzer.inputs.owners import OwnerReader
@@ -414,6 +411,7 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer.inputs.store import StoreError
     from gpulens.analyzer.judging.features import UnitKeys
     from gpulens.analyzer.judging.history import analyze, sample_interval, with_owners
+    from gpulens.analyzer.outputs import formats, terminal
     from gpulens.analyzer.outputs.plan import Use, make_plan
 
     try:
@@ -456,7 +454,8 @@ def run_report(args: argparse.Namespace) -> int:
                     "labels unless --kube-state gives kube-state-metrics' series, and are read whole); drop them, "
                     "or read the store"
                 )
-            trace, timelines = _read_with_progress(args, readers), None
+            files = (args.files, args.scrape_interval, args.gpu_model, _scrape_start(args))
+            trace, timelines = terminal.read_files_with_progress(*files), None
             _warn_unknown_models(trace, prices)
             kube_state = RecordedKubeState.read(args.kube_state) if args.kube_state else None
             owners = OwnerReader(kube_state, args.team_label, load_rules(args.analysis_config)) if kube_state else None
@@ -482,14 +481,14 @@ def run_report(args: argparse.Namespace) -> int:
     verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
     plan = make_plan(verdicts, use, thresholds, prices, scheduling)
     if args.format == "json":
-        text = finite_json(_json(verdicts, plan, scheduling), indent=2) + "\n"
+        text = finite_json(formats.report_json(verdicts, plan, scheduling), indent=2) + "\n"
     elif args.format == "csv":
         if args.by == "plan":
-            text = _csv_plan(plan)
+            text = formats.plan_csv(plan)
         elif args.by in ("pending", "pool"):
-            text = _csv_cluster(scheduling, args.by)
+            text = formats.cluster_csv(scheduling, args.by)
         else:
-            text = _csv(verdicts) if args.by == "pod" else _csv_sums(verdicts, args.by)
+            text = formats.verdicts_csv(verdicts) if args.by == "pod" else formats.waste_csv(verdicts, args.by)
     elif args.format == "html":
         from gpulens.analyzer.outputs import report
 
@@ -905,156 +904,6 @@ def _when(text: str, flag: str, or_else: str = "") -> float:
 def _scrape_start(args: argparse.Namespace) -> float | None:
     """--scrape-start as unix seconds; None: the first scrape file's modification time."""
     return _when(args.scrape_start, "--scrape-start") if args.scrape_start else None
-
-
-def _read_with_progress(args, readers):
-    """Read the files with a progress bar on an interactive terminal (files of millions of rows
-    take a while); silently otherwise."""
-    try:
-        small = len(args.files) == 1 and os.path.getsize(args.files[0]) < 50_000_000
-    except OSError:  # the reader says what is wrong with the file, in its own words
-        small = True
-    if small or not sys.stderr.isatty():
-        return readers.read_files(args.files, args.scrape_interval, args.gpu_model, _scrape_start(args))
-    from rich.progress import Progress
-
-    # Scrapes are one series over all their files, in order: read together, after the other files.
-    scrapes = [path for path in args.files if readers.detect(Path(path)) == "dcgm-exporter"]
-    frames = []
-    with Progress(transient=True) as progress:
-        task = progress.add_task("reading", total=len(args.files))
-        for path in args.files:
-            if path not in scrapes:
-                frames.append((path, readers.read_files([path])))
-                progress.advance(task)
-        if scrapes:
-            frames.append((scrapes[0], readers.read_files(scrapes, args.scrape_interval, "", _scrape_start(args))))
-            progress.advance(task, len(scrapes))
-    return readers.combine(frames, args.gpu_model)
-
-
-def _json(verdicts: list[Verdict], plan: Plan, scheduling: Scheduling | None = None) -> dict:
-    """The JSON report: the verdicts, their waste summed by class, namespace, owner and team, and the plan:
-    one object per action, then its sums, what it did not plan and why, and what it assumed."""
-    from dataclasses import asdict
-
-    from gpulens.analyzer.outputs.summary import DIMENSIONS, waste_by
-
-    return {
-        "verdicts": [v.to_dict() for v in verdicts],
-        "waste": {dimension: [asdict(s) for s in waste_by(verdicts, dimension)] for dimension in DIMENSIONS},
-        **plan.to_dict(),
-        "cluster": scheduling.to_dict() if scheduling is not None else None,
-    }
-
-
-def _csv_sums(verdicts: list[Verdict], dimension: str) -> str:
-    from dataclasses import asdict
-
-    from gpulens.analyzer.outputs.summary import WasteSum, waste_by
-
-    out = io.StringIO()
-    fields = list(WasteSum.__dataclass_fields__)
-    writer = csv.DictWriter(out, fieldnames=[dimension if f == "key" else f for f in fields])
-    writer.writeheader()
-    for total in waste_by(verdicts, dimension):
-        row = asdict(total)
-        writer.writerow({dimension if k == "key" else k: value for k, value in row.items()})
-    return out.getvalue()
-
-
-def _csv_plan(plan: Plan) -> str:
-    """The plan, a row per action; its evidence and assumptions as "key: value; ..." text."""
-    from dataclasses import asdict
-
-    from gpulens.analyzer.outputs.plan import Action
-
-    out = io.StringIO()
-    fields = [f for f in Action.__dataclass_fields__ if f != "needs"]
-    writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
-    writer.writeheader()
-    for action in plan.actions:
-        row = asdict(action)
-        row["units"] = " ".join(action.units)
-        for key in ("evidence", "assumptions"):
-            row[key] = "; ".join(f"{k}: {v}" for k, v in row[key].items())
-        writer.writerow(row)
-    return out.getvalue()
-
-
-def _csv_cluster(scheduling: Scheduling | None, by: str) -> str:
-    """The cluster's judgement as CSV: a row per pod that waited (`pending`), or per pool and GPU model
-    (`pool`); the header alone where kube-state-metrics said nothing of GPU pods."""
-    from dataclasses import asdict, fields
-
-    from gpulens.analyzer.inputs.frame import format_timestamp
-    from gpulens.analyzer.judging.scheduling import Pending, PoolUse
-
-    out = io.StringIO()
-    if by == "pending":
-        writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(Pending)])
-        writer.writeheader()
-        for waited in scheduling.pending if scheduling else []:
-            row = asdict(waited)
-            row["waiting_since"] = format_timestamp(waited.waiting_since)
-            row["scheduled_at"] = "" if waited.scheduled_at is None else format_timestamp(waited.scheduled_at)
-            row["reason_shares"] = "; ".join(f"{k} {v}" for k, v in waited.reason_shares.items())
-            writer.writerow(row)
-    else:
-        writer = csv.DictWriter(out, fieldnames=[*(f.name for f in fields(PoolUse)), "stranded_usd", "recurring"])
-        writer.writeheader()
-        for pool in scheduling.pools if scheduling else []:
-            recurring = pool in scheduling.recurring if scheduling else False
-            writer.writerow({**asdict(pool), "stranded_usd": round(pool.stranded_cost, 2), "recurring": recurring})
-    return out.getvalue()
-
-
-_CSV_FIELDS = [
-    "namespace",
-    "pod",
-    "node",
-    "gpus",
-    "gpu_model",
-    "bottleneck",
-    "confidence",
-    "secondary",
-    "wasted_gpu_seconds",
-    "wasted_cost",
-    "mean_activity",
-    "idle_ratio",
-    "evidence",
-    "recommendation",
-    # Added later: at the end, so that readers by position keep working.
-    "window_seconds",
-    "coverage",
-    "sample_seconds",
-    "time_share",
-    "episodes",
-    "owner_kind",
-    "owner",
-    "team",
-    "workload_kind",
-    "engine",
-]
-
-
-def _csv(verdicts: list[Verdict]) -> str:
-    from gpulens.analyzer.inputs.frame import format_timestamp as when
-
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=_CSV_FIELDS, extrasaction="ignore")
-    writer.writeheader()
-    for v in verdicts:
-        row = v.to_dict()
-        row["gpus"] = " ".join(v.gpus)
-        row["secondary"] = " ".join(v.secondary)
-        row["evidence"] = "; ".join(f"{k}: {val}" for k, val in v.evidence.items())
-        row["time_share"] = "; ".join(f"{name} {part.share}" for name, part in v.by_class.items())
-        row["episodes"] = "; ".join(
-            f"{when(e.start)}/{when(e.end)} {e.bottleneck} {e.confidence} {e.wasted_gpu_seconds}" for e in v.episodes
-        )
-        writer.writerow(row)
-    return out.getvalue()
 
 
 def run_eval(args: argparse.Namespace) -> int:

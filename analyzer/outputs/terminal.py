@@ -11,14 +11,20 @@ wrap, whole. Under WIDE_COLUMNS the evidence and the fix share a column.
 from __future__ import annotations
 
 import io
+import os
+import sys
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 
+import pandas as pd
 from rich import box
 from rich.console import Console, Group, RenderableType
+from rich.progress import Progress
 from rich.table import Table
 from rich.text import Text
 
+from gpulens.analyzer.inputs import readers
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration, gpu_count, in_units
 from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
@@ -311,3 +317,29 @@ def _cluster(s: Scheduling, width: int) -> RenderableType:
     lines += [f"- not known: {note}" for note in s.missing]
     parts += [Text(textwrap.fill(line, width, subsequent_indent="  ")) for line in lines]
     return Group(*parts)
+
+
+def read_files_with_progress(
+    files: list[str | Path], scrape_interval: float, gpu_model: str, scrape_start: float | None
+) -> pd.DataFrame:
+    """readers.read_files() of `files`, with a progress bar on an interactive terminal (files of millions of
+    rows take a while); silently otherwise."""
+    try:
+        small = len(files) == 1 and os.path.getsize(files[0]) < 50_000_000
+    except OSError:  # the reader says what is wrong with the file, in its own words
+        small = True
+    if small or not sys.stderr.isatty():
+        return readers.read_files(files, scrape_interval, gpu_model, scrape_start)
+    # Scrapes are one series over all their files, in order: read together, after the other files.
+    scrapes: list[str | Path] = [path for path in files if readers.detect(Path(path)) == "dcgm-exporter"]
+    frames = []
+    with Progress(transient=True) as progress:
+        task = progress.add_task("reading", total=len(files))
+        for path in files:
+            if path not in scrapes:
+                frames.append((str(path), readers.read_files([path])))
+                progress.advance(task)
+        if scrapes:
+            frames.append((str(scrapes[0]), readers.read_files(scrapes, scrape_interval, "", scrape_start)))
+            progress.advance(task, len(scrapes))
+    return readers.combine(frames, gpu_model)

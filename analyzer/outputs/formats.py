@@ -1,0 +1,123 @@
+"""`gpulens report`'s machine outputs: the JSON report, and CSV of the verdicts, the waste by a dimension, the
+plan and the cluster's judgement (docs/analyzer.md). Times are RFC 3339 (frame.format_timestamp)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import asdict, fields
+
+from gpulens.analyzer.inputs.frame import format_timestamp
+from gpulens.analyzer.judging.classify import Verdict
+from gpulens.analyzer.judging.scheduling import Pending, PoolUse, Scheduling
+from gpulens.analyzer.outputs.plan import Action, Plan
+from gpulens.analyzer.outputs.summary import DIMENSIONS, WasteSum, waste_by
+
+
+def report_json(verdicts: list[Verdict], plan: Plan, scheduling: Scheduling | None = None) -> dict:
+    """The JSON report: the verdicts, their waste summed by class, namespace, owner and team, and the plan:
+    one object per action, then its sums, what it did not plan and why, and what it assumed."""
+    return {
+        "verdicts": [v.to_dict() for v in verdicts],
+        "waste": {dimension: [asdict(s) for s in waste_by(verdicts, dimension)] for dimension in DIMENSIONS},
+        **plan.to_dict(),
+        "cluster": scheduling.to_dict() if scheduling is not None else None,
+    }
+
+
+def waste_csv(verdicts: list[Verdict], dimension: str) -> str:
+    """The waste summed by `dimension` (class, namespace, workload, team: summary.DIMENSIONS), a row each."""
+    out = io.StringIO()
+    columns = list(WasteSum.__dataclass_fields__)
+    writer = csv.DictWriter(out, fieldnames=[dimension if f == "key" else f for f in columns])
+    writer.writeheader()
+    for total in waste_by(verdicts, dimension):
+        row = asdict(total)
+        writer.writerow({dimension if k == "key" else k: value for k, value in row.items()})
+    return out.getvalue()
+
+
+def plan_csv(plan: Plan) -> str:
+    """The plan, a row per action; its evidence and assumptions as "key: value; ..." text."""
+    out = io.StringIO()
+    columns = [f for f in Action.__dataclass_fields__ if f != "needs"]
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    for action in plan.actions:
+        row = asdict(action)
+        row["units"] = " ".join(action.units)
+        for key in ("evidence", "assumptions"):
+            row[key] = "; ".join(f"{k}: {v}" for k, v in row[key].items())
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def cluster_csv(scheduling: Scheduling | None, by: str) -> str:
+    """The cluster's judgement as CSV: a row per pod that waited (`pending`), or per pool and GPU model
+    (`pool`); the header alone where kube-state-metrics said nothing of GPU pods."""
+    out = io.StringIO()
+    if by == "pending":
+        writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(Pending)])
+        writer.writeheader()
+        for waited in scheduling.pending if scheduling else []:
+            row = asdict(waited)
+            row["waiting_since"] = format_timestamp(waited.waiting_since)
+            row["scheduled_at"] = "" if waited.scheduled_at is None else format_timestamp(waited.scheduled_at)
+            row["reason_shares"] = "; ".join(f"{k} {v}" for k, v in waited.reason_shares.items())
+            writer.writerow(row)
+    else:
+        writer = csv.DictWriter(out, fieldnames=[*(f.name for f in fields(PoolUse)), "stranded_usd", "recurring"])
+        writer.writeheader()
+        for pool in scheduling.pools if scheduling else []:
+            recurring = pool in scheduling.recurring if scheduling else False
+            writer.writerow({**asdict(pool), "stranded_usd": round(pool.stranded_cost, 2), "recurring": recurring})
+    return out.getvalue()
+
+
+VERDICT_CSV_FIELDS = [
+    "namespace",
+    "pod",
+    "node",
+    "gpus",
+    "gpu_model",
+    "bottleneck",
+    "confidence",
+    "secondary",
+    "wasted_gpu_seconds",
+    "wasted_cost",
+    "mean_activity",
+    "idle_ratio",
+    "evidence",
+    "recommendation",
+    # Added later: at the end, so that readers by position keep working.
+    "window_seconds",
+    "coverage",
+    "sample_seconds",
+    "time_share",
+    "episodes",
+    "owner_kind",
+    "owner",
+    "team",
+    "workload_kind",
+    "engine",
+]
+
+
+def verdicts_csv(verdicts: list[Verdict]) -> str:
+    """A row per verdict, in VERDICT_CSV_FIELDS' order; lists as text (episodes: start/end class confidence waste)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=VERDICT_CSV_FIELDS, extrasaction="ignore")
+    writer.writeheader()
+    for v in verdicts:
+        row = v.to_dict()
+        row["gpus"] = " ".join(v.gpus)
+        row["secondary"] = " ".join(v.secondary)
+        row["evidence"] = "; ".join(f"{k}: {val}" for k, val in v.evidence.items())
+        row["time_share"] = "; ".join(f"{name} {part.share}" for name, part in v.by_class.items())
+        row["episodes"] = "; ".join(
+            f"{format_timestamp(e.start)}/{format_timestamp(e.end)} "
+            f"{e.bottleneck} {e.confidence} {e.wasted_gpu_seconds}"
+            for e in v.episodes
+        )
+        writer.writerow(row)
+    return out.getvalue()
