@@ -455,11 +455,11 @@ def test_a_reader_that_runs_for_long_forgets_the_pods_and_gpus_gone_from_its_win
             frame = reader.frame(held, 600)
             gpu_1 = frame[frame["gpu"] == "GPU-1"]
             assert list(gpu_1["pod"].astype(str)) == [f"job-{j}" for j in range(k - 9, k + 1)]
-            largest = max(largest, len(reader.pods))
+            largest = max(largest, len(held.names.pods))
     finally:
         prometheus.stop()
     assert largest <= 2 * 11 + 64 + 5  # the window's 10 pods and "none", twice, and a cycle's new ones
-    assert ("n2", "GPU-d") not in reader.dcgm.models and ("n2", "GPU-d") not in reader.dcgm.nodes
+    assert ("n2", "GPU-d") not in held.dcgm.models and ("n2", "GPU-d") not in held.dcgm.nodes
 
 
 def test_a_store_trickling_its_answer_is_cut_at_the_requests_time():

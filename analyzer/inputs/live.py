@@ -516,12 +516,12 @@ class PrometheusInput:
         # The window ends on the store's step grid (a multiple of the step): every cycle asks for the same
         # instants, so the steps read by the cycles before are the steps held.
         end = math.floor(self.clock() / self.step) * self.step
-        self.reader.instances = ""  # the shard's exporters are looked up anew each cycle: nodes come and go
-        if self.shard is not None:
+        reader = self.reader
+        if self.shard is not None:  # the shard's exporters are looked up anew each cycle: nodes come and go
             instances = self._shard_instances(self.shard, end)
             if not instances:
                 return fr.empty()
-            self.reader.instances = instances_matcher(instances)
+            reader = self.reader.scoped(instances_matcher(instances))
         if self._held is None and self.state_file and not self._state_loaded:  # a restart: what it held before
             self._state_loaded = True
             self._state_lock = state.lock(self.state_file)
@@ -533,24 +533,22 @@ class PrometheusInput:
                 )
                 self.state_file = ""
             else:
-                self._held = state.load(self.state_file, self.reader, self._identity(), self._empty_window())
-                self._held_instances = self.reader.instances
-        if self._held is None or self.reader.instances != self._held_instances:  # the steps held are not all theirs
+                self._held = state.load(self.state_file, self._identity(), self._empty_window())
+                self._held_instances = reader.instances
+        if self._held is None or reader.instances != self._held_instances:  # the steps held are not all theirs
             self._held = self._empty_window()
-            self._held_instances = self.reader.instances
+            self._held_instances = reader.instances
         held = self._held
         first = held.read_from is None
         start = held.move_to(end, newest=max(REREAD_STEPS + 1, held.gpus.points // 8))
-        self.reader.read(held, held.due, end)
-        points, steps = self.reader.last_points, round((end - start) / self.step) + 1
+        points, steps = reader.read(held, held.due, end), round((end - start) / self.step) + 1
         # The older steps while the window is not whole: as many as READ_POINTS_PER_CYCLE allows at the
         # points a step of every part costs (all of them at once in a small fleet, a few a cycle in a large
         # one); a first cycle reads them only if they all fit, so that it serves within seconds.
         step_points = points / steps * held.parts / len(held.due)
         older = held.older(max(1, round(READ_POINTS_PER_CYCLE / max(step_points, 1))), start)
         if older is not None and (not first or older[0] <= held.start):
-            self.reader.read(held, *older)
-            points, start = points + self.reader.last_points, older[0]
+            points, start = points + reader.read(held, *older), older[0]
         held.complete(start)
         read_from = held.read_from
         filling = read_from is not None and read_from > held.start
@@ -565,7 +563,7 @@ class PrometheusInput:
             log.info("%s: the window is whole", self.store.name)
         self._filling = filling
         self._last_points = points
-        return self.reader.frame(held, self.window)
+        return reader.frame(held, self.window)
 
     def _empty_window(self) -> Window:
         return Window.of(self.step, int(self.window // self.step) + 1, self.parts)
@@ -575,7 +573,7 @@ class PrometheusInput:
         A GPU's node is its `node` label (dcgm-exporter: `Hostname`), else its exporter's address."""
         window = f"{self.window:.0f}s"
         gpulens = self.store.query(
-            f"count by (node, instance) (last_over_time({self.reader._sel(m.GPU_INFO.name)}[{window}]))", end
+            f"count by (node, instance) (last_over_time({self.reader.selector(m.GPU_INFO.name)}[{window}]))", end
         )
         dcgm_matchers = self.reader.dcgm_selector
         dcgm = self.store.query(
@@ -614,7 +612,7 @@ class PrometheusInput:
         if self._held is None:
             return
         try:
-            state.save(self.state_file, self._held, self.reader, self._identity() | {"instances": self._held_instances})
+            state.save(self.state_file, self._held, self._identity() | {"instances": self._held_instances})
         except ConfigError as e:
             self._state_problems.problem("write", f"cannot keep the window across restarts: {e}")
         else:

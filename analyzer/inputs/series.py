@@ -15,6 +15,7 @@ query the dashboards and alerts make too.
 from __future__ import annotations
 
 import collections
+import copy
 import functools
 import hashlib
 import itertools
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, TypeVar, overload
 
 import numpy as np
 import pandas as pd
@@ -164,6 +165,14 @@ class StepGrid:
         """The step of unix time `at` (on the grid)."""
         return round((at - self.start) / self.step)
 
+    @overload
+    def time_of(self, index: int) -> float: ...
+    @overload
+    def time_of(self, index: np.ndarray) -> np.ndarray: ...
+    def time_of(self, index: int | np.ndarray) -> float | np.ndarray:
+        """Unix seconds of step `index` (or of each of an array of steps): index()'s inverse."""
+        return self.start + index * self.step
+
     def slide(self, end: float) -> int:
         """Slide the grid so that its newest step is `end`; the steps kept (the new ones are NaN). None are
         on the first slide, after a clock that went back, or a slide by a whole window: the grid is emptied."""
@@ -286,7 +295,7 @@ class StepGrid:
             self._rows, present = len(self.gpus), present[keep]
         gpu, step = np.nonzero(present[:, : self.index(until) + 1])
         columns = {name: matrix[gpu, step] for name, matrix in self.values.items()}  # "_" ones included
-        columns["timestamp"] = self.start + step * self.step
+        columns["timestamp"] = self.time_of(step)
         return list(self.gpus), gpu, columns
 
     def at(self, name: str, keys: list[Key | None], step: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -428,6 +437,45 @@ class _Bare:
 
 
 @dataclass
+class Hardware:
+    """What a store says of each GPU beyond its values: model and node by row key, and its topology
+    groups (socket, PCIe root, NVLink island; core/topology.py) by uuid."""
+
+    models: dict[Key, str] = field(default_factory=dict)
+    nodes: dict[Key, str] = field(default_factory=dict)
+    groups: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass
+class PodTable:
+    """The pods a window's "_pod" matrices name, by code: what those codes mean. Code 0 is no pod."""
+
+    pods: list[tuple[str, str, str]] = field(default_factory=lambda: [("", "", "")])
+    _codes: dict[tuple[str, str, str], int] = field(default_factory=lambda: {("", "", ""): 0})
+
+    def code(self, pod: tuple[str, str, str]) -> int:
+        """The code of (namespace, pod, container), given it now if it has none."""
+        code = self._codes.get(pod)
+        if code is None:
+            code = self._codes[pod] = len(self.pods)
+            self.pods.append(pod)
+        return code
+
+    def restore(self, pods: list[tuple[str, str, str]]) -> None:
+        """The table a state file kept (analyzer/inputs/state.py)."""
+        self.pods = pods
+        self._codes = {pod: code for code, pod in enumerate(pods)}
+
+    def keep(self, live: np.ndarray) -> np.ndarray:
+        """Keep only the pods of codes `live` (sorted, 0 among them), renumbered in that order; the new code of
+        each old one (0 for those let go)."""
+        renumber = np.zeros(len(self.pods), dtype=np.float64)
+        renumber[live] = np.arange(len(live))
+        self.restore([self.pods[code] for code in live])
+        return renumber
+
+
+@dataclass
 class Window:
     """The span a reader holds, on one step grid: the GPUs' values and the pods' (CPU, limits, restarts).
     The queries are split into `parts` (SeriesReader assigns them); a live cycle reads the parts read least
@@ -445,6 +493,10 @@ class Window:
     read_from: float | None = None
     #: The parts this cycle reads (move_to), and the first step (unix seconds) each asks for.
     due: dict[int, float] = field(default_factory=dict)
+    #: What the rows say beyond their values: the pods the "_pod" codes name, and the model and node of each
+    #: GPU read from dcgm-exporter (its labels say them on every series).
+    names: PodTable = field(default_factory=PodTable)
+    dcgm: Hardware = field(default_factory=Hardware)
 
     @classmethod
     def of(cls, step: float, points: int, parts: int = 1) -> Window:
@@ -488,8 +540,12 @@ class Window:
                 first = min(max(0, grid.index(until) + 1 - REREAD_STEPS), kept)
             for held in self.grids.values():
                 held.clear(first, part=part)
-            self.due[part] = grid.start + first * grid.step
+            self.due[part] = grid.time_of(first)
         return min(self.due.values())
+
+    def time_of(self, index: int) -> float:
+        """Unix seconds of step `index` of the window's grid."""
+        return self.gpus.time_of(index)
 
     def older(self, steps: int, newest_from: float) -> tuple[float, float] | None:
         """The `steps` steps before the oldest read in full (before `newest_from`, where this cycle's read
@@ -503,7 +559,7 @@ class Window:
         first = max(0, oldest - steps)
         for grid in self.grids.values():
             grid.clear(first, oldest)
-        return self.start + first * self.gpus.step, self.start + (oldest - 1) * self.gpus.step
+        return self.gpus.time_of(first), self.gpus.time_of(oldest - 1)
 
     def complete(self, oldest: float) -> None:
         """The due parts have read the grids from their first step to the newest, and every part from
@@ -565,20 +621,10 @@ def instances_matcher(instances: Iterable[str]) -> str:
     return "instance=~" + mixin.promql_string("|".join(re.escape(i) for i in sorted(instances)))
 
 
-@dataclass
-class Hardware:
-    """What a store says of each GPU beyond its values: model and node by row key, and its topology
-    groups (socket, PCIe root, NVLink island; core/topology.py) by uuid."""
-
-    models: dict[Key, str] = field(default_factory=dict)
-    nodes: dict[Key, str] = field(default_factory=dict)
-    groups: dict[str, dict[str, int]] = field(default_factory=dict)
-
-
 class SeriesReader:
     """Fills a Window from a store: one range query per signal and family for every GPU at once, so the
     queries do not grow with the fleet. `gpulens_selector` and `dcgm_selector` are label matchers added
-    to each family's series (`job="gpulens-exporter"`), `instances` (set per read) keeps a shard's."""
+    to each family's series (`job="gpulens-exporter"`), `instances` (scoped()) keeps a shard's."""
 
     def __init__(
         self,
@@ -591,26 +637,28 @@ class SeriesReader:
         self.store, self.step = store, step
         self.config = config or mixin.MixinConfig()
         self.gpulens_selector, self.dcgm_selector = gpulens_selector, dcgm_selector
+        #: The exporters this reader reads (an instance matcher, scoped()); "": every one.
         self.instances = ""
-        #: Pods by code: the "_pod" matrix holds the code of the pod that held a GPU at each step.
-        self.pods: list[tuple[str, str, str]] = [("", "", "")]
-        self._pod_codes: dict[tuple[str, str, str], int] = {("", "", ""): 0}
-        #: Rows read from dcgm-exporter's series, with what its labels said of the GPU.
-        self.dcgm = Hardware()
         self._exporter_pods = re.compile(self.config.exporter_pods)
-        self._hardware: Hardware | None = None
-        self._hardware_read_at = -math.inf
-        #: Points in the range queries' answers of the last read.
-        self.last_points = 0
+        #: gpulens' hardware series as last read, and when (time.monotonic()): shared with scoped() copies.
+        self._hardware: list[tuple[Hardware, float]] = []
         #: Seconds between a family's samples ("gpulens", "dcgm"), where scrape_interval() measured them.
         self.intervals: dict[str, float] = {}
+
+    def scoped(self, instances: str) -> SeriesReader:
+        """This reader, reading only the exporters `instances` matches (instances_matcher(); "" all) besides
+        those it is scoped to already: a shard's, or a group of nodes read apart. The copy shares the store,
+        the intervals measured and the hardware read."""
+        scoped = copy.copy(self)
+        scoped.instances = ",".join(part for part in (self.instances, instances) if part)
+        return scoped
 
     # --- selectors ---------------------------------------------------------------------------------
     def _matchers(self, family: str, *extra: str) -> str:
         own = self.gpulens_selector if family == "gpulens" else self.dcgm_selector
         return ",".join(part for part in (own, self.instances, *extra) if part)
 
-    def _sel(self, name: str, *extra: str) -> str:
+    def selector(self, name: str, *extra: str) -> str:
         """A gpulens series with the configured selector, the shard's and `extra` matchers."""
         matchers = self._matchers("gpulens", *extra)
         return f"{name}{{{matchers}}}" if matchers else name
@@ -619,7 +667,7 @@ class SeriesReader:
         """The GPU series a read looks for, gpulens' and dcgm-exporter's, as a person would query them with the
         selectors in use."""
         dcgm = self._matchers("dcgm")
-        return self._sel(m.GPU_INFO.name), f"DCGM_FI_DEV_GPU_UTIL{f'{{{dcgm}}}' if dcgm else ''}"
+        return self.selector(m.GPU_INFO.name), f"DCGM_FI_DEV_GPU_UTIL{f'{{{dcgm}}}' if dcgm else ''}"
 
     def scrape_interval(self, at: float, lookback: float) -> float | None:
         """Seconds between the samples the store holds of a GPU in the `lookback` seconds to `at` (the median
@@ -655,15 +703,17 @@ class SeriesReader:
         return f"{max(4 * self.step, 60):.0f}s"
 
     # --- reading -----------------------------------------------------------------------------------
-    def read(self, window: Window, start: float | dict[int, float], end: float) -> None:
+    def read(self, window: Window, start: float | dict[int, float], end: float) -> int:
         """The queries' steps to `end` (on the grid) into `window`: every part's from `start`, or (a dict:
         Window.due) the parts it names, each from its own first step. QUERIES_IN_FLIGHT are asked at once,
         so that the store evaluates the next while this process decodes and places the last, each answer
-        placed in the order asked. A query of BARE_STEPS steps or more is asked in its bare form (_Bare)."""
+        placed in the order asked. A query of BARE_STEPS steps or more is asked in its bare form (_Bare). The
+        points the answers held."""
         firsts = start if isinstance(start, dict) else dict.fromkeys(range(window.parts), start)
+        # The plan is made again each read: 0.4 ms for 53 queries, a ten-thousandth of a live cycle, and a
+        # kept one would carry the answers its consumers hold between queries past a read that failed.
         queries = self._queries(window)
         part_of = _parts(queries, window.parts)
-        self.last_points = 0
         # Each expression is asked once, where it is last asked, and its answer handed to each consumer in
         # turn: bare reads of dcgm-exporter ask DCGM_FI_DEV_FB_USED as memory used, as a kind of the memory
         # total and as the pod identity. A consumer that keeps an answer for a later one (a freshness count,
@@ -679,10 +729,11 @@ class SeriesReader:
                 shared = consumers.pop((expr, firsts[part]), [])
                 consumers[expr, firsts[part]] = [*shared, functools.partial(place, part)]
         asked = [(expr, start, _each(uses)) for (expr, start), uses in consumers.items()]
-        self._answered(asked, end)
+        points = self._answered(asked, end)
         shape = part_of[_SHAPE_COUNT]
         if shape in firsts:
             self._shape_ratios(window.gpus, firsts[shape], end, shape)
+        return points
 
     def parts(self, count: int) -> dict[str, int]:
         """The part of `count` each query key is read in (what a state file's reads mean)."""
@@ -735,7 +786,7 @@ class SeriesReader:
             "gpulens",
             "hardware_xid",
             mixin.hardware_xids(
-                self._sel(m.XID_ERRORS.name, mixin.HARDWARE_XID_MATCHER), self.rate_window(), "instance, uuid"
+                self.selector(m.XID_ERRORS.name, mixin.HARDWARE_XID_MATCHER), self.rate_window(), "instance, uuid"
             ),
             lambda part, xids: gpus.add(
                 sorted(
@@ -748,7 +799,7 @@ class SeriesReader:
             ),
         )
         pod_labels = ("namespace", "pod", "container")
-        pod_info = self._sel(m.GPU_POD_INFO.name)
+        pod_info = self.selector(m.GPU_POD_INFO.name)
         ask(
             "gpulens",
             "_pod",
@@ -756,7 +807,7 @@ class SeriesReader:
             lambda part, held: gpus.add(
                 _newest_last(held),
                 "_pod",
-                weight=lambda labels: self._pod_code(labels, pod_labels),
+                weight=lambda labels: self._pod_code(window, labels, pod_labels),
                 summed=False,
                 part=part,
             ),
@@ -801,7 +852,7 @@ class SeriesReader:
             "dcgm",
             "_pod",
             f"group by ({', '.join(labels)}) ({self._fresh('dcgm', identity)})",
-            lambda part, identity: self._add_dcgm_identity(gpus, identity, part),
+            lambda part, identity: self._add_dcgm_identity(window, identity, part),
             bare=self._bare_identity("dcgm", identity, labels),
         )
         for expr, column in self._pod_queries():
@@ -849,36 +900,38 @@ class SeriesReader:
         kinds = tr.NVLINK_ERROR_RATES.get(column)
         return float(len(kinds)) if kinds else 1.0
 
-    def _answered(self, queries: list[tuple[str, float, Callable[[list[dict]], int]]], end: float) -> None:
+    def _answered(self, queries: list[tuple[str, float, Callable[[list[dict]], int]]], end: float) -> int:
         """Each query's answer (from its start to `end`) handed to its consumer (which returns the points it
-        placed), in the order asked, with QUERIES_IN_FLIGHT asked of the store at once. A failure ends the
-        read: the queries not answered yet are let go."""
+        placed), in the order asked, with QUERIES_IN_FLIGHT asked of the store at once; the points placed. A
+        failure ends the read: the queries not answered yet are let go."""
         pending: collections.deque[tuple[Future[list[dict]], Callable[[list[dict]], int]]] = collections.deque()
+        points = 0
         with ThreadPoolExecutor(QUERIES_IN_FLIGHT, thread_name_prefix="gpulens-query") as pool:
             try:
                 for expr, start, consume in queries:
                     pending.append((pool.submit(self.store.query_range, expr, start, end, self.step), consume))
                     if len(pending) >= QUERIES_IN_FLIGHT:
                         future, use = pending.popleft()
-                        self.last_points += use(future.result())
+                        points += use(future.result())
                 while pending:
                     future, use = pending.popleft()
-                    self.last_points += use(future.result())
+                    points += use(future.result())
             finally:
                 for future, _ in pending:
                     future.cancel()
+        return points
 
-    def _add_dcgm_identity(self, gpus: StepGrid, identity: list[dict], part: int) -> int:
+    def _add_dcgm_identity(self, window: Window, identity: list[dict], part: int) -> int:
         """dcgm-exporter's identity series: the pod that holds each GPU at each step, under the pod labels
         the deployment's layout names (config.dcgm_pod_labels; "auto": exported_pod wherever a series has it)."""
         layout = self.config.dcgm_pod_labels
         if layout == "auto":
             layout = "exported" if any("exported_pod" in s["metric"] for s in identity) else "plain"
-        return gpus.add(
+        return window.gpus.add(
             _newest_last(identity),
             "_pod",
-            weight=lambda labels: self._pod_code(labels, mixin.DCGM_POD_LABELS[layout]),
-            key=self._dcgm_identity,
+            weight=lambda labels: self._pod_code(window, labels, mixin.DCGM_POD_LABELS[layout]),
+            key=lambda labels: self._dcgm_identity(window, labels),
             summed=False,
             part=part,
         )
@@ -895,12 +948,12 @@ class SeriesReader:
 
         def errors(kinds: tuple[str, ...]) -> str:
             kinds_matcher = 'type=~"' + "|".join(kinds) + '"'
-            return f"rate({self._sel(m.NVLINK_ERRORS.name, kinds_matcher)}[{rate_window}])"
+            return f"rate({self.selector(m.NVLINK_ERRORS.name, kinds_matcher)}[{rate_window}])"
 
         return [
-            *(highest(self._sel(spec.name), column) for column, spec in _judged(tr.FROM_GAUGES).items()),
+            *(highest(self.selector(spec.name), column) for column, spec in _judged(tr.FROM_GAUGES).items()),
             *(
-                highest(f"rate({self._sel(spec.name)}[{rate_window}])", column)
+                highest(f"rate({self.selector(spec.name)}[{rate_window}])", column)
                 for column, spec in tr.FROM_RATES.items()
             ),
             # A column's NVLink error kinds add up, a query a column: one series a GPU in each answer. Asked by
@@ -922,7 +975,7 @@ class SeriesReader:
         mask = self.config.thresholds.throttle_reasons_mask
         if not mask:
             return []
-        selector = self._sel(m.CLOCK_EVENT_ACTIVE.name, f'reason=~"{self.config.throttle_reasons}"')
+        selector = self.selector(m.CLOCK_EVENT_ACTIVE.name, f'reason=~"{self.config.throttle_reasons}"')
         return [highest(selector, "clock_event_reasons", float(mask))]
 
     def _shape_queries(self) -> dict[str, tuple[str, float]]:
@@ -934,10 +987,10 @@ class SeriesReader:
         window = self.rate_window()
 
         def increase(name: str, *extra: str) -> tuple[str, float]:
-            return f"increase({self._sel(name, *extra)}[{window}])", 1.0
+            return f"increase({self.selector(name, *extra)}[{window}])", 1.0
 
         def per_row(name: str) -> tuple[str, float]:
-            return f"rate({self._sel(name)}[{window}])", self.step
+            return f"rate({self.selector(name)}[{window}])", self.step
 
         return {
             _SHAPE_COUNT: increase(m.ACTIVITY.name + "_count"),
@@ -989,7 +1042,7 @@ class SeriesReader:
         """The most pod names that one family's identity series name between `start` and `end` (unix
         seconds), from the store's index without reading a sample: a lower bound of the pods a report of
         that span judges (a name in two namespaces counts once)."""
-        named = [len(self.store.label_values("pod", self._sel(m.GPU_POD_INFO.name), start, end))]
+        named = [len(self.store.label_values("pod", self.selector(m.GPU_POD_INFO.name), start, end))]
         dcgm = f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}"
         for label in ("exported_pod", "pod"):
             values = self.store.label_values(label, dcgm, start, end)
@@ -1002,7 +1055,7 @@ class SeriesReader:
         index without reading a sample; the shard's matcher (`instances`) is not applied."""
         shard, self.instances = self.instances, ""
         try:
-            gpulens = self.store.series(self._sel(m.GPU_INFO.name), start, end)
+            gpulens = self.store.series(self.selector(m.GPU_INFO.name), start, end)
             dcgm = self.store.series(f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}", start, end)
         finally:
             self.instances = shard
@@ -1044,30 +1097,22 @@ class SeriesReader:
             key=lambda e: sorted(e.instances),
         )
 
-    def restore_pods(self, pods: list[tuple[str, str, str]]) -> None:
-        """The pod table a window's "_pod" codes index (analyzer/inputs/state.py)."""
-        self.pods = pods
-        self._pod_codes = {pod: code for code, pod in enumerate(pods)}
-
-    def _pod_code(self, labels: dict, names: tuple[str, ...]) -> float:
-        """The code of the pod an identity series names in `names` (namespace, pod, container): 0 for
-        none, and for the exporters' own pods (config.exporter_pods), which hold no GPU."""
+    def _pod_code(self, window: Window, labels: dict, names: tuple[str, ...]) -> float:
+        """The code in `window` of the pod an identity series names in `names` (namespace, pod, container): 0
+        for none, and for the exporters' own pods (config.exporter_pods), which hold no GPU."""
         pod = (labels.get(names[0], ""), labels.get(names[1], ""), labels.get(names[2], ""))
         if not pod[1] or self._exporter_pods.fullmatch(pod[1]):
             return 0.0
-        code = self._pod_codes.get(pod)
-        if code is None:
-            code = self._pod_codes[pod] = len(self.pods)
-            self.pods.append(pod)
-        return float(code)
+        return float(window.names.code(pod))
 
-    def _dcgm_identity(self, labels: dict) -> Key | None:
-        """The row of a dcgm-exporter identity series; records the GPU's model and node on the way."""
+    @staticmethod
+    def _dcgm_identity(window: Window, labels: dict) -> Key | None:
+        """The row of a dcgm-exporter identity series; records the GPU's model and node in `window`."""
         row = dcgm_gpu(labels)
         if row is not None:
-            self.dcgm.models[row] = labels.get("modelName", "")
+            window.dcgm.models[row] = labels.get("modelName", "")
             node = next((labels[n] for n in mixin.DCGM_NODE_LABELS if labels.get(n)), "")
-            self.dcgm.nodes[row] = node or row[0]
+            window.dcgm.nodes[row] = node or row[0]
         return row
 
     # --- the frame -----------------------------------------------------------------------------------
@@ -1076,31 +1121,28 @@ class SeriesReader:
         the `lookback` seconds before it. Hardware changes rarely and the topology is a series per pair of
         GPUs (a third of a node's series): read every HARDWARE_REFRESH_SECONDS, or at once when a gpulens
         GPU appears that the last read did not have."""
-        cached = self._hardware
-        if (
-            cached is not None
-            and time.monotonic() - self._hardware_read_at < HARDWARE_REFRESH_SECONDS
-            and all(k in cached.models or k in self.dcgm.models for k in keys)
-        ):
-            return cached
+        if self._hardware:
+            cached, read_at = self._hardware[0]
+            if time.monotonic() - read_at < HARDWARE_REFRESH_SECONDS and all(k in cached.models for k in keys):
+                return cached
         window = f"{lookback:.0f}s"
         info = {
             gpulens_gpu(r["metric"]): r["metric"]
-            for r in self.store.query(f"last_over_time({self._sel(m.GPU_INFO.name)}[{window}])", end)
+            for r in self.store.query(f"last_over_time({self.selector(m.GPU_INFO.name)}[{window}])", end)
             if "uuid" in r["metric"]
         }
         pairs = [
             (r["metric"]["uuid"], r["metric"]["peer_uuid"], r["metric"]["level"], r["metric"].get("p2p", "unknown"))
-            for r in self.store.query(f"last_over_time({self._sel(m.TOPOLOGY.name)}[{window}])", end)
+            for r in self.store.query(f"last_over_time({self.selector(m.TOPOLOGY.name)}[{window}])", end)
             if {"uuid", "peer_uuid", "level"} <= r["metric"].keys()
         ]
-        self._hardware = Hardware(
+        hardware = Hardware(
             {k: labels.get("model", "") for k, labels in info.items() if k is not None},
             {k: labels.get("node", "") for k, labels in info.items() if k is not None},
             {column: of(pairs) for column, of in GROUPS.items()},
         )
-        self._hardware_read_at = time.monotonic()
-        return self._hardware
+        self._hardware[:] = [(hardware, time.monotonic())]
+        return hardware
 
     def frame(self, window: Window, lookback: float) -> pd.DataFrame:
         """The window's rows as a trace frame: a row per GPU and step with a value, the GPU's model, node
@@ -1112,15 +1154,16 @@ class SeriesReader:
         keys, gpu, columns = window.gpus.rows(until)
         if not len(gpu):
             return fr.empty()
-        hardware = self.hardware([k for k in keys if k not in self.dcgm.models], until, lookback)
-        from_gpulens = {k[1] for k in keys if k not in self.dcgm.models}
-        dropped = np.array([k in self.dcgm.models and k[1].split("/")[0] in from_gpulens for k in keys], dtype=bool)
+        dcgm, pods = window.dcgm, window.names.pods
+        hardware = self.hardware([k for k in keys if k not in dcgm.models], until, lookback)
+        from_gpulens = {k[1] for k in keys if k not in dcgm.models}
+        dropped = np.array([k in dcgm.models and k[1].split("/")[0] in from_gpulens for k in keys], dtype=bool)
         if dropped.any():
             keep = ~dropped[gpu]
             gpu, columns = gpu[keep], {name: values[keep] for name, values in columns.items()}
         frame = pd.DataFrame({name: values for name, values in columns.items() if not name.startswith("_")})
-        models = {**hardware.models, **self.dcgm.models}
-        nodes = {**hardware.nodes, **self.dcgm.nodes}
+        models = {**hardware.models, **dcgm.models}
+        nodes = {**hardware.nodes, **dcgm.nodes}
         per_gpu = {
             "instance": [k[0] for k in keys],
             "gpu": [k[1] for k in keys],
@@ -1133,15 +1176,15 @@ class SeriesReader:
             frame[column] = np.array([group.get(k[1], np.nan) for k in keys], dtype=np.float64)[gpu]
         held = columns.get("_pod", np.zeros(len(gpu)))
         # A code outside the pod table (a store answering a value where it had 1) is no pod, not an IndexError.
-        code = np.where((held >= 0) & (held < len(self.pods)), held, 0.0).astype(np.intp)
+        code = np.where((held >= 0) & (held < len(pods)), held, 0.0).astype(np.intp)
         for j, column in enumerate(("namespace", "pod", "container")):
             # Names stay Python strings (object): numpy's fixed-width text would make every name as wide as
             # the longest, four bytes a character (a pod of 1 MiB of name made each of thousands 4 MiB).
-            names = pd.Categorical(pd.array([p[j] for p in self.pods], dtype=object))
+            names = pd.Categorical(pd.array([p[j] for p in pods], dtype=object))
             frame[column] = pd.Categorical.from_codes(names.codes[code], categories=names.categories)
         window.pods.rows(until)  # forgets the pods gone for a whole window
         step = np.rint((columns["timestamp"] - window.pods.start) / self.step).astype(np.intp)
-        pod_keys = [(ns, pod) if pod else None for ns, pod, _ in self.pods]
+        pod_keys = [(ns, pod) if pod else None for ns, pod, _ in pods]
         for column in ("cpu_usage_cores", "cpu_limit_cores", "restarts_total"):
             frame[column] = window.pods.at(column, pod_keys, step, code)
         self._forget(window)
@@ -1152,7 +1195,7 @@ class SeriesReader:
         months sees every pod its fleet ever ran. The pod table is compacted when it holds more than twice
         the pods in the window (so each compaction is paid for by as many new pods), and the codes in the
         window's "_pod" matrix renumbered to match."""
-        for table in (self.dcgm.models, self.dcgm.nodes):
+        for table in (window.dcgm.models, window.dcgm.nodes):
             for key in [k for k in table if k not in window.gpus.gpus]:
                 del table[key]
         codes = window.gpus.values.get("_pod")
@@ -1160,10 +1203,6 @@ class SeriesReader:
             return
         held = ~np.isnan(codes)
         live = np.union1d([0], codes[held].astype(np.intp))
-        if len(self.pods) <= 2 * len(live) + 64:
+        if len(window.names.pods) <= 2 * len(live) + 64:
             return
-        renumber = np.zeros(len(self.pods), dtype=np.float64)
-        renumber[live] = np.arange(len(live))
-        codes[held] = renumber[codes[held].astype(np.intp)]
-        self.pods = [self.pods[code] for code in live]
-        self._pod_codes = {pod: code for code, pod in enumerate(self.pods)}
+        codes[held] = window.names.keep(live)[codes[held].astype(np.intp)]

@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gpulens.analyzer.inputs.series import Key, SeriesReader, Window
+from gpulens.analyzer.inputs.series import Key, Window
 from gpulens.core.config import atomic_output
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 VERSION = 3
 
 
-def save(path: str, window: Window, reader: SeriesReader, identity: dict) -> None:
-    """Write the window, the reader's pod table and dcgm-exporter hardware, and `identity` (what must
+def save(path: str, window: Window, identity: dict) -> None:
+    """Write the window (its matrices, its pod table and dcgm-exporter hardware) and `identity` (what must
     match for the file to be used) to `path`, atomically."""
     arrays: dict[str, np.ndarray] = {}
     grids = {}
@@ -52,8 +52,8 @@ def save(path: str, window: Window, reader: SeriesReader, identity: dict) -> Non
         "read_until": window.read_until,
         "read_from": window.read_from,
         "grids": grids,
-        "pods": reader.pods,
-        "dcgm": [[*key, reader.dcgm.models.get(key, ""), reader.dcgm.nodes.get(key, "")] for key in reader.dcgm.models],
+        "pods": window.names.pods,
+        "dcgm": [[*key, window.dcgm.models.get(key, ""), window.dcgm.nodes.get(key, "")] for key in window.dcgm.models],
     }
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     with atomic_output(path, "--analysis.state-file") as tmp, tmp.open("wb") as f:
@@ -87,9 +87,9 @@ def lock(path: str) -> TextIO | None:
     return handle
 
 
-def load(path: str, reader: SeriesReader, identity: dict, window: Window) -> Window | None:
+def load(path: str, identity: dict, window: Window) -> Window | None:
     """`window` (empty, of the step, points and parts this replica reads) holding what was saved at `path`
-    if it was written with `identity`, with `reader`'s pod table and dcgm-exporter hardware set from it;
+    if it was written with `identity`, its pod table and dcgm-exporter hardware with it;
     None (and a log line saying why) otherwise. Every field is checked before it is used: a file that
     is not one gpulens wrote, whole, is said once and left for the next write to replace."""
     file = Path(path)
@@ -112,9 +112,9 @@ def load(path: str, reader: SeriesReader, identity: dict, window: Window) -> Win
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e) or type(e).__name__
         log.warning("cannot read the analyzer's state file %s (%s): reading the window from the store", path, reason)
         return None
-    reader.restore_pods(pods)
+    window.names.restore(pods)
     for key, model, node in dcgm:
-        reader.dcgm.models[key], reader.dcgm.nodes[key] = model, node
+        window.dcgm.models[key], window.dcgm.nodes[key] = model, node
     return window
 
 

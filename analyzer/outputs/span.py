@@ -122,15 +122,10 @@ def report(
     groups = _groups(reader, span, window, shard)
     if not groups:  # a shard that owns no node of the span
         return []
-    given = reader.instances  # the reader's own matcher of exporters, kept with each group's
     if span.end - span.start < window:  # one window: classify() the whole span
         if shard is not None:  # every group of the shard's at once
-            shared = instances_matcher(i for group in groups for i in group.instances)
-            reader.instances = ",".join(part for part in (given, shared) if part)
-        try:
-            frame = _read(reader, span.start, span.end, span.step, progress)
-        finally:
-            reader.instances = given
+            reader = reader.scoped(instances_matcher(i for group in groups for i in group.instances))
+        frame = _read(reader, span.start, span.end, span.step, progress)
         progress.largest_piece_rows = len(frame)
         _gather(unit_samples(frame), timelines, use)
         _report(progress, on_progress, span.end - span.start)
@@ -188,30 +183,26 @@ def _pieces(
 ) -> Generator[_Piece, None, None]:
     """Each group's pieces through the span, in order. The rows of a piece the next one needs too (the window
     before its slots) are carried, not read again."""
-    given = reader.instances  # the reader's own matcher of exporters, kept with each group's
-    try:
-        for group in groups:
-            reader.instances = ",".join(part for part in (given, group.matcher) if part)
-            piece = _piece_seconds(_piece_length(group.gpus, span.step, window), slide, window)
-            counted_from = span.start
-            carried, carried_to = fr.empty(), -math.inf
-            while counted_from <= span.end:
-                counted_to = min(counted_from + piece, span.end + span.step)
-                read_from, read_to = max(span.start, counted_from - window), min(span.end, counted_to + window)
-                held = carried[carried["timestamp"].to_numpy() >= read_from]
-                new_from = max(read_from, carried_to + span.step)
-                frame = fr.concat(
-                    held, _read(reader, new_from, read_to, span.step, progress) if new_from <= read_to else fr.empty()
-                )
-                del carried, held
-                yield _Piece(frame, counted_from, counted_to, read_from, read_to)
-                carried, carried_to = frame[frame["timestamp"].to_numpy() >= counted_to - window], read_to
-                del frame
-                if group.gpus is None and progress.gpus:  # a store that could not say: sized from the first
-                    piece = _piece_seconds(_piece_length(len(progress.gpus), span.step, window), slide, window)
-                counted_from = counted_to
-    finally:
-        reader.instances = given
+    for group in groups:
+        scoped = reader.scoped(group.matcher)
+        piece = _piece_seconds(_piece_length(group.gpus, span.step, window), slide, window)
+        counted_from = span.start
+        carried, carried_to = fr.empty(), -math.inf
+        while counted_from <= span.end:
+            counted_to = min(counted_from + piece, span.end + span.step)
+            read_from, read_to = max(span.start, counted_from - window), min(span.end, counted_to + window)
+            held = carried[carried["timestamp"].to_numpy() >= read_from]
+            new_from = max(read_from, carried_to + span.step)
+            frame = fr.concat(
+                held, _read(scoped, new_from, read_to, span.step, progress) if new_from <= read_to else fr.empty()
+            )
+            del carried, held
+            yield _Piece(frame, counted_from, counted_to, read_from, read_to)
+            carried, carried_to = frame[frame["timestamp"].to_numpy() >= counted_to - window], read_to
+            del frame
+            if group.gpus is None and progress.gpus:  # a store that could not say: sized from the first
+                piece = _piece_seconds(_piece_length(len(progress.gpus), span.step, window), slide, window)
+            counted_from = counted_to
 
 
 def _read_ahead(pieces: Generator[_Piece, None, None]) -> Iterator[_Piece]:
