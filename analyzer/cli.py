@@ -593,11 +593,11 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
     """The store of `--prometheus` and the span of `--since` and `--until` on its step grid (close the store)."""
     import time
 
-    from gpulens.analyzer.inputs.frame import format_timestamp
     from gpulens.analyzer.inputs.kinds import load_rules
     from gpulens.analyzer.inputs.owners import OwnerReader
     from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.outputs import span
+    from gpulens.core.times import rfc3339
 
     if not args.prometheus.startswith(("http://", "https://")):
         raise ValueError(f"--prometheus {args.prometheus!r} is not an http(s) URL")
@@ -606,7 +606,7 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
     until = _when(args.until, "--until") if args.until else time.time()
     since = _since(args.since, until)
     if since >= until:
-        raise ValueError(f"--since {args.since} is not before --until {format_timestamp(until)}")
+        raise ValueError(f"--since {args.since} is not before --until {rfc3339(until)}")
     store = _store(args)
     try:
         reader = SeriesReader(
@@ -860,15 +860,15 @@ def _step(given: float, interval: float | None) -> float:
 def _some(verdicts: list[Verdict], store: str, reader: SeriesReader, the_span: Span) -> list[Verdict]:
     """The verdicts, or where a store that answered held no GPU's series in the span, the error that says so
     and what to check (an empty report would read as a fleet without GPUs)."""
-    from gpulens.analyzer.inputs.frame import format_timestamp
     from gpulens.analyzer.inputs.store import StoreError
+    from gpulens.core.times import rfc3339
 
     if verdicts:
         return verdicts
     gpulens, dcgm = reader.looked_for()
     raise StoreError(
-        f"{store} answered, but holds no GPU's series from {format_timestamp(the_span.start)} to "
-        f"{format_timestamp(the_span.end)}: neither gpulens' {gpulens} nor dcgm-exporter's {dcgm}. Check the URL's "
+        f"{store} answered, but holds no GPU's series from {rfc3339(the_span.start)} to "
+        f"{rfc3339(the_span.end)}: neither gpulens' {gpulens} nor dcgm-exporter's {dcgm}. Check the URL's "
         "path (Mimir and Cortex serve the API under /prometheus), the tenant (--prometheus.header "
         "'X-Scope-OrgID: ...'), that --prometheus.selector and --prometheus.dcgm-selector match the series' "
         "labels, and that the exporters ran in the span (--since, --until)"

@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from gpulens.core.config import ConfigError
 from gpulens.core.flags import Subcommands
+from gpulens.core.times import for_people
 from gpulens.core.web import WebConfig, parse_listen_address, serve
 
 log = logging.getLogger("gpulens.receiver")
@@ -281,7 +282,7 @@ def _e(text: str) -> str:
 def _when(value: float | str) -> str:
     """A unix time, or Alertmanager's RFC 3339 time, as UTC to the second ("" for none or the zero time)."""
     if isinstance(value, float):
-        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(value))
+        return for_people(value)
     return "" if not value or value.startswith("0001-") else value.replace("T", " ")[:19] + " UTC"
 
 

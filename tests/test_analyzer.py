@@ -482,7 +482,10 @@ def test_report_bad_file_writes_nothing(tmp_path):
     assert result.returncode == 2
     assert result.stderr == f"gpulens report: {bad}, line 3, column 3 (sm_active): 'oops' is not a number\n"
     assert out.read_text() == "previous results\n"
-    assert gpulens("report", str(tmp_path / "missing.csv")).returncode == 2
+    missing = gpulens("report", str(tmp_path / "missing.csv"), "--out", str(tmp_path / "new.json"))
+    assert missing.returncode == 2 and str(tmp_path / "missing.csv") in missing.stderr
+    # Nothing written: no output, and no temporary file beside the one kept.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.csv", "verdicts.json"]
 
 
 @pytest.mark.slow

@@ -19,13 +19,13 @@ from rich.console import Console
 
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.inputs.cluster import WAITING, ClusterHistory, Node, PodTrack, Run
-from gpulens.analyzer.inputs.frame import format_timestamp
 from gpulens.analyzer.inputs.kinds import Pools, WorkloadKind
 from gpulens.analyzer.inputs.owners import Owner
 from gpulens.analyzer.judging.scheduling import judge
 from gpulens.analyzer.outputs.plan import Use, make_plan
 from gpulens.analyzer.outputs.terminal import _cluster
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.times import rfc3339
 from tests import cluster_history as cluster
 from tests.helpers import BackfilledPrometheus, VictoriaMetrics
 from tests.store_history import families_openmetrics, families_prometheus_text
@@ -55,7 +55,7 @@ DCGM = ("--prometheus.selector", 'job="none"', "--prometheus.dcgm-selector", 'jo
 def run_report(store, *args: str, columns: int = 130, family: tuple[str, ...] = GPULENS) -> subprocess.CompletedProcess:
     """`gpulens report` of the store's span (a later --since or --until in `args` overrides it)."""
     url, settings = store
-    span = ["--since", format_timestamp(START), "--until", format_timestamp(START + (cluster.STEPS - 1) * STEP)]
+    span = ["--since", rfc3339(START), "--until", rfc3339(START + (cluster.STEPS - 1) * STEP)]
     span += family
     return subprocess.run(
         [sys.executable, "-m", "gpulens", "report", "--prometheus", url, *span, "--analysis.config", settings, *args],
@@ -86,8 +86,8 @@ def test_each_pod_that_waited_says_how_long_and_why(answer):
     # Created at step 30, scheduled at step 151 (its pending series ends at step 150): steps 30-150 waited.
     assert big["gpus"] == 8
     assert big["waited_seconds"] == 121 * STEP
-    assert big["waiting_since"] == format_timestamp(START + 30 * STEP)
-    assert big["scheduled_at"] == format_timestamp(START + 151 * STEP)
+    assert big["waiting_since"] == rfc3339(START + 30 * STEP)
+    assert big["scheduled_at"] == rfc3339(START + 151 * STEP)
     assert big["judged_against"] == "pool training, model NVIDIA-A100-SXM4-80GB"  # its node selector
     # train-huge-0 has none: a Job's pod, and the settings mean jobs for the training pool.
     assert pending["train-huge-0"]["judged_against"] == "pool training"
@@ -96,7 +96,7 @@ def test_each_pod_that_waited_says_how_long_and_why(answer):
     assert big["reason"] == "fragmented"
     assert big["reason_shares"] == {"fragmented": round(120 / 121, 4), "room": round(1 / 121, 4)}
     assert big["evidence"] == (
-        "at 2025-12-01T00:30:00Z 10 GPUs were free on 4 nodes (3 + 3 + 2 + 2): the largest block, 3, < the 8 asked"
+        "at 2025-12-01 00:30:00 UTC 10 GPUs were free on 4 nodes (3 + 3 + 2 + 2): the largest block, 3, < the 8 asked"
     )
     huge = pending["train-huge-0"]
     assert (huge["gpus"], huge["waited_seconds"], huge["scheduled_at"]) == (16, 180 * STEP, None)
@@ -170,7 +170,7 @@ def test_namespaces_without_a_gpu_quota_are_named_and_the_one_that_took_the_clus
     assert [g["namespace"] for g in gaps] == ["ml", "serve"]  # research has its quota
     ml = gaps[0]
     # 21 of the cluster's 40 GPUs until trainer-c ends (step 150), 15 to step 200, 13 after.
-    assert (ml["peak_gpus"], ml["peak_share"], ml["peak_at"]) == (21, 21 / 40, format_timestamp(START))
+    assert (ml["peak_gpus"], ml["peak_share"], ml["peak_at"]) == (21, 21 / 40, rfc3339(START))
     assert ml["gpu_seconds"] == (150 * 21 + 51 * 15 + 39 * 13) * MINUTE_GPU
     # research's pods waited from step 30; ml held over half the cluster until step 149.
     assert ml["others_waited_seconds"] == 120 * STEP
@@ -276,14 +276,14 @@ def test_shards_that_do_not_make_one_report_are_refused(store, tmp_path):
     not_a_shard.write_text("verdicts\n")
     out = tmp_path / "report.json"
     first, second = map(str, files)
-    end = format_timestamp(START + (cluster.STEPS - 1) * STEP)
+    end = rfc3339(START + (cluster.STEPS - 1) * STEP)
     refused = {
         ("--merge", first): "shard 1 of 2 not given: merge every shard",
         ("--merge", first, first, second): f"{first} and {first} are both shard 0 of 2",
         ("--merge", first, str(other)): f"{other} was judged with other thresholds than this merge",
-        ("--merge", first, second, "--until", format_timestamp(START + 200 * STEP)): f"{first} covers the span "
-        f"{format_timestamp(START)} to {end} every 60 s, this merge {format_timestamp(START)} to "
-        f"{format_timestamp(START + 200 * STEP)} every 60 s",
+        ("--merge", first, second, "--until", rfc3339(START + 200 * STEP)): f"{first} covers the span "
+        f"{rfc3339(START)} to {end} every 60 s, this merge {rfc3339(START)} to "
+        f"{rfc3339(START + 200 * STEP)} every 60 s",
         ("--merge", first, str(not_a_shard)): f"{not_a_shard} is not a shard file",
         ("--merge", first, str(tmp_path / "none.zip")): f"{tmp_path / 'none.zip'}: no such file",
         ("--merge", first, second, "--processes", "2"): "--merge reads shards already judged: drop --processes",
@@ -563,7 +563,7 @@ def test_a_full_pool_is_not_fragmentation_and_strands_nothing():
     [w] = s.pending
     assert (w.reason, w.evidence) == (
         "pool_full",
-        "at its most, at 1970-01-01T00:00:00Z, 2 GPUs were free on 2 nodes (1 + 1) < the 4 asked: the pool was full",
+        "at its most, at 1970-01-01 00:00:00 UTC, 2 GPUs were free on 2 nodes (1 + 1) < the 4 asked: the pool was full",
     )
     assert s.pools[0].stranded_gpu_seconds == 0 and s.pools[0].unwanted_gpu_seconds == 0
 
@@ -606,7 +606,7 @@ def test_a_wait_with_room_is_not_blamed_on_gpus():
     h = history([("a", "p", 8)], {("ns", "w"): [Run(0, 9, WAITING, 2)]})
     owners = {("ns", "w"): Owner("Job", "w", "", WorkloadKind("job"))}
     [w] = judge(h, owners, Thresholds(), Pools("", {"job": "p"})).pending
-    assert w.reason == "room" and w.evidence == "at 1970-01-01T00:00:00Z a node had 8 GPUs free >= the 2 asked"
+    assert w.reason == "room" and w.evidence == "at 1970-01-01 00:00:00 UTC a node had 8 GPUs free >= the 2 asked"
 
 
 def test_fragmentation_no_move_can_mend_asks_for_bin_packing_at_once():

@@ -151,7 +151,7 @@ def test_a_job_that_finished_keeps_its_gpu_is_idle_from_when_it_stopped():
     assert v.episodes[1].start == MIDNIGHT + 6 * 3600
     assert v.by_class["idle"].share == 0.75 and v.by_class["healthy"].share == 0.25
     assert v.by_class["idle"].wasted_gpu_seconds == 18 * 3600
-    assert v.evidence["history"] == "75% of 1 d sampled, wasting 18.0 GPU-h; latest: idle since 2026-12-13T06:00:00Z"
+    assert v.evidence["history"] == "75% of 1 d sampled, wasting 18.0 GPU-h; latest: idle since 2026-12-13 06:00:00 UTC"
 
 
 def test_a_starved_training_job_at_coarse_sampling_needs_the_cpu_to_say_so():

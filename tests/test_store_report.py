@@ -24,6 +24,7 @@ from gpulens.analyzer.judging.evidence import percent
 from gpulens.analyzer.judging.history import analyze
 from gpulens.analyzer.outputs import report as html_report
 from gpulens.core.catalog import MIB, model_info
+from gpulens.core.times import rfc3339
 from tests import store_history as week
 from tests.helpers import REPO, BackfilledPrometheus, ServerProcess, VictoriaMetrics
 
@@ -577,7 +578,7 @@ def test_memory_capacity_comes_from_the_catalogue_where_dcgm_exporter_leaves_out
     try:
         done = report(
             prometheus.url,
-            *("--since", fr.format_timestamp(week.START), "--until", str(week.START + 60 * 239)),
+            *("--since", rfc3339(week.START), "--until", str(week.START + 60 * 239)),
             *("--prometheus.step", "1m"),
             *("--prometheus.selector", 'job="none"', "--prometheus.dcgm-selector", 'job="dcgm-no-free"'),
             *("--format", "json"),

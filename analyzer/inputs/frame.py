@@ -7,7 +7,6 @@ normalize(), so the features and the classifier see one shape whatever the data 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from gpulens.analyzer.inputs.kinds import ENGINES, KINDS
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
 from gpulens.core.catalog import model_info
 from gpulens.core.config import atomic_output
+from gpulens.core.times import rfc3339
 from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, RATIOS, SHAPE, SIGNALS, TEXT, WORKLOAD, XIDS
 
 #: Times a trace may hold: unix seconds from 1970 to the end of year 9999 (the last RFC 3339 can write).
@@ -217,15 +217,6 @@ def impossible(frame: pd.DataFrame) -> Iterator[tuple[str, str, np.ndarray]]:
     yield "memory_used_bytes", "memory", used > total
 
 
-def format_timestamp(unix: float) -> str:
-    """RFC 3339 in UTC to the second ("2026-11-21T10:00:00Z"), as readers.parse_timestamp reads it; a time
-    that is not one (infinite, NaN, out of range) as its number."""
-    try:
-        return datetime.fromtimestamp(unix, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    except (ValueError, OverflowError, OSError):
-        return f"{unix:g}"
-
-
 def without_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int], str]:
     """`frame` with the values no GPU can report (`impossible`) left out: a row without a GPU or a time is
     dropped, any other value blanked (missing, as if not sampled). Also the count left out by column, and
@@ -245,7 +236,7 @@ def without_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int
             problem = PROBLEMS[kind].format(
                 value=f"{value:g}" if isinstance(value, float) else repr(value), total=f"{total:g}"
             )
-            when = format_timestamp(float(frame["timestamp"].to_numpy()[i]))
+            when = rfc3339(float(frame["timestamp"].to_numpy()[i]))
             where = f"{frame['gpu'].iat[i]} on {frame['node'].iat[i]} at {when}"
             first = f"{column} of {where}: {problem}"
         if kind in ("gpu", "timestamp"):

@@ -38,6 +38,7 @@ import pandas as pd
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
+from gpulens.core.times import rfc3339
 from gpulens.core.trace import ALL_COLUMNS, TEXT
 
 log = logging.getLogger(__name__)
@@ -535,7 +536,7 @@ def combine(parts: list[tuple[str, pd.DataFrame]], gpu_model: str = "") -> pd.Da
         a, b = frame.loc[first], frame.loc[second]
         differ = [c for c in frame.columns if not (a[c] == b[c] or (pd.isna(a[c]) and pd.isna(b[c])))]
         node = f" on {a['node']}" if a["node"] else ""
-        when = fr.format_timestamp(float(frame["timestamp"].to_numpy()[first]))
+        when = rfc3339(float(frame["timestamp"].to_numpy()[first]))
         raise TraceError(
             file,
             f"GPU {a['gpu']}{node} at {when} again, with another {', '.join(differ)} "

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
@@ -34,6 +33,7 @@ from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STAL
 from gpulens.core.catalog import GpuModel, model_info
 from gpulens.core.metrics import APPLICATION_XIDS, describe_xid
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.times import for_people
 
 
 @dataclass
@@ -446,7 +446,7 @@ def _hardware_xid(f: PodFeatures) -> dict[str, str]:
     no change to the workload mends (the plan leaves such units alone). Empty without one."""
     if not f.hardware_xid > 0:
         return {}
-    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(f.hardware_xid_last))
+    when = for_people(f.hardware_xid_last)
     return {
         XID_FAULTS: f"{describe_xid(f.hardware_xid)} reported, the last at {when}: hardware, driver or NVLink "
         f"trouble by NVIDIA's XID catalogue (the application's are {', '.join(map(str, APPLICATION_XIDS))}); "

@@ -22,7 +22,6 @@ import pandas as pd
 
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.inputs.engines import EngineLoad
-from gpulens.analyzer.inputs.frame import format_timestamp
 from gpulens.analyzer.inputs.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.inputs.owners import Owner
 from gpulens.analyzer.judging.classify import (
@@ -42,6 +41,7 @@ from gpulens.analyzer.judging.features import UnitKeys, pod_features
 from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.times import for_people
 
 #: The class whose quiet spells a serving replica's are, and that a notebook never is.
 SERVING = "overprovisioned_serving"
@@ -491,7 +491,7 @@ class Ledger:
         evidence = {
             "history": f"{by_class[name].share:.0%} of {duration(total / len(gpus))} sampled"
             + (f", wasting {wasted / 3600:.1f} GPU-h" if wasted else "")
-            + f"; latest: {episodes[-1].bottleneck} since {format_timestamp(episodes[-1].start)}",
+            + f"; latest: {episodes[-1].bottleneck} since {for_people(episodes[-1].start)}",
             **fault,
             **{key: value for key, value in base.evidence.items() if key != XID_FAULTS},
         }

@@ -39,11 +39,11 @@ from gpulens.analyzer.inputs.cluster import (
     model_name,
     read_cluster,
 )
-from gpulens.analyzer.inputs.frame import format_timestamp
 from gpulens.analyzer.inputs.kinds import PodKey, Pools
 from gpulens.analyzer.inputs.owners import Owner, OwnerReader
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.times import for_people, rfc3339
 
 #: The most pods of one node a consolidation considers moving (2^10 sets at most a node), and the longest
 #: fragmented waits a consolidation is sought for.
@@ -226,7 +226,7 @@ class Scheduling:
         """The JSON of the cluster's judgement; times RFC 3339."""
 
         def when(value: float | None) -> str | None:
-            return None if value is None else format_timestamp(value)
+            return None if value is None else rfc3339(value)
 
         return {
             "span_seconds": self.span_seconds,
@@ -453,7 +453,7 @@ def _wait_evidence(
     history: ClusterHistory, mask: np.ndarray, at: int, gpus: float, reason: str, free: np.ndarray, offered: np.ndarray
 ) -> str:
     """The figures of one step of a wait, the step of its reason with the most GPUs free: each node's free GPUs."""
-    when = format_timestamp(history.time_of(at))
+    when = for_people(history.time_of(at))
     blocks = sorted(
         ((history.nodes[i].name, free[i, at]) for i in np.flatnonzero(mask) if free[i, at] > 0),
         key=lambda b: (-b[1], b[0]),

@@ -1,5 +1,5 @@
 """`gpulens report`'s machine outputs: the JSON report, and CSV of the verdicts, the waste by a dimension, the
-plan and the cluster's judgement (docs/analyzer.md). Times are RFC 3339 (frame.format_timestamp)."""
+plan and the cluster's judgement (docs/analyzer.md). Times are RFC 3339 (core/times.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import csv
 import io
 from dataclasses import asdict, fields
 
-from gpulens.analyzer.inputs.frame import format_timestamp
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.scheduling import Pending, PoolUse, Scheduling
 from gpulens.analyzer.outputs.plan import Action, Plan
 from gpulens.analyzer.outputs.summary import DIMENSIONS, WasteSum, waste_by
+from gpulens.core.times import rfc3339
 
 
 def report_json(verdicts: list[Verdict], plan: Plan, scheduling: Scheduling | None = None) -> dict:
@@ -61,8 +61,8 @@ def cluster_csv(scheduling: Scheduling | None, by: str) -> str:
         writer.writeheader()
         for waited in scheduling.pending if scheduling else []:
             row = asdict(waited)
-            row["waiting_since"] = format_timestamp(waited.waiting_since)
-            row["scheduled_at"] = "" if waited.scheduled_at is None else format_timestamp(waited.scheduled_at)
+            row["waiting_since"] = rfc3339(waited.waiting_since)
+            row["scheduled_at"] = "" if waited.scheduled_at is None else rfc3339(waited.scheduled_at)
             row["reason_shares"] = "; ".join(f"{k} {v}" for k, v in waited.reason_shares.items())
             writer.writerow(row)
     else:
@@ -115,8 +115,7 @@ def verdicts_csv(verdicts: list[Verdict]) -> str:
         row["evidence"] = "; ".join(f"{k}: {val}" for k, val in v.evidence.items())
         row["time_share"] = "; ".join(f"{name} {part.share}" for name, part in v.by_class.items())
         row["episodes"] = "; ".join(
-            f"{format_timestamp(e.start)}/{format_timestamp(e.end)} "
-            f"{e.bottleneck} {e.confidence} {e.wasted_gpu_seconds}"
+            f"{rfc3339(e.start)}/{rfc3339(e.end)} {e.bottleneck} {e.confidence} {e.wasted_gpu_seconds}"
             for e in v.episodes
         )
         writer.writerow(row)

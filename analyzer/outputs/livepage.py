@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpulens.analyzer.inputs.frame import format_timestamp
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.outputs import report
 from gpulens.core.config import finite_json
+from gpulens.core.times import for_people
 
 if TYPE_CHECKING:
     from gpulens.analyzer.outputs.service import AnalyzerService
@@ -149,7 +149,7 @@ class LivePage:
         changed = {u: previous.changed[u] if previous.rows.get(u) == html else cycle for u, html in rows.items()}
         removed = {u: c for u, c in previous.removed.items() if c > cycle - KEEP_CYCLES and u not in rows}
         removed |= {u: cycle for u in previous.rows if u not in rows}
-        when = format_timestamp(state.produced_at) if state.produced_at is not None else "none yet"
+        when = for_people(state.produced_at) if state.produced_at is not None else "none yet"
         stale = " Stale: the input is failing, these are the last verdicts." if service.stale() else ""
         sections = {
             "status": (

@@ -24,6 +24,7 @@ from gpulens.analyzer.outputs.summary import waste_by
 from gpulens.analyzer.outputs.timelines import POINTS, TIMELINE_COLUMNS, TimelineBins, unit_samples
 from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
 from gpulens.core.catalog import model_info
+from gpulens.core.times import for_people
 
 #: One colour per class (core/bottlenecks.py).
 COLOURS = {b.name: b.colour for b in BOTTLENECKS}
@@ -140,7 +141,8 @@ def cluster_section(s: Scheduling) -> str:
         f"<td class=n data-label='waited'>{_e(duration(w.waited_seconds))}</td>"
         f"<td data-label='why'><b>{_e(w.reason)}</b>: {_e(REASON_TEXT[w.reason])}"
         f"<div class=small>{_e(w.evidence)}; judged against {_e(w.judged_against)}; "
-        f"{'still waiting' if w.scheduled_at is None else 'scheduled ' + _e(_when(w.scheduled_at))}</div></td></tr>"
+        f"{'still waiting' if w.scheduled_at is None else 'scheduled ' + _e(for_people(w.scheduled_at))}"
+        "</div></td></tr>"
         for w in s.pending
     )
     notes = [
@@ -402,7 +404,7 @@ def _timeline(v: Verdict, series: pd.DataFrame | None) -> str:
     bands = "".join(
         f"<rect class=band data-class='{e.bottleneck}' x='{x(e.start):.2f}' y='0' "
         f"width='{max(x(e.end) - x(e.start), 0.2):.2f}' height='{HEIGHT}' fill='{COLOURS[e.bottleneck]}' "
-        f"fill-opacity='0.35'><title>{_e(e.bottleneck)} {_e(_when(e.start))} to {_e(_when(e.end))}, "
+        f"fill-opacity='0.35'><title>{_e(e.bottleneck)} {_e(for_people(e.start))} to {_e(for_people(e.end))}, "
         f"confidence {e.confidence:.2f}</title></rect>"
         for e in v.episodes
     )
@@ -526,7 +528,3 @@ def _ticks(start: float, end: float) -> list[tuple[float, str]]:
         out.append((float(tick), label))
         previous_day = day
     return out
-
-
-def _when(unix: float) -> str:
-    return pd.Timestamp(unix, unit="s", tz="UTC").strftime("%Y-%m-%d %H:%M:%S")

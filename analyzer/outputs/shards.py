@@ -182,10 +182,10 @@ def _check_origin(path: str, document: dict, origin: Origin) -> None:
 
 
 def _span_text(span: object) -> str:
-    from gpulens.analyzer.inputs.frame import format_timestamp
+    from gpulens.core.times import rfc3339
 
     if isinstance(span, list) and len(span) == 3 and all(isinstance(x, int | float) for x in span):
-        return f"{format_timestamp(span[0])} to {format_timestamp(span[1])} every {span[2]:g} s"
+        return f"{rfc3339(span[0])} to {rfc3339(span[1])} every {span[2]:g} s"
     return repr(span)
 
 
