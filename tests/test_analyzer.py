@@ -105,6 +105,27 @@ def test_saved_dcgm_exporter_scrapes_are_one_series():
     assert sorted(pods.pod) == ["", "runai-reservation-gpu-qa-mig-worker-gpu-1-kvltw"]
 
 
+def test_a_saved_scrape_gives_every_column_dcgm_exporter_has_a_field_for(tmp_path):
+    """A scrape's fields reach the trace as a store's series do (core/trace.py's mapping, core/dcgm.py's
+    fields): the FP16 pipe, NVLink traffic and the SM clock's maximum were left out of files. The real
+    A100 capture, with three fields dcgm-exporter exports when its counters CSV asks for them."""
+    labels = SCRAPES[0].read_text().split("DCGM_FI_DEV_SM_CLOCK{", 1)[1].split("}", 1)[0]
+    extra = [
+        ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge", "0.25"),
+        ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "1500000"),
+        ("DCGM_FI_DEV_MAX_SM_CLOCK", "gauge", "1410"),
+    ]
+    text = SCRAPES[0].read_text() + "".join(f"# TYPE {n} {k}\n{n}{{{labels}}} {v}\n" for n, k, v in extra)
+    (tmp_path / "scrape.prom").write_text(text)
+    [row] = readers.read_files([tmp_path / "scrape.prom"], scrape_start=1763719200.0).to_dict("records")
+    assert (row["fp16_active"], row["nvlink_tx_bytes_per_second"], row["sm_clock_max_hertz"]) == (
+        0.25,
+        1_500_000.0,
+        1410e6,  # MHz, as the field's help says
+    )
+    assert row["sm_clock_hertz"] == 210e6 and row["pcie_tx_bytes_per_second"] == 16503.0  # as before
+
+
 @pytest.mark.slow
 def test_a_report_of_saved_scrapes_is_dated_and_advises_recording_more():
     done = gpulens(

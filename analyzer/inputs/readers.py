@@ -38,6 +38,7 @@ import pandas as pd
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.core import dcgm
 from gpulens.core import metrics as m
+from gpulens.core import trace as tr
 from gpulens.core.times import rfc3339
 from gpulens.core.trace import ALL_COLUMNS, TEXT
 
@@ -691,19 +692,10 @@ def _read_scrape(path: Path, timestamp: float) -> pd.DataFrame:
                 "namespace": d.pod.namespace if d.pod else "",
                 "pod": d.pod.pod if d.pod else "",
                 "container": d.pod.container if d.pod else "",
-                "gpu_util": value.get(m.UTILIZATION),
-                "sm_active": value.get(m.SM_ACTIVE),
-                "sm_occupancy": value.get(m.SM_OCCUPANCY),
-                "tensor_active": value.get(m.TENSOR_ACTIVE),
-                "dram_active": value.get(m.DRAM_ACTIVE),
-                "gr_engine_active": value.get(m.GRAPHICS_ENGINE_ACTIVE),
-                "memory_used_bytes": value.get(m.MEMORY_USED),
-                "memory_total_bytes": value.get(m.MEMORY_TOTAL),
-                "pcie_tx_bytes_per_second": d.rates.get(m.PCIE_TRANSMIT),
-                "pcie_rx_bytes_per_second": d.rates.get(m.PCIE_RECEIVE),
-                "power_watts": value.get(m.POWER),
-                "temperature_celsius": value.get(m.TEMPERATURE),
-                "sm_clock_hertz": value.get(m.SM_CLOCK),
+                # Every column the exporter's metrics feed (core/trace.py), as a store's series are read: a field
+                # dcgm-exporter maps to one of them (core/dcgm.py) is in the trace, whichever it is.
+                **{column: value.get(spec) for column, spec in tr.FROM_GAUGES.items()},
+                **{column: d.rates.get(spec) for column, spec in tr.FROM_RATES.items()},
                 "clock_event_reasons": d.clock_event_reasons,
                 "hardware_xid": None if d.last_xid is None else (d.last_xid if m.is_hardware_xid(d.last_xid) else 0),
             }
