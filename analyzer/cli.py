@@ -602,7 +602,7 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
     if not args.prometheus.startswith(("http://", "https://")):
         raise ValueError(f"--prometheus {args.prometheus!r} is not an http(s) URL")
     if not args.since:
-        raise ValueError("--prometheus needs --since: how far back to read (7d, 24h, or an RFC 3339 time)")
+        raise ValueError("--prometheus needs --since: how far back to read (7d, 24h, an RFC 3339 time or unix seconds)")
     until = _when(args.until, "--until") if args.until else time.time()
     since = _since(args.since, until)
     if since >= until:

@@ -271,6 +271,8 @@ class Judgement:
     found: Finding
     #: The verdict's confidence: the finding's, capped where profiling fields would help and are absent.
     confidence: float
+    #: The class is one profiling fields (SM activity) would judge better, and the unit has none.
+    profiling_would_help: bool
     #: The throttling overlay's evidence (None: not throttled), and whether the GPU is larger than needed.
     throttled: dict[str, str] | None
     oversized: bool
@@ -323,7 +325,8 @@ def _judgement(
         or _without_signature(f, t, activity, throttled is not None, oversized)
     )
     confidence = found.confidence
-    if not f.has_profiling and BY_NAME[found.bottleneck].profiling == "helps":
+    profiling_would_help = not f.has_profiling and BY_NAME[found.bottleneck].profiling == "helps"
+    if profiling_would_help:
         confidence = min(confidence, t.confidence_without_profiling)
     confidence = round(min(max(confidence, 0.0), 1.0), 2)
     return Judgement(
@@ -333,6 +336,7 @@ def _judgement(
         info,
         found,
         confidence,
+        profiling_would_help,
         throttled,
         oversized,
         without_pod,
@@ -356,7 +360,7 @@ def _written_out(judged: Judgement, f: PodFeatures) -> Verdict:
     not_judged = _not_judged(f, t)
     if not_judged and name != "insufficient_data" and not judged.without_pod:
         evidence["not_judged"] = not_judged
-    if not f.has_profiling and BY_NAME[name].profiling == "helps":
+    if judged.profiling_would_help:
         evidence["profiling_fields"] = (
             "graphics-engine activity only: it shows that a kernel ran, not how much of the SMs worked"
             if not math.isnan(f.engine_active)
