@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpulens.core import catalog, flags
+from gpulens.core import catalog, flags, mixin
 from gpulens.core.bottlenecks import INSUFFICIENT_FILE
 from gpulens.core.config import finite_json, parse_duration, write_atomically
 from gpulens.core.flags import Subcommands
@@ -327,6 +327,7 @@ def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> Non
         help="where dcgm-exporter's series name the GPU's pod: exported_pod (the GPU Operator's ServiceMonitor), "
         "pod (honorLabels), or auto: exported_pod wherever a series has it",
     )
+    mixin.add_kubernetes_job_flags(add)
     add("--prometheus.step", dest="query_step", type=flags.duration, default=step, help=step_help)
     add("--prometheus.timeout", dest="timeout", type=flags.duration, default=30.0, help="seconds a query may take")
     add(
@@ -390,7 +391,12 @@ def _store(args: argparse.Namespace) -> Store:
 def _mixin(args: argparse.Namespace, thresholds: Thresholds) -> MixinConfig:
     from gpulens.core.mixin import MixinConfig
 
-    return MixinConfig(thresholds=thresholds, dcgm_pod_labels=args.dcgm_pod_labels)
+    return MixinConfig(
+        thresholds=thresholds,
+        dcgm_pod_labels=args.dcgm_pod_labels,
+        cadvisor_job=args.cadvisor_job,
+        kube_state_metrics_job=args.kube_state_metrics_job,
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -613,7 +619,8 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
             store, args.query_step or DEFAULT_STORE_STEP, _mixin(args, thresholds), args.selector, args.dcgm_selector
         )
         reader.step = _step(args.query_step, reader.scrape_interval(until, min(until - since, 3600.0)))
-        owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config))
+        kube_state = reader.config.kube_state_metrics
+        owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config), kube_state)
         return _StoreSpan(store, reader, owners, span.Span.aligned(since, until, reader.step))
     except BaseException:
         store.close()
@@ -698,6 +705,8 @@ def _origin(
         "selector": args.selector,
         "dcgm_selector": args.dcgm_selector,
         "dcgm_pod_labels": args.dcgm_pod_labels,
+        "cadvisor_job": args.cadvisor_job,
+        "kube_state_metrics_job": args.kube_state_metrics_job,
         "team_label": args.team_label,
         "analysis_config": hashlib.sha256(rules).hexdigest() if rules else "",
         "scrape_intervals": opened.reader.intervals,
@@ -794,7 +803,8 @@ def _judge_share(task: tuple[_Share, Shard]) -> tuple[list[Verdict], Use, Timeli
     try:
         reader = SeriesReader(store, the_span.step, _mixin(args, how.thresholds), args.selector, args.dcgm_selector)
         reader.intervals = dict(job.intervals)
-        owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config))
+        kube_state = reader.config.kube_state_metrics
+        owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config), kube_state)
         timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if job.html else None
         use = Use.over(the_span.start, the_span.end, the_span.step, how.thresholds)
         verdicts = span.report(reader, the_span, *how.of_report(), None, owners, timelines, use, job.engines, shard)
@@ -822,7 +832,7 @@ def _scheduling(
     pools = load_pools(args.analysis_config)
     models = {v.node: v.gpu_model for v in verdicts if v.node and v.gpu_model}
     try:
-        reader = ClusterReader(source, pools.label)
+        reader = ClusterReader(source, pools.label, _mixin(args, thresholds).kube_state_metrics)
         return judge_store(reader, owners, judged_grid(*span), thresholds, pools, prices, models)
     except StoreError as e:
         # The pods' verdicts stand without it: say what is missing rather than lose the report.

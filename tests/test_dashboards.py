@@ -176,3 +176,28 @@ def test_top_wasting_pods_link_to_the_pod_dashboard():
 def test_a_panel_without_a_unit_is_refused():
     with pytest.raises(ValueError, match="names its unit"):
         style.timeseries("x", "y", [style.target("up")], unit="")
+
+
+def test_cadvisor_and_kube_state_metrics_are_read_from_the_jobs_named_as_the_analyzer_reads_them():
+    """--cadvisor.job and --kube-state-metrics.job narrow every cAdvisor and kube-state-metrics series of
+    every dashboard (kubernetes-mixin's cadvisorSelector, kubeStateMetricsSelector); unset, any job (the
+    committed dashboards). The analyzer reads them the same way: tests/test_store.py."""
+    config = mixin.MixinConfig(cadvisor_job="kubelet", kube_state_metrics_job="kube-state-metrics")
+    boards = {name: json.loads(text) for name, text in dashboards.generate(config).items()}
+    jobs = {"container_": 'job="kubelet"', "kube_": 'job="kube-state-metrics"'}
+    found: dict[str, int] = {}
+    for name, board in boards.items():
+        for query in (t["expr"] for p in panels(board) for t in p["targets"]):
+            for series, matchers in SELECTOR.findall(query):
+                for prefix, job in jobs.items():
+                    if series.startswith(prefix):
+                        assert job in matchers, f"{name}: {series}{{{matchers}}} reads every job"
+                        found[series] = found.get(series, 0) + 1
+    assert found == {
+        "container_cpu_usage_seconds_total": 1,
+        "container_spec_cpu_period": 1,
+        "container_spec_cpu_quota": 1,
+        "kube_pod_container_resource_limits": 1,
+        "kube_pod_owner": 2,  # the fleet board's requests and waste by Deployment
+        "kube_replicaset_owner": 2,
+    }

@@ -424,6 +424,44 @@ def test_a_gpu_handed_to_a_new_pod_is_the_new_pods_from_its_first_step(tmp_path,
 
 
 @pytest.mark.slow
+def test_cadvisor_and_kube_state_metrics_are_read_from_the_jobs_named(tmp_path):
+    """Where a second job scrapes cAdvisor and kube-state-metrics again (a second scrape config, an old
+    release left running), every job's series add up: a pod's 2 cores read as 4. --cadvisor.job and
+    --kube-state-metrics.job keep the job named, as kubernetes-mixin's selectors do, and as the dashboards
+    read them (tests/test_dashboards.py). A real Prometheus; the pod uses 2 cores of a 4-core limit."""
+    from gpulens.analyzer.inputs.series import SeriesReader, Window
+    from gpulens.core.mixin import MixinConfig
+
+    steps, pod = 20, 'namespace="ci",pod="job-0",container="main"'
+    lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]
+    lines += [f'gpulens_gpu_utilization_ratio{{instance="n1",uuid="GPU-1"}} 0.5 {T0 + 60 * k}' for k in range(steps)]
+    lines += ["# TYPE gpulens_gpu_pod_info gauge"]
+    lines += [f'gpulens_gpu_pod_info{{instance="n1",uuid="GPU-1",{pod}}} 1 {T0 + 60 * k}' for k in range(steps)]
+    lines += ["# TYPE container_cpu_usage_seconds_total gauge"]  # a counter's samples: rate() reads them alike
+    for job in ("kubelet", "cadvisor-again"):
+        cpu = f'container_cpu_usage_seconds_total{{job="{job}",{pod}}}'
+        lines += [f"{cpu} {2.0 * 60 * k} {T0 + 60 * k}" for k in range(steps)]
+    lines += ["# TYPE kube_pod_container_resource_limits gauge"]
+    for job in ("kube-state-metrics", "kube-state-metrics-old"):
+        limit = f'kube_pod_container_resource_limits{{job="{job}",{pod},resource="cpu",unit="core"}}'
+        lines += [f"{limit} 4 {T0 + 60 * k}" for k in range(steps)]
+    prometheus = BackfilledPrometheus(tmp_path, "\n".join(lines) + "\n# EOF\n")
+    end, seen = T0 + 60 * (steps - 1), {}
+    named = MixinConfig(cadvisor_job="kubelet", kube_state_metrics_job="kube-state-metrics")
+    try:
+        for name, config in (("any job", MixinConfig()), ("the jobs named", named)):
+            reader = SeriesReader(Store(prometheus.url), 60.0, config)
+            held = Window.of(60.0, steps)
+            reader.read(held, held.move_to(end), end)
+            frame = reader.frame(held, 60 * steps)
+            newest = frame[frame["timestamp"] == end].iloc[0]
+            seen[name] = (round(newest["cpu_usage_cores"], 9), newest["cpu_limit_cores"])
+    finally:
+        prometheus.stop()
+    assert seen == {"any job": (4.0, 8.0), "the jobs named": (2.0, 4.0)}
+
+
+@pytest.mark.slow
 def test_a_reader_that_runs_for_long_forgets_the_pods_and_gpus_gone_from_its_window(tmp_path):
     """A service reads the fleet every cycle for months: the pods (300 here, one a minute) and the
     dcgm-exporter GPUs (one leaves after 50 minutes) it keeps are those of its window, and every frame still

@@ -381,14 +381,15 @@ class PrometheusInput:
         #: The parts the queries are split into, read in turns (analyzer/inputs/series.py READ_PARTS).
         self.parts = parts
         self.reader = SeriesReader(self.store, step, config, selector, dcgm_selector)
-        self._owner_reader = OwnerReader(self.store, team_label, rules)
+        kube_state = self.reader.config.kube_state_metrics
+        self._owner_reader = OwnerReader(self.store, team_label, rules, kube_state)
         self._owners: dict[PodKey, Owner] = {}
         self._owners_read_at = -math.inf
         self._engines: dict[PodKey, EngineLoad] = {}
         self._engines_read_at = -math.inf
         #: Where each kind of workload belongs (--analysis.config's pools), and the cluster last read.
         self.pools = pools or Pools()
-        self._cluster_reader = ClusterReader(self.store, self.pools.label)
+        self._cluster_reader = ClusterReader(self.store, self.pools.label, kube_state)
         self._cluster: ClusterReading | None = None
         self._cluster_read_at = -math.inf
         self._status = TargetStatus()
@@ -604,6 +605,8 @@ class PrometheusInput:
             "throttle_reasons_mask": config.thresholds.throttle_reasons_mask,
             "dcgm_pod_labels": config.dcgm_pod_labels,
             "exporter_pods": config.exporter_pods,
+            "cadvisor": config.cadvisor,
+            "kube_state_metrics": config.kube_state_metrics,
         }
 
     def _write_state(self) -> None:

@@ -78,8 +78,15 @@ class OwnerReader:
     """Reads the owners, teams and workload kinds of pods from kube-state-metrics' series: in a store, or
     recorded (analyzer/inputs/kube_state.py)."""
 
-    def __init__(self, source: Store | KubeState, team_label: str = "", rules: Sequence[KindRule] = DEFAULT_RULES):
-        self.source = StoreKubeState(source) if isinstance(source, Store) else source
+    def __init__(
+        self,
+        source: Store | KubeState,
+        team_label: str = "",
+        rules: Sequence[KindRule] = DEFAULT_RULES,
+        selector: str = "",
+    ):
+        #: Where the series are read (a Store through PromQL; `selector` adds matchers: kube-state-metrics' job).
+        self.source = StoreKubeState(source, selector) if isinstance(source, Store) else source
         self.team_label = label_name(team_label) if team_label else ""
         self.rules = tuple(rules)
         #: kube-state-metrics' label name -> the Kubernetes key the rules read.

@@ -1024,18 +1024,25 @@ class SeriesReader:
         """Per pod, at each step: CPU used (cAdvisor), its limit (kube-state-metrics, else the CFS quota
         cAdvisor reports), and its containers' restarts (kube-state-metrics' counter: a rise in a window
         is a restart in it)."""
+
+        def matchers(*given: str) -> str:
+            return ",".join(m for m in given if m)
+
+        cadvisor = matchers(self.config.cadvisor, 'container!=""')
+        cpu_limit = matchers(self.config.kube_state_metrics, 'resource="cpu"')
+        restarts = f"{{{self.config.kube_state_metrics}}}" if self.config.kube_state_metrics else ""
         return [
             (
-                "sum by (namespace, pod) (rate(container_cpu_usage_seconds_total"
-                f'{{container!="",container!="POD"}}[{self.rate_window()}]))',
+                f'sum by (namespace, pod) (rate(container_cpu_usage_seconds_total{{{cadvisor},container!="POD"}}'
+                f"[{self.rate_window()}]))",
                 "cpu_usage_cores",
             ),
             (
-                'sum by (namespace, pod) (kube_pod_container_resource_limits{resource="cpu"}) or sum by '
-                '(namespace, pod) (container_spec_cpu_quota{container!=""} / container_spec_cpu_period{container!=""})',
+                f"sum by (namespace, pod) (kube_pod_container_resource_limits{{{cpu_limit}}}) or sum by (namespace, "
+                f"pod) (container_spec_cpu_quota{{{cadvisor}}} / container_spec_cpu_period{{{cadvisor}}})",
                 "cpu_limit_cores",
             ),
-            ("sum by (namespace, pod) (kube_pod_container_status_restarts_total)", "restarts_total"),
+            (f"sum by (namespace, pod) (kube_pod_container_status_restarts_total{restarts})", "restarts_total"),
         ]
 
     def pods_named(self, start: float, end: float) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from gpulens.core import dcgm, trace
@@ -43,6 +43,8 @@ FLAGS = {
     "exporter_job": "--exporter.job",
     "analyzer_job": "--analyzer.job",
     "dcgm_job": "--dcgm.job",
+    "cadvisor_job": "--cadvisor.job",
+    "kube_state_metrics_job": "--kube-state-metrics.job",
     "grafana_url": "--grafana.url",
     "runbook_url": "--runbook.url",
 }
@@ -110,6 +112,12 @@ class MixinConfig:
     analyzer_job: str = "gpulens-analyzer"
     #: Prometheus job name of NVIDIA's dcgm-exporter (the GPU Operator's Service is nvidia-dcgm-exporter).
     dcgm_job: str = "nvidia-dcgm-exporter"
+    #: Prometheus job names of cAdvisor (the kubelet's /metrics/cadvisor: kube-prometheus-stack names its job
+    #: "kubelet") and of kube-state-metrics, whose series the analyzer and the dashboards read of each pod; ""
+    #: (the default): any job, right where each is scraped once. kubernetes-mixin's cadvisorSelector and
+    #: kubeStateMetricsSelector.
+    cadvisor_job: str = ""
+    kube_state_metrics_job: str = ""
     #: Base URL of Grafana, for the dashboard link in every alert.
     grafana_url: str = "http://localhost:3000"
     #: Where no Grafana runs (the native demo): the analyzer's page, which every alert's dashboard link leads
@@ -132,6 +140,9 @@ class MixinConfig:
         the one check of every setting they are generated from, whatever gave it (a flag, settings.env)."""
         for name in ("exporter_job", "analyzer_job", "dcgm_job"):
             check_text(getattr(self, name), FLAGS[name], "a job name")
+        for name in ("cadvisor_job", "kube_state_metrics_job"):  # "" is any job
+            if getattr(self, name):
+                check_text(getattr(self, name), FLAGS[name], "a job name")
         for name in ("grafana_url", "runbook_url"):
             check_url(getattr(self, name), FLAGS[name])
         if self.analyzer_page_url:
@@ -146,6 +157,16 @@ class MixinConfig:
     def dcgm(self) -> str:
         """Label matcher selecting dcgm-exporter's series."""
         return f"job={promql_string(self.dcgm_job)}"
+
+    @property
+    def cadvisor(self) -> str:
+        """Label matcher selecting cAdvisor's series ("": any job's)."""
+        return f"job={promql_string(self.cadvisor_job)}" if self.cadvisor_job else ""
+
+    @property
+    def kube_state_metrics(self) -> str:
+        """Label matcher selecting kube-state-metrics' series ("": any job's)."""
+        return f"job={promql_string(self.kube_state_metrics_job)}" if self.kube_state_metrics_job else ""
 
     @property
     def analyzer(self) -> str:
@@ -382,7 +403,7 @@ def engine_request_rate(selector: str, window: str) -> str:
 
 def pod_deployment(selector: str) -> str:
     """Each Deployment's pods as kube-state-metrics says (through their ReplicaSets): 1 by (namespace, pod,
-    deployment). `selector`: PromQL matchers (the cluster's, a namespace's)."""
+    deployment). `selector`: PromQL matchers (the cluster's, a namespace's, kube-state-metrics' job)."""
     pods = f'kube_pod_owner{{{selector},owner_kind="ReplicaSet"}}'
     replicasets = f'kube_replicaset_owner{{{selector},owner_kind="Deployment"}}'
     return (
@@ -553,6 +574,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         default=defaults.dcgm_job,
         help="Prometheus job name of NVIDIA's dcgm-exporter, for fleets where it reports GPUs gpulens does not",
     )
+    add_kubernetes_job_flags(lambda flag, **given: flags.add(parser, flag, **given))
     flags.add(
         parser,
         "--grafana.url",
@@ -569,6 +591,23 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_kubernetes_job_flags(add: Callable[..., None]) -> None:
+    """--cadvisor.job and --kube-state-metrics.job, through `add(flag, **argparse's keywords)`: the analyzer's,
+    the alerts' and the dashboards'."""
+    add(
+        "--cadvisor.job",
+        dest="cadvisor_job",
+        default="",
+        help='Prometheus job name of cAdvisor\'s series (kube-prometheus-stack: "kubelet"); empty: any job',
+    )
+    add(
+        "--kube-state-metrics.job",
+        dest="kube_state_metrics_job",
+        default="",
+        help="Prometheus job name of kube-state-metrics' series; empty: any job",
+    )
+
+
 def config_from(args: argparse.Namespace) -> MixinConfig:
     """MixinConfig from add_flags' arguments; ConfigError on a bad thresholds file."""
     return MixinConfig(
@@ -576,6 +615,8 @@ def config_from(args: argparse.Namespace) -> MixinConfig:
         exporter_job=args.exporter_job,
         analyzer_job=args.analyzer_job,
         dcgm_job=args.dcgm_job,
+        cadvisor_job=args.cadvisor_job,
+        kube_state_metrics_job=args.kube_state_metrics_job,
         grafana_url=args.grafana_url.rstrip("/"),
         runbook_url=args.runbook_url,
     )
