@@ -1,5 +1,7 @@
 import pytest
 
+from gpulens.alerts import cli as alerts_cli
+from gpulens.core.mixin import MixinConfig
 from tests import helpers
 from tests.helpers import FakeNvml, build_fake_nvml
 
@@ -28,3 +30,12 @@ def process_logs(tmp_path_factory):
     """Logs of the gpulens processes the tests start go under pytest's temporary folder."""
     helpers.PROCESS_LOGS = tmp_path_factory.mktemp("processes")
     return helpers.PROCESS_LOGS
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """The files `gpulens alerts` writes with the default settings (tests/test_alerts.py, test_alert_routing.py)."""
+    out = tmp_path_factory.mktemp("alerts")
+    for name, text in alerts_cli.generate(MixinConfig()).items():
+        (out / name).write_text(text)
+    return out

@@ -15,14 +15,6 @@ from gpulens.receiver import AlertReceiver
 from tests.helpers import REPO, Alertmanager, require_binary, wait_until
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("alerts")
-    for name, text in cli.generate(MixinConfig()).items():
-        (out / name).write_text(text)
-    return out
-
-
 def test_amtool_checks_the_alertmanager_config(generated):
     amtool = require_binary("amtool")
     result = subprocess.run(

@@ -27,14 +27,6 @@ from tests.helpers import REPO, VictoriaMetrics, free_port, require_binary, wait
 ALL_TESTS = [POD_TESTS, GPU_TESTS, TARGET_TESTS, NOTHING_SCRAPED, DCGM_TESTS, FLAPPING_TESTS, CLUSTER_TESTS]
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory):
-    out = tmp_path_factory.mktemp("alerts")
-    for name, text in cli.generate(MixinConfig()).items():
-        (out / name).write_text(text)
-    return out
-
-
 def test_promtool_checks_the_rules(generated):
     promtool = require_binary("promtool")
     result = subprocess.run(
