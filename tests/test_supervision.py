@@ -21,6 +21,7 @@ import pytest
 
 from gpulens.analyzer.inputs import live
 from gpulens.analyzer.inputs.live import ExporterInput, InputError, PrometheusInput
+from gpulens.analyzer.inputs.series import Shard
 from gpulens.analyzer.outputs.service import AnalyzerService, cycle_offset
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
@@ -96,10 +97,12 @@ class ScriptedPrometheus:
     t is `signal(uuid, t)`: range queries answer the steps asked for, instant queries nothing. Records
     each range query's (start, end); `fail_next` makes the next range query answer HTTP 500 without JSON."""
 
-    def __init__(self, gpus: dict[str, float], result: list[dict] | None = None):
+    def __init__(self, gpus: dict[str, float], result: list[dict] | None = None, instant: list[dict] | None = None):
         self.gpus, self.ranges, self.fail_next = gpus, [], False
         #: Series answered to every range query instead of the GPUs' signals (None: the signals).
         self.result = result
+        #: Series answered to every instant query (a shard's lookup of its exporters).
+        self.instant = instant or []
         #: Each range query answered: its PromQL, start and end.
         self.asked: list[tuple[str, float, float]] = []
         #: The range query (counted from the first, `answered`) to answer HTTP 500 too.
@@ -111,7 +114,7 @@ class ScriptedPrometheus:
                 form = dict(
                     x.split("=", 1) for x in self.rfile.read(int(self.headers["Content-Length"])).decode().split("&")
                 )
-                result: list[dict] = []
+                result: list[dict] = scripted.instant
                 if self.path.endswith("query_range"):
                     start, end, step = (float(form[k]) for k in ("start", "end", "step"))
                     scripted.answered += 1
@@ -453,6 +456,32 @@ def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_pa
     # The window it wrote at close is the window the next start holds.
     restored = restart(parts=1)
     pd.testing.assert_frame_equal(restored, frame)
+
+
+def test_a_sharded_replica_restarts_on_the_window_it_kept(tmp_path):
+    """A replica of a shard reads only its nodes' exporters, and the file says which: the next start of the
+    same shard uses the window kept (it was thrown away as another configuration's once the reader stopped
+    holding the shard's exporters between cycles)."""
+    node = {"metric": {"node": "node-a", "instance": "node-a:9848"}, "value": [0, "1"]}
+    store = ScriptedPrometheus({"GPU-A": math.inf}, instant=[node])
+    now = [1_800_000_000.0]
+    t0, kept = now[0], str(tmp_path / "analyzer.state")
+
+    def start() -> pd.DataFrame:
+        """A process of the one shard of one (every node its own) on the file: a cycle, then SIGTERM."""
+        source = PrometheusInput(
+            store.url, window=60, step=15, clock=lambda: now[0], state_file=kept, parts=1, shard=Shard(0, 1)
+        )
+        try:
+            return source.window_frame()
+        finally:
+            source.close()
+
+    assert len(start()) == 5
+    now[0], store.ranges = t0 + 30, []
+    frame = start()
+    assert set(store.ranges) == {(t0 - 15, t0 + 30)}  # the two steps missed, and two again
+    assert list(frame["timestamp"]) == [t0 + k for k in range(-30, 31, 15)]
 
 
 def test_a_state_file_that_cannot_be_written_is_said_once_and_once_when_it_can_again(tmp_path, caplog):

@@ -534,7 +534,7 @@ class PrometheusInput:
                 )
                 self.state_file = ""
             else:
-                self._held = state.load(self.state_file, self._identity(), self._empty_window())
+                self._held = state.load(self.state_file, self._identity(reader.instances), self._empty_window())
                 self._held_instances = reader.instances
         if self._held is None or reader.instances != self._held_instances:  # the steps held are not all theirs
             self._held = self._empty_window()
@@ -590,15 +590,16 @@ class PrometheusInput:
             }
         )
 
-    def _identity(self) -> dict:
-        """What a state file must have been written with to be used: the same store, series and grid, and
-        the settings that change the values read (not the verdicts' thresholds, links or severities)."""
+    def _identity(self, instances: str) -> dict:
+        """What a state file must have been written with to be used: the same store, series (`instances`: the
+        exporters a shard reads) and grid, and the settings that change the values read (not the verdicts'
+        thresholds, links or severities)."""
         config = self.reader.config
         return {
             "store": redact(self.url),
             "selector": self.reader.gpulens_selector,
             "dcgm_selector": self.reader.dcgm_selector,
-            "instances": self.reader.instances,
+            "instances": instances,
             "step": self.step,
             "window": self.window,
             "parts": self.reader.parts(self.parts),
@@ -615,7 +616,7 @@ class PrometheusInput:
         if self._held is None:
             return
         try:
-            state.save(self.state_file, self._held, self._identity() | {"instances": self._held_instances})
+            state.save(self.state_file, self._held, self._identity(self._held_instances))
         except ConfigError as e:
             self._state_problems.problem("write", f"cannot keep the window across restarts: {e}")
         else:
