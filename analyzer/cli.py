@@ -460,8 +460,10 @@ def run_report(args: argparse.Namespace) -> int:
                     "labels unless --kube-state gives kube-state-metrics' series, and are read whole); drop them, "
                     "or read the store"
                 )
-            files = (args.files, args.scrape_interval, args.gpu_model, _scrape_start(args))
-            trace, timelines = terminal.read_files_with_progress(*files), None
+            trace = terminal.read_files_with_progress(
+                args.files, args.scrape_interval, args.gpu_model, _scrape_start(args)
+            )
+            timelines = None
             _warn_unknown_models(trace, prices)
             kube_state = RecordedKubeState.read(args.kube_state) if args.kube_state else None
             owners = OwnerReader(kube_state, args.team_label, load_rules(args.analysis_config)) if kube_state else None
@@ -599,8 +601,6 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
     """The store of `--prometheus` and the span of `--since` and `--until` on its step grid (close the store)."""
     import time
 
-    from gpulens.analyzer.inputs.kinds import load_rules
-    from gpulens.analyzer.inputs.owners import OwnerReader
     from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.outputs import span
     from gpulens.core.times import rfc3339
@@ -619,8 +619,7 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
             store, args.query_step or DEFAULT_STORE_STEP, _mixin(args, thresholds), args.selector, args.dcgm_selector
         )
         reader.step = _step(args.query_step, reader.scrape_interval(until, min(until - since, 3600.0)))
-        kube_state = reader.config.kube_state_metrics
-        owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config), kube_state)
+        owners = _store_owners(args, store, reader)
         return _StoreSpan(store, reader, owners, span.Span.aligned(since, until, reader.step))
     except BaseException:
         store.close()
@@ -790,8 +789,6 @@ def _judged_in_processes(
 
 def _judge_share(task: tuple[_Share, Shard]) -> tuple[list[Verdict], Use, TimelineBins | None]:
     """One process's share of a report: the verdicts of the nodes of its shard."""
-    from gpulens.analyzer.inputs.kinds import load_rules
-    from gpulens.analyzer.inputs.owners import OwnerReader
     from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.outputs import span
     from gpulens.analyzer.outputs.plan import Use
@@ -803,14 +800,22 @@ def _judge_share(task: tuple[_Share, Shard]) -> tuple[list[Verdict], Use, Timeli
     try:
         reader = SeriesReader(store, the_span.step, _mixin(args, how.thresholds), args.selector, args.dcgm_selector)
         reader.intervals = dict(job.intervals)
-        kube_state = reader.config.kube_state_metrics
-        owners = OwnerReader(store, args.team_label, load_rules(args.analysis_config), kube_state)
+        owners = _store_owners(args, store, reader)
         timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if job.html else None
         use = Use.over(the_span.start, the_span.end, the_span.step, how.thresholds)
         verdicts = span.report(reader, the_span, *how.of_report(), None, owners, timelines, use, job.engines, shard)
         return verdicts, use, timelines
     finally:
         store.close()
+
+
+def _store_owners(args: argparse.Namespace, store: Store, reader: SeriesReader) -> OwnerReader:
+    """The pods' owners, teams and kinds, read from kube-state-metrics' series in `store` (of the job the
+    reader's config names)."""
+    from gpulens.analyzer.inputs.kinds import load_rules
+    from gpulens.analyzer.inputs.owners import OwnerReader
+
+    return OwnerReader(store, args.team_label, load_rules(args.analysis_config), reader.config.kube_state_metrics)
 
 
 def _scheduling(

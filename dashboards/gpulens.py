@@ -60,11 +60,6 @@ def _either(gpulens: str, dcgm: str, nodes: str = "") -> str:
     return f"({gpulens} or on (uuid) {dcgm})"
 
 
-def _with(selector: str, matcher: str) -> str:
-    """`selector` and one more matcher ("" adds none): a job's, MixinConfig.cadvisor or kube_state_metrics."""
-    return f"{selector},{matcher}" if matcher else selector
-
-
 def _variables(*names: str, single: tuple[str, ...] = ()) -> list[G.Template]:
     """The shared variables, chained so each lists only what the ones before it select; those in
     `single` pick one value (the pod dashboard shows one pod)."""
@@ -104,7 +99,7 @@ def fleet(c: MixinConfig) -> G.Dashboard:
     )
     # Each serving pod's engine's requests per second, and the Deployment it belongs to.
     served = mixin.engine_request_rate(f'{CLUSTER},namespace=~"$namespace"', "$__rate_interval")
-    deployments = mixin.pod_deployment(_with(f'{CLUSTER},namespace=~"$namespace"', c.kube_state_metrics))
+    deployments = mixin.pod_deployment(mixin.matchers(f'{CLUSTER},namespace=~"$namespace"', c.kube_state_metrics))
     pod_link = (
         f"/d/{mixin.POD_DASHBOARD[0]}?${{cluster:queryparam}}&var-namespace=${{__data.fields.namespace}}"
         f"&var-pod=${{__data.fields.pod}}&${{__url_time_range}}"
@@ -425,7 +420,7 @@ def fleet(c: MixinConfig) -> G.Dashboard:
 def pod(c: MixinConfig) -> G.Dashboard:
     uid, title = mixin.POD_DASHBOARD
     verdict = f"{{{POD}}}"
-    cadvisor, kube_state_metrics = _with(POD, c.cadvisor), _with(POD, c.kube_state_metrics)
+    cadvisor, kube_state_metrics = mixin.matchers(POD, c.cadvisor), mixin.matchers(POD, c.kube_state_metrics)
     per_gpu = "GPU {{gpu}}"
 
     def either(name: str) -> str:

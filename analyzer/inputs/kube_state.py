@@ -30,7 +30,7 @@ from typing import Protocol
 import numpy as np
 
 from gpulens.analyzer.inputs.store import Store, series_points
-from gpulens.core.mixin import promql_string
+from gpulens.core.mixin import matchers, promql_string
 
 #: kube-state-metrics' name of the GPU resource (nvidia.com/gpu with its dots and slash made "_"), and the
 #: quota's (a ResourceQuota limits an extended resource by its requests only).
@@ -165,9 +165,9 @@ class StoreKubeState(_OnGrid):
         self.store = store
         self.selector = selector
 
-    def _sel(self, name: str, *matchers: Matcher) -> str:
-        said = [f"{label}{op}{promql_string(value)}" for label, op, value in matchers]
-        return f"{name}{{{','.join(m for m in (self.selector, *said) if m)}}}"
+    def _sel(self, name: str, *given: Matcher) -> str:
+        said = [f"{label}{op}{promql_string(value)}" for label, op, value in given]
+        return f"{name}{{{matchers(self.selector, *said)}}}"
 
     def last(
         self, name: str, by: Sequence[str], at: float, window: float, *matchers: Matcher

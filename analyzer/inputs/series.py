@@ -543,10 +543,6 @@ class Window:
             self.due[part] = grid.time_of(first)
         return min(self.due.values())
 
-    def time_of(self, index: int) -> float:
-        """Unix seconds of step `index` of the window's grid."""
-        return self.gpus.time_of(index)
-
     def older(self, steps: int, newest_from: float) -> tuple[float, float] | None:
         """The `steps` steps before the oldest read in full (before `newest_from`, where this cycle's read
         of the newest steps starts, on the first cycle), where the window is not whole yet; cleared, so
@@ -650,13 +646,13 @@ class SeriesReader:
         those it is scoped to already: a shard's, or a group of nodes read apart. The copy shares the store,
         the intervals measured and the hardware read."""
         scoped = copy.copy(self)
-        scoped.instances = ",".join(part for part in (self.instances, instances) if part)
+        scoped.instances = mixin.matchers(self.instances, instances)
         return scoped
 
     # --- selectors ---------------------------------------------------------------------------------
     def _matchers(self, family: str, *extra: str) -> str:
         own = self.gpulens_selector if family == "gpulens" else self.dcgm_selector
-        return ",".join(part for part in (own, self.instances, *extra) if part)
+        return mixin.matchers(own, self.instances, *extra)
 
     def selector(self, name: str, *extra: str) -> str:
         """A gpulens series with the configured selector, the shard's and `extra` matchers."""
@@ -1025,11 +1021,8 @@ class SeriesReader:
         cAdvisor reports), and its containers' restarts (kube-state-metrics' counter: a rise in a window
         is a restart in it)."""
 
-        def matchers(*given: str) -> str:
-            return ",".join(m for m in given if m)
-
-        cadvisor = matchers(self.config.cadvisor, 'container!=""')
-        cpu_limit = matchers(self.config.kube_state_metrics, 'resource="cpu"')
+        cadvisor = mixin.matchers(self.config.cadvisor, 'container!=""')
+        cpu_limit = mixin.matchers(self.config.kube_state_metrics, 'resource="cpu"')
         restarts = f"{{{self.config.kube_state_metrics}}}" if self.config.kube_state_metrics else ""
         return [
             (

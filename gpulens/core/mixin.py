@@ -102,6 +102,12 @@ def promql_string(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def matchers(*given: str) -> str:
+    """PromQL label matchers (or lists of them) as one list, the empty ones left out: a job's that may be
+    "" (any job), a shard's, a selector's."""
+    return ",".join(m for m in given if m)
+
+
 @dataclass(frozen=True)
 class MixinConfig:
     """What a deployment may change about the generated dashboards and rules."""

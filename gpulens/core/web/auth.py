@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import logging
 import threading
 import time
 from collections.abc import Callable
-
-log = logging.getLogger(__name__)
-
 
 #: Requests that may wait for bcrypt at once (one runs, the others queue); more are answered 429.
 BCRYPT_WAITING = 4

@@ -26,7 +26,6 @@ refused naming the field and why:
 
 from __future__ import annotations
 
-import logging
 import re
 import ssl
 from dataclasses import dataclass, field
@@ -35,8 +34,6 @@ from pathlib import Path
 from gpulens.core.config import ConfigError, read_yaml
 from gpulens.core.schema import Duration, Flag, Integer, ListOf, MapOf, Record, Text, validate
 from gpulens.core.web.tls import CIPHER_SUITES, CLIENT_AUTH, CURVES, TLS_VERSIONS, server_tls
-
-log = logging.getLogger(__name__)
 
 
 def parse_listen_address(value: str) -> tuple[str, int]:

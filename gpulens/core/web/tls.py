@@ -4,15 +4,11 @@ TLS context from Go's names for versions, cipher suites and curves, and the clie
 from __future__ import annotations
 
 import ipaddress
-import logging
 import ssl
 import tempfile
 from pathlib import Path
 
 from gpulens.core.config import ConfigError
-
-log = logging.getLogger(__name__)
-
 
 CLIENT_AUTH = {
     "NoClientCert": ssl.CERT_NONE,
