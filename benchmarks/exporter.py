@@ -220,13 +220,12 @@ def measure(gpus: int, rounds: int) -> dict:
     from gpulens.exporter.attribution.attributor import KubeletAttribution
     from gpulens.exporter.collector import ExporterCollector
     from gpulens.exporter.sampler import Sampler
-    from gpulens.exporter.sources import nvml
-    from gpulens.exporter.sources.nvml import NvmlSource
-    from gpulens.exporter.sources.nvml_buffers import DeviceBuffers
+    from gpulens.exporter.sources.nvml import NvmlSource, gpm
+    from gpulens.exporter.sources.nvml.buffers import DeviceBuffers
 
     # Ticks here come milliseconds apart, not a second: let every one compute the GPM metrics, as every
     # tick does in production (the fake does not need the driver's 100 ms between two GPM samples).
-    nvml._GPM_MIN_SPACING_SECONDS = 0.0
+    gpm.MIN_SPACING_SECONDS = 0.0
     source = NvmlSource()
     source.start()
     # Pod attribution as deployed, minus the kubelet: every process is looked up in a /proc.

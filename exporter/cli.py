@@ -23,7 +23,7 @@ from gpulens.exporter.collector import ExporterCollector
 from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources import simulated
 from gpulens.exporter.sources.base import Source, SourceUnavailable
-from gpulens.exporter.sources.nvml_calls import COLLECTORS
+from gpulens.exporter.sources.nvml import COLLECTORS
 from gpulens.simulator import fleet
 from gpulens.simulator.workloads import PROFILES
 
@@ -195,14 +195,14 @@ def register(commands: Subcommands) -> None:
         default=1.0,
         help="run the simulated workloads this many times faster than real time",
     )
-    for name, what in COLLECTORS.items():
+    for name, collector in COLLECTORS.items():
         flags.add(
             p,
             f"--collector.{name}",
             dest=f"collector_{name}",
             action=argparse.BooleanOptionalAction,
             default=True,
-            help=f"read {what} (NVML source)",
+            help=f"read {collector.help} (NVML source)",
         )
     flags.add(
         p,

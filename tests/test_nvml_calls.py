@@ -1,4 +1,4 @@
-"""The NVML choke point (exporter/sources/nvml_calls.py) with pynvml's own error classes and codes:
+"""The NVML choke point (exporter/sources/nvml/calls.py) with pynvml's own error classes and codes:
 how each NVML error is sorted, how a call falls back to an older version, and how collectors are judged.
 The exporter running on the fake driver is tested in test_nvml_source.py."""
 
@@ -8,7 +8,8 @@ import pynvml
 import pytest
 
 from gpulens.core.status import CollectorStatus, ProblemLog
-from gpulens.exporter.sources.nvml_calls import COLLECTORS, DeviceLost, NvmlCalls, Outcome, Version, Versioned
+from gpulens.exporter.sources.nvml import COLLECTORS
+from gpulens.exporter.sources.nvml.calls import DeviceLost, NvmlCalls, Outcome, Version, Versioned
 
 
 def error(code: int) -> pynvml.NVMLError:

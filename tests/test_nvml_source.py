@@ -290,17 +290,31 @@ def test_lost_gpu_goes_down_alone_and_is_logged_once(fake_nvml):
         exporter.stop()
 
 
-def test_lost_gpu_keeps_its_identity_across_rediscovery(fake_nvml):
+@pytest.mark.parametrize("lost", [0, 1], ids=["h100-with-nvlink-and-gpm", "t4"])
+def test_lost_gpu_keeps_its_identity_across_rediscovery(fake_nvml, lost):
     gpus = _two_gpus()
-    gpus[1]["lost"] = 1
-    fake_nvml.write(gpus[:1] + [gpus[1] | {"lost": 0}])
+    gpus[0]["nvlink_links"] = 18
+    gpus[lost]["lost"] = 1
+    fake_nvml.write([gpu | {"lost": 0} for gpu in gpus])
     exporter, url = start_nvml_exporter(fake_nvml, "--nvml.rediscover-interval", "0.2")
     try:
         fake_nvml.write(gpus)  # lost, and re-enumeration can no longer open it
         fake_nvml.wait_for_calls(3, "three re-enumerations")
         parsed = samples(requests.get(url + "/metrics").text)
         ups = {dict(labels)["uuid"]: v for (name, labels), v in parsed.items() if name == "gpulens_gpu_up"}
-        assert ups == {gpus[0]["uuid"]: 1.0, gpus[1]["uuid"]: 0.0}
+        assert ups == {gpu["uuid"]: float(i != lost) for i, gpu in enumerate(gpus)}
+        # Every tick's sample was whole: a collector learning of the GPU it could not open again (its
+        # NVLinks, its GPM support) must not fail the enumeration.
+        assert "source failed" not in exporter.log
+        fake_nvml.write([gpu | {"lost": 0} for gpu in gpus])
+        wait_until(
+            lambda: value(samples(requests.get(url + "/metrics").text), "gpulens_gpu_up", gpu=str(lost)) == 1,
+            10,
+            what="the GPU back",
+        )
+        parsed = samples(requests.get(url + "/metrics").text)
+        assert value(parsed, "gpulens_gpu_nvlink_links", gpu="0") == 18
+        assert value(parsed, "gpulens_gpu_nvlink_links_down", gpu="0") == 0
     finally:
         exporter.stop()
 

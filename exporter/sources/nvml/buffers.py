@@ -4,7 +4,7 @@ pynvml's wrappers for these calls ask the driver twice (once for the size, once 
 new ctypes array every time and, for the running processes, convert every element in Python. On every
 GPU every second that was most of the exporter's own cost (benchmarks/exporter.py). Here each GPU keeps
 its buffers: one call fills them, grown and asked again on NVML_ERROR_INSUFFICIENT_SIZE, and the caller
-unpacks the raw bytes (sources/nvml.py). The C entry points are the ones pynvml loaded, and failures are
+unpacks the raw bytes (source.py and the collectors). The C entry points are the ones pynvml loaded, and failures are
 raised as pynvml's NVMLError, so a caller handles them as it handles any other NVML call.
 """
 

@@ -1,8 +1,8 @@
 """The NVML choke point: what an NVML error means, decided in one place for every call, and the older
 versions of a call that a driver may have instead of the newest.
 
-Every NVML call of the exporter (pynvml's wrappers, the raw C calls of nvml_buffers.py, GPM, the XID
-event wait) has its failure sorted by `NvmlCalls.sort`, as nvitop's `nvmlQuery` does for nvitop:
+Every NVML call of the exporter (pynvml's wrappers, the raw C calls of buffers.py, GPM, the XID event
+wait) has its failure sorted by `NvmlCalls.sort`, as nvitop's `nvmlQuery` does for nvitop:
 - NOT_SUPPORTED, or FUNCTION_NOT_FOUND (a driver older than the call): UNSUPPORTED. The GPU or driver
   does not have it: its metric is omitted, never exported as 0 or NaN.
 - NOT_FOUND: NOTHING to report (an empty sample buffer, an empty MIG slot): a valid, empty answer.
@@ -30,16 +30,6 @@ from typing import Any
 from gpulens.core.status import CollectorStatus, ProblemLog
 
 log = logging.getLogger(__name__)
-
-#: The NVML read groups that can be switched off (--no-collector.NAME), and what each reads. Each has
-#: its own gpulens_exporter_collector_{success,duration_seconds,failures_total}{collector="NAME"}.
-COLLECTORS = {
-    "processes": "each process's GPU memory and SM use",
-    "nvlink": "NVLink traffic, errors and link states",
-    "gpm": "GPM's SM, tensor and DRAM activity (Hopper and newer)",
-    "xid": "XID error events",
-    "topology": "how the GPUs connect (topology and peer-to-peer paths, at each rediscovery)",
-}
 
 
 class Outcome(enum.Enum):
@@ -96,15 +86,16 @@ class NvmlCalls:
 
     def __init__(self, nvml: Any, problems: ProblemLog, collectors: Sequence[str] = ()):
         self._nvml = nvml
-        self._problems = problems
+        #: Where failures are logged, once each until they clear.
+        self.problems = problems
         self._unsupported = (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         #: Whether a read has failed in the collector run under way (the sampler's thread).
         self._failed = False
         #: Each collector's duration (seconds) and failure in the tick being read, then its last status.
         self._tick: dict[str, list[float]] = {}
-        #: Every enabled collector is reported, in COLLECTORS' order, from the start: one with nothing to
+        #: Every enabled collector is reported, in the order given, from the start: one with nothing to
         #: read (GPM on a GPU before Hopper) succeeds in no time.
-        self.statuses = {name: CollectorStatus(True, 0.0, 0) for name in COLLECTORS if name in collectors}
+        self.statuses = {name: CollectorStatus(True, 0.0, 0) for name in collectors}
 
     def sort(self, error: Any, what: str, device: str = "") -> Outcome:
         """What `error` (a pynvml NVMLError) of the call `what` on GPU `device` means. Raises
@@ -120,7 +111,7 @@ class NvmlCalls:
             raise DeviceLost() from error
         self._failed = True
         where = f"GPU {device}: " if device else ""
-        self._problems.problem(f"{device}:{what}", f"{where}{what} failed: {error}")
+        self.problems.problem(f"{device}:{what}", f"{where}{what} failed: {error}")
         return Outcome.FAILED
 
     def mark_failed(self) -> None:
