@@ -311,13 +311,13 @@ def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> Non
         "--prometheus.selector",
         dest="selector",
         default="",
-        help='label matchers added to every gpulens series, e.g. job="gpulens-exporter"',
+        help='label matchers added to every gpulens series besides its job (--exporter.job), e.g. cluster="eu-1"',
     )
     add(
         "--prometheus.dcgm-selector",
         dest="dcgm_selector",
         default="",
-        help='label matchers added to every dcgm-exporter series, e.g. job="nvidia-dcgm-exporter"',
+        help='label matchers added to every dcgm-exporter series besides its job (--dcgm.job), e.g. cluster="eu-1"',
     )
     add(
         "--prometheus.dcgm-pod-labels",
@@ -327,7 +327,7 @@ def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> Non
         help="where dcgm-exporter's series name the GPU's pod: exported_pod (the GPU Operator's ServiceMonitor), "
         "pod (honorLabels), or auto: exported_pod wherever a series has it",
     )
-    mixin.add_kubernetes_job_flags(add)
+    mixin.add_job_flags(add, named=False)
     add("--prometheus.step", dest="query_step", type=flags.duration, default=step, help=step_help)
     add("--prometheus.timeout", dest="timeout", type=flags.duration, default=30.0, help="seconds a query may take")
     add(
@@ -394,6 +394,8 @@ def _mixin(args: argparse.Namespace, thresholds: Thresholds) -> MixinConfig:
     return MixinConfig(
         thresholds=thresholds,
         dcgm_pod_labels=args.dcgm_pod_labels,
+        exporter_job=args.exporter_job,
+        dcgm_job=args.dcgm_job,
         cadvisor_job=args.cadvisor_job,
         kube_state_metrics_job=args.kube_state_metrics_job,
     )
@@ -703,6 +705,8 @@ def _origin(
         "step": how.slide,
         "selector": args.selector,
         "dcgm_selector": args.dcgm_selector,
+        "exporter_job": args.exporter_job,
+        "dcgm_job": args.dcgm_job,
         "dcgm_pod_labels": args.dcgm_pod_labels,
         "cadvisor_job": args.cadvisor_job,
         "kube_state_metrics_job": args.kube_state_metrics_job,
@@ -885,8 +889,9 @@ def _some(verdicts: list[Verdict], store: str, reader: SeriesReader, the_span: S
         f"{store} answered, but holds no GPU's series from {rfc3339(the_span.start)} to "
         f"{rfc3339(the_span.end)}: neither gpulens' {gpulens} nor dcgm-exporter's {dcgm}. Check the URL's "
         "path (Mimir and Cortex serve the API under /prometheus), the tenant (--prometheus.header "
-        "'X-Scope-OrgID: ...'), that --prometheus.selector and --prometheus.dcgm-selector match the series' "
-        "labels, and that the exporters ran in the span (--since, --until)"
+        "'X-Scope-OrgID: ...'), that the jobs (--exporter.job, --dcgm.job) and --prometheus.selector and "
+        "--prometheus.dcgm-selector match the series' labels, and that the exporters ran in the span "
+        "(--since, --until)"
     )
 
 

@@ -217,7 +217,7 @@ class Analyzer(GpulensProcess):
         super().__init__(
             [
                 "--log.level", "warning", "analyzer", "--input.prometheus", prometheus,
-                "--prometheus.selector", 'job="gpulens-exporter"', "--prometheus.timeout", "120s",
+                "--exporter.job", "gpulens-exporter", "--prometheus.timeout", "120s",
                 "--web.listen-address", f"127.0.0.1:{self.port}", *extra,
             ],
             workdir=workdir,

@@ -349,8 +349,8 @@ class Stack:
                 f"http://{store}",
                 "--prometheus.step",
                 f"{self.scrape_interval:g}",
-                "--prometheus.selector",
-                f'job="{mixin.MixinConfig.exporter_job}"',
+                "--exporter.job",
+                mixin.MixinConfig.exporter_job,
             ]
         else:
             source = [

@@ -232,6 +232,18 @@ def test_victoriametrics_vmalert_loads_the_rules_and_pages_with_the_verdict(gene
             "dcgm{{x}}",
             "a job name may not hold '{': it would open a Go template action or a PromQL selector",
         ),
+        (
+            "--exporter.job",
+            "",
+            "the alerts and dashboards select its series by their job (an alert on every target gone needs it); "
+            "give the job's name (any job is the analyzer's alone)",
+        ),
+        (
+            "--dcgm.job",
+            "",
+            "the alerts and dashboards select its series by their job (an alert on every target gone needs it); "
+            "give the job's name (any job is the analyzer's alone)",
+        ),
         ("--grafana.url", "javascript:alert(1)", "give an http:// or https:// URL with a host"),
         (
             "--runbook.url",

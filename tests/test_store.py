@@ -14,6 +14,7 @@ import threading
 import time
 import tracemalloc
 import zlib
+from dataclasses import replace
 
 import pytest
 import requests
@@ -430,7 +431,7 @@ def test_cadvisor_and_kube_state_metrics_are_read_from_the_jobs_named(tmp_path):
     --kube-state-metrics.job keep the job named, as kubernetes-mixin's selectors do, and as the dashboards
     read them (tests/test_dashboards.py). A real Prometheus; the pod uses 2 cores of a 4-core limit."""
     from gpulens.analyzer.inputs.series import SeriesReader, Window
-    from gpulens.core.mixin import MixinConfig
+    from gpulens.core.mixin import ANY_JOB
 
     steps, pod = 20, 'namespace="ci",pod="job-0",container="main"'
     lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]
@@ -447,9 +448,9 @@ def test_cadvisor_and_kube_state_metrics_are_read_from_the_jobs_named(tmp_path):
         lines += [f"{limit} 4 {T0 + 60 * k}" for k in range(steps)]
     prometheus = BackfilledPrometheus(tmp_path, "\n".join(lines) + "\n# EOF\n")
     end, seen = T0 + 60 * (steps - 1), {}
-    named = MixinConfig(cadvisor_job="kubelet", kube_state_metrics_job="kube-state-metrics")
+    named = replace(ANY_JOB, cadvisor_job="kubelet", kube_state_metrics_job="kube-state-metrics")
     try:
-        for name, config in (("any job", MixinConfig()), ("the jobs named", named)):
+        for name, config in (("any job", ANY_JOB), ("the jobs named", named)):
             reader = SeriesReader(Store(prometheus.url), 60.0, config)
             held = Window.of(60.0, steps)
             reader.read(held, held.move_to(end), end)
@@ -459,6 +460,37 @@ def test_cadvisor_and_kube_state_metrics_are_read_from_the_jobs_named(tmp_path):
     finally:
         prometheus.stop()
     assert seen == {"any job": (4.0, 8.0), "the jobs named": (2.0, 4.0)}
+
+
+@pytest.mark.slow
+def test_gpulens_and_dcgm_exporter_series_are_read_from_the_jobs_named(tmp_path):
+    """A staging cluster's exporters scraped under jobs of their own: unnamed (the analyzer's default), every
+    job's GPUs are read; --exporter.job and --dcgm.job, the flags and MixinConfig fields the alerts and
+    dashboards are generated with, keep the jobs named. A real Prometheus."""
+    from gpulens.analyzer.inputs.series import SeriesReader, Window
+    from gpulens.core.mixin import ANY_JOB, MixinConfig
+
+    steps, lines = 10, []
+    for job, uuid in (("gpulens-exporter", "GPU-1"), ("staging-exporter", "GPU-2")):
+        lines += ["# TYPE gpulens_gpu_utilization_ratio gauge"] if uuid == "GPU-1" else []
+        series = f'gpulens_gpu_utilization_ratio{{job="{job}",instance="n1",uuid="{uuid}"}}'
+        lines += [f"{series} 0.5 {T0 + 60 * k}" for k in range(steps)]
+    for job, uuid in (("nvidia-dcgm-exporter", "GPU-3"), ("staging-dcgm", "GPU-4")):
+        lines += ["# TYPE DCGM_FI_DEV_GPU_UTIL gauge"] if uuid == "GPU-3" else []
+        series = f'DCGM_FI_DEV_GPU_UTIL{{job="{job}",instance="n2",UUID="{uuid}",modelName="NVIDIA L4",Hostname="n2"}}'
+        lines += [f"{series} 40 {T0 + 60 * k}" for k in range(steps)]
+    prometheus = BackfilledPrometheus(tmp_path, "\n".join(lines) + "\n# EOF\n")
+    end, seen = T0 + 60 * (steps - 1), {}
+    named = MixinConfig(exporter_job="gpulens-exporter", dcgm_job="nvidia-dcgm-exporter")
+    try:
+        for name, config in (("any job", ANY_JOB), ("the jobs named", named)):
+            reader = SeriesReader(Store(prometheus.url), 60.0, config)
+            held = Window.of(60.0, steps)
+            reader.read(held, held.move_to(end), end)
+            seen[name] = sorted(set(reader.frame(held, 60 * steps)["gpu"].astype(str)))
+    finally:
+        prometheus.stop()
+    assert seen == {"any job": ["GPU-1", "GPU-2", "GPU-3", "GPU-4"], "the jobs named": ["GPU-1", "GPU-3"]}
 
 
 @pytest.mark.slow

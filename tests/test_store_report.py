@@ -610,16 +610,16 @@ def test_a_store_that_answers_without_a_gpu_series_is_an_error_that_says_what_to
     done = report(
         url,
         *("--since", "2025-11-09T00:00:00Z", "--until", "2025-11-10T00:00:00Z", "--prometheus.step", "5m"),
-        *("--prometheus.selector", 'job="gpu-exporter"', "--prometheus.dcgm-selector", 'job="dcgm"'),
+        *("--exporter.job", "gpu-exporter", "--dcgm.job", "dcgm"),
     )
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr == (
         f"gpulens report: Prometheus at {url} answered, but holds no GPU's series from 2025-11-09T00:00:00Z to "
         "2025-11-10T00:00:00Z: neither gpulens' gpulens_gpu_info{job=\"gpu-exporter\"} nor dcgm-exporter's "
         'DCGM_FI_DEV_GPU_UTIL{job="dcgm"}. Check the URL\'s path (Mimir and Cortex serve the API under /prometheus), '
-        "the tenant (--prometheus.header 'X-Scope-OrgID: ...'), that --prometheus.selector and "
-        "--prometheus.dcgm-selector match the series' labels, and that the exporters ran in the span "
-        "(--since, --until)\n"
+        "the tenant (--prometheus.header 'X-Scope-OrgID: ...'), that the jobs (--exporter.job, --dcgm.job) and "
+        "--prometheus.selector and --prometheus.dcgm-selector match the series' labels, and that the exporters "
+        "ran in the span (--since, --until)\n"
     )
 
 

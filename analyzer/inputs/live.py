@@ -576,7 +576,7 @@ class PrometheusInput:
         gpulens = self.store.query(
             f"count by (node, instance) (last_over_time({self.reader.selector(m.GPU_INFO.name)}[{window}]))", end
         )
-        dcgm_matchers = self.reader.dcgm_selector
+        dcgm_matchers = self.reader.matchers("dcgm")
         dcgm = self.store.query(
             f"count by (Hostname, instance) (last_over_time({mixin.DCGM_IDENTITY_SERIES}"
             f"{{{dcgm_matchers}}}[{window}]))",
@@ -599,6 +599,8 @@ class PrometheusInput:
             "store": redact(self.url),
             "selector": self.reader.gpulens_selector,
             "dcgm_selector": self.reader.dcgm_selector,
+            "exporter_job": config.exporter_job,
+            "dcgm_job": config.dcgm_job,
             "instances": instances,
             "step": self.step,
             "window": self.window,

@@ -619,8 +619,9 @@ def instances_matcher(instances: Iterable[str]) -> str:
 
 class SeriesReader:
     """Fills a Window from a store: one range query per signal and family for every GPU at once, so the
-    queries do not grow with the fleet. `gpulens_selector` and `dcgm_selector` are label matchers added
-    to each family's series (`job="gpulens-exporter"`), `instances` (scoped()) keeps a shard's."""
+    queries do not grow with the fleet. Each family's series are those of its job in `config`
+    (MixinConfig.exporter, .dcgm: "" any job), with the label matchers `gpulens_selector` and
+    `dcgm_selector` added (`cluster="eu-1"`); `instances` (scoped()) keeps a shard's."""
 
     def __init__(
         self,
@@ -631,7 +632,7 @@ class SeriesReader:
         dcgm_selector: str = "",
     ):
         self.store, self.step = store, step
-        self.config = config or mixin.MixinConfig()
+        self.config = config or mixin.ANY_JOB
         self.gpulens_selector, self.dcgm_selector = gpulens_selector, dcgm_selector
         #: The exporters this reader reads (an instance matcher, scoped()); "": every one.
         self.instances = ""
@@ -650,19 +651,22 @@ class SeriesReader:
         return scoped
 
     # --- selectors ---------------------------------------------------------------------------------
-    def _matchers(self, family: str, *extra: str) -> str:
-        own = self.gpulens_selector if family == "gpulens" else self.dcgm_selector
-        return mixin.matchers(own, self.instances, *extra)
+    def matchers(self, family: str, *extra: str) -> str:
+        """The label matchers of a family's series ("gpulens", "dcgm"): its job's, the configured
+        selector's, the shard's and `extra`."""
+        if family == "gpulens":
+            return mixin.matchers(self.config.exporter, self.gpulens_selector, self.instances, *extra)
+        return mixin.matchers(self.config.dcgm, self.dcgm_selector, self.instances, *extra)
 
     def selector(self, name: str, *extra: str) -> str:
         """A gpulens series with the configured selector, the shard's and `extra` matchers."""
-        matchers = self._matchers("gpulens", *extra)
+        matchers = self.matchers("gpulens", *extra)
         return f"{name}{{{matchers}}}" if matchers else name
 
     def looked_for(self) -> tuple[str, str]:
         """The GPU series a read looks for, gpulens' and dcgm-exporter's, as a person would query them with the
         selectors in use."""
-        dcgm = self._matchers("dcgm")
+        dcgm = self.matchers("dcgm")
         return self.selector(m.GPU_INFO.name), f"DCGM_FI_DEV_GPU_UTIL{f'{{{dcgm}}}' if dcgm else ''}"
 
     def scrape_interval(self, at: float, lookback: float) -> float | None:
@@ -817,7 +821,7 @@ class SeriesReader:
         # the newer pod does in the identity.
         held_by = tuple(n for names in mixin.DCGM_POD_LABELS.values() for n in names)
         for column, source in _judged(mixin.dcgm_columns()).items():
-            selector = source.selector(self._matchers("dcgm"))
+            selector = source.selector(self.matchers("dcgm"))
             ask(
                 "dcgm",
                 column,
@@ -831,19 +835,19 @@ class SeriesReader:
         ask(
             "dcgm",
             "memory_total_bytes",
-            mixin.dcgm_memory_total(self._matchers("dcgm"), by),
+            mixin.dcgm_memory_total(self.matchers("dcgm"), by),
             lambda part, result: gpus.add(result, "memory_total_bytes", key=dcgm_gpu, part=part),
             bare=[
-                (mixin.dcgm_memory_selector(self._matchers("dcgm"), ("TOTAL", "FREE", "RESERVED")), _keep(kept)),
+                (mixin.dcgm_memory_selector(self.matchers("dcgm"), ("TOTAL", "FREE", "RESERVED")), _keep(kept)),
                 (
-                    mixin.dcgm_memory_selector(self._matchers("dcgm"), ("USED",)),
+                    mixin.dcgm_memory_selector(self.matchers("dcgm"), ("USED",)),
                     lambda part, used: self._add_memory_total(gpus, by_labels, part, [*kept.pop(), *used]),
                 ),
             ],
         )
-        add("dcgm", mixin.dcgm_hardware_xid(self._matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
+        add("dcgm", mixin.dcgm_hardware_xid(self.matchers("dcgm"), by), "hardware_xid", key=dcgm_gpu)
         labels = (*by_labels, *mixin.DCGM_HARDWARE_LABELS, *held_by)
-        identity = mixin.names_selector((mixin.DCGM_IDENTITY_SERIES,), self._matchers("dcgm"))
+        identity = mixin.names_selector((mixin.DCGM_IDENTITY_SERIES,), self.matchers("dcgm"))
         ask(
             "dcgm",
             "_pod",
@@ -1043,7 +1047,7 @@ class SeriesReader:
         seconds), from the store's index without reading a sample: a lower bound of the pods a report of
         that span judges (a name in two namespaces counts once)."""
         named = [len(self.store.label_values("pod", self.selector(m.GPU_POD_INFO.name), start, end))]
-        dcgm = f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}"
+        dcgm = f"{mixin.DCGM_IDENTITY_SERIES}{{{self.matchers('dcgm')}}}"
         for label in ("exported_pod", "pod"):
             values = self.store.label_values(label, dcgm, start, end)
             named.append(sum(1 for pod in values if not self._exporter_pods.fullmatch(pod)))
@@ -1056,7 +1060,7 @@ class SeriesReader:
         shard, self.instances = self.instances, ""
         try:
             gpulens = self.store.series(self.selector(m.GPU_INFO.name), start, end)
-            dcgm = self.store.series(f"{mixin.DCGM_IDENTITY_SERIES}{{{self._matchers('dcgm')}}}", start, end)
+            dcgm = self.store.series(f"{mixin.DCGM_IDENTITY_SERIES}{{{self.matchers('dcgm')}}}", start, end)
         finally:
             self.instances = shard
         named = [(s.get("instance", ""), s.get("uuid", "")) for s in gpulens]

@@ -118,6 +118,9 @@ class MixinConfig:
     analyzer_job: str = "gpulens-analyzer"
     #: Prometheus job name of NVIDIA's dcgm-exporter (the GPU Operator's Service is nvidia-dcgm-exporter).
     dcgm_job: str = "nvidia-dcgm-exporter"
+    #: The exporters' and dcgm-exporter's jobs may be "" (any job) where only the analyzer reads them, as
+    #: its flags default to (add_job_flags): it finds GPUs however they are scraped. The alerts and the
+    #: dashboards need the names (`absent(up{job=...})`): config_from() refuses "" there.
     #: Prometheus job names of cAdvisor (the kubelet's /metrics/cadvisor: kube-prometheus-stack names its job
     #: "kubelet") and of kube-state-metrics, whose series the analyzer and the dashboards read of each pod; ""
     #: (the default): any job, right where each is scraped once. kubernetes-mixin's cadvisorSelector and
@@ -144,9 +147,8 @@ class MixinConfig:
     def __post_init__(self) -> None:
         """Refuse what would end or change the PromQL, the alert templates or the links it is written into:
         the one check of every setting they are generated from, whatever gave it (a flag, settings.env)."""
-        for name in ("exporter_job", "analyzer_job", "dcgm_job"):
-            check_text(getattr(self, name), FLAGS[name], "a job name")
-        for name in ("cadvisor_job", "kube_state_metrics_job"):  # "" is any job
+        check_text(self.analyzer_job, FLAGS["analyzer_job"], "a job name")
+        for name in ("exporter_job", "dcgm_job", "cadvisor_job", "kube_state_metrics_job"):  # "" is any job
             if getattr(self, name):
                 check_text(getattr(self, name), FLAGS[name], "a job name")
         for name in ("grafana_url", "runbook_url"):
@@ -156,13 +158,13 @@ class MixinConfig:
 
     @property
     def exporter(self) -> str:
-        """Label matcher selecting the exporters' series."""
-        return f"job={promql_string(self.exporter_job)}"
+        """Label matcher selecting the exporters' series ("": any job's)."""
+        return f"job={promql_string(self.exporter_job)}" if self.exporter_job else ""
 
     @property
     def dcgm(self) -> str:
-        """Label matcher selecting dcgm-exporter's series."""
-        return f"job={promql_string(self.dcgm_job)}"
+        """Label matcher selecting dcgm-exporter's series ("": any job's)."""
+        return f"job={promql_string(self.dcgm_job)}" if self.dcgm_job else ""
 
     @property
     def cadvisor(self) -> str:
@@ -547,6 +549,12 @@ def dashboard_link(c: MixinConfig, target: tuple[str, str] | Panel, **labels: st
     return f"{c.grafana_url}/d/{uid}?{query}{view}"
 
 
+#: What the analyzer reads unless told otherwise: every job's series of gpulens' exporters and of
+#: dcgm-exporter, however a fleet scrapes them (MixinConfig's own defaults name the jobs, as the alerts
+#: and dashboards need).
+ANY_JOB = MixinConfig(exporter_job="", dcgm_job="")
+
+
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """The flags `gpulens alerts` and `gpulens dashboards` share: what MixinConfig holds."""
     from gpulens.core import flags
@@ -559,13 +567,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         default="",
         help="YAML overriding thresholds and alert durations (gpulens/core/thresholds.py)",
     )
-    flags.add(
-        parser,
-        "--exporter.job",
-        dest="exporter_job",
-        default=defaults.exporter_job,
-        help="Prometheus job name of the exporters",
-    )
+    add_job_flags(lambda flag, **given: flags.add(parser, flag, **given), named=True)
     flags.add(
         parser,
         "--analyzer.job",
@@ -573,14 +575,6 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         default=defaults.analyzer_job,
         help="Prometheus job name of the analyzer",
     )
-    flags.add(
-        parser,
-        "--dcgm.job",
-        dest="dcgm_job",
-        default=defaults.dcgm_job,
-        help="Prometheus job name of NVIDIA's dcgm-exporter, for fleets where it reports GPUs gpulens does not",
-    )
-    add_kubernetes_job_flags(lambda flag, **given: flags.add(parser, flag, **given))
     flags.add(
         parser,
         "--grafana.url",
@@ -597,9 +591,25 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_kubernetes_job_flags(add: Callable[..., None]) -> None:
-    """--cadvisor.job and --kube-state-metrics.job, through `add(flag, **argparse's keywords)`: the analyzer's,
-    the alerts' and the dashboards'."""
+def add_job_flags(add: Callable[..., None], named: bool) -> None:
+    """The job of every series gpulens reads (its exporters', dcgm-exporter's, cAdvisor's and
+    kube-state-metrics'), as the same flags for the analyzer, the alerts and the dashboards, through
+    `add(flag, **argparse's keywords)`. `named`: the exporters' and dcgm-exporter's jobs default to
+    MixinConfig's names (the alerts and dashboards need them); else to "" (any job: the analyzer)."""
+    defaults = MixinConfig() if named else ANY_JOB
+    any_job = "" if named else "; empty (the analyzer's default): any job"
+    add(
+        "--exporter.job",
+        dest="exporter_job",
+        default=defaults.exporter_job,
+        help=f"Prometheus job name of gpulens' exporters{any_job}",
+    )
+    add(
+        "--dcgm.job",
+        dest="dcgm_job",
+        default=defaults.dcgm_job,
+        help=f"Prometheus job name of NVIDIA's dcgm-exporter (the GPU Operator's: nvidia-dcgm-exporter){any_job}",
+    )
     add(
         "--cadvisor.job",
         dest="cadvisor_job",
@@ -615,7 +625,13 @@ def add_kubernetes_job_flags(add: Callable[..., None]) -> None:
 
 
 def config_from(args: argparse.Namespace) -> MixinConfig:
-    """MixinConfig from add_flags' arguments; ConfigError on a bad thresholds file."""
+    """MixinConfig from add_flags' arguments; ConfigError on a bad thresholds file, or a job left empty."""
+    for name in ("exporter_job", "dcgm_job"):
+        if not getattr(args, name):
+            raise ConfigError(
+                f"{FLAGS[name]} '': the alerts and dashboards select its series by their job "
+                "(an alert on every target gone needs it); give the job's name (any job is the analyzer's alone)"
+            )
     return MixinConfig(
         thresholds=Thresholds.load(args.thresholds),
         exporter_job=args.exporter_job,
