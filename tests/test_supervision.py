@@ -12,6 +12,7 @@ import tracemalloc
 import urllib.parse
 import zipfile
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from gpulens.analyzer.outputs.service import AnalyzerService, cycle_offset
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
 from gpulens.core.config import redact
-from gpulens.core.mixin import MixinConfig
+from gpulens.core.mixin import ANY_JOB
 from gpulens.core.status import MAX_BACKOFF_SECONDS, LoopGuard
 from gpulens.core.thresholds import Thresholds
 from gpulens.exporter.attribution import attributor
@@ -430,13 +431,14 @@ def test_a_restart_reads_only_the_steps_it_missed_from_the_window_it_kept(tmp_pa
     ]
     # Other verdict thresholds, links or severities read the same values: the window kept is used.
     store.ranges = []
-    restart(parts=1, config=MixinConfig(grafana_url="https://grafana.example", thresholds=Thresholds(alert_low_sm=0.5)))
+    other = replace(ANY_JOB, grafana_url="https://grafana.example", thresholds=Thresholds(alert_low_sm=0.5))
+    restart(parts=1, config=other)
     assert set(store.ranges) == {(t0 + 15, t0 + 30)}  # the newest two again only
     # Another throttle mask reads other values: not used, and said.
     store.ranges = []
-    restart(parts=1, config=MixinConfig(thresholds=Thresholds(throttle_reasons_mask=8)))
+    restart(parts=1, config=replace(ANY_JOB, thresholds=Thresholds(throttle_reasons_mask=8)))
     assert set(store.ranges) == {(t0, t0 + 30), (t0 - 30, t0 - 15)}  # whole, as on a first start
-    assert "differs in throttle_reasons_mask" in caplog.text  # the settings that differ, by name
+    assert "(differs in throttle_reasons_mask)" in caplog.text  # the settings that differ, by name
     # Read in four parts, not one: the parts' reads the file holds are not this reader's; not used.
     store.ranges = []
     restart()
