@@ -72,16 +72,17 @@ class Recorder:
         if not new:
             with open(path, newline="") as existing:
                 header = next(csv.reader(existing), [])
-            if header not in (tr.ALL_COLUMNS, tr.LEGACY_COLUMNS):
+            if header != tr.ALL_COLUMNS and header not in tr.OLDER_LAYOUTS:
                 raise RecordError(
                     f"--record {path} holds a trace with other columns (written by another gpulens version, "
                     "or not a trace): appending would mix two layouts; record to a new file"
                 )
-            if header == tr.LEGACY_COLUMNS:
+            if header in tr.OLDER_LAYOUTS:
                 log.warning(
-                    "--record %s was begun by an older gpulens: appending in its layout, without the "
-                    "hardware_xid column; record to a new file to have it",
+                    "--record %s was begun by an older gpulens: appending in its layout, without the %s "
+                    "columns; record to a new file to have them",
                     path,
+                    ", ".join(c for c in tr.ALL_COLUMNS if c not in header),
                 )
             self.columns = header
             _repair(path)

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.inputs import readers
 from gpulens.analyzer.inputs.readers import TraceError, read_trace
 from tests.captures import FIXTURES
@@ -115,6 +116,21 @@ def test_nvidia_smi_values_are_checked_in_the_logs_own_units(tmp_path):
         + "2024/01/01 10:00:00.000, GPU-1, 50 %, 10 MiB, 100 MiB\n2024/01/01 10:00:01, GPU-1, 50 %, -3 MiB, 100 MiB\n"
     )
     assert str(refused(path)) == f"{path}, line 3, column 4 (memory.used [MiB]): -3 is not a value a GPU reports"
+
+
+def test_what_the_driver_reserves_is_left_out_of_an_nvidia_smi_logs_memory_capacity(tmp_path):
+    """nvidia-smi's memory.reserved (the H100 capture's 479 MiB of 81,559): a share is of the memory workloads
+    can use, as the recording rule's; a log without the column keeps the total as its capacity."""
+    mib = 2**20
+    header = "timestamp, uuid, utilization.gpu [%], memory.used [MiB], memory.total [MiB]"
+    path = tmp_path / "smi.csv"
+    shares = {}
+    for name, extra_header, extra in (("reserved", ", memory.reserved [MiB]", ", 479 MiB"), ("total", "", "")):
+        path.write_text(f"{header}{extra_header}\n2024/01/01 10:00:00.000, GPU-1, 50 %, 19818 MiB, 81559 MiB{extra}\n")
+        frame = readers.read_files([path])
+        shares[name] = (frame.memory_used_bytes / fr.memory_capacity(frame)[0]).tolist()
+    assert frame.memory_total_bytes.tolist() == [81559 * mib]
+    assert shares == {"reserved": [19818 / (81559 - 479)], "total": [19818 / 81559]}
 
 
 def test_dcgmi_dmon_values_are_checked_and_not_available_is_missing(tmp_path):

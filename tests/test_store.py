@@ -494,6 +494,48 @@ def test_gpulens_and_dcgm_exporter_series_are_read_from_the_jobs_named(tmp_path)
 
 
 @pytest.mark.slow
+def test_a_memory_share_is_the_one_the_recording_rule_and_dashboards_draw(tmp_path):
+    """One denominator, the memory workloads can use (SIGNALS.md: used / (total - reserved)): the analyzer's
+    share of a GPU's memory is the recording rule's (gpu:gpulens_gpu_memory_used:ratio, which the dashboards
+    draw), as a real Prometheus evaluates it, for a gpulens exporter's GPU and a dcgm-exporter's alike. The
+    figures are the H100 capture's: 19,818 MiB used of 81,559, 479 reserved."""
+    from gpulens.analyzer.inputs import frame as fr
+    from gpulens.analyzer.inputs.series import SeriesReader, Window
+    from gpulens.core import mixin
+
+    mib, steps = 2**20, 10
+    gpulens = {"used": 19818, "total": 81559, "reserved": 479}
+    dcgm = {"USED": 19818, "FREE": 81559 - 479 - 19818, "RESERVED": 479}
+    lines = []
+    for kind, mebibytes in gpulens.items():
+        series = f'gpulens_gpu_memory_{kind}_bytes{{job="gpulens-exporter",instance="n1",gpu="0",uuid="GPU-1"}}'
+        lines += [f"# TYPE gpulens_gpu_memory_{kind}_bytes gauge"]
+        lines += [f"{series} {mebibytes * mib} {T0 + 60 * k}" for k in range(steps)]
+    for kind, mebibytes in dcgm.items():
+        labels = 'job="nvidia-dcgm-exporter",instance="n2",gpu="0",UUID="GPU-2",modelName="NVIDIA H100",Hostname="n2"'
+        lines += [f"# TYPE DCGM_FI_DEV_FB_{kind} gauge"]
+        lines += [f"DCGM_FI_DEV_FB_{kind}{{{labels}}} {mebibytes} {T0 + 60 * k}" for k in range(steps)]
+    prometheus = BackfilledPrometheus(tmp_path, "\n".join(lines) + "\n# EOF\n")
+    end = T0 + 60 * (steps - 1)
+    config = mixin.MixinConfig()
+    rule = next(r["expr"] for r in mixin.recording_rules(config) if r["record"] == mixin.GPU_MEMORY_USED)
+    try:
+        drawn = {r["metric"]["uuid"]: float(r["value"][1]) for r in Store(prometheus.url).query(rule, end)}
+        reader = SeriesReader(Store(prometheus.url), 60.0, config)
+        held = Window.of(60.0, steps)
+        reader.read(held, held.move_to(end), end)
+        frame = reader.frame(held, 60 * steps)
+    finally:
+        prometheus.stop()
+    newest = frame[frame["timestamp"] == end]
+    judged = dict(
+        zip(newest["gpu"].astype(str), newest["memory_used_bytes"] / fr.memory_capacity(newest)[0], strict=True)
+    )
+    assert drawn == pytest.approx({"GPU-1": 19818 / (81559 - 479), "GPU-2": 19818 / (81559 - 479)}, rel=1e-12)
+    assert judged == pytest.approx(drawn, rel=1e-12)
+
+
+@pytest.mark.slow
 def test_a_reader_that_runs_for_long_forgets_the_pods_and_gpus_gone_from_its_window(tmp_path):
     """A service reads the fleet every cycle for months: the pods (300 here, one a minute) and the
     dcgm-exporter GPUs (one leaves after 50 minutes) it keeps are those of its window, and every frame still

@@ -72,19 +72,27 @@ def test_the_recorder_writes_each_rows_new_hardware_xid_on_the_gpu_and_its_insta
     ]
 
 
-def test_the_recorder_appends_to_a_recording_an_older_gpulens_began_in_its_layout(tmp_path, caplog):
+@pytest.mark.parametrize(
+    ("layout", "lacks"),
+    [
+        (tr.OLDER_LAYOUTS[0], "memory_reserved_bytes"),
+        (tr.OLDER_LAYOUTS[1], "workload_kind, engine, hardware_xid, memory_reserved_bytes"),
+    ],
+    ids=["before-memory-reserved", "before-xids"],
+)
+def test_the_recorder_appends_to_a_recording_an_older_gpulens_began_in_its_layout(tmp_path, caplog, layout, lacks):
     path = tmp_path / "node.csv"
-    old_row = ["1762646400.000", "GPU-a", "n1"] + [""] * (len(tr.LEGACY_COLUMNS) - 3)
-    path.write_text(",".join(tr.LEGACY_COLUMNS) + "\n" + ",".join(old_row) + "\n")
+    old_row = ["1762646400.000", "GPU-a", "n1"] + [""] * (len(layout) - 3)
+    path.write_text(",".join(layout) + "\n" + ",".join(old_row) + "\n")
     recorder = Recorder(str(path), node="n1")
     recorder.write(_snapshot(_gpu({"79": 1})))
     recorder.close()
-    assert "begun by an older gpulens: appending in its layout" in caplog.text
+    assert f"begun by an older gpulens: appending in its layout, without the {lacks} columns" in caplog.text
     header, first, appended = path.read_text().splitlines()
-    assert header == ",".join(tr.LEGACY_COLUMNS)
-    assert len(appended.split(",")) == len(tr.LEGACY_COLUMNS) and appended.split(",")[1] == "GPU-a"
+    assert header == ",".join(layout)
+    assert len(appended.split(",")) == len(layout) and appended.split(",")[1] == "GPU-a"
     trace = readers.read_trace(path)
-    assert len(trace) == 2 and "hardware_xid" not in trace
+    assert len(trace) == 2 and not {c.strip() for c in lacks.split(",")} & set(trace.columns)
 
 
 def _exposition(xids: dict[str, int]) -> str:

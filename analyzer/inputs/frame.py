@@ -18,7 +18,7 @@ from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
 from gpulens.core.catalog import model_info
 from gpulens.core.config import atomic_output
 from gpulens.core.times import rfc3339
-from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, RATIOS, SHAPE, SIGNALS, TEXT, WORKLOAD, XIDS
+from gpulens.core.trace import COLUMNS, IDENTITY, LINKS, MEMORY, RATIOS, SHAPE, SIGNALS, TEXT, WORKLOAD, XIDS
 
 #: Times a trace may hold: unix seconds from 1970 to the end of year 9999 (the last RFC 3339 can write).
 LATEST_TIMESTAMP = 253402300800.0
@@ -30,6 +30,7 @@ RATIO_COLUMNS = RATIOS + [c for c in SHAPE if c.endswith("_ratio")]
 MAXIMA = {
     "memory_used_bytes": 2.0**44,  # 16 TiB: over 50 times the largest GPU's memory (B300, 288 GB)
     "memory_total_bytes": 2.0**44,
+    "memory_reserved_bytes": 2.0**44,
     "power_watts": 1e4,  # 10 kW: 7 times a B300's 1.4 kW
     "temperature_celsius": 200.0,  # GPUs shut down near 100 C
     "sm_clock_hertz": 1e10,  # 10 GHz: over 3 times any GPU's boost clock
@@ -95,9 +96,11 @@ def normalize(frame: pd.DataFrame) -> pd.DataFrame:
     Columns already of the right dtype are kept as they are, not copied: a day of a large fleet is
     gigabytes, and the caller's frame is never modified (pandas copies on write)."""
     frame = frame.copy(deep=False)
-    # The WORKLOAD, LINKS, XIDS and SHAPE groups are kept only where the input has them: a day of a fleet
-    # from other tools does not pay six empty columns for each.
-    groups = [column for group in (WORKLOAD, LINKS, XIDS, SHAPE) if any(c in frame for c in group) for column in group]
+    # The WORKLOAD, LINKS, XIDS, SHAPE and MEMORY groups are kept only where the input has them: a day of a
+    # fleet from other tools does not pay six empty columns for each.
+    groups = [
+        column for group in (WORKLOAD, LINKS, XIDS, SHAPE, MEMORY) if any(c in frame for c in group) for column in group
+    ]
     for column in ["gpu"] + IDENTITY + [c for c in groups if c in WORKLOAD]:
         frame[column] = _identity(frame[column]) if column in frame else _blank(len(frame))
     for column in SIGNALS + [c for c in groups if c not in WORKLOAD]:
@@ -166,12 +169,17 @@ def is_mig(model: str, gpu: str) -> bool:
 
 
 def memory_capacity(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's memory capacity in bytes, and where it came from the catalogue: the input's total, else
-    (dcgm-exporter without DCGM_FI_DEV_FB_FREE, a log without memory.total) the catalogue's figure for the
-    GPU's model (core/catalog.py, as NVML reports it), or the most the GPU was seen using where that is
+    """Each row's memory capacity in bytes, what workloads can use: the total less what the driver reserves
+    (trace.MEMORY: the one denominator of a memory share, as the recording rule's and the dashboards'), the
+    total alone where the input does not say what is reserved. Also where it came from the catalogue: without
+    a total (dcgm-exporter without DCGM_FI_DEV_FB_FREE, a log without memory.total) the catalogue's figure for
+    the GPU's model (core/catalog.py, as NVML reports it), or the most the GPU was seen using where that is
     more (a model the catalogue matches only by family, as an H100 NVL's 94 GB by "H100"). NaN for a MIG
     instance, whose capacity is its profile's, and for a model the catalogue does not know."""
     total = trace["memory_total_bytes"].to_numpy()
+    if "memory_reserved_bytes" in trace:
+        reserved = trace["memory_reserved_bytes"].to_numpy()
+        total = total - np.where(np.isnan(reserved), 0.0, reserved)
     used = trace["memory_used_bytes"].to_numpy()
     missing = np.isnan(total) & ~np.isnan(used)
     if not missing.any():

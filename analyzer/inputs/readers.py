@@ -56,6 +56,7 @@ _SMI = {
     "utilization.gpu": ("gpu_util", 0.01),
     "memory.used": ("memory_used_bytes", MIB),
     "memory.total": ("memory_total_bytes", MIB),
+    "memory.reserved": ("memory_reserved_bytes", MIB),
     "power.draw": ("power_watts", 1.0),
     "temperature.gpu": ("temperature_celsius", 1.0),
     "clocks.sm": ("sm_clock_hertz", 1e6),

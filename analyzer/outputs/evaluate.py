@@ -305,8 +305,8 @@ def scenario_trace(s: Scenario, window: float = 600.0, step: float = 1.0, noise:
     frame = _frame(samples_of, rng, noise)
     if seconds_of:
         frame = _with_shape(frame, seconds_of, rng, noise)
-    else:  # other tools' rows say nothing of the topology
-        frame = frame.drop(columns=tr.LINKS)
+    else:  # other tools' rows say nothing of the topology, nor of the memory the driver reserves
+        frame = frame.drop(columns=tr.LINKS + tr.MEMORY)
         frame["numa_node"] = np.nan
     if not s.profiling:
         frame[tr.PROFILING] = np.nan
@@ -368,6 +368,8 @@ def _frame(samples_of: list, rng: np.random.Generator, noise: float) -> pd.DataF
             )
     # The row tuples above are in the trace schema's order.
     frame = pd.DataFrame(rows, columns=["timestamp", "gpu", *tr.SIGNALS, *tr.LINKS])
+    reserved = {gpu.uuid: float(gpu.model.memory_reserved_bytes) for gpu in gpus}
+    frame["memory_reserved_bytes"] = frame["gpu"].map(reserved)
     for column in tr.RATIOS:
         frame[column] = np.clip(frame[column] + rng.normal(0, noise, len(frame)) * (frame[column] > 0), 0, 1)
     frame["gpu_util"] = frame["gpu_util"].round(2)
@@ -516,7 +518,7 @@ def day_traces(
         if s.source == "nvidia-smi":
             keep = {"gpu_util", "memory_used_bytes", "memory_total_bytes"}
             frame[[c for c in tr.SIGNALS if c not in keep]] = np.nan
-            frame = frame.drop(columns=tr.LINKS)
+            frame = frame.drop(columns=tr.LINKS + tr.MEMORY)
         if s.source == "gpulens":
             frame = _with_shape(frame, [[(t, a.busy) for t, a in seconds]], rng, noise)
         frame["gpu_model"] = gpu.model.name

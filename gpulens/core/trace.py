@@ -27,6 +27,8 @@ workload  workload_kind                             what the pod is: notebook, s
                                                     (WORKLOAD below)
 shape     activity_samples, activity_idle_ratio, activity_low_ratio, activity_high_ratio,
           activity_transitions, steady_bursts       since the GPU's previous row (SHAPE below)
+memory    memory_reserved_bytes                     what the driver reserves of memory_total_bytes
+                                                    (MEMORY below)
 
 Any signal column may be absent or empty: the analyzer says what it could not judge without it.
 
@@ -110,10 +112,17 @@ SHAPE = [
     "activity_transitions",  # crossings of BUSY_LEVEL among them
     "steady_bursts",  # bursts among them that repeated the previous period
 ]
+#: What the driver and firmware reserve of the GPU's memory (NVML's `reserved`, DCGM_FI_DEV_FB_RESERVED,
+#: nvidia-smi's memory.reserved). Workloads can use memory_total_bytes less it: the one denominator of
+#: a memory share, in the analyzer (analyzer/inputs/frame.py memory_capacity), the recording rule and the
+#: dashboards (SIGNALS.md: capacity is used / (total - reserved)). A group, kept only where the input has it;
+#: without it the total is the capacity.
+MEMORY = ["memory_reserved_bytes"]
 #: Every column a trace file may hold, in the order gpulens writes them.
-ALL_COLUMNS = COLUMNS + WORKLOAD + LINKS + XIDS + SHAPE
-#: The columns recordings of gpulens before XIDS have: the recorder appends to them in their own layout.
-LEGACY_COLUMNS = COLUMNS + LINKS + SHAPE
+ALL_COLUMNS = COLUMNS + WORKLOAD + LINKS + XIDS + SHAPE + MEMORY
+#: The layouts of recordings older gpulens versions began, newest first (before MEMORY; before XIDS and
+#: WORKLOAD): the recorder appends to them in their own layout.
+OLDER_LAYOUTS = (COLUMNS + WORKLOAD + LINKS + XIDS + SHAPE, COLUMNS + LINKS + SHAPE)
 
 
 def shape_row(before: Totals | None, after: Totals) -> dict[str, float]:
@@ -183,6 +192,7 @@ FROM_GAUGES: dict[str, m.MetricSpec] = {
     "fp64_active": m.FP64_ACTIVE,
     "memory_used_bytes": m.MEMORY_USED,
     "memory_total_bytes": m.MEMORY_TOTAL,
+    "memory_reserved_bytes": m.MEMORY_RESERVED,
     "power_watts": m.POWER,
     "temperature_celsius": m.TEMPERATURE,
     "sm_clock_hertz": m.SM_CLOCK,
