@@ -118,6 +118,27 @@ def test_nvidia_smi_values_are_checked_in_the_logs_own_units(tmp_path):
     assert str(refused(path)) == f"{path}, line 3, column 4 (memory.used [MiB]): -3 is not a value a GPU reports"
 
 
+def test_a_reserve_of_all_the_memory_is_refused_in_a_file_and_left_out_of_a_stores_capacity(tmp_path):
+    """A reserve that leaves nothing to use is a broken exporter's: a file holding one is refused, naming it; in
+    a store's or an exporter's rows it is blanked, and the total stays the capacity (never a share of zero)."""
+    path = tmp_path / "smi.csv"
+    header = "timestamp, uuid, memory.used [MiB], memory.total [MiB], memory.reserved [MiB]\n"
+    path.write_text(header + "2024/01/01 10:00:00.000, GPU-1, 10 MiB, 100 MiB, 100 MiB\n")
+    assert str(refused(path)) == (
+        f"{path}, line 2, column 5 (memory.reserved [MiB]): 100 reserved is all the memory the GPU has (100) or "
+        "more: nothing left to use"
+    )
+    rows = fr.normalize(
+        pd.DataFrame(
+            {"timestamp": [1.0], "gpu": ["GPU-1"], "memory_used_bytes": [10.0], "memory_total_bytes": [100.0]}
+            | {"memory_reserved_bytes": [100.0]}
+        )
+    )
+    kept, left_out, _ = fr.without_impossible(rows)
+    assert left_out == {"memory_reserved_bytes": 1} and np.isnan(kept["memory_reserved_bytes"].iat[0])
+    assert fr.memory_capacity(rows)[0].tolist() == [100.0]  # even where not blanked first
+
+
 def test_what_the_driver_reserves_is_left_out_of_an_nvidia_smi_logs_memory_capacity(tmp_path):
     """nvidia-smi's memory.reserved (the H100 capture's 479 MiB of 81,559): a share is of the memory workloads
     can use, as the recording rule's; a log without the column keeps the total as its capacity."""

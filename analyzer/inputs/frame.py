@@ -45,6 +45,7 @@ PROBLEMS = {
     "ratio": "{value} is not a ratio from 0 to 1 (percentages must be divided by 100)",
     "value": "{value} is not a value a GPU reports",
     "memory": "{value} is more memory than the GPU has ({total})",
+    "reserved": "{value} reserved is all the memory the GPU has ({total}) or more: nothing left to use",
     "kind": "{value} is not a workload kind: " + ", ".join(KINDS) + " (or empty)",
     "engine": "{value} is not a serving engine gpulens reads: " + ", ".join(ENGINES) + " (or empty)",
 }
@@ -179,7 +180,8 @@ def memory_capacity(trace: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     total = trace["memory_total_bytes"].to_numpy()
     if "memory_reserved_bytes" in trace:
         reserved = trace["memory_reserved_bytes"].to_numpy()
-        total = total - np.where(np.isnan(reserved), 0.0, reserved)
+        # Only a reserve that leaves memory is taken off (one of all of it is no GPU's: `impossible`).
+        total = np.where(reserved < total, total - reserved, total)
     used = trace["memory_used_bytes"].to_numpy()
     missing = np.isnan(total) & ~np.isnan(used)
     if not missing.any():
@@ -223,6 +225,8 @@ def impossible(frame: pd.DataFrame) -> Iterator[tuple[str, str, np.ndarray]]:
         yield column, "value", np.isinf(values) | negative | (np.abs(values) > MAXIMA.get(column, LARGEST))
     used, total = frame["memory_used_bytes"].to_numpy(), frame["memory_total_bytes"].to_numpy()
     yield "memory_used_bytes", "memory", used > total
+    if "memory_reserved_bytes" in frame:
+        yield "memory_reserved_bytes", "reserved", frame["memory_reserved_bytes"].to_numpy() >= total
 
 
 def without_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int], str]:

@@ -223,7 +223,7 @@ def check_values(
         problem = fr.PROBLEMS[kind]
         if kind == "ratio" and source.get(column, ("", 1.0))[1] == 0.01:
             problem = "{value} is not a percentage from 0 to 100"
-        elif kind == "memory" and rows.any():
+        elif kind in ("memory", "reserved") and rows.any():
             factor = source.get("memory_total_bytes", ("", 1.0))[1]
             total = frame["memory_total_bytes"].to_numpy()[rows][0] / factor
             problem = problem.replace("{total}", f"{total:g}")
