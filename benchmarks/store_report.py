@@ -228,6 +228,7 @@ def backfill(promtool: str, work: Path, tsdb: Path, gpus: int, hours: float) -> 
 def run_report(url: str, hours: float, queries_out: str, step: float = STEP) -> dict:
     """The report in this process at `step` (--prometheus.step), its queries written to `queries_out` (where
     given): seconds, bytes, verdicts and each unit's class, peak RSS."""
+    from gpulens import cli
     from gpulens.analyzer.cli import _scheduling
     from gpulens.analyzer.inputs.owners import OwnerReader
     from gpulens.analyzer.inputs.series import SeriesReader
@@ -254,7 +255,9 @@ def run_report(url: str, hours: float, queries_out: str, step: float = STEP) -> 
     owners = OwnerReader(store)
     verdicts = span.report(reader, the_span, Thresholds(), on_progress=progress.append, owners=owners)
     grid = (the_span.start, the_span.end, the_span.step)
-    cluster = _scheduling(argparse.Namespace(analysis_config=""), store, owners, grid, verdicts, Thresholds(), {})
+    # The report's own flags at their defaults, as `gpulens report --prometheus URL` has them.
+    args = cli.build_parser().parse_args(["report", "--prometheus", url])
+    cluster = _scheduling(args, store, owners, grid, verdicts, Thresholds(), {})
     seconds = time.perf_counter() - started
     if queries_out:
         Path(queries_out).write_text(json.dumps(asked))
@@ -388,8 +391,9 @@ def main() -> int:
                     + recorded,
                     capture_output=True,
                     text=True,
-                    check=True,
                 )
+                if child.returncode:  # what the report said, not a bare CalledProcessError
+                    raise SystemExit(f"the report at a {step:g} s step failed:\n{child.stderr}")
                 return json.loads(child.stdout)
 
             report()  # warms the page cache the blocks are read through, and records the queries
