@@ -394,10 +394,7 @@ def _mixin(args: argparse.Namespace, thresholds: Thresholds) -> MixinConfig:
     return MixinConfig(
         thresholds=thresholds,
         dcgm_pod_labels=args.dcgm_pod_labels,
-        exporter_job=args.exporter_job,
-        dcgm_job=args.dcgm_job,
-        cadvisor_job=args.cadvisor_job,
-        kube_state_metrics_job=args.kube_state_metrics_job,
+        **{name: getattr(args, name) for name in mixin.JOBS_READ},
     )
 
 
@@ -705,11 +702,8 @@ def _origin(
         "step": how.slide,
         "selector": args.selector,
         "dcgm_selector": args.dcgm_selector,
-        "exporter_job": args.exporter_job,
-        "dcgm_job": args.dcgm_job,
         "dcgm_pod_labels": args.dcgm_pod_labels,
-        "cadvisor_job": args.cadvisor_job,
-        "kube_state_metrics_job": args.kube_state_metrics_job,
+        **{name: getattr(args, name) for name in mixin.JOBS_READ},
         "team_label": args.team_label,
         "analysis_config": hashlib.sha256(rules).hexdigest() if rules else "",
         "scrape_intervals": opened.reader.intervals,

@@ -599,8 +599,6 @@ class PrometheusInput:
             "store": redact(self.url),
             "selector": self.reader.gpulens_selector,
             "dcgm_selector": self.reader.dcgm_selector,
-            "exporter_job": config.exporter_job,
-            "dcgm_job": config.dcgm_job,
             "instances": instances,
             "step": self.step,
             "window": self.window,
@@ -608,8 +606,8 @@ class PrometheusInput:
             "throttle_reasons_mask": config.thresholds.throttle_reasons_mask,
             "dcgm_pod_labels": config.dcgm_pod_labels,
             "exporter_pods": config.exporter_pods,
-            "cadvisor": config.cadvisor,
-            "kube_state_metrics": config.kube_state_metrics,
+            # The jobs read, as the shards' settings name them (analyzer/cli.py).
+            **{name: getattr(config, name) for name in mixin.JOBS_READ},
         }
 
     def _write_state(self) -> None:

@@ -108,6 +108,15 @@ def matchers(*given: str) -> str:
     return ",".join(m for m in given if m)
 
 
+#: The MixinConfig fields naming the jobs of the series gpulens reads (add_job_flags' flags): "" is any job.
+JOBS_READ = ("exporter_job", "dcgm_job", "cadvisor_job", "kube_state_metrics_job")
+
+
+def job_matcher(job: str) -> str:
+    """The label matcher of a job's series; "" (none) for "", any job."""
+    return f"job={promql_string(job)}" if job else ""
+
+
 @dataclass(frozen=True)
 class MixinConfig:
     """What a deployment may change about the generated dashboards and rules."""
@@ -148,7 +157,7 @@ class MixinConfig:
         """Refuse what would end or change the PromQL, the alert templates or the links it is written into:
         the one check of every setting they are generated from, whatever gave it (a flag, settings.env)."""
         check_text(self.analyzer_job, FLAGS["analyzer_job"], "a job name")
-        for name in ("exporter_job", "dcgm_job", "cadvisor_job", "kube_state_metrics_job"):  # "" is any job
+        for name in JOBS_READ:  # "" is any job
             if getattr(self, name):
                 check_text(getattr(self, name), FLAGS[name], "a job name")
         for name in ("grafana_url", "runbook_url"):
@@ -159,27 +168,27 @@ class MixinConfig:
     @property
     def exporter(self) -> str:
         """Label matcher selecting the exporters' series ("": any job's)."""
-        return f"job={promql_string(self.exporter_job)}" if self.exporter_job else ""
+        return job_matcher(self.exporter_job)
 
     @property
     def dcgm(self) -> str:
         """Label matcher selecting dcgm-exporter's series ("": any job's)."""
-        return f"job={promql_string(self.dcgm_job)}" if self.dcgm_job else ""
+        return job_matcher(self.dcgm_job)
 
     @property
     def cadvisor(self) -> str:
         """Label matcher selecting cAdvisor's series ("": any job's)."""
-        return f"job={promql_string(self.cadvisor_job)}" if self.cadvisor_job else ""
+        return job_matcher(self.cadvisor_job)
 
     @property
     def kube_state_metrics(self) -> str:
         """Label matcher selecting kube-state-metrics' series ("": any job's)."""
-        return f"job={promql_string(self.kube_state_metrics_job)}" if self.kube_state_metrics_job else ""
+        return job_matcher(self.kube_state_metrics_job)
 
     @property
     def analyzer(self) -> str:
         """Label matcher selecting the analyzer's series."""
-        return f"job={promql_string(self.analyzer_job)}"
+        return job_matcher(self.analyzer_job)
 
     @property
     def throttle_reasons(self) -> str:
