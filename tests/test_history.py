@@ -276,7 +276,7 @@ class Replay:
     def owners(self, pods: set) -> dict:
         return {}
 
-    def engine_loads(self, history: float, percentile: float) -> dict:
+    def engine_loads(self, pods: set, history: float, percentile: float) -> dict:
         return {}
 
     def cluster(self) -> None:

@@ -40,6 +40,7 @@ SAMPLES = 24 * 60
 NODE = "gpu-node-a"
 VLLM = "vllm/vllm-openai:v0.6.3"
 CHAT = [f"chat/chat-7c9d5b6f48-{suffix}" for suffix in ("b4k2x", "d7m9q", "h2p5w", "t8v3z")]
+CHAT_PODS = {pod.split("/")[1] for pod in CHAT}
 FLEET = {
     "seed": 11,
     "nodes": [
@@ -268,3 +269,36 @@ def test_the_kv_cache_bound_deployment_keeps_the_replicas_its_engines_needed(sto
     as_serving = [replace(v, bottleneck="overprovisioned_serving", served=True) for v in alone]
     [cut] = make_plan(as_serving, Use.of_trace(trace, STEP, t), t).actions
     assert cut.action == "fewer_replicas" and cut.gpus_after < len(CHAT) <= needed
+
+
+@pytest.mark.slow
+def test_the_live_analyzer_reads_the_engines_once_a_replica_is_judged_and_again_for_each_new_one(stores, day):
+    """The live analyzer reads the engines' load over its history for the pods its cycle judged, and keeps it
+    for OWNER_REFRESH_SECONDS unless a pod is judged that the read was not made for. Before any pod is judged
+    it reads nothing: a read from a replica's first seconds would size its Deployment for five minutes."""
+    from gpulens.analyzer.inputs.live import PrometheusInput
+
+    node, _, _ = day
+    gpu_of = {f"{g.pod.namespace}/{g.pod.pod}": g for g in node.gpus}
+    history = 24 * 3600.0
+    now = [START + 600]
+    source = PrometheusInput(stores["prometheus"], window=600, step=STEP, clock=lambda: now[0])
+
+    def peak(pod: str) -> float:
+        """Its engine's most requests running at once over the history up to now, from the simulator."""
+        times = START + STEP * np.arange(SAMPLES)
+        seen = times[(times > now[0] - history) & (times <= now[0])]
+        return float(max(engine_load(gpu_of[pod], float(t), START).running for t in seen))
+
+    def loads(*pods: str) -> dict[str, float]:
+        read = source.engine_loads({tuple(p.split("/")) for p in pods}, history, 0.95)  # type: ignore[misc]
+        return {f"{namespace}/{pod}": load.running_peak for (namespace, pod), load in read.items() if pod in CHAT_PODS}
+
+    assert loads() == {} and source.store.read_bytes == 0  # nothing judged: nothing asked of the store
+    first = loads(CHAT[0])
+    assert first == {pod: peak(pod) for pod in CHAT}  # one read holds every pod the store has
+    read = source.store.read_bytes
+    now[0] = START + 15 * 3600  # past the 14:00 peak
+    assert loads(CHAT[0]) == first and source.store.read_bytes == read  # the same pods: the same read
+    assert loads(CHAT[0], CHAT[1]) == {pod: peak(pod) for pod in CHAT} != first  # a pod newly judged: read again
+    assert source.store.read_bytes > read

@@ -138,9 +138,10 @@ class AnalyzerInput(Protocol):
         """The workload and team of each pod where the cluster says (kube-state-metrics), else empty."""
         ...
 
-    def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
+    def engine_loads(self, pods: set[PodKey], history: float, percentile: float) -> dict[PodKey, EngineLoad]:
         """What each serving pod's engine counted over the last `history` seconds (analyzer/inputs/engines.py),
-        where the store holds its metrics, else empty."""
+        where the store holds its metrics, else empty. `pods` are those judged (not insufficient_data): a pod
+        is read once it has the samples its GPU verdict needs, not from its first seconds."""
         ...
 
     def cluster(self) -> ClusterReading | None:
@@ -315,7 +316,7 @@ class ExporterInput:
     def owners(self, pods: set[PodKey]) -> dict[PodKey, Owner]:
         return {}  # exporters know pods, not their owners
 
-    def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
+    def engine_loads(self, pods: set[PodKey], history: float, percentile: float) -> dict[PodKey, EngineLoad]:
         return {}  # the engines are scraped into a store, not read here
 
     def cluster(self) -> ClusterReading | None:
@@ -331,7 +332,8 @@ READ_POINTS_PER_CYCLE = 2_000_000
 #: reads again what came after the last write. 8 bytes a GPU, column and step (about 120 MB at 10,000
 #: GPUs and a 10-minute window at a 15 s step), written in a fraction of a second.
 STATE_WRITE_SECONDS = 60.0
-#: How often the live input reads the pods' owners and teams again (new pods are read at once).
+#: How often the live input reads the pods' owners and teams, and their engines' load, again (new pods are read at
+#: once).
 OWNER_REFRESH_SECONDS = 300.0
 #: OpenCost's (and Kubecost's) metric: hourly cost per GPU on the node, labelled `node`.
 OPENCOST_GPU_PRICE = "node_gpu_hourly_cost"
@@ -387,6 +389,7 @@ class PrometheusInput:
         self._owners_read_at = -math.inf
         self._engines: dict[PodKey, EngineLoad] = {}
         self._engines_read_at = -math.inf
+        self._engines_read_for: set[PodKey] = set()  # the pods judged when they were last read
         #: Where each kind of workload belongs (--analysis.config's pools), and the cluster last read.
         self.pools = pools or Pools()
         self._cluster_reader = ClusterReader(self.store, self.pools.label, kube_state)
@@ -498,16 +501,20 @@ class PrometheusInput:
         self._cluster_read_at = time.monotonic()
         return self._cluster
 
-    def engine_loads(self, history: float, percentile: float) -> dict[PodKey, EngineLoad]:
+    def engine_loads(self, pods: set[PodKey], history: float, percentile: float) -> dict[PodKey, EngineLoad]:
         """What each serving pod's engine counted over the last `history` seconds, read every
-        OWNER_REFRESH_SECONDS; a failed read keeps the last ones."""
-        if time.monotonic() - self._engines_read_at < OWNER_REFRESH_SECONDS:
+        OWNER_REFRESH_SECONDS or at once when a pod is judged that the last read was not made for (a replica
+        judged after its first minute is sized by that minute, not by the seconds before it, for the next
+        five); nothing is read before a pod is judged. A failed read keeps the last ones."""
+        fresh = time.monotonic() - self._engines_read_at < OWNER_REFRESH_SECONDS
+        if not pods or (fresh and pods <= self._engines_read_for):
             return self._engines
         end = self.clock()
         try:
             before = self.store.read_bytes
             self._engines = read_engine_loads(self.store, end - history, end, self.step, percentile)
             self._status.read_bytes += self.store.read_bytes - before
+            self._engines_read_for = set(pods)
         except (StoreError, KeyError, TypeError, ValueError) as e:
             log.warning("cannot read the serving engines' metrics, keeping the last ones: %s", e)
         self._engines_read_at = time.monotonic()

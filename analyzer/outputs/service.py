@@ -246,7 +246,7 @@ class AnalyzerService:
         # What each pod is and what its engine counted over the history settle what its window leaves open (a
         # notebook's cells are never requests; a replica that served is never idle), so that /metrics and the
         # alerts on it say what the history and the reports say.
-        loads = self._engine_loads()
+        loads = self._engine_loads(verdicts)
         verdicts = [with_workload(v, v.kind, loads.get((v.namespace, v.pod))) for v in verdicts]
         stale = self._stale(verdicts)
         now = self.clock()
@@ -408,12 +408,12 @@ class AnalyzerService:
             body = self._verdicts_body(self._view_now())
         return 200, "application/json", finite_json(body).encode()
 
-    def _engine_loads(self) -> dict[PodKey, EngineLoad]:
-        """What each serving pod's engine counted over the history kept. Read for pods judged: before the
-        first cycle has any, nothing asks the store (whose errors the cycle's input already counts)."""
-        if not self.history:
-            return {}
-        return self.source.engine_loads(self.history_seconds, self.thresholds.plan_load_percentile)
+    def _engine_loads(self, verdicts: list[Verdict]) -> dict[PodKey, EngineLoad]:
+        """What each serving pod's engine counted over the history kept, read for the pods `verdicts` judge:
+        a pod whose window is still insufficient_data has too few samples to size it by (the store's errors
+        the cycle's input already counts)."""
+        judged = {(v.namespace, v.pod) for v in verdicts if v.pod and v.bottleneck != "insufficient_data"}
+        return self.source.engine_loads(judged, self.history_seconds, self.thresholds.plan_load_percentile)
 
     def _verdicts_body(self, view: HistoryView) -> dict:
         return {
@@ -449,7 +449,7 @@ class AnalyzerService:
     def _view_now(self) -> HistoryView:
         """over_history(), the lock held."""
         if self._view is None or self._view.cycle != self.cycles:
-            loads = self._engine_loads()
+            loads = self._engine_loads(self.state.verdicts)
             verdicts = {
                 unit: past.verdict(self.thresholds, workload_of(past), loads.get(unit[:2]))
                 for unit, past in self.history.items()
