@@ -12,18 +12,19 @@ from tests.helpers import REPO, active_groups, start_demo_stack, wait_until
 pytestmark = pytest.mark.slow
 
 FLEET = REPO / "tests" / "fixtures" / "fleets" / "serving-100.yaml"
-#: The page waits longer than the analyzer needs for its first verdicts (about 40 s here), as 30 minutes
-#: do on a real fleet, so the pages carry the cause rather than `unknown`.
+#: The page waits longer than the analyzer needs for its first verdicts (about 15 s here: 10 samples a GPU
+#: at 1 s scrapes), as 30 minutes do on a real fleet, so the pages carry the cause rather than `unknown`.
 TIMINGS = """alert_rate_window: 20s
-alert_low_sm_for: 90s
-alert_verdict_for: 90s
+alert_low_sm_for: 40s
+alert_verdict_for: 40s
+min_samples: 10
 """
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     stack = start_demo_stack(
-        tmp_path_factory.mktemp("grouping"), TIMINGS, fleet_file=str(FLEET), speed=2, window=60, interval=5
+        tmp_path_factory.mktemp("grouping"), TIMINGS, fleet_file=str(FLEET), speed=2, window=60, interval=2
     )
     yield stack
     stack.stop()
