@@ -302,6 +302,14 @@ def serve_store(port: int, gpus: int) -> None:
         for g in range(gpus)
     ]
     pool = [f'"{v:.4g}"' for v in np.random.default_rng(0).uniform(0, 1, 97)]
+    # The memory gauges in bytes, as an H100 reports them (its total and the driver's reserve), so that the
+    # value checks keep them: a reserve the size of the total, or more, is refused as no GPU's.
+    total, reserved = 85_520_809_984, 556_793_856
+    in_bytes = {
+        m.MEMORY_TOTAL.name: [f'"{total}"'] * 97,
+        m.MEMORY_RESERVED.name: [f'"{reserved}"'] * 97,
+        m.MEMORY_USED.name: [f'"{v * (total - reserved):.0f}"' for v in np.random.default_rng(1).uniform(0, 1, 97)],
+    }
 
     def series(extra: str, values: str, g: int, of: list[str] = labels) -> str:
         return f'{{"metric":{{{of[g]}{extra}}},{values}}}'
@@ -324,9 +332,13 @@ def serve_store(port: int, gpus: int) -> None:
         extra = ',"type":"crc"' if m.NVLINK_ERRORS.name in query else ""
         extra = ',"reason":"sw_thermal_slowdown"' if m.CLOCK_EVENT_ACTIVE.name in query else extra
         of = labels if query.startswith(("max by (", "sum by (")) else scraped
+        cycled = next((kept for name, kept in in_bytes.items() if name in query), pool)
         return ",".join(
             series(
-                extra, '"values":[' + ",".join(f"[{t},{pool[(g + k) % 97]}]" for k, t in enumerate(steps)) + "]", g, of
+                extra,
+                '"values":[' + ",".join(f"[{t},{cycled[(g + k) % 97]}]" for k, t in enumerate(steps)) + "]",
+                g,
+                of,
             )
             for g in range(gpus)
         )
