@@ -291,7 +291,7 @@ def test_the_live_analyzer_reads_the_engines_once_a_replica_is_judged_and_again_
         return float(max(engine_load(gpu_of[pod], float(t), START).running for t in seen))
 
     def loads(*pods: str) -> dict[str, float]:
-        read = source.engine_loads({tuple(p.split("/")) for p in pods}, history, 0.95)  # type: ignore[misc]
+        read = source.engine_loads({(p.partition("/")[0], p.partition("/")[2]) for p in pods}, history, 0.95)
         return {f"{namespace}/{pod}": load.running_peak for (namespace, pod), load in read.items() if pod in CHAT_PODS}
 
     assert loads() == {} and source.store.read_bytes == 0  # nothing judged: nothing asked of the store

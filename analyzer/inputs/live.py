@@ -332,8 +332,8 @@ READ_POINTS_PER_CYCLE = 2_000_000
 #: reads again what came after the last write. 8 bytes a GPU, column and step (about 120 MB at 10,000
 #: GPUs and a 10-minute window at a 15 s step), written in a fraction of a second.
 STATE_WRITE_SECONDS = 60.0
-#: How often the live input reads the pods' owners and teams, and their engines' load, again (new pods are read at
-#: once).
+#: How often the live input reads the pods' owners and teams, and their engines' load, again (new pods are
+#: read at once).
 OWNER_REFRESH_SECONDS = 300.0
 #: OpenCost's (and Kubecost's) metric: hourly cost per GPU on the node, labelled `node`.
 OPENCOST_GPU_PRICE = "node_gpu_hourly_cost"
@@ -503,9 +503,9 @@ class PrometheusInput:
 
     def engine_loads(self, pods: set[PodKey], history: float, percentile: float) -> dict[PodKey, EngineLoad]:
         """What each serving pod's engine counted over the last `history` seconds, read every
-        OWNER_REFRESH_SECONDS or at once when a pod is judged that the last read was not made for (a replica
-        judged after its first minute is sized by that minute, not by the seconds before it, for the next
-        five); nothing is read before a pod is judged. A failed read keeps the last ones."""
+        OWNER_REFRESH_SECONDS or at once when a pod is judged that the last read was not made for, and never
+        before a pod is judged: a replica is sized from at least the samples that judged it, not from its first
+        seconds for five minutes. A failed read keeps the last ones."""
         fresh = time.monotonic() - self._engines_read_at < OWNER_REFRESH_SECONDS
         if not pods or (fresh and pods <= self._engines_read_for):
             return self._engines
