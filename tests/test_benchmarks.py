@@ -48,7 +48,8 @@ def test_the_measured_files_are_the_ones_pathlib_globs(name):
 
 def test_the_files_changed_since_the_measured_commit_are_listed(tmp_path, monkeypatch):
     """The closing note's list, on a repository of two commits: nothing while the measured code is as the
-    results file's commit has it; then the edited, added and removed measured files, and no other."""
+    results file's commit has it, or differs in its comments, docstrings and layout alone; then the edited,
+    added and removed measured files, and no other."""
     repo = tmp_path / "repo"
 
     def git(*args: str) -> str:
@@ -60,6 +61,7 @@ def test_the_files_changed_since_the_measured_commit_are_listed(tmp_path, monkey
         "analyzer/frame.py": "frame",
         "analyzer/old.py": "old",
         "gpulens/core/trace.py": "trace",
+        "gpulens/core/units.py": 'def mib(n):\n    """Bytes."""\n    return n / 2**20  # binary\n',
         "docs/analyzer.md": "docs",
     }.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
@@ -74,8 +76,13 @@ def test_the_files_changed_since_the_measured_commit_are_listed(tmp_path, monkey
         json.dumps({"benchmark": "analyzer-cycle", "commit": git("rev-parse", "HEAD").strip()})
     )
     assert results.changed_since("analyzer-cycle") == []
+    said_otherwise = 'def mib(n):\n    """Bytes, as a number of MiB."""\n\n    return n / 2**20  # 1,048,576\n'
+    (repo / "gpulens" / "core" / "units.py").write_text(said_otherwise)
+    assert results.changed_since("analyzer-cycle") == []  # the same code: its figures stand
     (repo / "analyzer" / "frame.py").write_text("frame, changed")
     (repo / "analyzer" / "new.py").write_text("new")  # not yet committed: listed all the same
     (repo / "analyzer" / "old.py").unlink()
     (repo / "docs" / "analyzer.md").write_text("docs, changed")  # not measured
     assert results.changed_since("analyzer-cycle") == ["analyzer/frame.py", "analyzer/new.py", "analyzer/old.py"]
+    (repo / "gpulens" / "core" / "units.py").write_text(said_otherwise.replace("2**20", "10**6"))
+    assert "gpulens/core/units.py" in results.changed_since("analyzer-cycle")
