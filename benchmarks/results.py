@@ -176,10 +176,9 @@ def _code(path: str, content: bytes) -> bytes:
         tree = ast.parse(content)
     except SyntaxError:
         return content
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(
-            node, clean=False
-        ):
+        if isinstance(node, documented) and ast.get_docstring(node, clean=False) is not None:
             node.body = node.body[1:] or [ast.Pass()]
     return ast.dump(tree).encode()
 
