@@ -505,7 +505,7 @@ class PrometheusInput:
         """What each serving pod's engine counted over the last `history` seconds, read every
         OWNER_REFRESH_SECONDS or at once when a pod is judged that the last read was not made for, and never
         before a pod is judged: a replica is sized from at least the samples that judged it, not from its first
-        seconds for five minutes. A failed read keeps the last ones."""
+        seconds for five minutes. A failed read keeps the last ones until the next."""
         fresh = time.monotonic() - self._engines_read_at < OWNER_REFRESH_SECONDS
         if not pods or (fresh and pods <= self._engines_read_for):
             return self._engines
@@ -514,9 +514,11 @@ class PrometheusInput:
             before = self.store.read_bytes
             self._engines = read_engine_loads(self.store, end - history, end, self.step, percentile)
             self._status.read_bytes += self.store.read_bytes - before
-            self._engines_read_for = set(pods)
         except (StoreError, KeyError, TypeError, ValueError) as e:
             log.warning("cannot read the serving engines' metrics, keeping the last ones: %s", e)
+        # Even when the read failed: a store that cannot answer is asked again in five minutes or for a pod
+        # judged since, not at every cycle.
+        self._engines_read_for = set(pods)
         self._engines_read_at = time.monotonic()
         return self._engines
 
