@@ -2,6 +2,8 @@
 figures (NVIDIA's MIG profiles and datasheets) and the thresholds; and its promise as a property: a plan
 never proposes less capacity than the measured peak needs with its headroom."""
 
+import csv
+import io
 import json
 import math
 
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.judging.history import analyze
 from gpulens.analyzer.outputs.evaluate import Scenario, scenario_trace
+from gpulens.analyzer.outputs.formats import plan_csv
 from gpulens.analyzer.outputs.plan import GPU_ONLY_REPLICA_CONFIDENCE, Use, make_plan
 from gpulens.core.catalog import MODELS
 from gpulens.core.thresholds import Thresholds
@@ -345,6 +348,9 @@ def test_a_plan_over_less_than_a_day_says_what_it_saved_in_the_span_not_per_mont
     [action] = plan.actions
     assert (action.saving_usd_span, action.saving_usd_per_30d) == (18.0, 1080.0)
     assert plan.projected is False and plan.to_dict()["plan"][0]["saving_usd_per_30d"] is None
+    # The CSV is judged by the JSON's rule: the span's saving, an empty month.
+    [row] = csv.DictReader(io.StringIO(plan_csv(plan)))
+    assert (row["saving_usd_span"], row["saving_usd_per_30d"]) == ("18.0", "")
     text = terminal.report_text(verdicts, plan, 120)
     assert (
         "What to change: GPUs held 1 -> 1, saving $18.00 in the 12 h seen (no month projected from under 1 d of "

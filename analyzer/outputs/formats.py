@@ -38,14 +38,15 @@ def waste_csv(verdicts: list[Verdict], dimension: str) -> str:
 
 
 def plan_csv(plan: Plan) -> str:
-    """The plan, a row per action; its evidence and assumptions as "key: value; ..." text."""
+    """The plan, a row per action; its evidence and assumptions as "key: value; ..." text. Its figures follow
+    the JSON's rules (Plan.action_documents): over a span too short to project a month, `saving_usd_per_30d`
+    is empty, and `saving_usd_span` holds what the action saved."""
     out = io.StringIO()
     columns = [f for f in Action.__dataclass_fields__ if f != "needs"]
     writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
-    for action in plan.actions:
-        row = asdict(action)
-        row["units"] = " ".join(action.units)
+    for row in plan.action_documents():
+        row["units"] = " ".join(row["units"])
         for key in ("evidence", "assumptions"):
             row[key] = "; ".join(f"{k}: {v}" for k, v in row[key].items())
         writer.writerow(row)

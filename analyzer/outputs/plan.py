@@ -257,21 +257,26 @@ class Plan:
         plan and why, and the fleet once packed. Per-30-day figures are null over a span too short to
         project them (`projected` false)."""
 
-        def month(document: dict) -> dict:
-            return document if self.projected else {**document, "saving_usd_per_30d": None}
-
         return {
-            "plan": [month(asdict(a)) for a in self.actions],
+            "plan": self.action_documents(),
             "plan_summary": {
                 "span_seconds": self.span_seconds,
                 "projected": self.projected,
                 "projection_min_seconds": self.projection_min_seconds,
-                "total": month(asdict(self.total)),
-                "by_team": [month(asdict(s)) for s in self.by_team],
+                "total": self._month(asdict(self.total)),
+                "by_team": [self._month(asdict(s)) for s in self.by_team],
                 "not_planned": [asdict(n) for n in self.not_planned],
-                "fleet": [month(asdict(p)) for p in self.fleet],
+                "fleet": [self._month(asdict(p)) for p in self.fleet],
             },
         }
+
+    def action_documents(self) -> list[dict]:
+        """One document per action, as every machine output (JSON, CSV) writes it: the per-30-day saving null
+        over a span too short to project a month from."""
+        return [self._month(asdict(a)) for a in self.actions]
+
+    def _month(self, document: dict) -> dict:
+        return document if self.projected else {**document, "saving_usd_per_30d": None}
 
 
 def make_plan(
