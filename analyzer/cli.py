@@ -462,6 +462,12 @@ def run_report(args: argparse.Namespace) -> int:
             trace = terminal.read_files_with_progress(
                 args.files, args.scrape_interval, args.gpu_model, _scrape_start(args)
             )
+            if trace.empty:  # an empty report would read as a fleet without GPUs
+                raise TraceError(
+                    ", ".join(map(str, args.files)),
+                    "no samples (a header, no rows): nothing to judge; give a recording that holds some (gpulens "
+                    "exporter --record writes one)",
+                )
             timelines = None
             _warn_unknown_models(trace, prices)
             kube_state = RecordedKubeState.read(args.kube_state) if args.kube_state else None

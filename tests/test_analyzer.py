@@ -494,6 +494,23 @@ def test_report_json_csv_and_table(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("output", ["table", "json", "csv", "html"])
+def test_a_recording_without_samples_is_refused_in_every_format(tmp_path, output):
+    """A header and no rows (a recorder stopped at once, a Parquet file of no row) is no fleet without GPUs:
+    every format refuses it with one line that names the files, and writes nothing."""
+    header = tmp_path / "header.csv"
+    header.write_text("timestamp,gpu,node,pod,gpu_util\n")
+    empty = tmp_path / "empty.parquet"
+    pd.DataFrame({"timestamp": pd.Series([], dtype=float), "gpu": pd.Series([], dtype=str)}).to_parquet(empty)
+    result = gpulens("report", str(header), str(empty), "--format", output)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"gpulens report: {header}, {empty}: no samples (a header, no rows): nothing to judge; give a recording "
+        "that holds some (gpulens exporter --record writes one)\n"
+    )
+
+
+@pytest.mark.slow
 def test_report_bad_file_writes_nothing(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("timestamp,gpu,sm_active\n1,0,0.5\n2,0,oops\n")

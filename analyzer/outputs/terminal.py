@@ -123,7 +123,7 @@ def _pods(verdicts: list[Verdict], width: int) -> RenderableType:
         [r.cost for r in rows],
     ]
     fixed = [_figures(column, header) for column, header in zip(cells, headers, strict=True)]
-    pod = min(max(len(line) for r in rows for line in [r.name, *r.about]), POD_COLUMN)
+    pod = min(max((len(line) for r in rows for line in [r.name, *r.about]), default=len("pod or GPU")), POD_COLUMN)
     why, fix = _shares(width, [pod, *fixed], [2, 1])
     table = Table(title=title, box=box.SIMPLE_HEAD, show_lines=True, title_justify="left")
     table.add_column("pod or GPU", width=pod, overflow="fold")
