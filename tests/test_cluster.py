@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
 import subprocess
@@ -435,6 +436,51 @@ def test_trace_files_with_kube_state_metrics_recorded_give_the_stores_answer(sto
 
     assert owners(files) == owners(answer)
     assert ("chat-7d9f8-h4k2p", "Deployment", "chat", "serving") in owners(files)
+    cluster_actions = ("consolidate", "bin_pack", "add_quota", "re_pool")
+    assert [a for a in files["plan"] if a["action"] in cluster_actions] == [
+        a for a in answer["plan"] if a["action"] in cluster_actions
+    ]
+
+
+@pytest.mark.slow
+def test_gpu_counts_no_cluster_can_have_are_left_out_and_said_once(store, answer, tmp_path):
+    """kube-state-metrics' GPU counts are checked where they enter: a node "offering" 1e18 GPUs (believed, a pool
+    of them, and no wait is ever fragmented), one offering +Inf (an overflow in the plan), a pending pod asking
+    -5: left out, each family said once, and the cluster is the hand-worked one the store holds without them."""
+    families = cluster.kube_state_metrics()
+    ksm = {"job": "kube-state-metrics"}
+
+    def add(name: str, labels: dict[str, str], value: float) -> None:
+        for i in range(cluster.STEPS):
+            families[name].append((cluster._labels({**labels, **ksm}), START + i * STEP, value))
+
+    for node, offered in (("t8", math.inf), ("t9", 1e18)):
+        add("kube_node_status_allocatable", {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"}, offered)
+        add("kube_node_labels", {"node": node, "label_node_pool": "training"}, 1)
+    liar = {"namespace": "research", "pod": "liar-0", "uid": "uid-liar-0"}
+    add(
+        "kube_pod_container_resource_requests",
+        {**liar, "container": "main", "node": "", "resource": "nvidia_com_gpu"},
+        -5,
+    )
+    add("kube_pod_status_phase", {**liar, "phase": "Pending"}, 1)
+    trace = tmp_path / "gpus.parquet"
+    fr.write_trace(cluster.gpu_trace(), trace)
+    history = tmp_path / "kube-state.txt"
+    history.write_text(families_openmetrics(families))
+    done = files_report(str(trace), "--kube-state", str(history), "--analysis.config", store[1], "--format", "json")
+    assert done.returncode == 0, done.stderr
+    files = json.loads(done.stdout)
+    steps = f"{cluster.STEPS:,} samples"
+    assert files["cluster"]["missing"] == [
+        f"kube_node_status_allocatable: {2 * cluster.STEPS:,} samples of 2 series left out, not a count of GPUs (a "
+        "whole number, at most 4,096 a node or pod), the first inf (node=t8); check the device plugin's or the "
+        "pod's spec, and what exports the series",
+        f"kube_pod_container_resource_requests: {steps} of 1 series left out, not a count of GPUs (a whole number, "
+        "at most 4,096 a node or pod), the first -5 (namespace=research, pod=liar-0); check the device "
+        "plugin's or the pod's spec, and what exports the series",
+    ]
+    assert {**files["cluster"], "missing": []} == answer["cluster"]
     cluster_actions = ("consolidate", "bin_pack", "add_quota", "re_pool")
     assert [a for a in files["plan"] if a["action"] in cluster_actions] == [
         a for a in answer["plan"] if a["action"] in cluster_actions

@@ -56,6 +56,43 @@ PIECE_STEPS = 1440
 WAITING = -1
 #: Series are read while their newest sample is at most this many scrape intervals old (series.IDENTITY_FRESH).
 FRESH = IDENTITY_FRESH
+#: The most GPUs a node offers or a pod asks for that is believed: 8 GPUs time-sliced 512 ways (the device
+#: plugin's `replicas`), far past any real node (16 GPUs at most, 7 MIG instances each). A larger count is a
+#: broken or hostile series: believed, one node "offering" 1e18 GPUs makes a pool of them and erases every
+#: real wait for a GPU in it.
+MOST_GPUS = 4096
+
+
+class _Counts:
+    """GPU counts checked where they enter: a count is a whole number from 0 to MOST_GPUS (a quota may be any
+    whole number: a large one means no limit); other samples are left out, as if not exported, and tallied by
+    series name, so that what was left out is said once."""
+
+    def __init__(self) -> None:
+        #: By series name: samples left out, the series they were in, and the first (labels, value).
+        self.left_out: dict[str, tuple[int, set[tuple[tuple[str, str], ...]], tuple[dict[str, str], float]]] = {}
+
+    def checked(
+        self, name: str, labels: dict[str, str], values: list[tuple[float, float]], most: float = MOST_GPUS
+    ) -> list[tuple[float, float]]:
+        kept = [(at, v) for at, v in values if 0 <= v <= most and float(v).is_integer()]
+        if len(kept) < len(values):
+            first = next(v for _, v in values if not (0 <= v <= most and float(v).is_integer()))
+            count, series, example = self.left_out.get(name, (0, set(), (labels, first)))
+            series.add(tuple(sorted(labels.items())))
+            self.left_out[name] = (count + len(values) - len(kept), series, example)
+        return kept
+
+    def notes(self) -> list[str]:
+        out = []
+        for name, (count, series, (labels, value)) in sorted(self.left_out.items()):
+            said = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k in ("node", "namespace", "pod"))
+            out.append(
+                f"{name}: {count:,} sample{'s' if count != 1 else ''} of {len(series):,} series left out, not a "
+                f"count of GPUs (a whole number, at most {MOST_GPUS:,} a node or pod), the first {value:g} "
+                f"({said}); check the device plugin's or the pod's spec, and what exports the series"
+            )
+        return out
 
 
 def model_name(name: str) -> str:
@@ -181,16 +218,28 @@ class ClusterReader:
             return node_index[name]
 
         source = self.source
+        counts = _Counts()
         for first in range(0, steps, PIECE_STEPS):
             last = min(steps, first + PIECE_STEPS) - 1
             at, until = start + first * step, start + last * step
             for labels, values in source.node_gpus(at, until, step, age):
+                if not (values := counts.checked("kube_node_status_allocatable", labels, values)):
+                    continue
                 _place(allocatable.setdefault(node_of(labels.get("node", "")), np.zeros(steps)), values, start, step)
             for labels, values in source.cordoned(at, until, step, age):
+                if not (values := counts.checked("kube_node_spec_unschedulable", labels, values, most=1)):
+                    continue
                 _place(cordoned.setdefault(node_of(labels.get("node", "")), np.zeros(steps)), values, start, step)
             for labels, values in source.gpu_quota(at, until, step, age):
+                values = counts.checked("kube_resourcequota", labels, values, most=math.inf)
                 _place(quota.setdefault(labels.get("namespace", ""), np.full(steps, np.nan)), values, start, step)
             for labels, values in source.gpu_pods(at, until, step, age):
+                # A request of 0 GPUs is no GPU pod: it neither holds nor waits for one.
+                values = [
+                    (t, v) for t, v in counts.checked("kube_pod_container_resource_requests", labels, values) if v
+                ]
+                if not values:
+                    continue
                 key = (labels.get("namespace", ""), labels.get("pod", ""))
                 node = labels.get("node", "")
                 track = pods.setdefault(key, PodTrack(key))
@@ -200,6 +249,7 @@ class ClusterReader:
 
         names = sorted(node_index, key=node_index.__getitem__)
         node_labels, pool_label, missing = self._node_labels(bool(names), end, end - start)
+        missing += counts.notes()
         models = models or {}
         nodes = []
         for name in names:
