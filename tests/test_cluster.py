@@ -532,6 +532,53 @@ def test_saved_scrapes_of_kube_state_metrics_are_taken_at_their_files_times(tmp_
     ]
 
 
+def test_a_recording_is_held_by_the_families_read_not_by_its_size(tmp_path, monkeypatch):
+    """A recording of kube-state-metrics is mostly families no reader asks for (here 17 MiB of ConfigMaps and
+    one allocatable series): read a line at a time, it costs what it keeps (it cost twice the file, and 804 MiB
+    died under a 1.5 GiB limit). Where what it keeps would pass the memory available, it is refused at the
+    line, naming the families read and the fix."""
+    import tracemalloc
+
+    from gpulens.analyzer.inputs import kube_state
+
+    path = tmp_path / "ksm.om"
+    noise = 'kube_configmap_info{namespace="ns",configmap="settings-%07d"} 1 %d\n'
+    with path.open("w") as out:
+        for i in range(240_000):
+            out.write(noise % (i, START))
+            if i % 1000 == 0:
+                out.write(f'kube_node_status_allocatable{{node="n1",resource="nvidia_com_gpu"}} 8 {START + i}\n')
+        out.write("# EOF\n")
+    assert path.stat().st_size > 17 << 20
+    tracemalloc.start()
+    try:
+        recorded = kube_state.RecordedKubeState.read([path])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert recorded.samples_per_series("kube_node_status_allocatable", START + 240_000, 10**6) == 240
+    assert peak < 1 << 20, peak
+
+    # 40,000 samples of one series where 1 MiB is left: the sample past it is refused, at its line.
+    dense = tmp_path / "dense.om"
+    dense.write_text(
+        "".join(
+            f'kube_node_status_allocatable{{node="n1",resource="nvidia_com_gpu"}} 8 {START + i}\n'
+            for i in range(40_000)
+        )
+        + "# EOF\n"
+    )
+    monkeypatch.setattr(kube_state, "available_memory", lambda: 1 << 20)
+    with pytest.raises(kube_state.KubeStateError) as refused:
+        kube_state.RecordedKubeState.read([dense])
+    line = ((1 << 20) - kube_state.KEPT_SERIES_BYTES) // kube_state.KEPT_SAMPLE_BYTES + 1
+    assert str(refused.value) == (
+        f"--kube-state {dense}: line {line}: the series read so far (1 series of kube_node_status_allocatable) would "
+        "take more than the 1 MiB of memory available (32 bytes a sample, 2,048 a series): give a shorter span of "
+        "kube-state-metrics' history, or backfill it into a Prometheus and report with --prometheus"
+    )
+
+
 @pytest.mark.slow
 def test_the_live_analyzer_serves_the_cluster_as_it_is_now(store):
     """At 01:40 (step 100): train-big-0 waits on fragmentation (created 00:30), train-huge-0 for a node of 16

@@ -529,17 +529,19 @@ def test_an_input_that_is_not_a_file_is_refused_at_once_naming_what_it_is(tmp_pa
 
 
 def test_a_parquet_file_that_would_unpack_past_the_memory_available_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    """Two million rows of one GPU, 8 MiB on disk and 46 MiB of cells, which a report holds at 650 bytes a row
+    (readers.REPORT_BYTES_PER_ROW, measured): 1,240 MiB. Refused from the footer with 1 GiB left, where a check
+    of its cells (8 bytes each) let it through, and 200 million such rows took the machine."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    # A million rows of one GPU: 23 MiB once read (3 columns of 8 bytes), 4 MiB on disk.
-    rows = 1_000_000
+    rows = 2_000_000
     table = pa.table(
         {"timestamp": np.arange(rows, dtype=np.float64), "gpu": ["GPU-1"] * rows, "gpu_util": [0.5] * rows}
     )
     path = tmp_path / "trace.parquet"
     pq.write_table(table, path)
-    monkeypatch.setattr(readers, "available_memory", lambda: 16 << 20)  # as if 16 MiB were left
+    monkeypatch.setattr(readers, "available_memory", lambda: 1 << 30)  # as if 1 GiB were left
     tracemalloc.start()
     try:
         with pytest.raises(TraceError) as refused:
@@ -548,7 +550,41 @@ def test_a_parquet_file_that_would_unpack_past_the_memory_available_is_refused_b
     finally:
         tracemalloc.stop()
     assert str(refused.value) == (
-        f"{path}: holds 1,000,000 rows of 3 columns, about 23 MiB once read, more than the 16 MiB of memory "
-        "available: report on a shorter span or fewer GPUs (split the file), or on a machine with more memory"
+        f"{path}: holds 2,000,000 rows, about 1,240 MiB once judged (650 bytes a row), more than the 1,024 MiB of "
+        "memory available: report on a shorter span or fewer GPUs (split the file), or on a machine with more memory"
     )
     assert peak < 4 << 20, peak  # the footer only
+
+
+def test_a_csv_trace_is_refused_at_the_row_past_the_memory_available(tmp_path, monkeypatch):
+    """A text trace says nothing of its length: its rows are counted as they come, and the one past what the
+    memory holds at 650 bytes a row is refused, naming its line, before more is read."""
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,gpu,gpu_util\n" + "".join(f"{t},GPU-1,0.5\n" for t in range(2000)))
+    monkeypatch.setattr(readers, "available_memory", lambda: 650 * 1000)  # 1,000 rows' worth
+    with pytest.raises(TraceError) as refused:
+        readers.read_files([path])
+    assert str(refused.value) == (
+        f"{path}, line 1002: more than 1,000 rows by this line, about 1 MiB once judged (650 bytes a row), more than "
+        "the 1 MiB of memory available: report on a shorter span or fewer GPUs (split the file), or on a machine "
+        "with more memory"
+    )
+    monkeypatch.setattr(readers, "available_memory", lambda: 650 * 2000)
+    assert len(readers.read_files([path])) == 2000
+
+
+def test_memory_that_runs_out_where_no_reader_could_see_it_is_one_line_not_a_traceback(monkeypatch, capsys):
+    """The readers refuse what they can see will not fit; a MemoryError past them (a kernel's overcommit, a
+    limit lowered while running) ends the command with one line that says what to do, and exit 2."""
+    from gpulens import cli
+    from gpulens.analyzer import cli as analyzer_cli
+
+    def runs_out(args):
+        raise MemoryError
+
+    monkeypatch.setattr(analyzer_cli, "run_report", runs_out)
+    assert cli.main(["report", "trace.csv"]) == 2
+    assert capsys.readouterr().err == (
+        "gpulens report: out of memory: give a shorter span (--since, --until) or fewer files, or run it where more "
+        "memory is free\n"
+    )

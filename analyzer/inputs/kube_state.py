@@ -29,6 +29,7 @@ from typing import Protocol
 
 import numpy as np
 
+from gpulens.analyzer.inputs.readers import available_memory
 from gpulens.analyzer.inputs.store import Store, series_points
 from gpulens.core.mixin import matchers, promql_string
 
@@ -235,6 +236,23 @@ READ = (
 )
 
 
+#: What a recording of kube-state-metrics' series costs to hold, to refuse one that would not fit: a sample's
+#: time and value (16 bytes), sorted once (16 more); a series of its usual 9 labels, 1,667 bytes measured
+#: (tracemalloc, 20,000 series of kube_pod_container_resource_requests), rounded up.
+KEPT_SAMPLE_BYTES = 32
+KEPT_SERIES_BYTES = 2048
+#: The longest line of a recording read: a sample of kube-state-metrics is under a kilobyte, and a label
+#: value is at most 63 characters or a Kubernetes label's 253.
+MAX_LINE_CHARS = 1 << 20
+
+
+def _ends_openmetrics(path: Path) -> bool:
+    """Whether a file is OpenMetrics (its last line is "# EOF"), read from its end, not its whole."""
+    with open(path, "rb") as handle:
+        handle.seek(max(0, os.fstat(handle.fileno()).st_size - 64))
+        return handle.read().rstrip().endswith(b"# EOF")
+
+
 @dataclass
 class RecordedKubeState(_OnGrid):
     """kube-state-metrics' series read from recorded files, evaluated as the store would evaluate the same
@@ -247,37 +265,60 @@ class RecordedKubeState(_OnGrid):
         """Every file's samples of the families the readers ask for. A file is OpenMetrics (it ends with
         "# EOF"; timestamps in seconds) or Prometheus' text format (timestamps in milliseconds); a sample
         without a timestamp is taken at its file's modification time (a saved scrape). Samples of a series
-        need not be together (promtool's backfill takes them in any order, nor does this)."""
+        need not be together (promtool's backfill takes them in any order, nor does this). Read a line at a
+        time: what is held is the samples of the families read (KEPT_SAMPLE_BYTES and KEPT_SERIES_BYTES each),
+        never the file, and a recording whose samples would pass the memory available is refused as they come."""
         # Two arrays of doubles a series (16 bytes a sample), not a tuple a sample (over 100).
         points: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[array, array]] = {}
+        available = available_memory()
+        held = 0
         for path in map(Path, paths):
             try:
-                text = path.read_text()
                 taken = os.stat(path).st_mtime
+                per_second = 1.0 if _ends_openmetrics(path) else 1000.0
+                with open(path, encoding="utf-8") as handle:
+                    for number, line in enumerate(iter(lambda: handle.readline(MAX_LINE_CHARS + 1), ""), 1):
+                        if len(line) > MAX_LINE_CHARS:
+                            raise KubeStateError(
+                                f"--kube-state {path}: line {number} is longer than {MAX_LINE_CHARS >> 20} MiB: not "
+                                "kube-state-metrics' series"
+                            )
+                        if not line.strip() or line.startswith("#"):
+                            continue
+                        if line.split("{", 1)[0].split(" ", 1)[0].strip() not in READ:
+                            continue
+                        sample = _sample(line)
+                        if sample is None:
+                            raise KubeStateError(
+                                f"--kube-state {path}: line {number} is not a sample of OpenMetrics or Prometheus' "
+                                f"text format ({line.rstrip()[:120]!r}); give kube-state-metrics' /metrics as "
+                                "saved, or its history as OpenMetrics with timestamps (what promtool backfills)"
+                            )
+                        name, labels, value, stamp = sample
+                        if name == "kube_pod_status_phase" and dict(labels).get("phase") not in ("Pending", "Running"):
+                            continue  # only the phases a wait or a hold is read from (LIVE_PHASES)
+                        series = points.get((name, labels))
+                        if series is None:
+                            series = points[(name, labels)] = (array("d"), array("d"))
+                            held += KEPT_SERIES_BYTES
+                        series[0].append(stamp / per_second if stamp is not None else taken)
+                        series[1].append(value)
+                        held += KEPT_SAMPLE_BYTES
+                        if held > available:
+                            raise KubeStateError(
+                                f"--kube-state {path}: line {number}: the series read so far ({len(points):,} series "
+                                f"of {', '.join(sorted({n for n, _ in points}))}) would take more than the "
+                                f"{available >> 20:,} MiB of memory available ({KEPT_SAMPLE_BYTES} bytes a sample, "
+                                f"{KEPT_SERIES_BYTES:,} a series): give a shorter span of kube-state-metrics' "
+                                "history, or backfill it into a Prometheus and report with --prometheus"
+                            )
             except (OSError, UnicodeDecodeError) as e:
                 raise KubeStateError(f"--kube-state {path}: cannot be read ({e})") from e
-            per_second = 1.0 if text.rstrip().endswith("# EOF") else 1000.0
-            for number, line in enumerate(text.splitlines(), 1):
-                if not line or line.startswith("#") or line.split("{", 1)[0].split(" ", 1)[0] not in READ:
-                    continue
-                sample = _sample(line)
-                if sample is None:
-                    raise KubeStateError(
-                        f"--kube-state {path}: line {number} is not a sample of OpenMetrics or Prometheus' text "
-                        f"format ({line[:120]!r}); give kube-state-metrics' /metrics as saved, or its history as "
-                        "OpenMetrics with timestamps (what promtool backfills)"
-                    )
-                name, labels, value, stamp = sample
-                if name == "kube_pod_status_phase" and dict(labels).get("phase") not in ("Pending", "Running"):
-                    continue  # only the phases a wait or a hold is read from (LIVE_PHASES)
-                times, values = points.setdefault((name, labels), (array("d"), array("d")))
-                times.append(stamp / per_second if stamp is not None else taken)
-                values.append(value)
         out = cls()
         for (name, labels_of), (times, values) in points.items():
             order = np.argsort(np.frombuffer(times), kind="stable")
-            series = _Series(dict(labels_of), np.frombuffer(times)[order], np.frombuffer(values)[order])
-            out.series.setdefault(name, []).append(series)
+            kept = _Series(dict(labels_of), np.frombuffer(times)[order], np.frombuffer(values)[order])
+            out.series.setdefault(name, []).append(kept)
         return out
 
     def _matching(self, name: str, matchers: Sequence[Matcher]) -> list[_Series]:
