@@ -337,15 +337,22 @@ def test_a_full_server_of_busy_answers_closes_new_connections(tmp_path, monkeypa
         assert shed(address) == {"full": 1, "busy": 1, "slow_head": 0}  # the scrape took an idle slot
 
 
-def test_a_head_past_its_byte_bound_is_refused_without_buffering_it(tmp_path):
-    with serving(tmp_path, "") as address:
+def test_a_head_past_its_byte_bound_is_refused_without_buffering_it(tmp_path, caplog):
+    """Past 16 KiB, in header lines or in the request line alone (whose refusal had no request to answer and
+    logged two tracebacks a request, without credentials): 431, and nothing logged above debug."""
+    with serving(tmp_path, "") as address, caplog.at_level(logging.DEBUG, logger="gpulens"):
         client = connect(address)
         client.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Pad: " + b"a" * 1000 + b"\r\n")
         for _ in range(16):  # 16 KiB in lines of 1 KiB: under the library's 64 KiB a line, over the head's bound
             client.sendall(b"X-Pad: " + b"a" * 1000 + b"\r\n")
         answer = client.recv(4096)
         assert answer.startswith(b"HTTP/1.1 431") and b"Request head larger than 16384 bytes" in answer
+        long_line = connect(address)
+        long_line.sendall(b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = until_closed(long_line)
+        assert answer.startswith(b"HTTP/1.1 431") and b"Request head larger than 16384 bytes" in answer
         assert requests.get(f"http://{address}/metrics", timeout=5).status_code == 200
+    assert [r.getMessage() for r in caplog.records if r.levelno > logging.DEBUG] == []
 
 
 def test_a_body_cannot_ride_into_the_next_request(tmp_path):

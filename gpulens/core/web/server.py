@@ -109,14 +109,17 @@ def serve(
                     slots.set(self.slot, Slot.RECEIVING)
                 reader = self.rfile
                 self.rfile = cast(io.BufferedIOBase, HeadReader(reader, connections.MAX_HEAD_BYTES))
+                # What an answer before the request line is parsed (a 431 for a line past the bound) needs:
+                # the standard library sets them only in parse_request.
+                self.command, self.requestline, self.request_version = "", "", self.protocol_version
                 try:
                     self.raw_requestline = self.rfile.readline(65537)
                     if not self.raw_requestline:
                         self.close_connection = True
                         return
                     if len(self.raw_requestline.split()) == 2:  # "GET /": HTTP/0.9, a body with no status
-                        self.request_version, self.close_connection = self.protocol_version, True
-                        self.command, self.requestline = "", self.raw_requestline.decode("latin-1").rstrip()
+                        self.close_connection = True
+                        self.requestline = self.raw_requestline.decode("latin-1").rstrip()
                         self.send_error(400, "HTTP/0.9 is not served: send HTTP/1.1 or HTTP/1.0")
                         return
                     parsed = self.parse_request()
