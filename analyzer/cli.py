@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass, replace
@@ -425,7 +426,9 @@ def run_report(args: argparse.Namespace) -> int:
         step = parse_duration(args.step, "--step") if args.step else None
         if window is not None and step is not None and step > window:
             raise ValueError(f"--step {args.step} is longer than --window {args.window}: windows would skip data")
-        if bool(args.files) == bool(args.prometheus):
+        if args.files and args.prometheus:
+            raise ValueError(_files_beside_a_store(args))
+        if not args.files and not args.prometheus:
             raise ValueError("give files to read, or --prometheus URL --since DURATION: one of the two")
         if args.out and (read := next((f for f in args.files if _same_file(args.out, f)), None)):
             raise ValueError(f"--out {args.out} is {read}, which the report reads: name another file for the report")
@@ -525,6 +528,37 @@ def run_report(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+#: Words a person writes after a number for a duration, and Prometheus' unit for each.
+_UNIT_WORDS = {
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), "s"),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), "m"),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), "h"),
+    **dict.fromkeys(("d", "day", "days"), "d"),
+    **dict.fromkeys(("w", "week", "weeks"), "w"),
+}
+
+
+def _files_beside_a_store(args: argparse.Namespace) -> str:
+    """Why files and --prometheus together are refused: where the first "file" is a unit after a duration
+    flag's number ("--since 10 minutes"), the duration as one word; else that a report reads one or the other."""
+    unit = _UNIT_WORDS.get(args.files[0].lower())
+    numbers = [
+        (flag, value)
+        for flag, value in (("--since", args.since), ("--window", args.window), ("--step", args.step))
+        if value and re.fullmatch(r"\d+(\.\d+)?", value)
+    ]
+    if unit and len(numbers) == 1:
+        flag, value = numbers[0]
+        return (
+            f"{flag} {value} {args.files[0]}: a duration is one word, as Prometheus writes it: {flag} {value}{unit} "
+            "(units s, m, h, d, w)"
+        )
+    return (
+        f"{', '.join(args.files)}: files given with --prometheus: a report reads a store or files, not both; drop "
+        "one (a duration is one word: --since 10m)"
+    )
 
 
 def _check_shard_flags(args: argparse.Namespace) -> None:

@@ -788,3 +788,30 @@ def test_a_gpu_no_pod_holds_is_judged_from_as_many_samples_as_a_pod(samples, exp
     if samples == 1:
         assert verdicts["ml/train-0"].bottleneck == "insufficient_data"
         assert verdicts["gpu:n1/GPU-b"].evidence == {"samples_per_gpu": f"1 < {Thresholds().min_samples}"}
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (
+            ["--since", "10", "minutes"],
+            "--since 10 minutes: a duration is one word, as Prometheus writes it: --since 10m (units s, m, h, d, w)",
+        ),
+        (
+            ["--since", "7d", "--window", "2", "Hours"],
+            "--window 2 Hours: a duration is one word, as Prometheus writes it: --window 2h (units s, m, h, d, w)",
+        ),
+        (
+            ["--since", "7d", "week.csv"],
+            "week.csv: files given with --prometheus: a report reads a store or files, not both; drop one (a "
+            "duration is one word: --since 10m)",
+        ),
+    ],
+)
+def test_a_duration_in_two_words_is_said_as_one_not_read_as_a_file(words, said, capsys):
+    """`--since 10 minutes` made "minutes" a file to read, and the report said "give files to read, or
+    --prometheus URL": the duration is said as it should be written."""
+    from gpulens import cli
+
+    assert cli.main(["report", "--prometheus", "http://127.0.0.1:9", *words]) == 2
+    assert capsys.readouterr().err == f"gpulens report: {said}\n"

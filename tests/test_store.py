@@ -181,6 +181,39 @@ def test_a_store_that_stays_down_is_one_error_naming_it_and_the_fix(scripted):
     )
 
 
+def test_a_store_that_never_answered_is_said_at_once_and_one_that_went_down_is_retried(scripted):
+    """Nothing listening, or a name that does not resolve, before the store ever answered: a wrong URL, said at
+    once in words (it was retried for 9 s and said in urllib3's "Max retries exceeded"). A store that answered and
+    then refuses is restarting: retried with the doubling backoff."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    waits: list[float] = []
+    with pytest.raises(StoreError) as refused:
+        Store(f"http://127.0.0.1:{port}", sleep=waits.append).query("up", T0)
+    assert str(refused.value) == (
+        f"cannot reach Prometheus at http://127.0.0.1:{port}: connection refused: nothing listens there: check the "
+        "URL and that the store is up"
+    )
+    with pytest.raises(StoreError) as unresolved:
+        Store("http://prometheus.invalid:9090", sleep=waits.append).query("up", T0)
+    assert str(unresolved.value).startswith(
+        "cannot reach Prometheus at http://prometheus.invalid:9090: its host name does not resolve ("
+    )
+    assert waits == []
+    server = scripted([(200, ANSWER, {})])
+    store = Store(server.url, sleep=waits.append)
+    assert values(store.query_range("up", T0, T0, 1)) == [1.0]
+    server.close()
+    with pytest.raises(StoreError) as down:
+        store.query_range("up", T0, T0, 1)
+    assert str(down.value) == (
+        f"cannot reach Prometheus at {server.url}: connection refused: nothing listens there (tried 4 times): check "
+        "the URL and that the store is up"
+    )
+    assert waits == [1.0, 2.0, 4.0]
+
+
 def test_a_partial_answer_is_never_taken_for_a_whole_one(scripted):
     partial = {**ANSWER, "warnings": ["store 10.0.0.7:10901 unavailable"]}
     server = scripted([(200, partial, {})] * 4)

@@ -37,6 +37,7 @@ import ipaddress
 import math
 import os
 import re
+import socket
 import threading
 import time
 import warnings
@@ -156,6 +157,26 @@ def _read_secret(path: str, flag: str) -> str:
         raise ConfigError(f"{flag} {path}: cannot read it ({reason})") from None
 
 
+def _not_connected(error: BaseException) -> str:
+    """What kept a connection from being made ("connection refused: nothing listens there", "its host name does
+    not resolve"), from the chain of causes requests and urllib3 wrap it in; "" where a connection was made (it
+    broke or timed out later) or the cause is another."""
+    seen: set[int] = set()
+    causes = [error]
+    while causes:
+        cause = causes.pop()
+        if id(cause) in seen:
+            continue
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused: nothing listens there"
+        if isinstance(cause, socket.gaierror):
+            return f"its host name does not resolve ({cause.strerror})"
+        linked = (cause.__cause__, cause.__context__, getattr(cause, "reason", None), *cause.args)
+        causes += [c for c in linked if isinstance(c, BaseException)]
+    return ""
+
+
 class Store:
     """One store's HTTP API, with its credentials. `read_bytes` counts every answer read, inflated;
     `wire_bytes` the same answers as they crossed the network (compressed, where the store compressed them)."""
@@ -194,6 +215,9 @@ class Store:
             password = _read_secret(self.auth.basic_auth_password_file, "--prometheus.basic-auth.password-file")
             self.session.auth = (self.auth.basic_auth_username, password)
         self._token: tuple[float, str] | None = None  # (the file's mtime, its token)
+        #: Whether the store has answered a request (any status): until it has, a connection it refuses is
+        #: not retried, as a store that went down during a report is.
+        self._answered = False
 
     @property
     def name(self) -> str:
@@ -324,9 +348,15 @@ class Store:
                     )
                 ) from None
             except requests.RequestException as e:
-                problem = redact(f"cannot reach {self.name}: {e}")
+                unreachable = _not_connected(e)
+                if unreachable and not self._answered:  # not a store restarting: a wrong URL, or none up yet
+                    raise StoreError(
+                        redact(f"cannot reach {self.name}: {unreachable}: check the URL and that the store is up")
+                    ) from None
+                problem = redact(f"cannot reach {self.name}: {unreachable or e}")
                 fix = "check the URL and that the store is up"
             else:
+                self._answered = True
                 with self._counting:
                     self.read_bytes += len(content)
                     self.wire_bytes += wire
