@@ -371,8 +371,18 @@ _LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + ""
         (_LAUGHS.encode(), "its aliases expand to more than 100,000 values: write it without nested aliases (*name)"),
         (b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested deeper than gpulens reads: flatten it"),
         (b"alert_low_sm: 0.3 # r\xe9sum\xe9\n", "not UTF-8 text (byte 21): save it as UTF-8"),
+        # 100,000 rules took 18 s to parse and were refused for aliases they did not have.
+        (
+            b"workload_kinds:\n" + b"  - {kind: serving, labels: {app: chat}}\n" * 7000,
+            "larger than 256 KiB, which no gpulens setting needs (2,000 workload_kinds rules take about 100 KiB): "
+            "match pods by fewer, broader rules (a label many pods share, an image pattern)",
+        ),
+        (
+            b"a: [" + b"1," * 120_000 + b"1]\n",
+            "holds more than 100,000 values, which no gpulens setting needs: write it shorter",
+        ),
     ],
-    ids=["alias bomb", "deep nesting", "latin-1"],
+    ids=["alias bomb", "deep nesting", "latin-1", "too large", "too many values"],
 )
 def test_a_yaml_config_that_would_hang_or_crash_is_refused_in_one_line(tmp_path, content, message):
     (tmp_path / "t.yaml").write_bytes(content)

@@ -21,6 +21,10 @@ class ConfigError(ValueError):
 #: Nodes a YAML config may hold once its aliases are expanded: a thousand times the largest config gpulens
 #: reads. A few hundred bytes of nested aliases (a "billion laughs") expand past any memory.
 MAX_YAML_NODES = 100_000
+#: Bytes a YAML config may hold, checked before it is parsed: PyYAML reads about 4 s a MiB (100,000 rules of
+#: workload_kinds, 4.6 MiB, took 18 s to parse and were then refused), and the largest config gpulens ships is
+#: 31 KiB (deploy/compose/gpulens-rules.yaml); 2,000 workload_kinds rules take about 100 KiB.
+MAX_YAML_BYTES = 256 * 1024
 
 
 def read_yaml(path: str | Path, flag: str) -> Any:
@@ -29,7 +33,15 @@ def read_yaml(path: str | Path, flag: str) -> Any:
     import yaml  # here: most runs read no YAML, and a node's exporter should not load it
 
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            raise ConfigError(
+                f"{flag} {path}: larger than {MAX_YAML_BYTES // 1024} KiB, which no gpulens setting needs (2,000 "
+                "workload_kinds rules take about 100 KiB): match pods by fewer, broader rules (a label many pods "
+                "share, an image pattern)"
+            )
+        text = raw.decode("utf-8")
     except OSError as e:
         raise ConfigError(f"{flag} {path}: cannot read it ({e.strerror})") from e
     except UnicodeDecodeError as e:
@@ -40,7 +52,12 @@ def read_yaml(path: str | Path, flag: str) -> Any:
         raise ConfigError(f"{flag} {path}: not valid YAML: {e}") from e
     try:
         node = loader.get_single_node()
-        if node is not None and _expanded_size(node) > MAX_YAML_NODES:
+        if node is not None and (sizes := _sizes(node))[id(node)] > MAX_YAML_NODES:
+            if len(sizes) > MAX_YAML_NODES:  # that many written out, aliases or not
+                raise ConfigError(
+                    f"{flag} {path}: holds more than {MAX_YAML_NODES:,} values, which no gpulens setting needs: "
+                    "write it shorter"
+                )
             raise ConfigError(
                 f"{flag} {path}: its aliases expand to more than {MAX_YAML_NODES:,} values: write it without "
                 "nested aliases (*name)"
@@ -58,9 +75,10 @@ def read_yaml(path: str | Path, flag: str) -> Any:
         loader.dispose()
 
 
-def _expanded_size(root: Any) -> int:
-    """Values in a composed YAML document with every alias expanded, counted without expanding them (each
-    node's size once: an alias is the same node object)."""
+def _sizes(root: Any) -> dict[int, int]:
+    """Each node of a composed YAML document (by id) and the values it holds with every alias expanded, counted
+    without expanding them (each node's size once: an alias is the same node object). As many entries as the
+    document writes out nodes; the root's size is the document's, expanded."""
     import yaml
 
     sizes: dict[int, int] = {}
@@ -78,7 +96,7 @@ def _expanded_size(root: Any) -> int:
         else:
             pending.append((node, True))
             pending.extend((c, False) for c in children if id(c) not in sizes)
-    return sizes[id(root)]
+    return sizes
 
 
 #: A Prometheus duration: one or more number-unit pairs, largest unit first (1h30m).
