@@ -45,3 +45,16 @@ def test_the_readme_opens_with_the_demo_and_the_tests():
         "python3 -m venv .venv && .venv/bin/pip install -q -e . && .venv/bin/gpulens demo",
         "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/pytest",
     ]
+
+
+def test_ci_runs_the_readmes_test_command_and_cites_what_exists():
+    """CI's script ends with the README's test command, exactly, and the pages and sections its comments cite
+    exist (it cited a README "Tests" section there was none of)."""
+    script = (REPO / ".ci" / "run").read_text()
+    first = re.search(r"```sh\n(.*?)```", (REPO / "README.md").read_text(), re.S)[1]
+    tests = [line for line in first.splitlines() if line and not line.startswith("#")][-1]
+    assert script.rstrip().splitlines()[-1] == tests
+    for page, section in re.findall(r"\((\S+\.md), \"([^\"]+)\"\)", script):
+        headings = re.findall(r"^#+ (.+)$", (REPO / page).read_text(), re.M)
+        assert section in headings, f".ci/run cites {page}'s section {section!r}, which it does not have"
+    assert re.findall(r"\((\S+\.md), \"([^\"]+)\"\)", script) == [("docs/development.md", "Developing")]
