@@ -369,6 +369,10 @@ def test_the_cluster_in_every_format(store, answer):
     narrow = report(store, columns=80).stdout
     assert all(len(line) <= 80 for line in narrow.splitlines()), narrow
     assert "free 38.4 GPU-h: stranded 20.0 ($50.00), nobody waited 5.0" in narrow
+    # The cluster's actions move pods or change settings: no GPUs held "0 -> 0"; counts in their number.
+    assert "consolidate: GPUs none held, saves $50.00 in the 4 h seen, confidence 0.60" in narrow
+    assert "inference / NVIDIA L4  2 nodes, 8 GPUs" in narrow and " nodes, 1 GPUs" not in narrow
+    assert "0 -> 0" not in narrow and "0 -> 0" not in text
     rows = list(csv.DictReader(io.StringIO(report(store, "--format", "csv", "--by", "pending").stdout)))
     assert [(r["pod"], r["reason"], r["waited_seconds"]) for r in rows] == [
         ("train-huge-0", "too_large", "10800.0"),

@@ -79,6 +79,16 @@ def in_units(evidence: str) -> str:
     return evidence.in_units() if isinstance(evidence, Evidence) else evidence
 
 
+def item_in_units(key: str, evidence: str) -> str:
+    """ "key: value" as a person reads an item of evidence: its figures in their units, and its key without the
+    unit its name gives programs where the figure is shown in another ("memory_held: 0.7 GiB", not
+    "memory_held_bytes: 0.7 GiB")."""
+    shown = in_units(evidence)
+    if shown != str(evidence):
+        key = key.removesuffix("_bytes").removesuffix("_seconds")
+    return f"{key}: {shown}"
+
+
 def duration(seconds: float) -> str:
     """A duration as people write one, to the precision that matters at its size: "45 s", "1 min",
     "12 min", "3 h 20 min", "2 d 4 h" (never "0.0166667 h" or "0.0 h")."""

@@ -39,7 +39,7 @@ import pandas as pd
 
 from gpulens.analyzer.inputs.engines import EngineLoad
 from gpulens.analyzer.judging.classify import NO_POD, XID_FAULTS, Verdict
-from gpulens.analyzer.judging.evidence import duration, percent
+from gpulens.analyzer.judging.evidence import duration, gpu_count, percent
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.scheduling import Scheduling, quota_advice, spent
 from gpulens.analyzer.outputs.timelines import TimelineBins, unit_samples
@@ -177,6 +177,13 @@ class Action:
     assumptions: dict[str, str] = field(default_factory=dict)
     #: The GPUs (or shares of one) its units need after the change, which the fleet's packing places.
     needs: list[Need] = field(default_factory=list)
+
+    def gpus_change(self, arrow: str = "->") -> str:
+        """The GPUs it holds now and after, as people read them ("8 -> 1"); "none held" for the cluster's
+        actions, which move pods or change settings (what they save is stranded GPU-hours), not "0 -> 0"."""
+        if self.action in SCHEDULING_CONFIDENCE:
+            return "none held"
+        return f"{gpu_count(self.gpus_now)} {arrow} {gpu_count(self.gpus_after)}"
 
 
 #: The most confidence a replica count sized from GPU activity alone gets (its engine's load sizes it firmly).

@@ -101,7 +101,7 @@ def plan_section(plan: Plan) -> str:
         f"<tr><td>{_e(a.owner)}<div class=small>{_e(a.team or '')}</div></td>"
         f"<td><b>{_e(a.action)}</b>: {_e(a.what)}<div class=small>"
         f"{_e('; '.join(f'{k}: {v}' for k, v in {**a.evidence, **a.assumptions}.items()))}</div></td>"
-        f"<td class=n data-label='GPUs'>{gpu_count(a.gpus_now)} &rarr; {gpu_count(a.gpus_after)}</td>"
+        f"<td class=n data-label='GPUs'>{_e(a.gpus_change('→'))}</td>"
         f"<td class=n data-label='{saves}'>"
         f"${a.saving_usd_per_30d if plan.projected else a.saving_usd_span:,.{0 if plan.projected else 2}f}</td>"
         f"<td class=n data-label='confidence'>{a.confidence:.2f}</td></tr>"

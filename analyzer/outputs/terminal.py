@@ -26,7 +26,7 @@ from rich.text import Text
 
 from gpulens.analyzer.inputs import readers
 from gpulens.analyzer.judging.classify import Verdict
-from gpulens.analyzer.judging.evidence import duration, gpu_count, in_units
+from gpulens.analyzer.judging.evidence import duration, gpu_count, item_in_units
 from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
 from gpulens.analyzer.outputs.plan import Plan
 from gpulens.analyzer.outputs.report import fleet_line
@@ -36,8 +36,12 @@ from gpulens.analyzer.outputs.summary import waste_by
 PIPED_COLUMNS = 120
 #: The narrowest layout: 80 columns, a terminal's default.
 NARROWEST = 80
-#: From this width the pods and the plan are tables; under it, a block each (their text wraps under them).
+#: From this width the pods and the plan are tables where their text columns are readable; under it, or where
+#: they would not be, a block each (their text wraps under them).
 WIDE_COLUMNS = 120
+#: The narrowest a table's text column (why, what to do, the change) may be: narrower, a reason is cut to a
+#: word ("stages_take_tur…", "Communica"), and the blocks say it whole.
+READABLE_TEXT = 30
 #: The widest the pods' column gets in a table (names longer wrap).
 POD_COLUMN = 36
 #: The waits the cluster's section lists, longest first: a month of a busy cluster names hundreds.
@@ -89,9 +93,9 @@ def _overhead(columns: int) -> int:
 
 def _shares(width: int, fixed: list[int], ratios: list[int]) -> list[int]:
     """The widths of the text columns of a table `width` wide whose other columns take `fixed`: what is left,
-    shared by `ratios` (at least 10 each)."""
+    shared by `ratios` (0 where nothing is: the caller writes blocks where any is under READABLE_TEXT)."""
     free = width - sum(fixed) - _overhead(len(fixed) + len(ratios))
-    return [max(10, free * r // sum(ratios)) for r in ratios]
+    return [max(0, free * r // sum(ratios)) for r in ratios]
 
 
 def _figures(cells: list[str], header: str) -> int:
@@ -107,14 +111,6 @@ def _pods(verdicts: list[Verdict], width: int) -> RenderableType:
         "--format json or html)"
     )
     rows = [_PodRow.of(v) for v in verdicts]
-    if width < WIDE_COLUMNS:
-        blocks: list[RenderableType] = [title]
-        for r in rows:
-            blocks.append(Text(""))
-            blocks += _headline(r.name, f"{r.bottleneck} {r.confidence}  {r.hours} GPU-h wasted, ${r.cost}", width)
-            for line in [*r.about, *r.why, f"to do: {r.fix}"]:
-                blocks.append(Text("  " + line, no_wrap=True, overflow="ellipsis"))
-        return Group(*blocks)
     headers = ["class", "conf", "GPU-h", "cost $"]
     cells = [
         [r.bottleneck for r in rows],
@@ -125,6 +121,14 @@ def _pods(verdicts: list[Verdict], width: int) -> RenderableType:
     fixed = [_figures(column, header) for column, header in zip(cells, headers, strict=True)]
     pod = min(max((len(line) for r in rows for line in [r.name, *r.about]), default=len("pod or GPU")), POD_COLUMN)
     why, fix = _shares(width, [pod, *fixed], [2, 1])
+    if width < WIDE_COLUMNS or min(why, fix) < READABLE_TEXT:
+        blocks: list[RenderableType] = [title]
+        for r in rows:
+            blocks.append(Text(""))
+            blocks += _headline(r.name, f"{r.bottleneck} {r.confidence}  {r.hours} GPU-h wasted, ${r.cost}", width)
+            for line in [*r.about, *r.why, f"to do: {r.fix}"]:
+                blocks.append(Text("  " + line, no_wrap=True, overflow="ellipsis"))
+        return Group(*blocks)
     table = Table(title=title, box=box.SIMPLE_HEAD, show_lines=True, title_justify="left")
     table.add_column("pod or GPU", width=pod, overflow="fold")
     for header, w in zip(headers, fixed, strict=True):
@@ -162,7 +166,7 @@ class _PodRow:
             f"{v.confidence:.2f}",
             f"{v.wasted_gpu_seconds / 3600:,.2f}",
             f"{v.wasted_cost:,.2f}",
-            [f"{k}: {in_units(val)}" for k, val in v.evidence.items()],
+            [item_in_units(k, val) for k, val in v.evidence.items()],
             v.recommendation.split(". ")[0].split(": ")[0],
         )
 
@@ -189,6 +193,11 @@ def _headline(name: str, figures: str, width: int) -> list[RenderableType]:
     return [Text(name, style="bold", overflow="fold"), Text("  " + figures)]
 
 
+def _counted(count: int, noun: str) -> str:
+    """A count and its noun, singular for one ("1 node", "2 GPUs")."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def _plan(plan: Plan, width: int) -> RenderableType:
     """Wide: a table, one row an action, its change wrapped. Narrow: a block an action, its figures on its
     first line and its change wrapped under it."""
@@ -198,28 +207,28 @@ def _plan(plan: Plan, width: int) -> RenderableType:
         f"What to change: GPUs held {gpu_count(total.gpus_now)} -> {gpu_count(total.gpus_after)}, saving "
         f"{plan.saving(total.saving_usd_per_30d, total.saving_usd_span)}{why} (in full: --format json or html)"
     )
-    if width < WIDE_COLUMNS:
-        blocks: list[RenderableType] = [title]
-        for a in plan.actions:
-            blocks.append(Text(""))
-            figures = (
-                f"{a.action}: GPUs {gpu_count(a.gpus_now)} -> {gpu_count(a.gpus_after)}, "
-                f"saves {plan.saving(a.saving_usd_per_30d, a.saving_usd_span)}, confidence {a.confidence:.2f}"
-            )
-            blocks += _headline(a.owner, figures, width)
-            # Wrapped here, not by rich, whose padding would end every line in spaces up to the width.
-            blocks.append(Text(textwrap.fill(a.what, width, initial_indent="  ", subsequent_indent="  ")))
-        return Group(*blocks)
     headers = ["action", "GPUs", "saves / 30 d $" if plan.projected else "saved in span $", "confidence"]
     cells = [
         [a.action for a in plan.actions],
-        [f"{gpu_count(a.gpus_now)} -> {gpu_count(a.gpus_after)}" for a in plan.actions],
+        [a.gpus_change() for a in plan.actions],
         [f"{a.saving_usd_per_30d:,.0f}" if plan.projected else f"{a.saving_usd_span:,.2f}" for a in plan.actions],
         [f"{a.confidence:.2f}" for a in plan.actions],
     ]
     fixed = [_figures(column, header) for column, header in zip(cells, headers, strict=True)]
     workload = min(max(len(a.owner) for a in plan.actions), POD_COLUMN)
     [change] = _shares(width, [workload, *fixed], [1])
+    if width < WIDE_COLUMNS or change < READABLE_TEXT:
+        blocks: list[RenderableType] = [title]
+        for a in plan.actions:
+            blocks.append(Text(""))
+            figures = (
+                f"{a.action}: GPUs {a.gpus_change()}, "
+                f"saves {plan.saving(a.saving_usd_per_30d, a.saving_usd_span)}, confidence {a.confidence:.2f}"
+            )
+            blocks += _headline(a.owner, figures, width)
+            # Wrapped here, not by rich, whose padding would end every line in spaces up to the width.
+            blocks.append(Text(textwrap.fill(a.what, width, initial_indent="  ", subsequent_indent="  ")))
+        return Group(*blocks)
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("workload", width=workload, overflow="fold")
     for header, w in zip(headers, fixed, strict=True):
@@ -242,7 +251,7 @@ def _waste(verdicts: list[Verdict], dimension: str, width: int) -> Table:
     widest = max([len(dimension), *(len(s.key) for s in sums)])
     [name] = _shares(width, fixed, [1])
     table = Table(title=f"Waste by {dimension}", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column(dimension, width=min(widest, name), overflow="fold")
+    table.add_column(dimension, width=min(widest, max(name, 10)), overflow="fold")
     for header, w in zip(cells, fixed, strict=True):
         table.add_column(header, width=w, no_wrap=True, justify="right")
     for k, s in enumerate(sums):
@@ -284,7 +293,7 @@ def _cluster(s: Scheduling, width: int) -> RenderableType:
         parts.append(table)
     else:
         for p, row in zip(s.pools, rows, strict=True):
-            parts += _headline(p.name, f"{row[0]} nodes, {row[1]} GPUs", width)
+            parts += _headline(p.name, f"{_counted(p.nodes, 'node')}, {_counted(p.gpus, 'GPU')}", width)
             parts.append(Text(f"  free {row[2]} GPU-h: stranded {row[3]} (${row[4]}), nobody waited {row[5]}"))
     lines: list[str] = []
     if s.pending:
