@@ -607,8 +607,16 @@ def test_the_live_analyzer_serves_the_cluster_as_it_is_now(store):
     try:
         assert service.cycle()
         served = samples(service.render_text().decode())
+        from gpulens.analyzer.outputs.livepage import LivePage
+
+        status, _, body = LivePage(service).page()
     finally:
         source.close()
+    # The page at / says who waits and why, as the report does (it had no section for them).
+    page = body.decode()
+    assert status == 200 and "<h3>Pods that waited for GPUs</h3>" in page
+    waits = re.findall(r"<td>([a-z-]+/[a-z0-9-]+)<div class=small>[^<]*</div></td>.*?<b>([a-z_]+)</b>", page)
+    assert ("research/train-big-0", "fragmented") in waits and ("research/train-huge-0", "too_large") in waits
 
     def of(name: str) -> dict[tuple[str, ...], float]:
         return {

@@ -353,10 +353,12 @@ def test_a_plan_over_less_than_a_day_says_what_it_saved_in_the_span_not_per_mont
     assert (row["saving_usd_span"], row["saving_usd_per_30d"]) == ("18.0", "")
     text = terminal.report_text(verdicts, plan, 120)
     assert (
-        "What to change: GPUs held 1 -> 1, saving $18.00 in the 12 h seen (no month projected from under 1 d of "
-        "samples)" in " ".join(text.split())
+        "What to change: GPUs held 1 -> 1 (by the 1 pod and GPUs it changes, each counted whenever it ran in the "
+        "12 h seen), saving $18.00 in the 12 h seen (no month projected from under 1 d of samples)"
+        in " ".join(text.split())
     )
     assert "per 30 days" not in text and "1,080" not in text
     html = plan_section(plan)
     assert "saving <b>$18.00 in the 12 h seen</b> (no month projected from under 1 d of samples)" in html
+    assert "GPUs held 1 → 1 (by the 1 pod and GPUs it changes, each counted whenever it ran in the 12 h seen)" in html
     assert "<th class=n>saved in the span</th>" in html and "1,080" not in html

@@ -95,6 +95,7 @@ class LivePage:
             f"<p class=small id=status>{snap.sections['status']}</p>",
             "<p class=small id=error role=status></p>",
             f"<div id=summary>{snap.sections['summary']}</div>",
+            f"<div id=cluster>{snap.sections['cluster']}</div>",
             f"<div id=waste>{snap.sections['waste']}</div>",
             f"<h2>Pods and GPUs</h2><div class=small id=listed>{snap.sections['listed']}</div>",
             report.pod_table("".join(snap.rows[unit] for unit in snap.order)),
@@ -157,6 +158,13 @@ class LivePage:
                 f"{duration(service.history_seconds)} kept; this page refreshes itself.{stale}"
             ),
             "summary": report.fleet_summary(over_history) + report.plan_section(plan),
+            "cluster": (
+                report.cluster_section(state.scheduling)
+                if state.scheduling is not None
+                else "<h2>The cluster's share: GPUs free while pods waited</h2><p class=small>None to show: no pod "
+                "asked for a GPU in the window, or kube-state-metrics is not read (it is read from the Prometheus "
+                "an analyzer reads, --input.prometheus).</p>"
+            ),
             "waste": report.waste_tables(over_history),
             "listed": (
                 f"The {len(listed)} that wasted the most of {len(over_history)}; every verdict is in "

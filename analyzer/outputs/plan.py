@@ -252,6 +252,17 @@ class Plan:
             return f"${per_30d:,.0f} per 30 days"
         return f"${in_span:,.2f} in the {duration(self.span_seconds)} seen"
 
+    def held(self, arrow: str = "->") -> str:
+        """The GPUs the actions change, now and after, with what the count covers: each unit's GPUs whenever
+        in the span it ran, so that a span with pods that came and went counts each of them (a day of a live
+        analyzer's history beside a report of the last hours differ for that). The cluster's actions hold none."""
+        units = sum(len(a.units) for a in self.actions if a.action not in SCHEDULING_CONFIDENCE)
+        return (
+            f"GPUs held {gpu_count(self.total.gpus_now)} {arrow} {gpu_count(self.total.gpus_after)} (by the {units:,} "
+            f"pod{'s' if units != 1 else ''} and GPUs it changes, each counted whenever it ran in the "
+            f"{duration(self.span_seconds)} seen)"
+        )
+
     def unprojected(self) -> str:
         """Why no per-30-day figure is given ("" where one is)."""
         if self.projected:

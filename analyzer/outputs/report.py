@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from gpulens.analyzer.judging.classify import Verdict
-from gpulens.analyzer.judging.evidence import duration, gpu_count
+from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.history import sample_interval
 from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
@@ -110,8 +110,8 @@ def plan_section(plan: Plan) -> str:
     skipped = "".join(f"<li>{_e(n.owner)}: {_e(n.reason)}</li>" for n in plan.not_planned)
     return (
         "<h2>What to change</h2>"
-        f"<p><b>{total.actions}</b> change{'s' if total.actions != 1 else ''}: GPUs held {gpu_count(total.gpus_now)} "
-        f"&rarr; {gpu_count(total.gpus_after)}, saving <b>{saved}</b> "
+        f"<p><b>{total.actions}</b> change{'s' if total.actions != 1 else ''}: {_e(plan.held('→'))}, saving "
+        f"<b>{saved}</b> "
         f"{f'(${total.saving_usd_span:,.2f} over the span)' if plan.projected else f'({_e(plan.unprojected())})'}"
         f"{f'; by team: {teams}' if teams else ''}.</p>"
         f"<p>{_e(fleet_line(plan))}</p>"

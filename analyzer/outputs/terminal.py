@@ -204,7 +204,7 @@ def _plan(plan: Plan, width: int) -> RenderableType:
     total = plan.total
     why = f" ({plan.unprojected()})" if not plan.projected else ""
     title = Text(
-        f"What to change: GPUs held {gpu_count(total.gpus_now)} -> {gpu_count(total.gpus_after)}, saving "
+        f"What to change: {plan.held()}, saving "
         f"{plan.saving(total.saving_usd_per_30d, total.saving_usd_span)}{why} (in full: --format json or html)"
     )
     headers = ["action", "GPUs", "saves / 30 d $" if plan.projected else "saved in span $", "confidence"]
