@@ -469,7 +469,10 @@ def test_compose_images_are_pinned_and_gpulens_runs_unprivileged():
 
 
 def test_compose_configs_are_current():
-    """deploy/compose is what `gpulens demo --write-configs deploy/compose` writes today."""
+    """deploy/compose is what `gpulens demo --write-configs deploy/compose` writes today, its analyzer's
+    thresholds for the speed compose's exporters run at."""
+    speeds = re.findall(r"--simulate\.speed=([0-9.]+)", (REPO / "docker-compose.yml").read_text())
+    assert speeds and {float(speed) for speed in speeds} == {demo.COMPOSE_SPEED}
     for name, text in demo.compose_configs(Thresholds.load(str(demo.DEMO_THRESHOLDS))).items():
         assert (REPO / "deploy" / "compose" / name).read_text() == text, (
             f"deploy/compose/{name} is stale: run `gpulens demo --write-configs deploy/compose`"

@@ -522,3 +522,18 @@ def test_answers_and_reports_write_json_without_nan_or_infinity():
     text = finite_json(document)
     assert text == '{"mean": null, "waste": [1.5, null, null], "nested": [{"confidence": null}]}'
     assert json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))["waste"][0] == 1.5
+
+
+def test_every_threshold_written_as_a_file_is_read_back_as_it_was(tmp_path):
+    """Thresholds.to_yaml() of the defaults, and of the demo's at its five-fold speed, read back by --thresholds
+    as they were: no default is one the file's own schema refuses (pipeline_bubble_standard_errors, 2.0, was read
+    as a ratio, at most 1)."""
+    from dataclasses import asdict
+
+    path = tmp_path / "t.yaml"
+    for thresholds in (Thresholds(), Thresholds().at_speed(5)):
+        path.write_text(thresholds.to_yaml("heading"))
+        assert asdict(Thresholds.load(str(path))) == asdict(thresholds)
+    fast = Thresholds().at_speed(5)
+    assert (fast.stall_long_seconds, fast.offload_pcie_bytes_per_second) == (2.0, 5e9)
+    assert fast.idle_seconds == Thresholds().idle_seconds  # a span watched, in real time

@@ -16,11 +16,11 @@ import requests
 import yaml
 
 from gpulens.core import mixin
-from gpulens.core.bottlenecks import RECOMMENDATIONS
+from gpulens.core.bottlenecks import RECOMMENDATIONS, STALL_CAUSES
 from gpulens.dashboards import gpulens as dashboards
 from gpulens.simulator.fleet import DEFAULT_FLEET
 from tests.helpers import samples, start_demo_stack, wait_until
-from tests.test_analyzer_service import EXPECTED
+from tests.test_analyzer_service import CAUSES, EXPECTED
 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
 pytestmark = pytest.mark.slow
@@ -138,8 +138,18 @@ def classes(stack) -> dict[str, str]:
     return {f"{v['namespace']}/{v['pod']}": v["bottleneck"] for v in verdicts if v["pod"]}
 
 
+def causes(stack) -> dict[str, tuple[str, str]]:
+    """Each host stall's cause and the fix its verdict says."""
+    verdicts = requests.get(f"http://{stack.plan.analyzer}/api/v1/verdicts", timeout=5).json()["verdicts"]
+    return {f"{v['namespace']}/{v['pod']}": (v["cause"], v["recommendation"]) for v in verdicts if v["cause"]}
+
+
 def test_every_simulated_pod_is_classified_as_its_profile(stack):
+    """Every pod's class, and each host stall's cause and fix, at the speed the demo runs (five-fold: its
+    checkpoints' 15-25 s saves last 3-5 s, judged at thresholds scaled to that clock)."""
     eventually(lambda: classes(stack), EXPECTED, 240, "the analyzer's classes")
+    truth = {**CAUSES, "research/notebook-frank-0": "host_thread"}  # its pod's CPU, from the stack's cAdvisor
+    eventually(lambda: causes(stack), {k: (c, STALL_CAUSES[c]) for k, c in truth.items()}, 60, "the stalls' causes")
 
 
 def workloads(stack) -> dict[str, tuple[str, str]]:

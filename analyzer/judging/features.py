@@ -349,9 +349,6 @@ class _Signals:
             self.pcie_peer = np.fmin(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
         #: Bytes per second into the GPU over PCIe (DCGM's PCIE_RX, NVML's RX: host-to-device, or from a peer).
         self.host_to_device = column("pcie_rx_bytes_per_second")
-        with np.errstate(invalid="ignore"):
-            #: Fetching from host memory while the SMs wait: a CPU-offloaded job's parameter fetches.
-            self.host_fetch = (self.host_to_device >= t.offload_pcie_bytes_per_second) & (self.act < t.interconnect_sm)
         # A kernel ran (utilization above starvation_high) while the GPU waited: at a small share of the
         # board's power, or with its SMs idle. NCCL spins a kernel while a rank waits in a collective, and
         # utilization says "busy" (docs/signals.md: busy is not working).
@@ -366,6 +363,15 @@ class _Signals:
         self.no_kernel = kernel < t.starvation_low
         #: Stalled: waiting or without a kernel. Runs of stalled samples on one GPU are its stalls.
         self.stalled = stalled = self.waiting | self.no_kernel
+        with np.errstate(invalid="ignore"):
+            #: Fetching from host memory while the SMs wait: a CPU-offloaded job's parameter fetches. Not while a
+            #: kernel spins (waiting): a copy runs no kernel, and a rank spinning in a collective whose peers are
+            #: in other pods moves its exchange and its input over PCIe too.
+            self.host_fetch = (
+                (self.host_to_device >= t.offload_pcie_bytes_per_second)
+                & (self.act < t.interconnect_sm)
+                & ~self.waiting
+            )
         run_starts = np.flatnonzero(stalled & (rows.gpu_changes | ~np.r_[False, stalled[:-1]]))
         run_ends = np.flatnonzero(stalled & (np.r_[rows.gpu_changes[1:], True] | ~np.r_[stalled[1:], False]))
         # A stall has work on both sides: quiet at the start or the end of a GPU's rows is its start-up (a model

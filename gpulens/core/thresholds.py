@@ -8,7 +8,7 @@ Override any of them with `--thresholds FILE` (YAML with the same field names).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 from gpulens.core.activity import HIGH_BOUND, IDLE_ACTIVITY, IDLE_BOUND, LOW_BOUND
 from gpulens.core.config import PROMQL_DURATION, ConfigError, duration_seconds, read_yaml
@@ -144,9 +144,10 @@ class Thresholds:
     #: (throttled, power-capped); otherwise its work or its host. (proposal)
     straggler_clock_margin: float = 0.05
     #: Host-to-device PCIe traffic at this rate or more while the SMs wait (activity under interconnect_sm)
-    #: is the GPU fetching its parameters or activations from host memory (CPU offload: FSDP or DeepSpeed
-    #: ZeRO-Offload): bytes per second. An input pipeline's copies come in spikes at each step's start, under it
-    #: on average. (tool: KempnerPulse PCIe >= 1 GB/s with SM < 30%)
+    #: with no kernel spinning is the GPU fetching its parameters or activations from host memory (CPU offload:
+    #: FSDP or DeepSpeed ZeRO-Offload): bytes per second. A copy runs no kernel; a rank spinning in a collective
+    #: whose exchange crosses PCIe waits on a peer. An input pipeline's copies come in spikes at each step's
+    #: start, under it on average. (tool: KempnerPulse PCIe >= 1 GB/s with SM < 30%)
     offload_pcie_bytes_per_second: float = 1e9
     #: A pod using one CPU core, give or take this many, under a limit of more (or none), while its one GPU
     #: works little: one host thread drives the GPU (a Python loop, held to one core by the GIL, launching a
@@ -335,6 +336,31 @@ class Thresholds:
                 )
         return cls(**given)
 
+    def at_speed(self, speed: float) -> Thresholds:
+        """These thresholds for workloads played `speed` times faster than real time (a simulated fleet):
+        WORKLOAD_DURATIONS divided by it, WORKLOAD_RATES multiplied."""
+        return replace(
+            self,
+            **{name: getattr(self, name) / speed for name in WORKLOAD_DURATIONS},
+            **{name: getattr(self, name) * speed for name in WORKLOAD_RATES},
+        )
+
+    def to_yaml(self, heading: str = "") -> str:
+        """Every threshold as a --thresholds file holds it, `heading` as a comment above them."""
+        import yaml  # here: the exporter loads this module, and no YAML
+
+        comment = "".join(f"# {line}\n" for line in heading.splitlines())
+        return comment + yaml.safe_dump(asdict(self), sort_keys=False)
+
+
+#: Thresholds that measure what a workload does on its own clock: how long one of its stalls lasts, how fast it
+#: moves bytes. A simulated fleet played `speed` times faster than real time (the demo's, five-fold) shows its
+#: stalls that many times shorter and its rates that many times higher, and is judged at these scaled to match
+#: (Thresholds.at_speed): unscaled, the demo's 15-25 s checkpoints were 3-5 s, under stall_long_seconds, and
+#: read as the input pipeline's. The other durations are spans the analyzer watched (real time, as its alerts').
+WORKLOAD_DURATIONS = ("stall_long_seconds",)
+WORKLOAD_RATES = ("offload_pcie_bytes_per_second",)
+
 
 #: Thresholds no rule reads any more, and why: a file that sets one is told so, not offered a near name.
 REMOVED = {
@@ -346,7 +372,7 @@ REMOVED = {
 #: Thresholds named with a unit (and these two counts) are numbers from 0 up; every other number is a
 #: ratio from 0 to 1.
 _UNIT_SUFFIXES = ("_seconds", "_bytes", "_per_second", "_per_minute", "_factor")
-_UNBOUNDED = {"starvation_regularity", "nvlink_errors"}
+_UNBOUNDED = {"starvation_regularity", "nvlink_errors", "pipeline_bubble_standard_errors"}
 
 
 def _schema() -> Record:
