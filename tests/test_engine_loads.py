@@ -62,6 +62,8 @@ def store(tmp_path_factory):
             ("vllm:request_success_total", "burst-0", BURST_FINISHED),
             ("vllm:num_requests_running", "inf-0", INF_RUNNING),
             ("vllm:request_success_total", "inf-0", STEADY_FINISHED),
+            ("vllm:num_requests_running", "negative-0", np.full(len(TIMES), -1.0)),
+            ("vllm:request_success_total", "negative-0", STEADY_FINISHED),
             ("vllm:num_requests_running", "two-0", TWO_RUNNING),
             ("vllm:request_success_total", "two-0", STEADY_FINISHED),
             ("sglang:num_requests_total", "two-0", zeros),
@@ -93,12 +95,15 @@ def test_a_burst_between_two_steps_is_the_peak_at_any_step(store, step):
 def test_a_gauge_at_inf_is_left_out_and_said_and_its_pod_still_measured(store, caplog):
     """Three minutes of +Inf in vllm:num_requests_running: those samples are skipped by the store's reductions
     (an overflow in the plan before), the pod's peak and percentile are its finite samples', and the log says
-    which pod's series held it."""
+    which pod's series held it. Negative samples count for nothing."""
     with caplog.at_level(logging.WARNING, logger="gpulens.analyzer.inputs.engines"):
         loads = read_engine_loads(store, START, END, INTERVAL, 0.95)
     broken = loads[("serve", "inf-0")]
     finite = INF_RUNNING[np.isfinite(INF_RUNNING)]
     assert (broken.running_peak, broken.running_at_percentile) == (finite.max(), 3.0) == (5.0, 3.0)
+    # A gauge that only ever said -1 running counts nothing: no peak and no percentile, not a peak of -1.
+    negative = loads[("serve", "negative-0")]
+    assert negative.served and math.isnan(negative.running_peak) and math.isnan(negative.running_at_percentile)
     assert [r.getMessage() for r in caplog.records] == [
         "vllm:num_requests_running held +Inf or NaN in 1 pod (serve/inf-0): those samples are left out of their "
         "peaks; check what exports it"

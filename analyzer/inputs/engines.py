@@ -125,7 +125,7 @@ def read_engine_loads(
                 for pod, value in _by_pod(store, raw, end).items():
                     if not math.isfinite(value):
                         unbounded.setdefault(gauge.name, []).append("/".join(pod))
-                    elif value <= gauge.most and value > stepped.get(pod, -math.inf):
+                    elif 0 <= value <= gauge.most and value > stepped.get(pod, -math.inf):
                         stepped[pod] = value
                 for pod, value in stepped.items():
                     peak.setdefault(pod, value)
