@@ -338,7 +338,11 @@ def test_a_header_flag_that_is_not_a_header_is_refused(header):
             ["--prometheus", "http://127.0.0.1:9", "--since", "2026-11-23T00:00:00Z", "--until", "2026-11-22"],
             "--until '2026-11-22' is not a time: give RFC 3339",
         ),
-        (["trace.csv", "--prometheus", "http://127.0.0.1:9", "--since", "1d"], "give files to read, or --prometheus"),
+        (
+            ["trace.csv", "--prometheus", "http://127.0.0.1:9", "--since", "1d"],
+            "trace.csv: files given with --prometheus: a report reads a store or files, not both; drop one",
+        ),
+        (["--since", "1d"], "give files to read, or --prometheus URL --since DURATION: one of the two"),
         (["trace.csv", "--since", "1d"], "--since: only for --prometheus (files cover their own span"),
         (
             ["trace.csv", "--team-label", "team", "--prometheus.selector", 'job="x"', "--prometheus.step", "1m"],
