@@ -75,12 +75,16 @@ class _Counts:
     def checked(
         self, name: str, labels: dict[str, str], values: list[tuple[float, float]], most: float = MOST_GPUS
     ) -> list[tuple[float, float]]:
-        kept = [(at, v) for at, v in values if 0 <= v <= most and float(v).is_integer()]
-        if len(kept) < len(values):
-            first = next(v for _, v in values if not (0 <= v <= most and float(v).is_integer()))
-            count, series, example = self.left_out.get(name, (0, set(), (labels, first)))
-            series.add(tuple(sorted(labels.items())))
-            self.left_out[name] = (count + len(values) - len(kept), series, example)
+        """`values` itself where every one is a count (a day of a fleet's requests is millions of points: never
+        copied, nor their pairs made anew), else the points that are, the others tallied."""
+        counts = np.fromiter((v for _, v in values), dtype=np.float64, count=len(values))
+        good = (counts >= 0) & (counts <= most) & (counts == np.floor(counts))
+        if good.all():
+            return values
+        kept = [point for point, ok in zip(values, good.tolist(), strict=True) if ok]
+        count, series, example = self.left_out.get(name, (0, set(), (labels, float(counts[~good][0]))))
+        series.add(tuple(sorted(labels.items())))
+        self.left_out[name] = (count + len(values) - len(kept), series, example)
         return kept
 
     def notes(self) -> list[str]:
@@ -234,10 +238,9 @@ class ClusterReader:
                 values = counts.checked("kube_resourcequota", labels, values, most=math.inf)
                 _place(quota.setdefault(labels.get("namespace", ""), np.full(steps, np.nan)), values, start, step)
             for labels, values in source.gpu_pods(at, until, step, age):
-                # A request of 0 GPUs is no GPU pod: it neither holds nor waits for one.
-                values = [
-                    (t, v) for t, v in counts.checked("kube_pod_container_resource_requests", labels, values) if v
-                ]
+                values = counts.checked("kube_pod_container_resource_requests", labels, values)
+                if not all(gpus for _, gpus in values):  # a request of 0 GPUs neither holds nor waits for one
+                    values = [point for point in values if point[1]]
                 if not values:
                     continue
                 key = (labels.get("namespace", ""), labels.get("pod", ""))
