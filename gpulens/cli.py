@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         # The readers refuse what they can see will not fit (readers.REPORT_BYTES_PER_ROW, kube_state's bounds);
         # this is what they could not see, said in one line rather than a traceback.
         print(
-            f"gpulens {_command_of(argv) or ''}: out of memory: give a shorter span (--since, --until) or fewer "
+            f"{' '.join(filter(None, ['gpulens', _command_of(argv)]))}: out of memory: give a shorter span (--since, "
+            "--until) or fewer "
             "files, or run it where more memory is free",
             file=sys.stderr,
         )

@@ -63,14 +63,23 @@ FRESH = IDENTITY_FRESH
 MOST_GPUS = 4096
 
 
+@dataclass
+class _LeftOut:
+    """The samples of one series name left out: how many, the series they were in, and the first."""
+
+    samples: int
+    series: set[tuple[tuple[str, str], ...]]
+    first_labels: dict[str, str]
+    first: float
+
+
 class _Counts:
     """GPU counts checked where they enter: a count is a whole number from 0 to MOST_GPUS (a quota may be any
     whole number: a large one means no limit); other samples are left out, as if not exported, and tallied by
     series name, so that what was left out is said once."""
 
     def __init__(self) -> None:
-        #: By series name: samples left out, the series they were in, and the first (labels, value).
-        self.left_out: dict[str, tuple[int, set[tuple[tuple[str, str], ...]], tuple[dict[str, str], float]]] = {}
+        self.left_out: dict[str, _LeftOut] = {}
 
     def checked(
         self, name: str, labels: dict[str, str], values: list[tuple[float, float]], most: float = MOST_GPUS
@@ -82,19 +91,21 @@ class _Counts:
         if good.all():
             return values
         kept = [point for point, ok in zip(values, good.tolist(), strict=True) if ok]
-        count, series, example = self.left_out.get(name, (0, set(), (labels, float(counts[~good][0]))))
-        series.add(tuple(sorted(labels.items())))
-        self.left_out[name] = (count + len(values) - len(kept), series, example)
+        tally = self.left_out.setdefault(name, _LeftOut(0, set(), labels, float(counts[~good][0])))
+        tally.samples += len(values) - len(kept)
+        tally.series.add(tuple(sorted(labels.items())))
         return kept
 
     def notes(self) -> list[str]:
         out = []
-        for name, (count, series, (labels, value)) in sorted(self.left_out.items()):
-            said = ", ".join(f"{k}={v}" for k, v in sorted(labels.items()) if k in ("node", "namespace", "pod"))
+        for name, tally in sorted(self.left_out.items()):
+            said = ", ".join(
+                f"{k}={v}" for k, v in sorted(tally.first_labels.items()) if k in ("node", "namespace", "pod")
+            )
             out.append(
-                f"{name}: {count:,} sample{'s' if count != 1 else ''} of {len(series):,} series left out, not a "
-                f"count of GPUs (a whole number, at most {MOST_GPUS:,} a node or pod), the first {value:g} "
-                f"({said}); check the device plugin's or the pod's spec, and what exports the series"
+                f"{name}: {tally.samples:,} sample{'s' if tally.samples != 1 else ''} of {len(tally.series):,} series "
+                f"left out, not a count of GPUs (a whole number, at most {MOST_GPUS:,} a node or pod), the first "
+                f"{tally.first:g} ({said}); check the device plugin's or the pod's spec, and what exports the series"
             )
         return out
 
