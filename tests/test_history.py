@@ -8,7 +8,7 @@ import json
 import os
 import re
 import subprocess
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,7 @@ from gpulens.analyzer.judging.evidence import duration, percent
 from gpulens.analyzer.judging.history import analyze
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.times import for_people
 from gpulens.simulator.fleet import load_fleet
 from gpulens.simulator.workloads import DAY, PROFILES
 from tests.helpers import gpulens, require_binary
@@ -130,9 +131,10 @@ def test_a_span_writes_out_only_the_window_verdicts_its_headlines_read(serving_d
     assert len(judged) == 8 * 92  # 8 pods, a window ending at each 15-minute slot of 23 hours
     # Written out: the newest window of each class a pod was judged, once each.
     newest = {(judgement.verdict().pod, judgement.bottleneck): judgement for judgement in written}
-    assert len(newest) == len(written) == sum(len(v.by_class) for v in verdicts) == 14
+    assert len(newest) == len(written) == 14
     for verdict in verdicts:
-        assert {name for pod, name in newest if pod == verdict.pod} == set(verdict.by_class)
+        # A replica's quiet hours are booked as serving's: its idle windows were written out, and read for nothing.
+        assert {name for pod, name in newest if pod == verdict.pod} >= set(verdict.by_class)
         headline = newest[verdict.pod, verdict.bottleneck]
         assert headline.verdict().recommendation == verdict.recommendation
         # Written out from its frame's columns, as judge() writes the row out from the record it judged.
@@ -496,13 +498,13 @@ def test_a_clock_that_jumps_a_day_counts_no_day_of_waste():
     assert set(np.diff(wasted).round(6)) == {60.0}  # each cycle the minute it saw, the jump's too
 
 
-def _replica_day(night_util: float) -> pd.DataFrame:
-    """A replica's day at 60 s (nvidia-smi: utilization, and 40 GB of 80 held): from 08:00 to 18:00 three
-    rows an hour catch a request at 100% (5% of the hour's work); through the night one row an hour catches
-    one at `night_util` (0.83% at 0.5: under the 1% bar, sparse use, each hour idle)."""
+def _replica_day(night_util: float, hours: tuple[int, int] = (8, 18)) -> pd.DataFrame:
+    """A replica's day at 60 s (nvidia-smi: utilization, and 40 GB of 80 held): in its working `hours` (08:00
+    to 18:00) three rows an hour catch a request at 100% (5% of the hour's work); through the rest one row an
+    hour catches one at `night_util` (0.83% at 0.5: under the 1% bar, sparse use, each hour idle)."""
     minutes = np.arange(24 * 60)
     hour, minute = minutes // 60, minutes % 60
-    day = (hour >= 8) & (hour < 18)
+    day = (hour >= hours[0]) & (hour < hours[1])
     util = np.where(day, np.where(minute % 20 == 7, 1.0, 0.0), np.where(minute == 31, night_util, 0.0))
     return fr.normalize(
         pd.DataFrame(
@@ -521,14 +523,38 @@ def _replica_day(night_util: float) -> pd.DataFrame:
     )
 
 
-@pytest.mark.parametrize(("night_util", "headline"), [(0.5, "overprovisioned_serving"), (0.0, "idle")])
-def test_a_replica_still_serving_through_quiet_nights_is_serving_over_its_day(night_util, headline):
-    """Its nights (14 of 24 hours) are sparse use, idle hour by hour, yet a request still comes every hour:
-    the span's headline is the serving fix, not "release the GPU". With no request in the night, the work
-    stopped at 18:00 and idle is the headline."""
+@pytest.mark.parametrize("night_util", [0.5, 0.0])
+def test_a_replica_resting_at_night_is_serving_over_its_day(night_util):
+    """Its nights (14 of 24 hours) are idle hour by hour, with a request every hour (0.5) or none (0.0): a rest
+    before the work the span saw (the night before 08:00), and one no longer after it (after 18:00). Whatever its
+    nights outweigh, the span's verdict is the serving fix, not "release the GPU": the evening booked as its quiet
+    hours, the night before its work as idle where no request came (nothing in the span says what it rested
+    from)."""
     [v] = analyze(_replica_day(night_util))
-    assert v.bottleneck == headline, v
-    assert v.by_class["idle"].share > 0.5
+    assert v.bottleneck == "overprovisioned_serving", v
+    # A night with a request every hour still served (Verdict.served): its quiet hours, all of it.
+    booked = [("overprovisioned_serving", 24.0)] if night_util else [("idle", 8.0), ("overprovisioned_serving", 16.0)]
+    assert [(e.bottleneck, (e.end - e.start) / 3600) for e in v.episodes] == booked
+    assert {name: part.share for name, part in v.by_class.items()} == {name: round(h / 24, 4) for name, h in booked}
+    # The windows that see the first and last requests of the day are serving's: the rests are 00:00-08:00 and
+    # 18:45-24:00, every minute of them wasted but the one a night request used.
+    wasted = 13.25 * (1 - night_util / 60)
+    assert v.evidence["pauses"] == (
+        f"2 rests of 5 h 15 min to 8 h, each followed by work or no longer than one that was: a workload in use, "
+        f"not work that stopped ({wasted:.2f} GPU-h wasted, its pauses booked as its quiet hours)"
+    )
+
+
+def test_a_replica_whose_work_stopped_is_idle():
+    """Requests from 00:00 to 10:00, then none for 14 hours, with no rest before to say it is a night: the work
+    stopped, and idle (the rest's waste, the larger) is the span's verdict."""
+    [v] = analyze(_replica_day(0.0, hours=(0, 10)))
+    assert v.bottleneck == "idle", v
+    # The windows that see the last request (09:47) are serving's: idle from 10:45.
+    assert v.evidence["stopped"] == (
+        f"no work since {for_people(MIDNIGHT + 10.75 * 3600)}: the work stopped and did not come back"
+    )
+    assert "pauses" not in v.evidence
 
 
 def test_the_span_judgement_is_one_for_the_api_the_page_and_the_plan():
@@ -545,6 +571,19 @@ def test_the_span_judgement_is_one_for_the_api_the_page_and_the_plan():
     t = Thresholds()
     assert ledger.verdict(t).bottleneck == ledger.headline(t) == "idle"
     assert ledger.verdict(t).evidence["busy_fraction"].startswith("0.4% of 2 h worked (29 s) < 1%")
+    # The live service with that history: its API's shares and episodes, and its metric of time by class, are
+    # the span verdict's (all of it idle), not the windows' (all of it serving).
+    from gpulens.analyzer.outputs.service import AnalyzerService
+
+    service = AnalyzerService(Replay(fleet_trace(["idle"], 60.0, 1), 600, lambda: 7200.0), t, {}, 300, lambda: 7200.0)
+    service.history[("ns", "p", "n1")] = ledger
+    [history] = json.loads(service.verdicts_json()[2])["history"]
+    assert (history["headline"], list(history["by_class"])) == ("idle", ["idle"])
+    assert history["by_class"]["idle"]["share"] == 1
+    assert [e["bottleneck"] for e in history["episodes"]] == ["idle"]
+    assert [line for line in service.render_text().decode().splitlines() if "bottleneck_time_ratio{" in line] == [
+        'gpulens_pod_bottleneck_time_ratio{bottleneck="idle",namespace="ns",node="n1",pod="p"} 1.0'
+    ]
 
 
 def test_a_jobs_start_up_does_not_give_it_its_verdict():
@@ -579,48 +618,54 @@ def test_a_jobs_start_up_does_not_give_it_its_verdict():
 
 
 def test_a_serving_replica_quiet_all_night_is_serving_where_kubernetes_says_it_serves():
-    """The replica's day with no request after 18:00: from its GPU alone the work stopped (idle, the test
-    above); a vLLM Deployment's replica quiet for the night is still a replica: serving, its evidence naming
-    what said so."""
+    """The replica's day with no request after 10:00: from its GPU alone the work stopped (idle, the test
+    above); a vLLM Deployment's replica quiet for the rest of the day is still a replica: serving, its evidence
+    naming what said so."""
     from gpulens.analyzer.inputs.kinds import WorkloadKind
 
-    [alone] = analyze(_replica_day(0.0))
+    [alone] = analyze(_replica_day(0.0, hours=(0, 10)))
     assert alone.bottleneck == "idle"
     assert alone.evidence["workload"].startswith("unknown: what the pod is (kube-state-metrics'")
-    [served] = analyze(_replica_day(0.0), workloads={"sd/replica": WorkloadKind("serving", "vllm", "image *vllm*")})
+    said = {"sd/replica": WorkloadKind("serving", "vllm", "image *vllm*")}
+    [served] = analyze(_replica_day(0.0, hours=(0, 10)), workloads=said)
     assert served.bottleneck == "overprovisioned_serving"
     assert served.evidence["workload"] == "serving, its engine vllm (image *vllm*)"
     assert served.wasted_gpu_seconds == alone.wasted_gpu_seconds
 
 
-def test_a_notebooks_cells_are_never_serving():
-    """Two hours of windows each judged overprovisioned_serving at 5% of the time worked (not sparse): from the
-    GPU alone a replica with few requests; a JupyterHub user's server is a notebook, its bursts cells, the time
-    its kernel holds the GPU between them idle (the plan culls it), its waste the same GPU-seconds."""
+@pytest.mark.parametrize(("mean", "idle", "headline"), [(0.05, 0.93, "healthy"), (0.02, 0.9, "unexplained")])
+def test_a_notebooks_cells_are_never_serving(mean, idle, headline):
+    """Two hours of windows each judged overprovisioned_serving, at 5% or 2% mean activity (not sparse): from the
+    GPU alone a replica with few requests. A JupyterHub user's server is a notebook, its bursts cells and the
+    pauses between them: in use, never "release". Active 71% of the time its cells ran (5% over 7% not idle),
+    its work is healthy; at 20% (2% over 10%) the light cells' cause is left open. Its waste is the same
+    GPU-seconds either way, booked under the class it now has."""
     from gpulens.analyzer.inputs.kinds import WorkloadKind
-    from gpulens.analyzer.judging.classify import Episode, Verdict
+    from gpulens.analyzer.judging.classify import ClassShare, Episode, Verdict
     from gpulens.analyzer.judging.history import Ledger
 
     ledger = Ledger()
     window = Verdict("ns", "p", "n1", ["GPU-0"], "H100", "overprovisioned_serving", 0.6, {}, "", 0.0, 0.0)
     for k in range(24):  # 24 cycles of 300 s, each wasting 285 GPU-s
         ledger.record(window, 300.0 * k, 300.0 * (k + 1), 300.0, 285.0, 0.5, True)
-        ledger.account(300.0, 0.05, 0.9, 0.05)
+        ledger.account(300.0, mean, idle, mean)
     t = Thresholds()
     assert ledger.verdict(t).bottleneck == "overprovisioned_serving"
     notebook = ledger.verdict(t, WorkloadKind("notebook", "", "label component=singleuser-server"))
-    assert notebook.bottleneck == "idle"
+    assert notebook.bottleneck == headline
     assert notebook.evidence["workload"] == "notebook (label component=singleuser-server)"
     assert notebook.wasted_gpu_seconds == 24 * 285.0
-    assert notebook.episodes == [Episode("idle", 0.0, 7200.0, 0.6, 6840.0)]
-    assert notebook.recommendation == RECOMMENDATIONS["idle"]
+    assert notebook.episodes == [Episode(headline, 0.0, 7200.0, 0.6, 6840.0)]
+    assert notebook.by_class == {headline: ClassShare(1.0, 6840.0, 12.0)}
+    assert notebook.recommendation == RECOMMENDATIONS[headline]
 
 
 def test_the_live_service_says_what_each_pod_is_and_judges_a_notebooks_windows_by_it():
     """Two pods serving a few requests at noon, judged every 5 minutes over 10-minute windows: from their GPUs
     alone replicas with few requests (4-16% active). Kubernetes says the first is a JupyterHub user's server:
-    its windows are notebook cells, so /metrics, the alerts on it and the API call it idle with what said so,
-    and its gpulens_pod_workload_info says notebook; the second, which nothing names, stays serving."""
+    its windows are notebook cells at full activity with pauses between, so /metrics, the alerts on it and the
+    API call it healthy (in use) with what said so, and its gpulens_pod_workload_info says notebook; the second,
+    which nothing names, stays serving."""
     from gpulens.analyzer.inputs.kinds import WorkloadKind
     from gpulens.analyzer.inputs.owners import Owner
     from gpulens.analyzer.outputs.service import AnalyzerService
@@ -639,20 +684,30 @@ def test_the_live_service_says_what_each_pod_is_and_judges_a_notebooks_windows_b
         now[0] += 300
     by_pod = {v.pod: v for v in service.state.verdicts}
     assert {pod: (v.bottleneck, v.workload_kind) for pod, v in by_pod.items()} == {
-        "serving-0": ("idle", "notebook"),
+        "serving-0": ("healthy", "notebook"),
         "serving-1": ("overprovisioned_serving", "unknown"),
     }
     assert by_pod["serving-0"].evidence["workload"] == "notebook (label component=singleuser-server)"
-    assert by_pod["serving-0"].recommendation == RECOMMENDATIONS["idle"]
+    assert by_pod["serving-0"].recommendation == RECOMMENDATIONS["healthy"]
     assert by_pod["serving-1"].evidence["workload"].startswith("unknown: what the pod is (kube-state-metrics'")
     lines = service.render_text().decode().splitlines()
     assert [line.removeprefix("gpulens_pod_workload_info") for line in lines if "_workload_info{" in line] == [
         '{engine="",namespace="sd",node="node-a",pod="serving-0",workload_kind="notebook"} 1.0',
         '{engine="",namespace="sd",node="node-a",pod="serving-1",workload_kind="unknown"} 1.0',
     ]
-    assert 'gpulens_pod_bottleneck{bottleneck="idle",namespace="sd",node="node-a",pod="serving-0"} 1.0' in lines
+    assert 'gpulens_pod_bottleneck{bottleneck="healthy",namespace="sd",node="node-a",pod="serving-0"} 1.0' in lines
     headlines = {p["pod"]: p["headline"] for p in json.loads(service.verdicts_json()[2])["history"]}
-    assert headlines == {"serving-0": "idle", "serving-1": "overprovisioned_serving"}
+    assert headlines == {"serving-0": "healthy", "serving-1": "overprovisioned_serving"}
+    # Every output tells the span verdict's story of the notebook: the API's shares and episodes, the metric of
+    # its time by class, the page's and the plan's verdict; none the windows' raw class (serving).
+    [over] = [v for v in service.over_history().verdicts.values() if v.pod == "serving-0"]
+    [history] = [p for p in json.loads(service.verdicts_json()[2])["history"] if p["pod"] == "serving-0"]
+    assert history["by_class"] == {"healthy": asdict(over.by_class["healthy"])} and len(over.by_class) == 1
+    assert [e["bottleneck"] for e in history["episodes"]] == [e.bottleneck for e in over.episodes] == ["healthy"]
+    assert [line for line in lines if line.startswith("gpulens_pod_bottleneck_time") and "serving-0" in line] == [
+        'gpulens_pod_bottleneck_time_ratio{bottleneck="healthy",namespace="sd",node="node-a",pod="serving-0"} 1.0'
+    ]
+    assert over.wasted_gpu_seconds == history["by_class"]["healthy"]["wasted_gpu_seconds"] > 0
 
 
 @pytest.mark.parametrize(("requests", "headline"), [(1843.0, "overprovisioned_serving"), (0.0, "idle")])
@@ -677,12 +732,12 @@ def test_what_the_engine_counted_decides_serving_against_idle(requests, headline
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
 def test_a_trace_files_workload_columns_say_what_its_pods_are(tmp_path, suffix):
-    """The replica's day with no request after 18:00 (idle from its GPU alone) in a file whose rows say it is a
+    """The replica's day with no request after 10:00 (idle from its GPU alone) in a file whose rows say it is a
     vLLM replica: serving, as Kubernetes would have said, with the file named as the source. The same day of a
     pod the file calls a job keeps its GPU's verdict."""
     from gpulens.analyzer.inputs.readers import read_trace
 
-    day = _replica_day(0.0)
+    day = _replica_day(0.0, hours=(0, 10))
     path = tmp_path / f"day{suffix}"
     fr.write_trace(day.assign(workload_kind="serving", engine="vllm"), path)
     [v] = analyze(read_trace(path))
@@ -722,23 +777,29 @@ def test_a_workload_column_holding_what_gpulens_does_not_know_is_refused(tmp_pat
     assert str(error.value) == f"{path}, {place}: {message}"
 
 
-def test_a_notebook_judged_in_one_window_is_idle_not_serving():
-    """Forty minutes of the replica's working hours, one window: from the GPU alone a replica with few requests
-    (overprovisioned_serving); the same rows of a JupyterHub user's server are cells run in a kernel left open."""
+@pytest.mark.parametrize(("start", "headline", "worked"), [(9 * 60, "healthy", 2), (17 * 60 + 30, "idle", 1)])
+def test_a_notebook_judged_in_one_window_is_in_use_not_serving(start, headline, worked):
+    """Forty minutes of the replica's day, one window: from the GPU alone a replica with few requests
+    (overprovisioned_serving). The same rows of a JupyterHub user's server are cells at full activity: from
+    09:00 to 09:40, cells at :07 and :27, quiet for the last 13 minutes, under four times the 20 minutes between
+    them (idle_pause_factor): a notebook in use, healthy while it works, its pauses' waste counted all the same.
+    From 17:30 to 18:10, one cell at 17:47 and quiet for 23 minutes after it, over idle_seconds (5) with no pause
+    while it worked to measure against: its kernel is idle now, the live analyzer's word for the window's end."""
     from gpulens.analyzer.inputs.kinds import WorkloadKind
 
     morning = _replica_day(0.0)
-    morning = morning[morning["timestamp"].between(MIDNIGHT + 9 * 3600, MIDNIGHT + 9 * 3600 + 40 * 60)]
+    morning = morning[morning["timestamp"].between(MIDNIGHT + start * 60, MIDNIGHT + (start + 40) * 60)]
     [alone] = analyze(morning)
     assert alone.bottleneck == "overprovisioned_serving" and len(alone.episodes) == 1  # one window: classify()'s
+    assert alone.facts == (["quiet_at_end"] if headline == "idle" else [])
     notebook = WorkloadKind("notebook", "", "label component=singleuser-server")
     [v] = analyze(morning, workloads={"sd/replica": notebook})
-    assert (v.bottleneck, v.recommendation, v.served) == ("idle", RECOMMENDATIONS["idle"], False)
+    assert (v.bottleneck, v.recommendation, v.served) == (headline, RECOMMENDATIONS[headline], False)
     assert v.evidence["workload"] == "notebook (label component=singleuser-server)"
     assert (v.workload_kind, v.kind_source) == ("notebook", "label component=singleuser-server")
-    assert v.wasted_gpu_seconds == alone.wasted_gpu_seconds == 2340.0
-    assert v.episodes == [replace(alone.episodes[0], bottleneck="idle")]
-    assert v.by_class == {"idle": alone.by_class["overprovisioned_serving"]}
+    assert v.wasted_gpu_seconds == alone.wasted_gpu_seconds == (41 - worked) * 60.0  # 41 rows, each a minute
+    assert v.episodes == [replace(alone.episodes[0], bottleneck=headline)]
+    assert v.by_class == {headline: alone.by_class["overprovisioned_serving"]}
 
 
 @pytest.mark.parametrize(("waiting", "headline"), [(0.0, "overprovisioned_serving"), (3.0, "unexplained")])
@@ -758,9 +819,27 @@ def test_an_engine_that_served_with_room_settles_low_activity_as_serving(waiting
     }
     v = Verdict("chat", "chat-0", "n1", ["GPU-0"], "H100", "unexplained", 0.3, open_causes, "", 0.0, 0.0)
     load = EngineLoad("vllm", 120238.0, 0.95, 31.0, 32.0, waiting, 14.0, 0.97, 1.0)
-    judged = with_workload(v, WorkloadKind("serving", "vllm", "image vllm/vllm-openai:v0.6.3"), load)
+    judged = with_workload(v, WorkloadKind("serving", "vllm", "image vllm/vllm-openai:v0.6.3"), load, Thresholds())
     assert judged.bottleneck == headline
     settled = headline == "overprovisioned_serving"
     assert ("causes_open" in judged.evidence) is not settled
     assert judged.evidence["mean_activity"] == open_causes["mean_activity"]
     assert judged.evidence["engine"].startswith("vllm: 120,238 requests finished over the span; running 31 at p95")
+
+
+def test_a_replicas_quiet_hours_lend_its_verdict_none_of_their_confidence():
+    """A replica's windows judged serving at 0.5 (no profiling fields: the cap) and its night idle at 0.85 (idle
+    needs none): the night is booked as its quiet hours, and the verdict is as sure as its serving windows were."""
+    from gpulens.analyzer.judging.classify import Verdict
+    from gpulens.analyzer.judging.history import Ledger
+
+    ledger = Ledger()
+    serving = Verdict("ns", "p", "n1", ["GPU-0"], "H100", "overprovisioned_serving", 0.5, {}, "", 0.0, 0.0, served=True)
+    idle = replace(serving, bottleneck="idle", confidence=0.85, served=False)
+    for k, window in enumerate([serving] * 4 + [idle] * 8 + [serving] * 4):  # 16 cycles of an hour
+        ledger.record(window, 3600.0 * k, 3600.0 * (k + 1), 3600.0, 3000.0, 1.0, True)
+        ledger.account(3600.0, 0.05, 0.9, 0.05)
+    v = ledger.verdict(Thresholds())
+    assert (v.bottleneck, v.confidence) == ("overprovisioned_serving", 0.5)
+    assert [(e.bottleneck, e.end - e.start) for e in v.episodes] == [("overprovisioned_serving", 16 * 3600.0)]
+    assert [(e.bottleneck, e.start, e.end) for e in v.pauses] == [("idle", 4 * 3600.0, 12 * 3600.0)]

@@ -320,14 +320,16 @@ def test_a_preallocating_engines_memory_is_no_demand_for_a_smaller_gpu():
 
 
 def test_a_notebook_idle_for_less_than_the_cull_time_changes_nothing_and_says_so():
-    """Two hours of a notebook: 20 minutes of work, 40 idle, 20 of work, 40 idle (idle spells of 45 minutes in
-    windows of 15). Culled after an hour idle it would have been freed for none of it: not a release of 1 GPU
-    to 1 for $0, but a reason."""
+    """Two hours of a notebook: 20 minutes of cells at 60%, 40 idle, 20 of cells, 40 idle (idle spells of 45
+    minutes in windows of 15). In use, healthy while it works; culled after an hour idle it would have been
+    freed for none of it: not a release of 1 GPU to 1 for $0, but a reason."""
     step = 30.0
     notebook = np.zeros(2 * 60 * 2)  # a sample every 30 s
     for start in (0, 60 * 2):  # minutes 0-20 and 60-80
         notebook[start : start + 40] = 0.6
-    _, plan = planned([pod("research/notebook-alice-0", "A100-SXM4-40GB", notebook, 12 * GIB, step)], step)
+    rows = pod("research/notebook-alice-0", "A100-SXM4-40GB", notebook, 12 * GIB, step)
+    [v], plan = planned([rows.assign(workload_kind="notebook", engine="")], step)
+    assert v.bottleneck == "healthy" and v.evidence["pauses"].startswith("2 rests of 45 min, each followed")
     assert plan.actions == []
     [skipped] = plan.not_planned
     assert skipped.units == ["research/notebook-alice-0"]
@@ -335,6 +337,44 @@ def test_a_notebook_idle_for_less_than_the_cull_time_changes_nothing_and_says_so
         "idle 45 min at most at a stretch in the 2 h seen, under the 1 h a culler waits (plan_cull_seconds): "
         "culling would have freed nothing yet"
     )
+
+
+def test_a_notebook_in_use_with_a_pause_past_the_cull_time_is_culled_not_released():
+    """A notebook (Kubernetes says so) training for an hour, resting 2 h 30 min, then training again: in use,
+    healthy while it works, never "release". Its pause outlasts the hour a culler waits by 1 h 30 min: culling
+    it would have freed that, $3.00 of an A100 40GB at the catalogue's $2.00 an hour."""
+    step = 30.0
+    activity = np.zeros(int(4.5 * 3600 / step))
+    activity[: int(3600 / step)] = activity[int(3.5 * 3600 / step) :] = 0.6
+    rows = pod("research/nb-0", "A100-SXM4-40GB", activity, 12 * GIB, step)
+    [v], plan = planned([rows.assign(workload_kind="notebook", engine="")], step)
+    assert v.bottleneck == "healthy"
+    assert v.evidence["pauses"] == (
+        "1 rest of 2 h 30 min, each followed by work or no longer than one that was: a workload in use, not work "
+        "that stopped (2.50 GPU-h wasted, booked as idle)"
+    )
+    [cull] = plan.actions
+    assert (cull.action, cull.what) == (
+        "release",
+        "cull its kernel after 1 h idle (JupyterHub idle-culler, Kubeflow culling)",
+    )
+    assert (cull.saving_usd_span, cull.evidence) == (3.0, {"idle": "1 h 30 min of idle spells past 1 h"})
+
+
+def test_a_replica_resting_at_night_is_sized_never_released():
+    """A replica's day from its GPU alone: requests from 08:00 to 18:00 (3 s at 95% every 20 minutes), none at
+    night, 20 GiB of an H100 held: serving, never "release its GPUs". Its peak fills the GPU (no smaller share
+    fits); its nights are what to save: scaled to zero after an hour without a request."""
+    step = 60.0
+    minutes = np.arange(24 * 60)
+    activity = np.where((minutes // 60 >= 8) & (minutes // 60 < 18) & (minutes % 20 == 7), 0.95, 0.0)
+    [v], plan = planned([pod("serve/chat-5d4f8b7c9-x2k4q", "H100-SXM5-80GB", activity, 20 * GIB, step)], step)
+    assert v.bottleneck == "overprovisioned_serving"
+    # Its rests, 00:00-08:00 and 18:45-24:00 (the windows that see the day's last request are serving's), past
+    # the hour it waits before scaling to zero: 7 h + 4 h 15 min, $45.00 of an H100 at the catalogue's $4.00.
+    [zero] = plan.actions
+    assert (zero.action, zero.saving_usd_span) == ("scale_to_zero", 45.0)
+    assert zero.evidence == {"rests": "2 rests without requests, the longest 8 h: 11 h 15 min of them past 1 h"}
 
 
 def test_a_plan_over_less_than_a_day_says_what_it_saved_in_the_span_not_per_month():

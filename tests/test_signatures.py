@@ -281,15 +281,15 @@ def test_a_gpu_waits_when_it_waits_on_stall_share_of_its_samples(waiting_samples
     assert (v.bottleneck == "host_stall") is stalled, v
 
 
-def checkpointing_job(save_seconds: int, period: int = 50, ranks: int = 4) -> pd.DataFrame:
-    """Ten minutes at 1 s of a job on `ranks` H100s seen by nvidia-smi: rank 0 writes a checkpoint for the
-    last `save_seconds` of every `period` (no kernel, 3% utilization, 50 W) while the others wait in the
+def checkpointing_job(save_seconds: int, period: int = 50, ranks: int = 4, samples: int = 600) -> pd.DataFrame:
+    """Ten minutes (`samples`) at 1 s of a job on `ranks` H100s seen by nvidia-smi: rank 0 writes a checkpoint
+    for the last `save_seconds` of every `period` (no kernel, 3% utilization, 50 W) while the others wait in the
     next collective (100% utilization at 140 W); the rest of the time all of them train at 560 W."""
-    seconds = np.arange(600)
+    seconds = np.arange(samples)
     saving = seconds % period >= period - save_seconds
     frames = [
         nvidia_smi(
-            samples=600,
+            samples=samples,
             gpu_name=f"GPU-{rank}",
             gpu_util=np.where(saving, 0.03, 1.0) if rank == 0 else 1.0,
             power_watts=np.where(saving, 50.0 if rank == 0 else 140.0, 560.0),
@@ -335,6 +335,22 @@ def test_a_rank_alone_stalls_on_saves_of_stall_long_seconds_and_on_its_input_bel
     if expected == "host_stall":
         assert v.evidence["stalled_fraction"] == "33.3% of samples >= 20%"
         assert v.recommendation == STALL_CAUSES["checkpoint"]
+
+
+@pytest.mark.parametrize("rest_seconds", [299, 300])
+def test_gaps_of_idle_seconds_are_rests_not_saves(rest_seconds):
+    """Two hours of one GPU working 10 minutes and resting the rest of every 15, its memory held: a notebook
+    training in cells, a job between runs. A checkpoint written even to slow storage takes under idle_seconds
+    (5 minutes): a steady gap of 299 s is a save; one of 300 s or more is a rest, not a save to make async."""
+    assert T.idle_seconds == 300
+    v = verdict(checkpointing_job(save_seconds=rest_seconds, period=900, ranks=1, samples=7200))
+    if rest_seconds < T.idle_seconds:
+        assert (v.bottleneck, v.cause) == ("host_stall", "checkpoint"), v
+        assert v.evidence["stalls"] == (
+            "7 of 299 s (median) every 900 s >= 10 s at a steady period (spread 0 <= 0.5): synchronous saves"
+        )
+    else:  # at work two thirds of the time (67.7%, rows at 3% counted), at full activity while it works
+        assert (v.bottleneck, v.evidence["mean_activity"]) == ("healthy", "67.7%"), v
 
 
 def test_long_steady_gaps_with_the_memory_released_are_not_saves():

@@ -113,8 +113,11 @@ def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(st
     assert [(v["namespace"], v["pod"], v["bottleneck"]) for v in from_file] == [
         ("", "", "unallocated"),  # GPU 3: no workload, and no pod holds it
         ("serve", "llm-0", serving),
-        ("research", "notebook-b", "idle"),
-        ("research", "notebook-a", "idle"),
+        # Its notebooks work 1-3 hours every morning and rest between: in use, their nights pauses that work
+        # followed. From their GPU alone (no kind) their bursts are requests: serving, the evidence saying what
+        # would tell a replica's quiet hours from a notebook's kernel left open.
+        ("research", "notebook-b", "overprovisioned_serving"),
+        ("research", "notebook-a", "overprovisioned_serving"),
         ("ml", "trainer-0", "healthy"),
     ]
     # What 5-minute samples without gpulens' activity shape (and without DRAM activity, or any profiling
@@ -329,8 +332,8 @@ def test_a_fleet_too_large_for_one_piece_is_read_in_groups_of_nodes_with_the_ver
     assert [(v["node"], v["pod"], v["bottleneck"]) for v in by_pod] == [
         ("gpu-node-b", "", "unallocated"),
         ("gpu-node-a", "trainer-0", "healthy"),
-        ("gpu-node-a", "notebook-a", "idle"),
-        ("gpu-node-a", "notebook-b", "idle"),
+        ("gpu-node-a", "notebook-a", "overprovisioned_serving"),
+        ("gpu-node-a", "notebook-b", "overprovisioned_serving"),
         ("gpu-node-b", "llm-0", "overprovisioned_serving"),
     ]
     assert by_pod == from_file

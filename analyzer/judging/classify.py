@@ -93,6 +93,10 @@ class Verdict:
     sample_seconds: float = 0.0
     #: Over the span: the runs of one class, oldest first (one for a single window).
     episodes: list[Episode] = field(default_factory=list)
+    #: Over the span: its rests that work followed (history.rest_kinds(): a notebook between cells, a replica at
+    #: night), oldest first, each as idle, whatever class its time is booked under; a workload in use, whose
+    #: pauses the plan culls or scales to zero where they are long. Empty for a single window.
+    pauses: list[Episode] = field(default_factory=list)
     #: Over the span, per class: share of the covered time, and the GPU-seconds and money wasted in it.
     by_class: dict[str, ClassShare] = field(default_factory=dict)
     #: The pod's workload (analyzer/inputs/owners.py): Deployment, StatefulSet, DaemonSet, Job, CronJob, Pod or
@@ -139,6 +143,7 @@ class Verdict:
         field is missing or unknown (a dict another version of gpulens wrote)."""
         fields = {name: value for name, value in fields.items() if name != "unit"}
         fields["episodes"] = [Episode(**e) for e in fields["episodes"]]
+        fields["pauses"] = [Episode(**e) for e in fields["pauses"]]
         fields["by_class"] = {name: ClassShare(**share) for name, share in fields["by_class"].items()}
         if fields["engine_load"] is not None:
             fields["engine_load"] = EngineLoad(**fields["engine_load"])
@@ -178,8 +183,10 @@ XID_FAULTS = "xid_faults"
 
 #: What a verdict found beyond its class that outputs act on (Verdict.facts), typed rather than read from
 #: its evidence: a hardware XID on its GPUs (the plan leaves it to be repaired), NVLinks down or failing (the
-#: same), idle judged on sparse use (history lets a later window that saw enough judge the data's start).
-Fact = Literal["xid_fault", "nvlink_fault", "sparse_use"]
+#: same), idle judged on sparse use (history lets a later window that saw enough judge the data's start), bursts
+#: of work whose window ends quiet for idle_seconds or more and idle_pause_factor times its longest pause while it
+#: worked (a notebook's kernel idle now, where Kubernetes says the unit is a notebook: history.notebook_relabels()).
+Fact = Literal["xid_fault", "nvlink_fault", "sparse_use", "quiet_at_end"]
 
 
 @dataclass(frozen=True)
@@ -1020,6 +1027,11 @@ def _stall_shape(f: PodFeatures, t: Thresholds) -> tuple[str, str]:
         spread = f"spread {_fmt(f.stall_spread)}" + (" <=" if steady else " >") + f" {t.starvation_regularity}"
     if length < t.stall_long_seconds:
         return "input", f"{timed} < {t.stall_long_seconds:g} s: short gaps every step"
+    if length >= t.idle_seconds:
+        return "", (
+            f"{timed} >= {t.idle_seconds:g} s (idle_seconds): rests between work (a notebook between its cells, a "
+            "job between runs), longer than a checkpoint written even to slow storage, not saves"
+        )
     if f.stall_held_share < t.serving_held_share:
         return "", (
             f"{timed} >= {t.stall_long_seconds:g} s, the GPU's memory released in them (held on "
@@ -1176,7 +1188,15 @@ def _overprovisioned_serving(f: PodFeatures, t: Thresholds, info: GpuModel) -> F
             seconds(f.resolution_seconds, ".3g"), ": too coarse to time single bursts"
         )
     confidence = t.confidence_serving if measured else t.confidence_serving_untimed
-    return Finding("overprovisioned_serving", confidence, evidence, served=True)
+    quiet = f.trailing_idle_seconds >= max(
+        t.idle_seconds - f.sample_seconds / 2, t.idle_pause_factor * _or_zero(f.longest_pause_seconds)
+    )
+    facts: frozenset[Fact] = frozenset({"quiet_at_end"}) if quiet else frozenset()
+    return Finding("overprovisioned_serving", confidence, evidence, served=True, facts=facts)
+
+
+def _or_zero(value: float) -> float:
+    return 0.0 if math.isnan(value) else value
 
 
 def _serving_evidence(f: PodFeatures, t: Thresholds) -> dict[str, str]:

@@ -398,11 +398,11 @@ class _Signals:
         self.xid = column("hardware_xid")
         self.crc, self.replay, self.recovery = (column(c) for c in tr.NVLINK_ERROR_RATES)
         # Before each busy sample, how long the GPU had been without work since its previous busy
-        # sample (or its first sample): the pauses while it worked.
+        # sample: the pauses while it worked. The quiet before its first is no pause of work the data saw.
         marker = self.busy | rows.gpu_changes
         last_marker = np.maximum.accumulate(marker * np.arange(len(marker)))
         before = np.r_[0, last_marker[:-1]]
-        self.pause = np.where(self.busy & ~rows.gpu_changes, rows.ts - rows.ts[before], np.nan)
+        self.pause = np.where(self.busy & ~rows.gpu_changes & self.busy[before], rows.ts - rows.ts[before], np.nan)
         # Burst starts (activity rising through BUSY_LEVEL), and the time from one to the next on a GPU:
         # training steps repeat at a steady period, requests arrive at random.
         rises = np.flatnonzero(np.r_[False, state[1:] & ~state[:-1]] & ~rows.gpu_changes)

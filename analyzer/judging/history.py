@@ -16,6 +16,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -45,6 +46,10 @@ from gpulens.core.times import for_people
 
 #: The class whose quiet spells a serving replica's are, and that a notebook never is.
 SERVING = "overprovisioned_serving"
+
+#: What a rest of a span was (rest_kinds()): a pause of a workload in use, a rest before the first work the span
+#: saw, or the rest after its work stopped.
+Rest = Literal["pause", "before", "stopped"]
 
 #: The shortest default window: long enough for a serving replica's quiet spells to be pauses.
 MIN_DEFAULT_WINDOW = 3600.0
@@ -92,7 +97,7 @@ def analyze(
     engines = engines or {}
     if float(ts.max()) - float(ts.min()) < window:  # one window: classify()
         return [
-            with_workload(v, workloads.get(v.unit, UNKNOWN), engines.get(v.unit))
+            with_workload(v, workloads.get(v.unit, UNKNOWN), engines.get(v.unit), t)
             for v in judge(pod_features(trace, t, keys=keys), t, prices)
         ]
     found = ledgers(trace, t, prices, window, step, keys=keys)
@@ -142,13 +147,17 @@ def with_owners(verdicts: list[Verdict], owners: dict[PodKey, Owner]) -> list[Ve
     return out
 
 
-def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None = None) -> Verdict:
+def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None, t: Thresholds) -> Verdict:
     """A verdict of one window (classify()'s) with what its workload is and what its engine counted, by the
     rules of Ledger.verdict(): a notebook's bursts are cells, never requests; a replica whose engine finished no
     request is idle, one that finished requests never is. Its time and waste stay as judged."""
     if not v.pod:
         return v  # a GPU no pod holds is no workload
-    name = dict(workload_relabels(workload, engine)).get(v.bottleneck, v.bottleneck)
+    samples = v.window_seconds * v.coverage / v.sample_seconds if v.sample_seconds > 0 else math.inf
+    worked = Worked(math.nan if v.work_share is None else v.work_share, samples, intensity(v))
+    name = dict(workload_relabels(workload, engine, worked, t)).get(v.bottleneck, v.bottleneck)
+    if workload.kind == "notebook" and engine is None and name != "idle" and "quiet_at_end" in v.facts:
+        name = "idle"  # its kernel is idle now (Ledger._quiet_now())
     said = _workload_evidence(workload, name) | ({"engine": engine_evidence(engine)} if engine is not None else {})
     if name == v.bottleneck and not said and v.kind == workload:
         return v  # nothing to add: most verdicts of a live cycle, so it copies none of them
@@ -166,6 +175,14 @@ def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None 
         kind_source=workload.source,
         engine_load=engine,
     )
+
+
+def intensity(v: Verdict) -> float:
+    """A verdict's mean activity while it worked (Ledger.intensity()): its mean activity over its share not
+    idle; NaN where either is unknown or it never worked."""
+    if v.mean_activity is None or v.idle_ratio is None or v.idle_ratio >= 1.0:
+        return math.nan
+    return v.mean_activity / (1.0 - v.idle_ratio)
 
 
 def resolve_window(
@@ -462,48 +479,86 @@ class Ledger:
         return self.verdict(t, workload, engine).bottleneck
 
     def verdict(self, t: Thresholds, workload: WorkloadKind = UNKNOWN, engine: EngineLoad | None = None) -> Verdict:
-        """The unit's verdict over the span: the headline class (see headline()), or idle where the whole span
-        is sparse use. What the workload is (analyzer/inputs/kinds.py, from Kubernetes) and what its serving engine
-        counted (analyzer/inputs/engines.py) settle what its GPU leaves open (workload_relabels()); a serving
-        replica's quiet spells are serving's (headline())."""
+        """The unit's verdict over the span, decided here and nowhere else: what the workload did and what to
+        change. What the workload is (analyzer/inputs/kinds.py, from Kubernetes) and what its serving engine
+        counted (analyzer/inputs/engines.py) settle what its GPU leaves open first (workload_relabels()); then
+        its rests are told apart (rests()): pauses of a workload in use, or the rest after its work stopped.
+        The class is that of its work (headline()); its episodes and shares by class are booked as decided
+        (a replica's quiet hours as serving's, all of a sparse span as idle), so every output reads one story."""
         relabeled = self
-        for old, new in workload_relabels(workload, engine):
+        for old, new in workload_relabels(workload, engine, self.worked(), t):
             relabeled = relabeled._relabeled(old, new)
+        if workload.kind == "notebook" and engine is None and self._quiet_now():
+            relabeled = relabeled._rebooked({len(relabeled.episodes) - 1: "idle"})
+            relabeled.latest.setdefault("idle", _as_class(self.latest[SERVING].verdict(), "idle"))
         judged = relabeled._judged(t, workload)
         if engine is None:
             return judged
         return replace(judged, evidence=judged.evidence | {"engine": engine_evidence(engine)}, engine_load=engine)
 
-    def _judged(self, t: Thresholds, workload: WorkloadKind) -> Verdict:
-        """verdict() of this ledger's classes as they stand."""
-        seconds, wasted_by_class, cost, confidences = self.totals()
-        total = sum(seconds.values())
-        name = headline(
-            seconds, wasted_by_class, total, self.episodes, self.episode_seconds, t, self.episode_served, workload.kind
+    def worked(self) -> Worked:
+        """How it worked over the span (Worked): its share of the time worked, from the samples of its newest
+        window's interval, and its mean activity while it worked (over the samples that were not idle: a
+        notebook's cells at 75% with long pauses between read 0.75 here, and 0.3 as a mean)."""
+        if not self.judged_seconds:
+            return Worked(math.nan, 0.0, math.nan)
+        working = self.judged_seconds - self.idle_seconds
+        interval = self.latest[self.episodes[-1].bottleneck].sample_seconds  # a unit's rows keep one interval
+        samples = self.judged_seconds / max(len(self.gpus), 1) / interval if interval > 0 else math.inf
+        return Worked(
+            self.work_seconds / self.judged_seconds,
+            samples,
+            self.busy_seconds / working if working > 0 else math.nan,
         )
-        base, confidence = self.latest[name].verdict(), confidences[name]
-        episodes = [e.rounded() for e in self.episodes]
+
+    def _quiet_now(self) -> bool:
+        """Its newest episode was judged serving, and that window ended quiet far longer than it paused while
+        it worked (the "quiet_at_end" fact): for a notebook, its kernel is idle now."""
+        last = self.episodes[-1] if self.episodes else None
+        return last is not None and last.bottleneck == SERVING and "quiet_at_end" in self.latest[SERVING].facts
+
+    def _judged(self, t: Thresholds, workload: WorkloadKind) -> Verdict:
+        """verdict() of this ledger's classes as they stand (the workload's relabels done)."""
+        seen = rest_kinds(self.episodes, self.episode_served)
+        booked = self._with_quiet_hours(t, workload.kind, seen)
+        rests = rest_kinds(booked.episodes, booked.episode_served)
+        seconds, wasted_by_class, cost, _ = booked.totals()
+        # How sure of its class: its own windows', not those of the rests booked under it (idle's, which needs
+        # no profiling fields, would lift a serving verdict over the cap without them).
+        confidences = self.totals()[3]
+        total = sum(seconds.values())
+        name = headline(seconds, wasted_by_class, total, booked.episodes, booked.episode_seconds, rests, t)
+        gpus = sorted(booked.gpus)
+        sampled = booked.judged_seconds / len(gpus)
+        work = booked.work_seconds / booked.judged_seconds if booked.judged_seconds else math.nan
+        pod_class = BY_NAME[name].unit == "pod"  # a GPU no pod holds is no idle pod, however sparse its use
+        sparse = pod_class and name != "idle" and sampled >= t.sparse_span_seconds and work < t.sparse_busy_share
+        if sparse:
+            # Windows that each saw part of a sparse hour cannot tell it from serving; the span can: all of it
+            # is idle, and booked so.
+            windows = ", ".join(f"{c} {part.share:.0%}" for c, part in booked.by_class().items())
+            for c in list(seconds):
+                if c != "idle":
+                    booked = booked._relabeled(c, "idle")
+            seconds, wasted_by_class, cost, _ = booked.totals()
+            name = "idle"
+        base, confidence = booked.latest[name].verdict(), confidences.get(name, t.confidence_sparse)
+        episodes = [e.rounded() for e in booked.episodes]
         by_class = class_shares(seconds, wasted_by_class, cost)
         span = episodes[-1].end - episodes[0].start
-        gpus = sorted(self.gpus)
         wasted = wasted_by_class[name]
-        fault = {XID_FAULTS: self.xid_fault[1]} if self.xid_fault else {}
+        fault = {XID_FAULTS: booked.xid_fault[1]} if booked.xid_fault else {}
         evidence = {
             "history": f"{by_class[name].share:.0%} of {duration(total / len(gpus))} sampled"
             + (f", wasting {wasted / 3600:.1f} GPU-h" if wasted else "")
             + f"; latest: {episodes[-1].bottleneck} since {for_people(episodes[-1].start)}",
+            **_rest_evidence(self, seen, booked is not self, name),
             **fault,
             **{key: value for key, value in base.evidence.items() if key != XID_FAULTS},
         }
-        sampled = self.judged_seconds / len(gpus)
-        work = self.work_seconds / self.judged_seconds if self.judged_seconds else math.nan
-        pod_class = BY_NAME[name].unit == "pod"  # a GPU no pod holds is no idle pod, however sparse its use
-        if pod_class and name != "idle" and sampled >= t.sparse_span_seconds and work < t.sparse_busy_share:
-            # Windows that each saw part of a sparse hour cannot tell it from serving; the span can. The
-            # evidence is the span's, not that of the window verdicts it overrules.
-            windows = ", ".join(f"{c} {part.share:.0%}" for c, part in by_class.items())
+        if sparse:
             kept = {k: v for k, v in base.evidence.items() if k in ("not_judged", "model_memory_bytes")}
-            name, confidence = "idle", t.confidence_sparse
+            confidence = t.confidence_sparse
             base = replace(
                 base,
                 bottleneck=name,
@@ -528,15 +583,38 @@ class Ledger:
             kind_source=workload.source,
             wasted_gpu_seconds=round(sum(wasted_by_class.values()), 1),
             wasted_cost=round(sum(cost.values()), 4),
-            mean_activity=round(self.busy_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
-            idle_ratio=round(self.idle_seconds / self.judged_seconds, 4) if self.judged_seconds else None,
+            mean_activity=round(booked.busy_seconds / booked.judged_seconds, 4) if booked.judged_seconds else None,
+            idle_ratio=round(booked.idle_seconds / booked.judged_seconds, 4) if booked.judged_seconds else None,
             work_share=None if math.isnan(work) else round(work, 4),
             window_seconds=round(span, 3),
             coverage=round(min(total / (len(gpus) * span), 1.0), 4),
             episodes=episodes,
+            pauses=[self.episodes[k].rounded() for k, rest in sorted(seen.items()) if rest != "stopped"],
             by_class=by_class,
-            facts=sorted({*base.facts, *(["xid_fault"] if self.xid_fault else [])}),
+            facts=sorted({*base.facts, *(["xid_fault"] if booked.xid_fault else [])}),
         )
+
+    def _with_quiet_hours(self, t: Thresholds, kind: str, rests: dict[int, Rest]) -> Ledger:
+        """This ledger with a serving workload's rests booked as serving: its nights and quiet hours are the
+        replica's, whose fix (fewer replicas at night, scale to zero with an autoscaler that wakes on a request)
+        is serving's, not "release". A workload serves where Kubernetes says so and it served in the span, or
+        where serving holds headline_min_share of the time it was not pausing. The rest after a replica's work
+        stopped is serving's too where Kubernetes says it is a replica (its Deployment keeps it); else idle, and
+        the rest after the work stopped (rest_kinds() of the ledger returned finds no pause left to measure it by)."""
+        seconds, _, _, _ = self.totals()
+        if not seconds.get(SERVING, 0.0) > 0:
+            return self
+        replica = kind == "serving"
+        paused = sum(covered for k, covered in enumerate(self.episode_seconds) if rests.get(k) == "pause")
+        if not replica and seconds[SERVING] < t.headline_min_share * (sum(seconds.values()) - paused):
+            return self
+        quiet = {k for k, rest in rests.items() if rest == "pause" or replica}  # "before": nothing says it served
+        if not quiet:
+            return self
+        booked = self._rebooked(dict.fromkeys(quiet, SERVING))
+        if not any(e.bottleneck == "idle" for e in booked.episodes):
+            booked.latest = {c: v for c, v in booked.latest.items() if c != "idle"}
+        return booked
 
     def _relabeled(self, old: str, new: str) -> Ledger:
         """This ledger with its episodes of class `old` of class `new` (verdict()): the same time and waste."""
@@ -544,11 +622,30 @@ class Ledger:
             return self
         was = self.latest[old].verdict()
         now = self.latest[new].verdict() if new in self.latest else _as_class(was, new)
-        return replace(
-            self,
-            episodes=[replace(e, bottleneck=new) if e.bottleneck == old else e for e in self.episodes],
-            latest={**{c: v for c, v in self.latest.items() if c != old}, new: now},
-        )
+        booked = self._rebooked({k: new for k, e in enumerate(self.episodes) if e.bottleneck == old})
+        booked.latest = {**{c: v for c, v in self.latest.items() if c != old}, new: now}
+        return booked
+
+    def _rebooked(self, classes: Mapping[int, str]) -> Ledger:
+        """A copy with the episodes of the indices in `classes` of the class given there, each joined to the one
+        before where they touch and are now of one class: the same time, waste and weight, fewer episodes."""
+        booked = replace(self, episodes=[], episode_seconds=[], episode_cost=[], episode_weight=[], episode_served=[])
+        for k, e in enumerate(self.episodes):
+            e = replace(e, bottleneck=classes.get(k, e.bottleneck))
+            last = booked.episodes[-1] if booked.episodes else None
+            if last is not None and last.bottleneck == e.bottleneck and last.end == e.start:
+                last.extend(e.end, e.confidence, e.wasted_gpu_seconds)
+                booked.episode_seconds[-1] += self.episode_seconds[k]
+                booked.episode_cost[-1] += self.episode_cost[k]
+                booked.episode_weight[-1] += self.episode_weight[k]
+                booked.episode_served[-1] = self.episode_served[k]
+                continue
+            booked.episodes.append(e)
+            booked.episode_seconds.append(self.episode_seconds[k])
+            booked.episode_cost.append(self.episode_cost[k])
+            booked.episode_weight.append(self.episode_weight[k])
+            booked.episode_served.append(self.episode_served[k])
+        return booked
 
 
 #: The evidence of causes a relabel settles (an unexplained verdict's open causes and what would tell them apart).
@@ -568,13 +665,50 @@ def _as_class(v: Verdict, name: str) -> Verdict:
     )
 
 
-def workload_relabels(workload: WorkloadKind, engine: EngineLoad | None) -> list[tuple[str, str]]:
+#: The one-sided normal quantile of a 95% lower bound (Wilson's score interval).
+Z_95 = 1.645
+
+
+@dataclass(frozen=True)
+class Worked:
+    """How a unit worked over a window or a span, what settles a notebook's bursts (workload_relabels()): the
+    share of its time that did work (0-1, PodFeatures.work_share; NaN unknown), the samples it was measured from
+    (point samples: a 5 s cell caught by one row of 60 is no 1.7% of the hour for sure), and its mean activity
+    while it worked (0-1)."""
+
+    share: float
+    samples: float
+    intensity: float
+
+    def surely_over(self, share: float) -> bool:
+        """Whether the share worked is over `share` at 95% confidence: the lower bound of Wilson's score interval
+        for a proportion (Wilson 1927) of `samples` point samples. False where the share is unknown."""
+        if math.isnan(self.share):
+            return False
+        if math.isinf(self.samples):
+            return self.share >= share
+        n, p, z2 = self.samples, self.share, Z_95**2
+        low = (p + z2 / (2 * n) - Z_95 * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))) / (1 + z2 / n)
+        return low >= share
+
+
+def workload_relabels(
+    workload: WorkloadKind, engine: EngineLoad | None, worked: Worked, t: Thresholds
+) -> list[tuple[str, str]]:
     """The classes what a unit is and what its engine counted settle, as (from, to), in order: the engine's
-    count where there is one (engine_relabels()); else a notebook's bursts are cells, never requests, so its
-    serving is idle (the time its kernel holds the GPU between them)."""
+    count where there is one (engine_relabels()); else a notebook's bursts are cells, never requests. Its
+    bursts with quiet spells between (serving's signature) are idle unless it surely worked sparse_busy_share of
+    its time or more (Worked.surely_over(): a notebook has no replica's quiet hours to tell its sparse use from);
+    else cells with pauses, in use: healthy where they worked at ineffective_sm or more while they ran, else light
+    cells whose cause the data leaves open (unexplained). Whether its kernel is idle now is the newest episode's
+    to say (Ledger._quiet_now())."""
     if engine is not None:
         return engine_relabels(engine)
-    return [(SERVING, "idle")] if workload.kind == "notebook" else []
+    if workload.kind != "notebook":
+        return []
+    if not worked.surely_over(t.sparse_busy_share):
+        return [(SERVING, "idle")]
+    return [(SERVING, "healthy" if worked.intensity >= t.ineffective_sm else "unexplained")]
 
 
 def engine_relabels(load: EngineLoad) -> list[tuple[str, str]]:
@@ -629,40 +763,75 @@ def class_shares(seconds: dict[str, float], wasted: dict[str, float], cost: dict
     }
 
 
+def rest_kinds(episodes: list[Episode], served: list[bool]) -> dict[int, Rest]:
+    """What each idle episode of a span was, by its index: a pause where work came before and after it (a
+    notebook between cells, a replica at night, a job between runs: episodes judged anything but idle or
+    insufficient_data) or the workload still served through it (Verdict.served: sparse use with some work); a
+    rest before the first work the span saw (it came to work: in use, though nothing says what it rested from);
+    else the rest after the work stopped, unless it is no longer than the longest rest before it (a night like
+    the night before: nothing in the data says the work stopped)."""
+    worked = [k for k, e in enumerate(episodes) if e.bottleneck not in ("idle", "insufficient_data")]
+    first_work, last_work = (worked[0], worked[-1]) if worked else (-1, -1)
+    out: dict[int, Rest] = {}
+    longest = 0.0
+    for k, e in enumerate(episodes):
+        if e.bottleneck != "idle":
+            continue
+        if served[k] or first_work < k < last_work:
+            out[k] = "pause"
+        elif k < first_work:
+            out[k] = "before"
+        else:
+            out[k] = "pause" if worked and e.end - e.start <= longest else "stopped"
+        longest = max(longest, e.end - e.start)
+    return out
+
+
 def headline(
     seconds: dict[str, float],
     wasted: dict[str, float],
     total: float,
     episodes: list[Episode],
     episode_seconds: list[float],
+    rests: dict[int, Rest],
     t: Thresholds,
-    served: list[bool] | None = None,
-    kind: str = "unknown",
 ) -> str:
-    """The problem class that wasted the most among those that held for headline_min_share of the
-    time; without one, the class that held longest.
-
-    A serving replica has quiet hours (nights, weekends) that look idle, each under sparse_busy_share of
-    work. When it served for longer than it was idle, its idle spells that work followed are counted as
-    serving; and so is any idle spell that still `served` (sparse use with some work, too little for the
-    hour): its headline is the serving fix (fewer replicas, scale to zero), not "release the GPU". Idle
-    at the end of the span with no work served stays idle: the work stopped. A notebook used for two hours
-    a day, and left, stays idle. Where Kubernetes says the workload serves (`kind`), every quiet spell of a
-    replica that served in the span is serving's, however long and wherever it falls."""
-    serving = SERVING
-    replica = kind == "serving" and seconds.get(serving, 0.0) > 0
-    if replica or seconds.get(serving, 0.0) >= t.headline_min_share * total:
-        longer = replica or seconds[serving] >= seconds.get("idle", 0.0)
-        seconds, wasted = dict(seconds), dict(wasted)
-        for k, (e, covered) in enumerate(zip(episodes, episode_seconds, strict=True)):
-            quiet = longer and (replica or k < len(episodes) - 1)
-            if e.bottleneck == "idle" and (quiet or (served and served[k])):
-                seconds["idle"] -= covered
-                wasted["idle"] -= e.wasted_gpu_seconds
-                seconds[serving] += covered
-                wasted[serving] += e.wasted_gpu_seconds
+    """The class of what the workload did over the span: the problem that wasted the most among those that
+    held for headline_min_share of the time; without one, the class that held longest. Its pauses (rests
+    between work, rest_kinds()) are no problem of their own: idle is a candidate with the time after its work
+    stopped and before the first work the span saw (a GPU held for hours before its job began, whose windows at
+    the start of the data are judged by the later ones that could: nothing says it was in use then)."""
+    seconds, wasted = dict(seconds), dict(wasted)
+    for k, rest in rests.items():
+        if rest == "pause" and episodes[k].bottleneck == "idle":
+            seconds["idle"] -= episode_seconds[k]
+            wasted["idle"] -= episodes[k].wasted_gpu_seconds
+    if "idle" in seconds and seconds["idle"] <= 1e-9 * total and len(seconds) > 1:
+        del seconds["idle"], wasted["idle"]
     # Healthy and "cannot tell" are a pod's headline only when no problem holds long enough.
     problems = [c for c in seconds if c in PROBLEMS and seconds[c] >= t.headline_min_share * total]
     if problems:
         return max(problems, key=lambda c: (wasted[c], seconds[c]))
     return max(seconds, key=lambda c: seconds[c])
+
+
+def _rest_evidence(ledger: Ledger, rests: dict[int, Rest], quiet_hours: bool, name: str) -> dict[str, str]:
+    """What the span's rests were (rest_kinds() of `ledger`), as the evidence says it: the pauses of a workload
+    in use and its rest before work, their waste counted (a replica's pauses booked as its quiet hours where
+    `quiet_hours`, else as idle), and, where the verdict is idle, when the work stopped."""
+    out: dict[str, str] = {}
+    pauses = [ledger.episodes[k] for k, rest in rests.items() if rest != "stopped"]
+    if pauses:
+        lengths = sorted(e.end - e.start for e in pauses)
+        waste = sum(e.wasted_gpu_seconds for e in pauses)
+        out["pauses"] = (
+            f"{len(pauses)} rest{'s' if len(pauses) > 1 else ''} of {duration(lengths[0])}"
+            + (f" to {duration(lengths[-1])}" if duration(lengths[-1]) != duration(lengths[0]) else "")
+            + f", each followed by work or no longer than one that was: a workload in use, not work that stopped "
+            f"({waste / 3600:.2f} GPU-h wasted"
+            + (", its pauses booked as its quiet hours)" if quiet_hours else ", booked as idle)")
+        )
+    stopped = [ledger.episodes[k] for k, rest in rests.items() if rest == "stopped"]
+    if stopped and name == "idle":
+        out["stopped"] = f"no work since {for_people(stopped[-1].start)}: the work stopped and did not come back"
+    return out

@@ -438,6 +438,20 @@ DAY_KINDS = {
 #: others', each after the one before, so that adding one leaves every earlier scenario as it was and the
 #: figures stay comparable (append, never insert).
 DAY_SCENARIOS_ADDED = ("never_served", "training_started")
+#: Workload shapes users met on histories gpulens was not tuned on (issue 73), built from their descriptions:
+#: profile -> (what Kubernetes says it is where the shape is judged with its kind, or "" where it is judged from
+#: its GPU alone only, the class its span verdict must give). A notebook training in cells (5-15 min at 60-90% SM,
+#: 5-10 min pauses) is in use and healthy while it works, never idle; a replica serving by day and resting at
+#: night (busy 1-1.5% of a day) is serving, never "release its GPUs", with its kind or without. Each is judged
+#: over a day from midnight and over 6 hours from 06:00 (SHAPE_SPANS), apart from the published figures.
+SHAPES: dict[str, tuple[str, str]] = {
+    "notebook_cells": ("notebook", "healthy"),
+    "diurnal_replica": ("serving", "overprovisioned_serving"),
+}
+#: The shapes judged from their GPU alone too: a notebook's cells and a replica's requests look alike there.
+SHAPES_ALONE = ("diurnal_replica",)
+SHAPE_SPANS = ((0.0, DAY), (6 * 3600.0, 6 * 3600.0))
+SHAPE_INTERVALS = (15.0, 30.0, 60.0)
 #: Seconds between samples, and spans of data, that every scenario is judged at.
 INTERVALS = (1.0, 15.0, 30.0, 60.0)
 SPANS = (600.0, 3600.0, 6 * 3600.0, DAY)
@@ -509,7 +523,8 @@ def day_traces(
     # Each second's activity (the last second's average, as NVML's utilization and nvidia-smi logs are):
     # a row every `step` seconds samples it, and a gpulens exporter counts all of it between rows.
     seconds = [(start + k, profile(gpu, start + k, 1.0)) for k in range(int(s.span))]
-    served = profile(gpu, start + s.span, s.span).busy > 0
+    worked = profile(gpu, start + s.span, s.span).busy  # the share of the span busy, from the schedule itself
+    served = worked > 0
     min_samples = Thresholds().min_samples
     out = {}
     for step in intervals:
@@ -529,6 +544,10 @@ def day_traces(
             label = "idle"  # no request in the span: nothing served
         elif s.profile == "training_started" and (s.span - workloads.start_up_seconds(gpu)) / step < min_samples:
             label = "insufficient_data"  # its start-up left out, too few samples of its steady state are left
+        elif s.profile in SHAPES and worked < Thresholds().sparse_busy_share:
+            label = "idle"  # under the documented bar of sparse use: idle, whatever its shape
+        elif s.profile in SHAPES:
+            label = SHAPES[s.profile][1]
         else:
             label = DAY_SCENARIOS[s.profile]
         out[step] = (fr.normalize(frame), label)
@@ -547,6 +566,20 @@ class Report:
     #: The day-scale rows of `results` judged again with what Kubernetes says each pod is (DAY_KINDS): the
     #: same columns, kept out of the figures above, which are the GPU's alone.
     with_kinds: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: The workload shapes (SHAPES): `results`' columns and "with_kind", kept out of the figures above.
+    shapes: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def shapes_found(self, interval: float) -> str:
+        """Per shape at `interval`, with its kind and from its GPU alone: how many got their class, "found/all"."""
+        r = self.shapes[self.shapes["interval"] == interval]
+        parts = []
+        for profile in SHAPES:
+            for with_kind in (True, False):
+                pods = r[(r["profile"] == profile) & (r["with_kind"] == with_kind)]
+                if len(pods):
+                    found = int((pods["predicted"] == pods["label"]).sum())
+                    parts.append(f"{profile} {'with its kind' if with_kind else 'alone'} {found}/{len(pods)}")
+        return ", ".join(parts)
 
     @property
     def labels(self) -> list[str]:
@@ -691,7 +724,45 @@ def evaluate(
             for d, _, label in cell:
                 rows.append((step, span, "day", d.profile, "", d.source, label, verdicts[f"{d.profile}-{d.seed}"]))
     columns = ["interval", "span", "kind", "profile", "variant", "source", "label", "predicted"]
-    return Report(pd.DataFrame(records, columns=columns), probe_predictions, pd.DataFrame(said, columns=columns))
+    shapes = pd.DataFrame(
+        _shapes(seed, per_day_profile, tuple(i for i in intervals if i in SHAPE_INTERVALS), noise, thresholds),
+        columns=[*columns, "with_kind"],
+    )
+    return Report(
+        pd.DataFrame(records, columns=columns), probe_predictions, pd.DataFrame(said, columns=columns), shapes
+    )
+
+
+def _shapes(
+    seed: int, per_shape: int, intervals: tuple[float, ...], noise: float, thresholds: Thresholds | None
+) -> list[tuple]:
+    """Every workload shape (SHAPES), per_shape pods over each of SHAPE_SPANS, judged a fleet per interval and
+    span as a report would: with its kind, and from its GPU alone where SHAPES_ALONE says."""
+    rng = random.Random(seed + 73)
+    rows: list[tuple] = []
+    by_cell: dict[tuple[float, float], list[tuple[DayScenario, pd.DataFrame, str]]] = {}
+    for offset, span in SHAPE_SPANS:
+        for profile in SHAPES:
+            for _ in range(per_shape):
+                model = rng.choice(["H100-SXM5-80GB", "A100-SXM4-80GB", "L40S"])
+                d = DayScenario(
+                    profile, model, span, offset, rng.choice(("nvidia-smi", *SOURCES)), seed * 7300 + len(rows)
+                )
+                rows.append(())
+                for step, (frame, label) in day_traces(d, intervals, noise).items():
+                    by_cell.setdefault((step, span), []).append((d, frame, label))
+    out: list[tuple] = []
+    for (step, span), cell in by_cell.items():
+        for with_kind in (True, False):
+            judged = [(d, f, label) for d, f, label in cell if with_kind or d.profile in SHAPES_ALONE]
+            frames = [
+                fr.normalize(f.assign(workload_kind=SHAPES[d.profile][0])) if with_kind else f for d, f, _ in judged
+            ]
+            verdicts = {v.pod: v.bottleneck for v in analyze(pd.concat(frames, ignore_index=True), thresholds)}
+            for d, _, label in judged:
+                predicted = verdicts[f"{d.profile}-{d.seed}"]
+                out.append((step, span, "shape", d.profile, "", d.source, label, predicted, with_kind))
+    return out
 
 
 def render(report: Report) -> str:
@@ -720,6 +791,7 @@ def render(report: Report) -> str:
             "  causes left open: "
             + ", ".join(f"{name} {found}" for name, found in report.variants("unexplained", interval)),
             "  " + report.kinds_said(interval),
+            *(["  workload shapes: " + report.shapes_found(interval)] if interval in SHAPE_INTERVALS else []),
             "",
         ]
     scores = report.scores()

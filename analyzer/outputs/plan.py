@@ -9,6 +9,8 @@ One action a workload, the first that applies:
 - release: idle through the span; for a notebook, cull: its kernel culled after plan_cull_seconds idle;
 - fewer_replicas: a serving workload of two replicas or more: the replicas that carry its summed load at
   plan_load_percentile at plan_replica_activity each, and its peak with plan_headroom;
+- scale_to_zero: a serving replica whose rests (nights, weekends) outlast plan_scale_to_zero_seconds, where
+  that saves more than a smaller share of a GPU: scaled to zero and woken by its next request;
 - mig, cheaper_gpu or time_slicing: a workload whose peak memory and peak activity (with plan_headroom)
   fit a MIG profile of its GPU, a cheaper catalogue model, or a time-sliced share: the largest saving;
 - release_capacity: the GPUs no pod holds on a node.
@@ -805,6 +807,12 @@ class _Planner:
         """One unit's action, why it has none, or None (healthy: nothing to change)."""
         name = v.bottleneck
         plan = BY_NAME[name].plan
+        if plan != "release" and _notebook(v) and _idle_spells(v):
+            # A notebook in use between its cells: its pauses are culled where they outlast the cull time;
+            # where none does and its work needs nothing, it says why nothing changes.
+            culled = self._cull(v)
+            if isinstance(culled, Action) or plan == "none":
+                return culled
         if plan == "none":
             return None
         if plan == "not_planned":  # the data does not say what would help: the class's fix says what would
@@ -830,6 +838,15 @@ class _Planner:
             )
         if plan == "release":
             return self._release(v)
+        sized = self._sized(v)
+        # A replica at rest for hours (nights, weekends): scaled to zero, where that saves more than a resize.
+        zero = self._scale_to_zero(v) if name == "overprovisioned_serving" else None
+        if zero is not None and (not isinstance(sized, Action) or zero.saving_usd_span > sized.saving_usd_span):
+            return zero
+        return sized
+
+    def _sized(self, v: Verdict) -> Action | NotPlanned:
+        """A unit's smaller share of a GPU or cheaper model (_smaller()), or why it has none."""
         if not self._model(v).memory_total_bytes:
             return NotPlanned(
                 v.workload,
@@ -847,28 +864,9 @@ class _Planner:
         return self._smaller(v) or NotPlanned(v.workload, [v.unit], "no smaller share of a GPU fits its peak")
 
     def _release(self, v: Verdict) -> Action | NotPlanned:
+        if _notebook(v):
+            return self._cull(v)
         price = self._model(v).price_per_hour
-        if v.workload_kind == "notebook" or (v.workload_kind == "unknown" and _NOTEBOOK.search(v.pod)):
-            # Each idle spell past the cull time is time a culled kernel would not have held.
-            cull = self.t.plan_cull_seconds
-            idle = sum(max(0.0, e.end - e.start - cull) for e in v.episodes if e.bottleneck == "idle")
-            if idle <= 0:  # culling would have freed nothing: no change, not an action of $0
-                longest = max((e.end - e.start for e in v.episodes if e.bottleneck == "idle"), default=0.0)
-                return NotPlanned(
-                    v.workload,
-                    [v.unit],
-                    f"idle {duration(longest)} at most at a stretch in the {duration(self.span)} seen, under the "
-                    f"{duration(cull)} a culler waits (plan_cull_seconds): culling would have freed nothing yet",
-                )
-            return self._action(
-                [v],
-                "release",
-                f"cull its kernel after {duration(cull)} idle (JupyterHub idle-culler, Kubeflow culling)",
-                len(v.gpus) * (1 - idle / self.span) if self.span else 0.0,
-                idle * len(v.gpus) / 3600 * price,
-                self._rate(idle * len(v.gpus) / 3600 * price),
-                idle=f"{duration(idle)} of idle spells past {duration(cull)}",
-            )
         return self._action(
             [v],
             "release",
@@ -878,6 +876,53 @@ class _Planner:
             len(v.gpus) * price,
             [],
             idle=f"idle {1 - (v.mean_activity or 0.0):.0%} of the span",
+        )
+
+    def _cull(self, v: Verdict) -> Action | NotPlanned:
+        """A notebook's kernel culled after plan_cull_seconds idle: each idle spell past the cull time is time a
+        culled kernel would not have held. Where none outlasts it, why culling would free nothing."""
+        price = self._model(v).price_per_hour
+        cull = self.t.plan_cull_seconds
+        spells = _idle_spells(v)
+        idle = sum(max(0.0, length - cull) for length in spells)
+        if idle <= 0:  # culling would have freed nothing: no change, not an action of $0
+            longest = max(spells, default=0.0)
+            return NotPlanned(
+                v.workload,
+                [v.unit],
+                f"idle {duration(longest)} at most at a stretch in the {duration(self.span)} seen, under the "
+                f"{duration(cull)} a culler waits (plan_cull_seconds): culling would have freed nothing yet",
+            )
+        return self._action(
+            [v],
+            "release",
+            f"cull its kernel after {duration(cull)} idle (JupyterHub idle-culler, Kubeflow culling)",
+            len(v.gpus) * (1 - idle / self.span) if self.span else 0.0,
+            idle * len(v.gpus) / 3600 * price,
+            self._rate(idle * len(v.gpus) / 3600 * price),
+            idle=f"{duration(idle)} of idle spells past {duration(cull)}",
+        )
+
+    def _scale_to_zero(self, v: Verdict) -> Action | None:
+        """A serving replica scaled to zero after plan_scale_to_zero_seconds without a request and woken by the
+        next: each of its rests (Verdict.pauses: nights, weekends) past that delay is time it would not have held
+        its GPUs. None where no rest outlasts the delay."""
+        delay = self.t.plan_scale_to_zero_seconds
+        freed = sum(max(0.0, e.end - e.start - delay) for e in v.pauses)
+        if freed <= 0:
+            return None
+        price = self._model(v).price_per_hour
+        longest = max(e.end - e.start for e in v.pauses)
+        return self._action(
+            [v],
+            "scale_to_zero",
+            f"scale it to zero after {duration(delay)} without a request, woken by the next (KEDA's HTTP add-on, "
+            "Knative): that request waits for the model to load",
+            len(v.gpus) * (1 - freed / self.span) if self.span else 0.0,
+            freed * len(v.gpus) / 3600 * price,
+            self._rate(freed * len(v.gpus) / 3600 * price),
+            rests=f"{len(v.pauses)} rest{'s' if len(v.pauses) > 1 else ''} without requests, the longest "
+            f"{duration(longest)}: {duration(freed)} of them past {duration(delay)}",
         )
 
     def _smaller(self, v: Verdict) -> Action | None:
@@ -966,6 +1011,23 @@ class _Planner:
         )
         action.owner, action.namespace = f"{NO_POD} {node}", ""
         return action
+
+
+def _idle_spells(v: Verdict) -> list[float]:
+    """How long each of a unit's idle spells lasted (seconds): its pauses (Verdict.pauses, whatever class they
+    are booked under) and its other idle episodes (the rest after its work stopped)."""
+    spells: list[list[float]] = []
+    for e in sorted([*v.pauses, *(e for e in v.episodes if e.bottleneck == "idle")], key=lambda e: e.start):
+        if spells and e.start <= spells[-1][1]:  # the same rest, as a pause and as an idle episode
+            spells[-1][1] = max(spells[-1][1], e.end)
+        else:
+            spells.append([e.start, e.end])
+    return [end - start for start, end in spells]
+
+
+def _notebook(v: Verdict) -> bool:
+    """A notebook's kernel: as Kubernetes says, or where nothing says, as its pod's name does."""
+    return v.workload_kind == "notebook" or (v.workload_kind == "unknown" and bool(_NOTEBOOK.search(v.pod)))
 
 
 def _cheaper(model: GpuModel, tflops: float, memory: float, prices: dict[str, float]) -> GpuModel | None:

@@ -247,7 +247,7 @@ class AnalyzerService:
         # notebook's cells are never requests; a replica that served is never idle), so that /metrics and the
         # alerts on it say what the history and the reports say.
         loads = self._engine_loads(verdicts)
-        verdicts = [with_workload(v, v.kind, loads.get((v.namespace, v.pod))) for v in verdicts]
+        verdicts = [with_workload(v, v.kind, loads.get((v.namespace, v.pod)), self.thresholds) for v in verdicts]
         stale = self._stale(verdicts)
         now = self.clock()
         seconds, cost = dict(self.state.wasted_seconds), dict(self.state.wasted_cost)
@@ -426,17 +426,18 @@ class AnalyzerService:
                 for v in self.state.verdicts
             ],
             "history_seconds": self.history_seconds,
-            # What each pod was over the history: headline, shares and waste by class, episodes.
+            # What each pod was over the history, as its span verdict books it: headline, shares and waste by
+            # class, episodes (the report's, the page's and the plan's story, not the windows' raw classes).
             "history": [
                 {
                     "namespace": unit[0],
                     "pod": unit[1],
                     "node": unit[2],
-                    "headline": view.verdicts[unit].bottleneck,
-                    "by_class": {name: asdict(part) for name, part in past.by_class().items()},
-                    "episodes": [asdict(e.rounded()) for e in past.episodes],
+                    "headline": over.bottleneck,
+                    "by_class": {name: asdict(part) for name, part in over.by_class.items()},
+                    "episodes": [asdict(e) for e in over.episodes],
                 }
-                for unit, past in sorted(self.history.items())
+                for unit, over in sorted(view.verdicts.items())
             ],
         }
 
@@ -492,7 +493,8 @@ class AnalyzerService:
         return self._families().text(openmetrics).encode()
 
     def _families(self) -> Families:
-        state = self.state
+        view = self.over_history()  # one cycle's state and span verdicts, taken under the cycle's lock
+        state = view.state
         out = Families()
         for v in state.verdicts:
             if unit_of(v) in state.stale:
@@ -522,15 +524,15 @@ class AnalyzerService:
                 out.add(m.POD_IDLE, ids, v.idle_ratio)
             out.add(m.POD_GPUS, ids, len(v.gpus))
             out.add(m.POD_WORKLOAD, ids + (v.workload_kind, v.engine), 1)
-        for (namespace, pod, node), past in sorted(self.history.items()):
+        for (namespace, pod, node), over in sorted(view.verdicts.items()):
             if not namespace:
                 continue  # a GPU no pod holds (its unit's pod slot names the GPU): not a pod series
-            for name, part in past.by_class().items():
+            for name, part in over.by_class.items():
                 out.add(m.POD_BOTTLENECK_TIME, (namespace, pod, node, name), part.share)
         for (namespace, bottleneck), seconds in sorted(state.wasted_seconds.items()):
             out.add(m.WASTED_GPU_SECONDS, (namespace, bottleneck), seconds)
             out.add(m.WASTED_COST, (namespace, bottleneck), state.wasted_cost[(namespace, bottleneck)])
-        plan = self.plan()
+        plan = view.plan
         for action in plan.actions:
             changed = (action.namespace, action.owner, action.team, action.action)
             if plan.projected:  # a month is not projected from minutes: the series starts once it can be

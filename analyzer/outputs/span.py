@@ -131,7 +131,7 @@ def report(
         _report(progress, on_progress, span.end - span.start)
         said = _owners(owners, frame, span.end, span.end - span.start)
         verdicts = [
-            with_workload(v, _workload(said, v.unit), (engines or {}).get(_pod_key(v.unit)))
+            with_workload(v, _workload(said, v.unit), (engines or {}).get(_pod_key(v.unit)), t)
             for v in (judge(pod_features(frame, t), t, prices) if len(frame) else [])
         ]
         _say_impossible(progress, reader)

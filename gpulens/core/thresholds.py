@@ -208,6 +208,11 @@ class Thresholds:
     plan_kv_cache_bound: float = 0.9
     #: Idle notebook kernels are culled after this long. (tool: Zero to JupyterHub's cull.timeout default)
     plan_cull_seconds: float = 3600.0
+    #: A serving replica is scaled to zero after this long without a request, woken by the next one: its first
+    #: request waits for the model to load (minutes for an LLM), worth it only for rests of hours: nights,
+    #: weekends. (proposal: an hour, the notebook culler's; KEDA's cooldownPeriod and Knative's
+    #: scale-to-zero-grace-period are set to it)
+    plan_scale_to_zero_seconds: float = 3600.0
     #: A plan over less than this span has not seen a weekly pattern (weekends, batch days): its actions'
     #: confidence is capped at plan_short_confidence and it says so. (proposal: a week)
     plan_trusted_span_seconds: float = 7 * 86400.0

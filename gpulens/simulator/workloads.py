@@ -235,7 +235,11 @@ def _request_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Schedu
 
 
 def _serving(g: SimGpu, t: float, w: float) -> Activity:
-    on = _busy(g, t, w, _request_schedule)
+    return _serving_activity(g, _busy(g, t, w, _request_schedule))
+
+
+def _serving_activity(g: SimGpu, on: float) -> Activity:
+    """A model server busy `on` of the last sample's time."""
     return Activity(
         busy=on,
         sm_active=0.9 * on,
@@ -259,6 +263,58 @@ def _idle_replica(g: SimGpu, t: float, w: float) -> Activity:
     # The same server with a 1 s request every few hours: a model nobody calls.
     a = _serving(g, t, w)
     a.memory_fraction = g.params["idle_model_memory"] + 0.04 * a.busy
+    return a
+
+
+#: Hours of the (UTC) day a diurnal replica serves in; it gets no request outside them.
+DIURNAL_HOURS = (7.0, 22.0)
+
+
+def _diurnal_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Schedule:
+    """Requests of service seconds each, at random in DIURNAL_HOURS, none at night: `load` of the day busy."""
+    first, last = DIURNAL_HOURS
+    rate = g.params["load"] / g.params["service"] * 24 / (last - first)
+    return Schedule.requests(
+        rng,
+        day_start,
+        lambda s: rate if first * 3600 <= s < last * 3600 else 0.0,
+        rate,
+        lambda: rng.uniform(0.7, 1.3) * g.params["service"],
+    )
+
+
+def _diurnal_replica(g: SimGpu, t: float, w: float) -> Activity:
+    """A serving replica that serves by day and rests at night (no request from 22:00 to 07:00), busy 1-1.5% of
+    a day: its nights outweigh its days."""
+    return _serving_activity(g, _busy(g, t, w, _diurnal_schedule))
+
+
+def _alternating(
+    rng: random.Random, day_start: float, work: tuple[float, float], rest: tuple[float, float]
+) -> Schedule:
+    """A day of work and rests in turn, each lasting seconds drawn from its range, from a rest's start."""
+    starts: list[float] = []
+    ends: list[float] = []
+    t = day_start + rng.uniform(0, rest[1])
+    while t < day_start + DAY:
+        starts.append(t)
+        ends.append(t + rng.uniform(*work))
+        t = ends[-1] + rng.uniform(*rest)
+    return Schedule(starts, ends)
+
+
+def _notebook_cells_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Schedule:
+    """A notebook training in cells all day: each cell runs 5-15 minutes, each pause 5-10 minutes."""
+    return _alternating(rng, day_start, (300, 900), (300, 600))
+
+
+def _notebook_cells(g: SimGpu, t: float, w: float) -> Activity:
+    """A Kubeflow notebook training in cells (5-15 min at 60-90% SM, the level its own) with 5-10 min pauses."""
+    on = _busy(g, t, w, _notebook_cells_schedule)
+    a = _notebook_activity(g, on)
+    level = 0.6 + (g.params["burst"] - 1.1)  # 0.6-0.9, from a draw every profile makes
+    a.sm_active, a.tensor = level * on, 0.6 * level * on
+    a.power_fraction = (0.15 + 0.8 * level) * on
     return a
 
 
@@ -504,14 +560,7 @@ def _notebook_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Sched
 
 
 def _sparse_notebook_schedule(g: SimGpu, rng: random.Random, day_start: float) -> Schedule:
-    starts: list[float] = []
-    ends: list[float] = []
-    t = day_start + rng.uniform(0, 2400)
-    while t < day_start + DAY:
-        starts.append(t)
-        ends.append(t + rng.uniform(2, 8))
-        t = ends[-1] + rng.uniform(600, 2400)
-    return Schedule(starts, ends)
+    return _alternating(rng, day_start, (2, 8), (600, 2400))
 
 
 def _notebook(g: SimGpu, t: float, w: float) -> Activity:
@@ -1049,6 +1098,8 @@ PROFILES = {
     "llm_serving": _llm_serving,
     "notebook": _notebook,
     "sparse_notebook": _sparse_notebook,
+    "notebook_cells": _notebook_cells,
+    "diurnal_replica": _diurnal_replica,
     "training_finished": _training_finished,
     "training_started": _training_started,
 }
@@ -1063,6 +1114,8 @@ DAY_SCALE = (
     "never_served",
     "notebook",
     "sparse_notebook",
+    "notebook_cells",
+    "diurnal_replica",
     "training_finished",
     "training_started",
 )
@@ -1084,7 +1137,11 @@ def profile_params(profile: str, rng: random.Random) -> dict[str, float]:
         # Day-scale profiles: a serving replica's mean duty and seconds per request; an idle replica's
         # (17-20 GiB of an 80 GB GPU); a notebook's working hours and a training job's end, as seconds
         # of the day (UTC).
-        "load": 1 / 10800 if profile == "idle_replica" else rng.uniform(0.02, 0.10),
+        "load": 1 / 10800
+        if profile == "idle_replica"
+        else rng.uniform(0.01, 0.015)
+        if profile == "diurnal_replica"
+        else rng.uniform(0.02, 0.10),
         "service": 1.0 if profile == "idle_replica" else rng.uniform(2.0, 4.0),
         "model_memory": rng.uniform(0.1, 0.3),
         "idle_model_memory": rng.uniform(0.22, 0.25),
