@@ -530,6 +530,50 @@ def test_cpu_offload_is_host_to_device_traffic_while_the_sms_wait(fetch, samples
         )
 
 
+def steps_with_transfers(into: list[float], back: list[float], cpu_cores: float) -> pd.DataFrame:
+    """Ten minutes of training steps seen every 10 s: a sample at work (SM 0.85) and one waiting (SM 0) in turn,
+    the waiting ones moving `into` and `back` bytes per second over PCIe (repeated in turn), the pod's CPU at
+    `cpu_cores` of its 4."""
+    waiting = np.arange(SAMPLES) % 2 == 1
+    k = np.cumsum(waiting) - 1  # each waiting sample's place among them
+    return gpu(
+        sm_active=np.where(waiting, 0.0, 0.85),
+        gpu_util=np.where(waiting, 0.0, 1.0),
+        tensor_active=np.where(waiting, 0.0, 0.5),
+        pcie_rx_bytes_per_second=np.where(waiting, np.array(into)[k % len(into)], 0.0),
+        pcie_tx_bytes_per_second=np.where(waiting, np.array(back)[k % len(back)], 0.0),
+        cpu_usage_cores=cpu_cores,
+        cpu_limit_cores=4.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("into", "back", "cpu", "cause"),
+    [
+        ([2e9], [0.1e9], 4.0, "input"),  # one way, the CPU at its limit: the input pipeline's batches
+        ([2e9], [0.8e9], 4.0, "offload"),  # both ways at offload's volume, whatever the CPU
+        ([27e9, 0, 0, 0, 0, 0], [12e9, 0, 0, 0, 0, 0], 1.0, "offload"),  # FSDP's bursts, one gap in six
+    ],
+)
+def test_offload_and_input_are_weighed_by_the_evidence_that_excludes_the_other(into, back, cpu, cause):
+    """Steps waiting on their host, seen every 10 s. CPU offload fetches parameters and sends gradients back
+    (a real FSDP job: 1.4 GB/s in, 0.6 out; bursts of 27 and 12 GB/s a tenth of a second long); an input
+    pipeline sends batches one way. Transfers both ways at offload's volume settle offload over input; one
+    way with the pod's CPU at its limit settles input over offload, whichever signature runs first."""
+    v = verdict(steps_with_transfers(into, back, cpu))
+    if cause == "input":
+        assert v.bottleneck == "data_starvation", v
+        assert v.evidence["cpu_at_limit_fraction"] == "100% >= 50%"
+        return
+    assert (v.bottleneck, v.cause, v.recommendation) == ("host_stall", "offload", STALL_CAUSES["offload"]), v
+    mean_in, mean_back = np.mean(into) / 1e9, np.mean(back) / 1e9
+    assert v.evidence["transfers"] == (
+        f"while it waits, {mean_in:.3g} GB/s into the GPU over PCIe and {mean_back:.3g} GB/s back "
+        f"({percent(mean_back / mean_in)} >= 20%): parameters fetched and gradients sent back, at a volume only "
+        "offloaded state moves (CPU offload)"
+    )
+
+
 @pytest.mark.parametrize("step", [1.0, 15.0, 30.0, 60.0])
 def test_cpu_offload_shows_at_any_sample_interval_from_dcgm_exporter_alone(step):
     """dcgm-exporter's stock counters (GR engine activity, PCIe, memory, power; no SM activity), its

@@ -14,7 +14,7 @@ from gpulens.exporter.sampler import Sampler
 from gpulens.exporter.sources.simulated import SimulatedSource
 from gpulens.simulator import fleet
 from gpulens.simulator.fleet import FleetError, fleet_from_flags, load_fleet
-from gpulens.simulator.workloads import DAY, DAY_SCALE, PROFILES, duty
+from gpulens.simulator.workloads import DAY, DAY_SCALE, EVAL_ONLY, PROFILES, duty
 
 
 class ManualClock:
@@ -246,7 +246,7 @@ def test_bad_fleets_are_refused_with_the_reason(fleet, message):
 def test_the_demo_fleet_covers_every_profile_that_shows_within_minutes():
     nodes = fleet.fleet_from_file(fleet.DEFAULT_FLEET)
     profiles = {g.profile for node in nodes for g in node.gpus}
-    assert profiles == set(PROFILES) - set(DAY_SCALE)
+    assert profiles == set(PROFILES) - set(DAY_SCALE) - set(EVAL_ONLY)
 
 
 def test_xid_errors_counts_row_remapping_events_under_healthy_work():

@@ -810,23 +810,61 @@ def _host_stall(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None
     )
 
 
+def _transfers(f: PodFeatures, t: Thresholds, info: GpuModel) -> Literal["both ways", "one way", ""]:
+    """How the GPU's host traffic flows while it waits between its bursts (its samples under starvation_low, on
+    more than starvation_tail of them), where PCIe carries host traffic only (one GPU, or GPUs whose collectives
+    go over NVLink): "both ways" where it fetches offload_pcie_bytes_per_second or more on average then and
+    sends offload_return_share of that back (CPU offload: parameters in, gradients out); "one way" where it
+    fetches that much with less back (an input pipeline's batches); "" where it fetches less, does not wait,
+    PCIe may carry the pod's own exchange, or the input has no PCIe counters. A healthy job's steady input is
+    no wait's."""
+    into, back = f.host_to_device_in_gaps_bytes_per_second, f.device_to_host_in_gaps_bytes_per_second
+    if not f.low_share > t.starvation_tail or not into >= t.offload_pcie_bytes_per_second or math.isnan(back):
+        return ""
+    if f.gpus >= 2 and not info.nvlink_bytes_per_second > 0:
+        return ""
+    return "both ways" if back >= t.offload_return_share * into else "one way"
+
+
+def _transfers_evidence(f: PodFeatures, t: Thresholds) -> Evidence:
+    into, back = f.host_to_device_in_gaps_bytes_per_second, f.device_to_host_in_gaps_bytes_per_second
+    both = back >= t.offload_return_share * into
+    return Evidence(
+        f"while it waits, {into / 1e9:.3g} GB/s into the GPU over PCIe and {back / 1e9:.3g} GB/s back "
+        f"({percent(back / into)} "
+        f"{'>=' if both else '<'} {percent(t.offload_return_share)}): ",
+        "parameters fetched and gradients sent back, at a volume only offloaded state moves (CPU offload)"
+        if both
+        else "one way, as an input pipeline's batches go",
+    )
+
+
 def _offload(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | None:
-    """Host-to-device PCIe traffic of offload_pcie_bytes_per_second or more while the SMs wait, on most
-    samples: the GPU fetches its parameters or activations from host memory (CPU offload). PCIe carries host
-    traffic only where it carries no peer exchange: one GPU, or GPUs whose collectives go over NVLink."""
-    if not f.host_fetch_share >= t.signature_fraction:
+    """The GPU fetches its parameters or activations from host memory (CPU offload): host-to-device PCIe traffic
+    of offload_pcie_bytes_per_second or more while the SMs wait, on most samples; or, however bursty (a real
+    FSDP job fetches at 27 GB/s for a tenth of a second, 1.4 GB/s on average), transfers both ways at that
+    volume (_transfers()), which settle offload over an input pipeline whatever the steps' shape. One way with
+    the pod's CPU at its limit is the input pipeline's (data_starvation): the CPU settles input over offload.
+    PCIe carries host traffic only where it carries no peer exchange: one GPU, or GPUs whose collectives go over
+    NVLink."""
+    transfers = _transfers(f, t, info)
+    if not (f.host_fetch_share >= t.signature_fraction or transfers == "both ways"):
         return None
     if f.gpus >= 2 and not info.nvlink_bytes_per_second > 0:
         return None  # PCIe may carry the exchange between the pod's GPUs: interconnect and placement's to judge
-    evidence: dict[str, str] = {
-        "host_fetch_fraction": Evidence(
+    if transfers != "both ways" and f.cpu_at_limit_share >= t.signature_fraction:
+        return None  # its CPU at its limit while the GPU waits, fetching one way: its input pipeline
+    evidence: dict[str, str] = {}
+    if f.host_fetch_share >= t.signature_fraction:
+        evidence["host_fetch_fraction"] = Evidence(
             share(f.host_fetch_share),
             f" of samples with >= {t.offload_pcie_bytes_per_second / 1e9:g} GB/s into the GPU over PCIe while "
             f"activity < {percent(t.interconnect_sm)} (mean {f.host_to_device_bytes_per_second / 1e9:.3g} "
             "GB/s): it waits on "
             "what it fetches from host memory",
         )
-    }
+    if transfers:
+        evidence["transfers"] = _transfers_evidence(f, t)
     return Finding("host_stall", t.confidence_offload, evidence, "offload")
 
 
@@ -1065,6 +1103,8 @@ def _data_starvation(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding |
     """Bursts near full activity and gaps near zero, switching several times a minute at a steady
     period (training steps, not requests), from samples fine enough to show them; else (coarser samples,
     or bursts that do not switch like steps) only a pod whose CPU sits at its limit while the GPU waits."""
+    if _transfers(f, t, info) == "both ways":
+        return None  # parameters in and gradients out at offload's volume: CPU offload's (host_stall), not input
     cpu_saturated = f.cpu_at_limit_share >= t.signature_fraction
     coarse = f.resolution_seconds > t.starvation_max_sample_seconds
     switches = f.switches / f.gpus / max(f.window_seconds / 60.0, 1e-9)

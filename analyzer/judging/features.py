@@ -349,6 +349,8 @@ class _Signals:
             self.pcie_peer = np.fmin(column("pcie_tx_bytes_per_second"), column("pcie_rx_bytes_per_second")) / pcie_cap
         #: Bytes per second into the GPU over PCIe (DCGM's PCIE_RX, NVML's RX: host-to-device, or from a peer).
         self.host_to_device = column("pcie_rx_bytes_per_second")
+        #: Bytes per second out of the GPU over PCIe (TX): gradients sent back to host memory, or to a peer.
+        self.device_to_host = column("pcie_tx_bytes_per_second")
         # A kernel ran (utilization above starvation_high) while the GPU waited: at a small share of the
         # board's power, or with its SMs idle. NCCL spins a kernel while a rank waits in a collective, and
         # utilization says "busy" (docs/signals.md: busy is not working).
@@ -536,6 +538,9 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
     stall_q25, stall_period, stall_q75 = (stall_gaps.quantile(q) for q in (0.25, 0.5, 0.75))
     reasons_known = ~np.isnan(s.reasons_raw)
     bursts, memory_spread = U.count(s.rise).astype(float), U.std(s.mem_frac)
+    # Gaps between bursts with no kernel running: a rank spinning in a collective (waiting) moves its exchange
+    # and its input over PCIe, and waits on a peer, not on what it fetches.
+    gap = s.has_activity & (s.act0 < t.starvation_low) & ~s.waiting
     return pd.DataFrame(
         {
             "samples": U.sizes,
@@ -628,6 +633,9 @@ def _reduce_rows(rows: _Rows, s: _Signals, t: Thresholds) -> pd.DataFrame:
             "nvlink_use": U.mean(s.nvlink_use),
             "pcie_peer_use": U.mean(s.pcie_peer),
             "host_to_device_bytes_per_second": U.mean(s.host_to_device),
+            # What crosses PCIe while the GPU sits idle between its bursts (activity under starvation_low).
+            "host_to_device_in_gaps_bytes_per_second": U.mean(np.where(gap, s.host_to_device, np.nan)),
+            "device_to_host_in_gaps_bytes_per_second": U.mean(np.where(gap, s.device_to_host, np.nan)),
             "host_fetch_share": U.share(s.host_fetch, ~np.isnan(s.host_to_device) & s.has_activity),
             "gpus": rows.unit_gpus.sizes,
             "gpu_activity_min": rows.unit_gpus.min(gpu_activity),
@@ -855,6 +863,11 @@ class PodFeatures(NamedTuple):
     #: PCIe bytes per second into the GPU (mean), and the share of samples fetching offload_pcie_bytes_per_second
     #: or more of them while activity is under interconnect_sm (CPU offload).
     host_to_device_bytes_per_second: float
+    #: Mean bytes per second into and out of the GPU over PCIe over the samples where it sits idle between its
+    #: bursts (activity under starvation_low, no kernel spinning): what it waits on. NaN without such samples or
+    #: PCIe counters.
+    host_to_device_in_gaps_bytes_per_second: float
+    device_to_host_in_gaps_bytes_per_second: float
     host_fetch_share: float
     #: Of busy samples with throttle_reasons_mask bits; of all samples.
     throttled_share: float

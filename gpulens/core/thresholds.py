@@ -149,6 +149,12 @@ class Thresholds:
     #: whose exchange crosses PCIe waits on a peer. An input pipeline's copies come in spikes at each step's
     #: start, under it on average. (tool: KempnerPulse PCIe >= 1 GB/s with SM < 30%)
     offload_pcie_bytes_per_second: float = 1e9
+    #: Bytes sent back to the host per byte fetched (PCIe TX over RX, their means over the window) from which the
+    #: host traffic goes both ways: CPU offload sends gradients or optimizer state back as it fetches parameters (a
+    #: real FSDP job with CPU offload: 0.6 GB/s out for 1.4 GB/s in, 0.43), where an input pipeline sends back
+    #: little beside its batches (under 0.05). Both ways at offload volume settles offload over input; one way
+    #: with the pod's CPU at its limit settles input over offload. (proposal: 0.2, between the two)
+    offload_return_share: float = 0.2
     #: A pod using one CPU core, give or take this many, under a limit of more (or none), while its one GPU
     #: works little: one host thread drives the GPU (a Python loop, held to one core by the GIL, launching a
     #: short kernel per token or per item). (proposal)
