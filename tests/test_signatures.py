@@ -11,7 +11,7 @@ import pytest
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.judging.classify import classify
 from gpulens.analyzer.judging.evidence import percent
-from gpulens.core.bottlenecks import STALL_CAUSES
+from gpulens.core.bottlenecks import RECOMMENDATIONS, STALL_CAUSES
 from gpulens.core.thresholds import Thresholds
 
 T = Thresholds()
@@ -828,6 +828,34 @@ def test_one_gpu_working_little_while_its_pod_uses_one_cpu_core_waits_on_one_hos
             "while activity is 20% < 50%: one host thread drives the GPU, which waits between its launches"
         )
         assert v.evidence["quiet_fraction"] == "0% of samples < 30%: launches one after another"
+
+
+@pytest.mark.parametrize(("memory", "headline"), [(5e9, "wrong_gpu_type"), (11e9, "host_stall")])
+def test_a_loop_one_host_thread_drives_on_a_sliver_of_a_big_gpu_is_sized_first(memory, headline):
+    """The same generate() loop on an A100 80GB at 10% activity, its pod's CPU at one core: holding 5 GB (under
+    oversized_memory_bytes, 10 GB) it fits a GPU a seventh the price, on which a host-bound loop runs as fast:
+    the size settles the class (wrong_gpu_type, the resize in the plan), the loop's evidence kept and host_stall
+    what else held. Holding 11 GB, nothing says the size: the loop is the class."""
+    v = verdict(
+        gpu(
+            model="NVIDIA A100-SXM4-80GB",
+            sm_active=0.1,
+            gpu_util=0.2,
+            tensor_active=0.05,
+            memory_used_bytes=memory,
+            memory_total_bytes=80e9,
+            cpu_usage_cores=1.0,
+            cpu_limit_cores=4.0,
+        )
+    )
+    assert v.bottleneck == headline, v
+    assert v.evidence["one_core_fraction"].startswith("100% of samples with the pod's CPU at 1 +/- 0.15 cores")
+    if headline == "wrong_gpu_type":
+        assert (v.secondary, v.cause, v.recommendation) == (["host_stall"], "", RECOMMENDATIONS["wrong_gpu_type"])
+        assert v.evidence["peak_memory_bytes"] == "5000000000 <= 10000000000 on a NVIDIA A100-SXM4-80GB"
+        assert v.evidence["deciding"].startswith("its footprint fits a smaller GPU")
+    else:
+        assert (v.cause, v.secondary) == ("host_thread", [])
 
 
 @pytest.mark.parametrize(("quiet_samples", "host_thread"), [(17, True), (18, False)])

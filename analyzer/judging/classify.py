@@ -203,6 +203,8 @@ class Finding:
     waiting_share: float | None = None
     served: bool = False
     facts: frozenset[Fact] = frozenset()
+    #: Classes whose evidence held too, which the finding's evidence settled against (Verdict.secondary).
+    also: tuple[str, ...] = ()
 
 
 #: A signature: a Finding when it holds for the unit, else None.
@@ -331,6 +333,8 @@ def _judgement(
         else next((finding for check in SIGNATURES if (finding := check(f, t, info))), None)
         or _without_signature(f, t, activity, throttled is not None, oversized)
     )
+    if oversized and found.cause == "host_thread":
+        found = _sized_over_loop(found, f, t)
     confidence = found.confidence
     profiling_would_help = not f.has_profiling and BY_NAME[found.bottleneck].profiling == "helps"
     if profiling_would_help:
@@ -373,7 +377,7 @@ def _written_out(judged: Judgement, f: PodFeatures) -> Verdict:
             if not math.isnan(f.engine_active)
             else "absent: utilization shows that a kernel ran, not how much of the GPU worked"
         )
-    secondary = []
+    secondary = list(found.also)
     if judged.throttled and name != "throttling":
         secondary.append("throttling")
     if judged.oversized and name not in ("wrong_gpu_type", "idle", "insufficient_data"):
@@ -891,6 +895,20 @@ def _host_thread(f: PodFeatures, t: Thresholds) -> Finding | None:
         ),
     }
     return Finding("host_stall", t.confidence_host_thread, evidence, "host_thread")
+
+
+def _sized_over_loop(loop: Finding, f: PodFeatures, t: Thresholds) -> Finding:
+    """A loop bound by one host thread (`loop`) on a sliver of a high-end GPU: its footprint settles the size
+    whatever else holds, and the loop runs as fast on a GPU a seventh the price, so the class is wrong_gpu_type,
+    with host_stall (the loop, its evidence kept) what else held; batching the loop is the fix after the move."""
+    sized = _without_signature(f, t, None if math.isnan(f.activity) else float(f.activity), False, True)
+    evidence = {
+        **sized.evidence,
+        **loop.evidence,
+        "deciding": "its footprint fits a smaller GPU, and a loop one host thread drives runs as fast on one: the "
+        "size first, then the loop (batch it: host_stall's host_thread fix)",
+    }
+    return replace(sized, evidence=evidence, also=("host_stall",))
 
 
 def _one_job(f: PodFeatures, t: Thresholds) -> str:
