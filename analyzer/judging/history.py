@@ -178,7 +178,7 @@ def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None,
 
 
 def intensity(v: Verdict) -> float:
-    """A verdict's mean activity while it worked (Ledger.intensity()): its mean activity over its share not
+    """A verdict's mean activity while it worked (as Ledger.worked() measures it): its mean activity over its share not
     idle; NaN where either is unknown or it never worked."""
     if v.mean_activity is None or v.idle_ratio is None or v.idle_ratio >= 1.0:
         return math.nan
@@ -599,8 +599,9 @@ class Ledger:
         replica's, whose fix (fewer replicas at night, scale to zero with an autoscaler that wakes on a request)
         is serving's, not "release". A workload serves where Kubernetes says so and it served in the span, or
         where serving holds headline_min_share of the time it was not pausing. The rest after a replica's work
-        stopped is serving's too where Kubernetes says it is a replica (its Deployment keeps it); else idle, and
-        the rest after the work stopped (rest_kinds() of the ledger returned finds no pause left to measure it by)."""
+        stopped is serving's too where Kubernetes says it is a replica (its Deployment keeps it); else it stays
+        idle, and rest_kinds() of the ledger returned, with no pause left before it, calls it the rest after the
+        work stopped."""
         seconds, _, _, _ = self.totals()
         if not seconds.get(SERVING, 0.0) > 0:
             return self
