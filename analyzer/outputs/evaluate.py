@@ -757,16 +757,14 @@ def _shapes(
     """Every workload shape (SHAPES), per_shape pods over each of SHAPE_SPANS, judged a fleet per interval and
     span as a report would: with its kind, and from its GPU alone where SHAPES_ALONE says."""
     rng = random.Random(seed + 73)
-    rows: list[tuple] = []
+    drawn = 0
     by_cell: dict[tuple[float, float], list[tuple[DayScenario, pd.DataFrame, str]]] = {}
     for offset, span in SHAPE_SPANS:
         for profile in SHAPES:
             for _ in range(per_shape):
                 model = rng.choice(["H100-SXM5-80GB", "A100-SXM4-80GB", "L40S"])
-                d = DayScenario(
-                    profile, model, span, offset, rng.choice(("nvidia-smi", *SOURCES)), seed * 7300 + len(rows)
-                )
-                rows.append(())
+                d = DayScenario(profile, model, span, offset, rng.choice(("nvidia-smi", *SOURCES)), seed * 7300 + drawn)
+                drawn += 1
                 for step, (frame, label) in day_traces(d, intervals, noise).items():
                     by_cell.setdefault((step, span), []).append((d, frame, label))
     out: list[tuple] = []

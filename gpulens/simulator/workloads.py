@@ -980,7 +980,14 @@ def _cpu_offload(g: SimGpu, t: float, w: float) -> Activity:
     on = duty(t, w, 0.8, 0.15, g.params["phase"])
     pcie = g.model.pcie_bytes_per_second
     fetch = (0.1 + g.noise(t, 0.01, 12)) * pcie * (1.0 - on) + 0.01 * pcie
-    exchange = 0.1 * g.model.nvlink_link_bytes_per_second * g.model.nvlink_links
+    a = _offloaded(g, on, fetch, 0.5 * fetch)
+    a.nvlink_tx = a.nvlink_rx = 0.1 * g.model.nvlink_link_bytes_per_second * g.model.nvlink_links
+    return a
+
+
+def _offloaded(g: SimGpu, on: float, into: float, back: float) -> Activity:
+    """A training step of an offloaded job computing `on` of the sample's time, with `into` and `back` bytes per
+    second over PCIe."""
     return Activity(
         busy=on,
         sm_active=0.85 * on,
@@ -989,10 +996,8 @@ def _cpu_offload(g: SimGpu, t: float, w: float) -> Activity:
         dram=0.4 * on,
         fp16=0.3 * on,
         memory_fraction=g.params["memory"],
-        pcie_rx=fetch,
-        pcie_tx=0.5 * fetch,
-        nvlink_tx=exchange,
-        nvlink_rx=exchange,
+        pcie_rx=into,
+        pcie_tx=back,
         power_fraction=0.2 + 0.6 * on,
         temperature_celsius=48,
         process=True,
@@ -1007,20 +1012,7 @@ def _offload_bursts(g: SimGpu, t: float, w: float) -> Activity:
     on = duty(t, w, period, 0.55 * period, phase)
     fetch = duty(t, w, period, 0.05 * period, phase - 0.6 * period)  # duty() shifts earlier by its phase
     push = duty(t, w, period, 0.05 * period, phase - 0.75 * period)
-    return Activity(
-        busy=on,
-        sm_active=0.85 * on,
-        sm_occupancy=0.4 * on,
-        tensor=0.55 * on,
-        dram=0.4 * on,
-        fp16=0.3 * on,
-        memory_fraction=g.params["memory"],
-        pcie_rx=27e9 * fetch,
-        pcie_tx=12e9 * push,
-        power_fraction=0.2 + 0.6 * on,
-        temperature_celsius=48,
-        process=True,
-    )
+    return _offloaded(g, on, 27e9 * fetch, 12e9 * push)
 
 
 def _input_heavy_starvation(g: SimGpu, t: float, w: float) -> Activity:
