@@ -418,7 +418,7 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer.judging.features import UnitKeys
     from gpulens.analyzer.judging.history import analyze, sample_interval, with_owners
     from gpulens.analyzer.outputs import formats, terminal
-    from gpulens.analyzer.outputs.plan import Use, make_plan
+    from gpulens.analyzer.outputs.plan import Use, make_plan, sized
 
     try:
         thresholds, prices = _config(args)
@@ -494,6 +494,7 @@ def run_report(args: argparse.Namespace) -> int:
     except (TraceError, ValueError, StoreError, KubeStateError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
+    verdicts = sized(verdicts, use, thresholds, prices)
     verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
     plan = make_plan(verdicts, use, thresholds, prices, scheduling)
     if args.format == "json":

@@ -91,6 +91,7 @@ def test_docs_verdicts_names_every_field_of_a_verdict_an_episode_and_a_class_sha
     from dataclasses import fields
 
     from gpulens.analyzer.judging.classify import ClassShare, Episode, Verdict
+    from gpulens.analyzer.judging.sizing import Size
 
     sections = (REPO / "docs" / "verdicts.md").read_text().split("\n## ")[1:]
     documented = [
@@ -106,4 +107,5 @@ def test_docs_verdicts_names_every_field_of_a_verdict_an_episode_and_a_class_sha
         {f.name for f in fields(Verdict)} | {"unit"},
         {f.name for f in fields(Episode)},
         {f.name for f in fields(ClassShare)},
+        {f.name for f in fields(Size)},
     ]

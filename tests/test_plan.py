@@ -17,7 +17,7 @@ from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.judging.history import analyze
 from gpulens.analyzer.outputs.evaluate import Scenario, scenario_trace
 from gpulens.analyzer.outputs.formats import plan_csv
-from gpulens.analyzer.outputs.plan import GPU_ONLY_REPLICA_CONFIDENCE, Use, make_plan
+from gpulens.analyzer.outputs.plan import GPU_ONLY_REPLICA_CONFIDENCE, Use, make_plan, sized
 from gpulens.core.catalog import MODELS
 from gpulens.core.thresholds import Thresholds
 
@@ -97,7 +97,7 @@ def test_a_small_model_on_an_h100_gets_its_smallest_mig_slice():
     assert (action.action, action.what) == ("mig", "a MIG 1g.10gb slice of its NVIDIA H100 80GB HBM3")
     assert action.gpus_after == round(1 / 7, 3)
     assert action.saving_usd_per_30d == round(6 / 7 * 4.00 * 720, 2)
-    assert action.evidence["peak"] == "activity 8.0% of a NVIDIA H100 80GB HBM3 (mean over 60 s), memory 6.0 GiB"
+    assert action.evidence["peak"] == "activity 8.0% of its GPU (the highest 60 s mean), memory 6.0 GiB"
 
 
 def test_a_light_job_on_an_a100_moves_to_a_cheaper_model():
@@ -111,7 +111,10 @@ def test_a_light_job_on_an_a100_moves_to_a_cheaper_model():
     assert (action.action, action.what) == ("cheaper_gpu", "move to Tesla T4 ($1.50/GPU-h less)")
     assert (action.gpus_now, action.gpus_after) == (1.0, 1.0)
     assert action.saving_usd_per_30d == 1.50 * 720
-    assert action.evidence["fits"] == "Tesla T4: 65 >= 53.8 dense FP16 TFLOPS, 15 GiB (NVIDIA's datasheets)"
+    assert action.evidence["fits"] == (
+        "it needs 17.3% of its GPU's compute and 10.7 GiB (15% above its peak): Tesla T4 has 65 >= 53.8 dense FP16 "
+        "TFLOPS, 320 >= 268 GB/s and 15 GiB at $0.50/GPU-h against $2.00 (NVIDIA's datasheets)"
+    )
 
 
 def test_an_idle_notebook_is_released_after_the_cull_time():
@@ -142,19 +145,26 @@ def test_a_data_starved_job_gets_its_input_fix_and_its_waste_not_a_smaller_gpu()
     assert action.evidence["waste"].startswith(f"{verdict.wasted_gpu_seconds / 3600:.2f} GPU-h")
 
 
-def test_low_activity_without_a_cause_gets_no_resize_and_no_code_fix():
-    """A loop launching short kernels from one host thread on an H100, its model held: the data names no
-    cause, so the plan proposes neither a smaller GPU nor another class's fix, and says why; the waste is
-    counted all the same."""
+def test_low_activity_without_a_cause_gets_the_size_its_use_needs_and_what_would_settle_the_cause():
+    """A loop launching short kernels from one host thread on an H100, its model held (53.7 GiB at 18% at most):
+    the data names no cause, so no code fix is proposed; but whatever its cause, its footprint fits a cheaper
+    GPU. With 15% headroom it needs 61.7 GiB, which no MIG profile of an H100 short of the whole GPU and no L40S
+    (45 GiB) holds: an A100 80GB, $1.50 an hour less by the catalogue ($4.00 against $2.50). The action says
+    what would settle the cause after the move; its waste is counted all the same."""
     trace = scenario_trace(Scenario("unexplained", "H100-SXM5-80GB", 1, 0.0, True, False, 12))
-    verdicts = analyze(trace, T)
-    plan = make_plan(verdicts, Use.of_trace(trace, 1.0, T), T)
-    [verdict] = verdicts
+    use = Use.of_trace(trace, 1.0, T)
+    [verdict] = sized(analyze(trace, T), use, T)
+    plan = make_plan([verdict], use, T)
     assert verdict.bottleneck == "unexplained" and verdict.wasted_gpu_seconds > 0
-    assert plan.actions == []
-    assert [(n.units, n.reason) for n in plan.not_planned] == [
-        ([verdict.unit], "unexplained: The GPU does little work, and this data does not say why")
-    ]
+    assert verdict.size is not None and verdict.size.memory_peak_bytes is not None
+    assert verdict.size.memory_peak_bytes / GIB == pytest.approx(53.65, abs=0.01)
+    [action] = plan.actions
+    assert (action.action, action.what) == ("cheaper_gpu", "move to NVIDIA A100-SXM4-80GB ($1.50/GPU-h less)")
+    assert action.saving_usd_per_30d == 1.50 * 720
+    assert action.evidence["fits"] == verdict.size.basis
+    assert verdict.size.basis.startswith("it needs 21.0% of its GPU's compute and 61.7 GiB (15% above its peak)")
+    assert action.then.startswith("then find why it works little: add what would settle it: the pod's CPU use")
+    assert plan.not_planned == []
 
 
 def test_a_gpu_at_fault_is_repaired_before_anything_is_resized_in_the_words_of_its_fault():
@@ -402,3 +412,91 @@ def test_a_plan_over_less_than_a_day_says_what_it_saved_in_the_span_not_per_mont
     assert "saving <b>$18.00 in the 12 h seen</b> (no month projected from under 1 d of samples)" in html
     assert "GPUs held 1 → 1 (by the 1 pod and GPUs it changes, each counted whenever it ran in the 12 h seen)" in html
     assert "<th class=n>saved in the span</th>" in html and "1,080" not in html
+
+
+def _light(name: str, memory: float, one_core: bool, seed: int) -> pd.DataFrame:
+    """Six hours at 30 s of a light job on an A100 80GB: 10% activity (+/- 1%), `memory` bytes held, its pod's
+    CPU at one core of four (a loop one host thread drives) or at a quarter of a core (nothing of the CPU)."""
+    rng = np.random.default_rng(seed)
+    samples = 6 * 120
+    activity = np.clip(0.1 + rng.normal(0, 0.01, samples), 0, 1)
+    cpu = (1.0 if one_core else 0.25) + rng.normal(0, 0.03, samples)
+    rows = pod(name, "A100-SXM4-80GB", activity, memory, 30.0)
+    return rows.assign(cpu_usage_cores=cpu, cpu_limit_cores=4.0)
+
+
+def _sized_plan(frames: list[pd.DataFrame], step: float):
+    trace = fr.normalize(pd.concat(frames, ignore_index=True))
+    use = Use.of_trace(trace, step, T)
+    verdicts = sized(analyze(trace, T), use, T)
+    return verdicts, make_plan(verdicts, use, T)
+
+
+@pytest.mark.parametrize(
+    ("memory", "headline", "secondary"), [(5 * GIB, "wrong_gpu_type", ["host_stall"]), (12 * GIB, "host_stall", [])]
+)
+def test_a_light_loop_on_a_big_gpu_moves_first_and_batches_its_loop_after(memory, headline, secondary):
+    """The issue's seed problem: 5 GiB at 10% of an A100 80GB, its pod's CPU at one core. The footprint settles
+    the size (wrong_gpu_type, host_stall beside it): its peak, 11.7% of the GPU in a minute, needs 13.5% with 15%
+    headroom, and 5.8 GiB. A 1g.10gb slice has 1/7 of the SMs but 1/8 of the memory bandwidth (12.5% < 13.5%); a
+    T4 has 65 >= 42.1 TFLOPS, 320 >= 275 GB/s and 15 GiB for $0.50 an hour, under a 1g.20gb's quarter of $2.50.
+    The loop runs as fast there, so the move comes first, and batching the loop after it: each fix raises its use.
+    Holding 12 GiB (over oversized_memory_bytes) the loop is the class, and its plan the same: 13.8 GiB fits a T4."""
+    [v], plan = _sized_plan([_light("ml/light-0", memory, True, 5)], 30.0)
+    assert (v.bottleneck, v.secondary, v.cause) == (headline, secondary, "host_thread")
+    assert v.size is not None and (v.size.fit, v.size.fits, v.size.price_share) == ("cheaper_gpu", "Tesla T4", 0.2)
+    [action] = plan.actions
+    assert (action.action, action.what) == ("cheaper_gpu", "move to Tesla T4 ($2.00/GPU-h less)")
+    assert action.saving_usd_per_30d == 2.00 * 720
+    assert action.saving_usd_span == 2.00 * 6
+    assert action.evidence["fits"] == v.size.basis  # the verdict's size is the plan's: measured once
+    assert action.then.startswith("then one host thread drives the GPU: the pod's CPU sits at one core")
+    assert action.then.endswith("Each fix raises its use: size it again after")
+
+
+def test_a_job_holding_10_gib_at_10_percent_gets_the_gpu_it_fits_whatever_its_cause():
+    """10 GiB at 10% of an A100 80GB, its CPU far from its limit, no signature: unexplained, and whatever its cause
+    it fits a T4 (11.5 GiB with headroom; its busiest minute, with headroom, within a T4's 65 TFLOPS and 320 GB/s),
+    $2.00 an hour under the A100. Sized, with what would settle its cause after."""
+    frame = _light("ml/heavy-0", 10 * GIB, False, 6)
+    [v], plan = _sized_plan([frame], 30.0)
+    busiest = float(frame["sm_active"].to_numpy().reshape(-1, 2).mean(axis=1).max())  # minutes of two samples
+    needed = busiest * (1 + T.plan_headroom)
+    assert v.bottleneck == "unexplained"
+    assert v.size is not None and v.size.fits == "Tesla T4"
+    assert v.size.activity_peak == pytest.approx(busiest)
+    assert v.size.basis.startswith(
+        f"it needs {needed:.1%} of its GPU's compute and 11.5 GiB (15% above its peak): Tesla T4 has 65 >= "
+        f"{needed * 312:.3g} dense FP16 TFLOPS, 320 >= {needed * 2039:.3g} GB/s"
+    )
+    [action] = plan.actions
+    assert (action.action, action.saving_usd_per_30d) == ("cheaper_gpu", 2.00 * 720)
+    assert action.then.startswith("then find why it works little: add what would settle it")
+
+
+def test_a_starved_job_is_fed_first_and_sized_after_and_the_plan_says_why():
+    """A data-starved job on an A100 40GB: its peak minute is 22.8% of the GPU and it holds 27.3 GiB, which an
+    L40S holds today (362 TFLOPS, 864 GB/s, 45 GiB, $1.50 against $2.00). Fed faster it would use more than that,
+    so the plan feeds it first (the fix, and the waste it recovers) and says to size it after, and why."""
+    trace = scenario_trace(Scenario("data_starvation", "A100-SXM4-40GB", 1, 0.0, True, False, 11))
+    use = Use.of_trace(trace, 1.0, T)
+    [v] = sized(analyze(trace, T), use, T)
+    [action] = make_plan([v], use, T).actions
+    assert v.bottleneck == "data_starvation" and v.size is not None and v.size.fits == "NVIDIA L40S"
+    assert (action.action, action.gpus_now, action.gpus_after) == ("fix", 1.0, 1.0)
+    assert action.then == (
+        "then size it again from what it uses: today its use fits NVIDIA L40S, but fed faster it uses more of its "
+        "GPU, which a smaller one would cap"
+    )
+
+
+def test_a_healthy_pod_whose_peak_needs_its_whole_gpu_changes_nothing():
+    """Every class is sized, healthy too; but a pod busy at 90% SM activity most minutes needs all of its H100
+    at its peak (103.5% with headroom): its size is its GPU as it is, and the plan neither acts nor says why."""
+    step = 30.0
+    activity = np.full(6 * 120, 0.9)
+    activity[::4] = 0.3
+    [v], plan = _sized_plan([pod("apps/ranker-0", "H100-SXM5-80GB", activity, 12 * GIB, step)], step)
+    assert v.bottleneck == "healthy"
+    assert v.size is not None and (v.size.fit, v.size.fits) == ("whole", "its NVIDIA H100 80GB HBM3")
+    assert plan.actions == [] and plan.not_planned == []

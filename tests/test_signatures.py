@@ -851,7 +851,11 @@ def test_a_loop_one_host_thread_drives_on_a_sliver_of_a_big_gpu_is_sized_first(m
     assert v.bottleneck == headline, v
     assert v.evidence["one_core_fraction"].startswith("100% of samples with the pod's CPU at 1 +/- 0.15 cores")
     if headline == "wrong_gpu_type":
-        assert (v.secondary, v.cause, v.recommendation) == (["host_stall"], "", RECOMMENDATIONS["wrong_gpu_type"])
+        assert (v.secondary, v.cause, v.recommendation) == (
+            ["host_stall"],
+            "host_thread",
+            RECOMMENDATIONS["wrong_gpu_type"],
+        )
         assert v.evidence["peak_memory_bytes"] == "5000000000 <= 10000000000 on a NVIDIA A100-SXM4-80GB"
         assert v.evidence["deciding"].startswith("its footprint fits a smaller GPU")
     else:

@@ -28,6 +28,7 @@ from gpulens.analyzer.inputs.engines import EngineLoad
 from gpulens.analyzer.inputs.kinds import Kind, WorkloadKind
 from gpulens.analyzer.judging.evidence import Evidence, byte_count, duration, percent, seconds, share
 from gpulens.analyzer.judging.features import PodFeatures, PodGpu, pod_features
+from gpulens.analyzer.judging.sizing import Size
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STALL_CAUSES
 from gpulens.core.catalog import GpuModel, model_info
@@ -119,10 +120,15 @@ class Verdict:
     #: under sparse_busy_share of work, still served a few requests). Not work that stopped.
     served: bool = False
     #: The cause its evidence shows where the class names several (host_stall: a key of
-    #: core.bottlenecks.STALL_CAUSES, whose fix is the recommendation); "" otherwise.
+    #: core.bottlenecks.STALL_CAUSES, whose fix is the recommendation), or where host_stall is its secondary
+    #: (wrong_gpu_type over a loop one host thread drives: the fix the plan gives after the move); "" otherwise.
     cause: str = ""
     #: What it found beyond its class that outputs act on (Fact), sorted.
     facts: list[str] = field(default_factory=list)
+    #: The smallest GPU its measured use fits over the span (sizing.Size: a MIG slice, a cheaper model, a
+    #: time-sliced share, its GPU as it is, or unknown and why), whatever its class: set where its use is
+    #: measured (plan.sized(): reports, the live service's history), None in a single window's verdict.
+    size: Size | None = None
 
     def verdict(self) -> Verdict:
         """Itself: a Verdict is written out already (Judgement.verdict() writes one out), so that a ledger
@@ -147,6 +153,8 @@ class Verdict:
         fields["by_class"] = {name: ClassShare(**share) for name, share in fields["by_class"].items()}
         if fields["engine_load"] is not None:
             fields["engine_load"] = EngineLoad(**fields["engine_load"])
+        if fields["size"] is not None:
+            fields["size"] = Size(**fields["size"])
         return cls(**fields)
 
     @property
@@ -396,7 +404,7 @@ def _written_out(judged: Judgement, f: PodFeatures) -> Verdict:
         bottleneck=name,
         confidence=confidence,
         evidence=evidence,
-        recommendation=STALL_CAUSES[found.cause] if found.cause else RECOMMENDATIONS[name],
+        recommendation=STALL_CAUSES[found.cause] if name == "host_stall" and found.cause else RECOMMENDATIONS[name],
         wasted_gpu_seconds=round(wasted, 1),
         wasted_cost=round(cost, 4),
         secondary=secondary,
@@ -908,7 +916,7 @@ def _sized_over_loop(loop: Finding, f: PodFeatures, t: Thresholds) -> Finding:
         "deciding": "its footprint fits a smaller GPU, and a loop one host thread drives runs as fast on one: the "
         "size first, then the loop (batch it: host_stall's host_thread fix)",
     }
-    return replace(sized, evidence=evidence, also=("host_stall",))
+    return replace(sized, evidence=evidence, also=("host_stall",), cause=loop.cause)
 
 
 def _one_job(f: PodFeatures, t: Thresholds) -> str:

@@ -101,6 +101,10 @@ VERDICT_CSV_FIELDS = [
     "team",
     "workload_kind",
     "engine",
+    # The smallest GPU its use fits (Verdict.size): how, what, and its price over its GPU's.
+    "size_fit",
+    "size_fits",
+    "size_price_share",
 ]
 
 
@@ -119,5 +123,7 @@ def verdicts_csv(verdicts: list[Verdict]) -> str:
             f"{rfc3339(e.start)}/{rfc3339(e.end)} {e.bottleneck} {e.confidence} {e.wasted_gpu_seconds}"
             for e in v.episodes
         )
+        if v.size is not None:
+            row |= {"size_fit": v.size.fit, "size_fits": v.size.fits, "size_price_share": round(v.size.price_share, 4)}
         writer.writerow(row)
     return out.getvalue()

@@ -32,7 +32,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from fractions import Fraction
 from typing import cast
 
@@ -44,9 +44,10 @@ from gpulens.analyzer.judging.classify import NO_POD, XID_FAULTS, Verdict
 from gpulens.analyzer.judging.evidence import duration, gpu_count, percent
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.scheduling import Scheduling, quota_advice, spent
+from gpulens.analyzer.judging.sizing import Size, smallest
 from gpulens.analyzer.outputs.timelines import TimelineBins, unit_samples
-from gpulens.core.bottlenecks import BY_NAME, PLANNED
-from gpulens.core.catalog import MODELS, GpuModel, model_info
+from gpulens.core.bottlenecks import BY_NAME, PLANNED, SIZE_FIRST_CAUSES, STALL_CAUSES, UNEXPLAINED_SETTLES
+from gpulens.core.catalog import GpuModel, model_info
 from gpulens.core.thresholds import Thresholds
 
 #: Bins of use kept per unit over a span: memory that follows the units (8 KiB each), not the span.
@@ -56,13 +57,11 @@ MONTH_HOURS = 30 * 24
 FIX = PLANNED["fix"]
 #: Classes of a GPU at fault, or a process outside any pod: repaired, not planned.
 FAULTS = PLANNED["repair"]
-#: Classes a smaller share of a GPU, or fewer replicas, can serve.
-OVERSIZED = PLANNED["resize"]
+#: Classes whose GPU is larger than their use, which a smaller share of a GPU, or fewer replicas, can serve
+#: (unexplained is resized too, but alone: its cause unknown, its replicas are not counted as serving load).
+OVERSIZED = PLANNED["resize"] - {"unexplained"}
 #: Classes a replica of an over-provisioned serving workload can have.
 SERVING = OVERSIZED | PLANNED["release"]
-#: Serving engines that take most of the GPU's memory at start (vLLM's gpu_memory_utilization, SGLang's
-#: mem_fraction_static, TGI's cuda_memory_fraction): their memory in use says nothing of their load.
-PREALLOCATING = frozenset({"vllm", "sglang", "tgi"})
 #: Owners whose pods are replicas of one another.
 REPLICATED = frozenset({"Deployment", "ReplicaSet", "StatefulSet"})
 #: Pod names of a Deployment ("name-<replicaset hash>-<5 chars>") and of a StatefulSet ("name-<ordinal>"),
@@ -127,6 +126,14 @@ class Use:
         self.bins.retain(units)
         self.peak_memory = {unit: peak for unit, peak in self.peak_memory.items() if unit in units}
 
+    def size_of(self, v: Verdict, t: Thresholds, prices: dict[str, float] | None = None) -> Size:
+        """The smallest GPU `v`'s unit fits (sizing.smallest), from its highest bin of activity and its peak
+        memory."""
+        activity = self.activity(v.unit)
+        peak = math.nan if np.isnan(activity).all() else float(np.nanmax(activity))
+        memory = self.peak_memory.get(v.unit, math.nan)
+        return smallest(v.gpu_model, peak, memory, self.bin_seconds, t, prices, v.engine)
+
     def activity(self, unit: str) -> np.ndarray:
         """The unit's mean activity per GPU in each bin, in time order; NaN where it has no sample."""
         order = self.bins.order()
@@ -179,6 +186,9 @@ class Action:
     assumptions: dict[str, str] = field(default_factory=dict)
     #: The GPUs (or shares of one) its units need after the change, which the fleet's packing places.
     needs: list[Need] = field(default_factory=list)
+    #: The step after it, where its unit's cause and size both call for a change: the fix after a move to a
+    #: smaller GPU, or the size after a fix (core.bottlenecks.Bottleneck.fix_before_size); "" where none.
+    then: str = ""
 
     def gpus_change(self, arrow: str = "->") -> str:
         """The GPUs it holds now and after, as people read them ("8 -> 1"); "none held" for the cluster's
@@ -297,6 +307,12 @@ class Plan:
 
     def _month(self, document: dict) -> dict:
         return document if self.projected else {**document, "saving_usd_per_30d": None}
+
+
+def sized(verdicts: list[Verdict], use: Use, t: Thresholds, prices: dict[str, float] | None = None) -> list[Verdict]:
+    """The verdicts, each with the size its use fits (Verdict.size): what every output shows and the plan
+    proposes, measured once."""
+    return [replace(v, size=use.size_of(v, t, prices)) for v in verdicts]
 
 
 def make_plan(
@@ -656,9 +672,9 @@ class _Planner:
             gpu_model=first.gpu_model,
             gpus_now=float(sum(len(v.gpus) for v in members)),
             gpus_after=round(gpus_after, 3),
-            saving_usd_span=round(saving_span, 2),
-            saving_usd_per_30d=round(per_hour * MONTH_HOURS, 2),
-            confidence=confidence,
+            saving_usd_span=round(float(saving_span), 2),
+            saving_usd_per_30d=round(float(per_hour) * MONTH_HOURS, 2),
+            confidence=float(confidence),
             units=[v.unit for v in members],
             evidence=dict(evidence),
             assumptions=assumptions,
@@ -804,17 +820,15 @@ class _Planner:
         return action
 
     def unit(self, v: Verdict) -> Action | NotPlanned | None:
-        """One unit's action, why it has none, or None (healthy: nothing to change)."""
+        """One unit's action, why it has none, or None (nothing to change: healthy on the GPU it needs)."""
         name = v.bottleneck
         plan = BY_NAME[name].plan
         if plan != "release" and _notebook(v) and _idle_spells(v):
             # A notebook in use between its cells: its pauses are culled where they outlast the cull time;
             # where none does and its work needs nothing, it says why nothing changes.
             culled = self._cull(v)
-            if isinstance(culled, Action) or plan == "none":
+            if isinstance(culled, Action) or (plan == "none" and not self._size(v).smaller):
                 return culled
-        if plan == "none":
-            return None
         if plan == "not_planned":  # the data does not say what would help: the class's fix says what would
             return NotPlanned(v.workload, [v.unit], f"{name}: {v.recommendation.split(':')[0].split('. ')[0]}")
         if "xid_fault" in v.facts:
@@ -825,43 +839,91 @@ class _Planner:
             return NotPlanned(v.workload, [v.unit], f"{name}: its GPUs' NVLinks are down or failing; repair first")
         if name in FAULTS:  # the class's fix opens with what is wrong: "The GPU slows itself down: check ..."
             return NotPlanned(v.workload, [v.unit], f"{name}: {BY_NAME[name].fix.split(':')[0]}; repair first")
-        if name in FIX:
-            return self._action(
-                [v],
-                "fix",
-                v.recommendation.split(". ")[0],
-                float(len(v.gpus)),
-                v.wasted_cost,
-                self._rate(v.wasted_cost),
-                waste=f"{v.wasted_gpu_seconds / 3600:.2f} GPU-h (${v.wasted_cost:.2f}) to {name}: its code, input or "
-                "placement, not its GPU's size",
-            )
         if plan == "release":
             return self._release(v)
-        sized = self._sized(v)
+        size = self._size(v)
+        if name in FIX:
+            return self._fix_and_size(v, size)
+        sized = self._sized(v, size, then=self._then_fix(v))
+        if plan == "none":  # healthy: a smaller GPU where its use fits one, else nothing to change
+            return sized if isinstance(sized, Action) else None
         # A replica at rest for hours (nights, weekends): scaled to zero, where that saves more than a resize.
         zero = self._scale_to_zero(v) if name == "overprovisioned_serving" else None
         if zero is not None and (not isinstance(sized, Action) or zero.saving_usd_span > sized.saving_usd_span):
             return zero
+        if name == "unexplained" and not isinstance(sized, Action):  # no size saves: what would settle the cause
+            return NotPlanned(v.workload, [v.unit], f"{sized.reason}; {v.recommendation.split('. ')[0]}")
         return sized
 
-    def _sized(self, v: Verdict) -> Action | NotPlanned:
-        """A unit's smaller share of a GPU or cheaper model (_smaller()), or why it has none."""
-        if not self._model(v).memory_total_bytes:
-            return NotPlanned(
-                v.workload,
-                [v.unit],
-                f"its GPU model ({v.gpu_model or 'unnamed'}) is not in gpulens' catalogue: what share of it the peak "
-                "needs is unknown; name the model (--gpu-model)",
-            )
-        if v.engine in PREALLOCATING:
-            return NotPlanned(
-                v.workload,
-                [v.unit],
-                f"its engine ({v.engine}) takes most of its GPU's memory for its KV cache whatever its load: its peak "
-                "memory is no demand; size it by its requests (fewer replicas) rather than a smaller GPU",
-            )
-        return self._smaller(v) or NotPlanned(v.workload, [v.unit], "no smaller share of a GPU fits its peak")
+    def _size(self, v: Verdict) -> Size:
+        """The size `v` carries (sized()), else the one its use fits."""
+        return v.size if v.size is not None else self.use.size_of(v, self.t, self.prices)
+
+    def _fix_and_size(self, v: Verdict, size: Size) -> Action:
+        """A unit whose problem is its code, input or placement: its fix, and the smaller GPU its use fits in the
+        order its cause argues for (Bottleneck.fix_before_size): the size first where its work runs as fast on
+        it (a loop one host thread drives), else the fix first and the size after, which the action says."""
+        against = BY_NAME[v.bottleneck].fix_before_size
+        if size.smaller and (not against or v.cause in SIZE_FIRST_CAUSES):
+            resized = self._sized(v, size, then=self._then_fix(v))
+            if isinstance(resized, Action):
+                return resized
+        action = self._action(
+            [v],
+            "fix",
+            v.recommendation.split(". ")[0],
+            float(len(v.gpus)),
+            v.wasted_cost,
+            self._rate(v.wasted_cost),
+            waste=f"{v.wasted_gpu_seconds / 3600:.2f} GPU-h (${v.wasted_cost:.2f}) to {v.bottleneck}: its code, input "
+            "or placement, not its GPU's size",
+        )
+        if size.smaller:
+            action.then = f"then size it again from what it uses: today its use fits {size.fits}, but {against}"
+        return action
+
+    def _then_fix(self, v: Verdict) -> str:
+        """What to fix after a resize: the cause its evidence showed beside the size (a loop one host thread
+        drives), which raises its use, so that it is sized again after; for unexplained low activity, what
+        would settle its cause. "" where none."""
+        if v.bottleneck == "unexplained":
+            return f"then find why it works little: {UNEXPLAINED_SETTLES}"
+        if v.bottleneck == "host_stall" or "host_stall" in v.secondary:
+            fix = STALL_CAUSES.get(v.cause, "")
+            if fix:
+                return f"then {fix[0].lower()}{fix[1:]} Each fix raises its use: size it again after"
+        return ""
+
+    def _sized(self, v: Verdict, size: Size, then: str = "") -> Action | NotPlanned:
+        """`v` moved to the smaller GPU its use fits (`size`), or why it has none."""
+        if not size.smaller:
+            reason = size.basis if size.fit == "unknown" else f"no smaller GPU fits: {size.basis}"
+            return NotPlanned(v.workload, [v.unit], reason)
+        model = self._model(v)
+        gpus, hours = len(v.gpus), self._held_hours([v])
+        saved = 1 - size.price_share  # of its GPU's price, per GPU
+        measured = {"peak": size.peak, "fits": size.basis}
+        if size.fit == "mig":
+            what, after, need = size.fits, gpus * size.price_share, Need(v.gpu_model, size.price_share, "mig")
+        elif size.fit == "cheaper_gpu":
+            what = f"move to {size.gpu_model} (${model.price_per_hour * saved:.2f}/GPU-h less)"
+            after, need = float(gpus), Need(size.gpu_model, 1.0)
+        else:
+            slices = round(1 / size.price_share)
+            what = f"share its GPU with {slices - 1} other such pods (time-slicing, replicas: {slices})"
+            after, need = gpus * size.price_share, Need(v.gpu_model, size.price_share, "time-slicing")
+        action = self._action(
+            [v],
+            size.fit,
+            what,
+            after,
+            hours * saved * model.price_per_hour,
+            gpus * saved * model.price_per_hour,
+            [need] * gpus,
+            **measured,
+        )
+        action.then = then
+        return action
 
     def _release(self, v: Verdict) -> Action | NotPlanned:
         if _notebook(v):
@@ -925,77 +987,6 @@ class _Planner:
             f"{duration(longest)}: {duration(freed)} of them past {duration(delay)}",
         )
 
-    def _smaller(self, v: Verdict) -> Action | None:
-        """The share of a GPU, or the cheaper model, its peak fits with headroom: the largest saving."""
-        t, model = self.t, self._model(v)
-        activity = self.use.activity(v.unit)
-        memory = self.use.peak_memory.get(v.unit, math.nan)
-        if np.isnan(activity).all() or math.isnan(memory):
-            return None
-        peak = float(np.nanmax(activity))
-        need_compute, need_memory = peak * (1 + t.plan_headroom), memory * (1 + t.plan_headroom)
-        gpus, hours = len(v.gpus), self._held_hours([v])
-        measured = {
-            "peak": f"activity {peak:.1%} of a {model.name} (mean over {self.use.bin_seconds:.0f} s), memory "
-            f"{memory / 2**30:.1f} GiB",
-            "headroom": f"{t.plan_headroom:.0%} above both",
-        }
-        options: list[Action] = []
-        mig = next(
-            (p for p in model.mig_profiles if p.memory_bytes >= need_memory and p.compute_share >= need_compute), None
-        )
-        if mig is not None:
-            options.append(
-                self._action(
-                    [v],
-                    "mig",
-                    f"a MIG {mig.name} slice of its {model.name}",
-                    gpus * mig.compute_share,
-                    hours * (1 - mig.compute_share) * model.price_per_hour,
-                    gpus * (1 - mig.compute_share) * model.price_per_hour,
-                    [Need(v.gpu_model, mig.compute_share, "mig")] * gpus,
-                    **measured,
-                    fits=f"{mig.name}: {mig.sevenths}/7 of the compute, {mig.memory_bytes / 1e9:g} GB (NVIDIA's MIG "
-                    "profiles)",
-                )
-            )
-        need_tflops = need_compute * model.dense_fp16_tflops
-        cheaper = _cheaper(model, need_tflops, need_memory, self.prices)
-        if cheaper is not None:
-            delta = model.price_per_hour - cheaper.price_per_hour
-            options.append(
-                self._action(
-                    [v],
-                    "cheaper_gpu",
-                    f"move to {cheaper.name} (${delta:.2f}/GPU-h less)",
-                    float(gpus),
-                    hours * delta,
-                    gpus * delta,
-                    [Need(cheaper.name, 1.0)] * gpus,
-                    **measured,
-                    fits=f"{cheaper.name}: {cheaper.dense_fp16_tflops:g} >= {need_tflops:.3g} "
-                    f"dense FP16 TFLOPS, {cheaper.memory_total_bytes / 2**30:.0f} GiB (NVIDIA's datasheets)",
-                )
-            )
-        share = max(need_compute, need_memory / model.memory_total_bytes)
-        slices = min(8, math.floor(1 / share)) if share > 0 else 8
-        if slices >= 2 and mig is None:
-            options.append(
-                self._action(
-                    [v],
-                    "time_slicing",
-                    f"share its GPU with {slices - 1} other such pods (time-slicing, replicas: {slices})",
-                    gpus / slices,
-                    hours * (1 - 1 / slices) * model.price_per_hour,
-                    gpus * (1 - 1 / slices) * model.price_per_hour,
-                    [Need(v.gpu_model, 1 / slices, "time-slicing")] * gpus,
-                    **measured,
-                    fits=f"1/{slices} of the GPU carries the peak; no memory isolation: each must stay under "
-                    f"{model.memory_total_bytes / slices / 2**30:.0f} GiB",
-                )
-            )
-        return max(options, key=lambda a: a.saving_usd_per_30d, default=None)
-
     def unallocated(self, node: str, gpus: list[Verdict]) -> Action:
         price = self._model(gpus[0]).price_per_hour
         action = self._action(
@@ -1028,17 +1019,3 @@ def _idle_spells(v: Verdict) -> list[float]:
 def _notebook(v: Verdict) -> bool:
     """A notebook's kernel: as Kubernetes says, or where nothing says, as its pod's name does."""
     return v.workload_kind == "notebook" or (v.workload_kind == "unknown" and bool(_NOTEBOOK.search(v.pod)))
-
-
-def _cheaper(model: GpuModel, tflops: float, memory: float, prices: dict[str, float]) -> GpuModel | None:
-    """The cheapest catalogue model, cheaper than `model`, with `tflops` dense FP16 and `memory` bytes; None
-    where the catalogue has no compute figure for `model`."""
-    if not model.dense_fp16_tflops:
-        return None
-    candidates = [
-        model_info(m.name, prices)
-        for m in MODELS.values()
-        if m.dense_fp16_tflops >= tflops and m.memory_total_bytes >= memory
-    ]
-    cheaper = [m for m in candidates if m.price_per_hour < model.price_per_hour]
-    return min(cheaper, key=lambda m: (m.price_per_hour, m.name), default=None)

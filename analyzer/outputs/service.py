@@ -39,7 +39,7 @@ from gpulens.analyzer.judging.classify import Verdict, classify
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.history import Ledger, with_owners, with_workload
 from gpulens.analyzer.judging.scheduling import Scheduling, judge_reading
-from gpulens.analyzer.outputs.plan import Plan, Use, make_plan
+from gpulens.analyzer.outputs.plan import Plan, Use, make_plan, sized
 from gpulens.analyzer.outputs.timelines import RollingTimelines, unit_samples
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES, WASTEFUL
@@ -427,7 +427,8 @@ class AnalyzerService:
             ],
             "history_seconds": self.history_seconds,
             # What each pod was over the history, as its span verdict books it: headline, shares and waste by
-            # class, episodes (the report's, the page's and the plan's story, not the windows' raw classes).
+            # class, episodes (the report's, the page's and the plan's story, not the windows' raw classes), and
+            # the size its use over the history fits.
             "history": [
                 {
                     "namespace": unit[0],
@@ -436,6 +437,7 @@ class AnalyzerService:
                     "headline": over.bottleneck,
                     "by_class": {name: asdict(part) for name, part in over.by_class.items()},
                     "episodes": [asdict(e) for e in over.episodes],
+                    "size": None if over.size is None else asdict(over.size),
                 }
                 for unit, over in sorted(view.verdicts.items())
             ],
@@ -455,6 +457,8 @@ class AnalyzerService:
                 unit: past.verdict(self.thresholds, workload_of(past), loads.get(unit[:2]))
                 for unit, past in self.history.items()
             }
+            judged = sized(list(verdicts.values()), self.use, self.thresholds, self.prices)
+            verdicts = dict(zip(verdicts, judged, strict=True))
             plan = make_plan(list(verdicts.values()), self.use, self.thresholds, self.prices)
             self._view = HistoryView(self.cycles, self.state, verdicts, plan)
         return self._view

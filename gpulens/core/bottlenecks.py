@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-#: What the right-sizing plan (analyzer/outputs/plan.py) does with a unit of the class: nothing to change ("none"),
-#: fix its code, input or placement ("fix"), release its GPUs ("release"), give it a smaller share of a GPU
+#: What the right-sizing plan (analyzer/outputs/plan.py) does with a unit of the class: nothing to change ("none":
+#: a smaller GPU all the same where its use fits one), fix its code, input or placement ("fix": before or after a
+#: smaller GPU, as Bottleneck.fix_before_size says), release its GPUs ("release"), give it a smaller share of a GPU
 #: or fewer replicas ("resize"), repair the GPU or find the process first ("repair"), or no action because the
 #: data does not say what would help ("not_planned").
 PlanAction = Literal["none", "fix", "release", "resize", "repair", "not_planned"]
@@ -45,6 +46,10 @@ class Bottleneck:
     waste: bool = True
     #: What it judges: a pod, or a GPU that no pod holds (its own kind of row, keyed by node and GPU).
     unit: Literal["pod", "gpu"] = "pod"
+    #: Why its fix comes before a smaller GPU that the unit's use fits today (Verdict.size), where it does: the
+    #: plan then proposes the fix, and the size after it. "": the size is proposed first wherever it saves
+    #: money (the class's own fix, or one that runs as fast on the smaller GPU).
+    fix_before_size: str = ""
 
 
 #: The causes of host_stall, each with its own fix: the verdict quotes the one its evidence shows.
@@ -76,6 +81,16 @@ STALL_CAUSES = {
     "uneven": "Uneven work: one GPU far busier than another. Without power (or links) the data cannot say which "
     "waits for which: check that every rank gets the same work, and read the GPUs' power.",
 }
+
+#: The host_stall causes whose work runs as fast, or nearly, on a smaller GPU: one host thread's launches set
+#: its pace, not the GPU's size, so the smaller GPU comes first and the fix after (each fix raises its use).
+SIZE_FIRST_CAUSES = frozenset({"host_thread"})
+
+#: What would settle the cause of unexplained low activity: its fix says so, and the plan after a resize.
+UNEXPLAINED_SETTLES = (
+    "add what would settle it: the pod's CPU use and limit (cAdvisor, kube-state-metrics), gpulens' exporter on "
+    "its node (every second between scrapes), and its serving engine's request metrics (vLLM, Triton)"
+)
 
 #: The fix of insufficient_data where samples keep coming (Prometheus, the exporters), and where they
 #: cannot (a file: it holds what it holds).
@@ -132,18 +147,19 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         profiling="helps",
         phase=True,
         plan="fix",
+        fix_before_size="fed faster it uses more of its GPU, which a smaller one would cap",
     ),
     Bottleneck(
         "unexplained",
         fix="The GPU does little work, and this data does not say why: no signature of a cause holds (see the "
-        "evidence for the causes left open and what would tell them apart). Before resizing or changing code, "
-        "add what would settle it: the pod's CPU use and limit (cAdvisor, kube-state-metrics), gpulens' exporter "
-        "on its node (every second between scrapes), and its serving engine's request metrics (vLLM, Triton).",
+        "evidence for the causes left open and what would tell them apart). Whatever the cause, give it the size "
+        "its use needs (the verdict's size: a MIG slice or a smaller GPU where its peak fits one). To find the "
+        f"cause before changing code, {UNEXPLAINED_SETTLES}.",
         colour="#80b1d3",
         problem=True,
         profiling="helps",
         phase=True,
-        plan="not_planned",
+        plan="resize",
     ),
     Bottleneck(
         "memory_bandwidth",
@@ -155,6 +171,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         profiling="needed",
         phase=True,
         plan="fix",
+        fix_before_size="its kernels wait on memory, and a smaller GPU has less memory bandwidth",
     ),
     Bottleneck(
         "memory_fragmentation",
@@ -166,6 +183,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         profiling="helps",
         phase=True,
         plan="fix",
+        fix_before_size="its memory fills until the job dies: it needs headroom until the fix holds",
     ),
     Bottleneck(
         "interconnect",
@@ -177,6 +195,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         profiling="helps",
         phase=True,
         plan="fix",
+        fix_before_size="with communication overlapped it uses more of its GPUs and their links",
     ),
     Bottleneck(
         "throttling",
@@ -210,6 +229,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         profiling="helps",
         phase=False,
         plan="fix",
+        fix_before_size="on GPUs that exchange at NVLink speed it uses more of them",
     ),
     Bottleneck(
         "host_stall",
@@ -219,6 +239,7 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
         profiling="helps",
         phase=False,
         plan="fix",
+        fix_before_size="the stall mended, it uses more of its GPU, which a smaller one would cap",
     ),
     Bottleneck(
         "unallocated",

@@ -11,9 +11,11 @@ Sources:
   NVLink 25 GB/s per link per direction on A100 and H100/H200 (12 and 18 links);
 - memory as NVML reports it (MiB), clocks and power limits: NVIDIA's datasheets and nvidia-smi
   captures; reserved memory and idle power are typical readings, used only by the simulator;
-- dense FP16/BF16 tensor TFLOPS (without sparsity), the figure a right-sizing plan compares models by:
-  NVIDIA's datasheets (H100 SXM5 and H200 989, A100 312, L40S 362, L4 121, T4 65); 0 where the catalogue
-  has no figure (A10G: AWS publishes none), and the plan then proposes no move to or from that model;
+- dense FP16/BF16 tensor TFLOPS (without sparsity) and peak memory bandwidth, the figures a right-sizing plan
+  compares models by: NVIDIA's datasheets (TFLOPS: H100 SXM5 and H200 989, A100 312, L40S 362, L4 121, T4 65;
+  GB/s: H200 4,800, H100 SXM5 3,350, A100 80GB SXM4 2,039, A100 40GB 1,555, L40S 864, A10G 600, L4 300, T4
+  320); 0 where the catalogue has no figure (A10G's TFLOPS: AWS publishes none), and the plan then proposes no
+  move to or from that model;
 - MIG profiles: NVIDIA's MIG User Guide, "Supported MIG Profiles" (a slice of n/7 of the GPU's compute
   and its memory in GB, as the profile's name says).
 """
@@ -32,20 +34,33 @@ GB = 1e9
 
 @dataclass(frozen=True)
 class MigProfile:
-    """A MIG profile ("1g.10gb"): `sevenths` of the GPU's compute (its GPU slices) and its memory."""
+    """A MIG profile ("1g.10gb"): `sevenths` of the GPU's compute (its GPU slices), `eighths` of its memory
+    (its memory slices: NVIDIA's "Fraction of Memory") and that memory in bytes."""
 
     name: str
     sevenths: int
+    eighths: int
     memory_bytes: float
 
     @property
     def compute_share(self) -> float:
         return self.sevenths / 7
 
+    @property
+    def gpu_share(self) -> float:
+        """The share of its GPU the profile takes from others, what it costs: the larger of its compute and its
+        memory fractions (a 1g.20gb takes 1/7 of the SMs and 2/8 of the memory: four fit a GPU, not seven)."""
+        return max(self.sevenths / 7, self.eighths / 8)
+
 
 def _mig(*names: str) -> tuple[MigProfile, ...]:
-    """Profiles by name ("1g.10gb": 1 slice of 7, 10 GB), smallest first."""
-    return tuple(MigProfile(n, int(n.split("g.")[0]), float(n.split("g.")[1].removesuffix("gb")) * GB) for n in names)
+    """Profiles by name ("1g.10gb": 1 slice of 7, 10 GB), smallest first, the last the whole GPU (8 eighths)."""
+    whole = float(names[-1].split("g.")[1].removesuffix("gb"))
+    return tuple(
+        MigProfile(n, int(n.split("g.")[0]), round(8 * gb / whole), gb * GB)
+        for n in names
+        for gb in [float(n.split("g.")[1].removesuffix("gb"))]
+    )
 
 
 #: NVIDIA MIG User Guide, "Supported MIG Profiles" (without the +me media-engine variants).
@@ -82,6 +97,8 @@ class GpuModel:
     dense_fp16_tflops: float = 0.0
     #: The MIG profiles the model offers, smallest first; none on models without MIG.
     mig_profiles: tuple[MigProfile, ...] = ()
+    #: Peak memory bandwidth, bytes per second; 0: unknown.
+    memory_bandwidth_bytes_per_second: float = 0.0
 
     @property
     def nvlink_bytes_per_second(self) -> float:
@@ -113,6 +130,7 @@ MODELS: dict[str, GpuModel] = {
         True,
         989.0,
         MIG_141GB,
+        memory_bandwidth_bytes_per_second=4800 * GB,
     ),
     "H100-SXM5-80GB": GpuModel(
         "NVIDIA H100 80GB HBM3",
@@ -133,6 +151,7 @@ MODELS: dict[str, GpuModel] = {
         True,
         989.0,
         MIG_80GB,
+        memory_bandwidth_bytes_per_second=3350 * GB,
     ),
     "A100-SXM4-80GB": GpuModel(
         "NVIDIA A100-SXM4-80GB",
@@ -153,6 +172,7 @@ MODELS: dict[str, GpuModel] = {
         False,
         312.0,
         MIG_80GB,
+        memory_bandwidth_bytes_per_second=2039 * GB,
     ),
     "A100-SXM4-40GB": GpuModel(
         "NVIDIA A100-SXM4-40GB",
@@ -173,6 +193,7 @@ MODELS: dict[str, GpuModel] = {
         False,
         312.0,
         MIG_40GB,
+        memory_bandwidth_bytes_per_second=1555 * GB,
     ),
     "A100-PCIE-40GB": GpuModel(
         "NVIDIA A100-PCIE-40GB",
@@ -193,6 +214,7 @@ MODELS: dict[str, GpuModel] = {
         False,
         312.0,
         MIG_40GB,
+        memory_bandwidth_bytes_per_second=1555 * GB,
     ),
     "L40S": GpuModel(
         "NVIDIA L40S",
@@ -212,9 +234,26 @@ MODELS: dict[str, GpuModel] = {
         16,
         False,
         362.0,
+        memory_bandwidth_bytes_per_second=864 * GB,
     ),
     "A10G": GpuModel(
-        "NVIDIA A10G", "A10G", 1.00, False, 31.5 * GB, 0, 0.0, 23028 * MIB, 479 * MIB, 1710, 6251, 300, 15, 4, 16, False
+        "NVIDIA A10G",
+        "A10G",
+        1.00,
+        False,
+        31.5 * GB,
+        0,
+        0.0,
+        23028 * MIB,
+        479 * MIB,
+        1710,
+        6251,
+        300,
+        15,
+        4,
+        16,
+        False,
+        memory_bandwidth_bytes_per_second=600 * GB,
     ),
     "L4": GpuModel(
         "NVIDIA L4",
@@ -234,9 +273,27 @@ MODELS: dict[str, GpuModel] = {
         16,
         False,
         121.0,
+        memory_bandwidth_bytes_per_second=300 * GB,
     ),
     "T4": GpuModel(
-        "Tesla T4", "T4", 0.50, False, 15.8 * GB, 0, 0.0, 15360 * MIB, 255 * MIB, 1590, 5000, 70, 10, 3, 16, False, 65.0
+        "Tesla T4",
+        "T4",
+        0.50,
+        False,
+        15.8 * GB,
+        0,
+        0.0,
+        15360 * MIB,
+        255 * MIB,
+        1590,
+        5000,
+        70,
+        10,
+        3,
+        16,
+        False,
+        65.0,
+        memory_bandwidth_bytes_per_second=320 * GB,
     ),
 }
 
