@@ -1,10 +1,11 @@
 """Why each pod's GPU is underused: one verdict per pod, with confidence, evidence and a fix to try.
 
 The class names are public API (gpulens.core.bottlenecks). Each signature reads a unit's features
-(PodFeatures) and returns its Finding, or None; the first that holds is the pod's class. Their order
-(SIGNATURES) follows docs/signals.md: missing data (a job's start-up is left out before) first,
-then idle, memory fragmentation, poor placement, interconnect, pipeline stages, host stalls, data
-starvation, over-provisioned serving, memory bandwidth, healthy; throttling and wrong GPU type are overlays
+(PodFeatures) and returns its Finding, or None. Two gates decide alone where they hold (GATES): missing data (a
+job's start-up is left out before), then idle. Every cause is then tried (CAUSES: memory fragmentation, poor
+placement, interconnect, pipeline stages, host stalls, data starvation, over-provisioned serving, memory
+bandwidth), and where several hold, the one whose evidence settles the others is the class (weighed(),
+SETTLES), never the one tried first; healthy where none holds. Throttling and wrong GPU type are overlays
 that become the primary class only when nothing else is wrong. Without profiling fields (consumer GPUs,
 stock dcgm-exporter) the analyzer says so with low confidence and never claims memory_bandwidth.
 
@@ -338,7 +339,8 @@ def _judgement(
         # A GPU no pod holds is judged from as many samples as a pod: from one scrape, neither is anything yet.
         (_insufficient_data(f, t, info) or _without_pod(f, t))
         if without_pod
-        else next((finding for check in SIGNATURES if (finding := check(f, t, info))), None)
+        else next((finding for gate in GATES if (finding := gate(f, t, info))), None)
+        or weighed([finding for cause in CAUSES if (finding := cause(f, t, info))])
         or _without_signature(f, t, activity, throttled is not None, oversized)
     )
     if oversized and found.cause == "host_thread":
@@ -1291,9 +1293,12 @@ def _memory_bandwidth(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding 
 
 
 #: The first signature that holds is the pod's class.
-SIGNATURES: tuple[Signature, ...] = (
-    _insufficient_data,
-    _idle,
+#: What is judged before any cause, and decides alone where it holds: too few samples to judge, and work
+#: that stopped (or never came): whatever else its earlier samples show, a unit is not worked on now.
+GATES: tuple[Signature, ...] = (_insufficient_data, _idle)
+#: The causes, every one tried: where several hold, the one whose evidence settles the others is the class
+#: (weighed()), whatever their order here, which is docs/signals.md's.
+CAUSES: tuple[Signature, ...] = (
     _memory_fragmentation,
     _poor_placement,
     _interconnect,
@@ -1303,6 +1308,105 @@ SIGNATURES: tuple[Signature, ...] = (
     _overprovisioned_serving,
     _memory_bandwidth,
 )
+
+
+@dataclass(frozen=True)
+class Settles:
+    """Evidence (a key a signature writes) that rules out a rival class where both signatures hold: the
+    evidence that excludes the other decides, never the order they run in. docs/analyzer.md's class table
+    names each, beside its class (tests/test_weighing.py holds the two to each other)."""
+
+    #: The classes whose signatures write the key.
+    of: tuple[str, ...]
+    rivals: tuple[str, ...]
+    #: Why it rules them out, in words the verdict's `deciding` evidence quotes.
+    why: str
+
+
+_PLACED = "its GPUs cannot exchange at NVLink speed: their ranks wait on the exchange its placement slows"
+_ONE_RANK = "the GPUs wait on one rank, a peer or a save its evidence names, not each on its own input or requests"
+
+#: By evidence key: what it settles.
+SETTLES: dict[str, Settles] = {
+    "split_placement": Settles(("poor_placement",), ("host_stall", "interconnect"), _PLACED),
+    "nvlink_unused": Settles(("poor_placement",), ("host_stall", "interconnect"), _PLACED),
+    "nvlink_faults": Settles(("poor_placement",), ("host_stall", "interconnect"), _PLACED),
+    "link_bound_fraction": Settles(
+        ("interconnect",),
+        ("host_stall",),
+        "a link runs near its capacity while the SMs wait: the waits are the link's, not a host's or a peer's",
+    ),
+    "stages_take_turns": Settles(
+        ("host_stall", "healthy"),
+        ("data_starvation", "overprovisioned_serving"),
+        "its GPUs take turns, one working while another waits: a pipeline's schedule, where starved ranks wait "
+        "together and a replica's GPUs serve a request together",
+    ),
+    "host_fetch_fraction": Settles(
+        ("host_stall",),
+        ("data_starvation",),
+        "it fetches from host memory through its waits, its pod's CPU under its limit: the wait is the fetch (CPU "
+        "offload), where an input pipeline's batches arrive as its bursts start, or with its CPU at its limit",
+    ),
+    "transfers": Settles(
+        ("host_stall",),
+        ("data_starvation",),
+        "while it waits, data crosses PCIe both ways at a volume that scales with the model: parameters in, "
+        "gradients out (CPU offload), where an input pipeline sends little back",
+    ),
+    "stalling_gpu": Settles(("host_stall",), ("data_starvation", "overprovisioned_serving"), _ONE_RANK),
+    "straggler_gpu": Settles(("host_stall",), ("data_starvation", "overprovisioned_serving"), _ONE_RANK),
+    "waiting_fraction": Settles(
+        ("host_stall",),
+        ("data_starvation", "overprovisioned_serving"),
+        "a kernel spins at a small share of its power while it waits: a collective waiting on a peer, where a "
+        "starved or unrequested GPU runs no kernel",
+    ),
+    "stalled_fraction": Settles(
+        ("host_stall",),
+        ("data_starvation",),
+        "the stalls' length and period (its `stalls` evidence) are a save's or a rank's, not every step's input",
+    ),
+}
+
+
+def weighed(findings: list[Finding]) -> Finding | None:
+    """The finding whose evidence settles every other class that held (SETTLES), with those classes as what
+    else was consistent (Finding.also) and the deciding evidence; None where none held. Where no finding settles
+    the others, the causes stay open: the most confident (then by name: never by the order tried) is the class,
+    the others beside it, and its evidence says both and what would tell them apart."""
+    if len(findings) <= 1:
+        return findings[0] if findings else None
+
+    def settled(finding: Finding) -> dict[str, str]:
+        """The rivals its evidence settles, each with why."""
+        return {
+            rival: rule.why
+            for key in finding.evidence
+            if (rule := SETTLES.get(key)) and finding.bottleneck in rule.of
+            for rival in rule.rivals
+        }
+
+    classes = {finding.bottleneck for finding in findings}
+    deciding = [
+        (finding, settles) for finding in findings if classes - {finding.bottleneck} <= set(settles := settled(finding))
+    ]
+    if len({finding.bottleneck for finding, _ in deciding}) == 1:
+        finding, settles = min(deciding, key=lambda pair: (-pair[0].confidence, len(pair[0].evidence)))
+        others = sorted(classes - {finding.bottleneck})
+        why = "; ".join(sorted({settles[rival] for rival in others}))
+        evidence = {**finding.evidence, "deciding": f"{', '.join(others)} held too, settled: {why}"}
+        return replace(finding, evidence=evidence, also=(*finding.also, *others))
+    finding = min(findings, key=lambda found: (-found.confidence, found.bottleneck))
+    rivals = sorted(classes - {finding.bottleneck})
+    evidence = {
+        **finding.evidence,
+        "causes_open": f"{finding.bottleneck} and {', '.join(rivals)} both hold, and no evidence here excludes "
+        f"either: {finding.bottleneck} is named for its higher confidence",
+        "would_tell_them_apart": "each class's deciding evidence (docs/analyzer.md's class table): the pod's CPU "
+        "and its limit, the GPU's power, PCIe both ways, and gpulens' exporter's every second between scrapes",
+    }
+    return replace(finding, evidence=evidence, also=(*finding.also, *rivals))
 
 
 def _without_signature(
