@@ -129,8 +129,10 @@ def test_an_idle_notebook_is_released_after_the_cull_time():
     [idle] = [e for e in verdict.episodes if e.bottleneck == "idle"]
     recovered = (idle.end - idle.start - T.plan_cull_seconds) / 3600
     assert recovered == pytest.approx(46, abs=0.1)
-    assert action.evidence["idle"] == "1 d 22 h of idle spells past 1 h"  # durations as people write them
-    assert action.saving_usd_span == round(recovered * 2.00, 2)  # an A100 40GB at the catalogue's $2.00
+    # Durations as people write them; 48 h in at most 1,024 bins: each 169 s.
+    assert action.evidence["idle"] == "1 d 22 h of idle spells past 1 h (169 s bins)"
+    # An A100 40GB at the catalogue's $2.00, to a bin of the rest's start (the plan measures its bins).
+    assert action.saving_usd_span == pytest.approx(recovered * 2.00, abs=169 / 3600 * 2.00)
 
 
 def test_a_data_starved_job_gets_its_input_fix_and_its_waste_not_a_smaller_gpu():
@@ -331,7 +333,8 @@ def test_a_preallocating_engines_memory_is_no_demand_for_a_smaller_gpu():
 
 def test_a_notebook_idle_for_less_than_the_cull_time_changes_nothing_and_says_so():
     """Two hours of a notebook: 20 minutes of cells at 60%, 40 idle, 20 of cells, 40 idle (idle spells of 45
-    minutes in windows of 15). In use, healthy while it works; culled after an hour idle it would have been
+    minutes as its history's 15-minute steps book them, 40 as its samples show). In use, healthy while it works;
+    culled after an hour idle it would have been
     freed for none of it: not a release of 1 GPU to 1 for $0, but a reason."""
     step = 30.0
     notebook = np.zeros(2 * 60 * 2)  # a sample every 30 s
@@ -344,7 +347,7 @@ def test_a_notebook_idle_for_less_than_the_cull_time_changes_nothing_and_says_so
     [skipped] = plan.not_planned
     assert skipped.units == ["research/notebook-alice-0"]
     assert skipped.reason == (
-        "idle 45 min at most at a stretch in the 2 h seen, under the 1 h a culler waits (plan_cull_seconds): "
+        "idle 40 min at most at a stretch in the 2 h seen, under the 1 h a culler waits (plan_cull_seconds): "
         "culling would have freed nothing yet"
     )
 
@@ -368,7 +371,7 @@ def test_a_notebook_in_use_with_a_pause_past_the_cull_time_is_culled_not_release
         "release",
         "cull its kernel after 1 h idle (JupyterHub idle-culler, Kubeflow culling)",
     )
-    assert (cull.saving_usd_span, cull.evidence) == (3.0, {"idle": "1 h 30 min of idle spells past 1 h"})
+    assert (cull.saving_usd_span, cull.evidence) == (3.0, {"idle": "1 h 30 min of idle spells past 1 h (60 s bins)"})
 
 
 def test_a_replica_resting_at_night_is_sized_never_released():
@@ -380,11 +383,13 @@ def test_a_replica_resting_at_night_is_sized_never_released():
     activity = np.where((minutes // 60 >= 8) & (minutes // 60 < 18) & (minutes % 20 == 7), 0.95, 0.0)
     [v], plan = planned([pod("serve/chat-5d4f8b7c9-x2k4q", "H100-SXM5-80GB", activity, 20 * GIB, step)], step)
     assert v.bottleneck == "overprovisioned_serving"
-    # Its rests, 00:00-08:00 and 18:45-24:00 (the windows that see the day's last request are serving's), past
-    # the hour it waits before scaling to zero: 7 h + 4 h 15 min, $45.00 of an H100 at the catalogue's $4.00.
+    # Its rests as its samples show them, 00:00-08:07 (487 min) and 17:48-24:00 (372 min), past the hour it waits
+    # before scaling to zero: 12 h 19 min, $49.27 of an H100 at the catalogue's $4.00, to a bin (84 s: a day in
+    # 1,024 bins) at each end of each rest.
     [zero] = plan.actions
-    assert (zero.action, zero.saving_usd_span) == ("scale_to_zero", 45.0)
-    assert zero.evidence == {"rests": "2 rests without requests, the longest 8 h: 11 h 15 min of them past 1 h"}
+    assert zero.action == "scale_to_zero"
+    assert zero.saving_usd_span == pytest.approx((487 + 372 - 2 * 60) / 60 * 4.00, abs=4 * 84.3 / 3600 * 4.00)
+    assert zero.evidence["rests"].startswith("2 rests without requests longer than 1 h, the longest 8 h")
 
 
 def test_a_plan_over_less_than_a_day_says_what_it_saved_in_the_span_not_per_month():

@@ -134,6 +134,15 @@ class Use:
         memory = self.peak_memory.get(v.unit, math.nan)
         return smallest(v.gpu_model, peak, memory, self.bin_seconds, t, prices, v.engine)
 
+    def idle_spells(self, unit: str, t: Thresholds) -> list[float]:
+        """How long (seconds) each run of the unit's bins lasted whose mean activity stayed under idle_activity:
+        its rests as its samples show them, to a bin (a notebook's 6-minute pause between cells is 6 minutes
+        here, where a report's history books whole steps of it). A bin without samples ends a run."""
+        quiet = self.activity(unit) < t.idle_activity  # NaN compares False
+        edges = np.diff(np.concatenate(([0], quiet.astype(np.int8), [0])))
+        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        return [float(n) * self.bin_seconds for n in ends - starts]
+
     def activity(self, unit: str) -> np.ndarray:
         """The unit's mean activity per GPU in each bin, in time order; NaN where it has no sample."""
         order = self.bins.order()
@@ -823,7 +832,7 @@ class _Planner:
         """One unit's action, why it has none, or None (nothing to change: healthy on the GPU it needs)."""
         name = v.bottleneck
         plan = BY_NAME[name].plan
-        if plan != "release" and _notebook(v) and _idle_spells(v):
+        if plan != "release" and _notebook(v) and self.use.idle_spells(v.unit, self.t):
             # A notebook in use between its cells: its pauses are culled where they outlast the cull time;
             # where none does and its work needs nothing, it says why nothing changes.
             culled = self._cull(v)
@@ -941,11 +950,11 @@ class _Planner:
         )
 
     def _cull(self, v: Verdict) -> Action | NotPlanned:
-        """A notebook's kernel culled after plan_cull_seconds idle: each idle spell past the cull time is time a
-        culled kernel would not have held. Where none outlasts it, why culling would free nothing."""
+        """A notebook's kernel culled after plan_cull_seconds idle: each idle spell (Use.idle_spells()) past the cull
+        time is time a culled kernel would not have held. Where none outlasts it, why culling would free nothing."""
         price = self._model(v).price_per_hour
         cull = self.t.plan_cull_seconds
-        spells = _idle_spells(v)
+        spells = self.use.idle_spells(v.unit, self.t)
         idle = sum(max(0.0, length - cull) for length in spells)
         if idle <= 0:  # culling would have freed nothing: no change, not an action of $0
             longest = max(spells, default=0.0)
@@ -962,19 +971,20 @@ class _Planner:
             len(v.gpus) * (1 - idle / self.span) if self.span else 0.0,
             idle * len(v.gpus) / 3600 * price,
             self._rate(idle * len(v.gpus) / 3600 * price),
-            idle=f"{duration(idle)} of idle spells past {duration(cull)}",
+            idle=f"{duration(idle)} of idle spells past {duration(cull)} ({self.use.bin_seconds:.0f} s bins)",
         )
 
     def _scale_to_zero(self, v: Verdict) -> Action | None:
         """A serving replica scaled to zero after plan_scale_to_zero_seconds without a request and woken by the
-        next: each of its rests (Verdict.pauses: nights, weekends) past that delay is time it would not have held
+        next: each of its rests (Use.idle_spells(): nights, weekends) past that delay is time it would not have held
         its GPUs. None where no rest outlasts the delay."""
         delay = self.t.plan_scale_to_zero_seconds
-        freed = sum(max(0.0, e.end - e.start - delay) for e in v.pauses)
+        chance = _chance_gap_seconds(v)
+        rests = [length for length in self.use.idle_spells(v.unit, self.t) if length > max(delay, chance)]
+        freed = sum(length - delay for length in rests)
         if freed <= 0:
             return None
         price = self._model(v).price_per_hour
-        longest = max(e.end - e.start for e in v.pauses)
         return self._action(
             [v],
             "scale_to_zero",
@@ -983,8 +993,16 @@ class _Planner:
             len(v.gpus) * (1 - freed / self.span) if self.span else 0.0,
             freed * len(v.gpus) / 3600 * price,
             self._rate(freed * len(v.gpus) / 3600 * price),
-            rests=f"{len(v.pauses)} rest{'s' if len(v.pauses) > 1 else ''} without requests, the longest "
-            f"{duration(longest)}: {duration(freed)} of them past {duration(delay)}",
+            rests=f"{len(rests)} rest{'s' if len(rests) > 1 else ''} without requests longer than {duration(delay)}, "
+            f"the longest {duration(max(rests))}: {duration(freed)} of them past {duration(delay)} "
+            f"({self.use.bin_seconds:.0f} s bins)"
+            + (
+                f"; only rests over {duration(chance)} count: at {v.work_share:.1%} of its time busy, samples "
+                f"{v.sample_seconds:.0f} s apart would miss every request of a shorter stretch of work "
+                f"{REST_CHANCE:.0%} of the time or more"
+                if chance > delay
+                else ""
+            ),
         )
 
     def unallocated(self, node: str, gpus: list[Verdict]) -> Action:
@@ -1004,16 +1022,20 @@ class _Planner:
         return action
 
 
-def _idle_spells(v: Verdict) -> list[float]:
-    """How long each of a unit's idle spells lasted (seconds): its pauses (Verdict.pauses, whatever class they
-    are booked under) and its other idle episodes (the rest after its work stopped)."""
-    spells: list[list[float]] = []
-    for e in sorted([*v.pauses, *(e for e in v.episodes if e.bottleneck == "idle")], key=lambda e: e.start):
-        if spells and e.start <= spells[-1][1]:  # the same rest, as a pause and as an idle episode
-            spells[-1][1] = max(spells[-1][1], e.end)
-        else:
-            spells.append([e.start, e.end])
-    return [end - start for start, end in spells]
+#: The chance a rest may be a stretch of work whose every request fell between point samples, under which a
+#: rest counts as one (a 5% significance level).
+REST_CHANCE = 0.05
+
+
+def _chance_gap_seconds(v: Verdict) -> float:
+    """How long a run of point samples must see no work before chance (under REST_CHANCE) would leave it so
+    while the unit worked its span's share of the time: ln(REST_CHANCE) / ln(1 - share) samples. A replica busy
+    1.2% of its time, sampled every 60 s, shows gaps of an hour or more between caught requests about half the
+    time, and of 4 h 8 min 5% of the time. 0 where it never worked."""
+    share = v.work_share or 0.0
+    if not 0 < share < 1:
+        return 0.0
+    return math.log(REST_CHANCE) / math.log1p(-share) * v.sample_seconds
 
 
 def _notebook(v: Verdict) -> bool:
