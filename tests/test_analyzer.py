@@ -324,11 +324,15 @@ def test_eval_on_unseen_seeds_at_coarse_sampling_over_a_day():
     assert len(said) == len(report.results[report.results["kind"] == "day"]) == 2 * 2 * 2 * len(DAY_KINDS)
     assert (said["label"] == said["predicted"]).all(), said[said["label"] != said["predicted"]]
     # The workload shapes users met (evaluate.SHAPES): a notebook training in cells is in use and healthy, never
-    # idle; a replica serving by day and resting at night is serving, with its kind or from its GPU alone.
+    # idle; a replica serving by day and resting at night is serving, with its kind or from its GPU alone; a light
+    # loop on a big GPU is wrong_gpu_type and a light job with no signature unexplained, both sized down.
     shapes = report.shapes
-    # 2 spans x 2 intervals x 2 pods x (a notebook with its kind, a replica with its kind and alone)
-    assert len(shapes) == 2 * 2 * 2 * 3 and set(shapes["interval"]) == {15.0, 60.0}
+    # 2 spans x 2 intervals x 2 pods x (a notebook with its kind; a replica, a light loop and a light job, each
+    # with its kind and alone)
+    assert len(shapes) == 2 * 2 * 2 * 7 and set(shapes["interval"]) == {15.0, 60.0}
     assert (shapes["label"] == shapes["predicted"]).all(), shapes[shapes["label"] != shapes["predicted"]]
+    light = shapes[shapes["profile"].isin(["light_loop", "light_job"])]
+    assert len(light) == 2 * 2 * 2 * 4 and light["smaller"].all(), light[~light["smaller"]]
     # One pod of each placement fault, stall cause and cause left open (CPU offload, one host thread, four
     # independent processes in one pod), each given the class its data shows at both intervals.
     for interval in (15.0, 60.0):

@@ -24,6 +24,7 @@ import pandas as pd
 
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.judging.history import analyze
+from gpulens.analyzer.outputs.plan import Use, sized
 from gpulens.core import trace as tr
 from gpulens.core.activity import ActivityShape
 from gpulens.core.bottlenecks import BY_NAME, POD_CLASSES
@@ -456,18 +457,41 @@ DAY_KINDS = {
 #: others', each after the one before, so that adding one leaves every earlier scenario as it was and the
 #: figures stay comparable (append, never insert).
 DAY_SCENARIOS_ADDED = ("never_served", "training_started")
-#: Workload shapes users met on histories gpulens was not tuned on (issue 73), built from their descriptions:
-#: profile -> (what Kubernetes says it is where the shape is judged with its kind, or "" where it is judged from
-#: its GPU alone only, the class its span verdict must give). A notebook training in cells (5-15 min at 60-90% SM,
-#: 5-10 min pauses) is in use and healthy while it works, never idle; a replica serving by day and resting at
-#: night (busy 1-1.5% of a day) is serving, never "release its GPUs", with its kind or without. Each is judged
-#: over a day from midnight and over 6 hours from 06:00 (SHAPE_SPANS), apart from the published figures.
-SHAPES: dict[str, tuple[str, str]] = {
-    "notebook_cells": ("notebook", "healthy"),
-    "diurnal_replica": ("serving", "overprovisioned_serving"),
+BIG_GPUS = ("H100-SXM5-80GB", "A100-SXM4-80GB")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A workload shape users met on histories gpulens was not tuned on (issue 73), built from its description."""
+
+    #: What Kubernetes says it is, where the shape is judged with its kind.
+    kind: str
+    #: The class its span verdict must give.
+    bottleneck: str
+    #: Whether it is judged from its GPU alone too (a notebook's cells and a replica's requests look alike there,
+    #: so the notebook is judged with its kind only).
+    alone: bool
+    #: Whether its size must be a smaller GPU than its own (Verdict.size.smaller), whatever its class.
+    smaller: bool = False
+    #: The GPU models it is played on.
+    models: tuple[str, ...] = ("H100-SXM5-80GB", "A100-SXM4-80GB", "L40S")
+    #: The sources it is recorded from (SOURCES, and "nvidia-smi": utilization and memory only).
+    sources: tuple[str, ...] = ("nvidia-smi", *SOURCES)
+
+
+#: The shapes: a notebook training in cells (5-15 min at 60-90% SM, 5-10 min pauses) is in use and healthy while
+#: it works, never idle; a replica serving by day and resting at night (busy 1-1.5% of a day) is serving, never
+#: "release its GPUs", with its kind or without; a light job (5 GB, about 10% of an A100 or H100) whose pod's CPU
+#: sits at one core is wrong_gpu_type and sized down; a job holding 10 GB at about 10% with no signature is
+#: unexplained, and sized down whatever its cause. Each is judged over a day from midnight and over 6 hours from
+#: 06:00 (SHAPE_SPANS), apart from the published figures.
+SHAPES: dict[str, Shape] = {
+    "notebook_cells": Shape("notebook", "healthy", alone=False),
+    "diurnal_replica": Shape("serving", "overprovisioned_serving", alone=True),
+    # Its shape is its CPU at one core, which an nvidia-smi log does not record (a store's cAdvisor series do).
+    "light_loop": Shape("job", "wrong_gpu_type", alone=True, smaller=True, models=BIG_GPUS, sources=SOURCES),
+    "light_job": Shape("job", "unexplained", alone=True, smaller=True, models=BIG_GPUS),
 }
-#: The shapes judged from their GPU alone too: a notebook's cells and a replica's requests look alike there.
-SHAPES_ALONE = ("diurnal_replica",)
 SHAPE_SPANS = ((0.0, DAY), (6 * 3600.0, 6 * 3600.0))
 SHAPE_INTERVALS = (15.0, 30.0, 60.0)
 #: Seconds between samples, and spans of data, that every scenario is judged at.
@@ -562,14 +586,23 @@ def day_traces(
             label = "idle"  # no request in the span: nothing served
         elif s.profile == "training_started" and (s.span - workloads.start_up_seconds(gpu)) / step < min_samples:
             label = "insufficient_data"  # its start-up left out, too few samples of its steady state are left
-        elif s.profile in SHAPES and worked < Thresholds().sparse_busy_share:
-            label = "idle"  # under the documented bar of sparse use: idle, whatever its shape
+        elif s.profile in SHAPES and _seen_working(s, seconds, step, samples, worked) < Thresholds().sparse_busy_share:
+            label = "idle"  # under the documented bar of sparse use as its samples show it: idle, whatever its shape
         elif s.profile in SHAPES:
-            label = SHAPES[s.profile][1]
+            label = SHAPES[s.profile].bottleneck
         else:
             label = DAY_SCENARIOS[s.profile]
         out[step] = (fr.normalize(frame), label)
     return out
+
+
+def _seen_working(s: DayScenario, seconds: list, step: float, samples: int, worked: float) -> float:
+    """The share of a day-scale scenario's span worked as its rows show it: all of it from gpulens' exporter (it
+    counts every second between rows), else the busy share of the seconds its point samples caught (a replica
+    busy 1.2% of six hours, caught by 3 rows of 360 at 60 s, shows 0.8%)."""
+    if s.source == "gpulens":
+        return worked
+    return float(np.mean([a.busy for _, a in seconds[:: int(step)][:samples]]))
 
 
 @dataclass
@@ -584,18 +617,20 @@ class Report:
     #: The day-scale rows of `results` judged again with what Kubernetes says each pod is (DAY_KINDS): the
     #: same columns, kept out of the figures above, which are the GPU's alone.
     with_kinds: pd.DataFrame = field(default_factory=pd.DataFrame)
-    #: The workload shapes (SHAPES): `results`' columns and "with_kind", kept out of the figures above.
+    #: The workload shapes (SHAPES): `results`' columns, "with_kind", and "smaller" (its size a smaller GPU than its
+    #: own), kept out of the figures above.
     shapes: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def shapes_found(self, interval: float) -> str:
-        """Per shape at `interval`, with its kind and from its GPU alone: how many got their class, "found/all"."""
+        """Per shape at `interval`, with its kind and from its GPU alone: how many got their class (and, where the
+        shape must be sized down, a smaller GPU too), "found/all"."""
         r = self.shapes[self.shapes["interval"] == interval]
         parts = []
-        for profile in SHAPES:
+        for profile, shape in SHAPES.items():
             for with_kind in (True, False):
                 pods = r[(r["profile"] == profile) & (r["with_kind"] == with_kind)]
                 if len(pods):
-                    found = int((pods["predicted"] == pods["label"]).sum())
+                    found = int(((pods["predicted"] == pods["label"]) & (pods["smaller"] | (not shape.smaller))).sum())
                     parts.append(f"{profile} {'with its kind' if with_kind else 'alone'} {found}/{len(pods)}")
         return ", ".join(parts)
 
@@ -744,7 +779,7 @@ def evaluate(
     columns = ["interval", "span", "kind", "profile", "variant", "source", "label", "predicted"]
     shapes = pd.DataFrame(
         _shapes(seed, per_day_profile, tuple(i for i in intervals if i in SHAPE_INTERVALS), noise, thresholds),
-        columns=[*columns, "with_kind"],
+        columns=[*columns, "with_kind", "smaller"],
     )
     return Report(
         pd.DataFrame(records, columns=columns), probe_predictions, pd.DataFrame(said, columns=columns), shapes
@@ -755,29 +790,32 @@ def _shapes(
     seed: int, per_shape: int, intervals: tuple[float, ...], noise: float, thresholds: Thresholds | None
 ) -> list[tuple]:
     """Every workload shape (SHAPES), per_shape pods over each of SHAPE_SPANS, judged a fleet per interval and
-    span as a report would: with its kind, and from its GPU alone where SHAPES_ALONE says."""
-    rng = random.Random(seed + 73)
-    drawn = 0
+    span as a report would, and sized from its use: with its kind, and from its GPU alone where the shape says."""
+    t = thresholds or Thresholds()
     by_cell: dict[tuple[float, float], list[tuple[DayScenario, pd.DataFrame, str]]] = {}
-    for offset, span in SHAPE_SPANS:
-        for profile in SHAPES:
-            for _ in range(per_shape):
-                model = rng.choice(["H100-SXM5-80GB", "A100-SXM4-80GB", "L40S"])
-                d = DayScenario(profile, model, span, offset, rng.choice(("nvidia-smi", *SOURCES)), seed * 7300 + drawn)
-                drawn += 1
-                for step, (frame, label) in day_traces(d, intervals, noise).items():
-                    by_cell.setdefault((step, span), []).append((d, frame, label))
+    # Each shape draws its own pods (its own random stream and seeds): adding a shape leaves the others as they were.
+    for index, (profile, shape) in enumerate(SHAPES.items()):
+        rng = random.Random(f"{seed}:{profile}")
+        for drawn, (offset, span) in enumerate(
+            (offset, span) for offset, span in SHAPE_SPANS for _ in range(per_shape)
+        ):
+            model = rng.choice(shape.models)
+            d = DayScenario(profile, model, span, offset, rng.choice(shape.sources), seed * 7300 + 100 * index + drawn)
+            for step, (frame, label) in day_traces(d, intervals, noise).items():
+                by_cell.setdefault((step, span), []).append((d, frame, label))
     out: list[tuple] = []
     for (step, span), cell in by_cell.items():
         for with_kind in (True, False):
-            judged = [(d, f, label) for d, f, label in cell if with_kind or d.profile in SHAPES_ALONE]
+            judged = [(d, f, label) for d, f, label in cell if with_kind or SHAPES[d.profile].alone]
             frames = [
-                fr.normalize(f.assign(workload_kind=SHAPES[d.profile][0])) if with_kind else f for d, f, _ in judged
+                fr.normalize(f.assign(workload_kind=SHAPES[d.profile].kind)) if with_kind else f for d, f, _ in judged
             ]
-            verdicts = {v.pod: v.bottleneck for v in analyze(pd.concat(frames, ignore_index=True), thresholds)}
+            trace = pd.concat(frames, ignore_index=True)
+            verdicts = {v.pod: v for v in sized(analyze(trace, t), Use.of_trace(trace, step, t), t)}
             for d, _, label in judged:
-                predicted = verdicts[f"{d.profile}-{d.seed}"]
-                out.append((step, span, "shape", d.profile, "", d.source, label, predicted, with_kind))
+                v = verdicts[f"{d.profile}-{d.seed}"]
+                smaller = v.size is not None and v.size.smaller
+                out.append((step, span, "shape", d.profile, "", d.source, label, v.bottleneck, with_kind, smaller))
     return out
 
 

@@ -1053,6 +1053,24 @@ def _generate_loop(g: SimGpu, t: float, w: float) -> Activity:
     return a
 
 
+def _light(g: SimGpu, a: Activity, low: float, high: float) -> Activity:
+    """`a` holding from `low` to `high` bytes of its GPU's memory (one draw a GPU): a light job's footprint."""
+    a.memory_fraction = (low + (high - low) * g.params["phase"] / 100) / g.model.memory_total_bytes
+    return a
+
+
+def _light_loop(g: SimGpu, t: float, w: float) -> Activity:
+    """A light job on a big GPU (issue 73's seed problem): 4.5-5.5 GB and about 10% of an A100's or H100's SMs,
+    driven by one host thread that holds the pod's CPU at one core: generate_loop's loop with a small model."""
+    return _light(g, _generate_loop(g, t, w), 4.5e9, 5.5e9)
+
+
+def _light_job(g: SimGpu, t: float, w: float) -> Activity:
+    """A job at about 10% activity holding 10-11 GiB, its pod's CPU well under its limit: nothing in its telemetry
+    names a cause (host_bound_loop's loop with a small model), but whatever its cause it fits a slice."""
+    return _light(g, _host_bound_loop(g, t, w), 10 * 2**30, 11 * 2**30)
+
+
 #: Stages of a simulated pipeline-parallel job: one per GPU, by its role (position in the job).
 PIPELINE_STAGES = 4
 
@@ -1117,6 +1135,8 @@ PROFILES = {
     "offload_bursts": _offload_bursts,
     "input_heavy_starvation": _input_heavy_starvation,
     "generate_loop": _generate_loop,
+    "light_loop": _light_loop,
+    "light_job": _light_job,
     "independent_decode": _independent_decode,
     "pipeline_stages": _pipeline_stages,
     "pipeline_deep": _pipeline_deep,
@@ -1152,10 +1172,10 @@ DAY_SCALE = (
 )
 
 
-#: Profiles `gpulens eval` weighs rival signatures with, which the demo fleet leaves out: at its five-fold speed
-#: the bursts of offload_bursts (27 GB/s) would pass the PCIe link, and both repeat shapes the demo's
-#: cpu_offload and data_starvation pods already show.
-EVAL_ONLY = ("offload_bursts", "input_heavy_starvation")
+#: Profiles `gpulens eval` weighs rival signatures and sizes with, which the demo fleet leaves out: at its
+#: five-fold speed the bursts of offload_bursts (27 GB/s) would pass the PCIe link, and all repeat shapes the demo's
+#: cpu_offload, data_starvation and generate-loop notebooks already show.
+EVAL_ONLY = ("offload_bursts", "input_heavy_starvation", "light_loop", "light_job")
 
 
 def profile_params(profile: str, rng: random.Random) -> dict[str, float]:
