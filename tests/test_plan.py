@@ -457,6 +457,14 @@ def test_a_light_loop_on_a_big_gpu_moves_first_and_batches_its_loop_after(memory
     assert action.evidence["fits"] == v.size.basis  # the verdict's size is the plan's: measured once
     assert action.then.startswith("then one host thread drives the GPU: the pod's CPU sits at one core")
     assert action.then.endswith("Each fix raises its use: size it again after")
+    # Every output says the step after the move: the HTML report, and the terminal's table.
+    from html import escape
+
+    from gpulens.analyzer.outputs import terminal
+    from gpulens.analyzer.outputs.report import plan_section
+
+    assert escape(f"{action.what}; {action.then}") in plan_section(plan)
+    assert f"{action.what}; {action.then}" in " ".join(terminal.report_text([v], plan, 400).split())
 
 
 def test_a_job_holding_10_gib_at_10_percent_gets_the_gpu_it_fits_whatever_its_cause():

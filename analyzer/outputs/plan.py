@@ -199,6 +199,10 @@ class Action:
     #: smaller GPU, or the size after a fix (core.bottlenecks.Bottleneck.fix_before_size); "" where none.
     then: str = ""
 
+    def change(self) -> str:
+        """The change in words, with the step after it where there is one ("move to Tesla T4 ...; then ...")."""
+        return f"{self.what}; {self.then}" if self.then else self.what
+
     def gpus_change(self, arrow: str = "->") -> str:
         """The GPUs it holds now and after, as people read them ("8 -> 1"); "none held" for the cluster's
         actions, which move pods or change settings (what they save is stranded GPU-hours), not "0 -> 0"."""

@@ -99,7 +99,7 @@ def plan_section(plan: Plan) -> str:
     )
     rows = "".join(
         f"<tr><td>{_e(a.owner)}<div class=small>{_e(a.team or '')}</div></td>"
-        f"<td><b>{_e(a.action)}</b>: {_e(a.what)}<div class=small>"
+        f"<td><b>{_e(a.action)}</b>: {_e(a.change())}<div class=small>"
         f"{_e('; '.join(f'{k}: {v}' for k, v in {**a.evidence, **a.assumptions}.items()))}</div></td>"
         f"<td class=n data-label='GPUs'>{_e(a.gpus_change('→'))}</td>"
         f"<td class=n data-label='{saves}'>"

@@ -227,7 +227,7 @@ def _plan(plan: Plan, width: int) -> RenderableType:
             )
             blocks += _headline(a.owner, figures, width)
             # Wrapped here, not by rich, whose padding would end every line in spaces up to the width.
-            blocks.append(Text(textwrap.fill(a.what, width, initial_indent="  ", subsequent_indent="  ")))
+            blocks.append(Text(textwrap.fill(a.change(), width, initial_indent="  ", subsequent_indent="  ")))
         return Group(*blocks)
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("workload", width=workload, overflow="fold")
@@ -235,7 +235,7 @@ def _plan(plan: Plan, width: int) -> RenderableType:
         table.add_column(header, width=w, no_wrap=True, justify="left" if header == "action" else "right")
     table.add_column("change", width=change, overflow="fold")
     for k, a in enumerate(plan.actions):
-        table.add_row(a.owner, *(column[k] for column in cells), a.what)
+        table.add_row(a.owner, *(column[k] for column in cells), a.change())
     return table
 
 
