@@ -513,3 +513,14 @@ def test_a_healthy_pod_whose_peak_needs_its_whole_gpu_changes_nothing():
     assert v.bottleneck == "healthy"
     assert v.size is not None and (v.size.fit, v.size.fits) == ("whole", "its NVIDIA H100 80GB HBM3")
     assert plan.actions == [] and plan.not_planned == []
+
+
+def test_a_pod_on_a_mig_instance_is_not_sized_as_if_it_held_the_whole_gpu():
+    """A light job on a 1g.10gb instance of an A100: its activity and memory are the slice's, so no share of the
+    whole GPU is fitted to it (which would claim 6/7 of an A100's price saved from a seventh of one)."""
+    rows = pod("ml/embed-0", "A100-SXM4-80GB", np.full(6 * 120, 0.3), 4 * GIB, 30.0, gpu="MIG-5e1c0a55-a100")
+    rows["gpu_model"] = "NVIDIA A100-SXM4-80GB MIG 1g.10gb"
+    [v], plan = _sized_plan([rows], 30.0)
+    assert v.size is not None and (v.size.fit, v.size.price_share) == ("unknown", 1.0)
+    assert v.size.basis.startswith("it runs on a MIG instance: its activity and memory are the slice's")
+    assert not [a for a in plan.actions if a.action in ("mig", "cheaper_gpu", "time_slicing")]

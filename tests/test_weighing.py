@@ -48,6 +48,13 @@ def test_where_neither_excludes_the_other_both_are_said_and_what_would_tell_them
         assert "would_tell_them_apart" in found.evidence and "deciding" not in found.evidence
 
 
+def test_two_causes_of_one_class_are_the_surer_one_whatever_the_order():
+    """A pipeline's bubble and a checkpoint's stall, both host_stall: no rival to settle, the surer is named."""
+    pipeline = Finding("host_stall", 0.7, {"stages_take_turns": "..."}, "pipeline")
+    for findings in ([STALL, pipeline], [pipeline, STALL]):
+        assert weighed(findings) is pipeline
+
+
 def test_one_finding_or_none_is_itself():
     assert weighed([]) is None
     assert weighed([STARVED]) is STARVED

@@ -1392,8 +1392,11 @@ def weighed(findings: list[Finding]) -> Finding | None:
         (finding, settles) for finding in findings if classes - {finding.bottleneck} <= set(settles := settled(finding))
     ]
     if len({finding.bottleneck for finding, _ in deciding}) == 1:
-        finding, settles = min(deciding, key=lambda pair: (-pair[0].confidence, len(pair[0].evidence)))
+        # Two findings of the winning class (a pipeline's and a checkpoint's host_stall): the surer, then by cause.
+        finding, settles = min(deciding, key=lambda pair: (-pair[0].confidence, pair[0].cause))
         others = sorted(classes - {finding.bottleneck})
+        if not others:
+            return finding
         why = "; ".join(sorted({settles[rival] for rival in others}))
         evidence = {**finding.evidence, "deciding": f"{', '.join(others)} held too, settled: {why}"}
         return replace(finding, evidence=evidence, also=(*finding.also, *others))

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from gpulens.analyzer.inputs.frame import is_mig
 from gpulens.core.catalog import MODELS, GpuModel, model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -29,7 +30,7 @@ PREALLOCATING = frozenset({"vllm", "sglang", "tgi"})
 
 #: How a unit fits: a MIG profile of its GPU, a cheaper model, a time-sliced share of its GPU, its GPU as it is
 #: (nothing smaller fits), or unknown (Size.basis says why: no samples, a model the catalogue lacks, an engine
-#: that pre-allocates its memory).
+#: that pre-allocates its memory, a MIG instance already).
 Fit = Literal["mig", "cheaper_gpu", "time_slicing", "whole", "unknown"]
 
 #: Most pods one GPU is time-sliced between (the device plugin's replicas): more would each hold too little
@@ -93,12 +94,21 @@ def smallest(
     t: Thresholds,
     prices: dict[str, float] | None = None,
     engine: str = "",
+    gpu: str = "",
 ) -> Size:
     """The smallest GPU a unit on `gpu_model` (its NVML name) fits, from its `activity_peak` (0-1 of its GPU,
     the highest mean of a `bin_seconds` bin; NaN: not measured) and `memory_peak` (bytes; NaN: not measured),
     each with plan_headroom; the cheapest of a MIG profile, a cheaper model and a time-sliced share at
-    `prices` (else the catalogue's), its GPU as it is where none fits."""
+    `prices` (else the catalogue's), its GPU as it is where none fits. `gpu`: one of its GPUs' keys, which says
+    whether it is a MIG instance already."""
     model = model_info(gpu_model, prices)
+    if is_mig(gpu_model, gpu):
+        return unsized(
+            gpu_model,
+            "it runs on a MIG instance: its activity and memory are the slice's, and gpulens sizes whole GPUs "
+            "(a smaller profile of the same GPU is the change to weigh by hand)",
+            bin_seconds,
+        )
     if engine in PREALLOCATING:
         return unsized(
             gpu_model,

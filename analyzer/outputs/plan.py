@@ -132,7 +132,7 @@ class Use:
         activity = self.activity(v.unit)
         peak = math.nan if np.isnan(activity).all() else float(np.nanmax(activity))
         memory = self.peak_memory.get(v.unit, math.nan)
-        return smallest(v.gpu_model, peak, memory, self.bin_seconds, t, prices, v.engine)
+        return smallest(v.gpu_model, peak, memory, self.bin_seconds, t, prices, v.engine, v.gpus[0] if v.gpus else "")
 
     def idle_spells(self, unit: str, t: Thresholds) -> list[float]:
         """How long (seconds) each run of the unit's bins lasted whose mean activity stayed under idle_activity:
