@@ -1,6 +1,7 @@
 """The analyzer: readers on real recordings, the classifier, `gpulens report` and `gpulens eval`."""
 
 import csv
+import io
 import json
 import os
 import pickle
@@ -500,8 +501,13 @@ def test_report_json_csv_and_table(tmp_path):
     assert header.startswith("namespace,pod,node,gpus,gpu_model,bottleneck,confidence")
     assert header.endswith(
         ",recommendation,window_seconds,coverage,sample_seconds,time_share,episodes,owner_kind,owner,team,"
-        "workload_kind,engine"
+        "workload_kind,engine,size_fit,size_fits,size_price_share"
     )
+    # Each row's size is the JSON's (the size its use fits, measured once).
+    rows = {r["pod"]: r for r in csv.DictReader(io.StringIO(result.stdout))}
+    assert {pod: (r["size_fit"], r["size_fits"], float(r["size_price_share"])) for pod, r in rows.items()} == {
+        v["pod"]: (v["size"]["fit"], v["size"]["fits"], round(v["size"]["price_share"], 4)) for v in verdicts
+    }
     by_namespace = gpulens("report", str(tmp_path / "trace.csv"), "--format", "csv", "--by", "namespace").stdout
     assert by_namespace.splitlines() == [
         "namespace,pods,gpu_hours,wasted_gpu_hours,wasted_cost",

@@ -524,3 +524,20 @@ def test_a_pod_on_a_mig_instance_is_not_sized_as_if_it_held_the_whole_gpu():
     assert v.size is not None and (v.size.fit, v.size.price_share) == ("unknown", 1.0)
     assert v.size.basis.startswith("it runs on a MIG instance: its activity and memory are the slice's")
     assert not [a for a in plan.actions if a.action in ("mig", "cheaper_gpu", "time_slicing")]
+
+
+def test_a_notebook_whose_rare_cells_keep_a_culler_away_is_moved_off_its_gpu():
+    """Six hours of a notebook's kernel that runs a short cell every 40 minutes (one sample of 80 at 50%: 0.6% of
+    the time worked, idle by sparse use): an idle-culler, which waits an hour without activity, would never
+    reclaim it, so culling frees nothing; its GPU is released all the same, by moving the kernel off it."""
+    step = 30.0
+    notebook = np.zeros(6 * 120)
+    notebook[::80] = 0.5
+    rows = pod("research/notebook-dan-0", "A100-SXM4-40GB", notebook, 6 * GIB, step)
+    [v], plan = _sized_plan([rows.assign(workload_kind="notebook", engine="")], step)
+    assert v.bottleneck == "idle" and "sparse_use" in v.facts
+    [action] = plan.actions
+    assert (action.action, action.gpus_after) == ("release", 0.0)
+    assert action.what.startswith("move its kernel off the GPU (onto CPU, or a time-sliced share)")
+    assert action.evidence["idle"].startswith("0.6% of the span worked; idle 39 min at most at a stretch")
+    assert action.saving_usd_span == pytest.approx(6 * 2.00, abs=0.01)

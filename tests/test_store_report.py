@@ -23,7 +23,9 @@ from gpulens.analyzer.inputs.store import Store, StoreAuth, StoreError
 from gpulens.analyzer.judging.evidence import percent
 from gpulens.analyzer.judging.history import analyze
 from gpulens.analyzer.outputs import report as html_report
+from gpulens.analyzer.outputs.plan import Use, sized
 from gpulens.core.catalog import MIB, model_info
+from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import rfc3339
 from tests import store_history as week
 from tests.helpers import REPO, BackfilledPrometheus, ServerProcess, VictoriaMetrics
@@ -99,8 +101,11 @@ def week_report(url: str, layout: str, *args: str) -> list[dict]:
 def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(stores, trace, store, layout):
     if layout == "dcgm-basic":  # no profiling fields: the file has none either
         trace = trace.assign(sm_active=float("nan"))
+    # Each sized from what it used, as a report of the file sizes it (plan.sized()).
+    t = Thresholds()
+    judged = sized(analyze(trace), Use.of_trace(trace, week.STEP, t), t)
     from_file = sorted(
-        (v.to_dict() for v in analyze(trace)), key=lambda v: (-v["wasted_gpu_seconds"], v["namespace"], v["pod"])
+        (v.to_dict() for v in judged), key=lambda v: (-v["wasted_gpu_seconds"], v["namespace"], v["pod"])
     )
     from_store = week_report(stores[store], layout)
     if layout == "dcgm-basic":
@@ -514,10 +519,11 @@ def test_the_plan_from_a_store_is_the_plan_from_a_file_of_the_same_samples(store
     fleet = json.loads(done.stdout)["plan_summary"]["fleet"]
     assert fleet == json.loads(from_file.stdout)["plan_summary"]["fleet"]
     # Packed: the trainer keeps its H100, and so do the notebooks, which held one GPU in turn; the GPU no
-    # pod holds and the replica's (moving to an L4, which the fleet does not have) are freed.
+    # pod holds and the replica's (moving to an L40S, which the fleet does not have: its busiest bins need
+    # more memory bandwidth than an L4's 300 GB/s) are freed.
     assert [(p["gpu_model"], p["gpus_present"], p["gpus_needed"], p["gpus_freed"]) for p in fleet] == [
         ("NVIDIA H100 80GB HBM3", 4, 2, 2),
-        ("NVIDIA L4", 0, 1, -1),
+        ("NVIDIA L40S", 0, 1, -1),
     ]
     # The week: the GPU no pod holds, the notebooks culled after an hour idle, and the serving replica.
     assert {(units[0].split("/")[0], action) for units, action, *_ in planned} == {

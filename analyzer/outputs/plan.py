@@ -939,18 +939,24 @@ class _Planner:
         return action
 
     def _release(self, v: Verdict) -> Action | NotPlanned:
+        """An idle unit's GPUs released; a notebook's kernel culled, or where its rare cells keep a culler from
+        ever firing (sparse use), moved off its GPU."""
+        what, idle = (
+            "release its GPUs (scale to zero, or end the job)",
+            f"idle {1 - (v.mean_activity or 0.0):.0%} of the span",
+        )
         if _notebook(v):
-            return self._cull(v)
+            culled = self._cull(v)
+            if isinstance(culled, Action) or "sparse_use" not in v.facts:
+                return culled
+            what = (
+                "move its kernel off the GPU (onto CPU, or a time-sliced share): its cells come too often for an "
+                "idle-culler to reclaim it, and too seldom to need a GPU of its own"
+            )
+            idle = f"{v.work_share or 0.0:.1%} of the span worked; {culled.reason}"
         price = self._model(v).price_per_hour
         return self._action(
-            [v],
-            "release",
-            "release its GPUs (scale to zero, or end the job)",
-            0.0,
-            self._held_hours([v]) * price,
-            len(v.gpus) * price,
-            [],
-            idle=f"idle {1 - (v.mean_activity or 0.0):.0%} of the span",
+            [v], "release", what, 0.0, self._held_hours([v]) * price, len(v.gpus) * price, [], idle=idle
         )
 
     def _cull(self, v: Verdict) -> Action | NotPlanned:
