@@ -1292,7 +1292,6 @@ def _memory_bandwidth(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding 
     return Finding("memory_bandwidth", t.confidence_share_base + t.confidence_share_gain * f.dram_bound_share, evidence)
 
 
-#: The first signature that holds is the pod's class.
 #: What is judged before any cause, and decides alone where it holds: too few samples to judge, and work
 #: that stopped (or never came): whatever else its earlier samples show, a unit is not worked on now.
 GATES: tuple[Signature, ...] = (_insufficient_data, _idle)
