@@ -113,7 +113,8 @@ def test_a_light_job_on_an_a100_moves_to_a_cheaper_model():
     assert action.saving_usd_per_30d == 1.50 * 720
     assert action.evidence["fits"] == (
         "it needs 17.3% of its GPU's compute and 10.7 GiB (15% above its peak): Tesla T4 has 65 >= 53.8 dense FP16 "
-        "TFLOPS, 320 >= 268 GB/s and 15 GiB at $0.50/GPU-h against $2.00 (NVIDIA's datasheets)"
+        "TFLOPS, 320 >= 268 GB/s and 15 GiB at $0.50/GPU-h against $2.00 (NVIDIA's datasheets); it has no bf16: a "
+        "model in bf16 runs there in fp16 (check its numerics) or in fp32, slower"
     )
 
 

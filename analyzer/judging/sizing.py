@@ -164,7 +164,12 @@ def smallest(
             f"{cheaper.name} has {cheaper.dense_fp16_tflops:g} >= {tflops:.3g} dense FP16 TFLOPS, "
             f"{cheaper.memory_bandwidth_bytes_per_second / 1e9:g} >= {bandwidth / 1e9:.3g} GB/s and "
             f"{cheaper.memory_total_bytes / 2**30:.0f} GiB at ${cheaper.price_per_hour:.2f}/GPU-h against "
-            f"${model.price_per_hour:.2f} (NVIDIA's datasheets)",
+            f"${model.price_per_hour:.2f} (NVIDIA's datasheets)"
+            + (
+                "; it has no bf16: a model in bf16 runs there in fp16 (check its numerics) or in fp32, slower"
+                if model.bf16 and not cheaper.bf16
+                else ""
+            ),
         )
     share = max(compute, memory / model.memory_total_bytes)
     slices = min(MAX_SLICES, math.floor(1 / share)) if share > 0 else MAX_SLICES

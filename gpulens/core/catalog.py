@@ -15,7 +15,7 @@ Sources:
   compares models by: NVIDIA's datasheets (TFLOPS: H100 SXM5 and H200 989, A100 312, L40S 362, L4 121, T4 65;
   GB/s: H200 4,800, H100 SXM5 3,350, A100 80GB SXM4 2,039, A100 40GB 1,555, L40S 864, A10G 600, L4 300, T4
   320); 0 where the catalogue has no figure (A10G's TFLOPS: AWS publishes none), and the plan then proposes no
-  move to or from that model;
+  move to or from that model; bf16 support, from each architecture's whitepaper (Turing's T4 has none);
 - MIG profiles: NVIDIA's MIG User Guide, "Supported MIG Profiles" (a slice of n/7 of the GPU's compute
   and its memory in GB, as the profile's name says).
 """
@@ -99,6 +99,9 @@ class GpuModel:
     mig_profiles: tuple[MigProfile, ...] = ()
     #: Peak memory bandwidth, bytes per second; 0: unknown.
     memory_bandwidth_bytes_per_second: float = 0.0
+    #: Whether its tensor cores run bf16 (Ampere and newer; Turing's T4 runs fp16, int8 and int4 only): a model
+    #: trained or served in bf16 runs elsewhere in fp16, or in fp32 far slower.
+    bf16: bool = True
 
     @property
     def nvlink_bytes_per_second(self) -> float:
@@ -294,6 +297,7 @@ MODELS: dict[str, GpuModel] = {
         False,
         65.0,
         memory_bandwidth_bytes_per_second=320 * GB,
+        bf16=False,
     ),
 }
 
