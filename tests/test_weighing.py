@@ -45,7 +45,21 @@ def test_where_neither_excludes_the_other_both_are_said_and_what_would_tell_them
         assert found is not None
         assert (found.bottleneck, found.also) == ("data_starvation", ("memory_bandwidth",))
         assert found.evidence["causes_open"].startswith("data_starvation and memory_bandwidth both hold")
-        assert "would_tell_them_apart" in found.evidence and "deciding" not in found.evidence
+        assert found.evidence["would_tell_them_apart"].startswith("no evidence gpulens reads settles these classes")
+        assert "deciding" not in found.evidence
+
+
+def test_where_causes_stay_open_the_evidence_that_would_settle_them_is_named():
+    """Uneven work (host_stall, its evidence naming no rank) and starvation: of the evidence that settles stalls
+    over starvation, none is in this data; the verdict names each key that would have, for the user to look for."""
+    uneven = Finding("host_stall", 0.5, {"uneven": "GPU-1 far busier than GPU-0"}, "uneven")
+    found = weighed([uneven, STARVED])
+    assert found is not None and (found.bottleneck, found.also) == ("data_starvation", ("host_stall",))
+    expected = [f"{key} (host_stall)" for key, rule in sorted(SETTLES.items()) if "data_starvation" in rule.rivals]
+    assert found.evidence["would_tell_them_apart"] == (
+        "evidence that would settle it, not in this data (docs/analyzer.md's class table): " + "; ".join(expected)
+    )
+    assert expected[0] == "host_fetch_fraction (host_stall)" and len(expected) == 7
 
 
 def test_two_causes_of_one_class_are_the_surer_one_whatever_the_order():

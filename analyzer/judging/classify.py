@@ -1405,10 +1405,25 @@ def weighed(findings: list[Finding]) -> Finding | None:
         **finding.evidence,
         "causes_open": f"{finding.bottleneck} and {', '.join(rivals)} both hold, and no evidence here excludes "
         f"either: {finding.bottleneck} is named for its higher confidence",
-        "would_tell_them_apart": "each class's deciding evidence (docs/analyzer.md's class table): the pod's CPU "
-        "and its limit, the GPU's power, PCIe both ways, and gpulens' exporter's every second between scrapes",
+        "would_tell_them_apart": _would_settle(classes),
     }
     return replace(finding, evidence=evidence, also=(*finding.also, *rivals))
+
+
+def _would_settle(classes: set[str]) -> str:
+    """What would settle a choice between `classes` that held together: the evidence keys (SETTLES) by which
+    one of them rules out another, which this data did not show."""
+    keys = sorted(
+        f"{key} ({', '.join(sorted(set(rule.of) & classes))})"
+        for key, rule in SETTLES.items()
+        if set(rule.of) & classes and set(rule.rivals) & classes
+    )
+    if not keys:
+        return (
+            "no evidence gpulens reads settles these classes against each other: the pod's CPU and its limit, the "
+            "GPU's power and PCIe both ways, and gpulens' exporter's every second between scrapes show more of each"
+        )
+    return f"evidence that would settle it, not in this data (docs/analyzer.md's class table): {'; '.join(keys)}"
 
 
 def _without_signature(
