@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from gpulens.analyzer.inputs.owners import Owner, OwnerReader
     from gpulens.analyzer.inputs.series import SeriesReader, Shard
     from gpulens.analyzer.inputs.store import Store, StoreAuth
+    from gpulens.analyzer.judging.changes import Change
     from gpulens.analyzer.judging.classify import Verdict
     from gpulens.analyzer.judging.scheduling import Scheduling
     from gpulens.analyzer.outputs import shards
@@ -445,8 +446,11 @@ def run_report(args: argparse.Namespace) -> int:
             _shard_from_store(args, _Judging(thresholds, prices, window, step))
             return 0
         scheduling = None
+        changes: list[Change] | None = None  # kube-state-metrics not read: nothing known of changes
         if args.prometheus:
-            verdicts, timelines, use, scheduling = _report_from_store(args, _Judging(thresholds, prices, window, step))
+            verdicts, timelines, use, scheduling, changes = _report_from_store(
+                args, _Judging(thresholds, prices, window, step)
+            )
             trace = None
         else:
             given = {"--since": args.since, "--until": args.until}
@@ -491,6 +495,7 @@ def run_report(args: argparse.Namespace) -> int:
                 ts = trace["timestamp"]
                 the_span = (float(ts.min()), float(ts.max()), interval)
                 scheduling = _scheduling(args, kube_state, owners, the_span, verdicts, thresholds, prices)
+                changes = _changes(args, kube_state, the_span, thresholds)
     except (TraceError, ValueError, StoreError, KubeStateError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
@@ -498,7 +503,7 @@ def run_report(args: argparse.Namespace) -> int:
     verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
     plan = make_plan(verdicts, use, thresholds, prices, scheduling)
     if args.format == "json":
-        text = finite_json(formats.report_json(verdicts, plan, scheduling), indent=2) + "\n"
+        text = finite_json(formats.report_json(verdicts, plan, scheduling, changes), indent=2) + "\n"
     elif args.format == "csv":
         if args.by == "plan":
             text = formats.plan_csv(plan)
@@ -669,10 +674,11 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
 def _report_from_store(
     args: argparse.Namespace,
     how: _Judging,
-) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None]:
+) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None, list[Change]]:
     """The verdicts of `--prometheus URL --since ... --until ...` (or of the shard files of `--merge`), for an
-    HTML report what its timelines draw, for the plan what each unit used, and the cluster's judgement where
-    kube-state-metrics says which pods asked for GPUs (None where it does not)."""
+    HTML report what its timelines draw, for the plan what each unit used, the cluster's judgement where
+    kube-state-metrics says which pods asked for GPUs (None where it does not), and the changes its workloads
+    went through."""
     from gpulens.analyzer.outputs import shards
     from gpulens.analyzer.outputs.plan import Use
     from gpulens.analyzer.outputs.timelines import TimelineBins
@@ -690,7 +696,7 @@ def _report_from_store(
         verdicts = _some(verdicts, opened.store.name, opened.reader, the_span)
         grid = (the_span.start, the_span.end, the_span.step)
         scheduling = _scheduling(args, opened.store, opened.owners, grid, verdicts, how.thresholds, how.prices)
-        return verdicts, timelines, use, scheduling
+        return verdicts, timelines, use, scheduling, _changes(args, opened.store, grid, how.thresholds)
     finally:
         opened.store.close()
 
@@ -882,6 +888,23 @@ def _scheduling(
         # The pods' verdicts stand without it: say what is missing rather than lose the report.
         print(f"gpulens report: warning: the cluster's share is left out: {e}", file=sys.stderr)
         return None
+
+
+def _changes(
+    args: argparse.Namespace, source: Store | KubeState, span: tuple[float, float, float], thresholds: Thresholds
+) -> list[Change]:
+    """The changes the workloads went through over `span` (start, end, step: unix seconds), from kube-state-metrics'
+    series in a store or recorded (docs/changes.md); none, said, where the store fails to say."""
+    from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
+    from gpulens.analyzer.inputs.store import StoreError
+    from gpulens.analyzer.judging.changes import changes
+
+    try:
+        reader = ClusterReader(source, "", _mixin(args, thresholds).kube_state_metrics)
+        return changes(reader.workloads(*judged_grid(*span)), thresholds.change_settle_seconds)
+    except StoreError as e:
+        print(f"gpulens report: warning: the workloads' changes are left out: {e}", file=sys.stderr)
+        return []
 
 
 def _owners_of(owners: OwnerReader | None, trace: pd.DataFrame) -> dict[PodKey, Owner]:

@@ -266,8 +266,16 @@ def certificate_authority(directory: Path) -> Path:
 def gpulens(*args, **kwargs) -> subprocess.CompletedProcess:
     """`gpulens ARGS` run as a user runs it, from the checkout: its exit code, stdout and stderr."""
     return subprocess.run(
-        [sys.executable, "-m", "gpulens", *args], capture_output=True, text=True, cwd=REPO, timeout=120, **kwargs
+        [sys.executable, "-m", "gpulens", *args], capture_output=True, text=True, cwd=REPO, **{"timeout": 120, **kwargs}
     )
+
+
+def report_json(*args: str) -> dict:
+    """`gpulens report ARGS --format json` as a user runs it: its document, once it exited 0 (else its stderr
+    fails the test)."""
+    done = gpulens("report", *args, "--format", "json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def require_binary(name: str) -> str:

@@ -13,10 +13,7 @@ The fleet (one A100 80GB node, a day from midnight, the simulator's profiles):
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -27,7 +24,7 @@ from gpulens.simulator.cluster import kube_state_metrics
 from gpulens.simulator.fleet import load_fleet
 from gpulens.simulator.workloads import CPU_LIMIT_CORES, DIURNAL_HOURS, PROFILES
 from tests import store_history as week
-from tests.helpers import REPO, BackfilledPrometheus
+from tests.helpers import BackfilledPrometheus, report_json
 from tests.test_serving_store import _parsed
 
 START = 1_762_646_400.0  # 2025-11-09 00:00 UTC
@@ -155,16 +152,10 @@ def from_store(day, tmp_path_factory) -> dict:
         tmp_path_factory.mktemp("prometheus"), week.families_openmetrics(_store_families(day))
     )
     try:
-        return _report(
-            [
-                "--prometheus",
-                prometheus.url,
-                "--since",
-                "2025-11-09T00:00:00Z",
-                "--until",
-                str(START + STEP * (SAMPLES - 1)),
-            ]
-            + ["--prometheus.step", "1m", "--prometheus.dcgm-selector", 'job="dcgm-exported"']
+        return report_json(
+            *("--prometheus", prometheus.url, "--since", "2025-11-09T00:00:00Z"),
+            *("--until", str(START + STEP * (SAMPLES - 1)), "--prometheus.step", "1m"),
+            *("--prometheus.dcgm-selector", 'job="dcgm-exported"'),
         )
     finally:
         prometheus.stop()
@@ -174,19 +165,7 @@ def from_store(day, tmp_path_factory) -> dict:
 def from_file(day, tmp_path_factory) -> dict:
     path = tmp_path_factory.mktemp("trace") / "day.csv"
     day.to_csv(path, index=False)
-    return _report([str(path), "--scrape-interval", "60"])
-
-
-def _report(args: list[str]) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "gpulens", "report", *args, "--format", "json"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return report_json(str(path), "--scrape-interval", "60")
 
 
 def _verdicts(document: dict) -> dict[str, dict]:

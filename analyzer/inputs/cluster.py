@@ -15,7 +15,12 @@ Series read (kube-state-metrics 2.x names and labels, kubernetes/kube-state-metr
 - kube_pod_nodeselectors{namespace, pod, nodeselector_<key>} (opt-in in kube-state-metrics): the pool and
   model a waiting pod asked for;
 - kube_pod_created{namespace, pod}: when a pod began waiting, if before the span;
-- kube_resourcequota{namespace, resource="requests.nvidia.com/gpu", type="hard"|"used"}.
+- kube_resourcequota{namespace, resource="requests.nvidia.com/gpu", type="hard"|"used"};
+- kube_deployment_spec_replicas{namespace, deployment}, kube_statefulset_replicas{namespace, statefulset}: a
+  workload's replicas as its spec sets them; kube_horizontalpodautoscaler_spec_min_replicas and
+  _max_replicas{namespace, horizontalpodautoscaler}, with kube_horizontalpodautoscaler_info{scaletargetref_kind,
+  scaletargetref_name} naming what each scales: the workloads' history (ClusterReader.workloads(), the changes
+  they went through: analyzer/judging/changes.py).
 
 A pod's GPUs are free from the step kube-state-metrics stops saying it holds them: at once where its phase
 turns Succeeded or Failed; where the pod is deleted, its series end. A store that backfilled its history
@@ -34,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpulens.analyzer.inputs.kinds import PodKey, Pools
-from gpulens.analyzer.inputs.kube_state import GPU_RESOURCE, GPUS, KubeState, StoreKubeState
+from gpulens.analyzer.inputs.kube_state import AUTOSCALER_INFO, GPU_RESOURCE, GPUS, KubeState, StoreKubeState
 from gpulens.analyzer.inputs.owners import Owner, OwnerReader, label_name
 from gpulens.analyzer.inputs.series import IDENTITY_FRESH
 from gpulens.analyzer.inputs.store import Store
@@ -195,6 +200,21 @@ class ClusterHistory:
         return np.cumsum(diff, axis=1)[:, : self.steps]
 
 
+#: A series' (unix seconds, value) points, where it has one.
+Points = list[tuple[float, float]]
+
+
+@dataclass
+class WorkloadHistory:
+    """What kube-state-metrics says of each workload over a span: its spec's replicas, and its autoscalers'
+    bounds (ClusterReader.workloads())."""
+
+    #: (namespace, kind, name, points) of each Deployment's and StatefulSet's replicas.
+    replicas: list[tuple[str, str, str, Points]] = field(default_factory=list)
+    #: (namespace, target kind, target name, least points, most points) of each autoscaler.
+    autoscalers: list[tuple[str, str, str, Points, Points]] = field(default_factory=list)
+
+
 class ClusterReader:
     """Reads a ClusterHistory from kube-state-metrics' series: in a store, or recorded
     (analyzer/inputs/kube_state.py)."""
@@ -284,6 +304,41 @@ class ClusterReader:
         history = ClusterHistory(start, step, steps, nodes, grid, cordon, pods, quota, missing, pool_label)
         self._waiting_pods(history, end)
         return history
+
+    def workloads(self, start: float, end: float, step: float) -> WorkloadHistory:
+        """Each workload's replicas and each autoscaler's bounds from `start` to `end` (unix seconds) at `step`,
+        read in pieces as read() reads the cluster; an autoscaler whose target kube_horizontalpodautoscaler_info
+        does not name is left out (what it scales is unknown)."""
+        interval = self.scrape_interval(start, end)
+        age = FRESH * interval if interval else 300.0
+        steps = int(round((end - start) / step)) + 1
+        replicas: dict[tuple[str, str, str], Points] = {}
+        bounds: dict[tuple[str, str], dict[str, Points]] = {}
+        for first in range(0, steps, PIECE_STEPS):
+            at, until = start + first * step, start + (min(steps, first + PIECE_STEPS) - 1) * step
+            for kind, (labels, points) in self.source.workload_replicas(at, until, step, age):
+                replicas.setdefault((labels["namespace"], kind, labels["name"]), []).extend(points)
+            for bound, (labels, points) in self.source.autoscaler_bounds(at, until, step, age):
+                key = (labels.get("namespace", ""), labels.get("horizontalpodautoscaler", ""))
+                bounds.setdefault(key, {}).setdefault(bound, []).extend(points)
+        by = ["namespace", "horizontalpodautoscaler", "scaletargetref_kind", "scaletargetref_name"]
+        named = self.source.last(AUTOSCALER_INFO, by, end, end - start) if bounds else []
+        targets = {
+            (labels.get("namespace", ""), labels.get("horizontalpodautoscaler", "")): (
+                labels.get("scaletargetref_kind", ""),
+                labels.get("scaletargetref_name", ""),
+            )
+            for labels, _ in named
+        }
+        autoscalers = [
+            (namespace, *targets[(namespace, name)], limits.get("min", []), limits.get("max", []))
+            for (namespace, name), limits in sorted(bounds.items())
+            if all(targets.get((namespace, name), ("", "")))
+        ]
+        return WorkloadHistory(
+            [(namespace, kind, name, points) for (namespace, kind, name), points in sorted(replicas.items())],
+            autoscalers,
+        )
 
     def _node_labels(
         self, any_node: bool, end: float, span: float

@@ -13,7 +13,8 @@ The readers (analyzer/inputs/cluster.py, analyzer/inputs/owners.py) ask for:
   to measure kube-state-metrics' scrape interval;
 - the four series of the cluster's GPUs on a step grid: each node's allocatable GPUs (max by node), whether it
   is cordoned (max by node), each namespace's GPU quota (min by namespace), and each GPU pod's request summed
-  by namespace, pod and node while its phase is Pending or Running.
+  by namespace, pod and node while its phase is Pending or Running;
+- the workloads' on the same grid: each Deployment's and StatefulSet's spec replicas, each autoscaler's bounds.
 """
 
 from __future__ import annotations
@@ -68,8 +69,23 @@ class KubeState(Protocol):
 
     def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]: ...
 
+    def workload_replicas(self, start: float, end: float, step: float, age: float) -> list[tuple[str, RangeSeries]]: ...
+
+    def autoscaler_bounds(self, start: float, end: float, step: float, age: float) -> list[tuple[str, RangeSeries]]: ...
+
 
 GPUS: Matcher = ("resource", "=", GPU_RESOURCE)
+#: The workloads whose replicas kube-state-metrics' spec series say: (kind, family, the label naming it).
+REPLICAS = (
+    ("Deployment", "kube_deployment_spec_replicas", "deployment"),
+    ("StatefulSet", "kube_statefulset_replicas", "statefulset"),
+)
+#: An autoscaler's bounds: ("min" or "max", family); kube_horizontalpodautoscaler_info names what it scales.
+AUTOSCALER_BOUNDS = (
+    ("min", "kube_horizontalpodautoscaler_spec_min_replicas"),
+    ("max", "kube_horizontalpodautoscaler_spec_max_replicas"),
+)
+AUTOSCALER_INFO = "kube_horizontalpodautoscaler_info"
 LIVE_PHASES: Matcher = ("phase", "=~", "Pending|Running")
 QUOTA_HARD: tuple[Matcher, Matcher] = (("resource", "=", GPU_QUOTA_RESOURCE), ("type", "=", "hard"))
 
@@ -103,6 +119,27 @@ class _OnGrid(ABC):
     def gpu_quota(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
         grid, rows = self._on_grid("kube_resourcequota", start, end, step, age, *QUOTA_HARD)
         return _aggregate(grid, rows, ("namespace",), "min")
+
+    def workload_replicas(self, start: float, end: float, step: float, age: float) -> list[tuple[str, RangeSeries]]:
+        """Each Deployment's and StatefulSet's replicas as its spec sets them (REPLICAS), as (its kind, its
+        series labelled namespace and name)."""
+        out: list[tuple[str, RangeSeries]] = []
+        for kind, family, label in REPLICAS:
+            grid, rows = self._on_grid(family, start, end, step, age)
+            for labels, points in _aggregate(grid, rows, ("namespace", label), "max"):
+                out.append((kind, ({"namespace": labels.get("namespace", ""), "name": labels.get(label, "")}, points)))
+        return out
+
+    def autoscaler_bounds(self, start: float, end: float, step: float, age: float) -> list[tuple[str, RangeSeries]]:
+        """Each HorizontalPodAutoscaler's least and most replicas (AUTOSCALER_BOUNDS), as ("min" or "max", its
+        series labelled namespace and horizontalpodautoscaler)."""
+        out: list[tuple[str, RangeSeries]] = []
+        for bound, family in AUTOSCALER_BOUNDS:
+            grid, rows = self._on_grid(family, start, end, step, age)
+            out += [
+                (bound, series) for series in _aggregate(grid, rows, ("namespace", "horizontalpodautoscaler"), "max")
+            ]
+        return out
 
     def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
         """Each request while its pod's phase is Pending or Running (PromQL's `* on (namespace, pod)
@@ -233,6 +270,9 @@ READ = (
     "kube_pod_labels",
     "kube_namespace_labels",
     "kube_pod_container_info",
+    *(family for _, family, _ in REPLICAS),
+    *(family for _, family in AUTOSCALER_BOUNDS),
+    AUTOSCALER_INFO,
 )
 
 

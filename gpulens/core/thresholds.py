@@ -228,6 +228,11 @@ class Thresholds:
     #: projected from minutes multiplies a burst or a lull by thousands. (proposal: a day, one cycle of the
     #: daily pattern of serving load and working hours)
     plan_projection_min_seconds: float = 86400.0
+    # --- the changes workloads went through (analyzer/judging/changes.py) -------------------------------------------
+    #: Steps of a workload's replicas or its autoscaler's bounds each within this long of the one before are one
+    #: change: a scale done in several commands, a GitOps sync applied in passes. (proposal: 10 minutes, past a
+    #: rollout's steps and well within a day's comparison windows)
+    change_settle_seconds: float = 600.0
     # --- the cluster: waits, pools and quotas (analyzer/judging/scheduling.py) ---------------------------------------
     #: A GPU pod waits this long for a node before a report names it: shorter waits are the scheduler's own
     #: latency and a node autoscaler's scale-up. (proposal: 5 minutes, half kubernetes-mixin's KubePodNotReady)

@@ -1,0 +1,78 @@
+"""Changes found, not declared (issue 74, part 1): each change a workload went through, from what
+kube-state-metrics says of its replicas and its autoscaler, one event per change."""
+
+from __future__ import annotations
+
+from gpulens.analyzer.inputs.cluster import WorkloadHistory
+from gpulens.analyzer.judging.changes import Change, changes, steps_of
+
+T0 = 1_762_646_400.0  # 2025-11-09 00:00 UTC
+STEP = 60.0
+
+
+def series(*values: float, start: float = T0) -> list[tuple[float, float]]:
+    return [(start + STEP * k, v) for k, v in enumerate(values)]
+
+
+def test_a_scale_made_in_steps_is_one_change_from_the_first_value_to_the_last():
+    """8 -> 6 -> 4 -> 2 a minute apart (a scale done in three commands, or a controller walking down) is one
+    change, 8 -> 2, from the first step seen at a new value to the last."""
+    points = series(8, 8, 6, 4, 2, 2, 2)
+    assert steps_of(points, 600.0) == [(8.0, 2.0, T0 + 2 * STEP, T0 + 4 * STEP)]
+
+
+def test_steps_further_apart_than_the_settling_time_are_changes_of_their_own():
+    points = series(8, 4, *[4] * 15, 2)
+    assert steps_of(points, 600.0) == [(8.0, 4.0, T0 + STEP, T0 + STEP), (4.0, 2.0, T0 + 17 * STEP, T0 + 17 * STEP)]
+
+
+def test_steps_that_end_where_they_began_are_no_change():
+    """A replica scaled up and back within minutes (a restart by hand, a rollout's surge) changed nothing."""
+    assert steps_of(series(4, 5, 4, 4), 600.0) == []
+    assert steps_of(series(4, 4, 4), 600.0) == []
+    assert steps_of([], 600.0) == []
+
+
+def test_an_autoscaled_workloads_replicas_are_its_autoscalers_and_only_its_bounds_change():
+    """A Deployment an HPA targets moves with its load all day: not a change. Its HPA's max cut from 10 to 4 is."""
+    history = WorkloadHistory(
+        [
+            ("serve", "Deployment", "chat", series(3, 5, 8, 4, 2)),  # the HPA's doing
+            ("serve", "Deployment", "ranker", series(8, 8, 2, 2)),  # scaled by hand
+            ("research", "StatefulSet", "notebook-bob", series(1, 1, 1, 0)),  # a notebook's culler stopped it
+        ],
+        [("serve", "Deployment", "chat", series(2, 2, 2, 2, 2), series(10, 10, 10, 4, 4))],
+    )
+    found = changes(history, 600.0)
+    assert found == [
+        Change(
+            "serve",
+            "serve/Deployment/ranker",
+            "replicas",
+            8.0,
+            2.0,
+            T0 + 2 * STEP,
+            T0 + 2 * STEP,
+            "kube-state-metrics: kube_deployment_spec_replicas",
+        ),
+        Change(
+            "research",
+            "research/StatefulSet/notebook-bob",
+            "replicas",
+            1.0,
+            0.0,
+            T0 + 3 * STEP,
+            T0 + 3 * STEP,
+            "kube-state-metrics: kube_statefulset_replicas",
+        ),
+        Change(
+            "serve",
+            "serve/Deployment/chat",
+            "autoscaler_max_replicas",
+            10.0,
+            4.0,
+            T0 + 3 * STEP,
+            T0 + 3 * STEP,
+            "kube-state-metrics: kube_horizontalpodautoscaler_spec_max_replicas",
+        ),
+    ]
