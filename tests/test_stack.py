@@ -299,8 +299,10 @@ def test_the_research_pools_free_gpus_are_stranded_while_its_whole_node_job_wait
 
 
 def test_rules_fire_for_exactly_the_simulated_sick_gpus(stack):
+    # The last of them needs its pod's class held for its rule's `for` (2 minutes in the demo) after the
+    # analyzer's window has filled: about 3 minutes alone, longer while other tests load the machine.
     try:
-        eventually(lambda: firing_alerts(stack), EXPECTED_ALERTS, 300, "the firing alerts")
+        eventually(lambda: firing_alerts(stack), EXPECTED_ALERTS, 420, "the firing alerts")
     except AssertionError as failed:
         # Each pod whose alert is missing or unexpected, as the analyzer's history booked it: a class that came
         # late, or one that flapped and kept restarting the rule's `for`.

@@ -69,6 +69,19 @@ def test_two_causes_of_one_class_are_the_surer_one_whatever_the_order():
         assert weighed(findings) is pipeline
 
 
+def test_a_job_fetching_from_host_through_its_waits_is_offload_not_a_replica_between_requests():
+    """The demo's ZeRO-offload job under load: its steps' jitter reads as bursts at random (serving's shape), and
+    it fetches 5 GB/s or more from host memory on most samples while it waits. A replica waiting for requests
+    moves nothing: the fetches settle it, whichever is surer (found in the stack test, where the serving class,
+    named for its confidence, kept the job's host-stall alert from ever firing)."""
+    offload = Finding("host_stall", 0.6, {"host_fetch_fraction": "53.7% of samples with >= 5 GB/s ..."}, "offload")
+    serving = Finding("overprovisioned_serving", 0.7, {"quiet_fraction": "58.3% of samples ..."}, served=True)
+    for findings in ([serving, offload], [offload, serving]):
+        found = weighed(findings)
+        assert found is not None and (found.bottleneck, found.cause) == ("host_stall", "offload")
+        assert found.also == ("overprovisioned_serving",) and "causes_open" not in found.evidence
+
+
 def test_one_finding_or_none_is_itself():
     assert weighed([]) is None
     assert weighed([STARVED]) is STARVED

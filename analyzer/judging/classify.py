@@ -1343,15 +1343,17 @@ SETTLES: dict[str, Settles] = {
     ),
     "host_fetch_fraction": Settles(
         ("host_stall",),
-        ("data_starvation",),
+        ("data_starvation", "overprovisioned_serving"),
         "it fetches from host memory through its waits, its pod's CPU under its limit: the wait is the fetch (CPU "
-        "offload), where an input pipeline's batches arrive as its bursts start, or with its CPU at its limit",
+        "offload), where an input pipeline's batches arrive as its bursts start, or with its CPU at its limit, and "
+        "a replica waiting for requests fetches nothing",
     ),
     "transfers": Settles(
         ("host_stall",),
-        ("data_starvation",),
+        ("data_starvation", "overprovisioned_serving"),
         "while it waits, data crosses PCIe both ways at a volume that scales with the model: parameters in, "
-        "gradients out (CPU offload), where an input pipeline sends little back",
+        "gradients out (CPU offload), where an input pipeline sends little back and a replica between requests "
+        "moves nothing",
     ),
     "stalling_gpu": Settles(("host_stall",), ("data_starvation", "overprovisioned_serving"), _ONE_RANK),
     "straggler_gpu": Settles(("host_stall",), ("data_starvation", "overprovisioned_serving"), _ONE_RANK),
