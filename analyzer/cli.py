@@ -495,7 +495,7 @@ def run_report(args: argparse.Namespace) -> int:
                 ts = trace["timestamp"]
                 the_span = (float(ts.min()), float(ts.max()), interval)
                 scheduling = _scheduling(args, kube_state, owners, the_span, verdicts, thresholds, prices)
-                changes = _changes(args, kube_state, the_span, thresholds)
+                changes = _changes(args, kube_state, the_span, verdicts, thresholds)
     except (TraceError, ValueError, StoreError, KubeStateError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
@@ -696,7 +696,7 @@ def _report_from_store(
         verdicts = _some(verdicts, opened.store.name, opened.reader, the_span)
         grid = (the_span.start, the_span.end, the_span.step)
         scheduling = _scheduling(args, opened.store, opened.owners, grid, verdicts, how.thresholds, how.prices)
-        return verdicts, timelines, use, scheduling, _changes(args, opened.store, grid, how.thresholds)
+        return verdicts, timelines, use, scheduling, _changes(args, opened.store, grid, verdicts, how.thresholds)
     finally:
         opened.store.close()
 
@@ -891,17 +891,23 @@ def _scheduling(
 
 
 def _changes(
-    args: argparse.Namespace, source: Store | KubeState, span: tuple[float, float, float], thresholds: Thresholds
+    args: argparse.Namespace,
+    source: Store | KubeState,
+    span: tuple[float, float, float],
+    verdicts: list[Verdict],
+    thresholds: Thresholds,
 ) -> list[Change]:
-    """The changes the workloads went through over `span` (start, end, step: unix seconds), from kube-state-metrics'
-    series in a store or recorded (docs/changes.md); none, said, where the store fails to say."""
+    """The changes the workloads of `verdicts` (those whose pods held GPUs) went through over `span` (start, end,
+    step: unix seconds), from kube-state-metrics' series in a store or recorded (docs/changes.md); none, said,
+    where the store fails to say."""
     from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
     from gpulens.analyzer.inputs.store import StoreError
     from gpulens.analyzer.judging.changes import changes
 
     try:
         reader = ClusterReader(source, "", _mixin(args, thresholds).kube_state_metrics)
-        return changes(reader.workloads(*judged_grid(*span)), thresholds.change_settle_seconds)
+        held = {v.workload for v in verdicts if v.pod}
+        return changes(reader.workloads(*judged_grid(*span)), thresholds.change_settle_seconds, held)
     except StoreError as e:
         print(f"gpulens report: warning: the workloads' changes are left out: {e}", file=sys.stderr)
         return []

@@ -1,7 +1,8 @@
-"""The changes a fleet's workloads went through, found in kube-state-metrics' history as a real Prometheus keeps it
-(backfilled with promtool), and in the same history recorded as a file beside a trace (--kube-state): each
+"""The changes a fleet's GPU workloads went through, found in kube-state-metrics' history as a real Prometheus keeps
+it (backfilled with promtool), and in the same history recorded as a file beside a trace (--kube-state): each
 change at the step it was first seen, a scale made in steps as one change, an autoscaled workload's replicas
-not a change, its autoscaler's bounds a change, a workload that held its size none (issue 74, part 1)."""
+not a change, its autoscaler's bounds a change, a workload that held its size none, and a workload that holds
+no GPU left out (issue 74, part 1)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ HOURS = 6
 START = history.START
 TIMES = START + STEP * np.arange(HOURS * 60)
 KSM = {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"}
+ONES = np.ones(len(TIMES))
 #: When each change was made (kube-state-metrics shows it from its next scrape: these minutes).
 SCALED = START + 90 * STEP  # ranker: 8 -> 6 -> 4 -> 2, a minute apart
 CAPPED = START + 150 * STEP  # chat's autoscaler: at most 10 replicas, then 4
@@ -30,13 +32,35 @@ def _labels(**labels: str) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, **KSM}.items()) + "}"
 
 
+#: The GPU pods, each with its controller, and a ReplicaSet's Deployment (kube_pod_owner, kube_replicaset_owner).
+PODS = {
+    ("serve", "ranker-6f7d9c8b5-x2k4p"): ("ReplicaSet", "ranker-6f7d9c8b5", "serving"),
+    ("serve", "chat-5d4f8b7c9-m2k9q"): ("ReplicaSet", "chat-5d4f8b7c9", "serving"),
+    ("research", "notebook-bob-0"): ("StatefulSet", "notebook-bob", "notebook"),
+}
+
+
 def _trace() -> pd.DataFrame:
-    """Two GPUs' samples for six hours: what a report needs to run."""
+    """The GPU pods' samples for six hours."""
     workloads = [
-        {"profile": "serving", "gpus": [0], "pod": "serve/ranker-6f7d9c8b5-x2k4p/server"},
-        {"profile": "notebook", "gpus": [1], "pod": "research/notebook-bob-0/jupyter"},
+        {"profile": profile, "gpus": [k], "pod": f"{namespace}/{pod}/main"}
+        for k, ((namespace, pod), (_, _, profile)) in enumerate(PODS.items())
     ]
-    return history.simulated_trace(workloads, 2, START, HOURS * 3600, STEP)
+    return history.simulated_trace(workloads, len(PODS), START, HOURS * 3600, STEP)
+
+
+def _owners() -> dict[str, list[tuple[str, np.ndarray]]]:
+    """kube-state-metrics' owner series of the GPU pods."""
+    pods = [
+        (_labels(namespace=ns, pod=pod, owner_kind=kind, owner_name=name, owner_is_controller="true"), ONES)
+        for (ns, pod), (kind, name, _) in PODS.items()
+    ]
+    replicasets = [
+        (_labels(namespace=ns, replicaset=name, owner_kind="Deployment", owner_name=name.rsplit("-", 1)[0]), ONES)
+        for (ns, _), (kind, name, _) in PODS.items()
+        if kind == "ReplicaSet"
+    ]
+    return {"kube_pod_owner": pods, "kube_replicaset_owner": replicasets}
 
 
 def _families() -> history.Families:
@@ -50,6 +74,8 @@ def _families() -> history.Families:
             (_labels(namespace="serve", deployment="ranker"), ranker),
             (_labels(namespace="serve", deployment="chat"), chat),
             (_labels(namespace="serve", deployment="quiet"), np.full(len(TIMES), 3.0)),
+            # A web front end with no GPU, scaled up: a change, but none of a GPU workload's.
+            (_labels(namespace="serve", deployment="web"), np.where(TIMES < CAPPED, 2.0, 5.0)),
         ],
         "kube_statefulset_replicas": [
             (_labels(namespace="research", statefulset="notebook-bob"), np.where(TIMES < CULLED, 1.0, 0.0)),
@@ -69,11 +95,11 @@ def _families() -> history.Families:
                     scaletargetref_kind="Deployment",
                     scaletargetref_name="chat",
                 ),
-                np.ones(len(TIMES)),
+                ONES,
             ),
         ],
     }
-    for name, rows in series.items():
+    for name, rows in {**series, **_owners()}.items():
         families[name] = [
             (labels, float(t), float(v)) for labels, values in rows for t, v in zip(TIMES, values, strict=True)
         ]

@@ -13,7 +13,7 @@ only its bounds are changes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -64,9 +64,12 @@ def steps_of(points: Points, settle: float) -> list[tuple[float, float, float, f
     return out
 
 
-def changes(history: WorkloadHistory, settle: float, source: str = "kube-state-metrics") -> list[Change]:
+def changes(
+    history: WorkloadHistory, settle: float, among: Collection[str] | None = None, source: str = "kube-state-metrics"
+) -> list[Change]:
     """Every change in `history` (ClusterReader.workloads()), in time order (then by workload): each workload's
-    replicas, but those an autoscaler targets, and each autoscaler's bounds."""
+    replicas, but those an autoscaler targets, and each autoscaler's bounds; of the workloads `among` only (as
+    Verdict.workload names them: those whose pods held GPUs), where given."""
     autoscaled = {(namespace, kind, name) for namespace, kind, name, _, _ in history.autoscalers}
     found: list[Change] = []
     for namespace, kind, name, points in history.replicas:
@@ -85,4 +88,5 @@ def changes(history: WorkloadHistory, settle: float, source: str = "kube-state-m
         for what, bound, series in bounds:
             for before, after, start, end in steps_of(bound, settle):
                 found.append(Change(namespace, workload, what, before, after, start, end, f"{source}: {series}"))
-    return sorted(found, key=lambda c: (c.start, c.workload, c.what))
+    kept = [c for c in found if among is None or c.workload in among]
+    return sorted(kept, key=lambda c: (c.start, c.workload, c.what))
