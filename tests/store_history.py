@@ -108,6 +108,26 @@ def simulated_trace(workloads: list[dict], gpus: int, start: float, seconds: flo
     return fr.normalize(pd.DataFrame(rows))
 
 
+def day_row(gpu, node: str, t: float, a, power_span: float) -> dict:
+    """A trace row of simulated `gpu` on `node` at `t` (unix seconds) from its Activity `a`, rounded as
+    dcgm-exporter reports it: its power `power_span` watts above idle at full draw."""
+    usable = gpu.model.memory_total_bytes - gpu.model.memory_reserved_bytes
+    return {
+        "timestamp": float(t),
+        "gpu": gpu.uuid,
+        "node": node,
+        "gpu_model": gpu.model.name,
+        "namespace": gpu.pod.namespace,
+        "pod": gpu.pod.pod,
+        "container": gpu.pod.container,
+        "gpu_util": round(a.busy, 2),
+        "sm_active": round(a.sm_active, 3),
+        "memory_used_bytes": float(round(a.memory_fraction * usable / MIB) * MIB),
+        "memory_total_bytes": float(gpu.model.memory_total_bytes),
+        "power_watts": round(gpu.model.idle_power_watts + a.power_fraction * power_span, 1),
+    }
+
+
 def _labels(labels: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
 

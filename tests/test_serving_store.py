@@ -98,25 +98,7 @@ def _day():
     rows = []
     for gpu in node.gpus:
         gpu.params.update(finish=9 * 3600.0)  # the Job's run ends at 09:00
-        usable = gpu.model.memory_total_bytes - gpu.model.memory_reserved_bytes
-        for t in times:
-            a = PROFILES[gpu.profile](gpu, float(t), STEP)
-            rows.append(
-                {
-                    "timestamp": float(t),
-                    "gpu": gpu.uuid,
-                    "node": NODE,
-                    "gpu_model": gpu.model.name,
-                    "namespace": gpu.pod.namespace,
-                    "pod": gpu.pod.pod,
-                    "container": gpu.pod.container,
-                    "gpu_util": round(a.busy, 2),
-                    "sm_active": round(a.sm_active, 3),
-                    "memory_used_bytes": float(round(a.memory_fraction * usable / 2**20) * 2**20),
-                    "memory_total_bytes": float(gpu.model.memory_total_bytes),
-                    "power_watts": round(gpu.model.idle_power_watts + a.power_fraction * 400, 1),
-                }
-            )
+        rows += [week.day_row(gpu, NODE, t, PROFILES[gpu.profile](gpu, float(t), STEP), 400) for t in times]
     trace = fr.normalize(pd.DataFrame(rows))
     others: dict[str, list[tuple[str, float, float]]] = {}
     cluster = _parsed(kube_state_metrics(node.pods), {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"})

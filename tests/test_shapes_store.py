@@ -94,27 +94,10 @@ def _day() -> pd.DataFrame:
     times = START + STEP * np.arange(SAMPLES)
     rows = []
     for gpu in node.gpus:
-        usable = gpu.model.memory_total_bytes - gpu.model.memory_reserved_bytes
         for t in times:
             a = PROFILES[gpu.profile](gpu, float(t), 1.0)
-            rows.append(
-                {
-                    "timestamp": float(t),
-                    "gpu": gpu.uuid,
-                    "node": NODE,
-                    "gpu_model": gpu.model.name,
-                    "namespace": gpu.pod.namespace,
-                    "pod": gpu.pod.pod,
-                    "container": gpu.pod.container,
-                    "gpu_util": round(a.busy, 2),
-                    "sm_active": round(a.sm_active, 3),
-                    "memory_used_bytes": float(round(a.memory_fraction * usable / 2**20) * 2**20),
-                    "memory_total_bytes": float(gpu.model.memory_total_bytes),
-                    "power_watts": round(gpu.model.idle_power_watts + a.power_fraction * 340, 1),
-                    "cpu_usage_cores": round(a.cpu_fraction * CPU_LIMIT_CORES, 3),
-                    "cpu_limit_cores": float(CPU_LIMIT_CORES),
-                }
-            )
+            cpu = {"cpu_usage_cores": round(a.cpu_fraction * CPU_LIMIT_CORES, 3), "cpu_limit_cores": CPU_LIMIT_CORES}
+            rows.append(week.day_row(gpu, NODE, t, a, 340) | cpu)
     return fr.normalize(pd.DataFrame(rows))
 
 
