@@ -674,7 +674,7 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
 def _report_from_store(
     args: argparse.Namespace,
     how: _Judging,
-) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None, list[Change]]:
+) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None, list[Change] | None]:
     """The verdicts of `--prometheus URL --since ... --until ...` (or of the shard files of `--merge`), for an
     HTML report what its timelines draw, for the plan what each unit used, the cluster's judgement where
     kube-state-metrics says which pods asked for GPUs (None where it does not), and the changes its workloads
@@ -896,14 +896,16 @@ def _changes(
     span: tuple[float, float, float],
     verdicts: list[Verdict],
     thresholds: Thresholds,
-) -> list[Change]:
+) -> list[Change] | None:
     """The changes the workloads of `verdicts` (those whose pods held GPUs) went through over `span` (start, end,
     step: unix seconds), from kube-state-metrics' series in a store or recorded (docs/changes.md); none, said,
-    where the store fails to say."""
+    where the store fails to say. Only the JSON report shows them: other formats read none (None)."""
     from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
     from gpulens.analyzer.inputs.store import StoreError
     from gpulens.analyzer.judging.changes import changes
 
+    if args.format != "json":
+        return None
     try:
         reader = ClusterReader(source, "", _mixin(args, thresholds).kube_state_metrics)
         held = {v.workload for v in verdicts if v.pod}
