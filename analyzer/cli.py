@@ -23,16 +23,16 @@ if TYPE_CHECKING:
 
     import pandas as pd
 
-    from gpulens.analyzer.inputs.engines import EngineLoad
+    from gpulens.analyzer.inputs.engines import EngineLoad, Health
     from gpulens.analyzer.inputs.kinds import PodKey
     from gpulens.analyzer.inputs.kube_state import KubeState
     from gpulens.analyzer.inputs.owners import Owner, OwnerReader
     from gpulens.analyzer.inputs.series import SeriesReader, Shard
     from gpulens.analyzer.inputs.store import Store, StoreAuth
-    from gpulens.analyzer.judging.changes import Change
     from gpulens.analyzer.judging.classify import Verdict
     from gpulens.analyzer.judging.scheduling import Scheduling
     from gpulens.analyzer.outputs import shards
+    from gpulens.analyzer.outputs.outcomes import Outcome
     from gpulens.analyzer.outputs.plan import Use
     from gpulens.analyzer.outputs.span import Span
     from gpulens.analyzer.outputs.timelines import TimelineBins
@@ -446,7 +446,7 @@ def run_report(args: argparse.Namespace) -> int:
             _shard_from_store(args, _Judging(thresholds, prices, window, step))
             return 0
         scheduling = None
-        changes: list[Change] | None = None  # kube-state-metrics not read: nothing known of changes
+        changes: list[Outcome] | None = None  # kube-state-metrics not read: nothing known of changes
         if args.prometheus:
             verdicts, timelines, use, scheduling, changes = _report_from_store(
                 args, _Judging(thresholds, prices, window, step)
@@ -495,7 +495,7 @@ def run_report(args: argparse.Namespace) -> int:
                 ts = trace["timestamp"]
                 the_span = (float(ts.min()), float(ts.max()), interval)
                 scheduling = _scheduling(args, kube_state, owners, the_span, verdicts, thresholds, prices)
-                changes = _changes(args, kube_state, the_span, verdicts, thresholds)
+                changes = _changes(args, kube_state, the_span, verdicts, use, thresholds, prices)
     except (TraceError, ValueError, StoreError, KubeStateError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
@@ -674,11 +674,11 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
 def _report_from_store(
     args: argparse.Namespace,
     how: _Judging,
-) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None, list[Change] | None]:
+) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None, list[Outcome] | None]:
     """The verdicts of `--prometheus URL --since ... --until ...` (or of the shard files of `--merge`), for an
     HTML report what its timelines draw, for the plan what each unit used, the cluster's judgement where
     kube-state-metrics says which pods asked for GPUs (None where it does not), and the changes its workloads
-    went through."""
+    went through with what became of each."""
     from gpulens.analyzer.outputs import shards
     from gpulens.analyzer.outputs.plan import Use
     from gpulens.analyzer.outputs.timelines import TimelineBins
@@ -696,7 +696,8 @@ def _report_from_store(
         verdicts = _some(verdicts, opened.store.name, opened.reader, the_span)
         grid = (the_span.start, the_span.end, the_span.step)
         scheduling = _scheduling(args, opened.store, opened.owners, grid, verdicts, how.thresholds, how.prices)
-        return verdicts, timelines, use, scheduling, _changes(args, opened.store, grid, verdicts, how.thresholds)
+        changes = _changes(args, opened.store, grid, verdicts, use, how.thresholds, how.prices)
+        return verdicts, timelines, use, scheduling, changes
     finally:
         opened.store.close()
 
@@ -895,21 +896,35 @@ def _changes(
     source: Store | KubeState,
     span: tuple[float, float, float],
     verdicts: list[Verdict],
+    use: Use,
     thresholds: Thresholds,
-) -> list[Change] | None:
+    prices: dict[str, float],
+) -> list[Outcome] | None:
     """The changes the workloads of `verdicts` (those whose pods held GPUs) went through over `span` (start, end,
-    step: unix seconds), from kube-state-metrics' series in a store or recorded (docs/changes.md); none, said,
-    where the store fails to say. Only the JSON report shows them: other formats read none (None)."""
-    from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
-    from gpulens.analyzer.inputs.store import StoreError
-    from gpulens.analyzer.judging.changes import changes
+    step: unix seconds), from kube-state-metrics' series in a store or recorded, and what became of each: its
+    figures before and after from `use`, and from a store its engine's health and gpulens' plan before it
+    (docs/changes.md); none, said, where the store fails to say."""
+    from functools import partial
 
-    if args.format != "json":
-        return None
+    from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
+    from gpulens.analyzer.inputs.engines import read_workload_health
+    from gpulens.analyzer.inputs.proposals import read_proposal
+    from gpulens.analyzer.inputs.store import Store, StoreError
+    from gpulens.analyzer.judging.changes import changes
+    from gpulens.analyzer.outputs.outcomes import outcomes
+
     try:
         reader = ClusterReader(source, "", _mixin(args, thresholds).kube_state_metrics)
         held = {v.workload for v in verdicts if v.pod}
-        return changes(reader.workloads(*judged_grid(*span)), thresholds.change_settle_seconds, held)
+        found = changes(reader.workloads(*judged_grid(*span)), thresholds.change_settle_seconds, held)
+        if not isinstance(source, Store):
+            return outcomes(found, verdicts, use, span, thresholds, prices)
+        percentile = thresholds.plan_load_percentile
+
+        def health(namespace: str, pods: list[str], start: float, end: float) -> Health | None:
+            return read_workload_health(source, namespace, pods, start, end, span[2], percentile)
+
+        return outcomes(found, verdicts, use, span, thresholds, prices, health, partial(read_proposal, source))
     except StoreError as e:
         print(f"gpulens report: warning: the workloads' changes are left out: {e}", file=sys.stderr)
         return []

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.core.dcgm import MIB
@@ -126,6 +127,16 @@ def day_row(gpu, node: str, t: float, a, power_span: float) -> dict:
         "memory_total_bytes": float(gpu.model.memory_total_bytes),
         "power_watts": round(gpu.model.idle_power_watts + a.power_fraction * power_span, 1),
     }
+
+
+def exposition_samples(text: str, target: dict[str, str]) -> list[tuple[str, str, float]]:
+    """The samples of an exposition the simulator wrote, read by prometheus_client's parser, as (name, labels
+    text with the scrape's target labels, value): what a scrape of it stores."""
+    return [
+        (sample.name, _labels(sample.labels | target), sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    ]
 
 
 def _labels(labels: dict[str, str]) -> str:

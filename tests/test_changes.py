@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from gpulens.analyzer.inputs.cluster import WorkloadHistory
 from gpulens.analyzer.judging.changes import Change, changes, steps_of
+from gpulens.analyzer.outputs.outcomes import windows_of
+from gpulens.core.thresholds import Thresholds
 
 T0 = 1_762_646_400.0  # 2025-11-09 00:00 UTC
 STEP = 60.0
@@ -76,3 +78,38 @@ def test_an_autoscaled_workloads_replicas_are_its_autoscalers_and_only_its_bound
             "kube-state-metrics: kube_horizontalpodautoscaler_spec_max_replicas",
         ),
     ]
+
+
+def _change(start: float, end: float | None = None, workload: str = "serve/Deployment/chat") -> Change:
+    return Change("serve", workload, "replicas", 4.0, 2.0, start, start if end is None else end, "kube-state-metrics")
+
+
+def test_a_changes_windows_are_equal_leave_its_transition_out_and_stop_at_the_workloads_other_changes():
+    """Before ends a step before the change was first seen; after starts change_settle_seconds after its last
+    step (pods ending, models loading); each as long as the shorter side's room, at most a week."""
+    t = Thresholds()
+    span = (T0, T0 + 30 * 86400.0)
+    change = _change(T0 + 10 * 86400.0, T0 + 10 * 86400.0 + 2 * STEP)
+    w = windows_of(change, [], span, STEP, t)
+    assert (w.before_end, w.after_start, w.length, w.short_side) == (
+        change.start - STEP,
+        change.end + 600.0,
+        7 * 86400.0,  # change_window_max_seconds
+        "",
+    )
+    assert (w.before_start, w.after_end) == (w.before_end - 7 * 86400.0, w.after_start + 7 * 86400.0)
+    # The workload's next change, two days on, cuts both windows to the room after: the same length on each side.
+    later = _change(change.end + 2 * 86400.0)
+    w = windows_of(change, [later], span, STEP, t)
+    assert w.length == later.start - STEP - (change.end + 600.0) == w.before_end - w.before_start
+    # An earlier change's settling ends the before window's room.
+    earlier = _change(change.start - 3 * 3600.0)
+    w = windows_of(change, [earlier], span, STEP, t)
+    assert w.length == change.start - STEP - (earlier.end + 600.0)
+
+
+def test_a_change_too_near_the_spans_end_is_too_early_and_says_which_side_is_short():
+    t = Thresholds()
+    change = _change(T0 + 86400.0)
+    assert windows_of(change, [], (T0, change.end + 1800.0), STEP, t).short_side == "after"
+    assert windows_of(change, [], (change.start - 1800.0, T0 + 5 * 86400.0), STEP, t).short_side == "before"

@@ -1,8 +1,21 @@
-"""The changes a fleet's GPU workloads went through, found in kube-state-metrics' history as a real Prometheus keeps
-it (backfilled with promtool), and in the same history recorded as a file beside a trace (--kube-state): each
-change at the step it was first seen, a scale made in steps as one change, an autoscaled workload's replicas
-not a change, its autoscaler's bounds a change, a workload that held its size none, and a workload that holds
-no GPU left out (issue 74, part 1)."""
+"""Did the change work? Eight hours of a fleet whose GPU workloads go through each kind of change, as a real
+Prometheus keeps it (backfilled with promtool: the GPUs as dcgm-exporter's series, kube-state-metrics, the vLLM
+engines' counters, gauges and latency histograms, gpulens' own plan series), and as files (a trace with
+kube-state-metrics recorded beside it): each change found once at the step it was first seen, its windows, its
+figures before and after, its saving and its word (issue 74).
+
+The world, on sixteen H100s at $2.50 a GPU-hour (--prices):
+- ranker, a Deployment scaled 4 -> 3 -> 2 a minute apart: the same 120 requests a minute served without a queue
+  after; it held, and saved two GPUs a day, as gpulens' plan had proposed;
+- chat, a Deployment cut from 4 replicas to 1: its queue and latency rose past their spread; it regressed, and
+  3 replicas would have held the 90 requests a minute that came after;
+- summarize, autoscaled by KEDA, its most replicas cut from 10 to 6 as its traffic doubled: the autoscaler's
+  replicas (2 -> 4) are no change, and the cost that doubled with the work saved nothing and lost nothing;
+- notebook-bob culled by Kubeflow's culler and not back: held, a GPU a day saved;
+- notebook-amy culled and back 20 minutes later: a cull shorter than its user's pauses;
+- quiet, a Deployment whose traffic halved with no change: nothing claimed;
+- web, a Deployment without GPUs scaled up: none of a GPU fleet's changes.
+"""
 
 from __future__ import annotations
 
@@ -11,156 +24,373 @@ import pandas as pd
 import pytest
 
 from gpulens.analyzer.inputs import frame as fr
+from gpulens.simulator.cluster import kube_state_metrics
+from gpulens.simulator.fleet import load_fleet
 from tests import store_history as history
 from tests.helpers import BackfilledPrometheus, report_json
 
 pytestmark = pytest.mark.slow
 
 STEP = 60.0
-HOURS = 6
+HOURS = 8
 START = history.START
 TIMES = START + STEP * np.arange(HOURS * 60)
+END = float(TIMES[-1])
+PRICE = 2.5  # USD per H100-hour
+DAY_COST = PRICE * 24  # one GPU held a day
 KSM = {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"}
-ONES = np.ones(len(TIMES))
+VLLM = "vllm/vllm-openai:v0.6.3"
+SETTLE = 600.0  # change_settle_seconds: the after window starts this long after a change's last step
 #: When each change was made (kube-state-metrics shows it from its next scrape: these minutes).
-SCALED = START + 90 * STEP  # ranker: 8 -> 6 -> 4 -> 2, a minute apart
-CAPPED = START + 150 * STEP  # chat's autoscaler: at most 10 replicas, then 4
-CULLED = START + 200 * STEP  # a Kubeflow notebook's StatefulSet stopped by its culler: 1 -> 0
+SCALED = START + 3 * 3600  # ranker: 4 -> 3 -> 2, a minute apart
+CUT = START + 3.5 * 3600  # chat: 4 -> 1
+PEAK = START + 4 * 3600  # summarize's autoscaler: at most 10 replicas, then 6, as its traffic doubles
+CULLED = START + 4.5 * 3600  # notebook-bob's StatefulSet stopped by its culler: 1 -> 0
+CULLED_AMY = START + 5 * 3600  # notebook-amy's: 1 -> 0, and back 20 minutes later
+BACK_AMY = CULLED_AMY + 20 * 60
 
 
-def _labels(**labels: str) -> str:
-    return "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, **KSM}.items()) + "}"
+def _pod(namespace: str, name: str, gpu: int, owner: str, **extra) -> dict:
+    return {"profile": "llm_serving", "gpus": [gpu], "pod": f"{namespace}/{name}/main", "owner": owner} | extra
 
 
-#: The GPU pods, each with its controller, and a ReplicaSet's Deployment (kube_pod_owner, kube_replicaset_owner).
-PODS = {
-    ("serve", "ranker-6f7d9c8b5-x2k4p"): ("ReplicaSet", "ranker-6f7d9c8b5", "serving"),
-    ("serve", "chat-5d4f8b7c9-m2k9q"): ("ReplicaSet", "chat-5d4f8b7c9", "serving"),
-    ("research", "notebook-bob-0"): ("StatefulSet", "notebook-bob", "notebook"),
+def _serving(deployment: str, suffixes: str, first_gpu: int) -> list[dict]:
+    return [
+        _pod("serve", f"{deployment}-6f7d9c8b5-{s}", first_gpu + k, f"Deployment/{deployment}", image=VLLM)
+        for k, s in enumerate(suffixes.split())
+    ]
+
+
+def _notebook(name: str, gpu: int) -> dict:
+    labels = {"notebook-name": name}
+    return _pod("research", f"{name}-0", gpu, f"StatefulSet/{name}", profile="sparse_notebook", labels=labels)
+
+
+GPUS = 16
+
+
+FLEET = {
+    "seed": 3,
+    "nodes": [
+        {
+            "name": history.NODE,
+            "model": "H100-SXM5-80GB",
+            "gpus": GPUS,
+            "workloads": [
+                *_serving("ranker", "r0 r1 r2 r3", 0),
+                *_serving("chat", "c0 c1 c2 c3", 4),
+                *_serving("summarize", "s0 s1 s2 s3", 8),
+                _notebook("notebook-bob", 12),
+                _notebook("notebook-amy", 13),
+                *_serving("quiet", "q0 q1", 14),
+            ],
+        }
+    ],
 }
 
 
-def _trace() -> pd.DataFrame:
-    """The GPU pods' samples for six hours."""
-    workloads = [
-        {"profile": profile, "gpus": [k], "pod": f"{namespace}/{pod}/main"}
-        for k, ((namespace, pod), (_, _, profile)) in enumerate(PODS.items())
-    ]
-    return history.simulated_trace(workloads, len(PODS), START, HOURS * 3600, STEP)
-
-
-def _owners() -> dict[str, list[tuple[str, np.ndarray]]]:
-    """kube-state-metrics' owner series of the GPU pods."""
-    pods = [
-        (_labels(namespace=ns, pod=pod, owner_kind=kind, owner_name=name, owner_is_controller="true"), ONES)
-        for (ns, pod), (kind, name, _) in PODS.items()
-    ]
-    replicasets = [
-        (_labels(namespace=ns, replicaset=name, owner_kind="Deployment", owner_name=name.rsplit("-", 1)[0]), ONES)
-        for (ns, _), (kind, name, _) in PODS.items()
-        if kind == "ReplicaSet"
-    ]
-    return {"kube_pod_owner": pods, "kube_replicaset_owner": replicasets}
-
-
-def _families() -> history.Families:
-    """The GPUs' samples as dcgm-exporter's series, and kube-state-metrics' workloads."""
-    families = history.series_lines(_trace(), "dcgm-exported")
-    ranker = np.select([TIMES < SCALED, TIMES < SCALED + STEP, TIMES < SCALED + 2 * STEP], [8, 6, 4], 2)
-    # The HPA's replicas follow the load all day: its doing, not a change.
-    chat = np.round(3 + 2 * np.sin((TIMES - START) / 3600.0))
-    series = {
-        "kube_deployment_spec_replicas": [
-            (_labels(namespace="serve", deployment="ranker"), ranker),
-            (_labels(namespace="serve", deployment="chat"), chat),
-            (_labels(namespace="serve", deployment="quiet"), np.full(len(TIMES), 3.0)),
-            # A web front end with no GPU, scaled up: a change, but none of a GPU workload's.
-            (_labels(namespace="serve", deployment="web"), np.where(TIMES < CAPPED, 2.0, 5.0)),
-        ],
-        "kube_statefulset_replicas": [
-            (_labels(namespace="research", statefulset="notebook-bob"), np.where(TIMES < CULLED, 1.0, 0.0)),
-        ],
-        "kube_horizontalpodautoscaler_spec_min_replicas": [
-            (_labels(namespace="serve", horizontalpodautoscaler="keda-hpa-chat"), np.full(len(TIMES), 1.0)),
-        ],
-        "kube_horizontalpodautoscaler_spec_max_replicas": [
-            (_labels(namespace="serve", horizontalpodautoscaler="keda-hpa-chat"), np.where(TIMES < CAPPED, 10.0, 4.0)),
-        ],
-        "kube_horizontalpodautoscaler_info": [
-            (
-                _labels(
-                    namespace="serve",
-                    horizontalpodautoscaler="keda-hpa-chat",
-                    scaletargetref_api_version="apps/v1",
-                    scaletargetref_kind="Deployment",
-                    scaletargetref_name="chat",
-                ),
-                ONES,
-            ),
-        ],
+def _alive(pod: str, t: np.ndarray) -> np.ndarray:
+    """Whether `pod` runs at each of `t`."""
+    ends = {
+        "ranker-6f7d9c8b5-r3": SCALED,
+        "ranker-6f7d9c8b5-r2": SCALED + STEP,
+        **{f"chat-6f7d9c8b5-c{k}": CUT for k in (1, 2, 3)},
+        "notebook-bob-0": CULLED,
     }
-    for name, rows in {**series, **_owners()}.items():
-        families[name] = [
-            (labels, float(t), float(v)) for labels, values in rows for t, v in zip(TIMES, values, strict=True)
-        ]
+    starts = {f"summarize-6f7d9c8b5-s{k}": PEAK for k in (2, 3)}
+    alive = (t >= starts.get(pod, -np.inf)) & (t < ends.get(pod, np.inf))
+    if pod == "notebook-amy-0":
+        alive &= (t < CULLED_AMY) | (t >= BACK_AMY)
+    return alive
+
+
+def _trace() -> pd.DataFrame:
+    """Each GPU pod's samples while it runs (the GPU of a pod that ended holds no pod: it is left out)."""
+    workloads = FLEET["nodes"][0]["workloads"]
+    trace = history.simulated_trace(workloads, GPUS, START, HOURS * 3600, STEP)
+    keep = np.zeros(len(trace), dtype=bool)
+    for pod in trace["pod"].astype(str).unique():
+        rows = (trace["pod"] == pod).to_numpy()
+        keep[rows] = _alive(pod, trace.loc[rows, "timestamp"].to_numpy())
+    return fr.normalize(trace[keep].reset_index(drop=True))
+
+
+def _series(name: str, labels: dict[str, str], values: np.ndarray, where: np.ndarray | None = None) -> list:
+    text = "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+    kept = np.ones(len(TIMES), dtype=bool) if where is None else where
+    return [(text, float(t), float(v)) for t, v, k in zip(TIMES, values, kept, strict=True) if k]
+
+
+#: vLLM's latency buckets (seconds) and where each minute's requests fall: under a second, or 2-5 s in a queue.
+BUCKETS = (0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+def _engine(pod: str, per_minute: np.ndarray, waiting: np.ndarray, slow: np.ndarray) -> dict[str, list]:
+    """A vLLM pod's series while it runs: `per_minute` requests finished each minute, `waiting` requests
+    waiting, and `slow`: whether that minute's requests took 2-5 s (else 0.5-1 s)."""
+    alive = _alive(pod, TIMES)
+    target = {"job": "serving-engines", "namespace": "serve", "pod": pod, "model_name": "llm"}
+    done = np.cumsum(np.where(alive, per_minute, 0.0))
+    out: dict[str, list] = {
+        "vllm:request_success_total": _series("vllm:request_success_total", target, done, alive),
+        "vllm:num_requests_waiting": _series("vllm:num_requests_waiting", target, waiting, alive),
+        "vllm:kv_cache_usage_perc": _series("vllm:kv_cache_usage_perc", target, 0.3 + 0.1 * (waiting > 0), alive),
+    }
+    buckets = []
+    for le in (*BUCKETS, float("inf")):
+        fast, late = le >= 1.0, le >= 5.0
+        per = np.where(alive, per_minute * np.where(slow, late, fast), 0.0)
+        label = "+Inf" if le == float("inf") else f"{le:g}"
+        buckets += _series("vllm:e2e_request_latency_seconds_bucket", {**target, "le": label}, np.cumsum(per), alive)
+    out["vllm:e2e_request_latency_seconds_bucket"] = buckets
+    out["vllm:e2e_request_latency_seconds_count"] = _series(
+        "vllm:e2e_request_latency_seconds_count", target, done, alive
+    )
+    return out
+
+
+def _engines() -> dict[str, list]:
+    """The serving pods' vLLM series: ranker's 120 a minute, 30 a pod then 60; chat's 120, 30 a pod, then the 90
+    left to its one pod, queued and slow; summarize's 60 a pod, its traffic doubled with its pods."""
+    ones = np.ones(len(TIMES))
+    none = np.zeros(len(TIMES), dtype=bool)
+    after_cut = TIMES >= CUT
+    pods = {
+        **{f"ranker-6f7d9c8b5-r{k}": (np.where(TIMES >= SCALED, 60.0, 30.0) * ones, 0 * ones, none) for k in range(4)},
+        "chat-6f7d9c8b5-c0": (np.where(after_cut, 90.0, 30.0), np.where(after_cut, 8.0, 0.0), after_cut),
+        **{f"chat-6f7d9c8b5-c{k}": (30.0 * ones, 0 * ones, none) for k in (1, 2, 3)},
+        **{f"summarize-6f7d9c8b5-s{k}": (60.0 * ones, 0 * ones, none) for k in range(4)},
+        # Half the traffic from midday, and no change: a quieter afternoon, not a saving.
+        **{f"quiet-6f7d9c8b5-q{k}": (np.where(TIMES < START + 4 * 3600, 30.0, 15.0), 0 * ones, none) for k in (0, 1)},
+    }
+    families: dict[str, list] = {}
+    for pod, (per_minute, waiting, slow) in pods.items():
+        for name, samples in _engine(pod, per_minute, waiting, slow).items():
+            families.setdefault(name, []).extend(samples)
     return families
 
 
-#: What the report must find: exactly these, at the minute each was first seen.
-EXPECTED = [
-    {
-        "namespace": "serve",
-        "workload": "serve/Deployment/ranker",
-        "what": "replicas",
-        "before": 8.0,
-        "after": 2.0,
-        "start": SCALED,
-        "end": SCALED + 2 * STEP,
-        "source": "kube-state-metrics: kube_deployment_spec_replicas",
-    },
-    {
-        "namespace": "serve",
-        "workload": "serve/Deployment/chat",
-        "what": "autoscaler_max_replicas",
-        "before": 10.0,
-        "after": 4.0,
-        "start": CAPPED,
-        "end": CAPPED,
-        "source": "kube-state-metrics: kube_horizontalpodautoscaler_spec_max_replicas",
-    },
-    {
-        "namespace": "research",
-        "workload": "research/StatefulSet/notebook-bob",
-        "what": "replicas",
-        "before": 1.0,
-        "after": 0.0,
-        "start": CULLED,
-        "end": CULLED,
-        "source": "kube-state-metrics: kube_statefulset_replicas",
-    },
+def _kube_state() -> dict[str, list]:
+    """kube-state-metrics' series: the pods (owners, labels, images, GPU requests) while they run, and the
+    workloads' replicas and autoscaler."""
+    [node] = load_fleet(FLEET)
+    families: dict[str, list] = {}
+    for pod in node.pods:
+        alive = _alive(pod.pod, TIMES)
+        for name, labels, value in history.exposition_samples(kube_state_metrics([pod]), KSM):
+            families.setdefault(name, []).extend(
+                (labels, float(t), value) for t, k in zip(TIMES, alive, strict=True) if k
+            )
+    ranker = np.select([TIMES < SCALED, TIMES < SCALED + STEP], [4, 3], 2)
+    amy = np.where((TIMES >= CULLED_AMY) & (TIMES < BACK_AMY), 0.0, 1.0)
+    replicas = {
+        "kube_deployment_spec_replicas": [
+            ({"namespace": "serve", "deployment": "ranker"}, ranker),
+            ({"namespace": "serve", "deployment": "chat"}, np.where(TIMES < CUT, 4.0, 1.0)),
+            # The autoscaler's doing: its replicas follow the traffic.
+            ({"namespace": "serve", "deployment": "summarize"}, np.where(TIMES < PEAK, 2.0, 4.0)),
+            ({"namespace": "serve", "deployment": "quiet"}, np.full(len(TIMES), 2.0)),
+            ({"namespace": "serve", "deployment": "web"}, np.where(TIMES < CUT, 2.0, 5.0)),
+        ],
+        "kube_statefulset_replicas": [
+            ({"namespace": "research", "statefulset": "notebook-bob"}, np.where(TIMES < CULLED, 1.0, 0.0)),
+            ({"namespace": "research", "statefulset": "notebook-amy"}, amy),
+        ],
+    }
+    hpa = {"namespace": "serve", "horizontalpodautoscaler": "keda-hpa-summarize"}
+    target = {"scaletargetref_api_version": "apps/v1", "scaletargetref_kind": "Deployment"}
+    replicas |= {
+        "kube_horizontalpodautoscaler_spec_min_replicas": [(hpa, np.ones(len(TIMES)))],
+        "kube_horizontalpodautoscaler_spec_max_replicas": [(hpa, np.where(TIMES < PEAK, 10.0, 6.0))],
+        "kube_horizontalpodautoscaler_info": [
+            (hpa | target | {"scaletargetref_name": "summarize"}, np.ones(len(TIMES)))
+        ],
+    }
+    for name, rows in replicas.items():
+        families[name] = [sample for labels, values in rows for sample in _series(name, labels | KSM, values)]
+    return families
+
+
+def _plan_series() -> dict[str, list]:
+    """What the live analyzer's plan served for ranker before its change: 4 GPUs now, 2 after, $3,600 a month."""
+    plan = {"namespace": "serve", "owner": "serve/Deployment/ranker", "team": "", "action": "fewer_replicas"}
+    plan |= {"job": "gpulens-analyzer", "instance": "10.0.0.9:9400"}
+    before = TIMES < SCALED
+    ones = np.ones(len(TIMES))
+    return {
+        "gpulens_plan_gpus": _series("gpulens_plan_gpus", plan | {"state": "now"}, 4 * ones, before)
+        + _series("gpulens_plan_gpus", plan | {"state": "after"}, 2 * ones, before),
+        "gpulens_plan_monthly_saving_dollars": _series(
+            "gpulens_plan_monthly_saving_dollars", plan, 3600 * ones, before
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The trace, the store holding everything, and the files holding what files can."""
+    trace = _trace()
+    ksm = _kube_state()
+    families = {**history.series_lines(trace, "dcgm-exported"), **ksm, **_engines(), **_plan_series()}
+    tmp = tmp_path_factory.mktemp("changes")
+    prices = tmp / "prices.yaml"
+    prices.write_text(f"H100: {PRICE}\n")
+    fr.write_trace(trace, tmp / "trace.csv")
+    (tmp / "kube-state.om").write_text(history.families_openmetrics(ksm))
+    prometheus = BackfilledPrometheus(tmp / "prometheus", history.families_openmetrics(families))
+    try:
+        yield {"prometheus": prometheus.url, "files": tmp, "prices": str(prices)}
+    finally:
+        prometheus.stop()
+
+
+def _from_store(world) -> dict:
+    return report_json(
+        "--prometheus",
+        world["prometheus"],
+        *("--since", "2025-11-09T00:00:00Z", "--until", str(END), "--prometheus.step", "1m"),
+        *("--prometheus.dcgm-selector", 'job="dcgm-exported"', "--prices", world["prices"]),
+    )
+
+
+def _from_files(world) -> dict:
+    files = world["files"]
+    return report_json(
+        str(files / "trace.csv"), "--kube-state", str(files / "kube-state.om"), "--prices", world["prices"]
+    )
+
+
+#: Each change as found: (workload, what, before, after, first step, last step, source series).
+FOUND = [
+    ("serve/Deployment/ranker", "replicas", 4.0, 2.0, SCALED, SCALED + STEP, "kube_deployment_spec_replicas"),
+    ("serve/Deployment/chat", "replicas", 4.0, 1.0, CUT, CUT, "kube_deployment_spec_replicas"),
+    (
+        "serve/Deployment/summarize",
+        "autoscaler_max_replicas",
+        10.0,
+        6.0,
+        PEAK,
+        PEAK,
+        "kube_horizontalpodautoscaler_spec_max_replicas",
+    ),
+    ("research/StatefulSet/notebook-bob", "replicas", 1.0, 0.0, CULLED, CULLED, "kube_statefulset_replicas"),
+    ("research/StatefulSet/notebook-amy", "replicas", 1.0, 0.0, CULLED_AMY, CULLED_AMY, "kube_statefulset_replicas"),
+    ("research/StatefulSet/notebook-amy", "replicas", 0.0, 1.0, BACK_AMY, BACK_AMY, "kube_statefulset_replicas"),
 ]
 
 
-def test_each_change_is_found_once_at_the_step_it_was_first_seen_in_a_store(tmp_path):
-    families = _families()
-    prometheus = BackfilledPrometheus(tmp_path, history.families_openmetrics(families))
-    try:
-        document = report_json(
-            "--prometheus",
-            prometheus.url,
-            *("--since", "2025-11-09T00:00:00Z", "--until", str(TIMES[-1]), "--prometheus.step", "1m"),
-            *("--prometheus.dcgm-selector", 'job="dcgm-exported"'),
-        )
-    finally:
-        prometheus.stop()
-    assert document["changes"] == EXPECTED
+def _window(first: float, last: float, earliest: float = START, latest: float = END) -> float:
+    """The windows' length (seconds) of a change first seen at `first` and last at `last`, by their rule: before
+    ends a step before `first`, after starts SETTLE after `last`, each as long as the other's room allows."""
+    return min(first - STEP - earliest, latest - (last + SETTLE))
 
 
-def test_the_same_changes_are_found_in_kube_state_metrics_recorded_beside_a_trace(tmp_path):
-    fr.write_trace(_trace(), tmp_path / "trace.csv")
-    recorded = {name: samples for name, samples in _families().items() if name.startswith("kube_")}
-    (tmp_path / "kube-state.om").write_text(history.families_openmetrics(recorded))
-    document = report_json(str(tmp_path / "trace.csv"), "--kube-state", str(tmp_path / "kube-state.om"))
-    assert document["changes"] == EXPECTED
+def _check_found(document: dict) -> dict[tuple[str, float], dict]:
+    found = [
+        (c["workload"], c["what"], c["before"], c["after"], c["start"], c["end"], c["source"].split(": ")[1])
+        for c in document["changes"]
+    ]
+    assert found == FOUND
+    return {(c["workload"], c["start"]): c for c in document["changes"]}
+
+
+def _check_figures(changes: dict[tuple[str, float], dict]) -> None:
+    """What the GPU samples say of each change, the same from a store and from files: GPUs held and their cost
+    a day, before and after, the saving of a fixed size, and the windows they were measured over."""
+    ranker = changes[("serve/Deployment/ranker", SCALED)]
+    assert ranker["window_seconds"] == _window(SCALED, SCALED + STEP) == 3 * 3600 - STEP
+    assert ranker["measured_before"]["start"] == START
+    assert ranker["measured_after"]["start"] == SCALED + STEP + SETTLE
+    assert (ranker["measured_before"]["gpus_held"], ranker["measured_after"]["gpus_held"]) == (4.0, 2.0)
+    before, after = ranker["measured_before"]["cost_usd_per_day"], ranker["measured_after"]["cost_usd_per_day"]
+    assert (before, after) == pytest.approx((4 * DAY_COST, 2 * DAY_COST))
+    # A fixed size costs the same whatever its load: two GPUs a day saved.
+    assert ranker["saving_usd_per_day"] == 2 * DAY_COST
+    assert ranker["saving_basis"].startswith("a fixed size costs the same whatever work it holds")
+
+    chat = changes[("serve/Deployment/chat", CUT)]
+    assert chat["window_seconds"] == _window(CUT, CUT)
+    assert (chat["measured_before"]["gpus_held"], chat["measured_after"]["gpus_held"]) == (4.0, 1.0)
+    assert chat["saving_usd_per_day"] == 3 * DAY_COST
+
+    bob = changes[("research/StatefulSet/notebook-bob", CULLED)]
+    assert bob["workload_kind"] == "notebook"
+    assert (bob["measured_before"]["gpus_held"], bob["measured_after"]["gpus_held"]) == (1.0, 0.0)
+    assert bob["measured_after"]["bottleneck"] == ""  # it held no GPU
+    assert (bob["word"], bob["saving_usd_per_day"]) == ("held", DAY_COST)
+    assert bob["reason"] == "held: no user came back to it within the span"
+
+    amy = changes[("research/StatefulSet/notebook-amy", CULLED_AMY)]
+    assert amy["word"] == "regressed"
+    # Away, its pod wasted nothing: waste follows the GPU time held, not the clock of its verdict's episode.
+    assert (amy["measured_after"]["gpus_held"], amy["measured_after"]["waste_gpu_hours_per_day"]) == (0.0, 0.0)
+    assert amy["reason"].startswith("regressed: the notebook was back 20 min after its cull, within the 1 h")
+    back = changes[("research/StatefulSet/notebook-amy", BACK_AMY)]
+    assert back["word"] == "too_early"
+    assert back["measured_before"] is None and back["saving_usd_per_day"] is None
+    assert back["reason"].startswith("too little history before it in the span (9 min of the 1 h a window needs)")
+
+    for change in changes.values():
+        if change["word"] != "too_early":
+            # Windows under a day: the day's pattern is not seen.
+            assert change["confidence"] == 0.6
+            assert change["evidence"]["windows"].endswith(
+                "under a day: the day's pattern is not seen; report again after a day"
+            )
+
+
+def test_each_change_its_figures_saving_and_word_from_a_store(world):
+    document = _from_store(world)
+    changes = _check_found(document)
+    _check_figures(changes)
+
+    ranker = changes[("serve/Deployment/ranker", SCALED)]
+    # The same 120 requests a minute, before on 4 replicas and after on 2, with no queue and the same latency.
+    assert ranker["measured_before"]["requests_per_day"] == pytest.approx(120 * 1440, rel=1e-3)
+    assert ranker["measured_after"]["requests_per_day"] == pytest.approx(120 * 1440, rel=1e-3)
+    assert ranker["measured_after"]["health"]["waiting"]["median"] == 0
+    assert ranker["word"] == "held"
+    assert ranker["reason"] == "held: its queue and latency stayed within their spread before the change"
+    # Proposed by the live analyzer's plan, from its series in the store: realised as proposed.
+    assert ranker["proposed"]["action"] == "fewer_replicas"
+    assert (ranker["proposed"]["gpus_now"], ranker["proposed"]["gpus_after"]) == (4.0, 2.0)
+    assert ranker["proposed"]["saving_usd_per_30d"] == 3600.0
+    assert ranker["saving_usd_per_30d"] == 2 * DAY_COST * 30
+
+    chat = changes[("serve/Deployment/chat", CUT)]
+    assert chat["word"] == "regressed"
+    waiting = chat["measured_after"]["health"]["waiting"]
+    assert (waiting["median"], chat["measured_before"]["health"]["waiting"]["at_percentile"]) == (8.0, 0.0)
+    # The regression first, then what got worse past the before's spread, then the replicas that would have held.
+    assert chat["reason"] == (
+        "regressed: requests waiting rose to a median of 8, past its p95 of 0 before; request latency (p95) rose to "
+        "a median of 4.85 s, past its p95 of 0.97 s before; 3 replicas would have held it: before, 4 served 172,800 "
+        "requests a day within that spread, and 129,600 requests a day came after"
+    )
+    assert chat["proposed"] is None  # the plan proposed nothing for it
+
+    summarize = changes[("serve/Deployment/summarize", PEAK)]
+    # Its autoscaler doubled its pods with its traffic: a cost that doubled with the work saved nothing and lost
+    # nothing, where a bill would show $120 a day more.
+    before, after = summarize["measured_before"], summarize["measured_after"]
+    assert (before["gpus_held"], after["gpus_held"]) == (2.0, 4.0)
+    assert after["requests_per_day"] == pytest.approx(2 * before["requests_per_day"], rel=1e-9)
+    assert summarize["saving_usd_per_day"] == pytest.approx(0.0, abs=0.01)
+    assert summarize["saving_basis"].startswith("an autoscaler sizes it to its load: before, $120.00 a day for ")
+    assert summarize["word"] == "held"
+
+    # The quiet Deployment whose traffic halved changed nothing: no change, no saving claimed; nor the web tier.
+    assert not {c["workload"] for c in document["changes"]} & {"serve/Deployment/quiet", "serve/Deployment/web"}
+
+
+def test_the_same_changes_and_figures_from_files(world):
+    document = _from_files(world)
+    changes = _check_found(document)
+    _check_figures(changes)
+    # Files carry no engine series: the queue a cut may have raised is not seen, and said.
+    chat = changes[("serve/Deployment/chat", CUT)]
+    assert chat["measured_after"]["health"] is None
+    assert chat["word"] == "held" and chat["confidence"] == 0.6
+    assert chat["evidence"]["health"].startswith("no engine series")
     # Without kube-state-metrics nothing is known of changes: null, not "none found".
-    assert report_json(str(tmp_path / "trace.csv"))["changes"] is None
+    assert report_json(str(world["files"] / "trace.csv"))["changes"] is None

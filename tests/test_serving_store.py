@@ -23,7 +23,6 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.core.thresholds import Thresholds
@@ -101,7 +100,9 @@ def _day():
         rows += [week.day_row(gpu, NODE, t, PROFILES[gpu.profile](gpu, float(t), STEP), 400) for t in times]
     trace = fr.normalize(pd.DataFrame(rows))
     others: dict[str, list[tuple[str, float, float]]] = {}
-    cluster = _parsed(kube_state_metrics(node.pods), {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"})
+    cluster = week.exposition_samples(
+        kube_state_metrics(node.pods), {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"}
+    )
     for t in times:
         for name, labels, value in cluster:
             others.setdefault(name, []).append((labels, float(t), value))
@@ -112,19 +113,9 @@ def _day():
         target = {"job": "serving-engines", "namespace": pod.namespace, "pod": pod.pod, "instance": f"{pod.pod}:8000"}
         for t in times:
             text = engine_text(pod.engine, engine_load(gpu, float(t), START), "llm")
-            for name, labels, value in _parsed(text, target):
+            for name, labels, value in week.exposition_samples(text, target):
                 others.setdefault(name, []).append((labels, float(t), value))
     return node, trace, others
-
-
-def _parsed(text: str, target: dict[str, str]) -> list[tuple[str, str, float]]:
-    """The samples of an exposition the simulator wrote, read by prometheus_client's parser, as (name, labels
-    text with the scrape's target labels, value): what a scrape of it stores."""
-    return [
-        (sample.name, "{" + ",".join(f'{k}="{v}"' for k, v in (sample.labels | target).items()) + "}", sample.value)
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    ]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ from gpulens.simulator.fleet import load_fleet
 from gpulens.simulator.workloads import CPU_LIMIT_CORES, DIURNAL_HOURS, PROFILES
 from tests import store_history as week
 from tests.helpers import BackfilledPrometheus, report_json
-from tests.test_serving_store import _parsed
 
 START = 1_762_646_400.0  # 2025-11-09 00:00 UTC
 STEP = 60.0
@@ -106,7 +105,8 @@ def _store_families(trace: pd.DataFrame) -> week.Families:
     use), kube-state-metrics' pods and CPU limits."""
     [node] = load_fleet(FLEET)
     families = week.series_lines(trace, "dcgm-exported")
-    cluster = _parsed(kube_state_metrics(node.pods), {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"})
+    ksm = {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"}
+    cluster = week.exposition_samples(kube_state_metrics(node.pods), ksm)
     for t in np.unique(trace["timestamp"].to_numpy()):
         for name, labels, value in cluster:
             families.setdefault(name, []).append((labels, float(t), value))

@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gpulens.analyzer.inputs.kinds import PodKey
 from gpulens.core.config import prometheus_duration
-from gpulens.core.mixin import ENGINE_SERIES
+from gpulens.core.mixin import ENGINE_SERIES, promql_string
 
 if TYPE_CHECKING:
     from gpulens.analyzer.inputs.store import Store
@@ -152,3 +153,102 @@ def read_engine_loads(
             ", ".join(sorted(pods)[:5]) + (", ..." if len(pods) > 5 else ""),
         )
     return out
+
+
+#: The latency percentile a workload's health is read at: the one serving SLOs are most often set on.
+LATENCY_QUANTILE = 0.95
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One measure of a workload over a window, taken at every step: its median, its value at the window's
+    percentile (Health.percentile), and its peak. NaN where its engine does not export it."""
+
+    median: float = math.nan
+    at_percentile: float = math.nan
+    peak: float = math.nan
+
+
+@dataclass(frozen=True)
+class Health:
+    """A serving workload's health over a window, as its engine counted it: what a change must not have hurt
+    (analyzer/outputs/outcomes.py, docs/changes.md)."""
+
+    engine: str
+    start: float
+    end: float
+    #: The percentile each Spread's `at_percentile` is taken at (Thresholds.plan_load_percentile).
+    percentile: float
+    #: Requests its pods finished in the window.
+    requests: float
+    #: Requests waiting, summed over its pods (the users waiting), at each step.
+    waiting: Spread = field(default_factory=Spread)
+    #: The fullest of its pods' KV caches (0-1), at each step.
+    kv_cache: Spread = field(default_factory=Spread)
+    #: Time to the first token and a request's whole time, seconds: the LATENCY_QUANTILE of its requests over
+    #: the latency window before each step.
+    first_token_seconds: Spread = field(default_factory=Spread)
+    request_seconds: Spread = field(default_factory=Spread)
+
+
+def workload_matchers(namespace: str, pods: list[str]) -> str:
+    """PromQL matchers of `pods` of `namespace` (a workload's, before or after a change)."""
+    names = "|".join(re.escape(pod) for pod in sorted(set(pods)))
+    return f"namespace={promql_string(namespace)}, pod=~{promql_string(names)}"
+
+
+def read_workload_health(
+    store: Store, namespace: str, pods: list[str], start: float, end: float, step: float, percentile: float
+) -> Health | None:
+    """The health of the workload whose pods are `pods` of `namespace` between `start` and `end` (unix
+    seconds), each measure taken every `step` seconds; None where none of its pods' engines counted requests.
+
+    Latency is the LATENCY_QUANTILE of the requests finished in the `window` before each step (histogram_quantile
+    of their buckets' rate, summed over the pods), at least 4 steps and 5 minutes: a percentile needs requests
+    to be one of."""
+    matchers = workload_matchers(namespace, pods)
+    span = prometheus_duration(max(end - start, step))
+    resolution = prometheus_duration(max(step, 0.001))
+    window = prometheus_duration(max(4 * step, 300.0))
+
+    def one(expr: str) -> float:
+        found = store.query(expr, end)
+        value = float(found[0]["value"][1]) if found else math.nan
+        return value if math.isfinite(value) else math.nan
+
+    def spread(sampled: str) -> Spread:
+        stepped = f"({sampled})[{span}:{resolution}]"
+        return Spread(
+            one(f"quantile_over_time(0.5, {stepped})"),
+            one(f"quantile_over_time({percentile:g}, {stepped})"),
+            one(f"max_over_time({stepped})"),
+        )
+
+    def latency(histogram: str) -> Spread:
+        if not histogram:
+            return Spread()
+        buckets = f"sum by (le) (rate({histogram}_bucket{{{matchers}}}[{window}]))"
+        return spread(f"histogram_quantile({LATENCY_QUANTILE:g}, {buckets})")
+
+    for series in ENGINE_SERIES:
+        requests = one(f"sum(increase({series.requests}{{{matchers}}}[{span}]))")
+        if not requests >= 0:  # NaN: this engine serves none of the pods
+            continue
+        waiting = spread(f"sum({_Gauge(series.waiting).checked('{' + matchers + '}')})") if series.waiting else Spread()
+        kv = Spread()
+        for name in series.kv_cache:
+            kv = spread(f"max({_Gauge(name, 'max', 1.0).checked('{' + matchers + '}')})")
+            if not math.isnan(kv.peak):
+                break
+        return Health(
+            series.engine,
+            start,
+            end,
+            percentile,
+            requests,
+            waiting,
+            kv,
+            latency(series.first_token_seconds),
+            latency(series.request_seconds),
+        )
+    return None

@@ -7,26 +7,27 @@ import csv
 import io
 from dataclasses import asdict, fields
 
-from gpulens.analyzer.judging.changes import Change
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.scheduling import Pending, PoolUse, Scheduling
+from gpulens.analyzer.outputs.outcomes import Outcome
 from gpulens.analyzer.outputs.plan import Action, Plan
 from gpulens.analyzer.outputs.summary import DIMENSIONS, WasteSum, waste_by
 from gpulens.core.times import rfc3339
 
 
 def report_json(
-    verdicts: list[Verdict], plan: Plan, scheduling: Scheduling | None = None, changes: list[Change] | None = None
+    verdicts: list[Verdict], plan: Plan, scheduling: Scheduling | None = None, changes: list[Outcome] | None = None
 ) -> dict:
     """The JSON report: the verdicts, their waste summed by class, namespace, owner and team, and the plan:
     one object per action, then its sums, what it did not plan and why, and what it assumed; the cluster's share,
-    and the changes the workloads went through (docs/changes.md), each null where kube-state-metrics is not read."""
+    and the changes the workloads went through with what became of each (docs/changes.md), each null where
+    kube-state-metrics is not read."""
     return {
         "verdicts": [v.to_dict() for v in verdicts],
         "waste": {dimension: [asdict(s) for s in waste_by(verdicts, dimension)] for dimension in DIMENSIONS},
         **plan.to_dict(),
         "cluster": scheduling.to_dict() if scheduling is not None else None,
-        "changes": [asdict(c) for c in changes] if changes is not None else None,
+        "changes": [c.to_dict() for c in changes] if changes is not None else None,
     }
 
 

@@ -143,6 +143,21 @@ class Use:
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
         return [float(n) * self.bin_seconds for n in ends - starts]
 
+    def held_and_worked(self, unit: str, start: float, end: float, step: float) -> tuple[float, float]:
+        """The GPU-seconds the unit held between `start` and `end` (unix seconds) and the GPU-seconds of them that
+        did work (activity), from its samples taken every `step` seconds: each bin counted for the share of it
+        the window covers (a window cuts bins at its ends)."""
+        row = self.bins.rows.get(unit)
+        if row is None or end <= start:
+            return 0.0, 0.0
+        order = self.bins.order()
+        lows = self.bins.middles(order) - self.bin_seconds / 2
+        covered = np.clip(np.minimum(lows + self.bin_seconds, end) - np.maximum(lows, start), 0.0, None)
+        share = covered / self.bin_seconds
+        k, counts = self.bins.columns.index("activity"), len(self.bins.columns)
+        sums = self.bins.sums[row][:, order].astype(float)
+        return float((sums[k + counts] * share).sum() * step), float((sums[k] * share).sum() * step)
+
     def activity(self, unit: str) -> np.ndarray:
         """The unit's mean activity per GPU in each bin, in time order; NaN where it has no sample."""
         order = self.bins.order()

@@ -95,7 +95,7 @@ class TimelineBins:
         """The bin of each sample at unix seconds `ts`, and which samples to keep: all, in the span's bins."""
         return np.clip(((ts - self.start) // self.width).astype(np.int64), 0, self.bins - 1), np.ones(len(ts), bool)
 
-    def _middles(self, bins: np.ndarray) -> np.ndarray:
+    def middles(self, bins: np.ndarray) -> np.ndarray:
         """Unix seconds of the middle of `bins`."""
         return self.start + (bins + 0.5) * self.width
 
@@ -160,7 +160,7 @@ class TimelineBins:
                 means = sums[:counts] / sums[counts:]
             held = sums[counts:].sum(axis=0) > 0
             columns = {c: means[k][held] for k, c in enumerate(self.columns)}
-            parts.append(pd.DataFrame({"unit": unit, "ts": self._middles(order[held]), **columns}))
+            parts.append(pd.DataFrame({"unit": unit, "ts": self.middles(order[held]), **columns}))
         return pd.concat(parts, ignore_index=True) if parts else unit_samples(pd.DataFrame())
 
 
@@ -191,5 +191,5 @@ class RollingTimelines(TimelineBins):
         current = np.flatnonzero((self.held >= 0) & (self.held > self.held.max() - self.bins))
         return current[np.argsort(self.held[current])]
 
-    def _middles(self, bins: np.ndarray) -> np.ndarray:
+    def middles(self, bins: np.ndarray) -> np.ndarray:
         return (self.held[bins] + 0.5) * self.width

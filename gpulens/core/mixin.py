@@ -382,13 +382,17 @@ def dcgm_hardware_xid(matchers: str, by: str) -> str:
 # --- serving engines and the Deployments they serve ----------------------------------------------------
 @dataclass(frozen=True)
 class EngineSeries:
-    """One engine's series: its counter of requests finished, and its gauges ("" where it has none)."""
+    """One engine's series: its counter of requests finished, its gauges, and its latency histograms in seconds
+    (their name without `_bucket`) of the time to the first token and of a request end to end ("" where it has
+    none)."""
 
     engine: str
     requests: str
     running: str = ""
     waiting: str = ""
     kv_cache: tuple[str, ...] = ()
+    first_token_seconds: str = ""
+    request_seconds: str = ""
 
 
 #: Each engine's series, as its docs name them (analyzer/inputs/engines.py reads them over a span).
@@ -399,8 +403,13 @@ ENGINE_SERIES = (
         "vllm:num_requests_running",
         "vllm:num_requests_waiting",
         ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+        "vllm:time_to_first_token_seconds",
+        "vllm:e2e_request_latency_seconds",
     ),
-    EngineSeries("tgi", "tgi_request_count", "tgi_batch_current_size", "tgi_queue_size"),
+    # TGI times requests end to end only; Triton's latencies are counters of microseconds, not histograms.
+    EngineSeries(
+        "tgi", "tgi_request_count", "tgi_batch_current_size", "tgi_queue_size", (), "", "tgi_request_duration"
+    ),
     EngineSeries("triton", "nv_inference_request_success", "", "nv_inference_pending_request_count"),
     EngineSeries(
         "sglang",
@@ -408,6 +417,8 @@ ENGINE_SERIES = (
         "sglang:num_running_reqs",
         "sglang:num_queue_reqs",
         ("sglang:token_usage",),
+        "sglang:time_to_first_token_seconds",
+        "sglang:e2e_request_latency_seconds",
     ),
 )
 

@@ -233,6 +233,16 @@ class Thresholds:
     #: change: a scale done in several commands, a GitOps sync applied in passes. (proposal: 10 minutes, past a
     #: rollout's steps and well within a day's comparison windows)
     change_settle_seconds: float = 600.0
+    #: A change is judged over two windows of equal length, before it and after, each at most this long and cut
+    #: short by the span's ends and the workload's other changes. (proposal: a week, one cycle of the weekly
+    #: pattern; longer windows compare seasons, not a change)
+    change_window_max_seconds: float = 604800.0
+    #: Windows shorter than this leave a change too early to tell: an hour after a scale-down has not yet seen
+    #: the load it must hold. (proposal: an hour, the notebook culler's timeout and many HPA stabilisation windows)
+    change_window_min_seconds: float = 3600.0
+    #: Windows at least this long are trusted as a day's pattern: shorter ones cap a change's confidence at
+    #: plan_short_confidence. (proposal: a day, one cycle of serving load and working hours)
+    change_window_trusted_seconds: float = 86400.0
     # --- the cluster: waits, pools and quotas (analyzer/judging/scheduling.py) ---------------------------------------
     #: A GPU pod waits this long for a node before a report names it: shorter waits are the scheduler's own
     #: latency and a node autoscaler's scale-up. (proposal: 5 minutes, half kubernetes-mixin's KubePodNotReady)
