@@ -120,11 +120,12 @@ def register(commands: Subcommands) -> None:
     )
     p.add_argument(
         "--by",
-        choices=["pod", "class", "namespace", "owner", "team", "plan", "pending", "pool"],
+        choices=["pod", "class", "namespace", "owner", "team", "plan", "pending", "pool", "change"],
         default="pod",
         help="with --format csv: a row per pod, the waste summed by class, namespace, owner (workload) or team, "
-        "the plan (a row per action), or from kube-state-metrics the pods that waited for GPUs (pending) or each "
-        "pool's free and stranded GPU-hours (pool)",
+        "the plan (a row per action), or from kube-state-metrics the pods that waited for GPUs (pending), each "
+        "pool's free and stranded GPU-hours (pool), or each change a workload went through and what became of it "
+        "(change)",
     )
     p.add_argument(
         "--kube-state",
@@ -502,6 +503,10 @@ def run_report(args: argparse.Namespace) -> int:
     verdicts = sized(verdicts, use, thresholds, prices)
     verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
     plan = make_plan(verdicts, use, thresholds, prices, scheduling)
+    if changes:
+        from gpulens.analyzer.outputs.outcomes import mark_done
+
+        mark_done(plan.actions, changes)
     if args.format == "json":
         text = finite_json(formats.report_json(verdicts, plan, scheduling, changes), indent=2) + "\n"
     elif args.format == "csv":
@@ -509,22 +514,31 @@ def run_report(args: argparse.Namespace) -> int:
             text = formats.plan_csv(plan)
         elif args.by in ("pending", "pool"):
             text = formats.cluster_csv(scheduling, args.by)
+        elif args.by == "change":
+            if changes is None:
+                print(
+                    "gpulens report: --by change: kube-state-metrics is not read (give --kube-state with files), so "
+                    "nothing is known of changes: the CSV holds its header alone",
+                    file=sys.stderr,
+                )
+            text = formats.changes_csv(changes)
         else:
             text = formats.verdicts_csv(verdicts) if args.by == "pod" else formats.waste_csv(verdicts, args.by)
     elif args.format == "html":
         from gpulens.analyzer.outputs import report
 
         if timelines is not None:
-            text = report.render(verdicts, timelines.samples(report.drawn_units(verdicts)), plan, scheduling=scheduling)
+            samples = timelines.samples(report.drawn_units(verdicts))
         else:
             assert trace is not None
-            text = report.render(verdicts, report.trace_timelines(trace, verdicts), plan)
+            samples = report.trace_timelines(trace, verdicts)
+        text = report.render(verdicts, samples, plan, scheduling=scheduling, changes=changes)
     else:
         from gpulens.analyzer.outputs import terminal
 
         on_terminal = not args.out and sys.stdout.isatty()
         width = shutil.get_terminal_size((terminal.PIPED_COLUMNS, 24)).columns if on_terminal else terminal.columns_of()
-        text = terminal.report_text(verdicts, plan, width, colour=on_terminal, scheduling=scheduling)
+        text = terminal.report_text(verdicts, plan, width, on_terminal, scheduling, changes)
     if args.out:
         try:
             write_atomically(args.out, text)

@@ -19,6 +19,13 @@ The world, on sixteen H100s at $2.50 a GPU-hour (--prices):
 
 from __future__ import annotations
 
+import csv
+import io
+import os
+import re
+import subprocess
+from datetime import datetime
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -27,7 +34,8 @@ from gpulens.analyzer.inputs import frame as fr
 from gpulens.simulator.cluster import kube_state_metrics
 from gpulens.simulator.fleet import load_fleet
 from tests import store_history as history
-from tests.helpers import BackfilledPrometheus, report_json
+from tests.helpers import BackfilledPrometheus, gpulens, report_json, require_binary
+from tests.test_report_html import layout
 
 pytestmark = pytest.mark.slow
 
@@ -356,6 +364,9 @@ def test_each_change_its_figures_saving_and_word_from_a_store(world):
     assert (ranker["proposed"]["gpus_now"], ranker["proposed"]["gpus_after"]) == (4.0, 2.0)
     assert ranker["proposed"]["saving_usd_per_30d"] == 3600.0
     assert ranker["saving_usd_per_30d"] == 2 * DAY_COST * 30
+    # The report's own plan, over the whole span, marks its action on ranker as done, and how it went.
+    [action] = [a for a in document["plan"] if a["owner"] == "serve/Deployment/ranker"]
+    assert action["done"] == "replicas 4 -> 2 at 2025-11-09T03:00:00Z: held, saves $120.00 a day ($3,600 / 30 d)"
 
     chat = changes[("serve/Deployment/chat", CUT)]
     assert chat["word"] == "regressed"
@@ -394,3 +405,70 @@ def test_the_same_changes_and_figures_from_files(world):
     assert chat["evidence"]["health"].startswith("no engine series")
     # Without kube-state-metrics nothing is known of changes: null, not "none found".
     assert report_json(str(world["files"] / "trace.csv"))["changes"] is None
+
+
+def _store_report(world, *args: str, columns: int = 100) -> str:
+    """`gpulens report` of the store in a format `args` name, piped (`columns` wide where it is text)."""
+    done = gpulens(
+        "report",
+        "--prometheus",
+        world["prometheus"],
+        *("--since", "2025-11-09T00:00:00Z", "--until", str(END), "--prometheus.step", "1m"),
+        *("--prometheus.dcgm-selector", 'job="dcgm-exported"', "--prices", world["prices"]),
+        *args,
+        env={**os.environ, "COLUMNS": str(columns)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_every_format_shows_the_changes_regressions_first(world, tmp_path):
+    document = _from_store(world)
+    by_key = {(c["workload"], c["start"]): c for c in document["changes"]}
+
+    # CSV: a row a change, the same figures as the JSON's.
+    rows = list(csv.DictReader(io.StringIO(_store_report(world, "--format", "csv", "--by", "change"))))
+    assert [(r["workload"], r["what"], r["word"]) for r in rows] == [
+        (c["workload"], c["what"], c["word"]) for c in document["changes"]
+    ]
+    for row in rows:
+        change = by_key[(row["workload"], datetime.fromisoformat(row["start"]).timestamp())]
+        if change["word"] == "too_early":
+            assert row["gpus_held_before"] == row["saving_usd_per_day"] == ""
+            continue
+        assert float(row["gpus_held_before"]) == change["measured_before"]["gpus_held"]
+        assert float(row["saving_usd_per_day"]) == change["saving_usd_per_day"]
+    assert rows[0]["proposed_action"] == "fewer_replicas" and rows[0]["proposed_saving_usd_per_30d"] == "3600.0"
+
+    # Text: its own section, the regression first, its figures under it.
+    text = _store_report(world, columns=110)
+    section = text[text.index("What changed: 6 changes, 2 regressed") :].splitlines()
+    assert section[2].startswith(
+        "serve/Deployment/chat  replicas 4 -> 1 at 2025-11-09T03:30:00Z: regressed, confidence"
+    )
+    assert section[3] == "  saves $180.00 a day ($5,400 / 30 d)"
+    assert section[4] == "  GPUs 4.00 -> 1.00, $240.00 -> $60.00 a day, over 3 h 29 min each"
+    assert section[5].startswith("  regressed: requests waiting rose to a median of 8")
+
+    # HTML, as Chromium shows it on a desktop and a phone: nothing runs off the page; a row a change, the
+    # regressions first; each measured change drawn, before and after on one axis, GPUs held and work.
+    chromium = require_binary("chromium")
+    page = tmp_path / "report.html"
+    _store_report(world, "--format", "html", "--out", str(page))
+    for width in (1280, 390):
+        assert layout(chromium, page, width, tmp_path)["scroll"] <= width
+    shown = _dom(chromium, page, tmp_path)
+    changes = shown[shown.index('<div id="changes">') : shown.index('<div id="waste">')]
+    words = re.findall(r'<tr class="(regressed|held|too_early)">', changes)
+    assert words == ["regressed", "regressed", "held", "held", "held", "too_early"]
+    charts = re.findall(r"<svg[^>]*aria-label=\"GPUs held and work before and after the change of ([^\"]+)\"", changes)
+    assert sorted(charts) == sorted(c["workload"] for c in document["changes"] if c["word"] != "too_early")
+    assert len(re.findall(r"<polyline class=\"(before|after)-(held|work)\"", changes)) == 4 * len(charts)
+
+
+def _dom(chromium: str, page, folder) -> str:
+    """The page's DOM as headless Chromium built it."""
+    browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dump-dom"]
+    browser += ["--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={folder / 'profile'}"]
+    return subprocess.run([*browser, page.as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout

@@ -81,6 +81,74 @@ def cluster_csv(scheduling: Scheduling | None, by: str) -> str:
     return out.getvalue()
 
 
+CHANGE_CSV_FIELDS = [
+    "namespace",
+    "workload",
+    "team",
+    "workload_kind",
+    "what",
+    "before",
+    "after",
+    "start",
+    "end",
+    "word",
+    "confidence",
+    "window_seconds",
+    "gpus_held_before",
+    "gpus_held_after",
+    "cost_usd_per_day_before",
+    "cost_usd_per_day_after",
+    "work_gpu_hours_per_day_before",
+    "work_gpu_hours_per_day_after",
+    "requests_per_day_before",
+    "requests_per_day_after",
+    "saving_usd_per_day",
+    "saving_usd_per_30d",
+    "proposed_action",
+    "proposed_saving_usd_per_30d",
+    "reason",
+    "saving_basis",
+]
+
+
+def changes_csv(outcomes: list[Outcome] | None) -> str:
+    """A row per change and what became of it (docs/changes.md), times RFC 3339; a window's figures empty where
+    it is too early to measure them. The header alone where none was found or kube-state-metrics is not read."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CHANGE_CSV_FIELDS)
+    writer.writeheader()
+    for o in outcomes or []:
+        c = o.change
+        row = {
+            "namespace": c.namespace,
+            "workload": c.workload,
+            "team": o.team,
+            "workload_kind": o.workload_kind,
+            "what": c.what,
+            "before": c.before,
+            "after": c.after,
+            "start": rfc3339(c.start),
+            "end": rfc3339(c.end),
+            "word": o.word,
+            "confidence": o.confidence,
+            "window_seconds": o.window_seconds,
+            "reason": o.reason,
+            "saving_basis": o.saving_basis,
+        }
+        if o.before is not None and o.after is not None:
+            for side, footing in (("before", o.before), ("after", o.after)):
+                row[f"gpus_held_{side}"] = round(footing.gpus_held, 3)
+                row[f"cost_usd_per_day_{side}"] = round(footing.cost_usd_per_day, 2)
+                row[f"work_gpu_hours_per_day_{side}"] = round(footing.work_gpu_hours_per_day, 3)
+                if footing.health is not None:
+                    row[f"requests_per_day_{side}"] = round(footing.requests_per_day, 1)
+            row |= {"saving_usd_per_day": o.saving_usd_per_day, "saving_usd_per_30d": round(o.saving_usd_per_30d, 2)}
+        if o.proposed is not None:
+            row |= {"proposed_action": o.proposed.action, "proposed_saving_usd_per_30d": o.proposed.saving_usd_per_30d}
+        writer.writerow(row)
+    return out.getvalue()
+
+
 VERDICT_CSV_FIELDS = [
     "namespace",
     "pod",

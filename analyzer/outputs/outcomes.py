@@ -16,20 +16,25 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Literal
 
+import numpy as np
+
 from gpulens.analyzer.inputs.engines import LATENCY_QUANTILE, Health, Spread
 from gpulens.analyzer.inputs.proposals import Proposal
 from gpulens.analyzer.judging.changes import Change
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration
-from gpulens.analyzer.outputs.plan import MONTH_HOURS, Use
+from gpulens.analyzer.outputs.plan import MONTH_HOURS, Action, Use
 from gpulens.core.catalog import model_info
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.times import rfc3339
 
 #: What became of a change: it held (nothing it protects got worse), it regressed (the reason says what got worse
 #: and what would have held), or its windows are too short to tell yet.
 Word = Literal["held", "regressed", "too_early"]
 
 DAY = 86400.0
+#: Points a window's profile keeps: enough to show a day's shape, few enough for every change of a fleet.
+PROFILE_POINTS = 48
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,9 @@ class Footing:
     #: Requests its engine finished a day, and its health (serving pods whose engine exports its metrics only).
     requests_per_day: float = math.nan
     health: Health | None = None
+    #: Its course through the window, at most PROFILE_POINTS points: (seconds from the window's start, GPUs held,
+    #: GPUs' worth of work), each the mean over its part of the window (what the HTML report plots).
+    profile: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def work_per_gpu_hour(self) -> float:
@@ -90,6 +98,12 @@ class Outcome:
     @property
     def saving_usd_per_30d(self) -> float:
         return self.saving_usd_per_day * MONTH_HOURS / 24.0
+
+    def saving_words(self) -> str:
+        """Its saving in words: what it saves a day and 30 days, or what more it costs."""
+        if self.saving_usd_per_day < 0:
+            return f"costs ${-self.saving_usd_per_day:,.2f} a day more (${-self.saving_usd_per_30d:,.0f} / 30 d)"
+        return f"saves ${self.saving_usd_per_day:,.2f} a day (${self.saving_usd_per_30d:,.0f} / 30 d)"
 
     def to_dict(self) -> dict:
         """As the JSON report gives it: the change's fields, then what became of it (docs/changes.md)."""
@@ -151,12 +165,13 @@ def footing(
 ) -> Footing:
     """The footing of the workload whose units are `units` between `start` and `end`."""
     days = (end - start) / DAY
-    held = worked = cost = wasted = wasted_cost = 0.0
+    wasted = wasted_cost = cost = 0.0
+    covered, held, worked = use.held_by_bin("", start, end, step)  # the window's bins, nothing held yet
     time_by_class: dict[str, float] = defaultdict(float)
     for v in units:
         price = model_info(v.gpu_model, prices).price_per_hour / 3600.0
-        unit_held, unit_worked = use.held_and_worked(v.unit, start, end, step)
-        held, worked, cost = held + unit_held, worked + unit_worked, cost + unit_held * price
+        _, unit_held, unit_worked = use.held_by_bin(v.unit, start, end, step)
+        held, worked, cost = held + unit_held, worked + unit_worked, cost + float(unit_held.sum()) * price
         for e in v.episodes:
             overlap = min(e.end, end) - max(e.start, start)
             if overlap <= 0:
@@ -171,13 +186,37 @@ def footing(
     return Footing(
         start,
         end,
-        held / (end - start),
+        float(held.sum()) / (end - start),
         cost / days,
-        worked / 3600.0 / days,
+        float(worked.sum()) / 3600.0 / days,
         wasted / 3600.0 / days,
         wasted_cost / days,
-        max(time_by_class, key=lambda name: time_by_class[name]) if held > 0 and time_by_class else "",
+        max(time_by_class, key=lambda name: time_by_class[name]) if held.sum() > 0 and time_by_class else "",
+        profile=_profile(use, start, covered, held, worked),
     )
+
+
+def _profile(
+    use: Use, start: float, covered: np.ndarray, held: np.ndarray, worked: np.ndarray
+) -> tuple[tuple[float, float, float], ...]:
+    """The window's bins (`covered` seconds of each, GPU-seconds `held` and `worked` in them) merged into at most
+    PROFILE_POINTS parts, each (seconds from `start` to its middle, GPUs held, GPUs' worth of work)."""
+    inside = np.flatnonzero(covered > 0)
+    if not len(inside):
+        return ()
+    middles = use.bins.middles(use.bins.order())  # of the bins in time order, as `covered` holds them
+    out = []
+    for part in np.array_split(inside, min(PROFILE_POINTS, len(inside))):
+        seconds = float(covered[part].sum())
+        middle = float(middles[part[len(part) // 2]]) - start
+        out.append(
+            (
+                round(middle, 1),
+                round(float(held[part].sum()) / seconds, 3),
+                round(float(worked[part].sum()) / seconds, 3),
+            )
+        )
+    return tuple(out)
 
 
 def outcomes(
@@ -298,6 +337,26 @@ def _outcome(
     return Outcome(
         change, team, kind, "held", confidence, reason, w.length, before, after, saving, basis, proposed, evidence
     )
+
+
+def mark_done(actions: Sequence[Action], outcomes: Sequence[Outcome]) -> None:
+    """Mark each action whose workload already went through a change toward it in the span (fewer replicas or
+    bounds where it proposes fewer GPUs, more where more): Action.done says the latest such change, when, and
+    what became of it. The plan itself stays what the span's use calls for."""
+    for action in actions:
+        toward = [
+            o
+            for o in outcomes
+            if o.change.workload == action.owner
+            and (o.change.after - o.change.before) * (action.gpus_after - action.gpus_now) > 0
+        ]
+        if toward:
+            o = toward[-1]
+            c = o.change
+            saving = f", {o.saving_words()}" if o.before is not None else ""
+            action.done = (
+                f"{c.what} {c.before:g} -> {c.after:g} at {rfc3339(c.start)}: {o.word.replace('_', ' ')}{saving}"
+            )
 
 
 def _kind(units: Sequence[Verdict]) -> str:

@@ -19,12 +19,13 @@ from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.history import sample_interval
 from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
+from gpulens.analyzer.outputs.outcomes import Outcome
 from gpulens.analyzer.outputs.plan import Plan
 from gpulens.analyzer.outputs.summary import waste_by
 from gpulens.analyzer.outputs.timelines import POINTS, TIMELINE_COLUMNS, TimelineBins, unit_samples
 from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
 from gpulens.core.catalog import model_info
-from gpulens.core.times import for_people
+from gpulens.core.times import for_people, rfc3339
 
 #: One colour per class (core/bottlenecks.py).
 COLOURS = {b.name: b.colour for b in BOTTLENECKS}
@@ -35,7 +36,7 @@ MAX_TIMELINES = 40
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px auto;padding:0 16px;color:#222;max-width:1200px}
-h1{font-size:22px}h2{font-size:17px;margin-top:28px}.scroll{overflow-x:auto}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px}.scroll{overflow-x:auto}p,li{overflow-wrap:break-word}
 table{border-collapse:collapse;width:100%;margin:8px 0}td,th{border-bottom:1px solid #ddd;padding:4px 6px;
 text-align:left;vertical-align:top}th{background:#f4f4f4}td.n,th.n{text-align:right;white-space:nowrap}
 th.w{width:35%}.bar{display:inline-block;height:10px;vertical-align:middle;max-width:100%}
@@ -65,10 +66,11 @@ def render(
     plan: Plan | None = None,
     title: str = TITLE,
     scheduling: Scheduling | None = None,
+    changes: list[Outcome] | None = None,
 ) -> str:
-    """The report for `verdicts` (most waste first), opening with the `plan`, then the cluster's share where
-    kube-state-metrics was read, with timelines drawn from `samples` (unit_samples() of a trace, or
-    TimelineBins.samples() of a report read in pieces)."""
+    """The report for `verdicts` (most waste first), opening with the `plan`, then the cluster's share and the
+    changes its workloads went through where kube-state-metrics was read, with timelines drawn from `samples`
+    (unit_samples() of a trace, or TimelineBins.samples() of a report read in pieces)."""
     verdicts = by_waste(verdicts)
     drawn = verdicts[:MAX_TIMELINES]
     return page(
@@ -76,6 +78,7 @@ def render(
         f"<div id=summary>{fleet_summary(verdicts)}</div>",
         *([plan_section(plan)] if plan is not None else []),
         *([f"<div id=cluster>{cluster_section(scheduling)}</div>"] if scheduling is not None else []),
+        *([f"<div id=changes>{changes_section(changes)}</div>"] if changes else []),
         f"<div id=waste>{waste_tables(verdicts)}</div>",
         "<h2>Pods</h2>",
         pod_table("".join(pod_row(v) for v in verdicts)),
@@ -99,7 +102,8 @@ def plan_section(plan: Plan) -> str:
     )
     rows = "".join(
         f"<tr><td>{_e(a.owner)}<div class=small>{_e(a.team or '')}</div></td>"
-        f"<td><b>{_e(a.action)}</b>: {_e(a.change())}<div class=small>"
+        f"<td><b>{_e(a.action)}</b>: {_e(a.change())}"
+        f"{f'<div><b>done</b>: {_e(a.done)}</div>' if a.done else ''}<div class=small>"
         f"{_e('; '.join(f'{k}: {v}' for k, v in {**a.evidence, **a.assumptions}.items()))}</div></td>"
         f"<td class=n data-label='GPUs'>{_e(a.gpus_change('→'))}</td>"
         f"<td class=n data-label='{saves}'>"
@@ -171,6 +175,73 @@ def cluster_section(s: Scheduling) -> str:
             else "<p>No GPU pod waited long enough to name.</p>"
         )
         + (f"<ul>{''.join(f'<li>{_e(n)}</li>' for n in notes)}</ul>" if notes else "")
+    )
+
+
+def changes_section(outcomes: list[Outcome]) -> str:
+    """What changed: a row a change, regressions first, with its word, saving and figures before -> after, and a
+    chart of the two windows on one axis."""
+    order = {"regressed": 0, "held": 1, "too_early": 2}
+    rows = []
+    for o in sorted(outcomes, key=lambda o: (order[o.word], o.change.start)):
+        c = o.change
+        figures = ""
+        if o.before is not None and o.after is not None:
+            proposed = (
+                f"; the plan proposed ${o.proposed.saving_usd_per_30d:,.0f} / 30 d ({_e(o.proposed.action)})"
+                if o.proposed is not None
+                else ""
+            )
+            figures = (
+                f"<div>{_e(o.saving_words())}{proposed}</div>"
+                f"<div class=small>{_e('; '.join(f'{k}: {v}' for k, v in o.evidence.items()))}</div>"
+                f"<div class=small>{_e(o.saving_basis)}</div>{_change_chart(o)}"
+            )
+        rows.append(
+            f"<tr class='{o.word}'><td>{_e(c.workload)}<div class=small>{_e(o.team)} {_e(o.workload_kind)}</div></td>"
+            f"<td>{_e(c.what)} {c.before:g} → {c.after:g}<div class=small>{_e(rfc3339(c.start))}</div></td>"
+            f"<td><b>{_e(o.word.replace('_', ' '))}</b> ({o.confidence:.2f}): {_e(o.reason)}{figures}</td></tr>"
+        )
+    regressed = sum(o.word == "regressed" for o in outcomes)
+    return (
+        "<h2>What changed</h2>"
+        f"<p><b>{len(outcomes)}</b> change{'s' if len(outcomes) != 1 else ''} the workloads went through, "
+        f"<b>{regressed}</b> regressed: each judged over two windows of equal length, before and after, that "
+        "leave its transition out (docs/changes.md).</p>"
+        "<div class=scroll><table class=pods><thead><tr><th>workload</th><th>change</th><th>what became of it"
+        f"</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _change_chart(o: Outcome) -> str:
+    """The two windows on one axis (hours from each window's start): GPUs held before (grey) and after (blue),
+    dashed where it is the work they did, on a scale from 0 to the most held."""
+    assert o.before is not None and o.after is not None
+    points = [p for f in (o.before, o.after) for p in f.profile]
+    if not points:
+        return ""
+    top = max(max(p[1] for p in points), 1e-9)
+
+    def line(profile: tuple[tuple[float, float, float], ...], k: int, colour: str, what: str) -> str:
+        drawn = " ".join(f"{p[0] / o.window_seconds * WIDTH:.1f},{HEIGHT - p[k] / top * HEIGHT:.1f}" for p in profile)
+        dash = " stroke-dasharray='4 3'" if k == 2 else ""
+        return (
+            f"<polyline class='{what}' fill='none' stroke='{colour}' stroke-width='1.5'{dash} "
+            f"vector-effect='non-scaling-stroke' points='{drawn}'/>"
+        )
+
+    lines = "".join(
+        line(f.profile, k, colour, f"{side}-{what}")
+        for side, f, colour in (("before", o.before, "#999"), ("after", o.after, "#2166ac"))
+        for k, what in ((1, "held"), (2, "work"))
+    )
+    return (
+        f"<div class=plot><svg viewBox='0 0 {WIDTH} {HEIGHT}' preserveAspectRatio='none' role=img "
+        f"aria-label='GPUs held and work before and after the change of {_e(o.change.workload)}'>"
+        f"<rect x='0' y='0' width='{WIDTH}' height='{HEIGHT}' fill='#fafafa' stroke='#ccc' "
+        f"vector-effect='non-scaling-stroke'/>{lines}</svg></div><div class=small>GPUs held before (grey) and "
+        f"after (blue), solid; their work, dashed; 0 to {top:.2f} GPUs over the {duration(o.window_seconds)} of "
+        "each window</div>"
     )
 
 

@@ -28,9 +28,11 @@ from gpulens.analyzer.inputs import readers
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration, gpu_count, item_in_units
 from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
+from gpulens.analyzer.outputs.outcomes import Outcome
 from gpulens.analyzer.outputs.plan import Plan
 from gpulens.analyzer.outputs.report import fleet_line
 from gpulens.analyzer.outputs.summary import waste_by
+from gpulens.core.times import rfc3339
 
 #: The width of a table written to a pipe or a file where COLUMNS does not say: a wide terminal's.
 PIPED_COLUMNS = 120
@@ -58,11 +60,16 @@ def columns_of(environ: dict[str, str] | None = None) -> int:
 
 
 def report_text(
-    verdicts: list[Verdict], plan: Plan, width: int, colour: bool = False, scheduling: Scheduling | None = None
+    verdicts: list[Verdict],
+    plan: Plan,
+    width: int,
+    colour: bool = False,
+    scheduling: Scheduling | None = None,
+    changes: list[Outcome] | None = None,
 ) -> str:
-    """The pods (most waste first), the cluster's share where kube-state-metrics was read, the plan, the fleet
-    after it, and the waste by owner and team, laid out for `width` columns (at least NARROWEST); `colour` for
-    a terminal that shows it."""
+    """The pods (most waste first), the cluster's share where kube-state-metrics was read, the changes the
+    workloads went through and what became of each, the plan, the fleet after it, and the waste by owner and
+    team, laid out for `width` columns (at least NARROWEST); `colour` for a terminal that shows it."""
     buffer = io.StringIO()
     console = Console(
         file=buffer,
@@ -76,6 +83,8 @@ def report_text(
     console.print(_pods(verdicts, width), "")
     if scheduling is not None:
         console.print(_cluster(scheduling, width), "")
+    if changes:
+        console.print(_changes(changes, width), "")
     if plan.actions:
         console.print(_plan(plan, width), "")
         console.print(fleet_line(plan), "")
@@ -228,6 +237,10 @@ def _plan(plan: Plan, width: int) -> RenderableType:
             blocks += _headline(a.owner, figures, width)
             # Wrapped here, not by rich, whose padding would end every line in spaces up to the width.
             blocks.append(Text(textwrap.fill(a.change(), width, initial_indent="  ", subsequent_indent="  ")))
+            if a.done:
+                blocks.append(
+                    Text(textwrap.fill(f"done: {a.done}", width, initial_indent="  ", subsequent_indent="    "))
+                )
         return Group(*blocks)
     table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("workload", width=workload, overflow="fold")
@@ -235,8 +248,45 @@ def _plan(plan: Plan, width: int) -> RenderableType:
         table.add_column(header, width=w, no_wrap=True, justify="left" if header == "action" else "right")
     table.add_column("change", width=change, overflow="fold")
     for k, a in enumerate(plan.actions):
-        table.add_row(a.owner, *(column[k] for column in cells), a.change())
+        table.add_row(a.owner, *(column[k] for column in cells), a.change() + (f" (done: {a.done})" if a.done else ""))
     return table
+
+
+def _changes(outcomes: list[Outcome], width: int) -> RenderableType:
+    """A block a change, regressions first: the workload, what changed and when, its word and confidence; its
+    saving and figures before -> after; its reason, wrapped."""
+    order = {"regressed": 0, "held": 1, "too_early": 2}
+    regressed = sum(o.word == "regressed" for o in outcomes)
+    blocks: list[RenderableType] = [
+        Text(
+            f"What changed: {_counted(len(outcomes), 'change')}, {regressed} regressed (before -> after over equal "
+            "windows; in full: --format json or html)"
+        )
+    ]
+    for o in sorted(outcomes, key=lambda o: (order[o.word], o.change.start)):
+        c = o.change
+        blocks.append(Text(""))
+        figures = (
+            f"{c.what} {c.before:g} -> {c.after:g} at {rfc3339(c.start)}: {o.word.replace('_', ' ')}, "
+            f"confidence {o.confidence:.2f}"
+        )
+        blocks += _headline(c.workload, figures, width)
+        if o.before is not None and o.after is not None:
+            lines = [
+                o.saving_words()
+                + (
+                    f"; the plan proposed ${o.proposed.saving_usd_per_30d:,.0f} / 30 d ({o.proposed.action})"
+                    if o.proposed is not None
+                    else ""
+                ),
+                f"GPUs {o.before.gpus_held:.2f} -> {o.after.gpus_held:.2f}, ${o.before.cost_usd_per_day:,.2f} -> "
+                f"${o.after.cost_usd_per_day:,.2f} a day, over {duration(o.window_seconds)} each",
+            ]
+            blocks += [
+                Text(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ")) for line in lines
+            ]
+        blocks.append(Text(textwrap.fill(o.reason, width, initial_indent="  ", subsequent_indent="    ")))
+    return Group(*blocks)
 
 
 def _waste(verdicts: list[Verdict], dimension: str, width: int) -> Table:
