@@ -61,6 +61,9 @@ class AlertSettings:
     nodes: Owner | None = None
     #: (regular expression on the namespace, owner), first match wins.
     namespaces: tuple[tuple[str, Owner], ...] = ()
+    #: (regular expression on the team, owner), first match wins, before the namespaces: the alerts that carry
+    #: a workload's team (a change that regressed) go to the team.
+    teams: tuple[tuple[str, Owner], ...] = ()
     #: False for the default receivers (one webhook for pages, one for tickets), whose URLs a
     #: Kubernetes deployment sets in its settings rather than here.
     receivers_from_file: bool = False
@@ -102,6 +105,9 @@ class AlertSettings:
                 (entry["match"], owner(entry, f"owners.namespaces[{i}]"))
                 for i, entry in enumerate(owners.get("namespaces", []))
             ),
+            teams=tuple(
+                (entry["match"], owner(entry, f"owners.teams[{i}]")) for i, entry in enumerate(owners.get("teams", []))
+            ),
         )
 
 
@@ -120,6 +126,23 @@ def _is_regex(text: str) -> bool:
     return True
 
 
+def _matched(owner: dict, what: str) -> ListOf:
+    """A list of owners, each with the regular expression on `what` it takes."""
+    return ListOf(
+        Record(
+            {
+                "match": Text(
+                    valid=_is_regex,
+                    what=f"a regular expression on {what}, in the syntax Alertmanager reads (Go's RE2: no lookaround, "
+                    "backreferences, possessive quantifiers, \\Z or verbose mode)",
+                ),
+                **owner,
+            },
+            required=("match", "pages", "tickets"),
+        )
+    )
+
+
 def _schema() -> Record:
     owner = {"pages": Text(what="a receiver name"), "tickets": Text(what="a receiver name")}
     alert_names = tuple(a.name for a in rules.alerts(MixinConfig()))
@@ -131,20 +154,8 @@ def _schema() -> Record:
                 {
                     "default": Record(owner, required=("pages", "tickets")),
                     "nodes": Record(owner, required=("pages", "tickets")),
-                    "namespaces": ListOf(
-                        Record(
-                            {
-                                "match": Text(
-                                    valid=_is_regex,
-                                    what="a regular expression on the namespace, in the syntax Alertmanager "
-                                    "reads (Go's RE2: no lookaround, backreferences, possessive quantifiers, \\Z "
-                                    "or verbose mode)",
-                                ),
-                                **owner,
-                            },
-                            required=("match", "pages", "tickets"),
-                        )
-                    ),
+                    "namespaces": _matched(owner, "the namespace"),
+                    "teams": _matched(owner, "the team (the label the analyzer reads teams from)"),
                 }
             ),
         },
@@ -197,12 +208,17 @@ def _by_severity(owner: Owner) -> tuple[Route, ...]:
 
 
 def routing_tree(settings: AlertSettings) -> Route:
-    """The routing tree: GPU and exporter alerts to the nodes' owner, pod alerts to their namespace's
-    owner, the rest to the default owner; pages (critical) and tickets apart under each owner."""
+    """The routing tree: GPU and exporter alerts to the nodes' owner, alerts that carry a team (a workload's
+    change) to the team's owner, pod alerts to their namespace's owner, the rest to the default owner; pages
+    (critical) and tickets apart under each owner."""
     node_route = Route(
         matchers=(Matcher("component", "=~", "gpu|exporter"),),
         group_by=tuple(NODE_GROUPING),
         routes=_by_severity(settings.nodes or settings.default),
+    )
+    team_routes = tuple(
+        Route(matchers=(Matcher("team", "=~", pattern),), routes=_by_severity(owner))
+        for pattern, owner in settings.teams
     )
     namespace_routes = tuple(
         Route(matchers=(Matcher("namespace", "=~", pattern),), routes=_by_severity(owner))
@@ -211,7 +227,7 @@ def routing_tree(settings: AlertSettings) -> Route:
     return Route(
         settings.default.tickets,
         group_by=tuple(POD_GROUPING),
-        routes=(node_route, *namespace_routes, _by_severity(settings.default)[0]),
+        routes=(node_route, *team_routes, *namespace_routes, _by_severity(settings.default)[0]),
     )
 
 

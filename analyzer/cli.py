@@ -924,13 +924,16 @@ def _changes(
     from gpulens.analyzer.inputs.engines import read_workload_health
     from gpulens.analyzer.inputs.proposals import read_proposal
     from gpulens.analyzer.inputs.store import Store, StoreError
-    from gpulens.analyzer.judging.changes import changes
-    from gpulens.analyzer.outputs.outcomes import outcomes
+    from gpulens.analyzer.judging.changes import changes, held_changes
+    from gpulens.analyzer.outputs.outcomes import outcomes, spells
 
     try:
         reader = ClusterReader(source, "", _mixin(args, thresholds).kube_state_metrics)
         held = {v.workload for v in verdicts if v.pod}
-        found = changes(reader.workloads(*judged_grid(*span)), thresholds.change_settle_seconds, held)
+        settle = thresholds.change_settle_seconds
+        found = changes(reader.workloads(*judged_grid(*span)), settle, held)
+        found += held_changes(spells(verdicts, use), settle, span[1], {c.workload for c in found})
+        found.sort(key=lambda c: (c.start, c.workload, c.what))
         if not isinstance(source, Store):
             return outcomes(found, verdicts, use, span, thresholds, prices)
         percentile = thresholds.plan_load_percentile
@@ -1128,6 +1131,7 @@ def run_service(args: argparse.Namespace) -> int:
                 "/api/v1/page": live.changes,
                 "/api/v1/verdicts": service.verdicts_json,
                 "/api/v1/plan": service.plan_json,
+                "/api/v1/changes": service.changes_json,
             },
             exposition=service.exposition,
         )

@@ -175,6 +175,10 @@ def series_lines(trace: pd.DataFrame, layout: str) -> dict[str, list[tuple[str, 
             continue
         target = {"job": layout, "instance": f"{subnet}.2:9400"}
         gpu_labels = {"gpu": str(index), "UUID": uuid, "device": f"nvidia{index}", "modelName": model, "Hostname": node}
+        if "/gi" in uuid:  # a MIG instance ("<uuid>/gi<id>", "<model> MIG <profile>"), as dcgm-exporter labels one
+            parent, instance = uuid.split("/gi")
+            name, _, profile = model.partition(" MIG ")
+            gpu_labels |= {"UUID": parent, "modelName": name, "GPU_I_ID": instance, "GPU_I_PROFILE": profile}
         free = (rows["memory_total_bytes"] - rows["memory_used_bytes"]).to_numpy() / MIB
         for t_index, (t, (namespace, pod, container)) in enumerate(zip(ts, pods, strict=True)):
             if layout in ("dcgm-exported", "dcgm-basic", "dcgm-no-free"):

@@ -57,7 +57,7 @@ def test_settings_route_each_alert_to_its_owner(tmp_path):
     assert main(["alerts", "--out", str(tmp_path), "--alerting.config", str(SETTINGS)]) == 0
     config = tmp_path / cli.ALERTMANAGER_FILE
     checked = subprocess.run([amtool, "check-config", str(config)], capture_output=True, text=True)
-    assert checked.returncode == 0 and "6 receivers" in checked.stdout, checked.stdout + checked.stderr
+    assert checked.returncode == 0 and "8 receivers" in checked.stdout, checked.stdout + checked.stderr
     # The research cluster's choice: the low-SM alert is a ticket there.
     groups = yaml.safe_load((tmp_path / cli.RULES_FILE).read_text())["groups"]
     page = next(r for r in groups[1]["rules"] if r["alert"] == "GpulensPodLowSmActivity")
@@ -80,6 +80,17 @@ def test_settings_route_each_alert_to_its_owner(tmp_path):
         (("alertname=GpulensGpuThrottled", "severity=warning", "component=gpu", "node=n1"), "hardware-tickets"),
         (("alertname=GpulensExporterDown", "severity=critical", "component=exporter", "node=n1"), "hardware-pager"),
         (("alertname=GpulensAnalyzerDown", "severity=warning", "component=analyzer"), "platform-tickets"),
+        # An alert that carries a workload's team goes to the team's owner, whatever its namespace; to its
+        # namespace's owner where no team owner takes it.
+        (
+            ("alertname=Workload", "severity=warning", "component=workload", "namespace=nlp", "team=search"),
+            "search-tickets",
+        ),
+        (
+            ("alertname=Workload", "severity=critical", "component=workload", "namespace=nlp", "team=search"),
+            "search-pager",
+        ),
+        (("alertname=Workload", "severity=warning", "component=workload", "namespace=nlp", "team=ads"), "nlp-tickets"),
     ):
         assert routed_to(amtool, config, *labels) == receiver, labels
 

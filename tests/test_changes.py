@@ -4,7 +4,7 @@ kube-state-metrics says of its replicas and its autoscaler, one event per change
 from __future__ import annotations
 
 from gpulens.analyzer.inputs.cluster import WorkloadHistory
-from gpulens.analyzer.judging.changes import Change, changes, steps_of
+from gpulens.analyzer.judging.changes import Change, PodSpell, changes, held_changes, steps_of
 from gpulens.analyzer.outputs.outcomes import windows_of
 from gpulens.core.thresholds import Thresholds
 
@@ -113,3 +113,41 @@ def test_a_change_too_near_the_spans_end_is_too_early_and_says_which_side_is_sho
     change = _change(T0 + 86400.0)
     assert windows_of(change, [], (T0, change.end + 1800.0), STEP, t).short_side == "after"
     assert windows_of(change, [], (change.start - 1800.0, T0 + 5 * 86400.0), STEP, t).short_side == "before"
+
+
+A100, H100 = "1 x NVIDIA A100-SXM4-80GB", "1 x NVIDIA H100 80GB HBM3"
+
+
+def _spell(held: str, first: float, last: float, kind: str = "serving", workload: str = "serve/Deployment/chat"):
+    """A pod on `held` GPUs from `first` to `last` (seconds after T0)."""
+    return PodSpell("serve", workload, kind, held, T0 + first, T0 + last)
+
+
+def test_a_rolling_update_onto_other_gpus_is_one_change_over_its_overlap():
+    """Three pods on A100s replaced one by one by three on H100s, a minute apart, the old ones ending as the new
+    are ready: one change, from the first new pod's start to the last old pod's end."""
+    spells = [_spell(A100, 0, 3600 + 60 * k) for k in range(3)]
+    spells += [_spell(H100, 3600 + 60 * k - 30, 7200) for k in range(3)]
+    [change] = held_changes(spells, 600.0, T0 + 7200, set())
+    assert (change.what, change.before, change.after) == ("gpus_per_pod", A100, H100)
+    assert (change.start, change.end) == (T0 + 3570, T0 + 3720)
+    assert change.fewer is None  # another GPU: its cost says which way it went
+    assert change.values() == f"{A100} -> {H100}"
+
+
+def test_gpus_that_change_and_change_back_within_the_settling_time_are_no_change_and_a_pods_restart_none():
+    spells = [_spell(A100, 0, 1000), _spell(H100, 1000, 1200), _spell(A100, 1200, 7200)]
+    assert held_changes(spells, 600.0, T0 + 7200, set()) == []
+    restarted = [_spell(A100, 0, 1000), _spell(A100, 1060, 7200)]
+    assert held_changes(restarted, 600.0, T0 + 7200, set()) == []
+
+
+def test_a_notebook_whose_pod_ended_is_a_change_unless_its_controller_said_so():
+    notebook = [_spell(A100, 0, 3000, kind="notebook", workload="research/Pod/jupyter-carol")]
+    [ended] = held_changes(notebook, 600.0, T0 + 7200, set())
+    assert (ended.what, ended.before, ended.after, ended.start, ended.fewer) == ("ended", A100, "none", T0 + 3000, True)
+    assert held_changes(notebook, 600.0, T0 + 7200, {"research/Pod/jupyter-carol"}) == []
+    # Ended less than the settling time before the span's end: it may be restarting.
+    assert held_changes(notebook, 600.0, T0 + 3300, set()) == []
+    # A serving pod that ended is its controller's business (its replicas), not a culled server.
+    assert held_changes([_spell(A100, 0, 3000)], 600.0, T0 + 7200, set()) == []

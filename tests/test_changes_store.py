@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import re
 import subprocess
@@ -29,8 +30,10 @@ from datetime import datetime
 import numpy as np
 import pandas as pd
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer.inputs import frame as fr
+from gpulens.core.thresholds import Thresholds
 from gpulens.simulator.cluster import kube_state_metrics
 from gpulens.simulator.fleet import load_fleet
 from tests import store_history as history
@@ -56,10 +59,16 @@ PEAK = START + 4 * 3600  # summarize's autoscaler: at most 10 replicas, then 6, 
 CULLED = START + 4.5 * 3600  # notebook-bob's StatefulSet stopped by its culler: 1 -> 0
 CULLED_AMY = START + 5 * 3600  # notebook-amy's: 1 -> 0, and back 20 minutes later
 BACK_AMY = CULLED_AMY + 20 * 60
+MOVED = START + 2 * 3600  # the embed CronJob's next run, 5 minutes on, on a MIG 3g.40gb slice, not a whole H100
+MOVED_BACK = MOVED + 300
+ENDED = START + 6 * 3600  # JupyterHub's culler deletes carol's server: no controller says so, its GPU does
+EMBED = ("embed-29380000-x1", "embed-29380120-x2")
 
 
-def _pod(namespace: str, name: str, gpu: int, owner: str, **extra) -> dict:
-    return {"profile": "llm_serving", "gpus": [gpu], "pod": f"{namespace}/{name}/main", "owner": owner} | extra
+def _pod(namespace: str, name: str, gpu: int, owner: str = "", **extra) -> dict:
+    """A fleet file's workload: a pod on one GPU, its controller `owner` ("" for a bare pod)."""
+    pod = {"profile": "llm_serving", "gpus": [gpu], "pod": f"{namespace}/{name}/main"}
+    return pod | ({"owner": owner} if owner else {}) | extra
 
 
 def _serving(deployment: str, suffixes: str, first_gpu: int) -> list[dict]:
@@ -74,7 +83,7 @@ def _notebook(name: str, gpu: int) -> dict:
     return _pod("research", f"{name}-0", gpu, f"StatefulSet/{name}", profile="sparse_notebook", labels=labels)
 
 
-GPUS = 16
+GPUS = 19
 
 
 FLEET = {
@@ -91,6 +100,17 @@ FLEET = {
                 _notebook("notebook-bob", 12),
                 _notebook("notebook-amy", 13),
                 *_serving("quiet", "q0 q1", 14),
+                *(
+                    _pod("ml", pod, 16 + k, "CronJob/embed", profile="healthy_training", image="pytorch/pytorch:2.4.0")
+                    for k, pod in enumerate(EMBED)
+                ),
+                _pod(
+                    "research",
+                    "jupyter-carol",
+                    18,
+                    profile="sparse_notebook",
+                    labels={"app": "jupyterhub", "component": "singleuser-server"},
+                ),
             ],
         }
     ],
@@ -105,7 +125,8 @@ def _alive(pod: str, t: np.ndarray) -> np.ndarray:
         **{f"chat-6f7d9c8b5-c{k}": CUT for k in (1, 2, 3)},
         "notebook-bob-0": CULLED,
     }
-    starts = {f"summarize-6f7d9c8b5-s{k}": PEAK for k in (2, 3)}
+    ends |= {EMBED[0]: MOVED, "jupyter-carol": ENDED}
+    starts = {f"summarize-6f7d9c8b5-s{k}": PEAK for k in (2, 3)} | {EMBED[1]: MOVED_BACK}
     alive = (t >= starts.get(pod, -np.inf)) & (t < ends.get(pod, np.inf))
     if pod == "notebook-amy-0":
         alive &= (t < CULLED_AMY) | (t >= BACK_AMY)
@@ -120,7 +141,14 @@ def _trace() -> pd.DataFrame:
     for pod in trace["pod"].astype(str).unique():
         rows = (trace["pod"] == pod).to_numpy()
         keep[rows] = _alive(pod, trace.loc[rows, "timestamp"].to_numpy())
-    return fr.normalize(trace[keep].reset_index(drop=True))
+    trace = trace[keep].reset_index(drop=True)
+    # The embed job's second run holds a MIG 3g.40gb instance of its H100 (as NVML names one), not the whole GPU.
+    sliced = (trace["pod"] == EMBED[1]).to_numpy()
+    trace["gpu"] = trace["gpu"].astype(str).where(~sliced, trace["gpu"].astype(str) + "/gi2")
+    trace["gpu_model"] = trace["gpu_model"].astype(str).where(~sliced, trace["gpu_model"].astype(str) + " MIG 3g.40gb")
+    trace.loc[sliced, "memory_total_bytes"] = 40 * 2**30
+    trace.loc[sliced, "memory_used_bytes"] = trace.loc[sliced, "memory_used_bytes"].clip(upper=30 * 2**30)
+    return fr.normalize(trace)
 
 
 def _series(name: str, labels: dict[str, str], values: np.ndarray, where: np.ndarray | None = None) -> list:
@@ -183,12 +211,11 @@ def _kube_state() -> dict[str, list]:
     workloads' replicas and autoscaler."""
     [node] = load_fleet(FLEET)
     families: dict[str, list] = {}
-    for pod in node.pods:
-        alive = _alive(pod.pod, TIMES)
-        for name, labels, value in history.exposition_samples(kube_state_metrics([pod]), KSM):
-            families.setdefault(name, []).extend(
-                (labels, float(t), value) for t, k in zip(TIMES, alive, strict=True) if k
-            )
+    alive = {pod.pod: _alive(pod.pod, TIMES) for pod in node.pods}
+    for k, t in enumerate(TIMES):
+        running = [pod for pod in node.pods if alive[pod.pod][k]]
+        for name, labels, value in history.exposition_samples(kube_state_metrics(running), KSM):
+            families.setdefault(name, []).append((labels, float(t), value))
     ranker = np.select([TIMES < SCALED, TIMES < SCALED + STEP], [4, 3], 2)
     amy = np.where((TIMES >= CULLED_AMY) & (TIMES < BACK_AMY), 0.0, 1.0)
     replicas = {
@@ -269,7 +296,9 @@ def _from_files(world) -> dict:
 
 
 #: Each change as found: (workload, what, before, after, first step, last step, source series).
+H100 = "1 x NVIDIA H100 80GB HBM3"
 FOUND = [
+    ("ml/CronJob/embed", "gpus_per_pod", H100, f"{H100} MIG 3g.40gb", "MOVED", MOVED_BACK, "the GPUs each pod held"),
     ("serve/Deployment/ranker", "replicas", 4.0, 2.0, SCALED, SCALED + STEP, "kube_deployment_spec_replicas"),
     ("serve/Deployment/chat", "replicas", 4.0, 1.0, CUT, CUT, "kube_deployment_spec_replicas"),
     (
@@ -284,6 +313,7 @@ FOUND = [
     ("research/StatefulSet/notebook-bob", "replicas", 1.0, 0.0, CULLED, CULLED, "kube_statefulset_replicas"),
     ("research/StatefulSet/notebook-amy", "replicas", 1.0, 0.0, CULLED_AMY, CULLED_AMY, "kube_statefulset_replicas"),
     ("research/StatefulSet/notebook-amy", "replicas", 0.0, 1.0, BACK_AMY, BACK_AMY, "kube_statefulset_replicas"),
+    ("research/Pod/jupyter-carol", "ended", H100, "none", "ENDED", "ENDED", "the GPUs each pod held"),
 ]
 
 
@@ -293,18 +323,32 @@ def _window(first: float, last: float, earliest: float = START, latest: float = 
     return min(first - STEP - earliest, latest - (last + SETTLE))
 
 
-def _check_found(document: dict) -> dict[tuple[str, float], dict]:
+def _check_found(document: dict, late: float = 0.0) -> dict[tuple[str, float], dict]:
+    """The changes found are FOUND, a pod's end seen `late` (a backfilled store, without the staleness marker a
+    scrape leaves, shows a pod's last sample for a step more)."""
     found = [
         (c["workload"], c["what"], c["before"], c["after"], c["start"], c["end"], c["source"].split(": ")[1])
         for c in document["changes"]
     ]
-    assert found == FOUND
+    ends = {"MOVED": MOVED + late, "ENDED": ENDED + late}
+    assert found == [tuple(ends.get(v, v) if isinstance(v, str) else v for v in change) for change in FOUND]
     return {(c["workload"], c["start"]): c for c in document["changes"]}
 
 
-def _check_figures(changes: dict[tuple[str, float], dict]) -> None:
+def _check_figures(changes: dict[tuple[str, float], dict], late: float = 0.0) -> None:
     """What the GPU samples say of each change, the same from a store and from files: GPUs held and their cost
-    a day, before and after, the saving of a fixed size, and the windows they were measured over."""
+    a day, before and after, the saving of a fixed size, and the windows they were measured over (a pod's end
+    seen `late`, as _check_found says)."""
+    # The embed job moved to a MIG 3g.40gb slice: half an H100 (4 of its 8 memory slices), and half its cost.
+    embed = changes[("ml/CronJob/embed", MOVED + late)]
+    assert embed["workload_kind"] == "job"
+    assert (embed["measured_before"]["gpus_held"], embed["measured_after"]["gpus_held"]) == (1.0, 0.5)
+    assert embed["saving_usd_per_day"] == DAY_COST / 2
+    assert embed["word"] == "held"
+    assert re.fullmatch(r"held: its work per GPU-hour went from \d+% to \d+%", embed["reason"])
+    # JupyterHub culled carol's server: no controller says so, its GPU does.
+    carol = changes[("research/Pod/jupyter-carol", ENDED + late)]
+    assert (carol["workload_kind"], carol["word"], carol["saving_usd_per_day"]) == ("notebook", "held", DAY_COST)
     ranker = changes[("serve/Deployment/ranker", SCALED)]
     assert ranker["window_seconds"] == _window(SCALED, SCALED + STEP) == 3 * 3600 - STEP
     assert ranker["measured_before"]["start"] == START
@@ -349,8 +393,8 @@ def _check_figures(changes: dict[tuple[str, float], dict]) -> None:
 
 def test_each_change_its_figures_saving_and_word_from_a_store(world):
     document = _from_store(world)
-    changes = _check_found(document)
-    _check_figures(changes)
+    changes = _check_found(document, late=STEP)
+    _check_figures(changes, late=STEP)
 
     ranker = changes[("serve/Deployment/ranker", SCALED)]
     # The same 120 requests a minute, before on 4 replicas and after on 2, with no queue and the same latency.
@@ -439,11 +483,12 @@ def test_every_format_shows_the_changes_regressions_first(world, tmp_path):
             continue
         assert float(row["gpus_held_before"]) == change["measured_before"]["gpus_held"]
         assert float(row["saving_usd_per_day"]) == change["saving_usd_per_day"]
-    assert rows[0]["proposed_action"] == "fewer_replicas" and rows[0]["proposed_saving_usd_per_30d"] == "3600.0"
+    [ranker] = [row for row in rows if row["workload"] == "serve/Deployment/ranker"]
+    assert (ranker["proposed_action"], ranker["proposed_saving_usd_per_30d"]) == ("fewer_replicas", "3600.0")
 
     # Text: its own section, the regression first, its figures under it.
     text = _store_report(world, columns=110)
-    section = text[text.index("What changed: 6 changes, 2 regressed") :].splitlines()
+    section = text[text.index("What changed: 8 changes, 2 regressed") :].splitlines()
     assert section[2].startswith(
         "serve/Deployment/chat  replicas 4 -> 1 at 2025-11-09T03:30:00Z: regressed, confidence"
     )
@@ -461,7 +506,7 @@ def test_every_format_shows_the_changes_regressions_first(world, tmp_path):
     shown = _dom(chromium, page, tmp_path)
     changes = shown[shown.index('<div id="changes">') : shown.index('<div id="waste">')]
     words = re.findall(r'<tr class="(regressed|held|too_early)">', changes)
-    assert words == ["regressed", "regressed", "held", "held", "held", "too_early"]
+    assert words == ["regressed", "regressed", "held", "held", "held", "held", "held", "too_early"]
     charts = re.findall(r"<svg[^>]*aria-label=\"GPUs held and work before and after the change of ([^\"]+)\"", changes)
     assert sorted(charts) == sorted(c["workload"] for c in document["changes"] if c["word"] != "too_early")
     assert len(re.findall(r"<polyline class=\"(before|after)-(held|work)\"", changes)) == 4 * len(charts)
@@ -472,3 +517,50 @@ def _dom(chromium: str, page, folder) -> str:
     browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dump-dom"]
     browser += ["--host-resolver-rules=MAP * ~NOTFOUND", f"--user-data-dir={folder / 'profile'}"]
     return subprocess.run([*browser, page.as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout
+
+
+def test_the_live_analyzer_serves_each_workloads_latest_change_and_its_outcome(world):
+    """The live analyzer, cycling through the eight hours from the same store, serves each workload's latest
+    change as metrics (when, its outcome, its saving a day) and in full at /api/v1/changes."""
+    from gpulens.analyzer.inputs.live import PrometheusInput
+    from gpulens.analyzer.outputs.service import AnalyzerService
+
+    now = [START + 600]
+    source = PrometheusInput(
+        world["prometheus"], window=600, step=STEP, clock=lambda: now[0], dcgm_selector='job="dcgm-exported"'
+    )
+    service = AnalyzerService(source, Thresholds(), {"H100": PRICE}, 600, lambda: now[0], HOURS * 3600.0)
+    try:
+        while now[0] <= END:
+            assert service.cycle()
+            now[0] += 600
+        families = {f.name: f for f in text_string_to_metric_families(service.render_text().decode())}
+    finally:
+        source.close()
+
+    def by(family: str) -> dict[tuple, float]:
+        return {
+            tuple(s.labels[k] for k in ("owner", "what", *(("outcome",) if "outcome" in s.labels else ()))): s.value
+            for s in families[family].samples
+        }
+
+    outcomes = {key[:2]: key[2] for key, value in by("gpulens_change_outcome").items() if value == 1}
+    assert outcomes == {
+        ("ml/CronJob/embed", "gpus_per_pod"): "held",
+        ("serve/Deployment/ranker", "replicas"): "held",
+        ("serve/Deployment/chat", "replicas"): "regressed",
+        ("serve/Deployment/summarize", "autoscaler_max_replicas"): "held",
+        ("research/StatefulSet/notebook-bob", "replicas"): "held",
+        # Its latest change is its return, too soon after its cull to judge.
+        ("research/StatefulSet/notebook-amy", "replicas"): "too_early",
+        ("research/Pod/jupyter-carol", "ended"): "held",
+    }
+    times = by("gpulens_change_timestamp_seconds")
+    assert times[("serve/Deployment/chat", "replicas")] == CUT
+    assert times[("research/StatefulSet/notebook-amy", "replicas")] == BACK_AMY
+    saving = by("gpulens_change_daily_saving_dollars")
+    assert saving[("serve/Deployment/chat", "replicas")] == pytest.approx(3 * DAY_COST, rel=0.02)
+    assert ("research/StatefulSet/notebook-amy", "replicas") not in saving  # too early: no saving claimed
+    status, _, body = service.changes_json()
+    chat = [c for c in json.loads(body)["changes"] if c["workload"] == "serve/Deployment/chat"]
+    assert status == 200 and chat[0]["reason"].startswith("regressed: requests waiting rose to a median of 8")

@@ -391,7 +391,8 @@ def test_a_settings_files_receivers_become_the_alertmanagerconfigs_with_secrets_
         "#   kubectl -n gpulens create secret generic gpulens-alertmanager \\\n"
         "#     --from-literal=platform-pager-routing-key=... \\\n"
         "#     --from-literal=hardware-pager-routing-key=... \\\n"
-        "#     --from-literal=nlp-pager-api-url=...\n"
+        "#     --from-literal=nlp-pager-api-url=... \\\n"
+        "#     --from-literal=search-pager-routing-key=...\n"
     ) in header
     assert "replace-with" not in header and "hooks.slack.com" not in header  # no secret value in the resource
 

@@ -284,6 +284,15 @@ class Replay:
     def cluster(self) -> None:
         return None  # a trace holds no kube-state-metrics
 
+    def workloads(self, history: float) -> None:
+        return None  # nor its workloads' replicas
+
+    def workload_health(self, namespace: str, pods: list, start: float, end: float, percentile: float) -> None:
+        return None  # nor any engine's series
+
+    def proposal(self, owner: str, at: float, lookback: float) -> None:
+        return None
+
 
 def run_service(trace: pd.DataFrame, until_hour: float, history: float):
     from gpulens.analyzer.outputs.service import AnalyzerService

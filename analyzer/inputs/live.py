@@ -27,10 +27,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.inputs import state
-from gpulens.analyzer.inputs.cluster import ClusterReader, ClusterReading, read_cluster
-from gpulens.analyzer.inputs.engines import EngineLoad, read_engine_loads
+from gpulens.analyzer.inputs.cluster import ClusterReader, ClusterReading, WorkloadHistory, judged_grid, read_cluster
+from gpulens.analyzer.inputs.engines import EngineLoad, Health, read_engine_loads, read_workload_health
 from gpulens.analyzer.inputs.kinds import DEFAULT_RULES, KindRule, PodKey, Pools
 from gpulens.analyzer.inputs.owners import Owner, OwnerReader
+from gpulens.analyzer.inputs.proposals import Proposal, read_proposal
 from gpulens.analyzer.inputs.series import READ_PARTS, REREAD_STEPS, SeriesReader, Shard, Window, instances_matcher
 from gpulens.analyzer.inputs.store import (
     MAX_ANSWER_BYTES,
@@ -111,6 +112,17 @@ class ValueChecks:
         return frame
 
 
+@dataclass(frozen=True)
+class WorkloadReading:
+    """kube-state-metrics' replicas and autoscaler bounds of every workload over a span (unix seconds), and the
+    step the GPU samples of that span are taken at: what the changes over the service's history are found in."""
+
+    history: WorkloadHistory
+    start: float
+    end: float
+    sample_step: float
+
+
 class AnalyzerInput(Protocol):
     """Where the analyzer service reads its window from: Prometheus, or exporters directly."""
 
@@ -147,6 +159,23 @@ class AnalyzerInput(Protocol):
     def cluster(self) -> ClusterReading | None:
         """The cluster over the window, for its share (analyzer/judging/scheduling.py), where kube-state-metrics
         says which pods ask GPUs, else None; the same object until it is read again."""
+        ...
+
+    def workloads(self, history: float) -> WorkloadReading | None:
+        """The workloads' replicas and autoscaler bounds over the last `history` seconds (docs/changes.md), where
+        the store holds kube-state-metrics' series, else None."""
+        ...
+
+    def workload_health(
+        self, namespace: str, pods: list[str], start: float, end: float, percentile: float
+    ) -> Health | None:
+        """A serving workload's health between `start` and `end` as its engine counted it, its spreads at
+        `percentile` (engines.py), where the store holds its engine's series, else None."""
+        ...
+
+    def proposal(self, owner: str, at: float, lookback: float) -> Proposal | None:
+        """What the live plan proposed for `owner` as last served within `lookback` seconds before `at`, where
+        the store keeps the analyzer's own series, else None."""
         ...
 
 
@@ -322,6 +351,17 @@ class ExporterInput:
     def cluster(self) -> ClusterReading | None:
         return None  # kube-state-metrics is scraped into a store, not read here
 
+    def workloads(self, history: float) -> WorkloadReading | None:
+        return None  # likewise
+
+    def workload_health(
+        self, namespace: str, pods: list[str], start: float, end: float, percentile: float
+    ) -> Health | None:
+        return None  # the engines are scraped into a store
+
+    def proposal(self, owner: str, at: float, lookback: float) -> Proposal | None:
+        return None  # the analyzer's own series are scraped into a store
+
 
 #: Points (a GPU's value at a step) a cycle reads of the steps before its newest while its window is not
 #: whole yet. A replica's first cycle reads only the newest eighth of its window, so that it serves verdicts
@@ -335,6 +375,8 @@ STATE_WRITE_SECONDS = 60.0
 #: How often the live input reads the pods' owners and teams, and their engines' load, again (new pods are
 #: read at once).
 OWNER_REFRESH_SECONDS = 300.0
+#: Steps of kube-state-metrics' workload series read over the service's history (a day: a minute a step).
+WORKLOAD_POINTS = 1440
 #: OpenCost's (and Kubecost's) metric: hourly cost per GPU on the node, labelled `node`.
 OPENCOST_GPU_PRICE = "node_gpu_hourly_cost"
 PRICE_REFRESH_SECONDS = 300.0
@@ -469,13 +511,20 @@ class PrometheusInput:
 
     def owners(self, pods: set[PodKey]) -> dict[PodKey, Owner]:
         """kube-state-metrics' owners and teams of `pods`, read every OWNER_REFRESH_SECONDS or at once
-        when a pod appears; a failed read keeps the last ones."""
+        when a pod appears; a failed read keeps the last ones. A pod's controller never changes: one read
+        after a pod ended (its samples linger a step in the window, its kube-state-metrics series do not) keeps
+        the controller read before, rather than take it for a bare pod."""
         fresh = time.monotonic() - self._owners_read_at < OWNER_REFRESH_SECONDS
         if fresh and pods <= self._owners.keys():
             return self._owners
         try:
             before = self.store.read_bytes
-            self._owners = self._owner_reader.read(pods, self.clock(), self.window)
+            read = self._owner_reader.read(pods, self.clock(), self.window)
+            known = self._owners
+            self._owners = {
+                pod: known[pod] if owner.kind == "Pod" and known.get(pod, owner).kind != "Pod" else owner
+                for pod, owner in read.items()
+            }
             self._status.read_bytes += self.store.read_bytes - before
         except (StoreError, KeyError, TypeError) as e:
             log.warning("cannot read the pods' owners from kube-state-metrics, keeping the last ones: %s", e)
@@ -500,6 +549,39 @@ class PrometheusInput:
             log.warning("cannot read the cluster from kube-state-metrics, keeping the last reading: %s", e)
         self._cluster_read_at = time.monotonic()
         return self._cluster
+
+    def workloads(self, history: float) -> WorkloadReading | None:
+        """The workloads' replicas and autoscaler bounds over the last `history` seconds, at most
+        WORKLOAD_POINTS steps of it (at least the window's step); None where the store fails (said) or holds
+        none."""
+        end = math.floor(self.clock() / self.step) * self.step
+        grid = judged_grid(end - history, end, max(self.step, history / WORKLOAD_POINTS))
+        try:
+            before = self.store.read_bytes
+            found = self._cluster_reader.workloads(*grid)
+            self._status.read_bytes += self.store.read_bytes - before
+        except (StoreError, KeyError, TypeError, ValueError) as e:
+            log.warning("cannot read the workloads' replicas from kube-state-metrics: %s", e)
+            return None
+        if not found.replicas and not found.autoscalers:
+            return None
+        return WorkloadReading(found, end - history, end, self.step)
+
+    def workload_health(
+        self, namespace: str, pods: list[str], start: float, end: float, percentile: float
+    ) -> Health | None:
+        try:
+            return read_workload_health(self.store, namespace, pods, start, end, self.step, percentile)
+        except (StoreError, KeyError, TypeError, ValueError) as e:
+            log.warning("cannot read %s's engine health: %s", namespace, e)
+            return None
+
+    def proposal(self, owner: str, at: float, lookback: float) -> Proposal | None:
+        try:
+            return read_proposal(self.store, owner, at, lookback)
+        except (StoreError, KeyError, TypeError, ValueError) as e:
+            log.warning("cannot read the plan's series for %s: %s", owner, e)
+            return None
 
     def engine_loads(self, pods: set[PodKey], history: float, percentile: float) -> dict[PodKey, EngineLoad]:
         """What each serving pod's engine counted over the last `history` seconds, read every

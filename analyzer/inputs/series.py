@@ -1114,7 +1114,10 @@ class SeriesReader:
         """The row of a dcgm-exporter identity series; records the GPU's model and node in `window`."""
         row = dcgm_gpu(labels)
         if row is not None:
-            window.dcgm.models[row] = labels.get("modelName", "")
+            # A MIG instance as NVML names it ("<GPU> MIG 3g.40gb"): dcgm-exporter gives its parent's model and
+            # its profile apart, and what it costs follows the profile (catalog.gpu_share_of).
+            profile = labels.get("GPU_I_PROFILE", "") if labels.get("GPU_I_ID") else ""
+            window.dcgm.models[row] = labels.get("modelName", "") + (f" MIG {profile}" if profile else "")
             node = next((labels[n] for n in mixin.DCGM_NODE_LABELS if labels.get(n)), "")
             window.dcgm.nodes[row] = node or row[0]
         return row

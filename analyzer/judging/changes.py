@@ -19,8 +19,10 @@ from typing import Literal
 
 from gpulens.analyzer.inputs.cluster import WorkloadHistory
 
-#: What a change changed: a workload's replicas, or its autoscaler's least or most replicas.
-Changed = Literal["replicas", "autoscaler_min_replicas", "autoscaler_max_replicas"]
+#: What a change changed: a workload's replicas, its autoscaler's least or most replicas, the GPUs each of its pods
+#: holds (how many, which model, which MIG slice: a resized request, a move to another pool or to a slice), or
+#: a notebook's pod that ended with no controller to say so (a JupyterHub server culled).
+Changed = Literal["replicas", "autoscaler_min_replicas", "autoscaler_max_replicas", "gpus_per_pod", "ended"]
 
 
 @dataclass(frozen=True)
@@ -31,14 +33,30 @@ class Change:
     #: The workload as reports name it: namespace/Kind/name (Verdict.workload).
     workload: str
     what: Changed
-    before: float
-    after: float
+    #: A count (replicas, bounds), or in words the GPUs each pod held ("1 x NVIDIA A100-SXM4-80GB"; "none" once
+    #: a notebook's pod ended).
+    before: float | str
+    after: float | str
     #: The first step seen at a new value, and the last (unix seconds): a change made in one step has both the
     #: same; the true moment lies within the step before the first (kube-state-metrics' scrape interval).
     start: float
     end: float
     #: The series it was read from.
     source: str
+
+    @property
+    def fewer(self) -> bool | None:
+        """Whether it cut what the workload holds (fewer replicas or bounds, a notebook ended), more (False),
+        or neither is known from the change alone (None: another GPU, whose cost says)."""
+        if self.what == "ended":
+            return True
+        if isinstance(self.before, str) or isinstance(self.after, str):
+            return None
+        return self.after < self.before
+
+    def values(self) -> str:
+        """What it changed from and to, in words: "4 -> 2", "1 x NVIDIA A100-SXM4-80GB -> 1 x ... MIG 3g.40gb"."""
+        return " -> ".join(v if isinstance(v, str) else f"{v:g}" for v in (self.before, self.after))
 
 
 #: A series on a step grid: its (unix seconds, value) points where it has one.
@@ -90,3 +108,61 @@ def changes(
                 found.append(Change(namespace, workload, what, before, after, start, end, f"{source}: {series}"))
     kept = [c for c in found if among is None or c.workload in among]
     return sorted(kept, key=lambda c: (c.start, c.workload, c.what))
+
+
+@dataclass(frozen=True)
+class PodSpell:
+    """One pod's time holding GPUs as its samples show it: its workload, what it is (kinds.py), the GPUs it held
+    in words ("1 x NVIDIA H100 80GB HBM3"), and its first and last sample (unix seconds)."""
+
+    namespace: str
+    workload: str
+    kind: str
+    held: str
+    first: float
+    last: float
+
+
+#: Where GPU changes are read from.
+HELD_SOURCE = "the GPU series: the GPUs each pod held"
+
+
+def held_changes(spells: Sequence[PodSpell], settle: float, span_end: float, known: Collection[str]) -> list[Change]:
+    """The changes in the GPUs each workload's pods held, found in `spells`: a pod that starts on other GPUs
+    than the workload's pods before it is a change, over its transition: from the new pod's first sample (or the
+    old pods' last, where they ended before it) to the later of the two (a rolling update is one change);
+    transitions within `settle` of the one before are one change, and a
+    change that ends where it began is none. And each notebook pod whose samples end `settle` or more before
+    `span_end` with none after it ("ended": a culled server no controller reports), but those of workloads in
+    `known` (a StatefulSet's replicas say it already)."""
+    by_workload: dict[str, list[PodSpell]] = {}
+    for spell in spells:
+        by_workload.setdefault(spell.workload, []).append(spell)
+    found: list[Change] = []
+    for workload, pods in by_workload.items():
+        pods.sort(key=lambda p: (p.first, p.held))
+        namespace, current = pods[0].namespace, pods[0].held
+        steps: list[tuple[str, str, float, float]] = []  # before, after, start, end
+        for pod in pods[1:]:
+            if pod.held == current:
+                continue
+            # The transition: from the new pod's start, or the old ones' end where they ended before it (a gap
+            # between a pod deleted and its successor), to the later of the two.
+            old = max((p.last for p in pods if p.held == current and p.first <= pod.first), default=pod.first)
+            start, end = min(pod.first, old), max(pod.first, old)
+            if steps and start - steps[-1][3] <= settle:
+                before, _, began, was = steps[-1]
+                steps[-1] = (before, pod.held, began, max(was, end))
+            else:
+                steps.append((current, pod.held, start, end))
+            current = pod.held
+        found += [
+            Change(namespace, workload, "gpus_per_pod", before, after, start, end, HELD_SOURCE)
+            for before, after, start, end in steps
+            if before != after
+        ]
+        last = pods[-1]
+        if last.kind == "notebook" and workload not in known and span_end - max(p.last for p in pods) >= settle:
+            ended = max(p.last for p in pods)
+            found.append(Change(namespace, workload, "ended", last.held, "none", ended, ended, HELD_SOURCE))
+    return sorted(found, key=lambda c: (c.start, c.workload, c.what))

@@ -20,11 +20,11 @@ import numpy as np
 
 from gpulens.analyzer.inputs.engines import LATENCY_QUANTILE, Health, Spread
 from gpulens.analyzer.inputs.proposals import Proposal
-from gpulens.analyzer.judging.changes import Change
+from gpulens.analyzer.judging.changes import Change, PodSpell
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.outputs.plan import MONTH_HOURS, Action, Use
-from gpulens.core.catalog import model_info
+from gpulens.core.catalog import gpu_share_of, model_info
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import rfc3339
 
@@ -44,9 +44,10 @@ class Footing:
 
     start: float
     end: float
-    #: Mean GPUs its pods held (a MIG instance counted as one of its GPUs), from their samples.
+    #: Mean GPUs its pods held, a MIG slice as its share of one (catalog.gpu_share_of), from their samples.
     gpus_held: float
-    #: What they held cost a day, at the price of each pod's GPU model (--prices, OpenCost, the catalogue).
+    #: What they held cost a day, at the price of each pod's GPU model (--prices, OpenCost, the catalogue), a MIG
+    #: slice its share of it.
     cost_usd_per_day: float
     #: GPU-hours of work a day: activity (SM activity, else utilization) times the GPU time held.
     work_gpu_hours_per_day: float
@@ -169,8 +170,11 @@ def footing(
     covered, held, worked = use.held_by_bin("", start, end, step)  # the window's bins, nothing held yet
     time_by_class: dict[str, float] = defaultdict(float)
     for v in units:
+        # A MIG slice counts as its share of a GPU, in what it holds, does and costs.
+        share = gpu_share_of(v.gpu_model)
         price = model_info(v.gpu_model, prices).price_per_hour / 3600.0
         _, unit_held, unit_worked = use.held_by_bin(v.unit, start, end, step)
+        unit_held, unit_worked = unit_held * share, unit_worked * share
         held, worked, cost = held + unit_held, worked + unit_worked, cost + float(unit_held.sum()) * price
         for e in v.episodes:
             overlap = min(e.end, end) - max(e.start, start)
@@ -179,9 +183,8 @@ def footing(
             # Its waste pro rata the GPU time held, not the clock: a pod away for a while wasted nothing then.
             in_window = use.held_and_worked(v.unit, max(e.start, start), min(e.end, end), step)[0]
             in_episode = use.held_and_worked(v.unit, e.start, e.end, step)[0]
-            share = in_window / in_episode if in_episode > 0 else 0.0
-            wasted += e.wasted_gpu_seconds * share
-            wasted_cost += e.wasted_gpu_seconds * share * price
+            booked = e.wasted_gpu_seconds * share * (in_window / in_episode if in_episode > 0 else 0.0)
+            wasted, wasted_cost = wasted + booked, wasted_cost + booked * price
             time_by_class[e.bottleneck] += in_window
     return Footing(
         start,
@@ -262,14 +265,13 @@ def _outcome(
     team = next((v.team for v in units if v.team), "")
     proposed = proposals(change.workload, w.before_end, t.change_window_max_seconds) if proposals else None
     returned = _returned(change, others, kind, t)
-    if w.short_side and not returned:
-        room = "after it" if w.short_side == "after" else "before it in the span"
+    if w.short_side and returned is None:
         reason = (
-            f"too early to tell: {duration(w.length)} {room}, fewer than the {duration(t.change_window_min_seconds)} "
+            f"too early to tell: {duration(w.length)} after it, fewer than the {duration(t.change_window_min_seconds)} "
             "each window needs; report again later"
             if w.short_side == "after"
-            else f"too little history {room} ({duration(w.length)} of the {duration(t.change_window_min_seconds)} a "
-            "window needs): report a span that starts earlier"
+            else f"too little history before it in the span ({duration(w.length)} of the "
+            f"{duration(t.change_window_min_seconds)} a window needs): report a span that starts earlier"
         )
         return Outcome(change, team, kind, "too_early", 0.0, reason, w.length, None, None, math.nan, "", proposed)
     before = _measured(units, use, step, w.before_start, w.before_end, prices, change, health)
@@ -281,62 +283,50 @@ def _outcome(
         evidence["windows"] = (
             f"{duration(w.length)} each, under a day: the day's pattern is not seen; report again after a day"
         )
+    word, reason = _word(change, kind, before, after, returned, t)
+    if word == "held" and kind == "serving" and after.health is None and change.fewer:
+        confidence = min(confidence, t.plan_short_confidence)
+        evidence["health"] = "no engine series (vLLM, TGI, Triton, SGLang): a queue it may have raised is not seen"
+    return Outcome(
+        change, team, kind, word, confidence, reason, w.length, before, after, saving, basis, proposed, evidence
+    )
+
+
+def _word(
+    change: Change, kind: str, before: Footing, after: Footing, returned: float | None, t: Thresholds
+) -> tuple[Word, str]:
+    """Held or regressed, and why: a culled notebook its user came back to, what its engine counted got worse
+    (said first, with the replicas that would have held), else what held."""
     if returned is not None:
-        reason = (
+        return "regressed", (
             f"regressed: the notebook was back {duration(returned)} after its cull, within the "
             f"{duration(t.plan_cull_seconds)} a cull should outlast: a cull shorter than its user's pauses; set the "
             "culler's timeout past them"
         )
-        return Outcome(
-            change,
-            team,
-            kind,
-            "regressed",
-            confidence,
-            reason,
-            w.length,
-            before,
-            after,
-            saving,
-            basis,
-            proposed,
-            evidence,
-        )
     worse = _worse(before.health, after.health)
     if worse:
-        reason = f"regressed: {'; '.join(worse)}" + _would_hold(change, before, after)
-        return Outcome(
-            change,
-            team,
-            kind,
-            "regressed",
-            confidence,
-            reason,
-            w.length,
-            before,
-            after,
-            saving,
-            basis,
-            proposed,
-            evidence,
-        )
-    if kind == "serving" and after.health is None and change.after < change.before:
-        confidence = min(confidence, t.plan_short_confidence)
-        evidence["health"] = "no engine series (vLLM, TGI, Triton, SGLang): a queue it may have raised is not seen"
-    reason = "held: " + (
-        "its queue and latency stayed within their spread before the change"
-        if before.health is not None and after.health is not None
-        else "nothing it serves is counted to have got worse"
-        if kind == "serving"
-        else f"its work per GPU-hour went from {before.work_per_gpu_hour:.0%} to {after.work_per_gpu_hour:.0%}"
-        if kind == "job" and after.gpus_held > 0
-        else "no user came back to it within the span"
-        if kind == "notebook" and change.after < change.before
-        else "nothing it protects is counted to have got worse"
-    )
-    return Outcome(
-        change, team, kind, "held", confidence, reason, w.length, before, after, saving, basis, proposed, evidence
-    )
+        return "regressed", f"regressed: {'; '.join(worse)}" + _would_hold(change, before, after)
+    if before.health is not None and after.health is not None:
+        return "held", "held: its queue and latency stayed within their spread before the change"
+    if kind == "serving":
+        return "held", "held: nothing it serves is counted to have got worse"
+    if kind == "job" and after.gpus_held > 0:
+        pace = f"{before.work_per_gpu_hour:.0%} to {after.work_per_gpu_hour:.0%}"
+        return "held", f"held: its work per GPU-hour went from {pace}"
+    if kind == "notebook" and change.fewer:
+        return "held", "held: no user came back to it within the span"
+    return "held", "held: nothing it protects is counted to have got worse"
+
+
+def spells(verdicts: Sequence[Verdict], use: Use) -> list[PodSpell]:
+    """Each pod's time holding GPUs, from its samples (plan.Use: to a bin), with the GPUs it held in words."""
+    out = []
+    for v in verdicts:
+        seen = use.first_and_last(v.unit) if v.pod else None
+        if seen is not None:
+            held = f"{len(v.gpus)} x {v.gpu_model or 'unknown GPU'}"
+            out.append(PodSpell(v.namespace, v.workload, v.workload_kind, held, *seen))
+    return out
 
 
 def mark_done(actions: Sequence[Action], outcomes: Sequence[Outcome]) -> None:
@@ -345,18 +335,22 @@ def mark_done(actions: Sequence[Action], outcomes: Sequence[Outcome]) -> None:
     what became of it. The plan itself stays what the span's use calls for."""
     for action in actions:
         toward = [
-            o
-            for o in outcomes
-            if o.change.workload == action.owner
-            and (o.change.after - o.change.before) * (action.gpus_after - action.gpus_now) > 0
+            o for o in outcomes if o.change.workload == action.owner and _toward(o, action.gpus_after < action.gpus_now)
         ]
         if toward:
             o = toward[-1]
             c = o.change
             saving = f", {o.saving_words()}" if o.before is not None else ""
-            action.done = (
-                f"{c.what} {c.before:g} -> {c.after:g} at {rfc3339(c.start)}: {o.word.replace('_', ' ')}{saving}"
-            )
+            action.done = f"{c.what} {c.values()} at {rfc3339(c.start)}: {o.word.replace('_', ' ')}{saving}"
+
+
+def _toward(o: Outcome, fewer: bool) -> bool:
+    """Whether `o`'s change cut what its workload holds where `fewer` (else added to it): by its values, or
+    where they do not say (another GPU) by what it cost a day before and after."""
+    cut = o.change.fewer
+    if cut is None and o.before is not None and o.after is not None:
+        cut = o.after.cost_usd_per_day < o.before.cost_usd_per_day
+    return cut is not None and cut == fewer
 
 
 def _kind(units: Sequence[Verdict]) -> str:
@@ -367,11 +361,9 @@ def _kind(units: Sequence[Verdict]) -> str:
 def _returned(change: Change, others: Sequence[Change], kind: str, t: Thresholds) -> float | None:
     """Seconds until a culled notebook's next start, where it came back within plan_cull_seconds (a cull set
     too short); None otherwise."""
-    if kind != "notebook" or change.what != "replicas" or change.after >= change.before:
+    if kind != "notebook" or change.what not in ("replicas", "ended") or not change.fewer:
         return None
-    back = [
-        c.start - change.end for c in others if c.what == "replicas" and c.start > change.end and c.after > change.after
-    ]
+    back = [c.start - change.end for c in others if c.start > change.end and c.fewer is False]
     first = min(back, default=math.inf)
     return first if first <= t.plan_cull_seconds else None
 
@@ -456,8 +448,9 @@ def _worse(before: Health | None, after: Health | None) -> list[str]:
 def _would_hold(change: Change, before: Footing, after: Footing) -> str:
     """The replicas that would have held the load after, where the change cut replicas: the before's load per
     replica held, so as many replicas as the load after needs at it (at most the before's)."""
-    if change.after >= change.before:
+    if change.what != "replicas" or not change.fewer:
         return ""
+    assert isinstance(change.before, float) and isinstance(change.after, float)
     work_before, work_after, measure = _work(before, after)
     if not work_before > 0:
         return ""

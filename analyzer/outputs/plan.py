@@ -143,6 +143,20 @@ class Use:
         starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
         return [float(n) * self.bin_seconds for n in ends - starts]
 
+    def first_and_last(self, unit: str) -> tuple[float, float] | None:
+        """The start of the first bin with a sample of the unit and the end of the last (unix seconds); None
+        where it has none."""
+        row = self.bins.rows.get(unit)
+        if row is None:
+            return None
+        order = self.bins.order()
+        counts = self.bins.sums[row][len(self.bins.columns) :, order].sum(axis=0)
+        seen = np.flatnonzero(counts > 0)
+        if not len(seen):
+            return None
+        middles = self.bins.middles(order[[seen[0], seen[-1]]])
+        return float(middles[0] - self.bin_seconds / 2), float(middles[1] + self.bin_seconds / 2)
+
     def held_and_worked(self, unit: str, start: float, end: float, step: float) -> tuple[float, float]:
         """The GPU-seconds the unit held between `start` and `end` (unix seconds) and the GPU-seconds of them that
         did work (activity), from its samples taken every `step` seconds (held_by_bin(), summed)."""

@@ -199,7 +199,7 @@ def changes_section(outcomes: list[Outcome]) -> str:
             )
         rows.append(
             f"<tr class='{o.word}'><td>{_e(c.workload)}<div class=small>{_e(o.team)} {_e(o.workload_kind)}</div></td>"
-            f"<td>{_e(c.what)} {c.before:g} → {c.after:g}<div class=small>{_e(rfc3339(c.start))}</div></td>"
+            f"<td>{_e(c.what)} {_e(c.values().replace('->', '→'))}<div class=small>{_e(rfc3339(c.start))}</div></td>"
             f"<td><b>{_e(o.word.replace('_', ' '))}</b> ({o.confidence:.2f}): {_e(o.reason)}{figures}</td></tr>"
         )
     regressed = sum(o.word == "regressed" for o in outcomes)

@@ -32,13 +32,17 @@ import numpy as np
 import pandas as pd
 
 from gpulens.analyzer.inputs.cluster import ClusterReading
-from gpulens.analyzer.inputs.engines import EngineLoad
+from gpulens.analyzer.inputs.engines import EngineLoad, Health
 from gpulens.analyzer.inputs.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.inputs.live import AnalyzerInput, InputError
+from gpulens.analyzer.inputs.store import StoreError
+from gpulens.analyzer.judging.changes import changes as find_changes
+from gpulens.analyzer.judging.changes import held_changes
 from gpulens.analyzer.judging.classify import Verdict, classify
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.history import Ledger, with_owners, with_workload
 from gpulens.analyzer.judging.scheduling import Scheduling, judge_reading
+from gpulens.analyzer.outputs.outcomes import Outcome, mark_done, outcomes, spells
 from gpulens.analyzer.outputs.plan import Plan, Use, make_plan, sized
 from gpulens.analyzer.outputs.timelines import RollingTimelines, unit_samples
 from gpulens.core import metrics as m
@@ -139,6 +143,13 @@ class HistoryView:
     state: State
     verdicts: dict[Unit, Verdict]
     plan: Plan
+    #: The changes the workloads went through over the history and what became of each (outcomes.py).
+    changes: list[Outcome] = field(default_factory=list)
+
+
+#: How often the service judges the workloads' changes again: each judgement reads kube-state-metrics' history
+#: and two windows of each serving workload's engine, which move by minutes, not by cycles.
+CHANGES_REFRESH_SECONDS = 300.0
 
 
 class AnalyzerService:
@@ -186,6 +197,10 @@ class AnalyzerService:
         self._view: HistoryView | None = None
         #: The input's last reading of the cluster and its share, judged once for each reading.
         self._cluster: tuple[ClusterReading | None, Scheduling | None] = (None, None)
+        #: The changes over the history and what became of them, judged every CHANGES_REFRESH_SECONDS
+        #: (time.monotonic() when last): each reads the engines' health of two windows a change.
+        self._changes: list[Outcome] = []
+        self._changes_at = -math.inf
         #: Successful cycles so far: the page at / asks what changed since the one it shows.
         self.cycles = 0
         #: Held while a cycle changes the history, and while a page reads it.
@@ -460,11 +475,46 @@ class AnalyzerService:
             judged = sized(list(verdicts.values()), self.use, self.thresholds, self.prices)
             verdicts = dict(zip(verdicts, judged, strict=True))
             plan = make_plan(list(verdicts.values()), self.use, self.thresholds, self.prices)
-            self._view = HistoryView(self.cycles, self.state, verdicts, plan)
+            changes = self._changes_over(list(verdicts.values()))
+            mark_done(plan.actions, changes)
+            self._view = HistoryView(self.cycles, self.state, verdicts, plan, changes)
         return self._view
+
+    def _changes_over(self, verdicts: list[Verdict]) -> list[Outcome]:
+        """The changes the workloads of `verdicts` went through over the history and what became of each
+        (docs/changes.md), judged anew every CHANGES_REFRESH_SECONDS; the last ones where a read fails, and
+        while the input fails (its failure is said once already: the store is not asked again for this)."""
+        if time.monotonic() - self._changes_at < CHANGES_REFRESH_SECONDS or self.stale():
+            return self._changes
+        self._changes_at = time.monotonic()
+        reading = self.source.workloads(self.history_seconds)
+        if reading is None:
+            return self._changes
+        t = self.thresholds
+        held = {v.workload for v in verdicts if v.pod}
+        found = find_changes(reading.history, t.change_settle_seconds, held)
+        found += held_changes(
+            spells(verdicts, self.use), t.change_settle_seconds, reading.end, {c.workload for c in found}
+        )
+        found.sort(key=lambda c: (c.start, c.workload, c.what))
+
+        def health(namespace: str, pods: list[str], start: float, end: float) -> Health | None:
+            return self.source.workload_health(namespace, pods, start, end, t.plan_load_percentile)
+
+        span = (reading.start, reading.end, reading.sample_step)
+        try:
+            self._changes = outcomes(found, verdicts, self.use, span, t, self.prices, health, self.source.proposal)
+        except StoreError as e:
+            log.warning("cannot judge the workloads' changes, keeping the last: %s", e)
+        return self._changes
 
     def plan(self) -> Plan:
         return self.over_history().plan
+
+    def changes_json(self, query: Mapping[str, str] | None = None) -> tuple[int, str, bytes]:
+        """/api/v1/changes: the changes over the history and what became of each, as the JSON report's."""
+        document = {"changes": [o.to_dict() for o in self.over_history().changes]}
+        return 200, "application/json", finite_json(document).encode()
 
     def plan_json(self, query: Mapping[str, str] | None = None) -> tuple[int, str, bytes]:
         return 200, "application/json", finite_json(self.plan().to_dict()).encode()
@@ -543,6 +593,15 @@ class AnalyzerService:
                 out.add(m.PLAN_SAVING, changed, action.saving_usd_per_30d)
             out.add(m.PLAN_GPUS, changed + ("now",), action.gpus_now)
             out.add(m.PLAN_GPUS, changed + ("after",), action.gpus_after)
+        latest: dict[tuple[str, str, str, str], Outcome] = {}
+        for o in view.changes:  # in time order: the latest of each kind a workload went through
+            latest[(o.change.namespace, o.change.workload, o.team, o.change.what)] = o
+        for changed, o in sorted(latest.items()):
+            out.add(m.CHANGE_TIME, changed, o.change.start)
+            for outcome in m.CHANGE_OUTCOMES:
+                out.add(m.CHANGE_OUTCOME, changed + (outcome,), 1 if o.word == outcome else 0)
+            if o.word != "too_early":
+                out.add(m.CHANGE_DAILY_SAVING, changed, o.saving_usd_per_day)
         for workload, seconds in sorted(state.workload_seconds.items()):
             out.add(m.WORKLOAD_WASTED_GPU_SECONDS, workload, seconds)
             out.add(m.WORKLOAD_WASTED_COST, workload, state.workload_cost[workload])

@@ -267,8 +267,7 @@ def _changes(outcomes: list[Outcome], width: int) -> RenderableType:
         c = o.change
         blocks.append(Text(""))
         figures = (
-            f"{c.what} {c.before:g} -> {c.after:g} at {rfc3339(c.start)}: {o.word.replace('_', ' ')}, "
-            f"confidence {o.confidence:.2f}"
+            f"{c.what} {c.values()} at {rfc3339(c.start)}: {o.word.replace('_', ' ')}, confidence {o.confidence:.2f}"
         )
         blocks += _headline(c.workload, figures, width)
         if o.before is not None and o.after is not None:

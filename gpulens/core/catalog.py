@@ -315,6 +315,20 @@ def model_info(nvml_name: str, prices: dict[str, float] | None = None) -> GpuMod
     return model
 
 
+def gpu_share_of(nvml_name: str) -> float:
+    """The share of a whole GPU a device named `nvml_name` takes, what it costs of its GPU's price: 1 for a GPU,
+    its profile's gpu_share for a MIG instance ("NVIDIA A100-SXM4-80GB MIG 3g.40gb", as NVML names one), and
+    its compute's sevenths where the catalogue does not know the profile (a "3g." takes 3/7 at least)."""
+    parent, _, profile = nvml_name.partition(" MIG ")
+    if not profile:
+        return 1.0
+    known = next((p for p in model_info(parent).mig_profiles if p.name == profile.strip()), None)
+    if known is not None:
+        return known.gpu_share
+    slices = profile.split("g.")[0]
+    return int(slices) / 7 if slices.isdigit() and 0 < int(slices) <= 7 else 1.0
+
+
 def load_prices(path: str | None) -> dict[str, float]:
     """--prices FILE: YAML of model substring: USD per GPU-hour (finite, not negative)."""
     if not path:

@@ -891,6 +891,44 @@ PLAN_GPUS = _spec(
     labels=PLAN_LABELS + ("state",),
     group="analyzer",
 )
+#: A workload's changes (docs/changes.md): its namespace, owner and team as the plan's series name them, and what
+#: changed (replicas, autoscaler_min_replicas, autoscaler_max_replicas, gpus_per_pod, ended). One series a
+#: workload and kind of change it went through in the analyzer's history, its latest: bounded by the workloads.
+CHANGE_LABELS = ("namespace", "owner", "team", "what")
+CHANGE_OUTCOMES = ("held", "regressed", "too_early")
+CHANGE_TIME = _spec(
+    "change_timestamp_seconds",
+    "gauge",
+    "seconds",
+    "Unix time the workload's latest change of this kind in the analyzer's history was first seen "
+    "(kube-state-metrics' step, or the GPU samples' bin, it was first seen at).",
+    "analyzer changes",
+    labels=CHANGE_LABELS,
+    group="analyzer",
+)
+CHANGE_OUTCOME = _spec(
+    "change_outcome",
+    "gauge",
+    "",
+    "What became of that change: 1 for its outcome, 0 for the others (held: nothing it protects got worse; "
+    "regressed: its queue or latency rose past their spread before it, or a culled notebook's user came back "
+    "within the cull timeout; too_early: its windows are under change_window_min_seconds). Its reason: the "
+    "analyzer's /api/v1/changes.",
+    "analyzer changes",
+    labels=CHANGE_LABELS + ("outcome",),
+    group="analyzer",
+)
+CHANGE_DAILY_SAVING = _spec(
+    "change_daily_saving_dollars",
+    "gauge",
+    "",
+    "What that change saved a day for the work done after it (negative: it cost more), over equal windows "
+    "before and after: a fixed size costed as it ran before, a size an autoscaler sets at the before's cost per "
+    "unit of work. Absent while it is too early to tell.",
+    "analyzer changes",
+    labels=CHANGE_LABELS,
+    group="analyzer",
+)
 #: The cluster's share (analyzer/judging/scheduling.py, docs/cluster.md): by node pool and GPU model, and for the pods
 #: waiting, by the reason of their wait now. Bounded by pools x models x 5 reasons, not by pods.
 CLUSTER_LABELS = ("pool", "gpu_model")
