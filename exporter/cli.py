@@ -287,7 +287,8 @@ def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:
                 'gpulens_exporter_build_info{source="simulated"} says so to every scraper',
                 node.name,
             )
-            return simulated.SimulatedSource(node, speed=args.simulate_speed), simulated.SimulatedAttribution(node)
+            source = simulated.SimulatedSource(node, speed=args.simulate_speed)
+            return source, simulated.SimulatedAttribution(node, source.clock)
     raise ConfigError(
         f"--simulate.node {args.simulate_node!r} is not in the fleet; its nodes are {', '.join(n.name for n in nodes)}"
     )

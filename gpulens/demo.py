@@ -189,19 +189,18 @@ class SimulatedCluster:
 
     def __init__(self, nodes: list[SimNode], speed: float = 1.0, host: str = "127.0.0.1", port: int = 0):
         from prometheus_client import CollectorRegistry
-        from prometheus_client.parser import text_string_to_metric_families
 
-        pods = [pod for node in nodes for pod in node.pods]
-        waiting = list(getattr(nodes, "pending", []))  # a Fleet's pods waiting for a node
+        self.nodes = nodes
+        self.pods = [pod for node in nodes for pod in node.pods]
+        self.waiting = list(getattr(nodes, "pending", []))  # a Fleet's pods waiting for a node
         self.started, self.speed = time.time(), speed
-        # Created an hour before the demo started: a waiting pod has waited an hour when the demo begins.
-        text = kube_state_metrics(pods + waiting, [node.info() for node in nodes], self.started - 3600)
-        families = list(text_string_to_metric_families(text))
+        for gpu in (g for node in nodes for g in node.gpus):  # its pods run, and their traffic changes, from now
+            gpu.started = self.started
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(_Fixed(families))
+        registry.register(_Cluster(self))
         first_gpus = {(g.pod.namespace, g.pod.pod): g for node in nodes for g in node.gpus if g.pod and g.role == 0}
         self.engines = {
-            (pod.namespace, pod.pod): (pod, first_gpus[(pod.namespace, pod.pod)]) for pod in pods if pod.engine
+            (pod.namespace, pod.pod): (pod, first_gpus[(pod.namespace, pod.pod)]) for pod in self.pods if pod.engine
         }
         routes = {engine_path(*key): self._engine_route(*value) for key, value in self.engines.items()}
         self.server = serve(
@@ -214,11 +213,38 @@ class SimulatedCluster:
         )
         self.address = f"{host}:{self.server.server_address[1]}"
 
+    def now(self) -> float:
+        """Simulated unix seconds: real time, sped up by `speed` from the moment the cluster was made."""
+        return self.started + (time.time() - self.started) * self.speed
+
+    def running(self, now: float) -> list[SimPod]:
+        """The fleet's pods that run at `now` (a pod whose GPUs ended, scaled away or culled, is gone)."""
+        gpus: dict[tuple[str, str], list[SimGpu]] = {}
+        for node in self.nodes:
+            for g in node.gpus:
+                if g.pod is not None:
+                    gpus.setdefault((g.pod.namespace, g.pod.pod), []).append(g)
+        return [p for p in self.pods if any(g.running(now) for g in gpus.get((p.namespace, p.pod), []))]
+
+    def kube_state_text(self) -> str:
+        """kube-state-metrics' exposition now: the pods that run, those waiting, the nodes, and each
+        Deployment's and StatefulSet's replicas (its pods that run: the demo scales by ending pods)."""
+        running = self.running(self.now())
+        replicas = {(p.namespace, p.owner_kind, p.owner_name): 0 for p in self.pods if p.owner_kind}
+        for p in running:
+            if p.owner_kind:
+                replicas[(p.namespace, p.owner_kind, p.owner_name)] += 1
+        # Created an hour before the demo started: a waiting pod has waited an hour when the demo begins.
+        nodes = [node.info() for node in self.nodes]
+        return kube_state_metrics(running + self.waiting, nodes, self.started - 3600, replicas)
+
     def _engine_route(self, pod: SimPod, gpu: SimGpu) -> Route:
         model = "meta-llama/Llama-3.1-8B-Instruct" if pod.engine == "vllm" else pod.owner_name or pod.pod
 
         def route(_query: Mapping[str, str]) -> tuple[int, str, bytes]:
-            now = self.started + (time.time() - self.started) * self.speed
+            now = self.now()
+            if not gpu.running(now):
+                return 404, "text/plain; charset=utf-8", b"the pod has ended: its engine serves no more\n"
             text = engine_text(pod.engine, engine_load(gpu, now, self.started), model)
             return 200, "text/plain; version=0.0.4; charset=utf-8", text.encode()
 
@@ -234,14 +260,16 @@ def engine_path(namespace: str, pod: str) -> str:
     return f"/engines/{namespace}/{pod}/metrics"
 
 
-class _Fixed:
-    """A collector of families that do not change (a fleet's pods keep their owners while the demo runs)."""
+class _Cluster:
+    """A collector of the simulated cluster's kube-state-metrics families, as they stand at each scrape."""
 
-    def __init__(self, families: list):
-        self.families = families
+    def __init__(self, cluster: SimulatedCluster):
+        self.cluster = cluster
 
     def collect(self) -> list:
-        return self.families
+        from prometheus_client.parser import text_string_to_metric_families
+
+        return list(text_string_to_metric_families(self.cluster.kube_state_text()))
 
 
 @dataclass

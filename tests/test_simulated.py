@@ -2,16 +2,19 @@
 
 import itertools
 import math
+import statistics
+import time
 
 import numpy as np
 import pytest
+import requests
 import yaml
 
 from gpulens.core import metrics as m
 from gpulens.core.catalog import MODELS
 from gpulens.core.thresholds import Thresholds
 from gpulens.exporter.sampler import Sampler
-from gpulens.exporter.sources.simulated import SimulatedSource
+from gpulens.exporter.sources.simulated import SimulatedAttribution, SimulatedSource
 from gpulens.simulator import fleet
 from gpulens.simulator.fleet import FleetError, fleet_from_flags, load_fleet
 from gpulens.simulator.workloads import DAY, DAY_SCALE, EVAL_ONLY, PROFILES, duty
@@ -234,6 +237,22 @@ def test_sampler_does_not_invent_time_across_a_gap():
         (
             {"nodes": [{"workloads": [{"profile": "memory_held", "gpus": 0, "image": "vllm/vllm-openai:v0.6.3"}]}]},
             "nodes[0] (sim-node-1).workloads[0].image: a workload without a pod has no image; give it a pod",
+        ),
+        (
+            {"nodes": [{"workloads": [{"profile": "idle", "gpus": 0, "pod": "ml/a", "from": 600, "until": 60}]}]},
+            "nodes[0] (sim-node-1).workloads[0].until: 60 is not after from (600): its pod would never run",
+        ),
+        (
+            {
+                "nodes": [
+                    {"workloads": [{"profile": "idle", "gpus": 0, "pod": "ml/a", "traffic": {"from": 1, "times": 2}}]}
+                ]
+            },
+            "nodes[0] (sim-node-1).workloads[0].traffic: only a vllm_replica's requests are drawn at a rate",
+        ),
+        (
+            {"nodes": [{"workloads": [{"profile": "memory_held", "gpus": 0, "until": 60}]}]},
+            "nodes[0] (sim-node-1).workloads[0]: from and until say when a pod runs; give the workload a pod",
         ),
     ],
 )
@@ -518,3 +537,116 @@ def test_the_simulated_engines_export_what_vllm_and_triton_export():
         "nv_inference_queue_duration_us_total": 1234 * 50,
         "nv_inference_pending_request_count": 3,
     }
+
+
+#: A Deployment scaled from 2 replicas to 1 at 60 simulated seconds, the one left taking 12 times its requests from
+#: then; a notebook culled at 90 s.
+SCALED = {
+    "nodes": [
+        {
+            "name": "n",
+            "gpus": 3,
+            "workloads": [
+                {
+                    "profile": "vllm_replica",
+                    "gpus": [0],
+                    "pod": "serve/chat-6c8f9d7b54-a1b2c",
+                    "owner": "Deployment/chat",
+                    "engine": "vllm",
+                    "traffic": {"from": 60, "times": 12},
+                },
+                {
+                    "profile": "vllm_replica",
+                    "gpus": [1],
+                    "pod": "serve/chat-6c8f9d7b54-d3e4f",
+                    "owner": "Deployment/chat",
+                    "engine": "vllm",
+                    "until": 60,
+                },
+                {
+                    "profile": "idle",
+                    "gpus": [2],
+                    "pod": "research/notebook-gina-0",
+                    "owner": "StatefulSet/notebook-gina",
+                    "until": 90,
+                },
+            ],
+        }
+    ]
+}
+
+
+@pytest.mark.parametrize("speed", [1.0, 5.0])
+def test_a_pod_that_ended_leaves_its_gpu_its_kubelet_and_its_cgroup(speed):
+    """Past its `until`, a pod's GPU runs nothing and no pod holds it: the kubelet's pod-resources answer and
+    cAdvisor no longer name it, however fast the fleet is played."""
+    [node] = load_fleet(SCALED)
+    clock = ManualClock()
+    source = SimulatedSource(node, clock=clock, speed=speed)
+    attribution = SimulatedAttribution(node, source.clock)
+
+    def now() -> tuple[set[str], set[str], set[str]]:
+        sample = source.sample()
+        with_processes = {d.gpu for d in sample.devices if d.processes}
+        held = {pod.pod for _, pod in attribution.state().allocations}
+        lines = source.cadvisor_text()[2].decode().splitlines()
+        measured = {line.split('pod="')[1].split('"')[0] for line in lines if line.startswith("container_cpu_usage")}
+        return with_processes, held, measured
+
+    pods = {"chat-6c8f9d7b54-a1b2c", "chat-6c8f9d7b54-d3e4f", "notebook-gina-0"}
+    assert now() == ({"0", "1", "2"}, pods, pods)
+    clock.now += 75 / speed  # 75 simulated seconds on: the replica scaled away has ended
+    assert now() == ({"0", "2"}, pods - {"chat-6c8f9d7b54-d3e4f"}, pods - {"chat-6c8f9d7b54-d3e4f"})
+    clock.now += 30 / speed  # the notebook culled
+    assert now() == ({"0"}, {"chat-6c8f9d7b54-a1b2c"}, {"chat-6c8f9d7b54-a1b2c"})
+
+
+def test_the_replica_left_takes_the_load_and_queues_past_what_it_decodes_at_once():
+    """A vllm_replica decodes REPLICA_MOST_RUNNING requests at once; past it requests wait. At a request a second
+    (half a request decoding on average) none waits; at twelve (six on average) some do, and its counter
+    counts them at the new rate from the moment it changed."""
+    from gpulens.simulator.workloads import REPLICA_MOST_RUNNING, engine_load
+
+    [node] = load_fleet(SCALED)
+    left = node.gpus[0]
+    left.started = 1_000_000.0
+    before = [engine_load(left, left.started + t, left.started) for t in range(0, 60)]
+    after = [engine_load(left, left.started + t, left.started) for t in range(120, 480)]
+    assert max(e.waiting for e in before) == 0
+    assert max(e.running for e in after) == REPLICA_MOST_RUNNING
+    assert statistics.median(e.waiting for e in after) >= 1
+    assert after[-1].requests == pytest.approx(60 * 1.0 + (479 - 60) * 12.0)
+
+
+def test_the_simulated_cluster_says_each_workloads_replicas_and_only_the_pods_that_run():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from gpulens.demo import SimulatedCluster, engine_path
+
+    nodes = load_fleet(SCALED)
+    cluster = SimulatedCluster(nodes, speed=1.0)
+    try:
+
+        def said(at: float) -> tuple[dict, set]:
+            cluster.started = time.time() - at  # the demo `at` simulated seconds in
+            for g in nodes[0].gpus:
+                g.started = cluster.started
+            families = {f.name: f for f in text_string_to_metric_families(cluster.kube_state_text())}
+            replicas = {
+                (s.labels["namespace"], s.labels.get("deployment") or s.labels["statefulset"]): s.value
+                for name in ("kube_deployment_spec_replicas", "kube_statefulset_replicas")
+                for s in families[name].samples
+            }
+            return replicas, {s.labels["pod"] for s in families["kube_pod_info"].samples}
+
+        assert said(30) == (
+            {("serve", "chat"): 2, ("research", "notebook-gina"): 1},
+            {"chat-6c8f9d7b54-a1b2c", "chat-6c8f9d7b54-d3e4f", "notebook-gina-0"},
+        )
+        assert said(120) == ({("serve", "chat"): 1, ("research", "notebook-gina"): 0}, {"chat-6c8f9d7b54-a1b2c"})
+        url = f"http://{cluster.address}{engine_path('serve', 'chat-6c8f9d7b54-d3e4f')}"
+        assert requests.get(url, timeout=5).status_code == 404  # its engine ended with it
+        url = f"http://{cluster.address}{engine_path('serve', 'chat-6c8f9d7b54-a1b2c')}"
+        assert "vllm:num_requests_waiting" in requests.get(url, timeout=5).text
+    finally:
+        cluster.stop()

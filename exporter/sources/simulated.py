@@ -21,6 +21,9 @@ from gpulens.exporter.sources.base import DeviceSample, NodeSample, ProcessSampl
 from gpulens.simulator.fleet import CPU_LIMIT_CORES, SimNode
 from gpulens.simulator.workloads import PROFILES, Activity, SimGpu
 
+#: The profile of a GPU no pod holds: what a GPU shows once its pod ended.
+UNALLOCATED = "unallocated"
+
 #: Seconds between the simulated driver's utilization samples (NVML: 1/6 s to 1 s by product; data-centre
 #: GPUs sample at the fast end), in simulated time.
 DRIVER_SAMPLE_SECONDS = 1 / 6
@@ -44,6 +47,8 @@ class SimulatedSource(Source):
         self.speed = speed
         self._real_clock = clock
         self._started = clock()
+        for g in node.gpus:  # the fleet's pods run, and their traffic changes, counted from now
+            g.started = self._started
         self._last: float | None = None
         self._sampled_until: float | None = None  # simulated time of the last driver sample taken
         # Cumulative hardware counters the simulator integrates from rates, per GPU index.
@@ -69,13 +74,15 @@ class SimulatedSource(Source):
         sample_times = self._driver_sample_times(now)
         devices = []
         for g in self.node.gpus:
-            activity = PROFILES[g.profile](g, now, window)
-            if g.pod is not None and g.role == 0:
+            running = g.running(now)
+            profile = g.profile if running or g.pod is None else UNALLOCATED  # a pod that ended leaves its GPU
+            activity = PROFILES[profile](g, now, window)
+            if running and g.pod is not None and g.role == 0:
                 self._cpu_seconds[g.pod] += activity.cpu_fraction * CPU_LIMIT_CORES * elapsed / self.speed
             device = self._device(g, activity, elapsed)
             if device.up:
                 device.activity_samples = [
-                    (self._real_time(t), round(PROFILES[g.profile](g, t, DRIVER_SAMPLE_SECONDS).busy, 2))
+                    (self._real_time(t), round(PROFILES[profile](g, t, DRIVER_SAMPLE_SECONDS).busy, 2))
                     for t in sample_times
                 ]
                 for process in device.processes:
@@ -196,9 +203,12 @@ class SimulatedSource(Source):
             "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed in seconds.",
             "# TYPE container_cpu_usage_seconds_total counter",
         ]
+        now = self.clock()
+        running = {g.pod for g in self.node.gpus if g.role == 0 and g.running(now)}
         series = [
             (pod, f'container="{pod.container}",namespace="{pod.namespace}",pod="{pod.pod}"')
             for pod in self._cpu_seconds
+            if pod in running  # a pod that ended has no container left to measure
         ]
         lines += [
             f"container_cpu_usage_seconds_total{{{labels}}} {self._cpu_seconds[pod]:.3f}" for pod, labels in series
@@ -213,16 +223,23 @@ class SimulatedSource(Source):
 
 
 class SimulatedAttribution(Attribution):
-    """Plays the kubelet of a simulated node: the pods of the fleet file hold their GPUs."""
+    """Plays the kubelet of a simulated node: the pods of the fleet file hold their GPUs while they run
+    (`clock`: the simulated time, SimulatedSource.clock; without one, every pod runs)."""
 
     name = "kubelet"
 
-    def __init__(self, node: SimNode):
-        allocations = tuple((DeviceRef(uuid=g.uuid), g.pod) for g in node.gpus if g.pod is not None)
-        self._state = AttributionState(True, allocations, 0, CollectorStatus(True, 0.0, 0))
+    def __init__(self, node: SimNode, clock: Callable[[], float] | None = None):
+        self.node = node
+        self._clock = clock
 
     def state(self) -> AttributionState:
-        return self._state
+        now = self._clock() if self._clock is not None else None
+        allocations = tuple(
+            (DeviceRef(uuid=g.uuid), g.pod)
+            for g in self.node.gpus
+            if g.pod is not None and (now is None or g.running(now))
+        )
+        return AttributionState(True, allocations, 0, CollectorStatus(True, 0.0, 0))
 
     def process_pod(self, pid: int) -> tuple[PodRef | None, str]:
         return None, ""  # the simulated source puts its processes in their pods itself

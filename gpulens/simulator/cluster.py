@@ -117,9 +117,15 @@ def _labels(pairs: dict[str, str]) -> str:
     return "{" + ",".join(f'{k}="{_escaped(v)}"' for k, v in pairs.items()) + "}"
 
 
-def kube_state_metrics(pods: list[SimPod], nodes: list[SimNodeInfo] | None = None, created: float = 0.0) -> str:
+def kube_state_metrics(
+    pods: list[SimPod],
+    nodes: list[SimNodeInfo] | None = None,
+    created: float = 0.0,
+    replicas: dict[tuple[str, str, str], int] | None = None,
+) -> str:
     """kube-state-metrics' exposition (text format 0.0.4) of `pods`, their ReplicaSets' and Jobs' owners, and
-    of the GPU `nodes`; every pod created at unix time `created`."""
+    of the GPU `nodes`; every pod created at unix time `created`; and each Deployment's and StatefulSet's
+    `replicas` ((namespace, kind, name) -> replicas its spec asks), where given."""
     families: dict[str, list[str]] = {}
 
     def add(family: str, labels: dict[str, str], value: float = 1) -> None:
@@ -173,6 +179,11 @@ def kube_state_metrics(pods: list[SimPod], nodes: list[SimNodeInfo] | None = Non
                 **({"nodeselector_" + label_name(PRODUCT_LABEL)[6:]: p.product} if p.product else {}),
             }
             add("kube_pod_nodeselectors", {**ids, **selectors})
+    for (namespace, kind, name), count in sorted((replicas or {}).items()):
+        if kind == "Deployment":
+            add("kube_deployment_spec_replicas", {"namespace": namespace, "deployment": name}, count)
+        elif kind == "StatefulSet":
+            add("kube_statefulset_replicas", {"namespace": namespace, "statefulset": name}, count)
     lines = []
     for family, series in families.items():
         lines.append(f"# TYPE {family} gauge")

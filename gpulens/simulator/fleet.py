@@ -7,6 +7,7 @@ analyzer prices.
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from dataclasses import dataclass, field, replace
@@ -15,7 +16,7 @@ from pathlib import Path
 from gpulens.core.catalog import MODELS
 from gpulens.core.config import ConfigError, read_yaml
 from gpulens.core.pods import PodRef
-from gpulens.core.schema import Flag, Integer, Invalid, ListOf, MapOf, Record, Text
+from gpulens.core.schema import Flag, Integer, Invalid, ListOf, MapOf, Number, Record, Text
 from gpulens.simulator.cluster import SimNodeInfo, SimPod, gfd_product, owner_problem
 from gpulens.simulator.engines import ENGINES
 
@@ -88,6 +89,17 @@ FLEET_SCHEMA = Record(
                                 "labels": MapOf(Text()),
                                 "image": Text(valid=bool, what="an image reference"),
                                 "engine": Text(choices=ENGINES),
+                                # When its pod runs, in simulated seconds after the fleet starts.
+                                "from": Number(low=0, noun="seconds after the fleet starts"),
+                                "until": Number(low=0, noun="seconds after the fleet starts"),
+                                # Its engine's requests `times` as fast from `from` seconds on.
+                                "traffic": Record(
+                                    {
+                                        "from": Number(low=0, noun="seconds after the fleet starts"),
+                                        "times": Number(low=0, noun="a factor of its requests"),
+                                    },
+                                    required=("from", "times"),
+                                ),
                             },
                             required=("profile",),
                         )
@@ -133,6 +145,7 @@ def load_fleet(config: object, default_seed: int = 0) -> Fleet:
         count = node.get("gpus", 8)
         profiling = node.get("profiling", True)
         assigned: dict[int, tuple[str, PodRef | None, int, str]] = {}
+        lifetimes: dict[int, dict] = {}
         pods: list[SimPod] = []
         for w, workload in enumerate(node.get("workloads", [])):
             profile = workload["profile"]
@@ -148,6 +161,7 @@ def load_fleet(config: object, default_seed: int = 0) -> Fleet:
                 # Replicas of one controller, on any node, run one engine configuration.
                 config = f"{seed}:{ref.namespace}/{owner}" if ref and owner else ""
                 assigned[index] = (profile, ref, role, config)
+                lifetimes[index] = _lifetime(workload, f"{where}.workloads[{w}]")
             spec = _sim_pod(workload, name, f"{where}.workloads[{w}]")
             if spec and all((q.namespace, q.pod) != (spec.namespace, spec.pod) for q in pods):
                 pods.append(spec)
@@ -176,6 +190,7 @@ def load_fleet(config: object, default_seed: int = 0) -> Fleet:
                     base_pid=10000 + 1000 * index + rng.randrange(500),
                     params=profile_params(profile, rng),
                     engine_config=config,
+                    **lifetimes.get(index, {}),
                 )
             )
         nodes.append(SimNode(name, gpus, pods, node.get("pool", "")))
@@ -186,6 +201,22 @@ def load_fleet(config: object, default_seed: int = 0) -> Fleet:
         product = gfd_product(MODELS[waiting["model"]].name) if "model" in waiting else ""
         pending.append(replace(spec, gpus=waiting["gpus"], pool=waiting.get("pool", ""), product=product))
     return Fleet(nodes, pending)
+
+
+def _lifetime(workload: dict, where: str) -> dict:
+    """SimGpu's `runs` and traffic fields from a workload's `from`, `until` and `traffic`; FleetError where
+    they cannot hold."""
+    runs = (float(workload.get("from", 0.0)), float(workload.get("until", math.inf)))
+    if runs[0] >= runs[1]:
+        raise FleetError(f"{where}.until: {runs[1]:g} is not after from ({runs[0]:g}): its pod would never run")
+    if ("from" in workload or "until" in workload) and "pod" not in workload:
+        raise FleetError(f"{where}: from and until say when a pod runs; give the workload a pod")
+    out: dict = {"runs": runs}
+    if "traffic" in workload:
+        if workload["profile"] != "vllm_replica":
+            raise FleetError(f"{where}.traffic: only a vllm_replica's requests are drawn at a rate; use that profile")
+        out |= {"traffic_at": float(workload["traffic"]["from"]), "traffic_times": float(workload["traffic"]["times"])}
+    return out
 
 
 def _sim_pod(workload: dict, node: str, where: str) -> SimPod | None:

@@ -145,6 +145,24 @@ class SimGpu:
     engine_config: str = ""
     #: Busy intervals of day-scale profiles, by day number, generated on first use.
     schedules: dict[int, Schedule] = field(default_factory=dict)
+    #: When its pod runs, in simulated seconds after `started` (a fleet file's `from` and `until`): a replica
+    #: scaled away, a notebook culled, a job's next run on other GPUs. Outside, the GPU holds no pod.
+    runs: tuple[float, float] = (0.0, math.inf)
+    #: Its engine's requests come `times` as fast from `at` seconds after `started` on (a fleet file's
+    #: `traffic`: the load of replicas scaled away, taken by those left).
+    traffic_at: float = math.inf
+    traffic_times: float = 1.0
+    #: Unix seconds (simulated) the fleet started: what `runs` and `traffic_at` count from. Set by what plays
+    #: the fleet (the simulated exporter, the simulated cluster); 0 counts from 1970, when every pod runs.
+    started: float = 0.0
+
+    def running(self, t: float) -> bool:
+        """Whether its pod runs at `t` (simulated unix seconds)."""
+        return self.pod is not None and self.runs[0] <= t - self.started < self.runs[1]
+
+    def requests_per_second(self, t: float, base: float) -> float:
+        """Its engine's arrival rate at `t`: `base`, times its traffic factor from when it applies."""
+        return base * (self.traffic_times if t - self.started >= self.traffic_at else 1.0)
 
     def connection(self, other: SimGpu) -> tuple[str, str]:
         """How this GPU reaches `other` on their node: (PCIe common ancestor, P2P path), as NVML names them
@@ -482,12 +500,17 @@ def engine_load(g: SimGpu, t: float, since: float) -> EngineLoad:
             LIGHT_REQUEST_SECONDS,
         )
     if g.profile == "vllm_replica":
-        running = sum(1 for arrival, finish in _replica_requests(g, t, t) if arrival <= t < finish)
+        # Requests past REPLICA_MOST_RUNNING wait in its queue (vLLM's scheduler admits no more at once).
+        present = sum(1 for arrival, finish in _replica_requests(g, t, t) if arrival <= t < finish)
+        running, waiting = min(present, REPLICA_MOST_RUNNING), max(0, present - REPLICA_MOST_RUNNING)
         # The counter: the requests expected by then (the arrival rate x the time), as llm_serving counts them.
-        finished = max(0.0, (t - since) * REPLICA_REQUESTS_PER_SECOND)
+        switch = min(max(g.started + g.traffic_at, since), t)
+        finished = max(0.0, (switch - since) * REPLICA_REQUESTS_PER_SECOND) + max(
+            0.0, (t - switch) * g.requests_per_second(t, REPLICA_REQUESTS_PER_SECOND)
+        )
         return EngineLoad(
             running,
-            0,
+            waiting,
             0.03 * running,  # a short chat turn's KV blocks: 3% of a cache of 60 GB
             finished,
             finished * REPLICA_PROMPT_TOKENS,
@@ -790,6 +813,8 @@ def _light_inference(g: SimGpu, t: float, w: float) -> Activity:
 #: steady period: 28% of bursts within 1.5x of the previous period over an hour, above the analyzer's
 #: starvation_steady_share (50%) in under 1% of its minute-long windows.
 REPLICA_REQUESTS_PER_SECOND, REPLICA_REQUEST_SECONDS, REPLICA_LONGEST_SECONDS = 1.0, 0.5, 4.0
+#: Requests a vllm_replica decodes at once; more wait in its queue (a small max_num_seqs: a large model's).
+REPLICA_MOST_RUNNING = 4
 #: Tokens of a vllm_replica request (a short chat turn).
 REPLICA_PROMPT_TOKENS, REPLICA_OUTPUT_TOKENS = 300.0, 40.0
 
@@ -801,7 +826,8 @@ def _replica_requests(g: SimGpu, start: float, end: float) -> list[tuple[float, 
     requests = []
     for second in range(math.floor(start - REPLICA_LONGEST_SECONDS), math.floor(end) + 1):
         rng = random.Random(f"{g.seed}:{g.index}:requests:{second}")
-        arrivals = sorted(second + rng.random() for _ in range(_poisson(rng, REPLICA_REQUESTS_PER_SECOND)))
+        rate = g.requests_per_second(second, REPLICA_REQUESTS_PER_SECOND)
+        arrivals = sorted(second + rng.random() for _ in range(_poisson(rng, rate)))
         for arrival in arrivals:
             finish = arrival + min(rng.expovariate(1 / REPLICA_REQUEST_SECONDS), REPLICA_LONGEST_SECONDS)
             if finish > start and arrival < end:
