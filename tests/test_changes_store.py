@@ -523,6 +523,7 @@ def test_the_live_analyzer_serves_each_workloads_latest_change_and_its_outcome(w
     """The live analyzer, cycling through the eight hours from the same store, serves each workload's latest
     change as metrics (when, its outcome, its saving a day) and in full at /api/v1/changes."""
     from gpulens.analyzer.inputs.live import PrometheusInput
+    from gpulens.analyzer.outputs.livepage import LivePage
     from gpulens.analyzer.outputs.service import AnalyzerService
 
     now = [START + 600]
@@ -564,3 +565,10 @@ def test_the_live_analyzer_serves_each_workloads_latest_change_and_its_outcome(w
     status, _, body = service.changes_json()
     chat = [c for c in json.loads(body)["changes"] if c["workload"] == "serve/Deployment/chat"]
     assert status == 200 and chat[0]["reason"].startswith("regressed: requests waiting rose to a median of 8")
+    # Its page shows them, regressions first, as a report's HTML does.
+    page = LivePage(service).page()[2].decode()
+    shown = page[page.index("<div id=changes>") : page.index("<div id=waste>")]
+    assert re.findall(r"<tr class='(\w+)'><td>([^<]+)<", shown)[:2] == [
+        ("regressed", "serve/Deployment/chat"),
+        ("regressed", "research/StatefulSet/notebook-amy"),
+    ]

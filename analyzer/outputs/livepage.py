@@ -96,6 +96,7 @@ class LivePage:
             "<p class=small id=error role=status></p>",
             f"<div id=summary>{snap.sections['summary']}</div>",
             f"<div id=cluster>{snap.sections['cluster']}</div>",
+            f"<div id=changes>{snap.sections['changes']}</div>",
             f"<div id=waste>{snap.sections['waste']}</div>",
             f"<h2>Pods and GPUs</h2><div class=small id=listed>{snap.sections['listed']}</div>",
             report.pod_table("".join(snap.rows[unit] for unit in snap.order)),
@@ -164,6 +165,13 @@ class LivePage:
                 else "<h2>The cluster's share: GPUs free while pods waited</h2><p class=small>None to show: no pod "
                 "asked for a GPU in the window, or kube-state-metrics is not read (it is read from the Prometheus "
                 "an analyzer reads, --input.prometheus).</p>"
+            ),
+            "changes": (
+                report.changes_section(view.changes)
+                if view.changes
+                else "<h2>What changed</h2><p class=small>None to show: no GPU workload changed in the history "
+                "kept, or kube-state-metrics is not read (it is read from the Prometheus an analyzer reads, "
+                "--input.prometheus). Each change and what became of it: docs/changes.md.</p>"
             ),
             "waste": report.waste_tables(over_history),
             "listed": (
