@@ -315,6 +315,9 @@ class Stack:
     scrape_interval: float = 2.0  # 60 samples in the analyzer's window: min_samples is 30
     window: float = 120.0
     interval: float = 10.0
+    #: The analyzer's history: half an hour of the demo (two and a half simulated), in bins of 5 s, so that the
+    #: minute-long windows its changes are judged over are drawn from several bins, not from one of a day's.
+    history: float = 1800.0
     with_prometheus: bool = True
     #: A Grafana with gpulens' dashboards the alerts link to; "": they link to the analyzer's page.
     grafana_url: str = ""
@@ -401,6 +404,8 @@ class Stack:
                 f"{self.window:g}",
                 "--analysis.interval",
                 f"{self.interval:g}",
+                "--analysis.history",
+                f"{self.history:g}",
             ],
             "/metrics",
         )

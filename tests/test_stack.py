@@ -33,6 +33,9 @@ alert_memory_held_for: 20s
 alert_nvlink_for: 20s
 alert_target_down_for: 30s
 throttle_seconds: 20
+change_settle_seconds: 10
+change_window_min_seconds: 30
+change_judge_seconds: 10
 """
 
 #: (alert, subject) for every simulated problem: pods by namespace/name, GPUs by node/index.
@@ -108,6 +111,8 @@ def firing_alerts(stack) -> set[tuple[str, str]]:
         labels = a["labels"]
         if labels.get("pod"):
             subject = f"{labels['namespace']}/{labels['pod']}"
+        elif "owner" in labels:  # a workload's change
+            subject = labels["owner"]
         elif "pool" in labels:
             subject = f"pool {labels['pool']} {labels['gpu_model']}"
         else:
@@ -165,7 +170,7 @@ def test_the_analyzer_names_each_pods_workload_from_the_simulated_kube_state_met
         w["pod"]: tuple(w["owner"].split("/")) if "owner" in w else ("Pod", w["pod"].split("/")[1])
         for node in fleet["nodes"]
         for w in node["workloads"]
-        if "pod" in w
+        if "pod" in w and "until" not in w  # a pod that ended has left the analyzer's window
     }
     eventually(lambda: workloads(stack), expected, 240, "the pods' workloads")
 

@@ -429,6 +429,8 @@ class PrometheusInput:
         self._owner_reader = OwnerReader(self.store, team_label, rules, kube_state)
         self._owners: dict[PodKey, Owner] = {}
         self._owners_read_at = -math.inf
+        #: The controller of each pod a read named one for, the most recent last, at most MAX_UNITS of them.
+        self._controllers: collections.OrderedDict[PodKey, Owner] = collections.OrderedDict()
         self._engines: dict[PodKey, EngineLoad] = {}
         self._engines_read_at = -math.inf
         self._engines_read_for: set[PodKey] = set()  # the pods judged when they were last read
@@ -520,11 +522,15 @@ class PrometheusInput:
         try:
             before = self.store.read_bytes
             read = self._owner_reader.read(pods, self.clock(), self.window)
-            known = self._owners
-            self._owners = {
-                pod: known[pod] if owner.kind == "Pod" and known.get(pod, owner).kind != "Pod" else owner
-                for pod, owner in read.items()
-            }
+            for pod, owner in read.items():
+                if owner.kind != "Pod":
+                    self._controllers[pod] = owner
+                    self._controllers.move_to_end(pod)
+                elif pod in self._controllers:  # its series are gone, its controller is not
+                    read[pod] = self._controllers[pod]
+            while len(self._controllers) > fr.MAX_UNITS:
+                self._controllers.popitem(last=False)
+            self._owners = read
             self._status.read_bytes += self.store.read_bytes - before
         except (StoreError, KeyError, TypeError) as e:
             log.warning("cannot read the pods' owners from kube-state-metrics, keeping the last ones: %s", e)

@@ -147,11 +147,6 @@ class HistoryView:
     changes: list[Outcome] = field(default_factory=list)
 
 
-#: How often the service judges the workloads' changes again: each judgement reads kube-state-metrics' history
-#: and two windows of each serving workload's engine, which move by minutes, not by cycles.
-CHANGES_REFRESH_SECONDS = 300.0
-
-
 class AnalyzerService:
     #: Liveness fails after this many intervals without a cycle ending.
     LIVENESS_INTERVALS = 5
@@ -197,7 +192,7 @@ class AnalyzerService:
         self._view: HistoryView | None = None
         #: The input's last reading of the cluster and its share, judged once for each reading.
         self._cluster: tuple[ClusterReading | None, Scheduling | None] = (None, None)
-        #: The changes over the history and what became of them, judged every CHANGES_REFRESH_SECONDS
+        #: The changes over the history and what became of them, judged every change_judge_seconds
         #: (time.monotonic() when last): each reads the engines' health of two windows a change.
         self._changes: list[Outcome] = []
         self._changes_at = -math.inf
@@ -482,9 +477,9 @@ class AnalyzerService:
 
     def _changes_over(self, verdicts: list[Verdict]) -> list[Outcome]:
         """The changes the workloads of `verdicts` went through over the history and what became of each
-        (docs/changes.md), judged anew every CHANGES_REFRESH_SECONDS; the last ones where a read fails, and
+        (docs/changes.md), judged anew every change_judge_seconds; the last ones where a read fails, and
         while the input fails (its failure is said once already: the store is not asked again for this)."""
-        if time.monotonic() - self._changes_at < CHANGES_REFRESH_SECONDS or self.stale():
+        if time.monotonic() - self._changes_at < self.thresholds.change_judge_seconds or self.stale():
             return self._changes
         self._changes_at = time.monotonic()
         reading = self.source.workloads(self.history_seconds)

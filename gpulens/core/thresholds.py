@@ -243,6 +243,10 @@ class Thresholds:
     #: Windows at least this long are trusted as a day's pattern: shorter ones cap a change's confidence at
     #: plan_short_confidence. (proposal: a day, one cycle of serving load and working hours)
     change_window_trusted_seconds: float = 86400.0
+    #: The live analyzer judges the changes over its history again this often: each judgement reads
+    #: kube-state-metrics' history and two windows of each serving workload's engine, which move by minutes,
+    #: not by cycles. (proposal: 5 minutes, kube-state-metrics' pace and the dashboards')
+    change_judge_seconds: float = 300.0
     # --- the cluster: waits, pools and quotas (analyzer/judging/scheduling.py) ---------------------------------------
     #: A GPU pod waits this long for a node before a report names it: shorter waits are the scheduler's own
     #: latency and a node autoscaler's scale-up. (proposal: 5 minutes, half kubernetes-mixin's KubePodNotReady)
