@@ -917,31 +917,29 @@ def _changes(
     """The changes the workloads of `verdicts` (those whose pods held GPUs) went through over `span` (start, end,
     step: unix seconds), from kube-state-metrics' series in a store or recorded, and what became of each: its
     figures before and after from `use`, and from a store its engine's health and gpulens' plan before it
-    (docs/changes.md); none, said, where the store fails to say."""
+    (docs/changes.md); none, said, where the store fails to say. None where the output shows none (a CSV of
+    the pods, the waste or the cluster), so that its store is not asked for them."""
     from functools import partial
 
     from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
     from gpulens.analyzer.inputs.engines import read_workload_health
     from gpulens.analyzer.inputs.proposals import read_proposal
     from gpulens.analyzer.inputs.store import Store, StoreError
-    from gpulens.analyzer.judging.changes import changes, held_changes
-    from gpulens.analyzer.outputs.outcomes import outcomes, spells
+    from gpulens.analyzer.outputs.outcomes import over_span
 
+    if args.format == "csv" and args.by not in ("change", "plan"):
+        return None  # not shown: the plan's CSV says which actions are done, the changes' CSV is them
     try:
         reader = ClusterReader(source, "", _mixin(args, thresholds).kube_state_metrics)
-        held = {v.workload for v in verdicts if v.pod}
-        settle = thresholds.change_settle_seconds
-        found = changes(reader.workloads(*judged_grid(*span)), settle, held)
-        found += held_changes(spells(verdicts, use), settle, span[1], {c.workload for c in found})
-        found.sort(key=lambda c: (c.start, c.workload, c.what))
+        history = reader.workloads(*judged_grid(*span))
         if not isinstance(source, Store):
-            return outcomes(found, verdicts, use, span, thresholds, prices)
+            return over_span(history, verdicts, use, span, thresholds, prices)
         percentile = thresholds.plan_load_percentile
 
         def health(namespace: str, pods: list[str], start: float, end: float) -> Health | None:
             return read_workload_health(source, namespace, pods, start, end, span[2], percentile)
 
-        return outcomes(found, verdicts, use, span, thresholds, prices, health, partial(read_proposal, source))
+        return over_span(history, verdicts, use, span, thresholds, prices, health, partial(read_proposal, source))
     except StoreError as e:
         print(f"gpulens report: warning: the workloads' changes are left out: {e}", file=sys.stderr)
         return []

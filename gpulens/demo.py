@@ -194,8 +194,12 @@ class SimulatedCluster:
         self.pods = [pod for node in nodes for pod in node.pods]
         self.waiting = list(getattr(nodes, "pending", []))  # a Fleet's pods waiting for a node
         self.started, self.speed = time.time(), speed
+        #: Each pod's GPUs: it runs while one of them does.
+        self.gpus_of: dict[tuple[str, str], list[SimGpu]] = {}
         for gpu in (g for node in nodes for g in node.gpus):  # its pods run, and their traffic changes, from now
             gpu.started = self.started
+            if gpu.pod is not None:
+                self.gpus_of.setdefault((gpu.pod.namespace, gpu.pod.pod), []).append(gpu)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_Cluster(self))
         first_gpus = {(g.pod.namespace, g.pod.pod): g for node in nodes for g in node.gpus if g.pod and g.role == 0}
@@ -219,12 +223,7 @@ class SimulatedCluster:
 
     def running(self, now: float) -> list[SimPod]:
         """The fleet's pods that run at `now` (a pod whose GPUs ended, scaled away or culled, is gone)."""
-        gpus: dict[tuple[str, str], list[SimGpu]] = {}
-        for node in self.nodes:
-            for g in node.gpus:
-                if g.pod is not None:
-                    gpus.setdefault((g.pod.namespace, g.pod.pod), []).append(g)
-        return [p for p in self.pods if any(g.running(now) for g in gpus.get((p.namespace, p.pod), []))]
+        return [p for p in self.pods if any(g.running(now) for g in self.gpus_of.get((p.namespace, p.pod), []))]
 
     def kube_state_text(self) -> str:
         """kube-state-metrics' exposition now: the pods that run, those waiting, the nodes, and each

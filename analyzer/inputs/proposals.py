@@ -25,7 +25,7 @@ class Proposal:
     gpus_after: float
     #: USD a month (30 days) it said the action saves; NaN where its history was too short to project one.
     saving_usd_per_30d: float
-    #: Where it was read: the series and the time (unix seconds) it was read at.
+    #: Where it was read: the series, and how far back from the change they were looked for.
     source: str
 
 

@@ -18,9 +18,10 @@ from typing import Literal
 
 import numpy as np
 
+from gpulens.analyzer.inputs.cluster import WorkloadHistory
 from gpulens.analyzer.inputs.engines import LATENCY_QUANTILE, Health, Spread
 from gpulens.analyzer.inputs.proposals import Proposal
-from gpulens.analyzer.judging.changes import Change, PodSpell
+from gpulens.analyzer.judging.changes import Change, PodSpell, changes, held_changes
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.outputs.plan import MONTH_HOURS, Action, Use
@@ -222,6 +223,26 @@ def _profile(
     return tuple(out)
 
 
+def over_span(
+    history: WorkloadHistory,
+    verdicts: Sequence[Verdict],
+    use: Use,
+    span: tuple[float, float, float],
+    t: Thresholds,
+    prices: dict[str, float],
+    health: HealthReader | None = None,
+    proposals: Callable[[str, float, float], Proposal | None] | None = None,
+) -> list[Outcome]:
+    """Every change the workloads of `verdicts` (those whose pods held GPUs) went through over `span` (start, end,
+    step: unix seconds), found in kube-state-metrics' `history` and in the GPUs their pods held (`use`), in time
+    order, and what became of each (outcomes())."""
+    held = {v.workload for v in verdicts if v.pod}
+    found = changes(history, t.change_settle_seconds, held)
+    found += held_changes(spells(verdicts, use), t.change_settle_seconds, span[1], {c.workload for c in found})
+    found.sort(key=lambda c: (c.start, c.workload, c.what))
+    return outcomes(found, verdicts, use, span, t, prices, health, proposals)
+
+
 def outcomes(
     changes: Sequence[Change],
     verdicts: Sequence[Verdict],
@@ -378,10 +399,12 @@ def _measured(
     change: Change,
     health: HealthReader | None,
 ) -> Footing:
-    """The footing of the units over a window, with its engine's health where it is read."""
+    """The footing of the units over a window, with its engine's health where it is read: of a workload whose pods
+    run a serving engine (their image's, or one whose metrics the report read), not asked of the others."""
     found = footing(units, use, step, start, end, prices)
     pods = [v.pod for v in units]
-    counted = health(change.namespace, pods, start, end) if health is not None and pods else None
+    serves = any(v.engine or v.engine_load is not None for v in units)
+    counted = health(change.namespace, pods, start, end) if health is not None and serves else None
     if counted is None:
         return found
     return replace(found, requests_per_day=counted.requests / ((end - start) / DAY), health=counted)

@@ -36,13 +36,11 @@ from gpulens.analyzer.inputs.engines import EngineLoad, Health
 from gpulens.analyzer.inputs.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.inputs.live import AnalyzerInput, InputError
 from gpulens.analyzer.inputs.store import StoreError
-from gpulens.analyzer.judging.changes import changes as find_changes
-from gpulens.analyzer.judging.changes import held_changes
 from gpulens.analyzer.judging.classify import Verdict, classify
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.history import Ledger, with_owners, with_workload
 from gpulens.analyzer.judging.scheduling import Scheduling, judge_reading
-from gpulens.analyzer.outputs.outcomes import Outcome, mark_done, outcomes, spells
+from gpulens.analyzer.outputs.outcomes import Outcome, mark_done, over_span
 from gpulens.analyzer.outputs.plan import Plan, Use, make_plan, sized
 from gpulens.analyzer.outputs.timelines import RollingTimelines, unit_samples
 from gpulens.core import metrics as m
@@ -486,19 +484,15 @@ class AnalyzerService:
         if reading is None:
             return self._changes
         t = self.thresholds
-        held = {v.workload for v in verdicts if v.pod}
-        found = find_changes(reading.history, t.change_settle_seconds, held)
-        found += held_changes(
-            spells(verdicts, self.use), t.change_settle_seconds, reading.end, {c.workload for c in found}
-        )
-        found.sort(key=lambda c: (c.start, c.workload, c.what))
 
         def health(namespace: str, pods: list[str], start: float, end: float) -> Health | None:
             return self.source.workload_health(namespace, pods, start, end, t.plan_load_percentile)
 
         span = (reading.start, reading.end, reading.sample_step)
         try:
-            self._changes = outcomes(found, verdicts, self.use, span, t, self.prices, health, self.source.proposal)
+            self._changes = over_span(
+                reading.history, verdicts, self.use, span, t, self.prices, health, self.source.proposal
+            )
         except StoreError as e:
             log.warning("cannot judge the workloads' changes, keeping the last: %s", e)
         return self._changes
