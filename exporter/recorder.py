@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Sequence
 
+from gpulens.core import catalog
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
 from gpulens.core.activity import Totals
@@ -110,7 +111,12 @@ class Recorder:
             if not d.up:
                 continue
             row: dict[str, object] = dict.fromkeys(tr.ALL_COLUMNS, "")
-            row.update(timestamp=f"{now:.3f}", gpu=d.uuid, node=self.node, gpu_model=d.model)
+            row.update(
+                timestamp=f"{now:.3f}",
+                gpu=d.uuid,
+                node=self.node,
+                gpu_model=catalog.device_name(d.model, d.mig_profile),
+            )
             holders = (pods or {}).get(d.uuid) or [p.pod for p in d.processes if p.pod]
             if holders:
                 row.update(namespace=holders[0].namespace, pod=holders[0].pod, container=holders[0].container)

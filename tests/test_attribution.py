@@ -324,6 +324,29 @@ def pod_info(parsed):
 
 
 @pytest.mark.slow
+def test_the_analyzer_judges_each_mig_instance_in_its_pod_and_not_the_gpu_that_holds_them(attributed_exporter):
+    """Read by the analyzer from the exporter over HTTP: each MIG instance is a unit in its pod, named as NVML
+    names it ("<GPU> MIG 1g.20gb", what its cost and size follow: catalog.gpu_share_of); the A100 in MIG mode
+    that holds them, with board readings and no activity, is no unit of its own."""
+    from gpulens.analyzer.inputs.live import ExporterInput
+
+    gpus, _, _, url = attributed_exporter
+    a100 = gpus[2]
+    source = ExporterInput([("node-1", url + "/metrics")])
+    try:
+        source.poll()
+        frame = source.window_frame()
+    finally:
+        source.close()
+    units = frame.drop_duplicates("gpu").set_index("gpu")
+    assert a100["uuid"] not in units.index
+    for i, pod in enumerate(("mig-a-0", "mig-b-0", "mig-c-0")):
+        instance = units.loc[a100_mig_uuid(a100, i)]
+        assert (instance["gpu_model"], instance["pod"]) == (a100[f"mig{i}.name"], pod)
+    assert a100["mig0.name"] == f"{a100['name']} MIG 1g.20gb"
+
+
+@pytest.mark.slow
 def test_every_gpu_instance_and_process_is_in_its_pod(attributed_exporter):
     gpus, kubelet, exporter, url = attributed_exporter
     parsed = scrape(url)

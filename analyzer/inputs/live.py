@@ -42,8 +42,8 @@ from gpulens.analyzer.inputs.store import (
     StoreError,
     read_answer,
 )
+from gpulens.core import catalog, mixin
 from gpulens.core import metrics as m
-from gpulens.core import mixin
 from gpulens.core import trace as tr
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND, Totals
 from gpulens.core.config import ConfigError, redact
@@ -256,6 +256,7 @@ class ExporterInput:
         reports_clock_events: set[str] = set()  # devices with clock-event series: no bit set means 0
         shape: dict[str, dict[str, float]] = {}  # the activity histogram's totals, by uuid
         xids: dict[str, dict[str, float]] = {}  # XID counts by uuid and code
+        mig_parents: set[str] = set()  # GPUs in MIG mode: their instances are the units (SeriesReader.frame)
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 uuid = s.labels.get("uuid")
@@ -282,7 +283,9 @@ class ExporterInput:
                             s.labels["reason"], 0
                         )
                 elif s.name == m.GPU_INFO.name:
-                    row["gpu_model"] = s.labels.get("model", "")
+                    row["gpu_model"] = catalog.device_name(s.labels.get("model", ""), s.labels.get("mig_profile", ""))
+                    if s.labels.get("mig_mode") == "enabled":
+                        mig_parents.add(uuid)
                 elif s.name == m.GPU_POD_INFO.name:
                     pods[uuid] = {column: s.labels.get(column, "") for column in ("namespace", "pod", "container")}
                 elif s.name == m.TOPOLOGY.name:
@@ -308,7 +311,7 @@ class ExporterInput:
             for column, group in groups.items():
                 if uuid in group:
                     row[column] = group[uuid]
-        return [row for row in devices.values() if len(row) > 3]
+        return [row for uuid, row in devices.items() if len(row) > 3 and uuid not in mig_parents]
 
     def _rate(self, row: dict, column: str, key: tuple, value: float, now: float) -> None:
         """The per-second rate of a counter since its previous scrape; nothing on the first, or after a reset."""

@@ -34,8 +34,8 @@ import pandas as pd
 
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.inputs.store import Store, counted_times, series_key, series_points
+from gpulens.core import catalog, mixin
 from gpulens.core import metrics as m
-from gpulens.core import mixin
 from gpulens.core import trace as tr
 from gpulens.core.activity import HIGH_BOUND, IDLE_BOUND, LOW_BOUND
 from gpulens.core.topology import GROUPS
@@ -444,6 +444,9 @@ class Hardware:
     models: dict[Key, str] = field(default_factory=dict)
     nodes: dict[Key, str] = field(default_factory=dict)
     groups: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The GPUs in MIG mode (gpu_info's mig_mode "enabled"): their instances are the units, each with its own
+    #: rows; the GPU's own rows (power, clocks, no activity: NVML has none for it) are none.
+    mig_parents: frozenset[Key] = frozenset()
 
 
 @dataclass
@@ -1117,7 +1120,7 @@ class SeriesReader:
             # A MIG instance as NVML names it ("<GPU> MIG 3g.40gb"): dcgm-exporter gives its parent's model and
             # its profile apart, and what it costs follows the profile (catalog.gpu_share_of).
             profile = labels.get("GPU_I_PROFILE", "") if labels.get("GPU_I_ID") else ""
-            window.dcgm.models[row] = labels.get("modelName", "") + (f" MIG {profile}" if profile else "")
+            window.dcgm.models[row] = catalog.device_name(labels.get("modelName", ""), profile)
             node = next((labels[n] for n in mixin.DCGM_NODE_LABELS if labels.get(n)), "")
             window.dcgm.nodes[row] = node or row[0]
         return row
@@ -1144,9 +1147,14 @@ class SeriesReader:
             if {"uuid", "peer_uuid", "level"} <= r["metric"].keys()
         ]
         hardware = Hardware(
-            {k: labels.get("model", "") for k, labels in info.items() if k is not None},
+            {
+                k: catalog.device_name(labels.get("model", ""), labels.get("mig_profile", ""))
+                for k, labels in info.items()
+                if k is not None
+            },
             {k: labels.get("node", "") for k, labels in info.items() if k is not None},
             {column: of(pairs) for column, of in GROUPS.items()},
+            frozenset(k for k, labels in info.items() if k is not None and labels.get("mig_mode") == "enabled"),
         )
         self._hardware[:] = [(hardware, time.monotonic())]
         return hardware
@@ -1154,7 +1162,7 @@ class SeriesReader:
     def frame(self, window: Window, lookback: float) -> pd.DataFrame:
         """The window's rows as a trace frame: a row per GPU and step with a value, the GPU's model, node
         and topology, the pod that held it at that step, and that pod's CPU and restarts. A GPU that
-        reports through gpulens' exporter too keeps only gpulens' rows."""
+        reports through gpulens' exporter too keeps only gpulens' rows; a GPU in MIG mode, only its instances'."""
         assert window.gpus.end is not None
         # A one-off read (a report's piece) completes nothing: it shows every step.
         until = window.gpus.end if window.whole_until is None else window.whole_until
@@ -1164,7 +1172,10 @@ class SeriesReader:
         dcgm, pods = window.dcgm, window.names.pods
         hardware = self.hardware([k for k in keys if k not in dcgm.models], until, lookback)
         from_gpulens = {k[1] for k in keys if k not in dcgm.models}
-        dropped = np.array([k in dcgm.models and k[1].split("/")[0] in from_gpulens for k in keys], dtype=bool)
+        dropped = np.array(
+            [(k in dcgm.models and k[1].split("/")[0] in from_gpulens) or k in hardware.mig_parents for k in keys],
+            dtype=bool,
+        )
         if dropped.any():
             keep = ~dropped[gpu]
             gpu, columns = gpu[keep], {name: values[keep] for name, values in columns.items()}

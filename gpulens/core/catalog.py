@@ -315,6 +315,13 @@ def model_info(nvml_name: str, prices: dict[str, float] | None = None) -> GpuMod
     return model
 
 
+def device_name(model: str, mig_profile: str = "") -> str:
+    """A device's name as NVML gives it: its GPU's `model`, and " MIG <profile>" for a MIG instance, which
+    gpulens' gpu_info (`model`, `mig_profile`) and dcgm-exporter (`modelName`, `GPU_I_PROFILE`) label apart.
+    What a device costs and holds follows the name (gpu_share_of)."""
+    return f"{model} MIG {mig_profile}" if mig_profile else model
+
+
 def gpu_share_of(nvml_name: str) -> float:
     """The share of a whole GPU a device named `nvml_name` takes, what it costs of its GPU's price: 1 for a GPU,
     its profile's gpu_share for a MIG instance ("NVIDIA A100-SXM4-80GB MIG 3g.40gb", as NVML names one), and
