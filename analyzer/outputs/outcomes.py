@@ -265,7 +265,10 @@ def outcomes(
     for change in changes:
         units = by_workload.get(change.workload, [])
         others = [c for c in changes if c.workload == change.workload and c is not change]
-        w = windows_of(change, others, (start, end), step, t)
+        # A workload made within the span has no before earlier than its first sample: an empty stretch would
+        # dilute what it held and cost before.
+        first = min((e.start for v in units for e in v.episodes), default=start)
+        w = windows_of(change, others, (max(start, first), end), step, t)
         out.append(_outcome(change, others, units, w, use, step, t, prices, health, proposals))
     return out
 
@@ -470,7 +473,9 @@ def _worse(before: Health | None, after: Health | None) -> list[str]:
 
 def _would_hold(change: Change, before: Footing, after: Footing) -> str:
     """The replicas that would have held the load after, where the change cut replicas: the before's load per
-    replica held, so as many replicas as the load after needs at it (at most the before's)."""
+    replica held, so as many replicas as the load after needs at it (at most the before's). Where requests queued
+    after, what was finished after is less than what came (those that waited, or whose clients gave up, are not
+    counted): the replicas are then a floor, said "at least"."""
     if change.what != "replicas" or not change.fewer:
         return ""
     assert isinstance(change.before, float) and isinstance(change.after, float)
@@ -478,9 +483,11 @@ def _would_hold(change: Change, before: Footing, after: Footing) -> str:
     if not work_before > 0:
         return ""
     needed = min(change.before, max(change.after + 1, math.ceil(change.before * work_after / work_before - 1e-9)))
+    queued = after.health is not None and after.health.waiting.median >= 1.0
+    came = "were finished after, and more waited" if queued else "came after"
     return (
-        f"; {needed:g} replicas would have held it: before, {change.before:g} served {_amount(work_before, measure)} a "
-        f"day within that spread, and {_amount(work_after, measure)} a day came after"
+        f"; {'at least ' if queued else ''}{needed:g} replicas would have held it: before, {change.before:g} served "
+        f"{_amount(work_before, measure)} a day within that spread, and {_amount(work_after, measure)} a day {came}"
     )
 
 
