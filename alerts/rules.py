@@ -131,7 +131,14 @@ def waste_annotation(c: MixinConfig, cause: str = "$labels.bottleneck") -> str:
 
 def alerts(c: MixinConfig) -> list[Alert]:
     """Every alert, in the order of the rule file and the runbooks, with the deployment's severities."""
-    out = [*_pod_alerts(c), *_gpu_alerts(c), *_cluster_alerts(c), *_exporter_alerts(c), *_analyzer_alerts(c)]
+    out = [
+        *_pod_alerts(c),
+        *_gpu_alerts(c),
+        *_cluster_alerts(c),
+        *_change_alerts(c),
+        *_exporter_alerts(c),
+        *_analyzer_alerts(c),
+    ]
     return [dataclasses.replace(a, severity=c.severities.get(a.name, a.severity)) for a in out]
 
 
@@ -502,6 +509,48 @@ are paid for and idle, and the job waits (the analyzer's `gpulens_cluster_strand
 3. If the pool's nodes are cordoned or their GPUs unhealthy, the free GPUs are not free: check
    `kubectl describe node`.""",
             mixin.dashboard_link(c, mixin.FLEET_CLUSTER_PANEL),
+        ),
+    ]
+
+
+def _change_alerts(c: MixinConfig) -> list[Alert]:
+    """The workloads' changes (the analyzer's gpulens_change_* series, docs/changes.md): a change that hurt what
+    the workload serves, routed to its team (alerts/routing.py: owners.teams) or its namespace's owner."""
+    saving = _query_first(
+        f"{metric('change_daily_saving_dollars')}{{{c.analyzer},owner=%q,what=%q}}",
+        "$labels.owner $labels.what",
+        "value | printf `%.2f`",
+        "unknown",
+    )
+    return [
+        Alert(
+            "GpulensWorkloadChangeRegressed",
+            f'{metric("change_outcome")}{{{c.analyzer},outcome="regressed"}} == 1',
+            duration_seconds(c.thresholds.alert_change_regressed_for),
+            "warning",
+            "workload",
+            "{{ $labels.owner }}'s latest change ({{ $labels.what }}) regressed",
+            "gpulens compared {{ $labels.owner }}{{ if $labels.team }} (team {{ $labels.team }}){{ end }} over equal "
+            "windows before and after its "
+            "latest {{ $labels.what }} change: what it serves got worse (its queue or latency rose past their "
+            "spread before the change), or its user came back within the cull timeout of a cull. The change saves "
+            f"${saving} a day. Why, and the replicas that would have held the load: the analyzer's "
+            "/api/v1/changes, or gpulens report over the span.",
+            """A change the workload went through (replicas cut, an autoscaler's bound, another GPU or a MIG slice,
+a notebook culled) made what it serves worse, judged over equal windows before and after it (docs/changes.md):
+
+- serving: the requests waiting, or the p95 time to first token or request latency, rose to a median past
+  the p95 they held before the change;
+- a notebook: its user came back within the cull timeout (`plan_cull_seconds`): a cull shorter than their
+  pauses.
+
+1. Read why: `curl ANALYZER/api/v1/changes` (or `gpulens report --prometheus URL --since 2d`, its "What
+   changed" section): the figures before and after, and for a cut too far the replicas that would have held
+   the load after (as many as the load needs at the before's load per replica, which held).
+2. Serving: scale to those replicas, or let an autoscaler on queue depth or request rate set them (KEDA,
+   HPA) with that as its minimum; the saving shrinks by what the extra replicas cost.
+3. A notebook: set the culler's timeout past the user's pauses, or move the kernel off the GPU between uses.""",
+            mixin.dashboard_link(c, mixin.FLEET_CHANGES_PANEL),
         ),
     ]
 

@@ -243,6 +243,40 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             s.COUNT,
             hide=("__name__",),
         ),
+        s.row("What changed: each workload's latest change, its saving and whether it held"),
+        s.stat(
+            "Saved a day by the changes made",
+            "What the workloads' latest changes in the analyzer's history saved a day for the work done after "
+            "them (a fixed size costed as it ran before; a size an autoscaler sets at the before's cost per unit "
+            "of work): realised, not proposed. Negative: the changes cost more. docs/changes.md.",
+            [target(f"sum({metric('change_daily_saving_dollars')}{{{analyzer}}})")],
+            s.DOLLARS,
+            width=6,
+        ),
+        s.stat(
+            "Changes that regressed",
+            "Workloads whose latest change raised their queue or latency past their spread before it, or "
+            "whose culled notebook's user came back within the cull timeout (GpulensWorkloadChangeRegressed).",
+            [target(f'sum({metric("change_outcome")}{{{analyzer},outcome="regressed"}}) or vector(0)')],
+            s.COUNT,
+            width=6,
+        ),
+        s.table(
+            mixin.FLEET_CHANGES_PANEL.title,
+            "Per workload and kind of change (replicas, autoscaler bounds, the GPUs each pod holds, a notebook "
+            "ended): its outcome (held, regressed, too_early) and what it saved a day. Why, and the replicas "
+            "that would have held a regression's load: the analyzer's /api/v1/changes, or gpulens report.",
+            [
+                target(
+                    f"{metric('change_outcome')}{{{analyzer}}} == 1",
+                    instant=True,
+                    table=True,
+                ),
+            ],
+            s.COUNT,
+            width=12,
+            hide=("__name__", "Value"),
+        ),
         s.row("Serving"),
         s.timeseries(
             "Serving load against replicas",

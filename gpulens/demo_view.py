@@ -109,7 +109,7 @@ def view(rows: list[Row], endpoints: Mapping[str, str], others: list[str], width
             body += [Text("GPU and node alerts: " + "; ".join(others), overflow="ellipsis", no_wrap=True)]
     else:
         body = [
-            _by_class(rows, room + 2),
+            _by_class(rows, room + 2, width),
             Text(
                 f"{len(rows)} pods and GPUs: the table needs {len(rows) + around} lines, this terminal has {height}.",
                 style="dim",
@@ -154,17 +154,27 @@ def _table(rows: list[Row], wide: bool) -> Table:
     return table
 
 
-def _by_class(rows: list[Row], lines: int) -> Group:
-    """The units by class, one line a class (its count, then its pods by name, cut at the terminal's edge),
-    the classes that waste the most first, within `lines`."""
+def _by_class(rows: list[Row], lines: int, width: int) -> Group:
+    """The units by class, one line a class (its count, then as many of its pods by name as fit whole in `width`
+    columns, and how many more), the classes that waste the most first, within `lines`."""
     classes: dict[str, list[Row]] = {}
     for r in rows:
         classes.setdefault(r.bottleneck, []).append(r)
     order = sorted(classes, key=lambda c: (-sum(r.wasted_per_hour for r in classes[c]), c))
-    shown = [
-        Text.assemble((f"{name} {len(classes[name])}: ", "bold"), ", ".join(r.pod or r.name for r in classes[name]))
-        for name in order[: max(lines, 1)]
-    ]
-    for line in shown:
-        line.no_wrap, line.overflow = True, "ellipsis"
+    shown = []
+    for name in order[: max(lines, 1)]:
+        head = f"{name} {len(classes[name])}: "
+        names = [r.pod or r.name for r in classes[name]]
+        line = Text.assemble((head, "bold"), _whole_names(names, width - len(head)))
+        line.no_wrap, line.overflow = True, "ellipsis"  # a class's name wider than the terminal is cut
+        shown.append(line)
     return Group(*shown)
+
+
+def _whole_names(names: list[str], width: int) -> str:
+    """As many of `names` as fit whole in `width` columns, and how many more ("a, b, +3 more")."""
+    for fit in range(len(names), 0, -1):
+        shown = ", ".join(names[:fit] + ([f"+{len(names) - fit} more"] if fit < len(names) else []))
+        if len(shown) <= width:
+            return shown
+    return f"+{len(names)} more"

@@ -56,10 +56,13 @@ class Alert:
 
     @property
     def subject(self) -> str:
-        """What the alert is about: namespace/pod, else its node, GPU and reason labels."""
+        """What the alert is about: namespace/pod, else its workload (namespace/Kind/name), else its node, GPU
+        and reason labels."""
         if self.labels.get("pod"):
             namespace = self.labels.get("namespace")
             return f"{namespace}/{self.labels['pod']}" if namespace else self.labels["pod"]
+        if self.labels.get("owner"):
+            return self.labels["owner"]
         return " ".join(
             f"{k}={self.labels[k]}" for k in ("node", "gpu", "xid", "reason", "collector") if self.labels.get(k)
         )

@@ -15,6 +15,7 @@ from gpulens.alerts import cli, routing, rules
 from gpulens.cli import main
 from gpulens.core import mixin
 from gpulens.core.mixin import MixinConfig
+from tests.alert_cases.changes import CHANGE_TESTS
 from tests.alert_cases.cluster import CLUSTER_TESTS
 from tests.alert_cases.common import ANALYZER, STARVING_FIX, gpu, pod_link
 from tests.alert_cases.dcgm import DCGM_TESTS
@@ -24,7 +25,16 @@ from tests.alert_cases.pods import POD_TESTS
 from tests.alert_cases.targets import NOTHING_SCRAPED, TARGET_TESTS
 from tests.helpers import REPO, VictoriaMetrics, free_port, require_binary, wait_until
 
-ALL_TESTS = [POD_TESTS, GPU_TESTS, TARGET_TESTS, NOTHING_SCRAPED, DCGM_TESTS, FLAPPING_TESTS, CLUSTER_TESTS]
+ALL_TESTS = [
+    POD_TESTS,
+    GPU_TESTS,
+    TARGET_TESTS,
+    NOTHING_SCRAPED,
+    DCGM_TESTS,
+    FLAPPING_TESTS,
+    CLUSTER_TESTS,
+    CHANGE_TESTS,
+]
 
 
 def test_promtool_checks_the_rules(generated):
@@ -33,7 +43,7 @@ def test_promtool_checks_the_rules(generated):
         [promtool, "check", "rules", str(generated / cli.RULES_FILE)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 25 rules found" in result.stdout
+    assert "SUCCESS: 26 rules found" in result.stdout
 
 
 @pytest.mark.slow

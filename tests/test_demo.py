@@ -71,6 +71,7 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
             "exporter sim-a100-e",
             "exporter sim-h100-f",
             "exporter sim-h100-g",
+            "exporter sim-h100-h",
             "analyzer",
             "prometheus",
             "alertmanager",
@@ -81,11 +82,11 @@ def test_ctrl_c_stops_the_demo_and_leaves_nothing_running(tmp_path):
         # Every link it prints answers on this system (Debian's Prometheus has only its classic UI,
         # Debian's Alertmanager no web UI script).
         links = re.findall(r"^  .{22} (http://\S+)$", text, re.M)
-        assert len(links) == 12, text  # seven exporters, the analyzer, Prometheus, Alertmanager, receiver, cluster
+        assert len(links) == 13, text  # eight exporters, the analyzer, Prometheus, Alertmanager, receiver, cluster
         for link in links:
             assert requests.get(link, timeout=5).status_code == 200, link
         children = descendants(demo.pid)
-        assert len(children) == 10, children  # seven exporters, the analyzer, Prometheus, Alertmanager
+        assert len(children) == 11, children  # eight exporters, the analyzer, Prometheus, Alertmanager
     finally:
         demo.send_signal(signal.SIGINT)
         code = demo.wait(timeout=30)
@@ -219,7 +220,7 @@ def test_the_live_view_redraws_in_place_on_a_terminal_under_its_addresses(tmp_pa
     assert counts and said and 0 < sum(counts) <= int(said[1]) and "research/" not in last, last
     # In a log, the whole table: every pod by name, then the GPUs no pod holds, one row a node and class: by
     # GPU where the node has one of the class, else counted.
-    names = re.findall(r"^(\S+(?: GPU-\w+| \d+ GPUs)?) ", log.getvalue().split("─\n", 1)[1], re.M)
+    names = re.findall(r"^(\S+(?: (?:GPU|MIG)-\w+| \d+ GPUs)?) ", log.getvalue().split("─\n", 1)[1], re.M)
     held = sorted(v["unit"] for v in verdicts if v["pod"])
     assert names[: len(held)] == held
     unheld: dict[tuple[str, str], list[str]] = {}
@@ -311,7 +312,9 @@ def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_e
         url = process.wait_listening()
         said = requests.get(f"{url}/metrics", timeout=5).text.splitlines()
         owners = [line for line in said if line.startswith("kube_pod_owner{")]
-        assert len(owners) == 29 + 2  # the fleet's 29 pods, and the two jobs waiting for a node
+        # The fleet's 29 pods, the serving node's 7 that run from its start (the CronJob's second run starts
+        # later), and the two jobs waiting for a node.
+        assert len(owners) == 29 + 7 + 2
         assert any('pod="chat-api-6c8f9d7b54-x2k4p"' in o and 'owner_kind="ReplicaSet"' in o for o in owners)
         # The cluster's share: the GPUs each node offers (sim-a100-b's GPU 5 fell off the bus), and the jobs
         # waiting, Pending on no node: 4 H100s of the training pool, 8 of the research pool.
@@ -328,6 +331,7 @@ def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_e
             "sim-a100-e": 8,
             "sim-h100-f": 8,
             "sim-h100-g": 8,
+            "sim-h100-h": 7,  # its GPU 7 is MIG-enabled: offered as nvidia_com_mig_3g_40gb, not as a GPU
         }
         waiting = [line for line in said if 'pod="llm-pretrain-0"' in line]
         assert any(
@@ -361,12 +365,13 @@ def test_the_simulated_cluster_serves_kube_state_metrics_and_each_serving_pods_e
 
 def _fleet_verdicts() -> list[dict]:
     """The analyzer's verdicts on the demo fleet as its API serves them: every pod of its class, and the GPUs
-    no pod holds (sim-h100-a's GPU 5 holding memory, its GPU 7 and sim-h100-g's GPUs 1-7 unallocated)."""
-    from tests.test_analyzer_service import EXPECTED
+    no pod holds (sim-h100-a's GPU 5 holding memory, its GPU 7, sim-h100-g's GPUs 1-7 and the five sim-h100-h's
+    pods left unallocated)."""
+    from tests.test_stack import STACK_EXPECTED
 
     pods = [
         {"namespace": unit.split("/")[0], "pod": unit.split("/")[1], "node": "sim-h100-a", "bottleneck": c}
-        for unit, c in EXPECTED.items()
+        for unit, c in STACK_EXPECTED.items()
     ]
     unheld = [
         {"namespace": "", "pod": "", "node": node, "gpu": gpu, "bottleneck": c}
@@ -374,6 +379,7 @@ def _fleet_verdicts() -> list[dict]:
             ("sim-h100-a", 5, "held_without_pod"),
             ("sim-h100-a", 7, "unallocated"),
             *(("sim-h100-g", k, "unallocated") for k in range(1, 8)),
+            *(("sim-h100-h", k, "unallocated") for k in (1, 3, 4, 5, 6)),  # left by the pods that ended
         ]
     ]
     return [
@@ -399,10 +405,10 @@ ENDPOINTS = {
 }
 
 
-@pytest.mark.parametrize(("width", "height"), [(80, 24), (100, 40), (120, 40)])
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (100, 48), (120, 48)])
 def test_the_live_view_fits_an_ordinary_terminal_with_every_name_whole(width, height):
-    """The demo's 29 pods and 9 GPUs no pod holds at 80x24 (pods by class, one line a class), 100x40 (the
-    table, pods by name) and 120x40 (the table with namespaces, nodes, GPUs and alerts by name): within the
+    """The demo's 32 pods and 14 GPUs no pod holds at 80x24 (pods by class, one line a class), 100x48 (the
+    table, pods by name) and 120x48 (the table with namespaces, nodes, GPUs and alerts by name): within the
     terminal, the addresses on top, no pod's name cut, a node's free GPUs one row."""
     from rich.console import Console
 
@@ -423,13 +429,13 @@ def test_the_live_view_fits_an_ordinary_terminal_with_every_name_whole(width, he
     if height < 32 + 6:
         by_class = {line.split(" ")[0]: line for line in lines if re.match(r"^[a-z_]+ \d+: ", line)}
         assert set(by_class) == {v["bottleneck"] for v in verdicts}
-        assert by_class["overprovisioned_serving"] == (
-            "overprovisioned_serving 2: chat-api-6c8f9d7b54-m7q9z, chat-api-6c8f9d7b54-x2k4p"
-        )
+        # As many names as fit whole, and how many more.
+        assert by_class["overprovisioned_serving"] == "overprovisioned_serving 3: chat-api-6c8f9d7b54-m7q9z, +2 more"
         assert by_class["idle"] == "idle 3: notebook-alice-0, notebook-bob-0, notebook-erin-0"
         # The title, two lines of addresses at 80 columns, the table's header and rule, its rows, a line under it.
-        # 29 pods, and three rows of GPUs no pod holds: sim-h100-a's two (of two classes), sim-h100-g's seven.
-        assert lines[-1] == f"32 pods and GPUs: the table needs {1 + 2 + 2 + 32 + 1} lines, this terminal has 24."
+        # 32 pods, and four rows of GPUs no pod holds: sim-h100-a's two (of two classes), sim-h100-g's seven,
+        # sim-h100-h's five.
+        assert lines[-1] == f"36 pods and GPUs: the table needs {1 + 2 + 2 + 36 + 1} lines, this terminal has 24."
         return
     header = next(line for line in lines if line.startswith("pod or GPU"))
     wide = width >= 120
@@ -447,7 +453,7 @@ def test_the_live_view_fits_an_ordinary_terminal_with_every_name_whole(width, he
     starved = next(line for line in lines if line.startswith("nlp/bert-finetune-0" if wide else "bert-finetune-0 "))
     if wide:
         # Alerts by name, cut at the terminal's edge: the one column that gives way.
-        assert re.search(r"12% +3\.00  DataStarvation \(pages", starved), starved
+        assert re.search(r"12% +3\.00  DataStarvation \(", starved) and len(starved) == width, starved
     else:
         assert starved.split()[-3:] == ["12%", "3.00", "2"]  # $0.10 in 120 s; 2 alerts
     assert lines[-1] == "GPU and node alerts: sim-a100-b/GPU 5: GpuFellOffBus (pages)"
@@ -469,7 +475,7 @@ def test_the_native_demos_alerts_link_to_the_analyzers_page_unless_a_grafana_is_
             r["alert"]: r["annotations"]["dashboard_url"] for g in rules["groups"] for r in g["rules"] if "alert" in r
         }
     native, grafana = links[""], links["http://grafana.example:3000"]
-    assert set(native) == set(grafana) and len(native) == 18
+    assert set(native) == set(grafana) and len(native) == 19
     for alert, url in native.items():
         if "/d/gpulens-pod?" in grafana[alert]:
             assert url == "http://127.0.0.1:40002/#{{ $labels.namespace }}/{{ $labels.pod }}", alert

@@ -254,6 +254,24 @@ def test_sampler_does_not_invent_time_across_a_gap():
             {"nodes": [{"workloads": [{"profile": "memory_held", "gpus": 0, "until": 60}]}]},
             "nodes[0] (sim-node-1).workloads[0]: from and until say when a pod runs; give the workload a pod",
         ),
+        (
+            {
+                "nodes": [
+                    {"model": "L40S", "workloads": [{"profile": "idle", "gpus": 0, "pod": "ml/a", "mig": "1g.10gb"}]}
+                ]
+            },
+            "nodes[0] (sim-node-1).workloads[0].mig: NVIDIA L40S has no MIG profile '1g.10gb'; it has no MIG: give the "
+            "workload a whole GPU",
+        ),
+        (
+            {"nodes": [{"workloads": [{"profile": "idle", "gpus": 0, "pod": "ml/a", "mig": "3g.20gb"}]}]},
+            "nodes[0] (sim-node-1).workloads[0].mig: NVIDIA H100 80GB HBM3 has no MIG profile '3g.20gb'; it offers "
+            "1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb",
+        ),
+        (
+            {"nodes": [{"workloads": [{"profile": "idle", "gpus": [0, 1], "pod": "ml/a", "mig": "3g.40gb"}]}]},
+            "nodes[0] (sim-node-1).workloads[0].mig: a MIG instance is a slice of one GPU; give the workload one GPU",
+        ),
     ],
 )
 def test_bad_fleets_are_refused_with_the_reason(fleet, message):
@@ -602,20 +620,24 @@ def test_a_pod_that_ended_leaves_its_gpu_its_kubelet_and_its_cgroup(speed):
 
 
 def test_the_replica_left_takes_the_load_and_queues_past_what_it_decodes_at_once():
-    """A vllm_replica decodes REPLICA_MOST_RUNNING requests at once; past it requests wait. At a request a second
-    (half a request decoding on average) none waits; at twelve (six on average) some do, and its counter
-    counts them at the new rate from the moment it changed."""
+    """A vllm_replica decodes REPLICA_MOST_RUNNING (4) requests at once, each half a second on average: at most 8 a
+    second. At a request a second none waits; at twelve, from the moment the load came, the 4 a second it cannot
+    take pile up in its queue, to what a minute of them holds (clients give up after REPLICA_CLIENT_TIMEOUT_SECONDS),
+    and its counter counts the 8 a second it finishes."""
     from gpulens.simulator.workloads import REPLICA_MOST_RUNNING, engine_load
 
     [node] = load_fleet(SCALED)
     left = node.gpus[0]
     left.started = 1_000_000.0
     before = [engine_load(left, left.started + t, left.started) for t in range(0, 60)]
-    after = [engine_load(left, left.started + t, left.started) for t in range(120, 480)]
     assert max(e.waiting for e in before) == 0
-    assert max(e.running for e in after) == REPLICA_MOST_RUNNING
-    assert statistics.median(e.waiting for e in after) >= 1
-    assert after[-1].requests == pytest.approx(60 * 1.0 + (479 - 60) * 12.0)
+    # 30 s after the load came (at 60 s): 120 waiting past its random excess; from a minute on, 240.
+    filling = engine_load(left, left.started + 90, left.started)
+    assert filling.running == REPLICA_MOST_RUNNING and 120 <= filling.waiting <= 120 + 12
+    after = [engine_load(left, left.started + t, left.started) for t in range(120, 480)]
+    assert {e.running for e in after} == {REPLICA_MOST_RUNNING}
+    assert min(e.waiting for e in after) >= 240 and statistics.median(e.waiting for e in after) <= 240 + 4
+    assert after[-1].requests == pytest.approx(60 * 1.0 + (479 - 60) * 8.0)
 
 
 def test_the_simulated_cluster_says_each_workloads_replicas_and_only_the_pods_that_run():
@@ -650,3 +672,41 @@ def test_the_simulated_cluster_says_each_workloads_replicas_and_only_the_pods_th
         assert "vllm:num_requests_waiting" in requests.get(url, timeout=5).text
     finally:
         cluster.stop()
+
+
+def test_a_mig_workload_runs_on_an_instance_of_its_gpu_as_nvml_shows_one():
+    """A workload given a MIG profile: its GPU is MIG-enabled (power, clocks, no utilization) and its pod holds
+    the one instance ("<index>/gi1", NVML's "MIG-" UUID, the profile), which does the work of the whole GPU's
+    activity in its share (a 3g.40gb has 3 of 7 compute slices) with the profile's memory; the kubelet gives the
+    pod the instance, and kube-state-metrics its request as kube-state-metrics names a MIG resource."""
+    from gpulens.simulator.cluster import kube_state_metrics
+
+    pod = {"profile": "light_inference", "pod": "ml/embed-29380326-w4x7k", "owner": "CronJob/embed"}
+    [whole_node] = load_fleet({"seed": 7, "nodes": [{"gpus": 1, "workloads": [{**pod, "gpus": [0]}]}]})
+    [node] = load_fleet({"seed": 7, "nodes": [{"gpus": 1, "workloads": [{**pod, "gpus": [0], "mig": "3g.40gb"}]}]})
+    clock = ManualClock()
+    whole, sliced = SimulatedSource(whole_node, clock=clock), SimulatedSource(node, clock=clock)
+    clock.now += 1
+    [gpu] = whole.sample().devices
+    parent, instance = sliced.sample().devices
+    assert (parent.gpu, parent.mig_mode, parent.uuid) == ("0", "enabled", node.gpus[0].uuid)
+    assert parent.get(m.UTILIZATION) is None and parent.get(m.SM_ACTIVE) is None
+    assert parent.get(m.POWER) == gpu.get(m.POWER) and parent.get(m.SM_CLOCK) == gpu.get(m.SM_CLOCK)
+    assert (instance.gpu, instance.mig_mode, instance.mig_profile, instance.parent_uuid) == (
+        "0/gi1",
+        "instance",
+        "3g.40gb",
+        parent.uuid,
+    )
+    assert instance.uuid.startswith("MIG-") and instance.get(m.UTILIZATION) is None
+    assert instance.get(m.SM_ACTIVE) == round(gpu.get(m.SM_ACTIVE) * 7 / 3, 4)
+    assert instance.get(m.MEMORY_TOTAL) == 40e9 and instance.get(m.MEMORY_USED) == gpu.get(m.MEMORY_USED)
+    [process] = instance.processes
+    assert process.utilization is None and process.pod.pod == "embed-29380326-w4x7k"
+    [(device, held)] = SimulatedAttribution(node).state().allocations
+    assert (device.uuid, held.pod) == (instance.uuid, "embed-29380326-w4x7k")
+    said = kube_state_metrics(node.pods, [node.info()]).splitlines()
+    [request] = [line for line in said if line.startswith("kube_pod_container_resource_requests{")]
+    assert 'resource="nvidia_com_mig_3g_40gb"' in request and request.endswith(" 1.0")
+    [allocatable] = [line for line in said if line.startswith("kube_node_status_allocatable{")]
+    assert allocatable.endswith(" 0.0")  # a MIG-enabled GPU is not offered as a GPU

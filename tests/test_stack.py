@@ -17,6 +17,7 @@ import yaml
 
 from gpulens.core import mixin
 from gpulens.core.bottlenecks import RECOMMENDATIONS, STALL_CAUSES
+from gpulens.core.catalog import model_info
 from gpulens.dashboards import gpulens as dashboards
 from gpulens.simulator.fleet import DEFAULT_FLEET
 from tests.helpers import samples, start_demo_stack, wait_until
@@ -24,6 +25,19 @@ from tests.test_analyzer_service import CAUSES, EXPECTED
 
 #: Every test here starts real servers or gpulens processes (the fast lane skips them: pytest -m "not slow").
 pytestmark = pytest.mark.slow
+
+#: The pods of the serving node whose workloads change while the demo runs (sim-h100-h, docs/changes.md) that
+#: outlast the changes, as the stack judges them with their engines' series: the ranker's replica left with the
+#: load of two, its queue empty (its quiet spells are headroom); the summarizer's left with the load of three,
+#: its queue never empty while its SMs stay near 30% (the cause open: its engine's limit on requests at once, or
+#: its loop); the CronJob's run on a MIG 3g.40gb slice, at 18% of the slice (a smaller one would do). The
+#: replicas scaled away, the notebook culled and the CronJob's first run leave the analyzer's window once gone.
+CHANGED = {
+    "serving/ranker-7d4b9c6f58-h3k8p": "overprovisioned_serving",
+    "serving/summarize-5c8f7b9d64-b2m6r": "unexplained",
+    "ml/embed-29380326-w4x7k": "wrong_gpu_type",
+}
+STACK_EXPECTED = {**EXPECTED, **CHANGED}
 
 FAST_ALERTS = """alert_rate_window: 20s
 alert_low_sm_for: 90s
@@ -36,6 +50,7 @@ throttle_seconds: 20
 change_settle_seconds: 10
 change_window_min_seconds: 30
 change_judge_seconds: 10
+alert_change_regressed_for: 20s
 """
 
 #: (alert, subject) for every simulated problem: pods by namespace/name, GPUs by node/index.
@@ -47,6 +62,13 @@ EXPECTED_ALERTS = {
     ("GpulensPodLowSmActivity", "serving/embedder-0"),
     ("GpulensPodLowSmActivity", "serving/chat-api-6c8f9d7b54-x2k4p"),
     ("GpulensPodLowSmActivity", "serving/chat-api-6c8f9d7b54-m7q9z"),
+    # The serving node's ranker replica left with the load of two (SMs a fifth active); its summarizer replica
+    # left with the load of three is busier (no page), but its queue grew: its Deployment's cut regressed,
+    # ticketed to its owners.
+    ("GpulensPodLowSmActivity", "serving/ranker-7d4b9c6f58-h3k8p"),
+    # The CronJob's run on a MIG 3g.40gb slice keeps its SMs under 30% of the slice: a smaller slice would do.
+    ("GpulensPodLowSmActivity", "ml/embed-29380326-w4x7k"),
+    ("GpulensWorkloadChangeRegressed", "serving/Deployment/summarize"),
     ("GpulensPodLowSmActivity", "vision/allreduce-bench-0"),
     ("GpulensPodGpuIdle", "research/notebook-alice-0"),
     # The notebook node: two kernels left open on idle GPUs, one calling a small model on an A100, one
@@ -85,7 +107,7 @@ EXPECTED_ALERTS = {
     # while 9 are free on two.
     ("GpulensGpuPodWaitingWhileGpusFree", "pool research NVIDIA H100 80GB HBM3"),
 }
-HEALTHY = {pod for pod, bottleneck in EXPECTED.items() if bottleneck == "healthy"}
+HEALTHY = {pod for pod, bottleneck in STACK_EXPECTED.items() if bottleneck == "healthy"}
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +174,7 @@ def causes(stack) -> dict[str, tuple[str, str]]:
 def test_every_simulated_pod_is_classified_as_its_profile(stack):
     """Every pod's class, and each host stall's cause and fix, at the speed the demo runs (five-fold: its
     checkpoints' 15-25 s saves last 3-5 s, judged at thresholds scaled to that clock)."""
-    eventually(lambda: classes(stack), EXPECTED, 240, "the analyzer's classes")
+    eventually(lambda: classes(stack), STACK_EXPECTED, 240, "the analyzer's classes")
     truth = {**CAUSES, "research/notebook-frank-0": "host_thread"}  # its pod's CPU, from the stack's cAdvisor
     eventually(lambda: causes(stack), {k: (c, STALL_CAUSES[c]) for k, c in truth.items()}, 60, "the stalls' causes")
 
@@ -177,9 +199,11 @@ def test_the_analyzer_names_each_pods_workload_from_the_simulated_kube_state_met
 
 #: What each demo pod is, by the stack its fleet file gives it (labels, image, owner: docs/workloads.md).
 KINDS = {
-    **{pod: ("notebook", "") for pod in EXPECTED if "/notebook-" in pod},  # JupyterHub's and Kubeflow's
+    **{pod: ("notebook", "") for pod in STACK_EXPECTED if "/notebook-" in pod},  # JupyterHub's and Kubeflow's
     "serving/chat-api-6c8f9d7b54-x2k4p": ("serving", "vllm"),
     "serving/chat-api-6c8f9d7b54-m7q9z": ("serving", "vllm"),
+    "serving/ranker-7d4b9c6f58-h3k8p": ("serving", "vllm"),
+    "serving/summarize-5c8f7b9d64-b2m6r": ("serving", "vllm"),
     "serving/embedder-0": ("serving", "triton"),
 }
 
@@ -193,7 +217,7 @@ def test_the_analyzer_knows_what_each_pod_is_from_kubernetes(stack):
         verdicts = requests.get(f"http://{stack.plan.analyzer}/api/v1/verdicts", timeout=5).json()["verdicts"]
         return {f"{v['namespace']}/{v['pod']}": (v["workload_kind"], v["engine"]) for v in verdicts if v["pod"]}
 
-    expected = {pod: KINDS.get(pod, ("job", "")) for pod in EXPECTED}
+    expected = {pod: KINDS.get(pod, ("job", "")) for pod in STACK_EXPECTED}
     eventually(kinds, expected, 240, "the pods' kinds")
 
     def scraped() -> dict[str, tuple[str, str]]:
@@ -211,10 +235,11 @@ def test_the_analyzer_knows_what_each_pod_is_from_kubernetes(stack):
 
 def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
     """The demo plays the engines of its serving pods, each scraped as its pod (its namespace and pod labels):
-    vLLM for the chat-api Deployment's two replicas, Triton for the embedder. They count the requests their
-    GPUs serve (vllm_replica: one a simulated second at random, so 5 a real second at 5x speed; light_inference:
-    one every 0.5 simulated seconds, so 10)."""
-    from gpulens.simulator.workloads import LIGHT_REQUEST_PERIOD, REPLICA_REQUESTS_PER_SECOND
+    vLLM for the chat-api Deployment's two replicas and the serving node's replicas left by its changes, Triton for
+    the embedder. They count the requests their GPUs serve (vllm_replica: one a simulated second at random, so 5 a
+    real second at 5x speed, the ranker's left twice that, the summarizer's left as many as it can finish, 8 a
+    simulated second; light_inference: one every 0.5 simulated seconds, so 10)."""
+    from gpulens.simulator.workloads import LIGHT_REQUEST_PERIOD, REPLICA_CAPACITY, REPLICA_REQUESTS_PER_SECOND
 
     chat = REPLICA_REQUESTS_PER_SECOND * stack.speed  # requests a real second, each replica
 
@@ -230,6 +255,8 @@ def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
         "serving/chat-api-6c8f9d7b54-x2k4p": chat,
         "serving/chat-api-6c8f9d7b54-m7q9z": chat,
         "serving/embedder-0": stack.speed / LIGHT_REQUEST_PERIOD,
+        "serving/ranker-7d4b9c6f58-h3k8p": 2 * chat,
+        "serving/summarize-5c8f7b9d64-b2m6r": REPLICA_CAPACITY * stack.speed,
     }
     # Until a series is 20 s old, rate() spreads what it counted over all 20 s: awaited, not slept on.
     eventually(rates, pytest.approx(expected, rel=0.05), 120, "the engines' rates")
@@ -237,15 +264,27 @@ def test_the_serving_engines_metrics_reach_prometheus_as_their_pods(stack):
     blocks = float(kv["value"][1]) / 0.03  # 3% of the KV cache for each request running
     assert blocks == pytest.approx(round(blocks)), kv
     # The fleet dashboard's serving panel: the chat-api Deployment (its pods' ReplicaSet, from the simulated
-    # kube-state-metrics) carries both replicas' requests; the embedder is a StatefulSet's, no Deployment's.
+    # kube-state-metrics) carries both replicas' requests, the ranker and summarizer theirs on the one replica each
+    # kept; the embedder is a StatefulSet's, no Deployment's.
     [(_, _, load), (_, _, replicas)] = [q for q in dashboard_queries() if q[1] == "Serving load against replicas"]
     by_deployment = {
         (r["metric"]["namespace"], r["metric"]["deployment"]): float(r["value"][1])
         for r in query(stack, substitute(load, "serving/chat-api"))
     }
-    assert by_deployment == pytest.approx({("serving", "chat-api"): 2 * chat}, rel=0.05)
+    assert by_deployment == pytest.approx(
+        {
+            ("serving", "chat-api"): 2 * chat,
+            ("serving", "ranker"): 2 * chat,
+            ("serving", "summarize"): REPLICA_CAPACITY * stack.speed,
+        },
+        rel=0.05,
+    )
     counted = query(stack, substitute(replicas, "serving/chat-api"))
-    assert [(r["metric"]["deployment"], r["value"][1]) for r in counted] == [("chat-api", "2")]
+    assert sorted((r["metric"]["deployment"], r["value"][1]) for r in counted) == [
+        ("chat-api", "2"),
+        ("ranker", "1"),
+        ("summarize", "1"),
+    ]
 
 
 def test_the_chat_deployment_is_sized_by_its_engines_load(stack):
@@ -319,6 +358,96 @@ def test_rules_fire_for_exactly_the_simulated_sick_gpus(stack):
             if f"{h['namespace']}/{h['pod']}" in pods
         }
         raise AssertionError(f"{failed}\nthe analyzer's history of those pods (class, seconds): {booked}") from None
+
+
+#: The demo's changes (gpulens/simulator/fleets/demo.yaml, node sim-h100-h) as the analyzer must find and judge
+#: them: (workload, what) -> (before, after, word), and the GPUs held before and after (a MIG 3g.40gb slice is
+#: half an H100: four of its eight memory slices, NVIDIA's MIG user guide).
+DEMO_CHANGES = {
+    ("research/StatefulSet/notebook-gina", "replicas"): (1.0, 0.0, "held", 1.0, 0.0),
+    ("serving/Deployment/ranker", "replicas"): (2.0, 1.0, "held", 2.0, 1.0),
+    ("serving/Deployment/summarize", "replicas"): (3.0, 1.0, "regressed", 3.0, 1.0),
+    ("ml/CronJob/embed", "gpus_per_pod"): (
+        "1 x NVIDIA H100 80GB HBM3",
+        "1 x NVIDIA H100 80GB HBM3 MIG 3g.40gb",
+        "held",
+        1.0,
+        0.5,
+    ),
+}
+
+
+def test_the_demos_changes_are_found_judged_ticketed_and_shown(stack):
+    """Each change the demo makes while it runs, found in the simulated kube-state-metrics and GPU series through
+    a real Prometheus and judged over equal windows: a scale-down that held, a cut too far whose queue grew (its
+    ticket names the workload and what it saves; the reason, the replicas that would have held), a notebook
+    culled and a CronJob moved to a MIG slice; on the analyzer's page, regressions first."""
+
+    def judged() -> dict[tuple[str, str], tuple]:
+        body = requests.get(f"http://{stack.plan.analyzer}/api/v1/changes", timeout=5).json()
+        return {
+            (c["workload"], c["what"]): (
+                c["before"],
+                c["after"],
+                c["word"],
+                round(c["measured_before"]["gpus_held"], 1),
+                round(c["measured_after"]["gpus_held"], 1),
+            )
+            for c in body["changes"]
+        }
+
+    eventually(judged, DEMO_CHANGES, 300, "the demo's changes judged")
+    changes = {
+        (c["workload"], c["what"]): c
+        for c in requests.get(f"http://{stack.plan.analyzer}/api/v1/changes", timeout=5).json()["changes"]
+    }
+    summarize = changes["serving/Deployment/summarize", "replicas"]
+    # Three replicas at 4 requests a second each held with no queue; the one left, given their 12, finishes the 8 it
+    # can and queues the rest: a minute of 4 a second, 240, once its clients give up as fast as they come. What it
+    # finished after, 8 a second, is what two of the before's replicas finished: at least 2 would have held it
+    # (what waited, or gave up, comes on top).
+    health_before, health_after = summarize["measured_before"]["health"], summarize["measured_after"]["health"]
+    # (Before, its p95 a request or two past the four each decodes at once: arrivals of two at a time on average.)
+    assert health_before["waiting"]["at_percentile"] <= 4 and health_after["waiting"]["median"] >= 240
+    assert summarize["reason"].startswith("regressed: requests waiting rose to a median of "), summarize["reason"]
+    assert "; at least 2 replicas would have held it: before, 3 served " in summarize["reason"], summarize["reason"]
+    # Scaled by hand, a fixed size: each saves what the GPUs it no longer holds cost a day at the catalogue's
+    # H100 price (the demo gives no --prices), a MIG slice its share.
+    price = model_info("NVIDIA H100 80GB HBM3").price_per_hour
+    for key, (_, _, _, held_before, held_after) in DEMO_CHANGES.items():
+        assert changes[key]["saving_usd_per_day"] == pytest.approx((held_before - held_after) * price * 24, rel=0.05)
+
+    # The regression tickets the workload's owners, saying which workload and what it saves.
+    def ticket():
+        for (name, subject, path), alert in stack.receiver.firing().items():
+            if (name, subject, path) == (
+                "GpulensWorkloadChangeRegressed",
+                "serving/Deployment/summarize",
+                "/alerts/tickets",
+            ):
+                return alert
+        return None
+
+    alert = wait_until(ticket, 180, interval=2, what="a ticket for the summarize Deployment's cut")
+    assert alert.annotations["summary"] == "serving/Deployment/summarize's latest change (replicas) regressed"
+    assert alert.annotations["description"].startswith(
+        "gpulens compared serving/Deployment/summarize over equal windows before and after its latest replicas change"
+    )
+    saves = re.search(r"The change saves \$(-?[\d.]+) a day", alert.annotations["description"])
+    assert saves and float(saves[1]) == pytest.approx(2 * price * 24, rel=0.05)
+    # The CronJob's run is judged on its slice, named as NVML names it; the H100 in MIG mode that holds the slice
+    # is no unit of its own, and the GPUs the pods that ended left are free.
+    verdicts = requests.get(f"http://{stack.plan.analyzer}/api/v1/verdicts", timeout=5).json()["verdicts"]
+    [embed] = [v for v in verdicts if v["pod"] == "embed-29380326-w4x7k"]
+    assert embed["gpu_model"] == "NVIDIA H100 80GB HBM3 MIG 3g.40gb"
+    left = [v["bottleneck"] for v in verdicts if v["node"] == "sim-h100-h" and not v["pod"]]
+    assert left == ["unallocated"] * 5  # GPUs 1 and 3-6
+    # The analyzer's page shows them, the regression first.
+    page = requests.get(f"http://{stack.plan.analyzer}/", timeout=10).text
+    shown = page[page.index("<div id=changes>") : page.index("<div id=waste>")]
+    rows = re.findall(r"<tr class='(\w+)'><td>([^<]+)<", shown)
+    assert rows[0] == ("regressed", "serving/Deployment/summarize")
+    assert {workload for _, workload in rows} == {workload for workload, _ in DEMO_CHANGES}
 
 
 def test_the_low_sm_page_for_the_starved_pod_reaches_the_webhook_with_why_and_what_to_do(stack):
@@ -408,13 +537,13 @@ def test_every_dashboard_query_returns_data(stack):
     """A panel that would be empty in the demo fails here, but the plan's month, which must be. Pod-dashboard
     panels are tried on every demo pod (a throttling panel has data only for the throttled one); the
     data-starved pod must show every panel its problem is read from, CPU against its limit included."""
-    eventually(lambda: classes(stack), EXPECTED, 240, "the analyzer's classes")  # waste counters have grown
+    eventually(lambda: classes(stack), STACK_EXPECTED, 240, "the analyzer's classes")  # waste counters have grown
     queries = dashboard_queries()
     assert len(queries) >= 60
     empty = []
     for name, title, expr in queries:
         # A fleet panel in the data-starved pod's namespace, or the serving one's (the Deployment's load).
-        pods = sorted(EXPECTED) if "$pod" in expr else ["nlp/bert-finetune-0", "serving/chat-api"]
+        pods = sorted(STACK_EXPECTED) if "$pod" in expr else ["nlp/bert-finetune-0", "serving/chat-api"]
         with_data = [pod for pod in pods if query(stack, substitute(expr, pod))]
         if title in UNTIL_A_DAY:
             assert not with_data, f"{title}: a month projected from the demo's minutes"
@@ -443,9 +572,9 @@ def test_the_starved_pods_cpu_sits_at_its_limit(stack):
 
 
 def test_every_recording_rule_has_data(stack):
-    eventually(lambda: classes(stack), EXPECTED, 240, "the analyzer's classes")
+    eventually(lambda: classes(stack), STACK_EXPECTED, 240, "the analyzer's classes")
     for rule in mixin.recording_rules(mixin.MixinConfig()):
         assert query(stack, rule["record"]), f"recording rule {rule['record']} has no data"
     # The pod-level rule has one series per allocated pod: the 12 demo pods.
     pods = {(r["metric"]["namespace"], r["metric"]["pod"]) for r in query(stack, mixin.POD_ACTIVITY_AVG)}
-    assert {f"{ns}/{pod}" for ns, pod in pods} == set(EXPECTED)
+    assert {f"{ns}/{pod}" for ns, pod in pods} == set(STACK_EXPECTED)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from gpulens.core import metrics as m
 from gpulens.core.catalog import MIB
@@ -80,6 +81,9 @@ class SimulatedSource(Source):
             if running and g.pod is not None and g.role == 0:
                 self._cpu_seconds[g.pod] += activity.cpu_fraction * CPU_LIMIT_CORES * elapsed / self.speed
             device = self._device(g, activity, elapsed)
+            if g.mig:
+                devices.extend(_mig_split(g, device))
+                continue
             if device.up:
                 device.activity_samples = [
                     (self._real_time(t), round(PROFILES[profile](g, t, DRIVER_SAMPLE_SECONDS).busy, 2))
@@ -222,9 +226,67 @@ class SimulatedSource(Source):
         return 200, "text/plain; version=0.0.4; charset=utf-8", ("\n".join(lines) + "\n").encode()
 
 
+#: What a MIG instance reports of its own, as NVML does (GPM's activity on Hopper, its memory, its processes); its
+#: GPU keeps the rest (power, clocks, temperature, PCIe, NVLink). Neither has NVML's utilization: MIG has none.
+_INSTANCE_SPECS = (
+    m.GRAPHICS_ENGINE_ACTIVE,
+    m.SM_ACTIVE,
+    m.SM_OCCUPANCY,
+    m.TENSOR_ACTIVE,
+    m.DRAM_ACTIVE,
+    m.FP16_ACTIVE,
+    m.FP32_ACTIVE,
+    m.FP64_ACTIVE,
+    m.MEMORY_USED,
+    m.MEMORY_TOTAL,
+    m.MEMORY_RESERVED,
+)
+_ACTIVITY_SPECS = _INSTANCE_SPECS[:8]
+
+
+def _mig_split(g: SimGpu, whole: DeviceSample) -> list[DeviceSample]:
+    """A MIG-enabled GPU as NVML shows it: the GPU ("enabled") and its one instance ("<index>/gi1"), which the
+    pod holds. The instance does the workload's work in its share of the GPU: its activity is the whole GPU's
+    over that share (at most 1), its memory the profile's."""
+    profile = next(p for p in g.model.mig_profiles if p.name == g.mig)
+    parent = DeviceSample(
+        gpu=whole.gpu, uuid=whole.uuid, model=whole.model, pci_bus_id=whole.pci_bus_id, mig_mode="enabled", up=whole.up
+    )
+    instance = DeviceSample(
+        gpu=f"{whole.gpu}/gi1",
+        uuid=g.mig_uuid,
+        model=whole.model,
+        pci_bus_id=whole.pci_bus_id,
+        mig_mode="instance",
+        mig_profile=g.mig,
+        parent_uuid=whole.uuid,
+        up=whole.up,
+    )
+    if not whole.up:
+        return [parent, instance]
+    for spec, by_labels in whole.values.items():
+        if spec in (m.UTILIZATION, m.MEMORY_CONTROLLER_UTILIZATION):
+            continue
+        target = instance if spec in _INSTANCE_SPECS else parent
+        target.values[spec] = dict(by_labels)
+    for spec in _ACTIVITY_SPECS:
+        if spec in instance.values:
+            instance.values[spec] = {
+                k: round(min(v / profile.compute_share, 1.0), 4) for k, v in instance.values[spec].items()
+            }
+    instance.set(m.MEMORY_TOTAL, profile.memory_bytes)
+    instance.set(m.MEMORY_RESERVED, 0)
+    parent.clock_event_reasons = whole.clock_event_reasons
+    parent.xids_watched = whole.xids_watched
+    # NVML has no per-process utilization on a MIG instance: its processes name their memory only.
+    instance.processes = [replace(p, utilization=None) for p in whole.processes]
+    return [parent, instance]
+
+
 class SimulatedAttribution(Attribution):
-    """Plays the kubelet of a simulated node: the pods of the fleet file hold their GPUs while they run
-    (`clock`: the simulated time, SimulatedSource.clock; without one, every pod runs)."""
+    """Plays the kubelet of a simulated node: the pods of the fleet file hold their GPUs while they run, and a
+    moment after (SimGpu.allocated; `clock`: the simulated time, SimulatedSource.clock; without one, every pod
+    runs)."""
 
     name = "kubelet"
 
@@ -235,9 +297,9 @@ class SimulatedAttribution(Attribution):
     def state(self) -> AttributionState:
         now = self._clock() if self._clock is not None else None
         allocations = tuple(
-            (DeviceRef(uuid=g.uuid), g.pod)
+            (DeviceRef(uuid=g.held_uuid), g.pod)
             for g in self.node.gpus
-            if g.pod is not None and (now is None or g.running(now))
+            if g.pod is not None and (now is None or g.allocated(now))
         )
         return AttributionState(True, allocations, 0, CollectorStatus(True, 0.0, 0))
 

@@ -525,6 +525,7 @@ NODE_COLLECTORS_PANEL = Panel(NODE_DASHBOARD, "Exporter collectors", 207)
 NODE_SAMPLE_AGE_PANEL = Panel(NODE_DASHBOARD, "Exporter sample age", 208)
 NODE_ANALYZER_PANEL = Panel(NODE_DASHBOARD, "Analyzer verdict age", 209)
 FLEET_CLUSTER_PANEL = Panel(FLEET_DASHBOARD, "Free GPUs against GPUs waited for, by pool", 301)
+FLEET_CHANGES_PANEL = Panel(FLEET_DASHBOARD, "Each workload's latest change and what became of it", 302)
 PANELS = (
     POD_SM_PANEL,
     POD_BUSY_PANEL,
@@ -540,6 +541,7 @@ PANELS = (
     NODE_SAMPLE_AGE_PANEL,
     NODE_ANALYZER_PANEL,
     FLEET_CLUSTER_PANEL,
+    FLEET_CHANGES_PANEL,
 )
 
 

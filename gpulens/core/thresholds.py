@@ -286,6 +286,9 @@ class Thresholds:
     #: A GPU pod waiting this long for a pool whose free GPUs are spread over nodes (fragmented) pages the
     #: pool's owner. (tool: kubernetes-mixin's KubePodNotReady fires after 15m)
     alert_waiting_for: str = "15m"
+    #: A workload's latest change judged regressed this long (three of the analyzer's judgements of the changes,
+    #: change_judge_seconds apart: a window's edge moving past a burst does not page) tickets its team. (proposal)
+    alert_change_regressed_for: str = "15m"
     #: An exporter or analyzer target down, or its data stale, this long. (kubernetes-mixin: 15m for
     #: TargetDown; shorter here because without the exporter every GPU alert goes blind)
     alert_target_down_for: str = "5m"

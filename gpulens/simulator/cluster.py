@@ -51,6 +51,8 @@ class SimPod:
     gpus: int = 0
     pool: str = ""
     product: str = ""
+    #: The MIG profile of the instance it asks for ("3g.40gb": nvidia.com/mig-3g.40gb) in place of a GPU, or "".
+    mig: str = ""
 
     @property
     def uid(self) -> str:
@@ -171,7 +173,10 @@ def kube_state_metrics(
             add("kube_pod_status_phase", {**ids, "phase": phase}, int(phase == now))
         add("kube_pod_created", ids, created)
         if p.gpus:
-            request = {"container": p.container, "node": p.node, "resource": "nvidia_com_gpu", "unit": "integer"}
+            # kube-state-metrics names an extended resource as a label name: nvidia.com/mig-3g.40gb is
+            # nvidia_com_mig_3g_40gb.
+            resource = label_name(f"nvidia.com/mig-{p.mig}")[6:] if p.mig else "nvidia_com_gpu"
+            request = {"container": p.container, "node": p.node, "resource": resource, "unit": "integer"}
             add("kube_pod_container_resource_requests", {**ids, **request}, p.gpus)
         if p.pool or p.product:
             selectors = {

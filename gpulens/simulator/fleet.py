@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gpulens.core.catalog import MODELS
+from gpulens.core.catalog import MODELS, GpuModel
 from gpulens.core.config import ConfigError, read_yaml
 from gpulens.core.pods import PodRef
 from gpulens.core.schema import Flag, Integer, Invalid, ListOf, MapOf, Number, Record, Text
@@ -40,7 +40,8 @@ class SimNode:
 
     def info(self) -> SimNodeInfo:
         """The node as the Kubernetes API describes it: a GPU fallen off the bus is not offered."""
-        offered = sum(g.profile != "fallen_off_bus" for g in self.gpus)
+        # A MIG-enabled GPU is offered as its instances' resources (nvidia.com/mig-<profile>), not as a GPU.
+        offered = sum(g.profile != "fallen_off_bus" and not g.mig for g in self.gpus)
         model = self.gpus[0].model.name if self.gpus else ""
         return SimNodeInfo(self.name, gfd_product(model), offered, self.pool)
 
@@ -89,16 +90,22 @@ FLEET_SCHEMA = Record(
                                 "labels": MapOf(Text()),
                                 "image": Text(valid=bool, what="an image reference"),
                                 "engine": Text(choices=ENGINES),
+                                # Its one GPU is MIG-enabled and its pod holds an instance of this profile.
+                                "mig": Text(valid=bool, what="a MIG profile of the node's model, as 3g.40gb"),
                                 # When its pod runs, in simulated seconds after the fleet starts.
                                 "from": Number(low=0, noun="seconds after the fleet starts"),
                                 "until": Number(low=0, noun="seconds after the fleet starts"),
-                                # Its engine's requests `times` as fast from `from` seconds on.
-                                "traffic": Record(
-                                    {
-                                        "from": Number(low=0, noun="seconds after the fleet starts"),
-                                        "times": Number(low=0, noun="a factor of its requests"),
-                                    },
-                                    required=("from", "times"),
+                                # Its engine's requests `times` as fast from `from` seconds on, each step
+                                # until the next.
+                                "traffic": ListOf(
+                                    Record(
+                                        {
+                                            "from": Number(low=0, noun="seconds after the fleet starts"),
+                                            "times": Number(low=0, noun="a factor of its requests"),
+                                        },
+                                        required=("from", "times"),
+                                    ),
+                                    single=True,
                                 ),
                             },
                             required=("profile",),
@@ -162,6 +169,8 @@ def load_fleet(config: object, default_seed: int = 0) -> Fleet:
                 config = f"{seed}:{ref.namespace}/{owner}" if ref and owner else ""
                 assigned[index] = (profile, ref, role, config)
                 lifetimes[index] = _lifetime(workload, f"{where}.workloads[{w}]")
+                if "mig" in workload:
+                    lifetimes[index]["mig"] = _mig_profile(workload, model, f"{where}.workloads[{w}]")
             spec = _sim_pod(workload, name, f"{where}.workloads[{w}]")
             if spec and all((q.namespace, q.pod) != (spec.namespace, spec.pod) for q in pods):
                 pods.append(spec)
@@ -215,8 +224,22 @@ def _lifetime(workload: dict, where: str) -> dict:
     if "traffic" in workload:
         if workload["profile"] != "vllm_replica":
             raise FleetError(f"{where}.traffic: only a vllm_replica's requests are drawn at a rate; use that profile")
-        out |= {"traffic_at": float(workload["traffic"]["from"]), "traffic_times": float(workload["traffic"]["times"])}
+        steps = sorted((float(step["from"]), float(step["times"])) for step in workload["traffic"])
+        out["traffic"] = tuple(steps)
     return out
+
+
+def _mig_profile(workload: dict, model: GpuModel, where: str) -> str:
+    """The MIG profile a workload's instance has; FleetError where its GPU cannot hold one."""
+    offered = [p.name for p in model.mig_profiles]
+    if workload["mig"] not in offered:
+        raise FleetError(
+            f"{where}.mig: {model.name} has no MIG profile {workload['mig']!r}; "
+            + (f"it offers {', '.join(offered)}" if offered else "it has no MIG: give the workload a whole GPU")
+        )
+    if len(workload.get("gpus", [])) != 1:
+        raise FleetError(f"{where}.mig: a MIG instance is a slice of one GPU; give the workload one GPU")
+    return str(workload["mig"])
 
 
 def _sim_pod(workload: dict, node: str, where: str) -> SimPod | None:
@@ -242,7 +265,19 @@ def _sim_pod(workload: dict, node: str, where: str) -> SimPod | None:
         )
     labels, image = workload.get("labels", {}), workload.get("image", "")
     gpus = len(workload.get("gpus", []))
-    return SimPod(ref.namespace, ref.pod, ref.container, node, kind, owner, labels, image, engine, gpus)
+    return SimPod(
+        ref.namespace,
+        ref.pod,
+        ref.container,
+        node,
+        kind,
+        owner,
+        labels,
+        image,
+        engine,
+        gpus,
+        mig=workload.get("mig", ""),
+    )
 
 
 def _pod_ref(value: str | None) -> PodRef | None:

@@ -60,8 +60,10 @@ training_finished    healthy training that ends at a time of day and keeps its G
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import random
+import uuid as uuid_module
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -148,21 +150,47 @@ class SimGpu:
     #: When its pod runs, in simulated seconds after `started` (a fleet file's `from` and `until`): a replica
     #: scaled away, a notebook culled, a job's next run on other GPUs. Outside, the GPU holds no pod.
     runs: tuple[float, float] = (0.0, math.inf)
-    #: Its engine's requests come `times` as fast from `at` seconds after `started` on (a fleet file's
-    #: `traffic`: the load of replicas scaled away, taken by those left).
-    traffic_at: float = math.inf
-    traffic_times: float = 1.0
-    #: Unix seconds (simulated) the fleet started: what `runs` and `traffic_at` count from. Set by what plays
+    #: Its engine's requests come `times` as fast from `at` seconds after `started` on, each step until the next
+    #: ((at, times), in order; a fleet file's `traffic`): a busier replica, the load of replicas scaled away
+    #: taken by those left. Before the first, at the profile's own rate.
+    traffic: tuple[tuple[float, float], ...] = ()
+    #: Unix seconds (simulated) the fleet started: what `runs` and `traffic` count from. Set by what plays
     #: the fleet (the simulated exporter, the simulated cluster); 0 counts from 1970, when every pod runs.
     started: float = 0.0
+    #: The MIG profile its one instance has ("3g.40gb"; a fleet file's `mig`), "" for a whole GPU: the GPU is
+    #: MIG-enabled and its pod holds the instance, which does the workload's work in its share of the GPU.
+    mig: str = ""
+
+    @property
+    def mig_uuid(self) -> str:
+        """Its MIG instance's UUID ("" for a whole GPU): NVML's "MIG-<uuid>", stable for the GPU."""
+        return f"MIG-{uuid_module.uuid5(uuid_module.NAMESPACE_OID, self.uuid)}" if self.mig else ""
+
+    @property
+    def held_uuid(self) -> str:
+        """The device its pod holds (the kubelet's device ID): its MIG instance, else the GPU."""
+        return self.mig_uuid or self.uuid
 
     def running(self, t: float) -> bool:
         """Whether its pod runs at `t` (simulated unix seconds)."""
         return self.pod is not None and self.runs[0] <= t - self.started < self.runs[1]
 
+    def allocated(self, t: float) -> bool:
+        """Whether the kubelet gives its GPU to its pod at `t`: while it runs, and POD_RELEASE_SECONDS after, as a
+        kubelet frees a pod's devices once its containers are gone, after their processes exited and freed the
+        GPU's memory (never before: a GPU would show memory held by no pod)."""
+        return self.pod is not None and self.runs[0] <= t - self.started < self.runs[1] + POD_RELEASE_SECONDS
+
     def requests_per_second(self, t: float, base: float) -> float:
-        """Its engine's arrival rate at `t`: `base`, times its traffic factor from when it applies."""
-        return base * (self.traffic_times if t - self.started >= self.traffic_at else 1.0)
+        """Its engine's arrival rate at `t`: `base`, times the factor of its traffic's step at `t`."""
+        times = [factor for at, factor in self.traffic if t - self.started >= at]
+        return base * (times[-1] if times else 1.0)
+
+    def requests_between(self, start: float, end: float, base: float, most: float = math.inf) -> float:
+        """The requests expected from `start` to `end` (simulated unix seconds): the integral of its rate, at
+        most `most` a second (what it can finish)."""
+        edges = sorted({start, end, *(min(max(self.started + at, start), end) for at, _ in self.traffic)})
+        return sum((b - a) * min(self.requests_per_second(a, base), most) for a, b in itertools.pairwise(edges))
 
     def connection(self, other: SimGpu) -> tuple[str, str]:
         """How this GPU reaches `other` on their node: (PCIe common ancestor, P2P path), as NVML names them
@@ -180,6 +208,8 @@ class SimGpu:
 
 
 DAY = 86400.0
+#: Simulated seconds a kubelet keeps a GPU allocated to a pod whose processes have exited (SimGpu.allocated).
+POD_RELEASE_SECONDS = 10.0
 
 
 class Schedule:
@@ -503,11 +533,12 @@ def engine_load(g: SimGpu, t: float, since: float) -> EngineLoad:
         # Requests past REPLICA_MOST_RUNNING wait in its queue (vLLM's scheduler admits no more at once).
         present = sum(1 for arrival, finish in _replica_requests(g, t, t) if arrival <= t < finish)
         running, waiting = min(present, REPLICA_MOST_RUNNING), max(0, present - REPLICA_MOST_RUNNING)
-        # The counter: the requests expected by then (the arrival rate x the time), as llm_serving counts them.
-        switch = min(max(g.started + g.traffic_at, since), t)
-        finished = max(0.0, (switch - since) * REPLICA_REQUESTS_PER_SECOND) + max(
-            0.0, (t - switch) * g.requests_per_second(t, REPLICA_REQUESTS_PER_SECOND)
-        )
+        backlog = round(replica_backlog(g, t))
+        if backlog:  # overloaded: every slot decodes, and the excess waits
+            running, waiting = REPLICA_MOST_RUNNING, waiting + backlog
+        # The counter: the requests expected by then (the arrival rate x the time, at most what it finishes a
+        # second), as llm_serving counts them.
+        finished = g.requests_between(since, max(t, since), REPLICA_REQUESTS_PER_SECOND, REPLICA_CAPACITY)
         return EngineLoad(
             running,
             waiting,
@@ -817,6 +848,23 @@ REPLICA_REQUESTS_PER_SECOND, REPLICA_REQUEST_SECONDS, REPLICA_LONGEST_SECONDS = 
 REPLICA_MOST_RUNNING = 4
 #: Tokens of a vllm_replica request (a short chat turn).
 REPLICA_PROMPT_TOKENS, REPLICA_OUTPUT_TOKENS = 300.0, 40.0
+#: Requests a second a vllm_replica finishes at most: REPLICA_MOST_RUNNING at once, each REPLICA_REQUEST_SECONDS.
+REPLICA_CAPACITY = REPLICA_MOST_RUNNING / REPLICA_REQUEST_SECONDS
+#: How long a request waits before its client gives up (an OpenAI client's default timeout is 60 s to 10 min;
+#: gateways cut sooner): what an overloaded replica's queue holds at most, at its excess rate.
+REPLICA_CLIENT_TIMEOUT_SECONDS = 60.0
+
+
+def replica_backlog(g: SimGpu, t: float) -> float:
+    """Requests queued at `t` past what a vllm_replica decodes at its most, where its traffic's step brings more a
+    second than REPLICA_CAPACITY: the excess piles up from the step's start, until clients give up
+    (REPLICA_CLIENT_TIMEOUT_SECONDS). A step under capacity drains it at once (a simplification: a real queue
+    drains at the spare rate)."""
+    rate = g.requests_per_second(t, REPLICA_REQUESTS_PER_SECOND)
+    if rate <= REPLICA_CAPACITY:
+        return 0.0
+    since = max([g.started + at for at, _ in g.traffic if g.started + at <= t], default=g.started)
+    return (rate - REPLICA_CAPACITY) * min(t - since, REPLICA_CLIENT_TIMEOUT_SECONDS)
 
 
 def _replica_requests(g: SimGpu, start: float, end: float) -> list[tuple[float, float]]:
@@ -849,7 +897,7 @@ def _replica_busy(g: SimGpu, t: float, w: float) -> float:
 def _vllm_replica(g: SimGpu, t: float, w: float) -> Activity:
     # vLLM takes gpu_memory_utilization (0.9) of the GPU at start, for its weights and KV cache, whatever the
     # load; decoding is bound by memory bandwidth (DRAM busier than the SMs).
-    on = _replica_busy(g, t, w)
+    on = 1.0 if replica_backlog(g, t) else _replica_busy(g, t, w)
     return Activity(
         busy=on,
         sm_active=0.3 * on + 0.01,
