@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gpulens.analyzer.inputs.kinds import PodKey
     from gpulens.analyzer.inputs.kube_state import KubeState
     from gpulens.analyzer.inputs.owners import Owner, OwnerReader
+    from gpulens.analyzer.inputs.proposals import KeptPlan
     from gpulens.analyzer.inputs.series import SeriesReader, Shard
     from gpulens.analyzer.inputs.store import Store, StoreAuth
     from gpulens.analyzer.judging.classify import Verdict
@@ -135,6 +136,15 @@ def register(commands: Subcommands) -> None:
         help="with files: kube-state-metrics' series over their span, recorded as OpenMetrics with timestamps "
         "(`promtool tsdb dump-openmetrics`, promtool 2.49+) or as saved /metrics scrapes (each at its file's "
         "modification time): each pod's owner and kind, and the cluster's share (docs/cluster.md)",
+    )
+    p.add_argument(
+        "--plan",
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="plans kept from earlier (`gpulens report --format json`, or the live analyzer's /api/v1/plan): each "
+        "change is shown against the newest one made within a week before it that had an action on its workload, "
+        "before the live analyzer's plan series a store holds (docs/changes.md)",
     )
     p.add_argument(
         "--team-label",
@@ -415,6 +425,7 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer.inputs.kinds import load_rules
     from gpulens.analyzer.inputs.kube_state import KubeStateError, RecordedKubeState
     from gpulens.analyzer.inputs.owners import OwnerReader
+    from gpulens.analyzer.inputs.proposals import read_plan_file
     from gpulens.analyzer.inputs.readers import TraceError
     from gpulens.analyzer.inputs.store import StoreError
     from gpulens.analyzer.judging.features import UnitKeys
@@ -442,6 +453,11 @@ def run_report(args: argparse.Namespace) -> int:
             )
         if args.prometheus and args.kube_state:
             raise ValueError("--kube-state is for files: a store's kube-state-metrics series are read from it")
+        if args.plan and not (args.prometheus or args.kube_state):
+            raise ValueError(
+                "--plan: changes are found in kube-state-metrics' series; give --kube-state with files, or read a store"
+            )
+        kept = [read_plan_file(path) for path in args.plan]  # said before a long read, not after
         _check_shard_flags(args)
         if args.shard_count > 1:
             _shard_from_store(args, _Judging(thresholds, prices, window, step))
@@ -450,7 +466,7 @@ def run_report(args: argparse.Namespace) -> int:
         changes: list[Outcome] | None = None  # kube-state-metrics not read: nothing known of changes
         if args.prometheus:
             verdicts, timelines, use, scheduling, changes = _report_from_store(
-                args, _Judging(thresholds, prices, window, step)
+                args, _Judging(thresholds, prices, window, step), kept
             )
             trace = None
         else:
@@ -496,7 +512,7 @@ def run_report(args: argparse.Namespace) -> int:
                 ts = trace["timestamp"]
                 the_span = (float(ts.min()), float(ts.max()), interval)
                 scheduling = _scheduling(args, kube_state, owners, the_span, verdicts, thresholds, prices)
-                changes = _changes(args, kube_state, the_span, verdicts, use, thresholds, prices)
+                changes = _changes(args, kube_state, the_span, verdicts, use, thresholds, prices, kept)
     except (TraceError, ValueError, StoreError, KubeStateError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
@@ -688,11 +704,12 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
 def _report_from_store(
     args: argparse.Namespace,
     how: _Judging,
+    kept: list[KeptPlan],
 ) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None, list[Outcome] | None]:
     """The verdicts of `--prometheus URL --since ... --until ...` (or of the shard files of `--merge`), for an
     HTML report what its timelines draw, for the plan what each unit used, the cluster's judgement where
     kube-state-metrics says which pods asked for GPUs (None where it does not), and the changes its workloads
-    went through with what became of each."""
+    went through with what became of each (against the `kept` plans)."""
     from gpulens.analyzer.outputs import shards
     from gpulens.analyzer.outputs.plan import Use
     from gpulens.analyzer.outputs.timelines import TimelineBins
@@ -710,7 +727,7 @@ def _report_from_store(
         verdicts = _some(verdicts, opened.store.name, opened.reader, the_span)
         grid = (the_span.start, the_span.end, the_span.step)
         scheduling = _scheduling(args, opened.store, opened.owners, grid, verdicts, how.thresholds, how.prices)
-        changes = _changes(args, opened.store, grid, verdicts, use, how.thresholds, how.prices)
+        changes = _changes(args, opened.store, grid, verdicts, use, how.thresholds, how.prices, kept)
         return verdicts, timelines, use, scheduling, changes
     finally:
         opened.store.close()
@@ -913,17 +930,19 @@ def _changes(
     use: Use,
     thresholds: Thresholds,
     prices: dict[str, float],
+    kept: list[KeptPlan],
 ) -> list[Outcome] | None:
     """The changes the workloads of `verdicts` (those whose pods held GPUs) went through over `span` (start, end,
     step: unix seconds), from kube-state-metrics' series in a store or recorded, and what became of each: its
-    figures before and after from `use`, and from a store its engine's health and gpulens' plan before it
-    (docs/changes.md); none, said, where the store fails to say. None where the output shows none (a CSV of
-    the pods, the waste or the cluster), so that its store is not asked for them."""
+    figures before and after from `use`, from a store its engine's health, and gpulens' plan before it (the
+    `kept` plans, then a store's plan series) (docs/changes.md); none, said, where the store fails to say. None
+    where the output shows none (a CSV of the pods, the waste or the cluster), so that its store is not asked for
+    them."""
     from functools import partial
 
     from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
     from gpulens.analyzer.inputs.engines import read_workload_health
-    from gpulens.analyzer.inputs.proposals import read_proposal
+    from gpulens.analyzer.inputs.proposals import first_proposal, kept_proposal, read_proposal
     from gpulens.analyzer.inputs.store import Store, StoreError
     from gpulens.analyzer.outputs.outcomes import over_span
 
@@ -933,13 +952,14 @@ def _changes(
         reader = ClusterReader(source, "", _mixin(args, thresholds).kube_state_metrics)
         history = reader.workloads(*judged_grid(*span))
         if not isinstance(source, Store):
-            return over_span(history, verdicts, use, span, thresholds, prices)
+            return over_span(history, verdicts, use, span, thresholds, prices, None, kept_proposal(kept))
         percentile = thresholds.plan_load_percentile
 
         def health(namespace: str, pods: list[str], start: float, end: float) -> Health | None:
             return read_workload_health(source, namespace, pods, start, end, span[2], percentile)
 
-        return over_span(history, verdicts, use, span, thresholds, prices, health, partial(read_proposal, source))
+        proposals = first_proposal(kept_proposal(kept), partial(read_proposal, source))
+        return over_span(history, verdicts, use, span, thresholds, prices, health, proposals)
     except StoreError as e:
         print(f"gpulens report: warning: the workloads' changes are left out: {e}", file=sys.stderr)
         return []

@@ -25,7 +25,7 @@ import json
 import os
 import re
 import subprocess
-from datetime import datetime
+from datetime import UTC, datetime
 
 import numpy as np
 import pandas as pd
@@ -449,6 +449,63 @@ def test_the_same_changes_and_figures_from_files(world):
     assert chat["evidence"]["health"].startswith("no engine series")
     # Without kube-state-metrics nothing is known of changes: null, not "none found".
     assert report_json(str(world["files"] / "trace.csv"))["changes"] is None
+
+
+def test_a_plan_kept_as_a_file_is_shown_against_the_change_made_after_it(world, tmp_path):
+    """A plan kept from a report of the store before ranker's scale-down (its first three hours, as JSON), given to
+    the report of the files that hold the whole span: the change is shown against the kept plan's action on its
+    workload, the file and when the plan was made named; a change made before the plan is not. A file that holds
+    no plan is refused before anything is read, naming the file and how to keep one."""
+    kept = tmp_path / "plan-before-the-scale.json"
+    made = gpulens(
+        "report",
+        "--prometheus",
+        world["prometheus"],
+        *("--since", "2025-11-09T00:00:00Z", "--until", str(SCALED - STEP), "--prometheus.step", "1m"),
+        *("--prometheus.dcgm-selector", 'job="dcgm-exported"', "--prices", world["prices"]),
+        *("--format", "json", "--out", str(kept)),
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr
+    plan = json.loads(kept.read_text())
+    made_at = plan["plan_summary"]["made_at"]
+    assert made_at == SCALED - STEP  # the newest minute it read
+    [action] = [a for a in plan["plan"] if a["owner"] == "serve/Deployment/ranker"]
+    files = world["files"]
+    document = report_json(
+        str(files / "trace.csv"),
+        *("--kube-state", str(files / "kube-state.om"), "--prices", world["prices"], "--plan", str(kept)),
+    )
+    changes = {(c["workload"], c["start"]): c for c in document["changes"]}
+    proposed = changes[("serve/Deployment/ranker", SCALED)]["proposed"]
+    when = datetime.fromtimestamp(made_at, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert proposed == {
+        "action": action["action"],
+        "gpus_now": action["gpus_now"],
+        "gpus_after": action["gpus_after"],
+        "saving_usd_per_30d": action["saving_usd_per_30d"],
+        "source": f"the plan in {kept}, made at {when}",
+    }
+    assert action["action"] == "fewer_replicas" and action["gpus_after"] < action["gpus_now"] == 4
+    # The embed job moved before the plan was made: the plan came after it, so it is no proposal for it.
+    assert changes[("ml/CronJob/embed", MOVED)]["proposed"] is None
+
+    (tmp_path / "not-a-plan.json").write_text('{"verdicts": []}')
+    for bad, said in (
+        ("not-a-plan.json", "no plan with the time it was made (plan_summary.made_at) in it"),
+        ("missing.json", "cannot read it (No such file or directory)"),
+    ):
+        refused = gpulens(
+            "report",
+            str(files / "trace.csv"),
+            "--kube-state",
+            str(files / "kube-state.om"),
+            "--plan",
+            str(tmp_path / bad),
+        )
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr.startswith(f"gpulens report: --plan {tmp_path / bad}: {said}"), refused.stderr
+        assert refused.stderr.endswith("--out plan.json`, or the live analyzer's /api/v1/plan, and give that file\n")
 
 
 def _store_report(world, *args: str, columns: int = 100) -> str:

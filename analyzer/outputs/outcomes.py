@@ -20,7 +20,7 @@ import numpy as np
 
 from gpulens.analyzer.inputs.cluster import WorkloadHistory
 from gpulens.analyzer.inputs.engines import LATENCY_QUANTILE, Health, Spread
-from gpulens.analyzer.inputs.proposals import Proposal
+from gpulens.analyzer.inputs.proposals import Proposal, ProposalReader
 from gpulens.analyzer.judging.changes import Change, PodSpell, changes, held_changes
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration
@@ -231,7 +231,7 @@ def over_span(
     t: Thresholds,
     prices: dict[str, float],
     health: HealthReader | None = None,
-    proposals: Callable[[str, float, float], Proposal | None] | None = None,
+    proposals: ProposalReader | None = None,
 ) -> list[Outcome]:
     """Every change the workloads of `verdicts` (those whose pods held GPUs) went through over `span` (start, end,
     step: unix seconds), found in kube-state-metrics' `history` and in the GPUs their pods held (`use`), in time
@@ -251,7 +251,7 @@ def outcomes(
     t: Thresholds,
     prices: dict[str, float],
     health: HealthReader | None = None,
-    proposals: Callable[[str, float, float], Proposal | None] | None = None,
+    proposals: ProposalReader | None = None,
 ) -> list[Outcome]:
     """What became of each of `changes` over the report's `span` (start, end, step: unix seconds), from the
     report's `verdicts` and `use`; `health` reads a serving workload's engine over a window and `proposals` the
@@ -283,7 +283,7 @@ def _outcome(
     t: Thresholds,
     prices: dict[str, float],
     health: HealthReader | None,
-    proposals: Callable[[str, float, float], Proposal | None] | None,
+    proposals: ProposalReader | None,
 ) -> Outcome:
     kind = _kind(units)
     team = next((v.team for v in units if v.team), "")

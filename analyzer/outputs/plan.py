@@ -304,6 +304,9 @@ class Plan:
     #: Seconds of samples a month is projected from (Thresholds.plan_projection_min_seconds): over a shorter
     #: span every output says what the actions saved in the span, and no per-30-day figure.
     projection_min_seconds: float = 0.0
+    #: When it was made: the time of the newest sample it read (unix seconds; 0 without one), so that a plan kept
+    #: as a file can be shown against the changes made after it (docs/changes.md).
+    made_at: float = 0.0
 
     @property
     def projected(self) -> bool:
@@ -343,6 +346,7 @@ class Plan:
         return {
             "plan": self.action_documents(),
             "plan_summary": {
+                "made_at": self.made_at,
                 "span_seconds": self.span_seconds,
                 "projected": self.projected,
                 "projection_min_seconds": self.projection_min_seconds,
@@ -421,7 +425,10 @@ def make_plan(
         actions += scheduling_actions(scheduling, t)
     actions.sort(key=lambda a: (-a.saving_usd_per_30d, a.owner))
     fleet = pack(verdicts, actions, prices or {})
-    return Plan(actions, skipped, span, _sum("", actions), _by_team(actions), fleet, t.plan_projection_min_seconds)
+    made_at = max((e.end - v.sample_seconds for v in verdicts for e in v.episodes), default=0.0)
+    return Plan(
+        actions, skipped, span, _sum("", actions), _by_team(actions), fleet, t.plan_projection_min_seconds, made_at
+    )
 
 
 #: What the cluster's actions are sure of: consolidation and quotas are read from kube-state-metrics' own
