@@ -226,9 +226,10 @@ class SimulatedSource(Source):
         return 200, "text/plain; version=0.0.4; charset=utf-8", ("\n".join(lines) + "\n").encode()
 
 
-#: What a MIG instance reports of its own, as NVML does (GPM's activity on Hopper, its memory, its processes); its
-#: GPU keeps the rest (power, clocks, temperature, PCIe, NVLink). Neither has NVML's utilization: MIG has none.
-_INSTANCE_SPECS = (
+#: What a MIG instance reports of its own, as NVML does: GPM's activity on Hopper (over the instance's share of the
+#: GPU), its memory, its processes. Its GPU keeps the rest (power, clocks, temperature, PCIe, NVLink). Neither has
+#: NVML's utilization: MIG has none.
+_ACTIVITY_SPECS = (
     m.GRAPHICS_ENGINE_ACTIVE,
     m.SM_ACTIVE,
     m.SM_OCCUPANCY,
@@ -237,11 +238,8 @@ _INSTANCE_SPECS = (
     m.FP16_ACTIVE,
     m.FP32_ACTIVE,
     m.FP64_ACTIVE,
-    m.MEMORY_USED,
-    m.MEMORY_TOTAL,
-    m.MEMORY_RESERVED,
 )
-_ACTIVITY_SPECS = _INSTANCE_SPECS[:8]
+_INSTANCE_SPECS = (*_ACTIVITY_SPECS, m.MEMORY_USED, m.MEMORY_TOTAL, m.MEMORY_RESERVED)
 
 
 def _mig_split(g: SimGpu, whole: DeviceSample) -> list[DeviceSample]:
