@@ -151,3 +151,25 @@ def test_a_notebook_whose_pod_ended_is_a_change_unless_its_controller_said_so():
     assert held_changes(notebook, 600.0, T0 + 3300, set()) == []
     # A serving pod that ended is its controller's business (its replicas), not a culled server.
     assert held_changes([_spell(A100, 0, 3000)], 600.0, T0 + 7200, set()) == []
+
+
+def test_a_gpus_rates_are_unknown_for_a_rate_window_after_its_pod_left_even_a_cycle_later():
+    """gpulens' rates reach back a rate window (a minute at steps of 15 s) over the samples before each row: a
+    GPU's rows within it after its pod left still show the pod's kernels, and are told apart (their rates made
+    unknown), so that a GPU freed by a busy pod is not judged to run kernels without one. A pod that left before
+    the rows read (a live cycle's window begins after it) counts, from the newest step it held the GPU."""
+    import numpy as np
+
+    from gpulens.analyzer.inputs.series import left_by_a_pod
+
+    ts = np.array([0, 30, 60, 90, 120, 150, 180] * 3, dtype=float)
+    gpu = np.repeat([0, 1, 2], 7)
+    pod = np.array([5, 5, 0, 0, 0, 0, 0] + [0] * 7 + [0, 7, 7, 0, 0, 0, 7])
+    left, held = left_by_a_pod(gpu, ts, pod, np.full(3, np.nan), 60.0)
+    # GPU 0: last held at 30, so 60 (30 s on) goes, 90 (a minute on) stays; GPU 1, never held, stays; GPU 2: last
+    # held at 60, so 90 goes, and another pod came at 180.
+    assert np.flatnonzero(left).tolist() == [2, 17]
+    assert held.tolist()[0] == 30 and np.isnan(held[1]) and held[2] == 180
+    # A cycle later, the rows of GPU 1 begin 20 s after a pod (read in an earlier cycle) last held it at -20.
+    left, _ = left_by_a_pod(np.zeros(3, dtype=int), np.array([0.0, 30.0, 60.0]), np.zeros(3), np.array([-20.0]), 60.0)
+    assert left.tolist() == [True, True, False]

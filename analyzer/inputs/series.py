@@ -84,6 +84,21 @@ def gpulens_gpu(labels: dict) -> Key | None:
     return (labels.get("instance", ""), uuid) if uuid else None
 
 
+def left_by_a_pod(
+    gpu: np.ndarray, ts: np.ndarray, pod: np.ndarray, held_before: np.ndarray, seconds: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows (in GPU, time order; `gpu` an index into `held_before`, `pod` a code, 0 for none) are of a GPU no
+    pod holds within `seconds` (the rate window) after a pod last held it, and each GPU's newest step a pod held it
+    (NaN: none). `held_before`: each GPU's newest such step before these rows. gpulens' rates, its activity
+    histogram's increases among them, reach back `seconds` over the pod's samples."""
+    held_at = np.where(pod != 0, ts, np.nan)
+    first = np.r_[True, gpu[1:] != gpu[:-1]] if len(gpu) else np.zeros(0, dtype=bool)
+    seeded = np.where(first & np.isnan(held_at), held_before[gpu], held_at)
+    latest = pd.Series(seeded).groupby(gpu).ffill().to_numpy()
+    newest = pd.Series(held_at).groupby(gpu).max().reindex(range(len(held_before))).to_numpy()
+    return (pod == 0) & (ts - latest < seconds), np.fmax(newest, held_before)
+
+
 def dcgm_gpu(labels: dict) -> Key | None:
     """The row of a dcgm-exporter series: its exporter and the GPU's UUID, with "/gi<id>" for a MIG
     instance (dcgm-exporter labels an instance with its parent's UUID and its GPU instance id)."""
@@ -500,6 +515,8 @@ class Window:
     #: GPU read from dcgm-exporter (its labels say them on every series).
     names: PodTable = field(default_factory=PodTable)
     dcgm: Hardware = field(default_factory=Hardware)
+    #: Unix seconds of the newest step a pod held each gpulens GPU, kept across cycles (left_by_a_pod()).
+    held_until: dict[Key, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, step: float, points: int, parts: int = 1) -> Window:
@@ -703,7 +720,11 @@ class SeriesReader:
 
     def rate_window(self) -> str:
         """The range of rate() and increase(): four steps, and never under a minute (four 15 s scrapes)."""
-        return f"{max(4 * self.step, 60):.0f}s"
+        return f"{self.rate_seconds():.0f}s"
+
+    def rate_seconds(self) -> float:
+        """rate_window() in seconds."""
+        return max(4 * self.step, 60.0)
 
     # --- reading -----------------------------------------------------------------------------------
     def read(self, window: Window, start: float | dict[int, float], end: float) -> int:
@@ -1205,15 +1226,33 @@ class SeriesReader:
         pod_keys = [(ns, pod) if pod else None for ns, pod, _ in pods]
         for column in ("cpu_usage_cores", "cpu_limit_cores", "restarts_total"):
             frame[column] = window.pods.at(column, pod_keys, step, code)
+        self._unknown_after_a_pod(window, frame, keys, gpu, code)
         self._forget(window)
         return fr.normalize(frame)
+
+    def _unknown_after_a_pod(
+        self, window: Window, frame: pd.DataFrame, keys: list[Key], gpu: np.ndarray, code: np.ndarray
+    ) -> None:
+        """Make the rate-derived values of a gpulens GPU unknown in its rows within a rate window after a pod
+        held it and none holds it now (left_by_a_pod()): they reach back over the pod's samples, and would show
+        kernels running without a pod after every busy pod ends. The rows stay: the GPU is free from then."""
+        ts = frame["timestamp"].to_numpy()
+        seed = np.array([window.held_until.get(k, np.nan) for k in keys], dtype=np.float64)
+        left, held_until = left_by_a_pod(gpu, ts, code, seed, self.rate_seconds())
+        for key, until in zip(keys, held_until, strict=True):
+            if key not in window.dcgm.models and not np.isnan(until):
+                window.held_until[key] = until
+        left &= np.array([k not in window.dcgm.models for k in keys], dtype=bool)[gpu]
+        if left.any():
+            rated = [c for c in (*tr.FROM_RATES, *tr.NVLINK_ERROR_RATES, *tr.SHAPE) if c in frame.columns]
+            frame.loc[left, rated] = np.nan
 
     def _forget(self, window: Window) -> None:
         """Forget the pods and dcgm-exporter GPUs that `window` no longer holds: a service that runs for
         months sees every pod its fleet ever ran. The pod table is compacted when it holds more than twice
         the pods in the window (so each compaction is paid for by as many new pods), and the codes in the
         window's "_pod" matrix renumbered to match."""
-        for table in (window.dcgm.models, window.dcgm.nodes):
+        for table in (window.dcgm.models, window.dcgm.nodes, window.held_until):
             for key in [k for k in table if k not in window.gpus.gpus]:
                 del table[key]
         codes = window.gpus.values.get("_pod")
