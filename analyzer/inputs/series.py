@@ -1236,13 +1236,16 @@ class SeriesReader:
         """Make the rate-derived values of a gpulens GPU unknown in its rows within a rate window after a pod
         held it and none holds it now (left_by_a_pod()): they reach back over the pod's samples, and would show
         kernels running without a pod after every busy pod ends. The rows stay: the GPU is free from then."""
+        ours = np.array([k not in window.dcgm.models for k in keys], dtype=bool)
+        if not ours.any():  # a fleet that runs only dcgm-exporter: gauges, nothing reaches back
+            return
         ts = frame["timestamp"].to_numpy()
         seed = np.array([window.held_until.get(k, np.nan) for k in keys], dtype=np.float64)
         left, held_until = left_by_a_pod(gpu, ts, code, seed, self.rate_seconds())
-        for key, until in zip(keys, held_until, strict=True):
-            if key not in window.dcgm.models and not np.isnan(until):
+        for key, until, mine in zip(keys, held_until, ours, strict=True):
+            if mine and not np.isnan(until):
                 window.held_until[key] = until
-        left &= np.array([k not in window.dcgm.models for k in keys], dtype=bool)[gpu]
+        left &= ours[gpu]
         if left.any():
             rated = [c for c in (*tr.FROM_RATES, *tr.NVLINK_ERROR_RATES, *tr.SHAPE) if c in frame.columns]
             frame.loc[left, rated] = np.nan
