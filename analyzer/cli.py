@@ -72,9 +72,17 @@ def register(commands: Subcommands) -> None:
     )
     p.add_argument(
         "--format",
-        choices=["table", "json", "csv", "html"],
+        choices=["table", "json", "csv", "html", "focus"],
         default="table",
-        help="output format: html is a self-contained report with a timeline per pod",
+        help="output format: html is a self-contained report with a timeline per pod; focus is showback's charges "
+        "(a row a workload, GPU model and day) as a FinOps FOCUS dataset in CSV (docs/showback.md)",
+    )
+    flags.add(
+        p,
+        "--focus.account",
+        dest="focus_account",
+        default="kubernetes",
+        help="with --format focus: the billing account the charges are billed to (the cluster or platform's name)",
     )
     p.add_argument(
         "--window",
@@ -121,9 +129,10 @@ def register(commands: Subcommands) -> None:
     )
     p.add_argument(
         "--by",
-        choices=["pod", "class", "namespace", "owner", "team", "plan", "pending", "pool", "change"],
+        choices=["pod", "class", "namespace", "owner", "team", "plan", "pending", "pool", "change", "charge"],
         default="pod",
         help="with --format csv: a row per pod, the waste summed by class, namespace, owner (workload) or team, "
+        "showback's charges (charge: a row a workload, GPU model and day: its GPU-hours, cost, use and waste), "
         "the plan (a row per action), or from kube-state-metrics the pods that waited for GPUs (pending), each "
         "pool's free and stranded GPU-hours (pool), or each change a workload went through and what became of it "
         "(change)",
@@ -430,7 +439,7 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer.inputs.store import StoreError
     from gpulens.analyzer.judging.features import UnitKeys
     from gpulens.analyzer.judging.history import analyze, sample_interval, with_owners
-    from gpulens.analyzer.outputs import formats, terminal
+    from gpulens.analyzer.outputs import formats, showback, terminal
     from gpulens.analyzer.outputs.plan import Use, make_plan, sized
 
     try:
@@ -523,10 +532,17 @@ def run_report(args: argparse.Namespace) -> int:
         from gpulens.analyzer.outputs.outcomes import mark_done
 
         mark_done(plan.actions, changes)
+    bills = showback.charges(verdicts, prices)
     if args.format == "json":
-        text = finite_json(formats.report_json(verdicts, plan, scheduling, changes), indent=2) + "\n"
+        text = finite_json(formats.report_json(verdicts, plan, scheduling, changes, bills, prices), indent=2) + "\n"
+    elif args.format == "focus":
+        from gpulens.analyzer.outputs.focus import focus_csv
+
+        text = focus_csv(bills, args.focus_account)
     elif args.format == "csv":
-        if args.by == "plan":
+        if args.by == "charge":
+            text = formats.charges_csv(bills)
+        elif args.by == "plan":
             text = formats.plan_csv(plan)
         elif args.by in ("pending", "pool"):
             text = formats.cluster_csv(scheduling, args.by)
@@ -548,13 +564,13 @@ def run_report(args: argparse.Namespace) -> int:
         else:
             assert trace is not None
             samples = report.trace_timelines(trace, verdicts)
-        text = report.render(verdicts, samples, plan, scheduling=scheduling, changes=changes)
+        text = report.render(verdicts, samples, plan, scheduling=scheduling, changes=changes, bills=bills)
     else:
         from gpulens.analyzer.outputs import terminal
 
         on_terminal = not args.out and sys.stdout.isatty()
         width = shutil.get_terminal_size((terminal.PIPED_COLUMNS, 24)).columns if on_terminal else terminal.columns_of()
-        text = terminal.report_text(verdicts, plan, width, on_terminal, scheduling, changes)
+        text = terminal.report_text(verdicts, plan, width, on_terminal, scheduling, changes, bills)
     if args.out:
         try:
             write_atomically(args.out, text)

@@ -293,6 +293,35 @@ def require_binary(name: str) -> str:
     return path
 
 
+#: The FinOps Foundation's FOCUS validator, as PyPI has it (it checks FOCUS 1.0), and what its pandera 0.17
+#: imports from multimethod before 2.0 (`overload`), which its requirements leave open.
+FOCUS_VALIDATOR = ("focus-validator==1.0.0", "multimethod<2")
+
+
+def focus_validator() -> Path:
+    """The Python of a virtual environment holding FOCUS_VALIDATOR, made once under build/ (ignored by git): it
+    pins numpy below 2 and pandas below 3, which gpulens' own environment is past. Skips where PyPI cannot be
+    reached; fails under CI=true, whose machine reaches the package registries."""
+    venv = REPO / "build" / "focus-validator"
+    python = venv / "bin" / "python"
+    made = venv / "installed.txt"
+    if not (made.exists() and made.read_text() == " ".join(FOCUS_VALIDATOR)):
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        result = subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *FOCUS_VALIDATOR],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            message = f"pip install {' '.join(FOCUS_VALIDATOR)} failed: {result.stderr[-2000:]}"
+            if os.environ.get("CI") == "true":
+                pytest.fail(message)
+            pytest.skip(message)
+        made.write_text(" ".join(FOCUS_VALIDATOR))
+    return python
+
+
 class ServerProcess:
     """A real server binary on a free loopback port: `flags(address)` are its flags, given the address to
     listen on; started with its log in `workdir`, ready when `ready_path` answers 200 (over https with

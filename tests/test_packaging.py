@@ -86,11 +86,11 @@ def test_every_test_the_fault_table_names_exists():
 
 
 def test_docs_verdicts_names_every_field_of_a_verdict_an_episode_and_a_class_share():
-    """docs/verdicts.md's tables list each field (with its unit) of Verdict, Episode and ClassShare: a field
-    added to one of them without its row fails here, as does a row for a field that is gone."""
+    """docs/verdicts.md's tables list each field (with its unit) of Verdict, Episode, ClassShare, Size and DayUse: a
+    field added to one of them without its row fails here, as does a row for a field that is gone."""
     from dataclasses import fields
 
-    from gpulens.analyzer.judging.classify import ClassShare, Episode, Verdict
+    from gpulens.analyzer.judging.classify import ClassShare, DayUse, Episode, Verdict
     from gpulens.analyzer.judging.sizing import Size
 
     sections = (REPO / "docs" / "verdicts.md").read_text().split("\n## ")[1:]
@@ -108,4 +108,5 @@ def test_docs_verdicts_names_every_field_of_a_verdict_an_episode_and_a_class_sha
         {f.name for f in fields(Episode)},
         {f.name for f in fields(ClassShare)},
         {f.name for f in fields(Size)},
+        {f.name for f in fields(DayUse)},
     ]

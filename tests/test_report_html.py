@@ -184,6 +184,29 @@ def test_the_headline_agrees_with_the_waste_tables(page):
     assert set(by_class) == {"idle", "overprovisioned_serving", "unexplained", "unallocated"}
 
 
+def test_what_the_gpus_cost_is_the_time_their_samples_cover_at_their_price(page):
+    """The showback table by namespace (the trace names no team): each namespace's GPU-hours held are its rows x
+    the interval (counted here from the trace), at the catalogue's price; the GPU no pod holds is "(no pod)"'s."""
+    path, trace = page
+    text = path.read_text()
+    table = text.split("<div id=showback>")[1].split("<p class=small>")[0]
+    shown = {
+        key: (float(hours.replace(",", "")), float(cost.replace(",", "")))
+        for key, hours, cost in re.findall(
+            r"<tr><td>([^<]+)</td><td class=n data-label='GPU-h held'>([\d.,]+)</td>"
+            r"<td class=n data-label='cost'>\$([\d.,]+)</td>",
+            table,
+        )
+    }
+    interval = float(trace["timestamp"].sort_values().drop_duplicates().diff().median())
+    price = model_info(trace["gpu_model"].iloc[0]).price_per_hour
+    rows = trace["namespace"].astype(str).replace("", "(no pod)").value_counts()
+    expected = {ns: (round(n * interval / 3600, 1), round(n * interval / 3600 * price, 2)) for ns, n in rows.items()}
+    assert shown.keys() == expected.keys()
+    for key, (hours, cost) in expected.items():
+        assert shown[key] == (pytest.approx(hours, abs=0.06), pytest.approx(cost, abs=0.06)), key
+
+
 @pytest.mark.parametrize(
     ("start", "span", "labels"),
     [

@@ -32,7 +32,7 @@ from gpulens.analyzer.judging.features import PodFeatures, PodGpu, pod_features
 from gpulens.analyzer.judging.sizing import Size
 from gpulens.core.activity import BUSY_LEVEL
 from gpulens.core.bottlenecks import BOTTLENECKS, BY_NAME, RECOMMENDATIONS, STALL_CAUSES
-from gpulens.core.catalog import GpuModel, model_info
+from gpulens.core.catalog import GpuModel, gpu_share_of, model_info
 from gpulens.core.metrics import APPLICATION_XIDS, describe_xid
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import for_people
@@ -64,6 +64,24 @@ class Episode:
 @dataclass
 class ClassShare:
     share: float
+    wasted_gpu_seconds: float
+    wasted_cost: float
+
+
+@dataclass
+class DayUse:
+    """A unit's GPUs over one UTC day of a span (history.Ledger): what showback bills and sums by team. Seconds
+    are device-seconds, a GPU's or a MIG instance's each (its price is its share: catalog.device_price)."""
+
+    #: The UTC day, "2026-12-01".
+    day: str
+    #: Device-seconds its samples cover that day (samples x interval, each GPU's): the time it held them.
+    gpu_seconds: float
+    #: Of those, the device-seconds with an activity signal, and their worked seconds (activity, or the share
+    #: of time with work where sparse use is measured): worked / judged is its use that day.
+    judged_gpu_seconds: float
+    worked_gpu_seconds: float
+    #: Its episodes' waste that day (each episode's split by its time in the day) and the money it cost.
     wasted_gpu_seconds: float
     wasted_cost: float
 
@@ -130,6 +148,8 @@ class Verdict:
     #: time-sliced share, its GPU as it is, or unknown and why), whatever its class: set where its use is
     #: measured (plan.sized(): reports, the live service's history), None in a single window's verdict.
     size: Size | None = None
+    #: Over a span: its use day by day (UTC), oldest first; empty for a single window.
+    days: list[DayUse] = field(default_factory=list)
 
     def verdict(self) -> Verdict:
         """Itself: a Verdict is written out already (Judgement.verdict() writes one out), so that a ledger
@@ -156,6 +176,7 @@ class Verdict:
             fields["engine_load"] = EngineLoad(**fields["engine_load"])
         if fields["size"] is not None:
             fields["size"] = Size(**fields["size"])
+        fields["days"] = [DayUse(**d) for d in fields.get("days", [])]  # files of gpulens before days: none
         return cls(**fields)
 
     @property
@@ -395,7 +416,7 @@ def _written_out(judged: Judgement, f: PodFeatures) -> Verdict:
     wasted = 0.0
     if activity is not None and BY_NAME[name].waste:
         wasted = (1.0 - worked(activity, found.waiting_share)) * f.gpu_seconds
-    cost = wasted / 3600 * judged.info.price_per_hour
+    cost = wasted / 3600 * judged.info.price_per_hour * gpu_share_of(f.gpu_model)  # a MIG slice costs its share
     confidence = judged.confidence
     return Verdict(
         namespace=f.namespace,

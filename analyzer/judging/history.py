@@ -13,6 +13,7 @@ an hour of idle, not a window's worth. All windows are reduced at once: a pass p
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from gpulens.analyzer.judging.classify import (
     SPARSE,
     XID_FAULTS,
     ClassShare,
+    DayUse,
     Episode,
     Judgement,
     Verdict,
@@ -40,7 +42,7 @@ from gpulens.analyzer.judging.classify import (
 from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.judging.features import UnitKeys, pod_features
 from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
-from gpulens.core.catalog import model_info
+from gpulens.core.catalog import device_price
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import for_people
 
@@ -302,6 +304,30 @@ def _slot_verdict(windows: dict[int, Judgement], k: int, per_window: int, t: Thr
     return next((v for v in later if v.bottleneck != "insufficient_data"), first)
 
 
+#: Seconds in a day: showback's days are UTC days (unix seconds // DAY), as FOCUS' charge periods are.
+DAY = 86400
+
+
+def day_name(day: int) -> str:
+    """A UTC day (unix seconds // DAY) as ISO 8601 writes it: "2026-12-01"."""
+    return time.strftime("%Y-%m-%d", time.gmtime(day * DAY))
+
+
+@dataclass
+class DayBook:
+    """A ledger's seconds of one day (Ledger.days): device-seconds covered, judged (with an activity signal) and
+    worked."""
+
+    covered: float = 0.0
+    judged: float = 0.0
+    worked: float = 0.0
+
+    def add(self, other: DayBook) -> None:
+        self.covered += other.covered
+        self.judged += other.judged
+        self.worked += other.worked
+
+
 @dataclass
 class Ledger:
     """One unit's time by class over a span: its episodes (runs of one class), oldest first, with the
@@ -335,6 +361,9 @@ class Ledger:
     #: The newest hardware XID evidence of any window (classify.XID_FAULTS), with its window's end (unix
     #: seconds): a GPU at fault stays so whatever the windows after it were judged.
     xid_fault: tuple[float, str] | None = None
+    #: A report's: per UTC day (unix seconds // DAY), the device-seconds its slots covered, those with an
+    #: activity signal, and their worked seconds (day_uses()).
+    days: dict[int, DayBook] = field(default_factory=dict)
 
     def record(
         self,
@@ -386,8 +415,14 @@ class Ledger:
         waste = 0.0
         if activity is not None and BY_NAME[verdict.bottleneck].waste:
             waste = (1.0 - worked(activity, verdict.waiting_share)) * covered
-        cost = waste / 3600 * model_info(verdict.gpu_model, prices).price_per_hour
+        cost = waste / 3600 * device_price(verdict.gpu_model, prices)
         self.account(covered, activity, idle, work)
+        # A slot is booked to the day it starts in: slots are a window's slide, a divisor of a day on the grid.
+        book = self.days.setdefault(int(ts_min // DAY), DayBook())
+        book.covered += covered
+        if activity is not None:
+            book.judged += covered
+            book.worked += (activity if math.isnan(work) else float(work)) * covered
         end = float(ts_max + verdict.sample_seconds)
         self.record(verdict, float(ts_min), end, covered, waste, cost, joins=self.last_slot == k - 1)
         if self.first_slot is None:
@@ -418,6 +453,8 @@ class Ledger:
         self.idle_seconds += later.idle_seconds
         self.work_seconds += later.work_seconds
         self.judged_seconds += later.judged_seconds
+        for day, book in later.days.items():
+            self.days.setdefault(day, DayBook()).add(book)
         parts = list(
             zip(
                 later.episodes,
@@ -469,6 +506,30 @@ class Ledger:
             weight[e.bottleneck] += judged
         confidence = {name: weight[name] / seconds[name] if seconds[name] else 0.0 for name in seconds}
         return seconds, wasted, cost, confidence
+
+    def day_uses(self) -> list[DayUse]:
+        """Its use day by day (DayUse), oldest first: the slots' seconds as booked, and each episode's waste and
+        cost split among the days it spans in proportion to its time in each (within an episode its class, and
+        so its rate of waste, held)."""
+        wasted: dict[int, float] = defaultdict(float)
+        cost: dict[int, float] = defaultdict(float)
+        for e, money in zip(self.episodes, self.episode_cost, strict=True):
+            length = e.end - e.start
+            for day in range(int(e.start // DAY), int(max(e.start, e.end - 1e-9) // DAY) + 1):
+                part = (min(e.end, (day + 1) * DAY) - max(e.start, day * DAY)) / length if length > 0 else 1.0
+                wasted[day] += e.wasted_gpu_seconds * part
+                cost[day] += money * part
+        return [
+            DayUse(
+                day_name(day),
+                round(book.covered, 3),
+                round(book.judged, 3),
+                round(book.worked, 3),
+                round(wasted.get(day, 0.0), 3),
+                round(cost.get(day, 0.0), 6),
+            )
+            for day, book in sorted(self.days.items())
+        ]
 
     def by_class(self) -> dict[str, ClassShare]:
         seconds, wasted, cost, _ = self.totals()
@@ -592,6 +653,7 @@ class Ledger:
             pauses=[self.episodes[k].rounded() for k, rest in sorted(seen.items()) if rest != "stopped"],
             by_class=by_class,
             facts=sorted({*base.facts, *(["xid_fault"] if booked.xid_fault else [])}),
+            days=booked.day_uses(),
         )
 
     def _with_quiet_hours(self, t: Thresholds, kind: str, rests: dict[int, Rest]) -> Ledger:

@@ -11,24 +11,56 @@ from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.scheduling import Pending, PoolUse, Scheduling
 from gpulens.analyzer.outputs.outcomes import Outcome
 from gpulens.analyzer.outputs.plan import Action, Plan
+from gpulens.analyzer.outputs.showback import DIMENSIONS as SHOWBACK_DIMENSIONS
+from gpulens.analyzer.outputs.showback import Charge, price_sources, showback_by
 from gpulens.analyzer.outputs.summary import DIMENSIONS, WasteSum, waste_by
 from gpulens.core.times import rfc3339
 
 
 def report_json(
-    verdicts: list[Verdict], plan: Plan, scheduling: Scheduling | None = None, changes: list[Outcome] | None = None
+    verdicts: list[Verdict],
+    plan: Plan,
+    scheduling: Scheduling | None = None,
+    changes: list[Outcome] | None = None,
+    bills: list[Charge] | None = None,
+    prices: dict[str, float] | None = None,
 ) -> dict:
     """The JSON report: the verdicts, their waste summed by class, namespace, owner and team, and the plan:
     one object per action, then its sums, what it did not plan and why, and what it assumed; the cluster's share,
     and the changes the workloads went through with what became of each (docs/changes.md), each null where
-    kube-state-metrics is not read."""
+    kube-state-metrics is not read; showback: the charges, their sums and the prices they were made at
+    (docs/showback.md)."""
     return {
         "verdicts": [v.to_dict() for v in verdicts],
         "waste": {dimension: [asdict(s) for s in waste_by(verdicts, dimension)] for dimension in DIMENSIONS},
         **plan.to_dict(),
         "cluster": scheduling.to_dict() if scheduling is not None else None,
         "changes": [c.to_dict() for c in changes] if changes is not None else None,
+        "showback": showback_json(bills or [], prices),
     }
+
+
+def showback_json(bills: list[Charge], prices: dict[str, float] | None) -> dict:
+    """Showback as the JSON report holds it: the charges (a workload's devices of a model a UTC day), their sums
+    by team, namespace, owner and GPU model with each group's use, and the price of each model and its source."""
+    return {
+        "charges": [asdict(c) for c in bills],
+        "by": {
+            dimension: [{**asdict(s), "used_share": s.used_share} for s in showback_by(bills, dimension)]
+            for dimension in SHOWBACK_DIMENSIONS
+        },
+        "prices": price_sources(bills, prices),
+    }
+
+
+def charges_csv(bills: list[Charge]) -> str:
+    """Showback's charges, a row each (docs/showback.md)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=[f.name for f in fields(Charge)])
+    writer.writeheader()
+    for c in bills:
+        writer.writerow(asdict(c))
+    return out.getvalue()
 
 
 def waste_csv(verdicts: list[Verdict], dimension: str) -> str:

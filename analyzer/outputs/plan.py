@@ -47,7 +47,7 @@ from gpulens.analyzer.judging.scheduling import Scheduling, quota_advice, spent
 from gpulens.analyzer.judging.sizing import Size, smallest
 from gpulens.analyzer.outputs.timelines import TimelineBins, unit_samples
 from gpulens.core.bottlenecks import BY_NAME, PLANNED, SIZE_FIRST_CAUSES, STALL_CAUSES, UNEXPLAINED_SETTLES
-from gpulens.core.catalog import GpuModel, model_info
+from gpulens.core.catalog import GpuModel, device_price, gpu_share_of, model_info
 from gpulens.core.thresholds import Thresholds
 
 #: Bins of use kept per unit over a span: memory that follows the units (8 KiB each), not the span.
@@ -689,12 +689,15 @@ class _Planner:
 
     # --- what every action says ------------------------------------------------------------------
     def _model(self, v: Verdict) -> GpuModel:
-        return model_info(v.gpu_model, self.prices)
+        """Its GPU's catalogue entry, priced as what it holds costs: a MIG instance its share of its GPU
+        (catalog.device_price), as the waste it is planned from was."""
+        return replace(model_info(v.gpu_model, self.prices), price_per_hour=device_price(v.gpu_model, self.prices))
 
     def _price_source(self, v: Verdict) -> str:
         model = self._model(v)
         named = any(key in v.gpu_model for key in self.prices)
-        return f"${model.price_per_hour:.2f}/GPU-h ({'--prices' if named else 'the catalogue'})"
+        unit = "GPU-h" if gpu_share_of(v.gpu_model) == 1 else f"h for its {v.gpu_model.partition(' MIG ')[2]} slice"
+        return f"${model.price_per_hour:.2f}/{unit} ({'--prices' if named else 'the catalogue'})"
 
     def _confidence(self, members: list[Verdict]) -> tuple[float, dict[str, str]]:
         confidence = min(v.confidence for v in members)

@@ -21,6 +21,7 @@ from gpulens.analyzer.judging.history import sample_interval
 from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
 from gpulens.analyzer.outputs.outcomes import Outcome
 from gpulens.analyzer.outputs.plan import Plan
+from gpulens.analyzer.outputs.showback import Charge, showback_by
 from gpulens.analyzer.outputs.summary import waste_by
 from gpulens.analyzer.outputs.timelines import POINTS, TIMELINE_COLUMNS, TimelineBins, unit_samples
 from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
@@ -67,16 +68,19 @@ def render(
     title: str = TITLE,
     scheduling: Scheduling | None = None,
     changes: list[Outcome] | None = None,
+    bills: list[Charge] | None = None,
 ) -> str:
-    """The report for `verdicts` (most waste first), opening with the `plan`, then the cluster's share and the
-    changes its workloads went through where kube-state-metrics was read, with timelines drawn from `samples`
-    (unit_samples() of a trace, or TimelineBins.samples() of a report read in pieces)."""
+    """The report for `verdicts` (most waste first), opening with the `plan`, then what the GPUs cost (showback's
+    `bills`), the cluster's share and the changes its workloads went through where kube-state-metrics was read,
+    with timelines drawn from `samples` (unit_samples() of a trace, or TimelineBins.samples() of a report read in
+    pieces)."""
     verdicts = by_waste(verdicts)
     drawn = verdicts[:MAX_TIMELINES]
     return page(
         title,
         f"<div id=summary>{fleet_summary(verdicts)}</div>",
         *([plan_section(plan)] if plan is not None else []),
+        *([f"<div id=showback>{showback_section(bills, verdicts)}</div>"] if bills else []),
         *([f"<div id=cluster>{cluster_section(scheduling)}</div>"] if scheduling is not None else []),
         *([f"<div id=changes>{changes_section(changes)}</div>"] if changes else []),
         f"<div id=waste>{waste_tables(verdicts)}</div>",
@@ -122,6 +126,41 @@ def plan_section(plan: Plan) -> str:
         "<div class=scroll><table class=pods><thead><tr><th>workload</th><th>change</th><th class=n>GPUs</th>"
         f"<th class=n>{saves}</th><th class=n>confidence</th></tr></thead><tbody>{rows}</tbody></table></div>"
         + (f"<p class=small>Not planned:</p><ul class=small>{skipped}</ul>" if skipped else "")
+    )
+
+
+def showback_section(bills: list[Charge], verdicts: list[Verdict]) -> str:
+    """What the GPUs cost: by team (by namespace where no team label was read), the device-hours each held, what
+    they cost, the share of them worked (a bar: cost, its worked part filled), and the waste; then the span, and
+    what the figures assume (docs/showback.md)."""
+    dimension = "team" if any(v.team for v in verdicts) else "namespace"
+    sums = showback_by(bills, dimension)
+    top = max((s.cost for s in sums), default=0.0) or 1.0
+    rows = "".join(
+        f"<tr><td>{_e(s.key)}</td><td class=n data-label='GPU-h held'>{s.gpu_hours:,.1f}</td>"
+        f"<td class=n data-label='cost'>${s.cost:,.2f}</td>"
+        f"<td class=n data-label='worked'>{'?' if s.used_share is None else f'{s.used_share:.0%}'}</td>"
+        f"<td class=n data-label='GPU-h wasted'>{s.wasted_gpu_hours:,.2f}</td>"
+        f"<td class=n data-label='wasted'>${s.wasted_cost:,.2f}</td>"
+        f"<td class=w><span class=bar style='width:{100 * s.cost / top:.0f}%;background:linear-gradient(90deg,"
+        f"#2a7 {100 * (s.used_share or 0):.0f}%,#bbb 0)'></span></td></tr>"
+        for s in sums
+    )
+    first, last = min(c.day for c in bills), max(c.day for c in bills)
+    priced = sorted({(c.gpu_model, c.price_per_hour) for c in bills})
+    prices = "; ".join(f"{model} ${price:,.2f}/h" for model, price in priced)
+    total = sum(s.cost for s in sums)
+    return (
+        f"<h2>What the GPUs cost, by {dimension}</h2>"
+        f"<p><b>${total:,.2f}</b> for {sum(s.gpu_hours for s in sums):,.1f} GPU-hours held, {_e(first)} to "
+        f"{_e(last)} (UTC days). In full, a row a workload, model and day: --format csv --by charge, or FOCUS: "
+        "--format focus.</p>"
+        f"<div class=scroll><table><tr><th>{dimension}</th><th class=n>GPU-h held</th><th class=n>cost</th>"
+        "<th class=n>worked</th><th class=n>GPU-h wasted</th><th class=n>wasted</th><th class=w></th></tr>"
+        f"{rows}</table></div>"
+        f"<p class=small>Held: the time its pods' GPUs were sampled (a MIG instance's hour at its share of its "
+        f"GPU's price); worked: the share of that time its GPUs worked, where their activity was read. Prices: "
+        f"{_e(prices)}.</p>"
     )
 
 

@@ -46,12 +46,19 @@ def _parts(dimension: str) -> Callable[[Verdict], Iterable[tuple[str, float, flo
             for name, part in v.by_class.items()
             if name in WASTEFUL  # healthy headroom and unjudged time are no cause's waste
         ]
-    key: Callable[[Verdict], str] = {
+    key = group_of(dimension)
+    return lambda v: [(key(v), _sampled_hours(v), v.wasted_gpu_seconds / 3600, v.wasted_cost)]
+
+
+def group_of(dimension: str) -> Callable[[Verdict], str]:
+    """A verdict's group in `dimension` (namespace, owner, team or gpu_model): GPUs no pod holds are NO_POD's, a
+    pod without a team label NO_TEAM's."""
+    return {
         "namespace": lambda v: v.namespace or NO_POD,
         "owner": lambda v: v.workload,
         "team": lambda v: v.team or (NO_POD if not v.pod else NO_TEAM),
+        "gpu_model": lambda v: v.gpu_model,
     }[dimension]
-    return lambda v: [(key(v), _sampled_hours(v), v.wasted_gpu_seconds / 3600, v.wasted_cost)]
 
 
 def waste_by(verdicts: Iterable[Verdict], dimension: str) -> list[WasteSum]:

@@ -31,6 +31,7 @@ from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_a
 from gpulens.analyzer.outputs.outcomes import Outcome
 from gpulens.analyzer.outputs.plan import Plan
 from gpulens.analyzer.outputs.report import fleet_line
+from gpulens.analyzer.outputs.showback import Charge, showback_by
 from gpulens.analyzer.outputs.summary import waste_by
 from gpulens.core.times import rfc3339
 
@@ -66,10 +67,12 @@ def report_text(
     colour: bool = False,
     scheduling: Scheduling | None = None,
     changes: list[Outcome] | None = None,
+    bills: list[Charge] | None = None,
 ) -> str:
     """The pods (most waste first), the cluster's share where kube-state-metrics was read, the changes the
-    workloads went through and what became of each, the plan, the fleet after it, and the waste by owner and
-    team, laid out for `width` columns (at least NARROWEST); `colour` for a terminal that shows it."""
+    workloads went through and what became of each, the plan, the fleet after it, the waste by owner and
+    team, and what each team's GPUs cost (by namespace where no team label was read), laid out for `width`
+    columns (at least NARROWEST); `colour` for a terminal that shows it."""
     buffer = io.StringIO()
     console = Console(
         file=buffer,
@@ -92,7 +95,25 @@ def report_text(
         if dimension == "team" and all(not v.team for v in verdicts):
             continue  # no team label read: one row of "(no team)" says nothing
         console.print(_waste(verdicts, dimension, width))
+    if bills:
+        console.print(_showback(bills, "team" if any(v.team for v in verdicts) else "namespace", width))
     return buffer.getvalue()
+
+
+def _showback(bills: list[Charge], dimension: str, width: int) -> Table:
+    """Showback by `dimension`: the device-hours each group held, what they cost, the share of them worked and
+    what was wasted (docs/showback.md)."""
+    sums = showback_by(bills, dimension)
+    cells = {
+        "GPU-h held": [f"{s.gpu_hours:,.1f}" for s in sums],
+        "cost $": [f"{s.cost:,.2f}" for s in sums],
+        "worked": ["?" if s.used_share is None else f"{s.used_share:.0%}" for s in sums],
+        "GPU-h wasted": [f"{s.wasted_gpu_hours:,.2f}" for s in sums],
+        "wasted $": [f"{s.wasted_cost:,.2f}" for s in sums],
+    }
+    first, last = min(c.day for c in bills), max(c.day for c in bills)
+    span = first if first == last else f"{first} to {last}"
+    return _sums(f"What each {dimension}'s GPUs cost, {span} (UTC)", dimension, [s.key for s in sums], cells, width)
 
 
 #: What a table with a SIMPLE_HEAD box costs beside its columns: an edge and a space each side of each column.
@@ -296,15 +317,20 @@ def _waste(verdicts: list[Verdict], dimension: str, width: int) -> Table:
         "GPU-h wasted": [f"{s.wasted_gpu_hours:,.2f}" for s in sums],
         "cost $": [f"{s.wasted_cost:,.2f}" for s in sums],
     }
+    return _sums(f"Waste by {dimension}", dimension, [s.key for s in sums], cells, width)
+
+
+def _sums(title: str, dimension: str, keys: list[str], cells: dict[str, list[str]], width: int) -> Table:
+    """A table of sums by `dimension`: a row a key, its figures' columns right-aligned and never cut."""
     fixed = [_figures(column, header) for header, column in cells.items()]
-    widest = max([len(dimension), *(len(s.key) for s in sums)])
+    widest = max([len(dimension), *map(len, keys)])
     [name] = _shares(width, fixed, [1])
-    table = Table(title=f"Waste by {dimension}", box=box.SIMPLE_HEAD, title_justify="left")
+    table = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column(dimension, width=min(widest, max(name, 10)), overflow="fold")
     for header, w in zip(cells, fixed, strict=True):
         table.add_column(header, width=w, no_wrap=True, justify="right")
-    for k, s in enumerate(sums):
-        table.add_row(s.key, *(column[k] for column in cells.values()))
+    for k, key in enumerate(keys):
+        table.add_row(key, *(column[k] for column in cells.values()))
     return table
 
 

@@ -336,6 +336,15 @@ def gpu_share_of(nvml_name: str) -> float:
     return int(slices) / 7 if slices.isdigit() and 0 < int(slices) <= 7 else 1.0
 
 
+def device_price(nvml_name: str, prices: dict[str, float] | None = None, gpu_price: float | None = None) -> float:
+    """USD an hour of the device named `nvml_name` costs: its GPU's price (`gpu_price`, the cluster's cost tool's
+    for its node, else the first of `prices` that names it, else the catalogue's) times the share of the GPU it
+    takes (gpu_share_of(): a MIG 3g.40gb of an H100 costs half of it, its 4/8 of the memory, as NVIDIA's profiles
+    split it)."""
+    whole = model_info(nvml_name, prices).price_per_hour if gpu_price is None else gpu_price
+    return whole * gpu_share_of(nvml_name)
+
+
 def load_prices(path: str | None) -> dict[str, float]:
     """--prices FILE: YAML of model substring: USD per GPU-hour (finite, not negative)."""
     if not path:
