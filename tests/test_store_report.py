@@ -375,7 +375,7 @@ def test_the_live_analyzer_judges_a_fleet_that_runs_only_dcgm_exporter(stores, l
         clock=lambda: now[0],
         team_label="team",
     )
-    service = AnalyzerService(source, Thresholds(), {}, interval=week.STEP, clock=lambda: now[0])
+    service = AnalyzerService(source, Thresholds(), {"H100": 2.5}, interval=week.STEP, clock=lambda: now[0])
     assert service.cycle()
     now[0] = LAST
     assert service.cycle()
@@ -405,6 +405,21 @@ def test_the_live_analyzer_judges_a_fleet_that_runs_only_dcgm_exporter(stores, l
     [verdict] = [v for v in service.state.verdicts if v.pod == "notebook-b"]
     assert verdict.mean_activity == 0.0
     assert notebook == pytest.approx(week.STEP + 3 * 3600, rel=1e-9)
+    # Showback's counters: the notebook held its GPU as long, at $2.50 an hour, and worked none of it.
+    held = {
+        name.removeprefix("gpulens_workload_"): value
+        for (name, labels), value in exposition.items()
+        if ("owner", "jupyter") in labels and name.startswith("gpulens_workload_") and "wasted" not in name
+    }
+    assert held == pytest.approx(
+        {
+            "allocated_gpu_seconds_total": notebook,
+            "allocated_cost_dollars_total": notebook / 3600 * 2.5,
+            "judged_gpu_seconds_total": notebook,
+            "worked_gpu_seconds_total": 0.0,
+        },
+        rel=1e-9,
+    )
 
 
 def test_every_format_of_a_store_report_says_the_same(stores, tmp_path):

@@ -45,6 +45,7 @@ from gpulens.analyzer.outputs.plan import Plan, Use, make_plan, sized
 from gpulens.analyzer.outputs.timelines import RollingTimelines, unit_samples
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES, WASTEFUL
+from gpulens.core.catalog import device_price
 from gpulens.core.config import finite_json
 from gpulens.core.exposition import Exposition, Families
 from gpulens.core.status import MAX_BACKOFF_SECONDS, ProblemLog, backoff
@@ -58,6 +59,17 @@ Unit = tuple[str, str, str]
 #: A workload's waste counter: namespace, owner kind, owner (the pod where the owner is unknown), team,
 #: bottleneck class.
 Workload = tuple[str, str, str, str, str]
+#: A showback counter's series (metrics.SHOWBACK_LABELS): namespace, owner kind, owner, team, GPU model.
+Charged = tuple[str, str, str, str, str]
+#: Showback's counters: by name (SHOWBACK_COUNTERS), by series.
+Held = dict[str, dict[Charged, float]]
+#: Showback's counters by State.held's names.
+SHOWBACK_COUNTERS = {
+    "allocated": m.WORKLOAD_ALLOCATED_GPU_SECONDS,
+    "cost": m.WORKLOAD_ALLOCATED_COST,
+    "judged": m.WORKLOAD_JUDGED_GPU_SECONDS,
+    "worked": m.WORKLOAD_WORKED_GPU_SECONDS,
+}
 
 
 #: Seconds a cycle's start keeps from a step of the input's grid: the newest step a cycle reads is the last
@@ -130,6 +142,9 @@ class State:
     stale: frozenset[Unit] = frozenset()
     #: The cluster's share over the window (kube-state-metrics), where the input reads it.
     scheduling: Scheduling | None = None
+    #: Showback's counters (docs/showback.md): "allocated" device-seconds, their "cost", and of them those
+    #: "judged" (with an activity signal) and "worked", by (namespace, owner kind, owner, team, GPU model).
+    held: Held = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -249,7 +264,8 @@ class AnalyzerService:
 
     def _judge(self, frame: pd.DataFrame, started: float) -> None:
         """Verdicts for the window's frame; the history, timelines and waste counters move on with them."""
-        verdicts = classify(frame, self.thresholds, self.prices, self.source.node_prices())
+        node_prices = self.source.node_prices()
+        verdicts = classify(frame, self.thresholds, self.prices, node_prices)
         verdicts = with_owners(verdicts, self.source.owners({(v.namespace, v.pod) for v in verdicts if v.pod}))
         # What each pod is and what its engine counted over the history settle what its window leaves open (a
         # notebook's cells are never requests; a replica that served is never idle), so that /metrics and the
@@ -260,6 +276,7 @@ class AnalyzerService:
         now = self.clock()
         seconds, cost = dict(self.state.wasted_seconds), dict(self.state.wasted_cost)
         workload_seconds, workload_cost = dict(self.state.workload_seconds), dict(self.state.workload_cost)
+        held = {name: dict(counts) for name, counts in self.state.held.items()}
         ts = frame["timestamp"].to_numpy() if len(frame) else np.zeros(0)
         new = ts > self._drawn_until  # each sample drawn once, though successive windows overlap
         keys = UnitKeys.of(frame) if len(frame) else None
@@ -279,6 +296,7 @@ class AnalyzerService:
                     continue
                 share = min(1.0, elapsed / (v.window_seconds * max(v.coverage, 1e-9)))
                 self._remember(v, now - elapsed, now, share)
+                self._charge(held, v, elapsed * len(v.gpus), node_prices.get(v.node))
                 if v.bottleneck not in WASTEFUL:
                     continue  # healthy headroom, or time the data cannot judge: no waste by cause
                 wasted, spent = v.wasted_gpu_seconds * share, v.wasted_cost * share
@@ -313,7 +331,21 @@ class AnalyzerService:
                 workload_cost,
                 stale,
                 cluster,
+                held,
             )
+
+    def _charge(self, held: Held, v: Verdict, seconds: float, gpu_price: float | None) -> None:
+        """Add to showback's counters (State.held) `seconds` device-seconds `v`'s pod held, what they cost at its
+        device's price (its node's where the cluster's cost tool prices it), and where an activity signal was
+        read, those judged and the time worked."""
+        key = (v.namespace, v.owner_kind, v.owner or v.pod, v.team, v.gpu_model)
+        worked = v.work_share if v.work_share is not None else v.mean_activity
+        parts = {"allocated": seconds, "cost": seconds / 3600 * device_price(v.gpu_model, self.prices, gpu_price)}
+        if worked is not None:
+            parts |= {"judged": seconds, "worked": seconds * worked}
+        for name, amount in parts.items():
+            counts = held.setdefault(name, {})
+            counts[key] = counts.get(key, 0.0) + amount
 
     def _newly_seen(self, frame: pd.DataFrame, ts: np.ndarray, keys: UnitKeys | None) -> dict[str, int]:
         """Per unit (as verdicts name it), its samples (a GPU's each) that no cycle before has counted: after
@@ -594,6 +626,9 @@ class AnalyzerService:
         for workload, seconds in sorted(state.workload_seconds.items()):
             out.add(m.WORKLOAD_WASTED_GPU_SECONDS, workload, seconds)
             out.add(m.WORKLOAD_WASTED_COST, workload, state.workload_cost[workload])
+        for name, spec in SHOWBACK_COUNTERS.items():
+            for charged, amount in sorted(state.held.get(name, {}).items()):
+                out.add(spec, charged, amount)
         if state.scheduling is not None:
             for pool in state.scheduling.pools_now:
                 labels = (pool.pool, pool.gpu_model)

@@ -866,6 +866,50 @@ WORKLOAD_WASTED_COST = _spec(
     labels=WORKLOAD_LABELS,
     group="analyzer",
 )
+#: A workload's devices of one model, as showback charges them (docs/showback.md): a series a workload and GPU model.
+SHOWBACK_LABELS = ("namespace", "owner_kind", "owner", "team", "gpu_model")
+WORKLOAD_ALLOCATED_GPU_SECONDS = _spec(
+    "workload_allocated_gpu_seconds_total",
+    "counter",
+    "seconds",
+    "Device-seconds the workload's pods held devices of this model (a GPU's, or a MIG instance's: gpu_model names "
+    'its profile), whatever they did: what showback charges. GPUs no pod holds count with namespace and owner "". '
+    "Owners and team as gpulens_workload_wasted_gpu_seconds_total's.",
+    "analyzer: each cycle adds the time its new samples cover x the devices held",
+    labels=SHOWBACK_LABELS,
+    group="analyzer",
+)
+WORKLOAD_ALLOCATED_COST = _spec(
+    "workload_allocated_cost_dollars_total",
+    "counter",
+    "",
+    "What those device-seconds cost at the price in use (OpenCost's for the node, --prices, the catalogue; a MIG "
+    "instance at its share of its GPU): rate() x 86400 is the workload's spend a day, what budgets follow.",
+    "analyzer: allocated device-hours x the device's price",
+    labels=SHOWBACK_LABELS,
+    group="analyzer",
+)
+WORKLOAD_WORKED_GPU_SECONDS = _spec(
+    "workload_worked_gpu_seconds_total",
+    "counter",
+    "seconds",
+    "Of the allocated device-seconds with an activity signal, the time worked (SM activity where profiling fields "
+    "are read, else utilization; the share of time with work for sparse use). Divided by "
+    "gpulens_workload_allocated_gpu_seconds_total: the share of the GPU time paid for that worked. Time without "
+    "an activity signal (power and memory only) counts in neither this nor gpulens_workload_judged_gpu_seconds_total.",
+    "analyzer: each cycle adds the allocated device-seconds x the window's worked share",
+    labels=SHOWBACK_LABELS,
+    group="analyzer",
+)
+WORKLOAD_JUDGED_GPU_SECONDS = _spec(
+    "workload_judged_gpu_seconds_total",
+    "counter",
+    "seconds",
+    "Of the allocated device-seconds, those with an activity signal: the denominator of the worked share.",
+    "analyzer: each cycle adds the allocated device-seconds where the window read an activity signal",
+    labels=SHOWBACK_LABELS,
+    group="analyzer",
+)
 #: A workload the plan changes: its namespace, its owner as reports name it (namespace/Kind/name), its team,
 #: and the action. One series a workload with an action: bounded by the workloads, not the pods.
 PLAN_LABELS = ("namespace", "owner", "team", "action")
