@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from gpulens.alerts import rules
 from gpulens.core.config import ConfigError, read_yaml
-from gpulens.core.mixin import MixinConfig
-from gpulens.core.schema import ListOf, MapOf, Opaque, Record, Text, validate
+from gpulens.core.mixin import BUDGET_SCOPES, MixinConfig
+from gpulens.core.schema import ListOf, MapOf, Number, Opaque, Record, Text, validate
 
 SEVERITIES = ("critical", "warning")
 #: The page: while it fires for a pod, the pod's other underuse alerts are muted.
@@ -64,6 +64,9 @@ class AlertSettings:
     #: (regular expression on the team, owner), first match wins, before the namespaces: the alerts that carry
     #: a workload's team (a change that regressed) go to the team.
     teams: tuple[tuple[str, Owner], ...] = ()
+    #: What each team and namespace may spend on GPUs in USD a month (`budgets`: teams, namespaces), by scope
+    #: (mixin.BUDGET_SCOPES) and name: the budget alerts follow each (docs/showback.md, "Budgets").
+    budgets: dict[str, dict[str, float]] = field(default_factory=dict)
     #: False for the default receivers (one webhook for pages, one for tickets), whose URLs a
     #: Kubernetes deployment sets in its settings rather than here.
     receivers_from_file: bool = False
@@ -97,6 +100,7 @@ class AlertSettings:
             raise ConfigError(f"{source}: owners.default missing: say which receivers get what no other owner takes")
         return cls(
             severities=document.get("severities", {}),
+            budgets={scope: document.get("budgets", {}).get(f"{scope}s", {}) for scope in BUDGET_SCOPES},
             receivers=receivers,
             receivers_from_file="receivers" in document,
             default=owner(owners["default"], "owners.default") if "default" in owners else cls.default,
@@ -156,6 +160,15 @@ def _schema() -> Record:
                     "nodes": Record(owner, required=("pages", "tickets")),
                     "namespaces": _matched(owner, "the namespace"),
                     "teams": _matched(owner, "the team (the label the analyzer reads teams from)"),
+                }
+            ),
+            "budgets": Record(
+                {
+                    f"{scope}s": MapOf(
+                        Number(low=0, above_low=True, noun="a budget in USD a month (30 days)"),
+                        key=Text(valid=bool, what=f"a {scope}'s name"),
+                    )
+                    for scope in BUDGET_SCOPES
                 }
             ),
         },

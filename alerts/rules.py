@@ -136,6 +136,7 @@ def alerts(c: MixinConfig) -> list[Alert]:
         *_gpu_alerts(c),
         *_cluster_alerts(c),
         *_change_alerts(c),
+        *_budget_alerts(c),
         *_exporter_alerts(c),
         *_analyzer_alerts(c),
     ]
@@ -555,6 +556,92 @@ a notebook culled) made what it serves worse, judged over equal windows before a
     ]
 
 
+def _wasters(c: MixinConfig, scope: str) -> str:
+    """Alert template: the scope's three workloads that wasted the most money over the last day (the analyzer's
+    gpulens_workload_wasted_cost_dollars_total), each with its class and the plan's fix for it where it has one
+    (gpulens_plan_monthly_saving_dollars, whose owner is namespace/Kind/name: the waste's labels joined so)."""
+    waste = (
+        f"sort_desc(topk(3, label_join(sum by (namespace, owner_kind, owner, bottleneck) (increase("
+        f"{metric('workload_wasted_cost_dollars_total')}{{{c.analyzer},{scope}=%q}}[1d])), "
+        '"workload", "/", "namespace", "owner_kind", "owner")))'
+    )
+    fix = f"{metric('plan_monthly_saving_dollars')}{{{c.analyzer},owner=%q}}"
+    return (
+        f"{{{{ range printf `{waste}` $labels.{scope} | query }}}}"
+        "{{ .Labels.workload }} wasted ${{ .Value | printf `%.2f` }} in the last day ({{ .Labels.bottleneck }}); "
+        f"{{{{ with printf `{fix}` .Labels.workload | query }}}}"
+        "fix: {{ with first . }}{{ .Labels.action }}, saving ${{ .Value | printf `%.0f` }} a month{{ end }}"
+        "{{ else }}no fix planned yet{{ end }}. {{ else }}none wasted money in the last day.{{ end }}"
+    )
+
+
+def _budget_alerts(c: MixinConfig) -> list[Alert]:
+    """Each team's and namespace's GPU spend against its budget (an alert settings file's `budgets`), by the SRE
+    workbook's multiwindow, multi-burn-rate alerts: a fast burn pages, a slow one tickets, routed to the team (or
+    the namespace's owner), with the three that wasted the most and their fixes. Silent where no budget is set."""
+    t = c.thresholds
+    fast, fast_6h = f"{t.budget_burn_1h_page_factor:g}", f"{t.budget_burn_6h_page_factor:g}"
+    slow = f"{t.budget_burn_3d_ticket_factor:g}"
+    out = []
+    for scope in mixin.BUDGET_SCOPES:
+        burn = {window: mixin.burn_rule(scope, window) for window in mixin.BURN_WINDOWS}
+        spend = _query_first(
+            f"{mixin.spend_rule(scope, '1h')}{{{scope}=%q}} * 86400", f"$labels.{scope}", "value | printf `%.2f`", "?"
+        )
+        budget = _query_first(
+            f"{mixin.budget_rule(scope)}{{{scope}=%q}} * {mixin.MONTH_SECONDS}",
+            f"$labels.{scope}",
+            "value | printf `%.0f`",
+            "?",
+        )
+        who = f"{scope.capitalize()} {{{{ $labels.{scope} }}}}"
+        name = f"Gpulens{scope.capitalize()}Budget"
+        annotations = {"wasters": _wasters(c, scope)}
+        runbook = f"""The {scope}'s GPU spend (the analyzer's `gpulens_workload_allocated_cost_dollars_total`: the GPUs
+its pods held, at the prices in use) is running past its budget's pace: its monthly budget over 30 days
+(docs/showback.md, "Budgets"). A burn rate of 1 spends the budget exactly in its month; the page fires at
+{fast} over an hour (2% of the budget in an hour) or {fast_6h} over 6 hours, the ticket at {slow} over 3 days,
+each confirmed by a shorter window so that it ends soon after the spend does (the Google SRE workbook's
+multiwindow, multi-burn-rate alerts).
+
+1. Read `wasters`: the {scope}'s three workloads that wasted the most in the last day, and the plan's fix for each.
+2. What it holds and what it costs: `gpulens report --prometheus URL --since 7d` ("What the GPUs cost"), or the
+   fleet dashboard's spend panel.
+3. Spend that is work (a training run the {scope} planned) is a budget to raise in the settings; spend that is
+   waste is the fix's."""
+        out += [
+            Alert(
+                f"{name}BurningFast",
+                f"({burn['1h']} > {fast} and {burn['5m']} > {fast})"
+                f" or ({burn['6h']} > {fast_6h} and {burn['30m']} > {fast_6h})",
+                0,
+                "critical",
+                "workload",
+                f"{who} is spending its GPU budget {{{{ $value | printf `%.1f` }}}}x as fast as its month allows",
+                f"{who} spends ${spend} a day on GPUs against a budget of ${budget} a month: at {{{{ $value | "
+                "printf `%.1f` }} times the pace that spends it in 30 days, the month's budget is gone within "
+                "days. What wasted the most: see `wasters`.",
+                runbook,
+                mixin.dashboard_link(c, mixin.FLEET_SPEND_PANEL),
+                annotations=annotations,
+            ),
+            Alert(
+                f"{name}BurningSlowly",
+                f"{burn['3d']} > {slow} and {burn['6h']} > {slow}",
+                0,
+                "warning",
+                "workload",
+                f"{who} will spend its GPU budget before the month ends",
+                f"{who} has spent {{{{ $value | printf `%.2f` }}}} times its budget's pace over 3 days: ${spend} a "
+                f"day on GPUs against ${budget} a month. What wasted the most: see `wasters`.",
+                runbook,
+                mixin.dashboard_link(c, mixin.FLEET_SPEND_PANEL),
+                annotations=annotations,
+            ),
+        ]
+    return out
+
+
 def _exporter_alerts(c: MixinConfig) -> list[Alert]:
     """The exporters themselves: down, absent, failing a collector, stale. Without them every GPU alert is blind."""
     t = c.thresholds
@@ -690,6 +777,7 @@ def rule_groups(c: MixinConfig) -> dict:
     return {
         "groups": [
             {"name": "gpulens.recording", "rules": mixin.recording_rules(c)},
+            {"name": "gpulens.budgets", "rules": mixin.budget_rules(c)},
             {"name": "gpulens.alerts", "rules": rules},
         ]
     }

@@ -243,6 +243,37 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             s.COUNT,
             hide=("__name__",),
         ),
+        s.row("What the GPUs cost: spend by team against its budget (docs/showback.md)"),
+        s.timeseries(
+            mixin.FLEET_SPEND_PANEL.title,
+            "What each team's GPUs cost a day at the pace of the last hour (the analyzer's "
+            "gpulens_workload_allocated_cost_dollars_total: the GPUs its pods held at the prices in use, a MIG "
+            "slice at its share), and its budget a day where the alert settings give one (a month's over 30 "
+            "days): a line above its budget burns it (GpulensTeamBudgetBurningFast, ...BurningSlowly).",
+            [
+                target(f"{mixin.spend_rule('team', '1h')} * 86400", "{{team}}"),
+                target(f"{mixin.budget_rule('team')} * 86400", "{{team}} budget"),
+            ],
+            s.DOLLARS,
+            width=12,
+        ),
+        s.table(
+            "Share of the GPU time paid for that worked, by team",
+            "Over the last day: the device-seconds each team's GPUs worked (SM activity where profiling fields are "
+            "read, else utilization) over those with an activity signal, and what they cost. Low: the team pays "
+            "for GPUs that wait; its wasters and their fixes are in the tables above and the analyzer's page.",
+            [
+                target(
+                    f"sum by (team) (increase({metric('workload_worked_gpu_seconds_total')}{{{analyzer}}}[1d])) / "
+                    f"sum by (team) (increase({metric('workload_judged_gpu_seconds_total')}{{{analyzer}}}[1d]))",
+                    instant=True,
+                    table=True,
+                ),
+            ],
+            s.RATIO,
+            width=12,
+            hide=("__name__",),
+        ),
         s.row("What changed: each workload's latest change, its saving and whether it held"),
         s.stat(
             "Saved a day by the changes made",

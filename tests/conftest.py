@@ -34,8 +34,11 @@ def process_logs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    """The files `gpulens alerts` writes with the default settings (tests/test_alerts.py, test_alert_routing.py)."""
+    """The files `gpulens alerts` writes with the default settings and the budget cases' budgets
+    (tests/test_alerts.py, test_alert_routing.py)."""
+    from tests.alert_cases.budgets import BUDGETS
+
     out = tmp_path_factory.mktemp("alerts")
-    for name, text in alerts_cli.generate(MixinConfig()).items():
+    for name, text in alerts_cli.generate(MixinConfig(budgets=BUDGETS)).items():
         (out / name).write_text(text)
     return out

@@ -60,7 +60,8 @@ def test_settings_route_each_alert_to_its_owner(tmp_path):
     assert checked.returncode == 0 and "8 receivers" in checked.stdout, checked.stdout + checked.stderr
     # The research cluster's choice: the low-SM alert is a ticket there.
     groups = yaml.safe_load((tmp_path / cli.RULES_FILE).read_text())["groups"]
-    page = next(r for r in groups[1]["rules"] if r["alert"] == "GpulensPodLowSmActivity")
+    alerting = next(g for g in groups if g["name"] == "gpulens.alerts")["rules"]
+    page = next(r for r in alerting if r["alert"] == "GpulensPodLowSmActivity")
     assert page["labels"]["severity"] == "warning"
     for labels, receiver in (
         (
@@ -134,6 +135,9 @@ def test_settings_route_each_alert_to_its_owner(tmp_path):
             "owners: {default: {pages: a, tickets: a}}\n",
             "receivers.a.webhook_configs[0].http_config: the AlertmanagerConfig takes it in another form",
         ),
+        ("budgets: {teams: {search: -5}}\n", "budgets.teams.search: expected a budget in USD a month (30 days)"),
+        ("budgets: {teams: {'se\"arch': 5}}\n", "budgets.teams 'se\"arch': a team's name may not hold '\"'"),
+        ("budgets: {pools: {a: 5}}\n", "budgets: unknown key(s) pools; the known keys are teams, namespaces"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_fix(tmp_path, capsys, settings, message):
@@ -241,3 +245,20 @@ def test_the_receiver_reads_the_verdict_of_the_page_from_its_annotations_and_of_
     assert (
         describe(unjudged, "/alerts/pages") == "[firing] pages: GpulensPodLowSmActivity nlp/gpt | nlp/gpt is underused"
     )
+
+
+def test_a_settings_files_budgets_become_a_constant_series_each_in_dollars_a_second(tmp_path):
+    """The example settings' budgets: $20,000 a month for search is 20000 / (30 x 86400) dollars a second, a series
+    labelled with its team; the research namespace's with its namespace."""
+    import yaml
+
+    out = tmp_path / "out"
+    assert main(["alerts", "--out", str(out), "--alerting.config", str(REPO / "alerts/settings.example.yaml")]) == 0
+    groups = yaml.safe_load((out / "gpulens-rules.yaml").read_text())["groups"]
+    budgets = next(g for g in groups if g["name"] == "gpulens.budgets")["rules"]
+    constant = [(r["record"], r["labels"], r["expr"]) for r in budgets if "labels" in r]
+    assert constant == [
+        ("team:gpulens_budget_dollars:per_second", {"team": "nlp"}, f"vector({8000 / 2592000!r})"),
+        ("team:gpulens_budget_dollars:per_second", {"team": "search"}, f"vector({20000 / 2592000!r})"),
+        ("namespace:gpulens_budget_dollars:per_second", {"namespace": "research"}, f"vector({3000 / 2592000!r})"),
+    ]

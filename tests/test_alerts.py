@@ -15,6 +15,7 @@ from gpulens.alerts import cli, routing, rules
 from gpulens.cli import main
 from gpulens.core import mixin
 from gpulens.core.mixin import MixinConfig
+from tests.alert_cases.budgets import BUDGET_TESTS
 from tests.alert_cases.changes import CHANGE_TESTS
 from tests.alert_cases.cluster import CLUSTER_TESTS
 from tests.alert_cases.common import ANALYZER, STARVING_FIX, gpu, pod_link
@@ -34,6 +35,7 @@ ALL_TESTS = [
     FLAPPING_TESTS,
     CLUSTER_TESTS,
     CHANGE_TESTS,
+    BUDGET_TESTS,
 ]
 
 
@@ -43,7 +45,7 @@ def test_promtool_checks_the_rules(generated):
         [promtool, "check", "rules", str(generated / cli.RULES_FILE)], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 26 rules found" in result.stdout
+    assert "SUCCESS: 58 rules found" in result.stdout
 
 
 @pytest.mark.slow
@@ -92,7 +94,8 @@ def test_thresholds_file_changes_the_rules(tmp_path):
     thresholds.write_text("alert_low_sm: 0.2\nalert_low_sm_for: 600s\nalert_rate_window: 2m\n")
     assert main(["alerts", "--out", str(tmp_path / "out"), "--thresholds", str(thresholds)]) == 0
     groups = yaml.safe_load((tmp_path / "out" / cli.RULES_FILE).read_text())["groups"]
-    page = next(r for r in groups[1]["rules"] if r["alert"] == "GpulensPodLowSmActivity")
+    alerting = next(g for g in groups if g["name"] == "gpulens.alerts")["rules"]
+    page = next(r for r in alerting if r["alert"] == "GpulensPodLowSmActivity")
     assert page["expr"] == "namespace_pod:gpulens_gpu_activity:avg_ratio_rate < 0.2"
     assert page["for"] == "10m"
     assert "has stayed under 20% for 10m" in page["annotations"]["description"]
@@ -104,7 +107,7 @@ def test_thresholds_file_changes_the_rules(tmp_path):
 def test_every_duration_is_written_one_way():
     """`for:` and the durations in texts read as Prometheus writes them (5m, 1h30m), never 300s."""
     groups = rules.rule_groups(MixinConfig())["groups"]
-    durations = [r["for"] for r in groups[1]["rules"] if "for" in r]
+    durations = [r["for"] for r in next(g for g in groups if g["name"] == "gpulens.alerts")["rules"] if "for" in r]
     assert sorted(set(durations)) == ["15m", "1h", "1m", "30m", "5m"]
     text = yaml.safe_dump(groups)
     assert not re.search(r"\b\d+0s\b", text), re.search(r".{40}\b\d+0s\b.{40}", text)

@@ -178,6 +178,10 @@ def _names(expr: str) -> set[str]:
     return set(re.findall(r"gpulens_\w+", expr))
 
 
+#: Settings with a budget of each scope: every rule the budgets make.
+BUDGETED = mixin.MixinConfig(budgets={scope: {"a": 1.0} for scope in mixin.BUDGET_SCOPES})
+
+
 def test_every_dashboard_panel_has_data_from_dcgm_exporter_alone(fleet):
     """A panel says in its description when it has nothing for GPUs only dcgm-exporter reports; every
     other panel shows them, except those that read the analyzer's verdicts, cAdvisor, kube-state-metrics or the
@@ -190,7 +194,10 @@ def test_every_dashboard_panel_has_data_from_dcgm_exporter_alone(fleet):
             descriptions[(name, panel["title"])] = panel.get("description", "")
     panels: dict[tuple[str, str], bool] = {}
     for name, title, expr in dashboard_queries():
-        analyzer = any(BY_NAME[n].group == "analyzer" for n in _names(expr) if n in BY_NAME)
+        analyzer = any(BY_NAME[n].group == "analyzer" for n in _names(expr) if n in BY_NAME) or any(
+            rule["record"] in expr
+            for rule in mixin.budget_rules(BUDGETED)  # the analyzer's spend, and the budgets
+        )
         if analyzer or any(other in expr for other in needs_others):
             continue
         pods = ["/".join(T4_POD), "/".join(H100_POD)] if "$pod" in expr else ["/".join(T4_POD)]

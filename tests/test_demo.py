@@ -475,7 +475,7 @@ def test_the_native_demos_alerts_link_to_the_analyzers_page_unless_a_grafana_is_
             r["alert"]: r["annotations"]["dashboard_url"] for g in rules["groups"] for r in g["rules"] if "alert" in r
         }
     native, grafana = links[""], links["http://grafana.example:3000"]
-    assert set(native) == set(grafana) and len(native) == 19
+    assert set(native) == set(grafana) and len(native) == 23
     for alert, url in native.items():
         if "/d/gpulens-pod?" in grafana[alert]:
             assert url == "http://127.0.0.1:40002/#{{ $labels.namespace }}/{{ $labels.pod }}", alert

@@ -546,6 +546,9 @@ def test_every_dashboard_query_returns_data(stack):
         with_data = [pod for pod in pods if query(stack, substitute(expr, pod))]
         if title in UNTIL_A_DAY:
             assert not with_data, f"{title}: a month projected from the demo's minutes"
+        elif mixin.budget_rule("team") in expr:
+            # The demo's pods carry no team label and its settings no budgets: the budget line must be empty.
+            assert not with_data, f"{title}: a budget the demo never set"
         elif not with_data:
             empty.append(f"{name} / {title}: {expr}")
         if name == "gpulens-pod.json" and title in (

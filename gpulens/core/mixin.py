@@ -152,6 +152,9 @@ class MixinConfig:
     #: Pods that are the exporters themselves, never a GPU's workload: with honorLabels, a series without
     #: pod labels gets the scrape target's (the dcgm-exporter pod's) instead. A regex on the pod name.
     exporter_pods: str = "nvidia-dcgm-exporter-.*|dcgm-exporter-.*|gpulens-exporter-.*"
+    #: What each team or namespace may spend on GPUs in USD a month of 30 days (an alert settings file's
+    #: `budgets`): by scope (BUDGET_SCOPES), by its name. The burn-rate alerts follow each against it.
+    budgets: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """Refuse what would end or change the PromQL, the alert templates or the links it is written into:
@@ -164,6 +167,11 @@ class MixinConfig:
             check_url(getattr(self, name), FLAGS[name])
         if self.analyzer_page_url:
             check_url(self.analyzer_page_url, "the analyzer's page URL")
+        for scope, budgets in self.budgets.items():
+            if scope not in BUDGET_SCOPES:
+                raise ConfigError(f"budgets.{scope}: budgets are kept by {' or '.join(BUDGET_SCOPES)}s")
+            for name in budgets:
+                check_text(name, f"budgets.{scope}s", f"a {scope}'s name")
 
     @property
     def exporter(self) -> str:
@@ -494,6 +502,62 @@ def recording_rules(c: MixinConfig) -> list[dict[str, str]]:
     ]
 
 
+# --- budgets (docs/showback.md, "Budgets") -------------------------------------------------------
+#: What a budget is kept by: a label of the analyzer's showback counters.
+BUDGET_SCOPES = ("team", "namespace")
+#: A budget's month: 30 days, as the SRE workbook's error budgets are kept.
+MONTH_SECONDS = 30 * 86400
+#: The windows spend is read over, short and long pairs of the burn-rate alerts (SRE workbook, "Alerting on
+#: SLOs": 1h with 5m, 6h with 30m, 3d with 6h).
+BURN_WINDOWS = ("5m", "30m", "1h", "6h", "3d")
+
+
+def spend_rule(scope: str, window: str) -> str:
+    """The recording rule of a scope's spend in USD a second over `window` (BURN_WINDOWS)."""
+    return f"{scope}:{metric('workload_allocated_cost_dollars_total').removesuffix('_total')}:rate{window}"
+
+
+def budget_rule(scope: str) -> str:
+    """The recording rule of each budgeted team's (or namespace's) budget, in USD a second."""
+    return f"{scope}:gpulens_budget_dollars:per_second"
+
+
+def burn_rule(scope: str, window: str) -> str:
+    """The recording rule of a scope's burn rate over `window`: its spend over its budget's steady pace (1: the
+    budget is spent exactly in its month)."""
+    return f"{scope}:gpulens_budget_burn:ratio_rate{window}"
+
+
+def budget_rules(c: MixinConfig) -> list[dict]:
+    """The spend of every team and namespace over each window (the analyzer's showback counter), each budget
+    of the settings as a constant series, and the burn rates of those with one. The 3-day spend is the sum of the
+    hourly one at each of the 72 hours of 3 days, over 72: the spend of 3 days over 3 days, as rate() would say
+    it (a team younger than 3 days has spent less in them), without reading every sample of every workload's
+    counter over 3 days each minute."""
+    cost = f"{metric('workload_allocated_cost_dollars_total')}{{{c.analyzer}}}"
+    rules: list[dict] = []
+    for scope in BUDGET_SCOPES:
+        for window in BURN_WINDOWS:
+            expr = (
+                f"sum_over_time({spend_rule(scope, '1h')}[{window}:1h]) / 72"
+                if window == "3d"
+                else f"sum by ({scope}) (rate({cost}[{window}]))"
+            )
+            rules.append({"record": spend_rule(scope, window), "expr": expr})
+        for name, monthly in sorted(c.budgets.get(scope, {}).items()):
+            rules.append(
+                {"record": budget_rule(scope), "expr": f"vector({monthly / MONTH_SECONDS!r})", "labels": {scope: name}}
+            )
+        for window in BURN_WINDOWS:
+            rules.append(
+                {
+                    "record": burn_rule(scope, window),
+                    "expr": f"{spend_rule(scope, window)} / on ({scope}) {budget_rule(scope)}",
+                }
+            )
+    return rules
+
+
 # --- dashboards ---------------------------------------------------------------------------------
 #: Stable dashboard uids: alert links and bookmarks depend on them.
 FLEET_DASHBOARD = ("gpulens-fleet", "gpulens / Fleet overview")
@@ -526,6 +590,7 @@ NODE_SAMPLE_AGE_PANEL = Panel(NODE_DASHBOARD, "Exporter sample age", 208)
 NODE_ANALYZER_PANEL = Panel(NODE_DASHBOARD, "Analyzer verdict age", 209)
 FLEET_CLUSTER_PANEL = Panel(FLEET_DASHBOARD, "Free GPUs against GPUs waited for, by pool", 301)
 FLEET_CHANGES_PANEL = Panel(FLEET_DASHBOARD, "Each workload's latest change and what became of it", 302)
+FLEET_SPEND_PANEL = Panel(FLEET_DASHBOARD, "GPU spend a day by team, against its budget", 303)
 PANELS = (
     POD_SM_PANEL,
     POD_BUSY_PANEL,
@@ -542,6 +607,7 @@ PANELS = (
     NODE_ANALYZER_PANEL,
     FLEET_CLUSTER_PANEL,
     FLEET_CHANGES_PANEL,
+    FLEET_SPEND_PANEL,
 )
 
 

@@ -289,6 +289,17 @@ class Thresholds:
     #: A workload's latest change judged regressed this long (three of the analyzer's judgements of the changes,
     #: change_judge_seconds apart: a window's edge moving past a burst does not page) tickets its team. (proposal)
     alert_change_regressed_for: str = "15m"
+    #: A team's or namespace's GPU spend (the analyzer's gpulens_workload_allocated_cost_dollars_total) over its
+    #: budget's steady pace (its month's budget over 30 days): above this over an hour and over the last 5 minutes
+    #: pages, 2% of the month's budget gone in an hour. (common rule: the Google SRE workbook, "Alerting on SLOs":
+    #: multiwindow, multi-burn-rate alerts, a burn rate of 14.4 over 1h and 5m pages)
+    budget_burn_1h_page_factor: float = 14.4
+    #: ... above this over 6 hours and the last 30 minutes pages too: 5% of the budget in 6 hours. (common rule:
+    #: the SRE workbook's 6 over 6h and 30m)
+    budget_burn_6h_page_factor: float = 6.0
+    #: ... above this over 3 days and the last 6 hours tickets: 10% of the budget in 3 days, a pace that spends it
+    #: before the month ends. (common rule: the SRE workbook's 1 over 3d and 6h)
+    budget_burn_3d_ticket_factor: float = 1.0
     #: An exporter or analyzer target down, or its data stale, this long. (kubernetes-mixin: 15m for
     #: TargetDown; shorter here because without the exporter every GPU alert goes blind)
     alert_target_down_for: str = "5m"
