@@ -23,24 +23,29 @@ H100_PRICE = 4.0
 SLICE_PRICE = H100_PRICE * 4 / 8
 
 
+#: The ranker's tensor pipes 50% active at an SM clock of 1,500 MHz, of the H100's 1,980 MHz most.
+RANKER_TENSOR, RANKER_CLOCK, H100_MAX_CLOCK = 0.5, 1.5e9, 1.98e9
+
+
 def _trace(path: Path) -> None:
     """Eight hours at 30 s (960 rows a device) of: a ranker on a whole H100, its SMs 90% active; a notebook on a
     MIG 3g.40gb slice of another H100, idle; and a third H100 no pod holds."""
     devices = [
-        ("GPU-a", H100, "search", "ranker-0", 1.0, 0.9, 300.0),
-        ("MIG-b", f"{H100} MIG 3g.40gb", "research", "notebook-0", 0.0, 0.0, 90.0),
-        ("GPU-c", H100, "", "", 0.0, 0.0, 70.0),
+        ("GPU-a", H100, "search", "ranker-0", 1.0, 0.9, RANKER_TENSOR, 300.0),
+        ("MIG-b", f"{H100} MIG 3g.40gb", "research", "notebook-0", 0.0, 0.0, 0.0, 90.0),
+        ("GPU-c", H100, "", "", 0.0, 0.0, 0.0, 70.0),
     ]
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(
-        ["timestamp", "gpu", "node", "gpu_model", "namespace", "pod", "gpu_util", "sm_active", "power_watts"]
-        + ["memory_used_bytes", "memory_total_bytes"]
+        ["timestamp", "gpu", "node", "gpu_model", "namespace", "pod", "gpu_util", "sm_active", "tensor_active"]
+        + ["power_watts", "memory_used_bytes", "memory_total_bytes", "sm_clock_hertz", "sm_clock_max_hertz"]
     )
     for k in range(960):
-        for gpu, model, namespace, pod, util, sm, watts in devices:
+        for gpu, model, namespace, pod, util, sm, tensor, watts in devices:
             used = 30e9 if pod else 0.0
-            writer.writerow([T0 + 30 * k, gpu, "node-1", model, namespace, pod, util, sm, watts, used, 80e9])
+            row = [T0 + 30 * k, gpu, "node-1", model, namespace, pod, util, sm, tensor, watts, used, 80e9]
+            writer.writerow([*row, RANKER_CLOCK, H100_MAX_CLOCK])
     path.write_text(out.getvalue())
 
 
@@ -89,6 +94,22 @@ def test_each_workloads_gpus_are_charged_by_utc_day_at_their_devices_price(repor
     wasted = {v["namespace"] or "(no pod)": v["wasted_cost"] for v in document["verdicts"]}
     assert {k: s["wasted_cost"] for k, s in by_namespace.items()} == pytest.approx(wasted)
     assert document["showback"]["prices"][slice_model] == f"$4.00/GPU-h (--prices), its share of {H100}: $2.00/h"
+
+
+def test_each_teams_efficiency_funnel_is_busy_then_sm_active_then_flops_of_the_time_held(reported):
+    """By hand: the ranker's GPU ran a kernel all the time it was held (utilization 100%), its SMs were active 90%
+    of it, and its tensor cores delivered 0.5 x 1,500 / 1,980 of the peak (OFU, Pedersen et al.); the idle notebook
+    and the GPU no pod holds did nothing, each field read all 8 hours."""
+    document, _ = reported
+    by_namespace = {s["key"]: s for s in document["showback"]["by"]["namespace"]}
+    assert {k: s["funnel"] for k, s in by_namespace.items()} == {
+        "search": pytest.approx({"busy": 1.0, "sm_active": 0.9, "flop": RANKER_TENSOR * RANKER_CLOCK / H100_MAX_CLOCK}),
+        "research": {"busy": 0.0, "sm_active": 0.0, "flop": 0.0},
+        "(no pod)": {"busy": 0.0, "sm_active": 0.0, "flop": 0.0},
+    }
+    assert {k: (s["busy_read_hours"], s["flop_read_hours"]) for k, s in by_namespace.items()} == dict.fromkeys(
+        by_namespace, (8.0, 8.0)
+    )
 
 
 def test_the_focus_dataset_bills_each_charge_in_its_day_and_calendar_month(reported):
@@ -149,3 +170,12 @@ def test_the_focus_dataset_passes_the_finops_foundations_validator(reported, tmp
     assert len(cases) > 100 and failed == []
     rows = list(csv.DictReader(io.StringIO(focus)))
     assert {r["ChargeCategory"] for r in rows} == {"Usage"} and all(r["SkuPriceId"] and r["ResourceId"] for r in rows)
+
+
+def test_a_slot_across_midnight_is_split_there_by_its_time():
+    """45 minutes before midnight and 30 after: 0.6 and 0.4 of the slot's samples, each day's."""
+    from gpulens.analyzer.judging.history import DAY, day_parts
+
+    assert day_parts(5 * DAY - 2700, 5 * DAY + 1800) == [(4, 0.6), (5, 0.4)]
+    assert day_parts(5 * DAY, 5 * DAY + 900) == [(5, 1.0)]  # a slot from midnight is the new day's alone
+    assert day_parts(5 * DAY - 900, 5 * DAY) == [(4, 1.0)]  # and one that ends at midnight the old day's

@@ -139,6 +139,10 @@ def test_a_week_from_a_store_gives_the_verdicts_of_the_same_samples_in_a_file(st
     assert [_without_kubernetes(verdict) for verdict in from_store] == [
         _without_kubernetes(verdict) for verdict in from_file
     ]
+    # A GPU no pod held all week was held each of its 7 UTC days whole, though the history's 75-minute slots
+    # cross midnight (a slot across it is split there), and wasted all of each.
+    [free] = [v for v in from_store if v["bottleneck"] == "unallocated"]
+    assert [(d["gpu_seconds"], d["wasted_gpu_seconds"]) for d in free["days"]] == [(86400.0, 86400.0)] * 7
 
 
 def _without_kubernetes(verdict: dict) -> dict:

@@ -143,6 +143,16 @@ def activity(trace: pd.DataFrame) -> pd.Series:
     return trace["sm_active"].fillna(trace["gr_engine_active"]).fillna(trace["gpu_util"])
 
 
+def flop_utilization(trace: pd.DataFrame) -> pd.Series:
+    """Each sample's Overall FLOP Utilization, 0-1: tensor-pipe activity times the SM clock over its maximum, the
+    share of the GPU's peak tensor FLOPs its tensor cores delivered (Pedersen et al., "Instant GPU Efficiency
+    Visibility at Fleet Scale", arXiv 2605.20799: within 2 points of a job's measured MFU once tile quantization is
+    corrected, which this is not; FLOPs off the tensor cores are not counted). NaN where a field is missing: no
+    profiling fields, no clocks."""
+    clock = trace["sm_clock_hertz"] / trace["sm_clock_max_hertz"].where(trace["sm_clock_max_hertz"] > 0)
+    return trace["tensor_active"] * clock.clip(upper=1.0)
+
+
 def work(trace: pd.DataFrame) -> np.ndarray:
     """Each row's work, 0-1: the share of its interval a kernel ran, what sparse use is measured in (seconds
     of work, not rows that caught a blip). From the exporter's histogram where the row carries it (every

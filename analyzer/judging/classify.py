@@ -84,6 +84,9 @@ class DayUse:
     #: Its episodes' waste that day (each episode's split by its time in the day) and the money it cost.
     wasted_gpu_seconds: float
     wasted_cost: float
+    #: The efficiency funnel's fields (history.FUNNEL: busy, sm_active, flop): per field read that day, the
+    #: device-seconds it was read over and the device-seconds of it that field shows (its mean x them).
+    funnel: dict[str, list[float]] = field(default_factory=dict)
 
 
 @dataclass

@@ -237,12 +237,15 @@ def ledgers(
     out: dict[str, Ledger] = {}
     for unit, rows in own.groupby(level=0, sort=False):
         ledger, in_order = Ledger(), rows.sort_values("window")
-        for k, samples, activity, idle, work, ts_min, ts_max in zip(
-            *(in_order[c].to_numpy(dtype=float) for c in _SLOT_COLUMNS), strict=True
+        funnel = in_order[[f"{name}_{part}" for name in FUNNEL for part in ("mean", "samples")]].to_numpy(dtype=float)
+        for (k, samples, activity, idle, work, ts_min, ts_max), shares in zip(
+            in_order[list(_SLOT_COLUMNS)].to_numpy(dtype=float), funnel, strict=True
         ):
             judged = _slot_verdict(by_window[str(unit)], int(k), per_window, t)
             if judged is not None:
                 ledger.add(int(k), judged, samples, activity, idle, work, ts_min, ts_max, prices)
+                for day, part in day_parts(ts_min, ts_max + judged.sample_seconds):
+                    ledger.days[day].add_funnel(shares, judged.sample_seconds * part)
         if ledger.episodes:
             ledger.write_out()
             out[str(unit)] = ledger
@@ -250,6 +253,14 @@ def ledgers(
 
 
 _SLOT_COLUMNS = ("window", "samples", "activity", "idle", "work", "ts_min", "ts_max")
+#: The efficiency funnel's fields, each a share of the time held (showback.md, "The efficiency funnel"): a kernel
+#: ran (utilization), the SMs were active (profiling fields), and the tensor FLOPs delivered of the peak (OFU).
+FUNNEL = ("busy", "sm_active", "flop")
+
+
+def _funnel_fields(trace: pd.DataFrame) -> dict[str, pd.Series]:
+    """Each sample's funnel fields (FUNNEL), NaN where the trace does not carry what one needs."""
+    return {"busy": trace["gpu_util"], "sm_active": trace["sm_active"], "flop": fr.flop_utilization(trace)}
 
 
 def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t: Thresholds) -> pd.DataFrame:
@@ -269,6 +280,7 @@ def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t:
                 "activity": activity,
                 "idle": idle,
                 "work": fr.work(trace) if fr.has_shape(trace) else activity,
+                **{name: values.to_numpy() for name, values in _funnel_fields(trace).items()},
             }
         )
         .groupby("key", sort=True)
@@ -279,6 +291,8 @@ def _slots(trace: pd.DataFrame, keys: UnitKeys, slot: np.ndarray, slots: int, t:
             activity=("activity", "mean"),
             idle=("idle", "mean"),
             work=("work", "mean"),
+            **{f"{name}_mean": (name, "mean") for name in FUNNEL},
+            **{f"{name}_samples": (name, "count") for name in FUNNEL},
         )
     )
     names = keys.names(trace)
@@ -308,6 +322,19 @@ def _slot_verdict(windows: dict[int, Judgement], k: int, per_window: int, t: Thr
 DAY = 86400
 
 
+def day_parts(start: float, end: float) -> list[tuple[int, float]]:
+    """The UTC days (unix seconds // DAY) a slot from `start` to `end` (unix seconds) spans, each with its share of
+    the slot's time: a slot that crosses midnight (a slide that does not divide a day) is split there, its samples
+    taken as spread evenly over it."""
+    first = int(start // DAY)
+    last = max(first, math.ceil(end / DAY) - 1)  # a slot that ends at midnight is the day before's alone
+    if first == last or end <= start:
+        return [(first, 1.0)]
+    return [
+        (day, (min(end, (day + 1) * DAY) - max(start, day * DAY)) / (end - start)) for day in range(first, last + 1)
+    ]
+
+
 def day_name(day: int) -> str:
     """A UTC day (unix seconds // DAY) as ISO 8601 writes it: "2026-12-01"."""
     return time.strftime("%Y-%m-%d", time.gmtime(day * DAY))
@@ -316,16 +343,29 @@ def day_name(day: int) -> str:
 @dataclass
 class DayBook:
     """A ledger's seconds of one day (Ledger.days): device-seconds covered, judged (with an activity signal) and
-    worked."""
+    worked; and for each of the funnel's fields (FUNNEL), the device-seconds it was read over and its share of
+    them (the field's mean x those seconds)."""
 
     covered: float = 0.0
     judged: float = 0.0
     worked: float = 0.0
+    funnel: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def add(self, other: DayBook) -> None:
         self.covered += other.covered
         self.judged += other.judged
         self.worked += other.worked
+        for name, (read, share) in other.funnel.items():
+            had = self.funnel.get(name, (0.0, 0.0))
+            self.funnel[name] = (had[0] + read, had[1] + share)
+
+    def add_funnel(self, shares: np.ndarray, sample_seconds: float) -> None:
+        """A slot's funnel: per field, its mean and the samples it was read in (FUNNEL's order, mean then count)."""
+        for name, mean, samples in zip(FUNNEL, shares[0::2], shares[1::2], strict=True):
+            if samples > 0:
+                read = samples * sample_seconds
+                had = self.funnel.get(name, (0.0, 0.0))
+                self.funnel[name] = (had[0] + read, had[1] + float(mean) * read)
 
 
 @dataclass
@@ -362,7 +402,7 @@ class Ledger:
     #: seconds): a GPU at fault stays so whatever the windows after it were judged.
     xid_fault: tuple[float, str] | None = None
     #: A report's: per UTC day (unix seconds // DAY), the device-seconds its slots covered, those with an
-    #: activity signal, and their worked seconds (day_uses()).
+    #: activity signal, their worked seconds, and the funnel's (day_uses(); a slot across midnight split there).
     days: dict[int, DayBook] = field(default_factory=dict)
 
     def record(
@@ -417,13 +457,13 @@ class Ledger:
             waste = (1.0 - worked(activity, verdict.waiting_share)) * covered
         cost = waste / 3600 * device_price(verdict.gpu_model, prices)
         self.account(covered, activity, idle, work)
-        # A slot is booked to the day it starts in: slots are a window's slide, a divisor of a day on the grid.
-        book = self.days.setdefault(int(ts_min // DAY), DayBook())
-        book.covered += covered
-        if activity is not None:
-            book.judged += covered
-            book.worked += (activity if math.isnan(work) else float(work)) * covered
         end = float(ts_max + verdict.sample_seconds)
+        for day, part in day_parts(float(ts_min), end):
+            book = self.days.setdefault(day, DayBook())
+            book.covered += covered * part
+            if activity is not None:
+                book.judged += covered * part
+                book.worked += (activity if math.isnan(work) else float(work)) * covered * part
         self.record(verdict, float(ts_min), end, covered, waste, cost, joins=self.last_slot == k - 1)
         if self.first_slot is None:
             self.first_slot = k
@@ -514,9 +554,7 @@ class Ledger:
         wasted: dict[int, float] = defaultdict(float)
         cost: dict[int, float] = defaultdict(float)
         for e, money in zip(self.episodes, self.episode_cost, strict=True):
-            length = e.end - e.start
-            for day in range(int(e.start // DAY), int(max(e.start, e.end - 1e-9) // DAY) + 1):
-                part = (min(e.end, (day + 1) * DAY) - max(e.start, day * DAY)) / length if length > 0 else 1.0
+            for day, part in day_parts(e.start, e.end):
                 wasted[day] += e.wasted_gpu_seconds * part
                 cost[day] += money * part
         return [
@@ -527,6 +565,7 @@ class Ledger:
                 round(book.worked, 3),
                 round(wasted.get(day, 0.0), 3),
                 round(cost.get(day, 0.0), 6),
+                {name: [round(read, 3), round(share, 3)] for name, (read, share) in sorted(book.funnel.items())},
             )
             for day, book in sorted(self.days.items())
         ]

@@ -46,7 +46,9 @@ def showback_json(bills: list[Charge], prices: dict[str, float] | None) -> dict:
     return {
         "charges": [asdict(c) for c in bills],
         "by": {
-            dimension: [{**asdict(s), "used_share": s.used_share} for s in showback_by(bills, dimension)]
+            dimension: [
+                {**asdict(s), "used_share": s.used_share, "funnel": s.funnel()} for s in showback_by(bills, dimension)
+            ]
             for dimension in SHOWBACK_DIMENSIONS
         },
         "prices": price_sources(bills, prices),

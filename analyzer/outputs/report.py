@@ -21,7 +21,7 @@ from gpulens.analyzer.judging.history import sample_interval
 from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
 from gpulens.analyzer.outputs.outcomes import Outcome
 from gpulens.analyzer.outputs.plan import Plan
-from gpulens.analyzer.outputs.showback import Charge, showback_by
+from gpulens.analyzer.outputs.showback import Charge, ShowbackSum, showback_by
 from gpulens.analyzer.outputs.summary import waste_by
 from gpulens.analyzer.outputs.timelines import POINTS, TIMELINE_COLUMNS, TimelineBins, unit_samples
 from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
@@ -129,38 +129,52 @@ def plan_section(plan: Plan) -> str:
     )
 
 
+#: The efficiency funnel's columns (showback.FUNNEL), as the showback table heads them.
+FUNNEL_LABELS = ("busy", "SM active", "OFU")
+
+
 def showback_section(bills: list[Charge], verdicts: list[Verdict]) -> str:
     """What the GPUs cost: by team (by namespace where no team label was read), the device-hours each held, what
-    they cost, the share of them worked (a bar: cost, its worked part filled), and the waste; then the span, and
-    what the figures assume (docs/showback.md)."""
+    they cost, its efficiency funnel (the share of them a kernel ran, the SMs were active, the peak tensor FLOPs
+    delivered; a bar: cost, its busy part filled), and the waste; then the span, and what the figures assume
+    (docs/showback.md)."""
     dimension = "team" if any(v.team for v in verdicts) else "namespace"
     sums = showback_by(bills, dimension)
     top = max((s.cost for s in sums), default=0.0) or 1.0
-    rows = "".join(
-        f"<tr><td>{_e(s.key)}</td><td class=n data-label='GPU-h held'>{s.gpu_hours:,.1f}</td>"
-        f"<td class=n data-label='cost'>${s.cost:,.2f}</td>"
-        f"<td class=n data-label='worked'>{'?' if s.used_share is None else f'{s.used_share:.0%}'}</td>"
-        f"<td class=n data-label='GPU-h wasted'>{s.wasted_gpu_hours:,.2f}</td>"
-        f"<td class=n data-label='wasted'>${s.wasted_cost:,.2f}</td>"
-        f"<td class=w><span class=bar style='width:{100 * s.cost / top:.0f}%;background:linear-gradient(90deg,"
-        f"#2a7 {100 * (s.used_share or 0):.0f}%,#bbb 0)'></span></td></tr>"
-        for s in sums
-    )
+
+    def row(s: ShowbackSum) -> str:
+        funnel = s.funnel()
+        shares = "".join(
+            f"<td class=n data-label='{label}'>{'-' if share is None else f'{share:.0%}'}</td>"
+            for label, share in zip(FUNNEL_LABELS, funnel.values(), strict=True)
+        )
+        busy = funnel["busy"] if funnel["busy"] is not None else s.used_share or 0.0
+        return (
+            f"<tr><td>{_e(s.key)}</td><td class=n data-label='GPU-h held'>{s.gpu_hours:,.1f}</td>"
+            f"<td class=n data-label='cost'>${s.cost:,.2f}</td>{shares}"
+            f"<td class=n data-label='GPU-h wasted'>{s.wasted_gpu_hours:,.2f}</td>"
+            f"<td class=n data-label='wasted'>${s.wasted_cost:,.2f}</td>"
+            f"<td class=w><span class=bar style='width:{100 * s.cost / top:.0f}%;background:linear-gradient(90deg,"
+            f"#2a7 {100 * busy:.0f}%,#bbb 0)'></span></td></tr>"
+        )
+
     first, last = min(c.day for c in bills), max(c.day for c in bills)
     priced = sorted({(c.gpu_model, c.price_per_hour) for c in bills})
     prices = "; ".join(f"{model} ${price:,.2f}/h" for model, price in priced)
     total = sum(s.cost for s in sums)
+    heads = "".join(f"<th class=n>{label}</th>" for label in FUNNEL_LABELS)
     return (
         f"<h2>What the GPUs cost, by {dimension}</h2>"
         f"<p><b>${total:,.2f}</b> for {sum(s.gpu_hours for s in sums):,.1f} GPU-hours held, {_e(first)} to "
         f"{_e(last)} (UTC days). In full, a row a workload, model and day: --format csv --by charge, or FOCUS: "
         "--format focus.</p>"
-        f"<div class=scroll><table><tr><th>{dimension}</th><th class=n>GPU-h held</th><th class=n>cost</th>"
-        "<th class=n>worked</th><th class=n>GPU-h wasted</th><th class=n>wasted</th><th class=w></th></tr>"
-        f"{rows}</table></div>"
-        f"<p class=small>Held: the time its pods' GPUs were sampled (a MIG instance's hour at its share of its "
-        f"GPU's price); worked: the share of that time its GPUs worked, where their activity was read. Prices: "
-        f"{_e(prices)}.</p>"
+        f"<div class=scroll><table><tr><th>{dimension}</th><th class=n>GPU-h held</th><th class=n>cost</th>{heads}"
+        "<th class=n>GPU-h wasted</th><th class=n>wasted</th><th class=w></th></tr>"
+        f"{''.join(row(s) for s in sums)}</table></div>"
+        "<p class=small>Held: the time its pods' GPUs were sampled (a MIG instance's hour at its share of its GPU's "
+        "price). Of that time, where its field was read (- where not): busy, a kernel ran (utilization); SM active, "
+        "the SMs worked (profiling fields); OFU, the peak tensor FLOPs delivered (tensor activity x SM clock over "
+        f"its maximum: Pedersen et al., arXiv 2605.20799). Prices: {_e(prices)}.</p>"
     )
 
 

@@ -11,7 +11,7 @@ charged to NO_POD: capacity paid for that nobody used, what a FinOps team calls 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 from gpulens.analyzer.judging.classify import NO_POD, Verdict
 from gpulens.analyzer.outputs.summary import group_of
@@ -48,6 +48,15 @@ class Charge:
     price_per_hour: float
     cost: float
     wasted_cost: float
+    #: The efficiency funnel (docs/showback.md): per field, the device-hours it was read over and the device-hours
+    #: it shows of them: a kernel ran (utilization), the SMs were active (profiling fields), and the tensor FLOPs
+    #: delivered of the peak (OFU: tensor activity x SM clock over its maximum).
+    busy_read_hours: float = 0.0
+    busy_hours: float = 0.0
+    sm_active_read_hours: float = 0.0
+    sm_active_hours: float = 0.0
+    flop_read_hours: float = 0.0
+    flop_hours: float = 0.0
     #: What its hours were read from (FROM_SAMPLES).
     source: str = FROM_SAMPLES
 
@@ -55,6 +64,10 @@ class Charge:
     def used_share(self) -> float | None:
         """Share of its judged time its devices worked; None where no activity signal was read."""
         return self.worked_gpu_hours / self.judged_gpu_hours if self.judged_gpu_hours > 0 else None
+
+
+#: The funnel's fields (history.FUNNEL), as Charge and ShowbackSum name their hours.
+FUNNEL = ("busy", "sm_active", "flop")
 
 
 @dataclass
@@ -65,6 +78,11 @@ class _Pending:
     worked: float = 0.0
     wasted: float = 0.0
     wasted_cost: float = 0.0
+    funnel: dict[str, list[float]] = field(default_factory=lambda: {name: [0.0, 0.0] for name in FUNNEL})
+
+    def hours(self, name: str, part: int) -> float:
+        """A funnel field's hours read over (part 0) or shown (part 1)."""
+        return round(self.funnel[name][part] / 3600, 6)
 
 
 def charges(verdicts: Iterable[Verdict], prices: dict[str, float] | None = None) -> list[Charge]:
@@ -79,6 +97,9 @@ def charges(verdicts: Iterable[Verdict], prices: dict[str, float] | None = None)
             book.worked += day.worked_gpu_seconds
             book.wasted += day.wasted_gpu_seconds
             book.wasted_cost += day.wasted_cost
+            for name, (read, shown) in day.funnel.items():
+                book.funnel[name][0] += read
+                book.funnel[name][1] += shown
     out = []
     for (day_name, workload, model), (v, book) in sorted(pending.items()):
         price = device_price(model, prices)
@@ -100,6 +121,12 @@ def charges(verdicts: Iterable[Verdict], prices: dict[str, float] | None = None)
                 round(price, 6),
                 round(book.seconds / 3600 * price, 6),
                 round(book.wasted_cost, 6),
+                busy_read_hours=book.hours("busy", 0),
+                busy_hours=book.hours("busy", 1),
+                sm_active_read_hours=book.hours("sm_active", 0),
+                sm_active_hours=book.hours("sm_active", 1),
+                flop_read_hours=book.hours("flop", 0),
+                flop_hours=book.hours("flop", 1),
             )
         )
     return out
@@ -119,23 +146,32 @@ class ShowbackSum:
     #: Its first and last day with a charge.
     first_day: str = ""
     last_day: str = ""
+    #: The funnel's hours, as Charge's.
+    busy_read_hours: float = 0.0
+    busy_hours: float = 0.0
+    sm_active_read_hours: float = 0.0
+    sm_active_hours: float = 0.0
+    flop_read_hours: float = 0.0
+    flop_hours: float = 0.0
 
     @property
     def used_share(self) -> float | None:
         return self.worked_gpu_hours / self.judged_gpu_hours if self.judged_gpu_hours > 0 else None
 
+    def funnel(self) -> dict[str, float | None]:
+        """Each funnel field's share of the time it was read over (None where it never was): a kernel ran
+        (`busy`), the SMs were active (`sm_active`), the peak tensor FLOPs delivered (`flop`, OFU)."""
+        out: dict[str, float | None] = {}
+        for name in FUNNEL:
+            read, shown = getattr(self, f"{name}_read_hours"), getattr(self, f"{name}_hours")
+            out[name] = shown / read if read > 0 else None
+        return out
+
     def rounded(self) -> ShowbackSum:
-        return ShowbackSum(
-            self.key,
-            round(self.gpu_hours, 3),
-            round(self.judged_gpu_hours, 3),
-            round(self.worked_gpu_hours, 3),
-            round(self.wasted_gpu_hours, 3),
-            round(self.cost, 2),
-            round(self.wasted_cost, 2),
-            self.first_day,
-            self.last_day,
-        )
+        # Money to the cent, hours to 3.6 s; the funnel's hours to 6 places, so that its shares keep theirs.
+        places = {f.name: 2 if "cost" in f.name else 6 if f.name.startswith(FUNNEL) else 3 for f in fields(self)}
+        numbers = (f.name for f in fields(self) if f.type == "float")
+        return replace(self, **{name: round(getattr(self, name), places[name]) for name in numbers})
 
 
 def _key(c: Charge, dimension: str) -> str:
@@ -161,6 +197,9 @@ def showback_by(rows: Iterable[Charge], dimension: str) -> list[ShowbackSum]:
         total.cost += c.cost
         total.wasted_cost += c.wasted_cost
         total.first_day, total.last_day = min(total.first_day, c.day), max(total.last_day, c.day)
+        for name in FUNNEL:
+            for part in (f"{name}_read_hours", f"{name}_hours"):
+                setattr(total, part, getattr(total, part) + getattr(c, part))
     return [s.rounded() for s in sorted(sums.values(), key=lambda s: (-s.cost, s.key))]
 
 

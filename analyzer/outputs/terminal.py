@@ -100,20 +100,32 @@ def report_text(
     return buffer.getvalue()
 
 
+#: The efficiency funnel's columns: each a share of the time held, where its field was read ("-" where not).
+FUNNEL_HEADERS = {"busy": "busy", "sm_active": "SM", "flop": "OFU"}
+
+
 def _showback(bills: list[Charge], dimension: str, width: int) -> Table:
-    """Showback by `dimension`: the device-hours each group held, what they cost, the share of them worked and
-    what was wasted (docs/showback.md)."""
+    """Showback by `dimension`: the device-hours each group held, what they cost, its efficiency funnel (the
+    share of them a kernel ran, the SMs were active, and the peak tensor FLOPs delivered) and what was wasted
+    (docs/showback.md)."""
     sums = showback_by(bills, dimension)
     cells = {
-        "GPU-h held": [f"{s.gpu_hours:,.1f}" for s in sums],
+        "held h": [f"{s.gpu_hours:,.1f}" for s in sums],
         "cost $": [f"{s.cost:,.2f}" for s in sums],
-        "worked": ["?" if s.used_share is None else f"{s.used_share:.0%}" for s in sums],
-        "GPU-h wasted": [f"{s.wasted_gpu_hours:,.2f}" for s in sums],
+        **{
+            header: ["-" if s.funnel()[name] is None else f"{s.funnel()[name]:.0%}" for s in sums]
+            for name, header in FUNNEL_HEADERS.items()
+        },
+        "wasted h": [f"{s.wasted_gpu_hours:,.2f}" for s in sums],
         "wasted $": [f"{s.wasted_cost:,.2f}" for s in sums],
     }
     first, last = min(c.day for c in bills), max(c.day for c in bills)
     span = first if first == last else f"{first} to {last}"
-    return _sums(f"What each {dimension}'s GPUs cost, {span} (UTC)", dimension, [s.key for s in sums], cells, width)
+    title = (
+        f"What each {dimension}'s GPUs cost, {span} (UTC): GPU-hours held, their cost, the share of them busy, SM "
+        "active and of peak FLOPs (OFU), and the GPU-hours and $ wasted"
+    )
+    return _sums(title, dimension, [s.key for s in sums], cells, width)
 
 
 #: What a table with a SIMPLE_HEAD box costs beside its columns: an edge and a space each side of each column.
