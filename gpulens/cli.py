@@ -23,6 +23,7 @@ COMMANDS = {
     "analyze": "gpulens.analyzer.cli",  # report's old name
     "analyzer": "gpulens.analyzer.cli",
     "eval": "gpulens.analyzer.cli",
+    "digest": "gpulens.analyzer.cli",
     "metrics-reference": "gpulens.reference",
     "alerts": "gpulens.alerts.cli",
     "dashboards": "gpulens.dashboards.cli",

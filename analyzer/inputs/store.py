@@ -44,7 +44,6 @@ import warnings
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import cast
 from urllib.parse import urlsplit
 
@@ -53,7 +52,7 @@ import orjson
 import requests
 import urllib3
 
-from gpulens.core.config import ConfigError, redact
+from gpulens.core.config import ConfigError, read_secret, redact
 
 #: Prometheus' limit of points per series in one range query (promql: "exceeded maximum resolution of
 #: 11,000 points per timeseries"); VictoriaMetrics' default is 30,000, Thanos and Mimir pass Prometheus'.
@@ -145,16 +144,7 @@ class StoreAuth:
             ("--prometheus.key-file", self.key_file),
         ):
             if path:
-                _read_secret(path, flag)
-
-
-def _read_secret(path: str, flag: str) -> str:
-    """A file's text without its surrounding whitespace; ConfigError naming the flag (never the content)."""
-    try:
-        return Path(path).read_text().strip()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) else "it is not text"
-        raise ConfigError(f"{flag} {path}: cannot read it ({reason})") from None
+                read_secret(path, flag)
 
 
 def _not_connected(error: BaseException) -> str:
@@ -212,7 +202,7 @@ class Store:
         self._verify: str | bool = self.auth.ca_file or True
         self._cert = (self.auth.cert_file, self.auth.key_file) if self.auth.cert_file else None
         if self.auth.basic_auth_username:
-            password = _read_secret(self.auth.basic_auth_password_file, "--prometheus.basic-auth.password-file")
+            password = read_secret(self.auth.basic_auth_password_file, "--prometheus.basic-auth.password-file")
             self.session.auth = (self.auth.basic_auth_username, password)
         self._token: tuple[float, str] | None = None  # (the file's mtime, its token)
         #: Whether the store has answered a request (any status): until it has, a connection it refuses is
@@ -474,7 +464,7 @@ class Store:
         except OSError as e:
             raise StoreError(f"--prometheus.bearer-token-file {path}: cannot read it ({e.strerror})") from None
         if self._token is None or self._token[0] != mtime:
-            self._token = (mtime, _read_secret(path, "--prometheus.bearer-token-file"))
+            self._token = (mtime, read_secret(path, "--prometheus.bearer-token-file"))
         return {"Authorization": f"Bearer {self._token[1]}"}
 
 

@@ -27,6 +27,16 @@ MAX_YAML_NODES = 100_000
 MAX_YAML_BYTES = 256 * 1024
 
 
+def read_secret(path: str, where: str) -> str:
+    """A credential file's text (a password, a token, a webhook's URL) without its surrounding whitespace;
+    ConfigError naming `where` it is set (a flag, a settings key) and the path, never its content."""
+    try:
+        return Path(path).read_text().strip()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else "it is not text"
+        raise ConfigError(f"{where} {path}: cannot read it ({reason})") from None
+
+
 def read_yaml(path: str | Path, flag: str) -> Any:
     """The YAML document in `path`, given with `flag`; ConfigError naming both when it cannot be read or
     parsed, is not UTF-8, nests deeper than Python reads, or expands past MAX_YAML_NODES nodes."""
