@@ -220,13 +220,6 @@ def register(commands: Subcommands) -> None:
     _store_flags(a, step_help="range-query step in seconds", step=15.0)
     flags.add(
         a,
-        "--prometheus.price-metric",
-        dest="price_metric",
-        default="node_gpu_hourly_cost",
-        help="metric of USD per GPU-hour by node (OpenCost's); nodes it prices override --prices; '' reads none",
-    )
-    flags.add(
-        a,
         "--shard.count",
         dest="shard_count",
         type=int,
@@ -382,6 +375,13 @@ def _store_flags(p: argparse.ArgumentParser, step_help: str, step: float) -> Non
         default=[],
         help="'Name: value' sent with every query, e.g. 'X-Scope-OrgID: team-a' for a Mimir tenant; repeat",
     )
+    add(
+        "--prometheus.price-metric",
+        dest="price_metric",
+        default="node_gpu_hourly_cost",
+        help="metric of USD per GPU-hour by node (OpenCost's): the live analyzer prices the nodes it prices by it "
+        "over --prices, a report and a digest compare their cost with it (docs/showback.md); '' reads none",
+    )
     add("--prometheus.ca-file", dest="ca_file", default="", help="CA certificate (PEM) of the store")
     add("--prometheus.cert-file", dest="cert_file", default="", help="client certificate (PEM) for mTLS")
     add("--prometheus.key-file", dest="key_file", default="", help="client certificate's key (PEM)")
@@ -495,10 +495,17 @@ def run_report(args: argparse.Namespace) -> int:
             return 0
         scheduling = None
         changes: list[Outcome] | None = None  # kube-state-metrics not read: nothing known of changes
+        node_prices: dict[str, float] = {}  # OpenCost's, read from a store
         if args.prometheus:
-            verdicts, timelines, use, scheduling, changes = _report_from_store(
-                args, _Judging(thresholds, prices, window, step), kept
+            read = _report_from_store(args, _Judging(thresholds, prices, window, step), kept)
+            verdicts, timelines, use, scheduling, changes = (
+                read.verdicts,
+                read.timelines,
+                read.use,
+                read.scheduling,
+                read.changes,
             )
+            node_prices = read.node_prices
             trace = None
         else:
             given = {"--since": args.since, "--until": args.until}
@@ -548,9 +555,12 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
     verdicts, plan = _concluded(verdicts, use, thresholds, prices, scheduling, changes)
-    bills = showback.charges(verdicts, prices)
+    requested = scheduling.requested if scheduling is not None else None
+    bills = showback.charges(verdicts, prices, requested, node_prices)
+    checked = showback.checks(bills, showback.unsampled(requested, verdicts))
     if args.format == "json":
-        text = finite_json(formats.report_json(verdicts, plan, scheduling, changes, bills, prices), indent=2) + "\n"
+        document = formats.report_json(verdicts, plan, scheduling, changes, bills, prices, checked)
+        text = finite_json(document, indent=2) + "\n"
     elif args.format == "focus":
         from gpulens.analyzer.outputs.focus import focus_csv
 
@@ -580,13 +590,15 @@ def run_report(args: argparse.Namespace) -> int:
         else:
             assert trace is not None
             samples = report.trace_timelines(trace, verdicts)
-        text = report.render(verdicts, samples, plan, scheduling=scheduling, changes=changes, bills=bills)
+        text = report.render(
+            verdicts, samples, plan, scheduling=scheduling, changes=changes, bills=bills, checks=checked
+        )
     else:
         from gpulens.analyzer.outputs import terminal
 
         on_terminal = not args.out and sys.stdout.isatty()
         width = shutil.get_terminal_size((terminal.PIPED_COLUMNS, 24)).columns if on_terminal else terminal.columns_of()
-        text = terminal.report_text(verdicts, plan, width, on_terminal, scheduling, changes, bills)
+        text = terminal.report_text(verdicts, plan, width, on_terminal, scheduling, changes, bills, checked)
     if args.out:
         try:
             write_atomically(args.out, text)
@@ -699,14 +711,14 @@ def run_digest(args: argparse.Namespace) -> int:
         periods = digest.Periods(until - 2 * period, until - period, until)
         span = argparse.Namespace(**vars(args))
         span.since, span.until = rfc3339(periods.start), rfc3339(until)
-        verdicts, _, use, scheduling, changes = _report_from_store(span, _Judging(thresholds, prices, None, None), [])
+        read = _report_from_store(span, _Judging(thresholds, prices, None, None), [])
     except (TraceError, ValueError, StoreError) as e:
         print(f"gpulens digest: {e}", file=sys.stderr)
         return 2
-    verdicts, plan = _concluded(verdicts, use, thresholds, prices, scheduling, changes)
-    made = digest.digests(
-        verdicts, plan, changes, showback.charges(verdicts, prices), periods, args.digest_link, args.digest_top
-    )
+    verdicts, plan = _concluded(read.verdicts, read.use, thresholds, prices, read.scheduling, read.changes)
+    requested = read.scheduling.requested if read.scheduling is not None else None
+    bills = showback.charges(verdicts, prices, requested, read.node_prices)
+    made = digest.digests(verdicts, plan, read.changes, bills, periods, args.digest_link, args.digest_top)
     if args.digest_teams:
         absent = sorted(set(args.digest_teams) - {d.team for d in made})
         if absent:
@@ -888,11 +900,21 @@ def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
         raise
 
 
-def _report_from_store(
-    args: argparse.Namespace,
-    how: _Judging,
-    kept: list[KeptPlan],
-) -> tuple[list[Verdict], TimelineBins | None, Use, Scheduling | None, list[Outcome] | None]:
+@dataclass(frozen=True)
+class _FromStore:
+    """What a report reads from a store (_report_from_store)."""
+
+    verdicts: list[Verdict]
+    #: What an HTML report's timelines draw (None for the other formats).
+    timelines: TimelineBins | None
+    use: Use
+    scheduling: Scheduling | None
+    changes: list[Outcome] | None
+    #: OpenCost's USD per GPU-hour by node, averaged over the span (empty where the store holds none).
+    node_prices: dict[str, float]
+
+
+def _report_from_store(args: argparse.Namespace, how: _Judging, kept: list[KeptPlan]) -> _FromStore:
     """The verdicts of `--prometheus URL --since ... --until ...` (or of the shard files of `--merge`), for an
     HTML report what its timelines draw, for the plan what each unit used, the cluster's judgement where
     kube-state-metrics says which pods asked for GPUs (None where it does not), and the changes its workloads
@@ -915,9 +937,30 @@ def _report_from_store(
         grid = (the_span.start, the_span.end, the_span.step)
         scheduling = _scheduling(args, opened.store, opened.owners, grid, verdicts, how.thresholds, how.prices)
         changes = _changes(args, opened.store, grid, verdicts, use, how.thresholds, how.prices, kept)
-        return verdicts, timelines, use, scheduling, changes
+        node_prices = _opencost_prices(args, opened.store, the_span.start, the_span.end)
+        return _FromStore(verdicts, timelines, use, scheduling, changes, node_prices)
     finally:
         opened.store.close()
+
+
+def _opencost_prices(args: argparse.Namespace, store: Store, start: float, end: float) -> dict[str, float]:
+    """`--prometheus.price-metric` (OpenCost's node_gpu_hourly_cost) by node, averaged over the span: what the
+    cluster's own cost tool charges a GPU-hour, to check gpulens' prices against. Nodes it prices 0 (OpenCost's
+    "unknown") are left out; a failed read is said and leaves the check out."""
+    import math
+
+    from gpulens.analyzer.inputs.store import StoreError
+
+    if not args.price_metric:
+        return {}
+    expr = f"max by (node) (avg_over_time({args.price_metric}[{max(int(end - start), 1)}s]))"
+    try:
+        result = store.query(expr, end)
+        prices = {s["metric"]["node"]: float(s["value"][1]) for s in result if s["metric"].get("node")}
+    except (StoreError, KeyError, IndexError, TypeError, ValueError) as e:
+        print(f"gpulens report: warning: OpenCost's prices ({expr}) are not compared: {e}", file=sys.stderr)
+        return {}
+    return {node: price for node, price in prices.items() if math.isfinite(price) and price > 0}
 
 
 def _shard_from_store(

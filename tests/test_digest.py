@@ -11,6 +11,11 @@ one-day periods (the digest of 2025-11-11 against 2025-11-10):
 - team research: the CronJob nightly's run of the first day trains on GPU 2 all day (busy 100%, SMs 80%
   active); its run of the second day holds GPU 2 all day and does nothing: $96 both days, $96 of it wasted the
   second.
+
+kube-state-metrics says what the cluster allocated, and it is not quite what the GPU series saw: ranker's second
+pod was scheduled at 11:00 (Pending on the node, pulling its image) an hour before its GPU's first sample, and
+research's notebook-z requested a GPU all the second day on a node whose exporter was never scraped. OpenCost
+prices the node at $5 a GPU-hour where gpulens' price file says $4.
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ PRICE = 4.0
 MODEL = "NVIDIA H100 80GB HBM3"
 KSM = {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"}
 NOON = START + DAY + 12 * 3600
+#: ranker-7d9f-b's pod on its node from here (Pending an hour, then Running).
+SCHEDULED = NOON - 3600
+OPENCOST_PRICE = 5.0
 #: Each pod: (namespace, pod, GPU, first, end, busy, SM activity, owner kind, owner name, team).
 PODS = [
     ("search", "ranker-7d9f-a", 0, START, START + 2 * DAY, 0.9, 0.9, "ReplicaSet", "ranker-7d9f", "search"),
@@ -103,6 +111,26 @@ def _kube_state() -> dict[str, list]:
     ]
     replicas = _labels({"namespace": "search", "deployment": "ranker"})
     out["kube_deployment_spec_replicas"] = [(replicas, t, 2.0 if t >= NOON else 1.0) for t in TIMES]
+    # What the cluster allocated: each pod's GPU request and phase while it is on its node.
+    placed = [(namespace, pod, first, end, "gpu-node-a") for namespace, pod, _, first, end, *_ in PODS]
+    placed = [
+        (ns, pod, SCHEDULED if pod == "ranker-7d9f-b" else first, end, node) for ns, pod, first, end, node in placed
+    ]
+    placed.append(("research", "notebook-z", START + DAY, START + 2 * DAY, "gpu-node-b"))
+    for namespace, pod, first, end, node in placed:
+        on = TIMES[(TIMES >= first) & (TIMES < end)]
+        request = {"namespace": namespace, "pod": pod, "container": "main", "node": node}
+        request |= {"resource": "nvidia_com_gpu", "unit": "integer"}
+        out.setdefault("kube_pod_container_resource_requests", []).extend((_labels(request), t, 1.0) for t in on)
+        for t in on:
+            phase = "Pending" if pod == "ranker-7d9f-b" and t < NOON else "Running"
+            labels = _labels({"namespace": namespace, "pod": pod, "phase": phase})
+            out.setdefault("kube_pod_status_phase", []).append((labels, t, 1.0))
+    out["kube_node_status_allocatable"] = [
+        (_labels({"node": node, "resource": "nvidia_com_gpu", "unit": "integer"}), t, 4.0)
+        for node in ("gpu-node-a", "gpu-node-b")
+        for t in TIMES
+    ]
     return out
 
 
@@ -110,6 +138,8 @@ def _kube_state() -> dict[str, list]:
 def world(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("digest")
     families = {**history.series_lines(_trace(), "dcgm-exported"), **_kube_state()}
+    opencost = '{job="opencost",instance="10.0.0.5:9003",node="gpu-node-a"}'
+    families["node_gpu_hourly_cost"] = [(opencost, t, OPENCOST_PRICE) for t in TIMES]
     prices = tmp / "prices.yaml"
     prices.write_text(f"H100: {PRICE}\n")
     prometheus = BackfilledPrometheus(tmp / "prometheus", history.families_openmetrics(families))
@@ -197,6 +227,40 @@ def test_each_teams_digest_says_its_figures_against_the_last_period_and_what_mov
     assert action["what"] == "release its GPUs (scale to zero, or end the job)"
     # Its one H100 released: $4 x 24 h x 30 days.
     assert f"- research/CronJob/nightly: {action['what']} (1 -> 0 GPUs): $2,880 per 30 days" in research
+
+
+def test_showback_says_by_how_much_the_clusters_requests_and_opencosts_prices_disagree(world):
+    """The report's charges against kube-state-metrics' requests and OpenCost's prices, hand-computed: search
+    requested 37 GPU-hours the second day where its GPUs were sampled 36 (the hour its pod was Pending on the node);
+    notebook-z requested 24 that no GPU series names; OpenCost charges $5 for each GPU-hour gpulens charges $4."""
+    report = json.loads(
+        gpulens(
+            "report",
+            *("--prometheus", world["prometheus"], "--prometheus.step", "1m", "--team-label", "team"),
+            *("--prices", world["prices"], "--since", "2025-11-10T00:00:00Z", "--until", "2025-11-11T23:59:00Z"),
+            "--format",
+            "json",
+            timeout=300,
+        ).stdout
+    )
+    charges = {(c["day"], c["workload"]): c for c in report["showback"]["charges"]}
+    search = charges[("2025-11-11", "search/Deployment/ranker")]
+    assert (search["gpu_hours"], search["requested_gpu_hours"]) == (36.0, 37.0)
+    assert (search["opencost_gpu_hours"], search["opencost_cost"], search["cost"]) == (36.0, 36 * 5.0, 36 * 4.0)
+    nightly = charges[("2025-11-11", "research/CronJob/nightly")]
+    assert (nightly["gpu_hours"], nightly["requested_gpu_hours"]) == (24.0, 24.0)
+    held = sum(c["gpu_hours"] for c in charges.values())
+    assert held == 24 + 24 + 36 + 24
+    assert report["showback"]["checks"] == [
+        f"Requests: the pods requested {held + 1:,.1f} GPU-h on their nodes where the GPU series saw {held:,.1f} held: "
+        f"+1.0 GPU-h (+{1 / held:.1%}); more requested than held is time no exporter sampled (an exporter down, GPUs "
+        "not attributed to their pods), less is time a pod held GPUs without a request (by team: search +1.0).",
+        "Requests: 1 pod requested 24.0 GPU-h that no GPU series names, so no charge holds (research/notebook-z): "
+        "their nodes' exporters were not read, or their GPUs were not attributed to them.",
+        f"OpenCost: it prices the {held:,.1f} GPU-h on nodes it prices at ${held * OPENCOST_PRICE:,.2f}, gpulens at "
+        f"${held * PRICE:,.2f}: +{held:,.2f} (+25.0%); to bill at one price, give gpulens OpenCost's prices "
+        "(--prices) or OpenCost gpulens' (docs/showback.md).",
+    ]
 
 
 def test_a_digest_is_rendered_as_its_markdown_says(world, tmp_path):

@@ -44,6 +44,7 @@ from gpulens.analyzer.inputs.owners import Owner, OwnerReader, label_name
 from gpulens.analyzer.inputs.series import IDENTITY_FRESH
 from gpulens.analyzer.inputs.store import Store
 from gpulens.core.catalog import model_info
+from gpulens.core.times import rfc3339
 
 #: GPU feature discovery's label of a node's GPU model ("NVIDIA-A100-SXM4-80GB").
 PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -189,6 +190,26 @@ class ClusterHistory:
     def time_of(self, index: int) -> float:
         return self.start + index * self.step
 
+    def requested_by_day(self) -> dict[PodKey, dict[str, float]]:
+        """Per pod, the GPU-seconds it requested while on a node (scheduled: Pending or Running), by UTC day
+        ("2026-12-01"): each step counts `step` seconds from its time, as a GPU's sample does in showback. MIG
+        instances (nvidia.com/mig-<profile>) are not read: their pods' requests are not here."""
+        out: dict[PodKey, dict[str, float]] = {}
+        for key, track in self.pods.items():
+            for run in track.runs:
+                if run.node == WAITING or run.gpus <= 0:
+                    continue
+                days = out.setdefault(key, {})
+                t_first, t_last = self.time_of(run.first), self.time_of(run.last)
+                for day in range(int(t_first // DAY_SECONDS), int(t_last // DAY_SECONDS) + 1):
+                    # The run's steps whose time falls in the day.
+                    lo = max(run.first, math.ceil((day * DAY_SECONDS - self.start) / self.step - 1e-9))
+                    hi = min(run.last, math.ceil(((day + 1) * DAY_SECONDS - self.start) / self.step - 1e-9) - 1)
+                    if hi >= lo:
+                        name = rfc3339(day * DAY_SECONDS)[:10]
+                        days[name] = days.get(name, 0.0) + (hi - lo + 1) * self.step * run.gpus
+        return out
+
     def used(self) -> np.ndarray:
         """Per node and step, the GPUs its pods asked for."""
         diff = np.zeros((len(self.nodes), self.steps + 1))
@@ -199,6 +220,9 @@ class ClusterHistory:
                     diff[run.node, run.last + 1] -= run.gpus
         return np.cumsum(diff, axis=1)[:, : self.steps]
 
+
+#: A UTC day's seconds: requests are summed by day, as showback's charges are.
+DAY_SECONDS = 86400
 
 #: A series' (unix seconds, value) points, where it has one.
 Points = list[tuple[float, float]]

@@ -217,6 +217,9 @@ class Scheduling:
     #: The cluster at the span's last step (the live analyzer's metrics).
     pools_now: list[PoolNow] = field(default_factory=list)
     waiting_now: list[WaitingNow] = field(default_factory=list)
+    #: Per pod, the GPU-seconds kube-state-metrics says it requested while on a node, by UTC day
+    #: (ClusterHistory.requested_by_day): what showback checks its sampled hours against.
+    requested: dict[PodKey, dict[str, float]] = field(default_factory=dict)
 
     @property
     def stranded_gpu_seconds(self) -> float:
@@ -426,6 +429,7 @@ def judge(
             for (pool, model), members in sorted(groups.items())
         ],
         [WaitingNow(*key, *figures) for key, figures in sorted(waiting_now.items())],
+        history.requested_by_day(),
     )
 
 

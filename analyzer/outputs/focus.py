@@ -100,6 +100,8 @@ OWN_COLUMNS = (
     "x_WastedGpuHours",
     "x_WastedCost",
     "x_Source",
+    "x_RequestedGpuHours",
+    "x_OpenCostCost",
 )
 
 
@@ -190,6 +192,9 @@ def focus_row(c: Charge, account: str, currency: str) -> dict[str, object]:
         "x_WastedGpuHours": c.wasted_gpu_hours,
         "x_WastedCost": c.wasted_cost,
         "x_Source": c.source,
+        # Empty where not read: kube-state-metrics' requests, OpenCost's price for the hours on nodes it prices.
+        "x_RequestedGpuHours": "" if c.requested_gpu_hours is None else c.requested_gpu_hours,
+        "x_OpenCostCost": "" if c.opencost_cost is None else c.opencost_cost,
     }
 
 

@@ -24,19 +24,20 @@ def report_json(
     changes: list[Outcome] | None = None,
     bills: list[Charge] | None = None,
     prices: dict[str, float] | None = None,
+    checks: list[str] | None = None,
 ) -> dict:
     """The JSON report: the verdicts, their waste summed by class, namespace, owner and team, and the plan:
     one object per action, then its sums, what it did not plan and why, and what it assumed; the cluster's share,
     and the changes the workloads went through with what became of each (docs/changes.md), each null where
-    kube-state-metrics is not read; showback: the charges, their sums and the prices they were made at
-    (docs/showback.md)."""
+    kube-state-metrics is not read; showback: the charges, their sums, the prices they were made at and what they
+    were checked against (showback.checks: kube-state-metrics' requests, OpenCost's prices; docs/showback.md)."""
     return {
         "verdicts": [v.to_dict() for v in verdicts],
         "waste": {dimension: [asdict(s) for s in waste_by(verdicts, dimension)] for dimension in DIMENSIONS},
         **plan.to_dict(),
         "cluster": scheduling.to_dict() if scheduling is not None else None,
         "changes": [c.to_dict() for c in changes] if changes is not None else None,
-        "showback": showback_json(bills or [], prices),
+        "showback": {**showback_json(bills or [], prices), "checks": checks or []},
     }
 
 

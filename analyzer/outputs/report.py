@@ -69,6 +69,7 @@ def render(
     scheduling: Scheduling | None = None,
     changes: list[Outcome] | None = None,
     bills: list[Charge] | None = None,
+    checks: list[str] | None = None,
 ) -> str:
     """The report for `verdicts` (most waste first), opening with the `plan`, then what the GPUs cost (showback's
     `bills`), the cluster's share and the changes its workloads went through where kube-state-metrics was read,
@@ -80,7 +81,7 @@ def render(
         title,
         f"<div id=summary>{fleet_summary(verdicts)}</div>",
         *([plan_section(plan)] if plan is not None else []),
-        *([f"<div id=showback>{showback_section(bills, verdicts)}</div>"] if bills else []),
+        *([f"<div id=showback>{showback_section(bills, verdicts, checks or [])}</div>"] if bills else []),
         *([f"<div id=cluster>{cluster_section(scheduling)}</div>"] if scheduling is not None else []),
         *([f"<div id=changes>{changes_section(changes)}</div>"] if changes else []),
         f"<div id=waste>{waste_tables(verdicts)}</div>",
@@ -133,7 +134,7 @@ def plan_section(plan: Plan) -> str:
 FUNNEL_LABELS = ("busy", "SM active", "OFU")
 
 
-def showback_section(bills: list[Charge], verdicts: list[Verdict]) -> str:
+def showback_section(bills: list[Charge], verdicts: list[Verdict], checks: tuple[str, ...] | list[str] = ()) -> str:
     """What the GPUs cost: by team (by namespace where no team label was read), the device-hours each held, what
     they cost, its efficiency funnel (the share of them a kernel ran, the SMs were active, the peak tensor FLOPs
     delivered; a bar: cost, its busy part filled), and the waste; then the span, and what the figures assume
@@ -175,6 +176,7 @@ def showback_section(bills: list[Charge], verdicts: list[Verdict]) -> str:
         "price). Of that time, where its field was read (- where not): busy, a kernel ran (utilization); SM active, "
         "the SMs worked (profiling fields); OFU, the peak tensor FLOPs delivered (tensor activity x SM clock over "
         f"its maximum: Pedersen et al., arXiv 2605.20799). Prices: {_e(prices)}.</p>"
+        + "".join(f"<p class=small>{_e(line)}</p>" for line in checks)
     )
 
 

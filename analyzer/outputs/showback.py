@@ -10,11 +10,12 @@ charged to NO_POD: capacity paid for that nobody used, what a FinOps team calls 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from gpulens.analyzer.judging.classify import NO_POD, Verdict
-from gpulens.analyzer.outputs.summary import group_of
+from gpulens.analyzer.outputs.summary import NO_TEAM, group_of
 from gpulens.core.catalog import device_price, model_info
 
 #: The ways charges are summed, in the order reports show them.
@@ -59,6 +60,14 @@ class Charge:
     flop_hours: float = 0.0
     #: What its hours were read from (FROM_SAMPLES).
     source: str = FROM_SAMPLES
+    #: The GPU-hours kube-state-metrics says its pods requested that day while on a node: what the cluster
+    #: allocated, to check gpu_hours against (None where its requests were not read, and for MIG instances and
+    #: GPUs no pod holds, which no GPU request names).
+    requested_gpu_hours: float | None = None
+    #: Of gpu_hours, those on nodes OpenCost prices (its node_gpu_hourly_cost, averaged over the span), and what
+    #: OpenCost charges for them (a MIG instance at its share); None where it prices none of its nodes.
+    opencost_gpu_hours: float | None = None
+    opencost_cost: float | None = None
 
     @property
     def used_share(self) -> float | None:
@@ -73,6 +82,9 @@ FUNNEL = ("busy", "sm_active", "flop")
 @dataclass
 class _Pending:
     units: set[str] = field(default_factory=set)
+    pods: set[tuple[str, str]] = field(default_factory=set)
+    #: Device-seconds by node, for OpenCost's prices by node.
+    by_node: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     judged: float = 0.0
     worked: float = 0.0
@@ -85,13 +97,27 @@ class _Pending:
         return round(self.funnel[name][part] / 3600, 6)
 
 
-def charges(verdicts: Iterable[Verdict], prices: dict[str, float] | None = None) -> list[Charge]:
-    """The span verdicts' days as charges, by day, then workload and model."""
+#: A pod's requested GPU-seconds by UTC day (scheduling.Scheduling.requested).
+Requested = Mapping[tuple[str, str], Mapping[str, float]]
+
+
+def charges(
+    verdicts: Iterable[Verdict],
+    prices: dict[str, float] | None = None,
+    requested: Requested | None = None,
+    node_prices: Mapping[str, float] | None = None,
+) -> list[Charge]:
+    """The span verdicts' days as charges, by day, then workload and model; each checked against what
+    kube-state-metrics says its pods `requested` and priced at OpenCost's `node_prices` (USD per GPU-hour by
+    node), where those were read."""
     pending: dict[tuple[str, str, str], tuple[Verdict, _Pending]] = {}
     for v in verdicts:
         for day in v.days:
             _, book = pending.setdefault((day.day, v.workload, v.gpu_model), (v, _Pending()))
             book.units.add(v.unit)
+            if v.pod:
+                book.pods.add((v.namespace, v.pod))
+            book.by_node[v.node] = book.by_node.get(v.node, 0.0) + day.gpu_seconds
             book.seconds += day.gpu_seconds
             book.judged += day.judged_gpu_seconds
             book.worked += day.worked_gpu_seconds
@@ -103,6 +129,12 @@ def charges(verdicts: Iterable[Verdict], prices: dict[str, float] | None = None)
     out = []
     for (day_name, workload, model), (v, book) in sorted(pending.items()):
         price = device_price(model, prices)
+        asked = None
+        if requested is not None and book.pods and " MIG " not in model:
+            asked = round(sum(requested.get(pod, {}).get(day_name, 0.0) for pod in book.pods) / 3600, 6)
+        priced = {node: seconds for node, seconds in book.by_node.items() if node in (node_prices or {})}
+        share = price / model_info(model, prices).price_per_hour  # a MIG instance's share of its GPU
+        opencost = sum(seconds / 3600 * (node_prices or {})[node] * share for node, seconds in priced.items())
         out.append(
             Charge(
                 day_name,
@@ -127,6 +159,9 @@ def charges(verdicts: Iterable[Verdict], prices: dict[str, float] | None = None)
                 sm_active_hours=book.hours("sm_active", 1),
                 flop_read_hours=book.hours("flop", 0),
                 flop_hours=book.hours("flop", 1),
+                requested_gpu_hours=asked,
+                opencost_gpu_hours=round(sum(priced.values()) / 3600, 6) if priced else None,
+                opencost_cost=round(opencost, 6) if priced else None,
             )
         )
     return out
@@ -153,6 +188,14 @@ class ShowbackSum:
     sm_active_hours: float = 0.0
     flop_read_hours: float = 0.0
     flop_hours: float = 0.0
+    #: Where kube-state-metrics' requests were read: the GPU-hours its pods requested, and the hours held by the
+    #: same charges (what they are checked against). None where none was read.
+    requested_gpu_hours: float | None = None
+    requested_held_gpu_hours: float | None = None
+    #: Where OpenCost priced its nodes: the GPU-hours it priced, what it charges for them, and what gpulens does.
+    opencost_gpu_hours: float | None = None
+    opencost_cost: float | None = None
+    opencost_gpulens_cost: float | None = None
 
     @property
     def used_share(self) -> float | None:
@@ -170,8 +213,11 @@ class ShowbackSum:
     def rounded(self) -> ShowbackSum:
         # Money to the cent, hours to 3.6 s; the funnel's hours to 6 places, so that its shares keep theirs.
         places = {f.name: 2 if "cost" in f.name else 6 if f.name.startswith(FUNNEL) else 3 for f in fields(self)}
-        numbers = (f.name for f in fields(self) if f.type == "float")
-        return replace(self, **{name: round(getattr(self, name), places[name]) for name in numbers})
+        numbers = (f.name for f in fields(self) if f.type in ("float", "float | None"))
+        changed: dict[str, Any] = {
+            name: None if getattr(self, name) is None else round(getattr(self, name), places[name]) for name in numbers
+        }
+        return replace(self, **changed)
 
 
 def _key(c: Charge, dimension: str) -> str:
@@ -200,7 +246,95 @@ def showback_by(rows: Iterable[Charge], dimension: str) -> list[ShowbackSum]:
         for name in FUNNEL:
             for part in (f"{name}_read_hours", f"{name}_hours"):
                 setattr(total, part, getattr(total, part) + getattr(c, part))
+        if c.requested_gpu_hours is not None:
+            total.requested_gpu_hours = (total.requested_gpu_hours or 0.0) + c.requested_gpu_hours
+            total.requested_held_gpu_hours = (total.requested_held_gpu_hours or 0.0) + c.gpu_hours
+        if c.opencost_gpu_hours is not None and c.opencost_cost is not None:
+            total.opencost_gpu_hours = (total.opencost_gpu_hours or 0.0) + c.opencost_gpu_hours
+            total.opencost_cost = (total.opencost_cost or 0.0) + c.opencost_cost
+            total.opencost_gpulens_cost = (total.opencost_gpulens_cost or 0.0) + c.opencost_gpu_hours * c.price_per_hour
     return [s.rounded() for s in sorted(sums.values(), key=lambda s: (-s.cost, s.key))]
+
+
+#: A difference under this share of the larger figure is agreement: rounding, a scrape's edge (tools).
+AGREE_SHARE = 0.005
+
+
+def unsampled(requested: Requested | None, verdicts: Iterable[Verdict]) -> dict[tuple[str, str], float]:
+    """The pods kube-state-metrics says requested GPUs that no GPU series of the span names, and the GPU-hours
+    they requested: allocated time no charge holds."""
+    seen = {(v.namespace, v.pod) for v in verdicts if v.pod}
+    return {
+        pod: round(sum(days.values()) / 3600, 6) for pod, days in sorted((requested or {}).items()) if pod not in seen
+    }
+
+
+def checks(rows: Iterable[Charge], unseen: Mapping[tuple[str, str], float] | None = None) -> list[str]:
+    """What the charges were checked against, and by how much they disagree, in words: kube-state-metrics'
+    requests (what the cluster allocated) against the hours the GPU series held, and the pods it says
+    requested GPUs that no GPU series names (`unseen`: unsampled()); OpenCost's prices against gpulens'. Each
+    the fleet's, then the groups (teams, else namespaces) that disagree most."""
+    rows = list(rows)
+    if not rows:
+        return []
+    dimension = "team" if any(c.team not in (NO_POD, NO_TEAM) for c in rows) else "namespace"
+    [fleet] = showback_by([replace(c, team="fleet", namespace="fleet") for c in rows], dimension)
+    groups = showback_by(rows, dimension)
+    out = []
+    if fleet.requested_gpu_hours is None:
+        out.append(
+            "Requests: kube-state-metrics' GPU requests were not read (no kube_pod_container_resource_requests for "
+            "nvidia.com/gpu): the hours are the GPU series' alone."
+        )
+    else:
+        asked, held = fleet.requested_gpu_hours, fleet.requested_held_gpu_hours or 0.0
+        worst = sorted(
+            (
+                s
+                for s in groups
+                if s.requested_gpu_hours is not None
+                and _differ(s.requested_gpu_hours, s.requested_held_gpu_hours or 0.0)
+            ),
+            key=lambda s: (-abs((s.requested_gpu_hours or 0.0) - (s.requested_held_gpu_hours or 0.0)), s.key),
+        )[:3]
+        if not _differ(asked, held):
+            out.append(
+                f"Requests: kube-state-metrics' GPU requests agree: {asked:,.1f} GPU-h requested, {held:,.1f} held."
+            )
+        else:
+            by = "; ".join(
+                f"{s.key} {(s.requested_gpu_hours or 0.0) - (s.requested_held_gpu_hours or 0.0):+,.1f}" for s in worst
+            )
+            out.append(
+                f"Requests: the pods requested {asked:,.1f} GPU-h on their nodes where the GPU series saw {held:,.1f} "
+                f"held: {asked - held:+,.1f} GPU-h ({(asked - held) / max(held, 1e-9):+.1%}); more requested than "
+                "held is time no exporter sampled (an exporter down, GPUs not attributed to their pods), less is "
+                f"time a pod held GPUs without a request (by {dimension}: {by})."
+            )
+    if unseen:
+        named = ", ".join(f"{namespace}/{pod}" for namespace, pod in list(unseen)[:5])
+        more = f" and {len(unseen) - 5:,} more" if len(unseen) > 5 else ""
+        out.append(
+            f"Requests: {len(unseen):,} pod{'s' if len(unseen) != 1 else ''} requested {sum(unseen.values()):,.1f} "
+            f"GPU-h that no GPU series names, so no charge holds ({named}{more}): their nodes' exporters were not "
+            "read, or their GPUs were not attributed to them."
+        )
+    if fleet.opencost_cost is not None:
+        theirs, ours = fleet.opencost_cost, fleet.opencost_gpulens_cost or 0.0
+        hours = fleet.opencost_gpu_hours or 0.0
+        if not _differ(theirs, ours):
+            out.append(f"OpenCost: its prices agree: ${theirs:,.2f} for the {hours:,.1f} GPU-h on nodes it prices.")
+        else:
+            out.append(
+                f"OpenCost: it prices the {hours:,.1f} GPU-h on nodes it prices at ${theirs:,.2f}, gpulens at "
+                f"${ours:,.2f}: {theirs - ours:+,.2f} ({(theirs - ours) / max(ours, 1e-9):+.1%}); to bill at one "
+                "price, give gpulens OpenCost's prices (--prices) or OpenCost gpulens' (docs/showback.md)."
+            )
+    return out
+
+
+def _differ(a: float, b: float) -> bool:
+    return abs(a - b) > AGREE_SHARE * max(abs(a), abs(b), 1e-9)
 
 
 def price_sources(rows: Iterable[Charge], prices: dict[str, float] | None) -> dict[str, str]:

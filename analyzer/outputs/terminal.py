@@ -68,6 +68,7 @@ def report_text(
     scheduling: Scheduling | None = None,
     changes: list[Outcome] | None = None,
     bills: list[Charge] | None = None,
+    checks: list[str] | None = None,
 ) -> str:
     """The pods (most waste first), the cluster's share where kube-state-metrics was read, the changes the
     workloads went through and what became of each, the plan, the fleet after it, the waste by owner and
@@ -97,6 +98,8 @@ def report_text(
         console.print(_waste(verdicts, dimension, width))
     if bills:
         console.print(_showback(bills, "team" if any(v.team for v in verdicts) else "namespace", width))
+        for line in checks or []:
+            console.print(line, markup=False)
     return buffer.getvalue()
 
 
