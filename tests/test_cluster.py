@@ -331,7 +331,7 @@ def test_the_clusters_series_read_bare_are_what_promql_answers(store, age):
     by the store, at every step, with fresh() where the age is under the lookback and without. (The store,
     backfilled, holds no staleness marker: with one, fresh() would end a series at it, last_over_time at most
     half a scrape interval later; docs/stores.md.)"""
-    from gpulens.analyzer.inputs.kube_state import GPUS, LIVE_PHASES, QUOTA_HARD, StoreKubeState
+    from gpulens.analyzer.inputs.kube_state import GPU_REQUESTS, GPUS, LIVE_PHASES, QUOTA_HARD, StoreKubeState
     from gpulens.analyzer.inputs.series import fresh
     from gpulens.analyzer.inputs.store import Store
 
@@ -346,13 +346,13 @@ def test_the_clusters_series_read_bare_are_what_promql_answers(store, age):
         selector = source._sel(name, *matchers)
         return fresh(selector, age) if age < 300 else selector
 
-    requests = fresh_sel("kube_pod_container_resource_requests", GPUS)
+    requests = fresh_sel("kube_pod_container_resource_requests", GPU_REQUESTS)
     phase = fresh_sel("kube_pod_status_phase", LIVE_PHASES)
     oracle = {
         "node_gpus": f"max by (node) ({fresh_sel('kube_node_status_allocatable', GPUS)})",
         "cordoned": f"max by (node) ({fresh_sel('kube_node_spec_unschedulable')})",
         "gpu_quota": f"min by (namespace) ({fresh_sel('kube_resourcequota', *QUOTA_HARD)})",
-        "gpu_pods": f"sum by (namespace, pod, node) ({requests} * on (namespace, pod) group_left () "
+        "gpu_pods": f"sum by (namespace, pod, node, resource) ({requests} * on (namespace, pod) group_left () "
         f"max by (namespace, pod) ({phase} == 1))",
     }
     for method, expr in oracle.items():
@@ -550,8 +550,11 @@ def test_saved_scrapes_of_kube_state_metrics_are_taken_at_their_files_times(tmp_
     # The wait's series ends with its last sample's freshness (45 s): at START + 30 the pod is on n1 (the
     # reader keeps the node over a wait carried beside it), from START + 60 its series are too old.
     assert sorted(recorded.gpu_pods(START, START + 90, 30, 45), key=lambda s: len(s[0])) == [
-        ({"namespace": "ml", "pod": "a"}, [(START, 4.0), (START + 30, 4.0)]),
-        ({"namespace": "ml", "pod": "a", "node": "n1"}, [(START + 30, 4.0), (START + 60, 4.0)]),
+        ({"namespace": "ml", "pod": "a", "resource": "nvidia_com_gpu"}, [(START, 4.0), (START + 30, 4.0)]),
+        (
+            {"namespace": "ml", "pod": "a", "node": "n1", "resource": "nvidia_com_gpu"},
+            [(START + 30, 4.0), (START + 60, 4.0)],
+        ),
     ]
 
 

@@ -179,3 +179,55 @@ def test_a_slot_across_midnight_is_split_there_by_its_time():
     assert day_parts(5 * DAY - 2700, 5 * DAY + 1800) == [(4, 0.6), (5, 0.4)]
     assert day_parts(5 * DAY, 5 * DAY + 900) == [(5, 1.0)]  # a slot from midnight is the new day's alone
     assert day_parts(5 * DAY - 900, 5 * DAY) == [(4, 1.0)]  # and one that ends at midnight the old day's
+
+
+def test_each_charge_is_checked_against_the_gpus_and_mig_instances_its_pods_requested(tmp_path):
+    """kube-state-metrics recorded beside the trace: the ranker requested a GPU (nvidia.com/gpu) and the notebook
+    a MIG 3g.40gb instance (nvidia.com/mig-3g.40gb, as the device plugin's mixed strategy offers one) while they
+    ran, the notebook's pod on its node an hour before its first sample (its image pulling: Pending; the trace
+    here starts its samples an hour late). Each charge's requested device-hours, hand-computed: 4 a day for the
+    ranker as held; the notebook's 4 the first day where 3 were held, and 4 the second."""
+    from tests import store_history
+
+    _trace(tmp_path / "trace.csv")
+    lines = (tmp_path / "trace.csv").read_text().splitlines(keepends=True)
+    late = [line for line in lines if not (",notebook-0," in line and int(line.split(",")[0]) < T0 + 3600)]
+    (tmp_path / "trace.csv").write_text("".join(late))
+    (tmp_path / "prices.yaml").write_text(f"H100: {H100_PRICE}\n")
+    ksm = {"job": "kube-state-metrics", "instance": "10.0.0.3:8080"}
+    families: dict[str, list] = {}
+    for namespace, pod, resource, first in [
+        ("search", "ranker-0", "nvidia_com_gpu", T0),
+        ("research", "notebook-0", "nvidia_com_mig_3g_40gb", T0),
+    ]:
+        for t in range(int(first), T0 + 8 * 3600, 30):
+            labels = {"namespace": namespace, "pod": pod, "container": "main", "node": "node-1"}
+            request = {**labels, "resource": resource, "unit": "integer", **ksm}
+            pending = pod == "notebook-0" and t < T0 + 3600
+            phase = {"namespace": namespace, "pod": pod, "phase": "Pending" if pending else "Running", **ksm}
+            for name, series in (("kube_pod_container_resource_requests", request), ("kube_pod_status_phase", phase)):
+                text = "{" + ",".join(f'{k}="{v}"' for k, v in series.items()) + "}"
+                families.setdefault(name, []).append((text, float(t), 1.0))
+    (tmp_path / "ksm.om").write_text(store_history.families_openmetrics(families))
+    done = gpulens(
+        "report", str(tmp_path / "trace.csv"), "--kube-state", str(tmp_path / "ksm.om"),
+        "--prices", str(tmp_path / "prices.yaml"), "--format", "json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    requested = {
+        (c["day"], c["namespace"]): (c["gpu_hours"], c["requested_gpu_hours"]) for c in document["showback"]["charges"]
+    }
+    assert requested == {
+        ("2026-11-30", "search"): (4.0, 4.0),
+        ("2026-12-01", "search"): (4.0, 4.0),
+        ("2026-11-30", "research"): (3.0, 4.0),
+        ("2026-12-01", "research"): (4.0, 4.0),
+        ("2026-11-30", ""): (4.0, None),  # the GPU no pod holds: no request names it
+        ("2026-12-01", ""): (4.0, None),
+    }
+    assert document["showback"]["checks"][0] == (
+        "Requests: the pods requested 16.0 GPU-h on their nodes where the GPU series saw 15.0 held: +1.0 GPU-h "
+        "(+6.7%); more requested than held is time no exporter sampled (an exporter down, GPUs not attributed to "
+        "their pods), less is time a pod held GPUs without a request (by namespace: research +1.0)."
+    )

@@ -186,16 +186,19 @@ class ClusterHistory:
     missing: list[str] = field(default_factory=list)
     #: The node label the pools were read from ("" none).
     pool_label: str = ""
+    #: Pods' requests of MIG instances (nvidia.com/mig-<profile>), in instances: read for what they requested
+    #: (requested_by_day), not scheduled as GPUs (their runs' node is ON_A_NODE or WAITING).
+    mig_pods: dict[PodKey, PodTrack] = field(default_factory=dict)
 
     def time_of(self, index: int) -> float:
         return self.start + index * self.step
 
     def requested_by_day(self) -> dict[PodKey, dict[str, float]]:
-        """Per pod, the GPU-seconds it requested while on a node (scheduled: Pending or Running), by UTC day
-        ("2026-12-01"): each step counts `step` seconds from its time, as a GPU's sample does in showback. MIG
-        instances (nvidia.com/mig-<profile>) are not read: their pods' requests are not here."""
+        """Per pod, the device-seconds it requested while on a node (scheduled: Pending or Running), by UTC day
+        ("2026-12-01"): GPUs, or MIG instances (an instance a device, as showback counts one); each step counts
+        `step` seconds from its time, as a GPU's sample does in showback."""
         out: dict[PodKey, dict[str, float]] = {}
-        for key, track in self.pods.items():
+        for key, track in [*self.pods.items(), *self.mig_pods.items()]:
             for run in track.runs:
                 if run.node == WAITING or run.gpus <= 0:
                     continue
@@ -221,6 +224,8 @@ class ClusterHistory:
         return np.cumsum(diff, axis=1)[:, : self.steps]
 
 
+#: The node of a run of MIG instances requested on a node (which node matters to no one: they are not scheduled).
+ON_A_NODE = -2
 #: A UTC day's seconds: requests are summed by day, as showback's charges are.
 DAY_SECONDS = 86400
 
@@ -270,6 +275,7 @@ class ClusterReader:
         cordoned: dict[int, np.ndarray] = {}
         quota: dict[str, np.ndarray] = {}
         pods: dict[PodKey, PodTrack] = {}
+        mig: dict[PodKey, PodTrack] = {}
 
         def node_of(name: str) -> int:
             if name not in node_index:
@@ -300,6 +306,9 @@ class ClusterReader:
                     continue
                 key = (labels.get("namespace", ""), labels.get("pod", ""))
                 node = labels.get("node", "")
+                if labels.get("resource", GPU_RESOURCE) != GPU_RESOURCE:  # MIG instances: requested, not scheduled
+                    _add_runs(mig.setdefault(key, PodTrack(key)), values, start, step, ON_A_NODE if node else WAITING)
+                    continue
                 track = pods.setdefault(key, PodTrack(key))
                 _add_runs(track, values, start, step, node_of(node) if node else WAITING)
         for track in pods.values():
@@ -325,7 +334,7 @@ class ClusterReader:
                 "offered, so every wait reads no_node (a device plugin that offers another resource, as MIG's "
                 "nvidia.com/mig-<profile>, is not read)"
             )
-        history = ClusterHistory(start, step, steps, nodes, grid, cordon, pods, quota, missing, pool_label)
+        history = ClusterHistory(start, step, steps, nodes, grid, cordon, pods, quota, missing, pool_label, mig)
         self._waiting_pods(history, end)
         return history
 

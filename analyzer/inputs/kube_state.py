@@ -75,6 +75,11 @@ class KubeState(Protocol):
 
 
 GPUS: Matcher = ("resource", "=", GPU_RESOURCE)
+#: MIG instances as the device plugin's mixed strategy offers them (nvidia.com/mig-3g.40gb), as kube-state-metrics
+#: writes a resource's name (nvidia_com_mig_3g_40gb).
+MIG_RESOURCE_PREFIX = "nvidia_com_mig_"
+#: The requests read: whole GPUs, and MIG instances (for showback's checks alone: a slice is no GPU to schedule).
+GPU_REQUESTS: Matcher = ("resource", "=~", f"{GPU_RESOURCE}|{MIG_RESOURCE_PREFIX}.+")
 #: The workloads whose replicas kube-state-metrics' spec series say: (kind, family, the label naming it).
 REPLICAS = (
     ("Deployment", "kube_deployment_spec_replicas", "deployment"),
@@ -142,8 +147,8 @@ class _OnGrid(ABC):
         return out
 
     def gpu_pods(self, start: float, end: float, step: float, age: float) -> list[RangeSeries]:
-        """Each request while its pod's phase is Pending or Running (PromQL's `* on (namespace, pod)
-        group_left () (... == 1)`), summed by namespace, pod and node."""
+        """Each request of GPUs or MIG instances while its pod's phase is Pending or Running (PromQL's `* on
+        (namespace, pod) group_left () (... == 1)`), summed by namespace, pod, node and resource."""
         # A phase's series is 1 while the pod is in it and 0 otherwise: only its 1s are read (a running pod's
         # Pending series, half of what a fleet's phases hold, is all 0s).
         grid, phases = self._on_grid("kube_pod_status_phase", start, end, step, age, LIVE_PHASES, only=1.0)
@@ -152,13 +157,13 @@ class _OnGrid(ABC):
             key = (labels.get("namespace", ""), labels.get("pod", ""))
             live[key] = live.get(key, np.zeros(len(grid), dtype=bool)) | (values == 1)
         del phases
-        _, requests = self._on_grid("kube_pod_container_resource_requests", start, end, step, age, GPUS)
+        _, requests = self._on_grid("kube_pod_container_resource_requests", start, end, step, age, GPU_REQUESTS)
         kept = []
         for labels, values in requests:
             mask = live.get((labels.get("namespace", ""), labels.get("pod", "")))
             if mask is not None and mask.any():
                 kept.append((labels, np.where(mask, values, np.nan)))
-        return _aggregate(grid, kept, ("namespace", "pod", "node"), "sum")
+        return _aggregate(grid, kept, ("namespace", "pod", "node", "resource"), "sum")
 
 
 def _aggregate(

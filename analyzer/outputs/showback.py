@@ -61,8 +61,8 @@ class Charge:
     #: What its hours were read from (FROM_SAMPLES).
     source: str = FROM_SAMPLES
     #: The GPU-hours kube-state-metrics says its pods requested that day while on a node: what the cluster
-    #: allocated, to check gpu_hours against (None where its requests were not read, and for MIG instances and
-    #: GPUs no pod holds, which no GPU request names).
+    #: allocated, to check gpu_hours against: whole GPUs, or a MIG instance's (nvidia.com/mig-<profile>) each a
+    #: device. None where its requests were not read, and for GPUs no pod holds.
     requested_gpu_hours: float | None = None
     #: Of gpu_hours, those on nodes OpenCost prices (its node_gpu_hourly_cost, averaged over the span), and what
     #: OpenCost charges for them (a MIG instance at its share); None where it prices none of its nodes.
@@ -130,7 +130,7 @@ def charges(
     for (day_name, workload, model), (v, book) in sorted(pending.items()):
         price = device_price(model, prices)
         asked = None
-        if requested is not None and book.pods and " MIG " not in model:
+        if requested is not None and book.pods:
             asked = round(sum(requested.get(pod, {}).get(day_name, 0.0) for pod in book.pods) / 3600, 6)
         priced = {node: seconds for node, seconds in book.by_node.items() if node in (node_prices or {})}
         share = price / model_info(model, prices).price_per_hour  # a MIG instance's share of its GPU
