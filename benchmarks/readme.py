@@ -302,6 +302,18 @@ def _report_store(document: dict) -> list[str]:
             f"{f['store_gzip_prometheus_cpu_s']:.1f}",
         ),
         row("bare: the same queries, HTTP and JSON decoding only", bare, ""),
+        *(
+            [
+                row(
+                    "counted: each GPU's exact per-15-min counts, means and extremes, asked of the store "
+                    f"({f['counted_queries']} queries: what a report the store counts for would read, issue 76)",
+                    f["counted_s"],
+                    f"{f['counted_prometheus_cpu_s']:.1f}",
+                )
+            ]
+            if "counted_s" in f
+            else []
+        ),
         row(
             "`gpulens report --prometheus`: reading in pieces, owners, judging, the cluster's share",
             report,

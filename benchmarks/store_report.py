@@ -17,6 +17,9 @@ Prometheus (Debian's), and read back:
   it asks a store elsewhere (--prometheus.compression): what compressing costs the store, and saves the wire;
 - bare: the same queries, each answer decoded with orjson, nothing else: the floor of reading through the
   HTTP API;
+- counted: each GPU's exact per-slot reductions (15 minutes: samples, mean, extremes, last value; of the activity
+  signal the samples at or under idle and at or over high, and its switches), asked of the store and decoded:
+  what a report would read if the store counted for it (issue 76), against reading every sample;
 - report: the report as a user runs it (a process of its own), reading in pieces and judging, with the CPU
   seconds Prometheus spent answering it;
 - the report again at --prometheus.step 60 and 120 s (one sample in two, in four: what a long span can be
@@ -303,6 +306,34 @@ def bare(url: str, queries: list[tuple[str, dict]], decode: bool = True, gzipped
     return time.perf_counter() - started, wire
 
 
+#: The slot the store would count in: the history's (a window of an hour slid by a quarter of it).
+SLOT = 900
+#: The activity thresholds counted below and above (utilization in dcgm-exporter's percent): gpulens' idle and
+#: high activity (core/thresholds.py).
+IDLE_PERCENT, HIGH_PERCENT = 5, 80
+
+
+def counted_queries(hours: float) -> list[tuple[str, dict]]:
+    """What a report that the store counts for (issue 76) would ask instead of the samples: each GPU's series'
+    exact per-slot reductions (samples, mean, extremes, the last value), and of the activity signal the samples
+    at or under idle, at or over high (a comparison counted at the scrape step: a subquery), and the switches."""
+    selector = '{job="nvidia-dcgm-exporter"}'
+    window = f"[{SLOT}s]"
+    expressions = [
+        f"{function}({name}{selector}{window})"
+        for name in SERIES
+        for function in ("count_over_time", "avg_over_time", "max_over_time", "min_over_time", "last_over_time")
+    ]
+    activity = f"DCGM_FI_DEV_GPU_UTIL{selector}"
+    expressions += [
+        f"count_over_time(({activity} <= {IDLE_PERCENT})[{SLOT}s:{STEP}s])",
+        f"count_over_time(({activity} >= {HIGH_PERCENT})[{SLOT}s:{STEP}s])",
+        f"changes({activity}{window})",
+    ]
+    span = {"start": START + SLOT, "end": START + hours * 3600, "step": SLOT}
+    return [("query_range", {"query": expr, **span}) for expr in expressions]
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user and system) process `pid` has used, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -407,6 +438,10 @@ def main() -> int:
                 key=lambda r: r[1],
             )
             bare_seconds = min(bare(url, queries)[0] for _ in range(2))
+            counts = counted_queries(args.hours)
+            counted_cpu, (counted_seconds, counted_wire) = min(
+                (with_cpu(lambda: bare(url, counts), pid) for _ in range(2)), key=lambda r: r[1]
+            )
             runs = [with_cpu(report, pid) for _ in range(2)]
             prometheus_cpu, best = min(runs, key=lambda r: r[1]["seconds"])
             coarse = {
@@ -442,6 +477,10 @@ def main() -> int:
         "store_gzip_prometheus_cpu_s": gzip_cpu,
         "gzip_wire_bytes": gzip_wire,
         "bare_s": bare_seconds,
+        "counted_s": counted_seconds,
+        "counted_prometheus_cpu_s": counted_cpu,
+        "counted_queries": len(counts),
+        "counted_wire_bytes": counted_wire,
         "report_s": measured["seconds"],
         "report_prometheus_cpu_s": prometheus_cpu,
         "prometheus_cpu_s_per_gpu_day": prometheus_cpu / gpu_days,
@@ -470,6 +509,7 @@ def main() -> int:
         ("store: the same queries, answers thrown away", store_seconds, f"{store_cpu:.1f}"),
         ("store, answers gzipped (a store elsewhere)", gzip_seconds, f"{gzip_cpu:.1f}"),
         ("bare: the same queries, HTTP and JSON only", bare_seconds, ""),
+        (f"counted: per-{SLOT // 60}-min counts by the store (issue 76)", counted_seconds, f"{counted_cpu:.1f}"),
         ("gpulens report --prometheus", measured["seconds"], f"{prometheus_cpu:.1f}"),
     )
     for name, seconds, cpu in rows:
