@@ -480,6 +480,7 @@ def test_a_wrong_login_is_said_once_and_not_retried(world, tmp_path, smtp_server
         ),
         ("teams: {search: {slack_url_file: /nonexistent/url}}\n", "teams.search.slack_url_file /nonexistent/url: "),
         ("teams: {search: {slak_url: x}}\n", "unknown key(s) slak_url; did you mean slack_url?"),
+        ("teams: {search: {slack_url: hooks.slack.com/x}}\n", "teams.search.slack_url: expected an http(s) URL"),
     ],
 )
 def test_a_wrong_settings_file_is_refused_before_anything_is_read(tmp_path, settings, said):

@@ -235,11 +235,18 @@ def ledgers(
     low, high = (counted[0] - origin) / step, (counted[1] - origin) / step
     own = own[(own["window"] >= low) & (own["window"] < high)]
     out: dict[str, Ledger] = {}
-    for unit, rows in own.groupby(level=0, sort=False):
-        ledger, in_order = Ledger(), rows.sort_values("window")
-        funnel = in_order[[f"{name}_{part}" for name in FUNNEL for part in ("mean", "samples")]].to_numpy(dtype=float)
+    if own.empty:
+        return out
+    # _slots() gives each unit's slots together, in time order: its rows are one run of the arrays, which are
+    # taken from the frame once (a column selection per unit cost more than judging its slots).
+    units = own.index.to_numpy()
+    rows = own[list(_SLOT_COLUMNS)].to_numpy(dtype=float)
+    funnels = own[[f"{name}_{part}" for name in FUNNEL for part in ("mean", "samples")]].to_numpy(dtype=float)
+    bounds = np.flatnonzero(units[1:] != units[:-1]) + 1
+    for first, last in zip(np.r_[0, bounds], np.r_[bounds, len(units)], strict=True):
+        unit, ledger = units[first], Ledger()
         for (k, samples, activity, idle, work, ts_min, ts_max), shares in zip(
-            in_order[list(_SLOT_COLUMNS)].to_numpy(dtype=float), funnel, strict=True
+            rows[first:last], funnels[first:last], strict=True
         ):
             judged = _slot_verdict(by_window[str(unit)], int(k), per_window, t)
             if judged is not None:

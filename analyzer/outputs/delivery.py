@@ -5,7 +5,6 @@ all the same (docs/showback.md, "The weekly digest").
 
 The settings file (`gpulens digest --digest.config FILE`; deploy/kubernetes/digest.example.yaml):
 
-    link: https://gpulens.example.com/         # the analyzer's page the digests link to
     smtp: {server: smtp.example.com:587, tls: starttls, from: gpulens@example.com,
            username: gpulens, password_file: /etc/gpulens/smtp/password}
     teams:                                     # by the team's name as the analyzer reads it (--team-label)
@@ -17,6 +16,7 @@ from __future__ import annotations
 
 import email.policy
 import logging
+import re
 import smtplib
 import ssl
 import time
@@ -29,7 +29,6 @@ from typing import Any
 
 from gpulens.analyzer.outputs.digest import TeamDigest
 from gpulens.core.config import ConfigError, read_secret, read_yaml
-from gpulens.core.mixin import check_url
 from gpulens.core.schema import ListOf, MapOf, Record, Text, validate
 
 log = logging.getLogger(__name__)
@@ -70,7 +69,8 @@ class Recipients:
 
 @dataclass(frozen=True)
 class DigestSettings:
-    link: str = ""
+    """Where the digests go: the SMTP server, and each team's recipients (`default` for the teams not named)."""
+
     smtp: Smtp | None = None
     teams: dict[str, Recipients] = field(default_factory=dict)
     default: Recipients | None = None
@@ -95,7 +95,7 @@ class DigestSettings:
         for where, r in [*((f"teams.{n}", r) for n, r in teams.items()), ("default", default)]:
             if r is not None and r.email and smtp is None:
                 raise ConfigError(f"{source}: {where}.email: e-mail needs an smtp server: add smtp (server, from)")
-        return cls(document.get("link", ""), smtp, teams, default)
+        return cls(smtp, teams, default)
 
 
 def _schema() -> Record:
@@ -104,7 +104,8 @@ def _schema() -> Record:
         {
             "email": ListOf(email, single=True),
             **{key: Text(what="a file's path") for key in ("slack_url_file", "msteams_url_file")},
-            **{key: Text(valid=_is_url, what="an http(s) URL") for key in ("slack_url", "msteams_url")},
+            # Not held to URL_PATTERN's 256 characters: a Teams Workflows URL with its signature is longer.
+            **{key: Text(valid=_is_webhook, what="an http(s) URL") for key in ("slack_url", "msteams_url")},
         },
         what="recipients",
     )
@@ -120,16 +121,15 @@ def _schema() -> Record:
         required=("server", "from"),
         what="an SMTP server",
     )
-    link = Text(valid=_is_url, what="the analyzer page's http(s) URL")
-    return Record({"link": link, "smtp": smtp, "teams": MapOf(recipients), "default": recipients})
+    return Record({"smtp": smtp, "teams": MapOf(recipients), "default": recipients})
 
 
-def _is_url(text: str) -> bool:
-    try:
-        check_url(text, "url")
-    except ValueError:
-        return False
-    return True
+def _is_webhook(text: str) -> bool:
+    return re.fullmatch(r"https?://[^\s/?#]+\S*", text) is not None and len(text) <= MAX_WEBHOOK_URL
+
+
+#: The longest webhook URL taken: a Teams Workflows URL with its signature is about 300 characters.
+MAX_WEBHOOK_URL = 2048
 
 
 def _smtp(entry: dict, source: str) -> Smtp:
