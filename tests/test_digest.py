@@ -208,6 +208,17 @@ def test_each_teams_digest_says_its_figures_against_the_last_period_and_what_mov
     assert moved is not None, research
     said = "$96.00 -> $96.00 (+$0.00), 24.0 -> 24.0 GPU-h; idle (1 of 1 pod), wasted $0.00 -> $96.00: "
     assert moved.group(1).startswith(said)
+    # This period's charges checked: ranker's second pod requested its GPU an hour before its first sample (37
+    # GPU-hours requested, 36 held); OpenCost's $5 an hour against gpulens' $4.
+    assert (
+        "- Requests: the pods requested 37.0 GPU-h on their nodes where the GPU series saw 36.0 held: +1.0 GPU-h "
+        in (search)
+    )
+    assert (
+        "- OpenCost: it prices the 36.0 GPU-h on nodes it prices at $180.00, gpulens at $144.00: +36.00 (+25.0%)"
+        in (search)
+    )
+    assert "- Requests: kube-state-metrics' GPU requests agree: 24.0 GPU-h requested, 24.0 held." in research
     # What changed: ranker's second replica at noon, found in kube-state-metrics.
     assert "- search/Deployment/ranker: replicas 1 -> 2 at 2025-11-11T12:00:00Z:" in search
     # The plan's action on the idle job, as the report's plan over the same span gives it.
@@ -279,6 +290,7 @@ def test_a_digest_is_rendered_as_its_markdown_says(world, tmp_path):
         "What moved, and why",
         "What changed",
         "What to change",
+        "What the figures were checked against",
         "On the analyzer's page",
     ]
     assert re.findall(r'<a href="([^"]+)">', dom) == [f"{link}#changes", f"{link}#waste", f"{link}#units"]

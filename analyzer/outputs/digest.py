@@ -14,14 +14,14 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.outputs.outcomes import Outcome
 from gpulens.analyzer.outputs.plan import Action, Plan
 from gpulens.analyzer.outputs.report import STYLE
-from gpulens.analyzer.outputs.showback import Charge, ShowbackSum, showback_by
+from gpulens.analyzer.outputs.showback import Charge, ShowbackSum, checks, showback_by
 from gpulens.analyzer.outputs.summary import group_of
 from gpulens.core.bottlenecks import RECOMMENDATIONS
 from gpulens.core.times import rfc3339
@@ -125,6 +125,8 @@ class TeamDigest:
     savings: list[str]
     #: The analyzer's page ("" where none was given).
     link: str
+    #: This period's charges checked against kube-state-metrics' requests and OpenCost's prices (showback.checks).
+    checks: list[str] = field(default_factory=list)
 
     @property
     def subject(self) -> str:
@@ -219,6 +221,7 @@ class TeamDigest:
             ("What moved, and why", self.mover_lines(), "No workload's cost moved."),
             ("What changed", self.change_lines(), "No change to its workloads was seen this period."),
             ("What to change", self.action_lines(), "The plan has nothing for its workloads."),
+            ("What the figures were checked against", self.checks, "Nothing was read to check them against."),
         ]
 
     def slack(self) -> dict:
@@ -334,6 +337,7 @@ def digests(
                 actions,
                 [plan.saving(a.saving_usd_per_30d, a.saving_usd_span) for a in actions],
                 link,
+                checks([c for c in this if c.team == team]),
             )
         )
     return sorted(out, key=lambda d: (-d.now.cost, d.team))
