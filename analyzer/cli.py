@@ -498,14 +498,8 @@ def run_report(args: argparse.Namespace) -> int:
         node_prices: dict[str, float] = {}  # OpenCost's, read from a store
         if args.prometheus:
             read = _report_from_store(args, _Judging(thresholds, prices, window, step), kept)
-            verdicts, timelines, use, scheduling, changes = (
-                read.verdicts,
-                read.timelines,
-                read.use,
-                read.scheduling,
-                read.changes,
-            )
-            node_prices = read.node_prices
+            verdicts, timelines, use = read.verdicts, read.timelines, read.use
+            scheduling, changes, node_prices = read.scheduling, read.changes, read.node_prices
             trace = None
         else:
             given = {"--since": args.since, "--until": args.until}

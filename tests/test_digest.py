@@ -36,7 +36,14 @@ import requests
 
 from gpulens.analyzer.inputs import frame as fr
 from tests import store_history as history
-from tests.helpers import BackfilledPrometheus, certificate, certificate_authority, gpulens, require_binary
+from tests.helpers import (
+    BackfilledPrometheus,
+    certificate,
+    certificate_authority,
+    gpulens,
+    report_json,
+    require_binary,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -158,6 +165,14 @@ def _digest(world, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def _report(world, until: str) -> dict:
+    """The JSON report of both days, to --until, read from the world's store as the digest reads it."""
+    return report_json(
+        *("--prometheus", world["prometheus"], "--prometheus.step", "1m", "--team-label", "team"),
+        *("--prices", world["prices"], "--since", "2025-11-10T00:00:00Z", "--until", until),
+    )
+
+
 #: Hand-computed (the module's docstring): each team's rows this period and the last.
 FIGURES = {
     "search": [
@@ -222,16 +237,7 @@ def test_each_teams_digest_says_its_figures_against_the_last_period_and_what_mov
     # What changed: ranker's second replica at noon, found in kube-state-metrics.
     assert "- search/Deployment/ranker: replicas 1 -> 2 at 2025-11-11T12:00:00Z:" in search
     # The plan's action on the idle job, as the report's plan over the same span gives it.
-    report = json.loads(
-        gpulens(
-            "report",
-            *("--prometheus", world["prometheus"], "--prometheus.step", "1m", "--team-label", "team"),
-            *("--prices", world["prices"], "--since", "2025-11-10T00:00:00Z", "--until", "2025-11-12T00:00:00Z"),
-            "--format",
-            "json",
-            timeout=300,
-        ).stdout
-    )
+    report = _report(world, "2025-11-12T00:00:00Z")
     [action] = [a for a in report["plan"] if a["owner"] == "research/CronJob/nightly"]
     [verdict] = [v for v in report["verdicts"] if v["pod"] == "nightly-2-y"]
     assert moved.group(1).endswith(verdict["recommendation"])
@@ -244,16 +250,7 @@ def test_showback_says_by_how_much_the_clusters_requests_and_opencosts_prices_di
     """The report's charges against kube-state-metrics' requests and OpenCost's prices, hand-computed: search
     requested 37 GPU-hours the second day where its GPUs were sampled 36 (the hour its pod was Pending on the node);
     notebook-z requested 24 that no GPU series names; OpenCost charges $5 for each GPU-hour gpulens charges $4."""
-    report = json.loads(
-        gpulens(
-            "report",
-            *("--prometheus", world["prometheus"], "--prometheus.step", "1m", "--team-label", "team"),
-            *("--prices", world["prices"], "--since", "2025-11-10T00:00:00Z", "--until", "2025-11-11T23:59:00Z"),
-            "--format",
-            "json",
-            timeout=300,
-        ).stdout
-    )
+    report = _report(world, "2025-11-11T23:59:00Z")
     charges = {(c["day"], c["workload"]): c for c in report["showback"]["charges"]}
     search = charges[("2025-11-11", "search/Deployment/ranker")]
     assert (search["gpu_hours"], search["requested_gpu_hours"]) == (36.0, 37.0)

@@ -53,35 +53,6 @@ class Periods:
 
 
 @dataclass(frozen=True)
-class Figures:
-    """A team's charges over one period: device-hours held, what they cost, the waste, and the funnel's shares
-    (None where the field was never read)."""
-
-    gpu_hours: float = 0.0
-    cost: float = 0.0
-    wasted_gpu_hours: float = 0.0
-    wasted_cost: float = 0.0
-    busy: float | None = None
-    sm_active: float | None = None
-    flop: float | None = None
-
-    @classmethod
-    def of(cls, total: ShowbackSum | None) -> Figures:
-        if total is None:
-            return cls()
-        funnel = total.funnel()
-        return cls(
-            total.gpu_hours,
-            total.cost,
-            total.wasted_gpu_hours,
-            total.wasted_cost,
-            funnel["busy"],
-            funnel["sm_active"],
-            funnel["flop"],
-        )
-
-
-@dataclass(frozen=True)
 class Mover:
     """A workload whose cost moved between the periods, and what its pods were this period: the class that
     wasted the most of its time (healthy where none wasted), how many of its pods it held, and its fix."""
@@ -116,8 +87,9 @@ class TeamDigest:
 
     team: str
     periods: Periods
-    now: Figures
-    before: Figures
+    #: The team's charges summed over this period and the last (empty where it held no GPU in one).
+    now: ShowbackSum
+    before: ShowbackSum
     movers: list[Mover]
     changes: list[Outcome]
     actions: list[Action]
@@ -148,8 +120,9 @@ class TeamDigest:
             ("wasted", f"${self.now.wasted_cost:,.2f}", f"${self.before.wasted_cost:,.2f}"),
             ("GPU-hours wasted", f"{self.now.wasted_gpu_hours:,.1f}", f"{self.before.wasted_gpu_hours:,.1f}"),
         ]
+        now, before = self.now.funnel(), self.before.funnel()
         for name, words in FUNNEL_WORDS.items():
-            out.append((words, _share(getattr(self.now, name)), _share(getattr(self.before, name))))
+            out.append((words, _share(now[name]), _share(before[name])))
         return out
 
     def mover_lines(self) -> list[str]:
@@ -330,8 +303,8 @@ def digests(
             TeamDigest(
                 team,
                 periods,
-                Figures.of(now_by_team.get(team)),
-                Figures.of(before_by_team.get(team)),
+                now_by_team.get(team, ShowbackSum(team)),
+                before_by_team.get(team, ShowbackSum(team)),
                 movers[:top],
                 team_changes,
                 actions,
