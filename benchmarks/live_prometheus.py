@@ -216,15 +216,20 @@ class Analyzer(GpulensProcess):
         self.started = time.monotonic()
         super().__init__(
             [
-                "--log.level", "warning", "analyzer", "--input.prometheus", prometheus,
+                "--log.level", "debug", "analyzer", "--input.prometheus", prometheus,
                 "--exporter.job", "gpulens-exporter", "--prometheus.timeout", "120s",
                 "--web.listen-address", f"127.0.0.1:{self.port}", *extra,
             ],
             workdir=workdir,
         )  # fmt: skip
 
-    def metric(self, name: str) -> float:
-        return scalar(self.url + "/metrics", name)
+    def cycles(self) -> list[Logged]:
+        """The cycles the analyzer has logged (at debug, one line each): read from its log, not /metrics, whose
+        body at 10,000 pods is tens of megabytes (asked four times a second, it took the cycles' CPU)."""
+        return [
+            Logged(int(number), float(_unix(at)), float(seconds), float(read))
+            for number, at, seconds, read in CYCLE_LINE.findall(self.log_path.read_text())
+        ]
 
     def ready(self) -> bool:
         if self.process.poll() is not None:
@@ -233,6 +238,21 @@ class Analyzer(GpulensProcess):
             return requests.get(self.url + "/readyz", timeout=5).status_code == 200
         except requests.RequestException:
             return False
+
+
+#: The line the analyzer logs at debug after each cycle (analyzer/outputs/service.py, cycle()).
+CYCLE_LINE = re.compile(r"cycle (\d+): verdicts of (\S+) in ([\d.]+) s, \d+ units, (\d+) bytes read in all")
+
+
+@dataclass(frozen=True)
+class Logged:
+    """A cycle as the analyzer logged it: its number, the unix time of its verdicts, its seconds, and the bytes
+    read from the store since the process started."""
+
+    number: int
+    produced_at: float
+    seconds: float
+    read_bytes: float
 
 
 @dataclass
@@ -352,34 +372,32 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
         wait(analyzer.ready, 600, "the analyzer's first verdicts", every=0.2)
         now = time.monotonic()
         spent = prometheus_cpu(prometheus) - cpu - ingest_rate * (now - analyzer.started)
-        read = analyzer.metric("gpulens_analyzer_input_read_bytes_total")
-        cycles[first].append(Cycle(now - analyzer.started, spent, read, resident_peak_mib(analyzer.process.pid)))
-        last, at = analyzer.metric("gpulens_analyzer_last_success_timestamp_seconds"), now
+        logged = wait(analyzer.cycles, 60, "the first cycle's log line")[0]
+        cycles[first].append(
+            Cycle(now - analyzer.started, spent, logged.read_bytes, resident_peak_mib(analyzer.process.pid))
+        )
+        at = now
         cpu, chores = prometheus_state(prometheus)
         for _ in range(steady):
             newer = wait(
-                lambda last=last: (
-                    (v := analyzer.metric("gpulens_analyzer_last_success_timestamp_seconds")) > last and v
-                ),
+                lambda seen=logged.number: [c for c in analyzer.cycles() if c.number > seen],
                 120,
                 "the next cycle",
                 every=0.25,
-            )
+            )[0]
             now, (cpu_now, chores_now) = time.monotonic(), prometheus_state(prometheus)
-            read_now = analyzer.metric("gpulens_analyzer_input_read_bytes_total")
-            seconds = analyzer.metric("gpulens_analyzer_cycle_duration_seconds")
             cycles[then].append(
                 Cycle(
-                    seconds,
+                    newer.seconds,
                     cpu_now - cpu - ingest_rate * (now - at),
-                    read_now - read,
+                    newer.read_bytes - logged.read_bytes,
                     resident_peak_mib(analyzer.process.pid),
-                    newer - seconds,
+                    newer.produced_at - newer.seconds,
                     chores_now[0] - chores[0],
                     chores_now[1] - chores[1],
                 )
             )
-            last, cpu, at, read, chores = newer, cpu_now, now, read_now, chores_now
+            logged, cpu, at, chores = newer, cpu_now, now, chores_now
         # SIGTERM: the cycle under way ends and the window is written to the state file, then the process
         # exits; a kill before that would leave the next start an older file.
         stopping = time.monotonic()

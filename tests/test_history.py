@@ -362,6 +362,72 @@ def _series(exposition: bytes, openmetrics: bool) -> list[tuple[str, tuple]]:
     return [(s.name, tuple(sorted(s.labels.items()))) for f in parse(exposition.decode()) for s in f.samples]
 
 
+def test_the_analyzers_metrics_are_rendered_once_a_cycle_however_often_scraped():
+    """At 10,000 pods the analyzer's /metrics holds hundreds of thousands of series: rendered at every scrape
+    (once a second, for the age of its verdicts), it took the cycles' CPU (benchmarks/live_prometheus.py).
+    Through the real server: scrapes of one cycle share one rendering of the verdicts, and the age still moves."""
+    import gzip
+
+    import requests
+
+    from gpulens.core.web.config import WebConfig
+    from gpulens.core.web.server import serve
+
+    service = run_service(fleet_trace(["idle", "healthy_training"], 15.0, 1), 1, history=86400)
+    rendered = []
+    cycle_families = service._cycle_families
+
+    def counted(*args):
+        rendered.append(service.cycles)
+        return cycle_families(*args)
+
+    service.exposition.gather = counted
+    now = [service.clock()]
+    service.clock = service.exposition.clock = lambda: now[0]
+    server = serve(
+        CollectorRegistry(auto_describe=False),
+        ("127.0.0.1", 0),
+        WebConfig(),
+        title="analyzer",
+        health=lambda: (True, "ok"),
+        exposition=service.exposition,
+    )
+    url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    openmetrics = {"Accept": "application/openmetrics-text; version=1.0.0"}
+    try:
+
+        def scrape(headers: dict[str, str]) -> tuple[str, dict[str, float]]:
+            answer = requests.get(url, headers=headers, timeout=10)
+            assert answer.status_code == 200
+            return answer.text, {
+                name: float(value)
+                for name, value in re.findall(r"^(gpulens_analyzer_verdict_age_seconds) (\S+)$", answer.text, re.M)
+            }
+
+        cycle = service.cycles
+        text, first = scrape({"Accept-Encoding": "identity"})
+        now[0] += 42.0  # no cycle since
+        om_gzipped = requests.get(url, headers={**openmetrics, "Accept-Encoding": "gzip"}, timeout=10, stream=True)
+        raw = om_gzipped.raw.read(decode_content=False)
+        _, later = scrape({"Accept-Encoding": "gzip"})
+    finally:
+        server.shutdown()
+    assert rendered == [cycle, cycle]  # the text and OpenMetrics bodies, each once for the cycle
+    assert later["gpulens_analyzer_verdict_age_seconds"] == first["gpulens_analyzer_verdict_age_seconds"] + 42.0
+    # The shared body and the live families are two gzip members: read whole, by prometheus_client's parser.
+    assert raw[:2] == b"\x1f\x8b" and raw.count(b"\x1f\x8b\x08") >= 2
+    body = gzip.decompress(raw)
+    assert body.endswith(b"# EOF\n") and body.count(b"# EOF") == 1
+    # Every series the service renders, and the server's own counter.
+    server_own = {"gpulens_http_connections_shed_total"}
+    for openmetrics_body, served in ((True, body), (False, text.encode())):
+        series = _series(served, openmetrics_body)
+        assert {name for name, _ in series} & server_own == server_own
+        assert sorted(s for s in series if s[0] not in server_own) == sorted(
+            _series(service.render_text(openmetrics_body), openmetrics_body)
+        )
+
+
 @pytest.mark.parametrize("openmetrics", [False, True])
 def test_the_analyzers_metrics_never_carry_a_series_twice(openmetrics):
     """Two GPUs no pod holds on one node, beside a pod: each was exposed as the pod series of namespace ""

@@ -50,6 +50,7 @@ from gpulens.core.config import finite_json
 from gpulens.core.exposition import Exposition, Families
 from gpulens.core.status import MAX_BACKOFF_SECONDS, ProblemLog, backoff
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.times import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +219,10 @@ class AnalyzerService:
         self._overruns = 0  # cycles in a row that overran the interval
         #: time.monotonic() when the loop last ended a cycle (or started): liveness.
         self.last_attempt = time.monotonic()
-        #: What /metrics serves: rendered once per analysis (and at least once a second, for the ages in it).
-        self.exposition = Exposition(self._families, lambda: self.state)
+        #: What /metrics serves: the verdicts, history, plan and counters rendered once an analysis however often
+        #: it is scraped (at 10,000 pods, hundreds of thousands of series), the analyzer's own state (the age of
+        #: its verdicts, its inputs) at every scrape.
+        self.exposition = Exposition(self._cycle_families, lambda: self.state, math.inf, live=self._live_families)
 
     def _cluster_share(self) -> Scheduling | None:
         """The cluster's share over the window, judged when the input has read the cluster again (once a
@@ -260,6 +263,16 @@ class AnalyzerService:
             return False
         self._problems.resolved("unexpected:input", f"the {self.source.name} input reads cleanly again")
         self._problems.resolved("unexpected:analysis", "analysis cycles succeed again")
+        # One line a cycle, at debug: what an operator (and benchmarks/live_prometheus.py) times cycles by without
+        # asking /metrics, whose body at 10,000 pods is tens of megabytes.
+        log.debug(
+            "cycle %d: verdicts of %s in %.3f s, %d units, %d bytes read in all",
+            self.cycles,
+            rfc3339(self.state.produced_at or 0.0),
+            self.state.cycle_seconds,
+            len(self.state.verdicts),
+            sum(status.read_bytes for status in self.source.target_status().values()),
+        )
         return True
 
     def _judge(self, frame: pd.DataFrame, started: float) -> None:
@@ -568,7 +581,14 @@ class AnalyzerService:
         return self._families().text(openmetrics).encode()
 
     def _families(self) -> Families:
-        view = self.over_history()  # one cycle's state and span verdicts, taken under the cycle's lock
+        """Every family /metrics serves."""
+        view = self.over_history()
+        return self._live_families(self._cycle_families(view), view.state)
+
+    def _cycle_families(self, view: HistoryView | None = None) -> Families:
+        """The families whose values change only with an analysis: the verdicts, their history, the plan, the
+        changes, the waste and showback counters, the cluster's share."""
+        view = view or self.over_history()  # one cycle's state and span verdicts, taken under the cycle's lock
         state = view.state
         out = Families()
         for v in state.verdicts:
@@ -640,6 +660,13 @@ class AnalyzerService:
                 out.add(m.CLUSTER_WAITING_PODS, why, waiting.pods)
                 out.add(m.CLUSTER_WAITING_GPUS, why, waiting.gpus)
                 out.add(m.CLUSTER_WAITING_LONGEST, why, waiting.longest_seconds)
+        return out
+
+    def _live_families(self, out: Families | None = None, state: State | None = None) -> Families:
+        """The analyzer's own families, added to `out`: how old its verdicts are (which moves between analyses),
+        its cycles, its inputs and its errors."""
+        out = Families() if out is None else out
+        state = state or self.state
         age = self.age()
         if state.produced_at is not None and age is not None:
             out.add(m.ANALYZER_LAST_SUCCESS, (), state.produced_at)

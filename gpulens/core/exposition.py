@@ -58,11 +58,13 @@ class Families:
                     family.add_metric(label_values, value)
                 yield family
 
-    def text(self, openmetrics: bool = False) -> str:
+    def text(self, openmetrics: bool = False, end: bool = True, sweep: bool = True) -> str:
         """The Prometheus text format 0.0.4, or OpenMetrics 1.0.0, byte for byte what prometheus_client's
         generate_latest() (or its openmetrics twin) writes for metric_families() (a test holds it to
         that), at a fraction of the cost: label names are validated once by the metric table's tests,
-        not per sample. The two formats differ only in the HELP and TYPE lines and the closing # EOF."""
+        not per sample. The two formats differ only in the HELP and TYPE lines and the closing # EOF
+        (left out where `end` is False: a body that other families follow, Exposition's live ones). `sweep`
+        False keeps the series prefixes of other renderings (a few live families rendered between them)."""
         out = []
         for spec in m.ALL:
             if spec.type == "histogram":
@@ -80,9 +82,10 @@ class Families:
                 if prefix is None:
                     prefix = _series_prefix(spec, label_values)
                 out.append(prefix + floatToGoString(value) + "\n")
-        if openmetrics:
+        if openmetrics and end:
             out.append("# EOF\n")
-        self._sweep_prefixes()
+        if sweep:
+            self._sweep_prefixes()
         return "".join(out)
 
     def _sweep_prefixes(self) -> None:
@@ -129,7 +132,14 @@ class Exposition:
     """The /metrics bodies of one data source, rendered once for each format and encoding and shared by
     every scrape until the data changes (`version()` returns another object: a new sample, a new
     analysis) or `max_age_seconds` pass, so that values computed at render time (a sample's age) are
-    never older than that. A hundred scrapers of the same sample cost one rendering, not a hundred."""
+    never older than that. A hundred scrapers of the same sample cost one rendering, not a hundred.
+
+    `live()`, where given, gathers the few families whose values move between versions (how old the
+    verdicts are, the server's own counters): they are rendered at every scrape and follow the shared
+    body, so that a body of hundreds of thousands of series (the analyzer's, at 10,000 pods) is rendered
+    once a version however often it is scraped. Gzipped, the live part is a gzip member of its own after
+    the shared body's (RFC 1952 2.2: a gzip file is a series of members; Go's reader, Prometheus', and
+    urllib3's read them all)."""
 
     def __init__(
         self,
@@ -137,11 +147,13 @@ class Exposition:
         version: Callable[[], object],
         max_age_seconds: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        live: Callable[[], Families] | None = None,
     ):
         self.gather = gather
         self.version = version
         self.max_age_seconds = max_age_seconds
         self.clock = clock
+        self.live = live
         self._lock = threading.Lock()  # one rendering at a time; the scrapes arriving meanwhile share it
         self._key: object = None
         self._rendered_at = float("-inf")
@@ -151,16 +163,25 @@ class Exposition:
         """The body in OpenMetrics 1.0.0 or text 0.0.4, gzipped (level 1: a scrape's CPU matters more
         than its bytes on a node's own network) or not."""
         with self._lock:
-            key, now = self.version(), self.clock()
-            if key is not self._key or now - self._rendered_at >= self.max_age_seconds:
-                self._key, self._rendered_at, self._bodies = key, now, {}
-            body = self._bodies.get((openmetrics, gzipped))
-            if body is None:
-                plain = self._bodies.get((openmetrics, False))
-                if plain is None:
-                    plain = self._bodies[(openmetrics, False)] = self.gather().text(openmetrics).encode()
-                body = self._bodies[(openmetrics, gzipped)] = gzip.compress(plain, 1) if gzipped else plain
-            return body
+            shared = self._shared(openmetrics, gzipped)
+            if self.live is None:
+                return shared
+            live = self.live().text(openmetrics, sweep=False).encode()
+        return shared + (gzip.compress(live, 1) if gzipped else live)
+
+    def _shared(self, openmetrics: bool, gzipped: bool) -> bytes:
+        """The body rendered once a version (its lock held): all of it, or all but the live families."""
+        key, now = self.version(), self.clock()
+        if key is not self._key or now - self._rendered_at >= self.max_age_seconds:
+            self._key, self._rendered_at, self._bodies = key, now, {}
+        body = self._bodies.get((openmetrics, gzipped))
+        if body is None:
+            plain = self._bodies.get((openmetrics, False))
+            if plain is None:
+                text = self.gather().text(openmetrics, end=self.live is None)
+                plain = self._bodies[(openmetrics, False)] = text.encode()
+            body = self._bodies[(openmetrics, gzipped)] = gzip.compress(plain, 1) if gzipped else plain
+        return body
 
 
 def _histogram_text(spec: m.MetricSpec, label_values: tuple[str, ...], counts: ShapeCounts, out: list[str]) -> None:

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from gpulens.core.config import ConfigError
-from gpulens.core.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Exposition, negotiate
+from gpulens.core.exposition import OPENMETRICS_CONTENT_TYPE, TEXT_CONTENT_TYPE, Exposition, Families, negotiate
 from gpulens.core.web import connections
 from gpulens.core.web.auth import Authenticator, RateLimit
 from gpulens.core.web.config import WebConfig
@@ -69,11 +69,16 @@ def serve(
     limit = RateLimit(*config.rate_limit) if config.rate_limit else None
     slots = Slots(connections.MAX_CONNECTIONS)
     bodies = threading.BoundedSemaphore(connections.MAX_BODIES)
-    # /metrics carries the server's own counter beside what its owner serves.
+    # /metrics carries the server's own counter beside what its owner serves: with its live families, rendered at
+    # every scrape, so that it never holds back the shared body.
     if exposition is not None:
         owned = exposition
         exposition = Exposition(
-            lambda: slots.families(owned.gather()), owned.version, owned.max_age_seconds, owned.clock
+            owned.gather,
+            owned.version,
+            owned.max_age_seconds,
+            owned.clock,
+            live=lambda: slots.families(owned.live() if owned.live else Families()),
         )
     scraped = cast(CollectorRegistry, WithServer(registry, slots))  # for prometheus_client's encoders
 
