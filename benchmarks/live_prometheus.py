@@ -11,7 +11,9 @@ The path production takes, end to end:
 - the real `gpulens analyzer` service reading it (`--input.prometheus`), its default 10-minute window at
   a 15 s step and a 15 s cycle, started once the store holds a whole window, with a state file
   (`--analysis.state-file`); stopped with SIGTERM after its steady cycles and started again, then once
-  more at a 60 s interval (`--analysis.interval 60s`).
+  more at a 60 s interval (`--analysis.interval 60s`). Its cycles are timed from the line it logs for each
+  at debug, not from /metrics (tens of megabytes at 10,000 pods); /metrics is asked once after each cycle,
+  as a ServiceMonitor's scrape asks it (the verdicts' history and plan, then the body).
 
 Printed per cycle: the analyzer's seconds (its own gpulens_analyzer_cycle_duration_seconds; the first to
 /readyz, from the start of the process), the CPU-seconds Prometheus spent meanwhile beyond what it spends
@@ -231,6 +233,13 @@ class Analyzer(GpulensProcess):
             for number, at, seconds, read in CYCLE_LINE.findall(self.log_path.read_text())
         ]
 
+    def scrape(self) -> None:
+        """/metrics asked once, as Prometheus asks it (OpenMetrics, gzipped), and thrown away: the analyzer's cost
+        of the scrape a ServiceMonitor makes every interval (its verdicts' history and plan, then the body)."""
+        headers = {"Accept": "application/openmetrics-text; version=1.0.0", "Accept-Encoding": "gzip"}
+        with requests.get(self.url + "/metrics", headers=headers, timeout=60, stream=True) as answer:
+            answer.raw.read(decode_content=False)
+
     def ready(self) -> bool:
         if self.process.poll() is not None:
             raise SystemExit(f"the analyzer exited with {self.process.returncode}; see {self.log_path}")
@@ -376,6 +385,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
         cycles[first].append(
             Cycle(now - analyzer.started, spent, logged.read_bytes, resident_peak_mib(analyzer.process.pid))
         )
+        analyzer.scrape()
         at = now
         cpu, chores = prometheus_state(prometheus)
         for _ in range(steady):
@@ -386,6 +396,7 @@ def measure(args, prometheus: str, query_log: Path, work: Path, analyzers: list[
                 every=0.25,
             )[0]
             now, (cpu_now, chores_now) = time.monotonic(), prometheus_state(prometheus)
+            analyzer.scrape()
             cycles[then].append(
                 Cycle(
                     newer.seconds,
