@@ -167,7 +167,11 @@ class Exposition:
             if self.live is None:
                 return shared
             live = self.live().text(openmetrics, sweep=False).encode()
-        return shared + (gzip.compress(live, 1) if gzipped else live)
+        if not live:  # text 0.0.4 without a live family: the shared body as it is, not a copy
+            return shared
+        if gzipped:
+            live = _GZIPPED_EOF if live == _EOF else gzip.compress(live, 1)
+        return shared + live
 
     def _shared(self, openmetrics: bool, gzipped: bool) -> bytes:
         """The body rendered once a version (its lock held): all of it, or all but the live families."""
@@ -182,6 +186,12 @@ class Exposition:
                 plain = self._bodies[(openmetrics, False)] = text.encode()
             body = self._bodies[(openmetrics, gzipped)] = gzip.compress(plain, 1) if gzipped else plain
         return body
+
+
+#: OpenMetrics' last line, alone a live part where no live family has a row (most scrapes of an exporter), and
+#: gzipped once (mtime 0: the same bytes each time).
+_EOF = b"# EOF\n"
+_GZIPPED_EOF = gzip.compress(_EOF, 1, mtime=0)
 
 
 def _histogram_text(spec: m.MetricSpec, label_values: tuple[str, ...], counts: ShapeCounts, out: list[str]) -> None:
