@@ -65,6 +65,8 @@ class Families:
         not per sample. The two formats differ only in the HELP and TYPE lines and the closing # EOF
         (left out where `end` is False: a body that other families follow, Exposition's live ones). `sweep`
         False keeps the series prefixes of other renderings (a few live families rendered between them)."""
+        if not self._rows and not self._histograms:  # a live part without rows: at every scrape of an exporter
+            return _EOF.decode() if openmetrics and end else ""
         out = []
         for spec in m.ALL:
             if spec.type == "histogram":
@@ -164,9 +166,9 @@ class Exposition:
         than its bytes on a node's own network) or not."""
         with self._lock:
             shared = self._shared(openmetrics, gzipped)
-            if self.live is None:
-                return shared
-            live = self.live().text(openmetrics, sweep=False).encode()
+        if self.live is None:
+            return shared
+        live = self.live().text(openmetrics, sweep=False).encode()  # outside the lock: scrapes at once run apart
         if not live:  # text 0.0.4 without a live family: the shared body as it is, not a copy
             return shared
         if gzipped:
