@@ -74,6 +74,45 @@ def serving_day():
     return trace
 
 
+def test_a_piece_joined_from_carried_and_new_rows_is_judged_in_its_read_order(serving_day):
+    """A report's piece is the rows it carried (the window before its slots) and then those it read, each in
+    (GPU, time) order, their categories numbered apart: joined, each GPU's rows are together in time order
+    again, so that every window pass reads them as they lie (no sort, no gather of a column), rows past the
+    last window included, and the verdicts are the day's read at once."""
+    from gpulens.analyzer.judging.features import UnitKeys, _Rows
+
+    split = MIDNIGHT + 12 * 3600
+    carried = serving_day[serving_day["timestamp"] < split]
+    # The read names its GPUs and pods in another order, as a store's answer may.
+    read = serving_day[serving_day["timestamp"] >= split].iloc[::-1]
+    read = fr.normalize(read.astype({c: str for c in ("gpu", "node", "namespace", "pod")}))
+    read = read.sort_values(["gpu", "timestamp"], kind="stable")
+    joined = fr.concat(carried, read)
+
+    assert len(joined) == len(serving_day)
+    gpu = joined["gpu"].astype(str).to_numpy()
+    runs = gpu[np.r_[True, gpu[1:] != gpu[:-1]]]
+    assert len(runs) == len(set(runs)) == 8  # each GPU's rows together
+    for _, rows in joined.groupby("gpu", observed=True):
+        assert np.all(np.diff(rows["timestamp"].to_numpy()) > 0)
+    keys = UnitKeys.of(joined)
+    assert keys.order is None
+    # The windows of an hour ending every 15 minutes, offset by one slot: the rows after the last window
+    # ending within the data are in none (-1), and still no pass sorts.
+    ts = joined["timestamp"].to_numpy()
+    slot = ((ts - ts.min()) // 900).astype(np.int64)
+    end_slot = slot + (1 - slot) % 4
+    end_slot[end_slot > slot.max()] = -1
+    assert (end_slot == -1).any()
+    assert _Rows(joined, end_slot, keys).order is None
+
+    def verdicts(trace: pd.DataFrame) -> list[dict]:
+        found = analyze(trace, Thresholds())
+        return sorted((v.to_dict() for v in found), key=lambda v: v["pod"])
+
+    assert verdicts(joined) == verdicts(serving_day)
+
+
 def test_a_day_of_serving_replicas_is_overprovisioned_serving_not_idle(serving_day):
     verdicts = {v.pod: v for v in analyze(serving_day)}
     serving = [v for pod, v in verdicts.items() if pod.startswith("serving")]

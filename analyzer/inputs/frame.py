@@ -78,8 +78,12 @@ def empty() -> pd.DataFrame:
 
 
 def concat(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
-    """Two trace frames, one after the other, identity columns still categorical (pd.concat makes strings of
-    categoricals whose categories differ, millions of them)."""
+    """Two trace frames in (GPU, time) order, the second's rows later than the first's, as one in that order
+    (each GPU's rows together, as a read gives them), identity columns still categorical (pd.concat makes
+    strings of categoricals whose categories differ, millions of them). In that order a unit of one GPU is
+    in the (unit, GPU, time) order judging reads rows in, so no window pass gathers its columns
+    (features.UnitKeys): one order here, where a report's piece (the rows it carried, then those it read)
+    cost each of its four passes a sort and a gather of every column."""
     if first.empty or second.empty:
         return normalize(second if first.empty else first)
     joined = pd.concat([first, second], ignore_index=True)
@@ -88,7 +92,11 @@ def concat(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
             pair = (first[column], second[column])
             if all(isinstance(c.dtype, pd.CategoricalDtype) for c in pair):
                 joined[column] = pd.api.types.union_categoricals(list(pair), ignore_order=True)
-    return normalize(joined)
+    joined = normalize(joined)
+    node, gpu = (joined[name].cat.codes.to_numpy().astype(np.int64) for name in ("node", "gpu"))
+    # Stable: a GPU's rows of the first frame stay before its rows of the second, each in time order.
+    order = np.argsort(node * (max(int(gpu.max()), 0) + 1) + gpu, kind="stable")
+    return joined.take(order).reset_index(drop=True)
 
 
 def normalize(frame: pd.DataFrame) -> pd.DataFrame:

@@ -219,9 +219,13 @@ class _Rows:
         unit, gpu = (a if self.order is None else a[self.order] for a in (keys.unit, keys.gpu))
         if window is not None:
             # One unit per (unit, window). Within a (unit, GPU) run, time and so the window only grow:
-            # a stable sort by (unit, window) keeps each GPU's samples in time order.
+            # a stable sort by (unit, window) keeps each GPU's samples in time order. Rows in no window
+            # (negative: a window that would end after the data, left out) are a GPU's last, so they rank
+            # after its last window: a unit of one GPU stays in order and needs no sort, nor its columns a
+            # gather each pass (a report's frame comes so: a pass that sorted took a fifth longer).
             sorted_window = window if self.order is None else window[self.order]
-            unit = unit * (int(window.max()) + 2) + sorted_window + 1
+            after_last = int(window.max()) + 1
+            unit = unit * (after_last + 1) + np.where(sorted_window < 0, after_last, sorted_window)
             if np.any(unit[1:] < unit[:-1]):
                 by_window = np.argsort(unit, kind="stable")
                 unit, gpu, sorted_window = unit[by_window], gpu[by_window], sorted_window[by_window]
