@@ -83,20 +83,36 @@ def concat(first: pd.DataFrame, second: pd.DataFrame) -> pd.DataFrame:
     strings of categoricals whose categories differ, millions of them). In that order a unit of one GPU is
     in the (unit, GPU, time) order judging reads rows in, so no window pass gathers its columns
     (features.UnitKeys): one order here, where a report's piece (the rows it carried, then those it read)
-    cost each of its four passes a sort and a gather of every column."""
+    cost each of its four passes a sort and a gather of every column. Built a column at a time, so that it
+    holds one copy of the rows beside its inputs, as a concatenation does."""
     if first.empty or second.empty:
         return normalize(second if first.empty else first)
-    joined = pd.concat([first, second], ignore_index=True)
-    for column in joined.columns:
-        if column in first and column in second:
-            pair = (first[column], second[column])
-            if all(isinstance(c.dtype, pd.CategoricalDtype) for c in pair):
-                joined[column] = pd.api.types.union_categoricals(list(pair), ignore_order=True)
-    joined = normalize(joined)
-    node, gpu = (joined[name].cat.codes.to_numpy().astype(np.int64) for name in ("node", "gpu"))
+    first, second = normalize(first), normalize(second)
+    # A GPU is its node and its index there, both categorical in a normalized frame.
+    node, gpu = (pd.api.types.union_categoricals([first[n], second[n]], ignore_order=True) for n in ("node", "gpu"))
+    columns: dict[str, pd.Categorical | np.ndarray] = {"node": node, "gpu": gpu}
+    node_code, gpu_code = (np.asarray(c.codes, dtype=np.int64) for c in (node, gpu))
     # Stable: a GPU's rows of the first frame stay before its rows of the second, each in time order.
-    order = np.argsort(node * (max(int(gpu.max()), 0) + 1) + gpu, kind="stable")
-    return joined.take(order).reset_index(drop=True)
+    order = np.argsort(node_code * (max(int(gpu_code.max()), 0) + 1) + gpu_code, kind="stable")
+    del node, gpu, node_code, gpu_code
+    for name in [*first.columns, *(c for c in second.columns if c not in first)]:
+        joined = columns.pop(name, None)
+        if joined is None:
+            joined = _joined(_column(first, name), _column(second, name))
+        columns[name] = joined.take(order)
+    return normalize(pd.DataFrame(columns, copy=False))
+
+
+def _column(frame: pd.DataFrame, name: str) -> pd.Series:
+    """A column of `frame`, or NaN where it has none (as pd.concat fills it)."""
+    return frame[name] if name in frame else pd.Series(np.nan, index=frame.index)
+
+
+def _joined(first: pd.Series, second: pd.Series) -> pd.Categorical | np.ndarray:
+    """One column's values of both frames, in their order: categories united where both are categorical."""
+    if isinstance(first.dtype, pd.CategoricalDtype) and isinstance(second.dtype, pd.CategoricalDtype):
+        return pd.api.types.union_categoricals([first, second], ignore_order=True)
+    return pd.concat([first, second], ignore_index=True).to_numpy()
 
 
 def normalize(frame: pd.DataFrame) -> pd.DataFrame:
