@@ -497,3 +497,20 @@ def start_demo_stack(workdir: Path, thresholds: str, **settings):
     return Stack(
         workdir / "demo", thresholds_file=str(workdir / "thresholds.yaml"), scrape_interval=1, **settings
     ).start()
+
+
+def serve_analyzer(**served) -> ThreadingHTTPServer:
+    """The analyzer's web server (core/web) on a free port of 127.0.0.1, plain HTTP, healthy, serving what
+    `served` gives serve() (`routes`, `exposition`); shutdown() stops it."""
+    from prometheus_client import CollectorRegistry
+
+    from gpulens.core.web import WebConfig, serve
+
+    return serve(
+        CollectorRegistry(auto_describe=False),
+        ("127.0.0.1", 0),
+        WebConfig(),
+        title="analyzer",
+        health=lambda: (True, "ok"),
+        **served,
+    )

@@ -26,7 +26,7 @@ from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import for_people
 from gpulens.simulator.fleet import load_fleet
 from gpulens.simulator.workloads import DAY, PROFILES
-from tests.helpers import gpulens, require_binary
+from tests.helpers import gpulens, require_binary, serve_analyzer
 
 #: A day (UTC midnight) for the simulated recordings.
 MIDNIGHT = 20_800 * DAY
@@ -409,9 +409,6 @@ def test_the_analyzers_metrics_are_rendered_once_a_cycle_however_often_scraped()
 
     import requests
 
-    from gpulens.core.web.config import WebConfig
-    from gpulens.core.web.server import serve
-
     service = run_service(fleet_trace(["idle", "healthy_training"], 15.0, 1), 1, history=86400)
     rendered = []
     cycle_families = service._cycle_families
@@ -423,14 +420,7 @@ def test_the_analyzers_metrics_are_rendered_once_a_cycle_however_often_scraped()
     service.exposition.gather = counted
     now = [service.clock()]
     service.clock = service.exposition.clock = lambda: now[0]
-    server = serve(
-        CollectorRegistry(auto_describe=False),
-        ("127.0.0.1", 0),
-        WebConfig(),
-        title="analyzer",
-        health=lambda: (True, "ok"),
-        exposition=service.exposition,
-    )
+    server = serve_analyzer(exposition=service.exposition)
     url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
     openmetrics = {"Accept": "application/openmetrics-text; version=1.0.0"}
     try:

@@ -8,13 +8,11 @@ import re
 import subprocess
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from gpulens.analyzer.outputs.livepage import LivePage
 from gpulens.analyzer.outputs.service import AnalyzerService
 from gpulens.core.thresholds import Thresholds
-from gpulens.core.web import WebConfig, serve
-from tests.helpers import require_binary
+from tests.helpers import require_binary, serve_analyzer
 from tests.test_history import MIDNIGHT, Replay, fleet_trace
 
 TRAINING, SERVING, HEALTHY = "sd/training_finished-0", "sd/serving-1", "sd/healthy_training-2"
@@ -55,14 +53,7 @@ def test_the_analyzers_page_shows_each_pod_and_patches_itself_in_chromium(tmp_pa
         answers.append((query.get("since"), json.loads(answer[2])))
         return answer
 
-    server = serve(
-        CollectorRegistry(auto_describe=False),
-        ("127.0.0.1", 0),
-        WebConfig(),
-        title="analyzer",
-        health=lambda: (True, "ok"),
-        routes={"/": page, "/api/v1/page": changes},
-    )
+    server = serve_analyzer(routes={"/": page, "/api/v1/page": changes})
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
         browser = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dump-dom"]
