@@ -8,35 +8,17 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpulens.core import catalog, flags, mixin
-from gpulens.core.bottlenecks import INSUFFICIENT_FILE
 from gpulens.core.config import finite_json, parse_duration, write_atomically
 from gpulens.core.flags import Subcommands
 from gpulens.core.thresholds import Thresholds
+from gpulens.core.times import rfc3339
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-    import pandas as pd
-
-    from gpulens.analyzer.inputs.engines import EngineLoad, Health
-    from gpulens.analyzer.inputs.kinds import PodKey
-    from gpulens.analyzer.inputs.kube_state import KubeState
-    from gpulens.analyzer.inputs.owners import Owner, OwnerReader
-    from gpulens.analyzer.inputs.proposals import KeptPlan
-    from gpulens.analyzer.inputs.series import SeriesReader, Shard
-    from gpulens.analyzer.inputs.store import Store, StoreAuth
-    from gpulens.analyzer.judging.classify import Verdict
-    from gpulens.analyzer.judging.scheduling import Scheduling
-    from gpulens.analyzer.outputs import shards
-    from gpulens.analyzer.outputs.outcomes import Outcome
-    from gpulens.analyzer.outputs.plan import Plan, Use
-    from gpulens.analyzer.outputs.span import Span
-    from gpulens.analyzer.outputs.timelines import TimelineBins
+    from gpulens.analyzer.inputs.store import StoreAuth
+    from gpulens.analyzer.runs.report import StoreReport, StoreSource
     from gpulens.core.mixin import MixinConfig
 
 
@@ -405,13 +387,6 @@ def _store_auth(args: argparse.Namespace) -> StoreAuth:
     return auth
 
 
-def _store(args: argparse.Namespace) -> Store:
-    """The store the flags name, with their credentials, time-out and compression."""
-    from gpulens.analyzer.inputs.store import Store
-
-    return Store(args.prometheus, _store_auth(args), args.timeout, compression=args.compression)
-
-
 def _mixin(args: argparse.Namespace, thresholds: Thresholds) -> MixinConfig:
     from gpulens.core.mixin import MixinConfig
 
@@ -431,38 +406,60 @@ def _config(args: argparse.Namespace) -> tuple[Thresholds, dict[str, float]]:
     return Thresholds.load(args.thresholds), catalog.load_prices(args.prices)
 
 
-def _concluded(
-    verdicts: list[Verdict],
-    use: Use,
-    thresholds: Thresholds,
-    prices: dict[str, float],
-    scheduling: Scheduling | None,
-    changes: list[Outcome] | None,
-) -> tuple[list[Verdict], Plan]:
-    """The verdicts sized (most waste first) and the plan made of them, its actions marked done by `changes`."""
-    from gpulens.analyzer.outputs.outcomes import mark_done
-    from gpulens.analyzer.outputs.plan import make_plan, sized
+def _store_source(args: argparse.Namespace, thresholds: Thresholds) -> StoreSource:
+    """How the flags say to reach and read the store (credentials checked: ConfigError naming the flag)."""
+    from gpulens.analyzer.runs.report import StoreSource
 
-    verdicts = sized(verdicts, use, thresholds, prices)
-    verdicts.sort(key=lambda v: -v.wasted_gpu_seconds)
-    plan = make_plan(verdicts, use, thresholds, prices, scheduling)
-    if changes:
-        mark_done(plan.actions, changes)
-    return verdicts, plan
+    return StoreSource(
+        args.prometheus,
+        _store_auth(args),
+        args.timeout,
+        args.compression,
+        _mixin(args, thresholds),
+        args.selector,
+        args.dcgm_selector,
+        args.team_label,
+        args.analysis_config,
+    )
+
+
+def _store_report(args: argparse.Namespace, thresholds: Thresholds, since: str, until: str) -> StoreReport:
+    """The store report the flags ask for over `since` to `until` (--since's and --until's forms)."""
+    import time
+
+    from gpulens.analyzer.runs.report import StoreReport
+
+    if not args.prometheus.startswith(("http://", "https://")):
+        raise ValueError(f"--prometheus {args.prometheus!r} is not an http(s) URL")
+    if not since:
+        raise ValueError("--prometheus needs --since: how far back to read (7d, 24h, an RFC 3339 time or unix seconds)")
+    end = _when(until, "--until") if until else time.time()
+    start = _since(since, end)
+    if start >= end:
+        raise ValueError(f"--since {since} is not before --until {rfc3339(end)}")
+    return StoreReport(
+        _store_source(args, thresholds),
+        start,
+        end,
+        args.query_step,
+        args.processes,
+        tuple(args.merge),
+        timelines=args.format == "html",
+        # The CSVs of the pods, the waste or the cluster show no change: their store is not asked for them.
+        changes=not (args.format == "csv" and args.by not in ("change", "plan")),
+        price_metric=args.price_metric,
+    )
 
 
 def run_report(args: argparse.Namespace) -> int:
     # pandas and the classifier load here, not at `gpulens` start: the exporter shares this CLI.
-    from gpulens.analyzer.inputs.kinds import load_rules
-    from gpulens.analyzer.inputs.kube_state import KubeStateError, RecordedKubeState
-    from gpulens.analyzer.inputs.owners import OwnerReader
+    from gpulens.analyzer.inputs.kube_state import KubeStateError
     from gpulens.analyzer.inputs.proposals import read_plan_file
     from gpulens.analyzer.inputs.readers import TraceError
+    from gpulens.analyzer.inputs.series import Shard
     from gpulens.analyzer.inputs.store import StoreError
-    from gpulens.analyzer.judging.features import UnitKeys
-    from gpulens.analyzer.judging.history import analyze, sample_interval, with_owners
-    from gpulens.analyzer.outputs import formats, showback, terminal
-    from gpulens.analyzer.outputs.plan import Use
+    from gpulens.analyzer.outputs import formats, showback
+    from gpulens.analyzer.runs import report as run
 
     try:
         thresholds, prices = _config(args)
@@ -490,17 +487,20 @@ def run_report(args: argparse.Namespace) -> int:
             )
         kept = [read_plan_file(path) for path in args.plan]  # said before a long read, not after
         _check_shard_flags(args)
+        how = run.Judging(thresholds, prices, window, step)
         if args.shard_count > 1:
-            _shard_from_store(args, _Judging(thresholds, prices, window, step))
+            shard = Shard(args.shard_index, args.shard_count)
+            written = run.shard_from_store(
+                _store_report(args, thresholds, args.since, args.until), how, shard, args.out
+            )
+            print(
+                f"gpulens report: {shard}: {len(written)} verdicts of {len({v.node for v in written})} nodes written "
+                f"to {args.out}; merge every shard's file with --merge",
+                file=sys.stderr,
+            )
             return 0
-        scheduling = None
-        changes: list[Outcome] | None = None  # kube-state-metrics not read: nothing known of changes
-        node_prices: dict[str, float] = {}  # OpenCost's, read from a store
         if args.prometheus:
-            read = _report_from_store(args, _Judging(thresholds, prices, window, step), kept)
-            verdicts, timelines, use = read.verdicts, read.timelines, read.use
-            scheduling, changes, node_prices = read.scheduling, read.changes, read.node_prices
-            trace = None
+            judged = run.from_store(_store_report(args, thresholds, args.since, args.until), how, kept)
         else:
             given = {"--since": args.since, "--until": args.until}
             if not args.kube_state:
@@ -515,42 +515,23 @@ def run_report(args: argparse.Namespace) -> int:
                     "labels unless --kube-state gives kube-state-metrics' series, and are read whole); drop them, "
                     "or read the store"
                 )
-            trace = terminal.read_files_with_progress(
-                args.files, args.scrape_interval, args.gpu_model, _scrape_start(args)
+            files = run.FileReport(
+                tuple(args.files),
+                args.scrape_interval,
+                args.gpu_model,
+                _scrape_start(args),
+                args.kube_state,
+                _store_source(args, thresholds),
+                changes=not (args.format == "csv" and args.by not in ("change", "plan")),
             )
-            if trace.empty:  # an empty report would read as a fleet without GPUs
-                raise TraceError(
-                    ", ".join(map(str, args.files)),
-                    "no samples (a header, no rows): nothing to judge; give a recording that holds some (gpulens "
-                    "exporter --record writes one)",
-                )
-            timelines = None
-            _warn_unknown_models(trace, prices)
-            kube_state = RecordedKubeState.read(args.kube_state) if args.kube_state else None
-            owners = OwnerReader(kube_state, args.team_label, load_rules(args.analysis_config)) if kube_state else None
-            owned = _owners_of(owners, trace)
-            workloads = {f"{namespace}/{pod}": owner.workload for (namespace, pod), owner in owned.items()}
-            verdicts = analyze(trace, thresholds, prices, window, step, workloads if owners else None)
-            verdicts = with_owners(verdicts, owned)
-            # A file holds what it holds: the advice is to record more, not to check a scrape.
-            advice = INSUFFICIENT_FILE.format(min_samples=thresholds.min_samples)
-            verdicts = [
-                replace(v, recommendation=advice) if v.bottleneck == "insufficient_data" else v for v in verdicts
-            ]
-            keys = UnitKeys.of(trace) if len(trace) else None
-            interval = sample_interval(trace, keys) if keys else 1.0
-            use = Use.of_trace(trace, interval, thresholds, keys)
-            if kube_state is not None and owners is not None and len(trace):
-                ts = trace["timestamp"]
-                the_span = (float(ts.min()), float(ts.max()), interval)
-                scheduling = _scheduling(args, kube_state, owners, the_span, verdicts, thresholds, prices)
-                changes = _changes(args, kube_state, the_span, verdicts, use, thresholds, prices, kept)
+            judged = run.from_files(files, how, kept)
     except (TraceError, ValueError, StoreError, KubeStateError) as e:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
-    verdicts, plan = _concluded(verdicts, use, thresholds, prices, scheduling, changes)
+    verdicts, plan = run.concluded(judged, how)
+    scheduling, changes, timelines, trace = judged.scheduling, judged.changes, judged.timelines, judged.trace
     requested = scheduling.requested if scheduling is not None else None
-    bills = showback.charges(verdicts, prices, requested, node_prices)
+    bills = showback.charges(verdicts, prices, requested, judged.node_prices or {})
     checked = showback.checks(bills, showback.unsampled(requested, verdicts))
     if args.format == "json":
         document = formats.report_json(verdicts, plan, scheduling, changes, bills, prices, checked)
@@ -680,6 +661,7 @@ def run_digest(args: argparse.Namespace) -> int:
     from gpulens.analyzer.inputs.readers import TraceError
     from gpulens.analyzer.inputs.store import StoreError
     from gpulens.analyzer.outputs import delivery, digest, showback
+    from gpulens.analyzer.runs import report as run
     from gpulens.core.times import rfc3339
 
     try:
@@ -703,15 +685,14 @@ def run_digest(args: argparse.Namespace) -> int:
         if args.digest_top < 1 or args.digest_retries < 0:
             raise ValueError("--digest.top: give 1 or more; --digest.retries: 0 or more")
         periods = digest.Periods(until - 2 * period, until - period, until)
-        span = argparse.Namespace(**vars(args))
-        span.since, span.until = rfc3339(periods.start), rfc3339(until)
-        read = _report_from_store(span, _Judging(thresholds, prices, None, None), [])
+        how = run.Judging(thresholds, prices)
+        read = run.from_store(_store_report(args, thresholds, rfc3339(periods.start), rfc3339(until)), how, [])
     except (TraceError, ValueError, StoreError) as e:
         print(f"gpulens digest: {e}", file=sys.stderr)
         return 2
-    verdicts, plan = _concluded(read.verdicts, read.use, thresholds, prices, read.scheduling, read.changes)
+    verdicts, plan = run.concluded(read, how)
     requested = read.scheduling.requested if read.scheduling is not None else None
-    bills = showback.charges(verdicts, prices, requested, read.node_prices)
+    bills = showback.charges(verdicts, prices, requested, read.node_prices or {})
     made = digest.digests(verdicts, plan, read.changes, bills, periods, args.digest_link, args.digest_top)
     if args.digest_teams:
         absent = sorted(set(args.digest_teams) - {d.team for d in made})
@@ -822,419 +803,8 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
-def _warn_unknown_models(trace: pd.DataFrame, prices: dict[str, float]) -> None:
-    """Say on stderr which GPUs the files name no known model for, and the price and links assumed."""
-    models = trace["gpu_model"].astype(str)
-    unknown = sorted({m for m in models.unique() if catalog.model_info(m).match == catalog.UNKNOWN.match})
-    if not unknown:
-        return
-    gpus = trace.loc[models.isin(unknown), "gpu"].nunique()
-    named = ", ".join(repr(m) if m else "the files name none" for m in unknown)
-    price = catalog.model_info(unknown[0], prices).price_per_hour
-    print(
-        f"gpulens report: warning: {gpus} GPU{'s' if gpus != 1 else ''} with no model gpulens knows ({named}): "
-        f"waste priced at ${price:.2f}/GPU-h and links assumed PCIe Gen3; name the model with --gpu-model "
-        "(e.g. --gpu-model 'NVIDIA A100 80GB PCIe') or set its price with --prices",
-        file=sys.stderr,
-    )
-
-
-@dataclass(frozen=True)
-class _Judging:
-    """How a report judges (picklable, for --processes): the thresholds, the prices (USD per GPU-hour by
-    model), and the window and how far it slides (seconds; None: history.analyze's defaults)."""
-
-    thresholds: Thresholds
-    prices: dict[str, float]
-    window: float | None
-    slide: float | None
-
-    def of_report(self) -> tuple[Thresholds, dict[str, float], float | None, float | None]:
-        """In the order span.report takes them."""
-        return self.thresholds, self.prices, self.window, self.slide
-
-
-@dataclass(frozen=True)
-class _StoreSpan:
-    """A store opened for a report and the span read from it: the reader (its step the store's scrape
-    interval), and what says whose each pod is."""
-
-    store: Store
-    reader: SeriesReader
-    owners: OwnerReader
-    span: Span
-
-
-def _open_store(args: argparse.Namespace, thresholds: Thresholds) -> _StoreSpan:
-    """The store of `--prometheus` and the span of `--since` and `--until` on its step grid (close the store)."""
-    import time
-
-    from gpulens.analyzer.inputs.series import SeriesReader
-    from gpulens.analyzer.outputs import span
-    from gpulens.core.times import rfc3339
-
-    if not args.prometheus.startswith(("http://", "https://")):
-        raise ValueError(f"--prometheus {args.prometheus!r} is not an http(s) URL")
-    if not args.since:
-        raise ValueError("--prometheus needs --since: how far back to read (7d, 24h, an RFC 3339 time or unix seconds)")
-    until = _when(args.until, "--until") if args.until else time.time()
-    since = _since(args.since, until)
-    if since >= until:
-        raise ValueError(f"--since {args.since} is not before --until {rfc3339(until)}")
-    store = _store(args)
-    try:
-        reader = SeriesReader(
-            store, args.query_step or DEFAULT_STORE_STEP, _mixin(args, thresholds), args.selector, args.dcgm_selector
-        )
-        reader.step = _step(args.query_step, reader.scrape_interval(until, min(until - since, 3600.0)))
-        owners = _store_owners(args, store, reader)
-        return _StoreSpan(store, reader, owners, span.Span.aligned(since, until, reader.step))
-    except BaseException:
-        store.close()
-        raise
-
-
-@dataclass(frozen=True)
-class _FromStore:
-    """What a report reads from a store (_report_from_store)."""
-
-    verdicts: list[Verdict]
-    #: What an HTML report's timelines draw (None for the other formats).
-    timelines: TimelineBins | None
-    use: Use
-    scheduling: Scheduling | None
-    changes: list[Outcome] | None
-    #: OpenCost's USD per GPU-hour by node, averaged over the span (empty where the store holds none).
-    node_prices: dict[str, float]
-
-
-def _report_from_store(args: argparse.Namespace, how: _Judging, kept: list[KeptPlan]) -> _FromStore:
-    """The verdicts of `--prometheus URL --since ... --until ...` (or of the shard files of `--merge`), for an
-    HTML report what its timelines draw, for the plan what each unit used, the cluster's judgement where
-    kube-state-metrics says which pods asked for GPUs (None where it does not), and the changes its workloads
-    went through with what became of each (against the `kept` plans)."""
-    from gpulens.analyzer.outputs import shards
-    from gpulens.analyzer.outputs.plan import Use
-    from gpulens.analyzer.outputs.timelines import TimelineBins
-
-    opened = _open_store(args, how.thresholds)
-    the_span = opened.span
-    try:
-        timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if args.format == "html" else None
-        use = Use.over(the_span.start, the_span.end, the_span.step, how.thresholds)
-        if args.merge:
-            origin = _origin(args, opened, how)
-            verdicts = shards.merge(args.merge, origin, use, timelines)
-        else:
-            verdicts = _judged(args, opened, how, use, timelines, None)
-        verdicts = _some(verdicts, opened.store.name, opened.reader, the_span)
-        grid = (the_span.start, the_span.end, the_span.step)
-        scheduling = _scheduling(args, opened.store, opened.owners, grid, verdicts, how.thresholds, how.prices)
-        changes = _changes(args, opened.store, grid, verdicts, use, how.thresholds, how.prices, kept)
-        node_prices = _opencost_prices(args, opened.store, the_span.start, the_span.end)
-        return _FromStore(verdicts, timelines, use, scheduling, changes, node_prices)
-    finally:
-        opened.store.close()
-
-
-def _opencost_prices(args: argparse.Namespace, store: Store, start: float, end: float) -> dict[str, float]:
-    """`--prometheus.price-metric` (OpenCost's node_gpu_hourly_cost) by node, averaged over the span: what the
-    cluster's own cost tool charges a GPU-hour, to check gpulens' prices against. Nodes it prices 0 (OpenCost's
-    "unknown") are left out; a failed read is said and leaves the check out."""
-    import math
-
-    from gpulens.analyzer.inputs.store import StoreError
-
-    if not args.price_metric:
-        return {}
-    expr = f"max by (node) (avg_over_time({args.price_metric}[{max(int(end - start), 1)}s]))"
-    try:
-        result = store.query(expr, end)
-        prices = {s["metric"]["node"]: float(s["value"][1]) for s in result if s["metric"].get("node")}
-    except (StoreError, KeyError, IndexError, TypeError, ValueError) as e:
-        print(f"gpulens report: warning: OpenCost's prices ({expr}) are not compared: {e}", file=sys.stderr)
-        return {}
-    return {node: price for node, price in prices.items() if math.isfinite(price) and price > 0}
-
-
-def _shard_from_store(
-    args: argparse.Namespace,
-    how: _Judging,
-) -> None:
-    """`--shard.count N --shard.index I`: the verdicts, use and timelines of the shard's nodes into the shard
-    file at --out (analyzer/outputs/shards.py), for `--merge`."""
-    from gpulens.analyzer.inputs.series import Shard
-    from gpulens.analyzer.outputs import shards
-    from gpulens.analyzer.outputs.plan import Use
-    from gpulens.analyzer.outputs.timelines import TimelineBins
-
-    opened = _open_store(args, how.thresholds)
-    the_span, shard = opened.span, Shard(args.shard_index, args.shard_count)
-    try:
-        timelines = TimelineBins(the_span.start, the_span.end, the_span.step)
-        use = Use.over(the_span.start, the_span.end, the_span.step, how.thresholds)
-        verdicts = _judged(args, opened, how, use, timelines, shard)
-        origin = _origin(args, opened, how)
-        shards.write(args.out, shard, origin, shards.Judged(verdicts, use, timelines))
-    finally:
-        opened.store.close()
-    print(
-        f"gpulens report: {shard}: {len(verdicts)} verdicts of {len({v.node for v in verdicts})} nodes written to "
-        f"{args.out}; merge every shard's file with --merge",
-        file=sys.stderr,
-    )
-
-
-def _origin(
-    args: argparse.Namespace,
-    opened: _StoreSpan,
-    how: _Judging,
-) -> shards.Origin:
-    """What a shard is judged from, which its merge must share (shards.Origin): the settings that change a
-    verdict, the kinds config by its content (the same file may sit at another path on another machine)."""
-    import hashlib
-    from dataclasses import asdict
-
-    from gpulens.analyzer.outputs import shards
-
-    rules = Path(args.analysis_config).read_bytes() if args.analysis_config else b""
-    settings = {
-        "thresholds": asdict(how.thresholds),
-        "prices": how.prices,
-        "window": how.window,
-        "step": how.slide,
-        "selector": args.selector,
-        "dcgm_selector": args.dcgm_selector,
-        "dcgm_pod_labels": args.dcgm_pod_labels,
-        **{name: getattr(args, name) for name in mixin.JOBS_READ},
-        "team_label": args.team_label,
-        "analysis_config": hashlib.sha256(rules).hexdigest() if rules else "",
-        "scrape_intervals": opened.reader.intervals,
-    }
-    return shards.Origin(opened.store.name, opened.span, settings)
-
-
-def _judged(
-    args: argparse.Namespace,
-    opened: _StoreSpan,
-    how: _Judging,
-    use: Use,
-    timelines: TimelineBins | None,
-    shard: Shard | None,
-) -> list[Verdict]:
-    """The verdicts of the span's nodes (of `shard`'s, where given), read in `--processes` processes, with a
-    progress bar on a terminal; what each unit used into `use`, and its timelines into `timelines`."""
-    from gpulens.analyzer.inputs.engines import read_engine_loads
-    from gpulens.analyzer.outputs import span
-
-    store, reader, the_span = opened.store, opened.reader, opened.span
-    # What each serving pod's engine counted over the span: a few reduced queries, not its samples.
-    percentile = how.thresholds.plan_load_percentile
-    engines = read_engine_loads(store, the_span.start, the_span.end, the_span.step, percentile)
-    if args.processes > 1:
-        html = timelines is not None
-        job = _Share(args, the_span, reader.intervals, how, engines, html)
-        return _judged_in_processes(job, args.processes, use, timelines, shard)
-    if not sys.stderr.isatty():
-        return span.report(reader, the_span, *how.of_report(), None, opened.owners, timelines, use, engines, shard)
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[read]}"))
-    with Progress(*columns, TimeRemainingColumn(), transient=True) as bar:
-        task = bar.add_task(f"reading {store.name}", total=the_span.end - the_span.start, read="")
-
-        def show(p: span.Progress) -> None:
-            read = f"{p.bytes_read / 2**20:,.0f} MiB, {len(p.gpus):,} GPUs, {p.pieces_done} pieces"
-            bar.update(task, total=p.span_seconds, completed=p.seconds_done, read=read)
-
-        return span.report(reader, the_span, *how.of_report(), show, opened.owners, timelines, use, engines, shard)
-
-
-@dataclass(frozen=True)
-class _Share:
-    """What a process of `--processes` needs to judge its share of a report's nodes (picklable: a process is
-    spawned, not forked, so that no thread or connection of this one is copied into it)."""
-
-    args: argparse.Namespace
-    span: Span
-    #: The store's scrape interval by family, as read once (SeriesReader.intervals).
-    intervals: dict[str, float]
-    how: _Judging
-    engines: Mapping[PodKey, EngineLoad]
-    html: bool
-
-
-def _judged_in_processes(
-    job: _Share, count: int, use: Use, timelines: TimelineBins | None, shard: Shard | None
-) -> list[Verdict]:
-    """The verdicts of `count` processes, each judging its share of the nodes (of `shard`'s, where given:
-    process p of shard I of N judges shard I + N * p of N * count, the nodes of I whose hash picks p), what
-    each unit used merged into `use` and what an HTML report draws into `timelines`. A process's error (a
-    store that fails, too many pods) ends the report with it."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    from gpulens.analyzer.inputs.series import Shard
-
-    whole = shard or Shard(0, 1)
-    shares = [Shard(whole.index + whole.count * p, whole.count * count) for p in range(count)]
-    verdicts: list[Verdict] = []
-    with ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn")) as pool:
-        for found, used, drawn in pool.map(_judge_share, [(job, share) for share in shares]):
-            verdicts += found
-            use.merge(used)
-            if timelines is not None and drawn is not None:
-                timelines.merge(drawn)
-    return verdicts
-
-
-def _judge_share(task: tuple[_Share, Shard]) -> tuple[list[Verdict], Use, TimelineBins | None]:
-    """One process's share of a report: the verdicts of the nodes of its shard."""
-    from gpulens.analyzer.inputs.series import SeriesReader
-    from gpulens.analyzer.outputs import span
-    from gpulens.analyzer.outputs.plan import Use
-    from gpulens.analyzer.outputs.timelines import TimelineBins
-
-    job, shard = task
-    args, the_span, how = job.args, job.span, job.how
-    store = _store(args)
-    try:
-        reader = SeriesReader(store, the_span.step, _mixin(args, how.thresholds), args.selector, args.dcgm_selector)
-        reader.intervals = dict(job.intervals)
-        owners = _store_owners(args, store, reader)
-        timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if job.html else None
-        use = Use.over(the_span.start, the_span.end, the_span.step, how.thresholds)
-        verdicts = span.report(reader, the_span, *how.of_report(), None, owners, timelines, use, job.engines, shard)
-        return verdicts, use, timelines
-    finally:
-        store.close()
-
-
-def _store_owners(args: argparse.Namespace, store: Store, reader: SeriesReader) -> OwnerReader:
-    """The pods' owners, teams and kinds, read from kube-state-metrics' series in `store` (of the job the
-    reader's config names)."""
-    from gpulens.analyzer.inputs.kinds import load_rules
-    from gpulens.analyzer.inputs.owners import OwnerReader
-
-    return OwnerReader(store, args.team_label, load_rules(args.analysis_config), reader.config.kube_state_metrics)
-
-
-def _scheduling(
-    args: argparse.Namespace,
-    source: Store | KubeState,
-    owners: OwnerReader,
-    span: tuple[float, float, float],
-    verdicts: list[Verdict],
-    thresholds: Thresholds,
-    prices: dict[str, float],
-) -> Scheduling | None:
-    """The cluster's judgement over `span` (start, end, step: unix seconds) from kube-state-metrics' series in a
-    store or recorded (None where no pod asked for a GPU)."""
-    from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
-    from gpulens.analyzer.inputs.kinds import load_pools
-    from gpulens.analyzer.inputs.store import StoreError
-    from gpulens.analyzer.judging.scheduling import judge_store
-
-    pools = load_pools(args.analysis_config)
-    models = {v.node: v.gpu_model for v in verdicts if v.node and v.gpu_model}
-    try:
-        reader = ClusterReader(source, pools.label, _mixin(args, thresholds).kube_state_metrics)
-        return judge_store(reader, owners, judged_grid(*span), thresholds, pools, prices, models)
-    except StoreError as e:
-        # The pods' verdicts stand without it: say what is missing rather than lose the report.
-        print(f"gpulens report: warning: the cluster's share is left out: {e}", file=sys.stderr)
-        return None
-
-
-def _changes(
-    args: argparse.Namespace,
-    source: Store | KubeState,
-    span: tuple[float, float, float],
-    verdicts: list[Verdict],
-    use: Use,
-    thresholds: Thresholds,
-    prices: dict[str, float],
-    kept: list[KeptPlan],
-) -> list[Outcome] | None:
-    """The changes the workloads of `verdicts` (those whose pods held GPUs) went through over `span` (start, end,
-    step: unix seconds), from kube-state-metrics' series in a store or recorded, and what became of each: its
-    figures before and after from `use`, from a store its engine's health, and gpulens' plan before it (the
-    `kept` plans, then a store's plan series) (docs/changes.md); none, said, where the store fails to say. None
-    where the output shows none (a CSV of the pods, the waste or the cluster), so that its store is not asked for
-    them."""
-    from functools import partial
-
-    from gpulens.analyzer.inputs.cluster import ClusterReader, judged_grid
-    from gpulens.analyzer.inputs.engines import read_workload_health
-    from gpulens.analyzer.inputs.proposals import first_proposal, kept_proposal, read_proposal
-    from gpulens.analyzer.inputs.store import Store, StoreError
-    from gpulens.analyzer.outputs.outcomes import over_span
-
-    if args.format == "csv" and args.by not in ("change", "plan"):
-        return None  # not shown: the plan's CSV says which actions are done, the changes' CSV is them
-    try:
-        reader = ClusterReader(source, "", _mixin(args, thresholds).kube_state_metrics)
-        history = reader.workloads(*judged_grid(*span))
-        if not isinstance(source, Store):
-            return over_span(history, verdicts, use, span, thresholds, prices, None, kept_proposal(kept))
-        percentile = thresholds.plan_load_percentile
-
-        def health(namespace: str, pods: list[str], start: float, end: float) -> Health | None:
-            return read_workload_health(source, namespace, pods, start, end, span[2], percentile)
-
-        proposals = first_proposal(kept_proposal(kept), partial(read_proposal, source))
-        return over_span(history, verdicts, use, span, thresholds, prices, health, proposals)
-    except StoreError as e:
-        print(f"gpulens report: warning: the workloads' changes are left out: {e}", file=sys.stderr)
-        return []
-
-
-def _owners_of(owners: OwnerReader | None, trace: pd.DataFrame) -> dict[PodKey, Owner]:
-    """The owners of the trace's pods as kube-state-metrics said over its span ({} where it is not read)."""
-    if owners is None or trace.empty:
-        return {}
-    pods = trace.loc[trace["pod"].astype(str) != "", ["namespace", "pod"]].drop_duplicates()
-    ts = trace["timestamp"]
-    keys = zip(pods["namespace"].astype(str), pods["pod"].astype(str), strict=True)
-    return owners.read(keys, float(ts.max()), float(ts.max() - ts.min()))
-
-
-#: The step a store report reads at where the store holds no sample to read its scrape interval from.
-DEFAULT_STORE_STEP = 30.0
 #: A UTC day in seconds: a digest's periods are whole days of them.
 DAY = 86400.0
-
-
-def _step(given: float, interval: float | None) -> float:
-    """The step to read at: --prometheus.step where given (and said, where it is coarser than the store's samples:
-    what happens between its points is not seen), else the store's scrape interval."""
-    if given and interval is not None and given >= 1.5 * interval:
-        print(
-            f"gpulens report: reading a point every {given:g} s (--prometheus.step), coarser than the {interval:g} s "
-            "the store holds the GPUs' samples at: bursts and stalls between points are not seen; drop "
-            "--prometheus.step to read every sample",
-            file=sys.stderr,
-        )
-    return given or interval or DEFAULT_STORE_STEP
-
-
-def _some(verdicts: list[Verdict], store: str, reader: SeriesReader, the_span: Span) -> list[Verdict]:
-    """The verdicts, or where a store that answered held no GPU's series in the span, the error that says so
-    and what to check (an empty report would read as a fleet without GPUs)."""
-    from gpulens.analyzer.inputs.store import StoreError
-    from gpulens.core.times import rfc3339
-
-    if verdicts:
-        return verdicts
-    gpulens, dcgm = reader.looked_for()
-    raise StoreError(
-        f"{store} answered, but holds no GPU's series from {rfc3339(the_span.start)} to "
-        f"{rfc3339(the_span.end)}: neither gpulens' {gpulens} nor dcgm-exporter's {dcgm}. Check the URL's "
-        "path (Mimir and Cortex serve the API under /prometheus), the tenant (--prometheus.header "
-        "'X-Scope-OrgID: ...'), that the jobs (--exporter.job, --dcgm.job) and --prometheus.selector and "
-        "--prometheus.dcgm-selector match the series' labels, and that the exporters ran in the span "
-        "(--since, --until)"
-    )
 
 
 #: Seconds past which a bare --since number is a time (unix seconds, as --until takes), not a span: 31 years
@@ -1302,8 +872,8 @@ def run_service(args: argparse.Namespace) -> int:
     from gpulens.analyzer.inputs.kinds import load_pools, load_rules
     from gpulens.analyzer.inputs.live import AnalyzerInput, ExporterInput, PrometheusInput
     from gpulens.analyzer.inputs.series import MAX_READ_PARTS, Shard
-    from gpulens.analyzer.outputs.livepage import LivePage
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.livepage import LivePage
+    from gpulens.analyzer.runs.service import AnalyzerService
     from gpulens.core.config import ConfigError, redact
     from gpulens.core.web import WebConfig, parse_listen_address, serve
 

@@ -249,7 +249,7 @@ class Analyzer(GpulensProcess):
             return False
 
 
-#: The line the analyzer logs at debug after each cycle (analyzer/outputs/service.py, cycle()).
+#: The line the analyzer logs at debug after each cycle (analyzer/runs/service.py, cycle()).
 CYCLE_LINE = re.compile(r"cycle (\d+): verdicts of (\S+) in ([\d.]+) s, \d+ units, (\d+) bytes read in all")
 
 

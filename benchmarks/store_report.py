@@ -54,7 +54,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import results  # noqa: E402
-from gpulens.analyzer.outputs.span import PIECE_ROWS  # noqa: E402
+from gpulens.analyzer.runs.span import PIECE_ROWS  # noqa: E402
 
 #: The day: 2025-11-10 00:00 UTC, sampled every 30 s (dcgm-exporter's interval under the GPU Operator).
 START = 1_762_732_800
@@ -236,7 +236,7 @@ def run_report(url: str, hours: float, queries_out: str, step: float = STEP) -> 
     from gpulens.analyzer.inputs.owners import OwnerReader
     from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.inputs.store import Store
-    from gpulens.analyzer.outputs import span
+    from gpulens.analyzer.runs import span
     from gpulens.core.thresholds import Thresholds
 
     asked: list[tuple[str, dict]] = []

@@ -15,7 +15,7 @@ import pytest
 from gpulens.analyzer.inputs import series
 from gpulens.analyzer.inputs.series import SeriesReader
 from gpulens.analyzer.inputs.store import Store
-from gpulens.analyzer.outputs import span
+from gpulens.analyzer.runs import span
 from gpulens.core.catalog import MIB
 from tests.helpers import BackfilledPrometheus, VictoriaMetrics
 from tests.store_history import Families, families_openmetrics, families_prometheus_text

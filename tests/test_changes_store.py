@@ -580,8 +580,8 @@ def test_the_live_analyzer_serves_each_workloads_latest_change_and_its_outcome(w
     """The live analyzer, cycling through the eight hours from the same store, serves each workload's latest
     change as metrics (when, its outcome, its saving a day) and in full at /api/v1/changes."""
     from gpulens.analyzer.inputs.live import PrometheusInput
-    from gpulens.analyzer.outputs.livepage import LivePage
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.livepage import LivePage
+    from gpulens.analyzer.runs.service import AnalyzerService
 
     now = [START + 600]
     source = PrometheusInput(

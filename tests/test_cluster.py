@@ -611,7 +611,7 @@ def test_the_live_analyzer_serves_the_cluster_as_it_is_now(store):
     (created 01:00); training has 10 GPUs free, 3 at most on a node, all stranded; inference 7, 4 on i2."""
     from gpulens.analyzer.inputs.kinds import load_pools
     from gpulens.analyzer.inputs.live import PrometheusInput
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.service import AnalyzerService
     from tests.helpers import samples
 
     url, settings = store
@@ -629,7 +629,7 @@ def test_the_live_analyzer_serves_the_cluster_as_it_is_now(store):
     try:
         assert service.cycle()
         served = samples(service.render_text().decode())
-        from gpulens.analyzer.outputs.livepage import LivePage
+        from gpulens.analyzer.runs.livepage import LivePage
 
         status, _, body = LivePage(service).page()
     finally:

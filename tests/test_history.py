@@ -334,7 +334,7 @@ class Replay:
 
 
 def run_service(trace: pd.DataFrame, until_hour: float, history: float):
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.service import AnalyzerService
 
     now = [MIDNIGHT + 600.0]
     service = AnalyzerService(Replay(trace, 600, lambda: now[0]), Thresholds(), {}, 300, lambda: now[0], history)
@@ -547,7 +547,7 @@ class Outage(Replay):
 
 @pytest.mark.slow
 def test_waste_and_history_count_only_the_time_the_samples_cover_across_an_outage():
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.service import AnalyzerService
 
     trace = fleet_trace(["idle"], 15.0, 3)
     now = [MIDNIGHT + 600.0]
@@ -589,7 +589,7 @@ class Advancing(Replay):
 
 
 def test_a_clock_that_jumps_a_day_counts_no_day_of_waste():
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.service import AnalyzerService
 
     trace = fleet_trace(["idle"], 15.0, 2)
     now = [MIDNIGHT + 600.0]
@@ -677,7 +677,7 @@ def test_the_span_judgement_is_one_for_the_api_the_page_and_the_plan():
     assert ledger.verdict(t).evidence["busy_fraction"].startswith("0.4% of 2 h worked (29 s) < 1%")
     # The live service with that history: its API's shares and episodes, and its metric of time by class, are
     # the span verdict's (all of it idle), not the windows' (all of it serving).
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.service import AnalyzerService
 
     service = AnalyzerService(Replay(fleet_trace(["idle"], 60.0, 1), 600, lambda: 7200.0), t, {}, 300, lambda: 7200.0)
     service.history[("ns", "p", "n1")] = ledger
@@ -772,7 +772,7 @@ def test_the_live_service_says_what_each_pod_is_and_judges_a_notebooks_windows_b
     which nothing names, stays serving."""
     from gpulens.analyzer.inputs.kinds import WorkloadKind
     from gpulens.analyzer.inputs.owners import Owner
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.service import AnalyzerService
 
     notebook = WorkloadKind("notebook", "", "label component=singleuser-server")
 

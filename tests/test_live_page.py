@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from gpulens.analyzer.outputs.livepage import LivePage
-from gpulens.analyzer.outputs.service import AnalyzerService
+from gpulens.analyzer.runs.livepage import LivePage
+from gpulens.analyzer.runs.service import AnalyzerService
 from gpulens.core.thresholds import Thresholds
 from tests.helpers import require_binary, serve_analyzer
 from tests.test_history import MIDNIGHT, Replay, fleet_trace

@@ -238,7 +238,7 @@ def test_the_live_service_plans_over_its_history_and_exposes_the_savings(project
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.service import AnalyzerService
     from tests.test_history import Replay
 
     rng = np.random.default_rng(3)

@@ -1,4 +1,4 @@
-"""A report judges a piece of its span while the next is read (analyzer/outputs/span.py, _read_ahead): the pieces
+"""A report judges a piece of its span while the next is read (analyzer/runs/span.py, _read_ahead): the pieces
 come in order, the next read is under way while the caller holds the last, a failed read fails the caller
 at the piece it failed on, and a caller that stops lets the reading end before the pieces are let go."""
 
@@ -9,7 +9,7 @@ from collections.abc import Generator
 
 import pytest
 
-from gpulens.analyzer.outputs.span import _read_ahead
+from gpulens.analyzer.runs.span import _read_ahead
 
 
 class Pieces:

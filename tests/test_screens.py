@@ -13,8 +13,8 @@ import pytest
 import requests
 from PIL import Image
 
-from gpulens.analyzer.outputs.livepage import LivePage
-from gpulens.analyzer.outputs.service import AnalyzerService
+from gpulens.analyzer.runs.livepage import LivePage
+from gpulens.analyzer.runs.service import AnalyzerService
 from gpulens.core.thresholds import Thresholds
 from gpulens.receiver import AlertReceiver
 from tests.helpers import gpulens, require_binary

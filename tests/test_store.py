@@ -702,7 +702,7 @@ def test_values_no_gpu_can_report_are_left_out_named_and_counted(tmp_path, caplo
     missing sample, not an error. The same values in a file refuse it (test_inputs.py)."""
     from gpulens.analyzer.inputs.live import PrometheusInput
     from gpulens.analyzer.inputs.series import SeriesReader
-    from gpulens.analyzer.outputs import span
+    from gpulens.analyzer.runs import span
     from gpulens.core.thresholds import Thresholds
 
     broken = {3: "+Inf", 4: "-0.5", 5: "NaN"}  # GPU-2's utilisation at those minutes; GPU-1's is 0.5

@@ -205,7 +205,7 @@ def test_a_week_read_in_pieces_is_the_week_read_whole(stores, monkeypatch):
     """Pieces of the span, each with a window of samples around it, give the verdicts of one read."""
     from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.inputs.store import Store
-    from gpulens.analyzer.outputs import span
+    from gpulens.analyzer.runs import span
     from gpulens.core.thresholds import Thresholds
 
     gpulens, dcgm = LAYOUTS["dcgm-exported"]
@@ -249,7 +249,7 @@ def test_a_store_that_will_not_name_its_series_is_read_from_the_shortest_piece_o
     shortest (a window counted), the pieces after it are sized from the GPUs it found, and the verdicts
     are those of the store read directly."""
     from gpulens.analyzer.inputs.series import SeriesReader, Shard
-    from gpulens.analyzer.outputs import span
+    from gpulens.analyzer.runs import span
     from gpulens.core.thresholds import Thresholds
 
     config = tmp_path / "auth.yml"
@@ -306,7 +306,7 @@ def test_a_fleet_too_large_for_one_piece_is_read_in_groups_of_nodes_with_the_ver
     and the verdicts are a file's of the same samples."""
     from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.inputs.store import Store
-    from gpulens.analyzer.outputs import span
+    from gpulens.analyzer.runs import span
     from gpulens.core.thresholds import Thresholds
 
     trace = week.week_trace()
@@ -364,7 +364,7 @@ def test_the_live_analyzer_judges_a_fleet_that_runs_only_dcgm_exporter(stores, l
     """The service on dcgm-exporter's series alone: the GPU's pod from either label layout, never the
     dcgm-exporter pod, and its waste counted by workload and team."""
     from gpulens.analyzer.inputs.live import PrometheusInput
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.service import AnalyzerService
     from gpulens.core.thresholds import Thresholds
     from tests.helpers import samples
 
@@ -557,7 +557,7 @@ def test_a_span_naming_more_pods_than_a_report_judges_is_refused_before_a_sample
     index names the span's pods at once. The week names four pods (a notebook is replaced halfway)."""
     from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.inputs.store import Store
-    from gpulens.analyzer.outputs import span
+    from gpulens.analyzer.runs import span
     from gpulens.core.thresholds import Thresholds
 
     for url, layout in itertools.product(stores.values(), ("gpulens", "dcgm-exported", "dcgm-plain")):

@@ -3,7 +3,7 @@ for NVIDIA dcgm-exporter's (fleets that run only the GPU Operator get verdicts t
 kube-state-metrics' per-pod series, and the step grid the answers are placed on.
 
 The live analyzer (analyzer/inputs/live.py) reads a sliding window through it, and `gpulens report --prometheus`
-a span of days, piece by piece (analyzer/outputs/span.py). Every fact is read per step, the pod that holds a GPU
+a span of days, piece by piece (analyzer/runs/span.py). Every fact is read per step, the pod that holds a GPU
 included: over a week a GPU passes from pod to pod.
 
 Where a GPU reports through both gpulens' exporter and dcgm-exporter, gpulens' series are used (they hold
@@ -23,7 +23,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -612,7 +612,7 @@ class Exporters:
     """The exporters (their `instance`) that report one node's GPUs, those GPUs (UUIDs), and the node's name
     (its `node` label, dcgm-exporter's `Hostname`, else the first exporter's address: what a Shard hashes), as
     a store's index names them: the least a read may select, since a GPU's series from gpulens' exporter and
-    from dcgm-exporter must meet in one read (analyzer/outputs/span.py reads a large fleet a group of these at a
+    from dcgm-exporter must meet in one read (analyzer/runs/span.py reads a large fleet a group of these at a
     time)."""
 
     instances: frozenset[str]
@@ -650,6 +650,7 @@ class SeriesReader:
         config: mixin.MixinConfig | None = None,
         gpulens_selector: str = "",
         dcgm_selector: str = "",
+        intervals: Mapping[str, float] | None = None,
     ):
         self.store, self.step = store, step
         self.config = config or mixin.ANY_JOB
@@ -659,8 +660,9 @@ class SeriesReader:
         self._exporter_pods = re.compile(self.config.exporter_pods)
         #: gpulens' hardware series as last read, and when (time.monotonic()): shared with scoped() copies.
         self._hardware: list[tuple[Hardware, float]] = []
-        #: Seconds between a family's samples ("gpulens", "dcgm"), where scrape_interval() measured them.
-        self.intervals: dict[str, float] = {}
+        #: Seconds between a family's samples ("gpulens", "dcgm"), where scrape_interval() measured them (or
+        #: a reader before this one: `intervals`).
+        self.intervals: dict[str, float] = dict(intervals or {})
 
     def scoped(self, instances: str) -> SeriesReader:
         """This reader, reading only the exporters `instances` matches (instances_matcher(); "" all) besides
@@ -1081,12 +1083,10 @@ class SeriesReader:
         """The exporters that reported GPUs between `start` and `end` (unix seconds), grouped so that
         those naming one GPU (gpulens' and dcgm-exporter's on its node) are together, from the store's
         index without reading a sample; the shard's matcher (`instances`) is not applied."""
-        shard, self.instances = self.instances, ""
-        try:
-            gpulens = self.store.series(self.selector(m.GPU_INFO.name), start, end)
-            dcgm = self.store.series(f"{mixin.DCGM_IDENTITY_SERIES}{{{self.matchers('dcgm')}}}", start, end)
-        finally:
-            self.instances = shard
+        every = copy.copy(self)
+        every.instances = ""
+        gpulens = self.store.series(every.selector(m.GPU_INFO.name), start, end)
+        dcgm = self.store.series(f"{mixin.DCGM_IDENTITY_SERIES}{{{every.matchers('dcgm')}}}", start, end)
         named = [(s.get("instance", ""), s.get("uuid", "")) for s in gpulens]
         named += [(s.get("instance", ""), s.get("UUID", "")) for s in dcgm]
         node_of: dict[str, str] = {}

@@ -119,7 +119,7 @@ class TimelineBins:
 
     def merge_rows(self, units: list[str], sums: np.ndarray) -> None:
         """Add the sums of `units` (`sums`' rows, in their order; bins of this span and width, as another
-        TimelineBins or a shard file holds them: analyzer/outputs/shards.py)."""
+        TimelineBins or a shard file holds them: analyzer/runs/shards.py)."""
         rows = np.array([self.rows.setdefault(unit, len(self.rows)) for unit in units], dtype=np.intp)
         self._grow()
         np.add.at(self.sums, rows, sums)

@@ -18,7 +18,7 @@ from gpulens.core.config import finite_json
 from gpulens.core.times import for_people
 
 if TYPE_CHECKING:
-    from gpulens.analyzer.outputs.service import AnalyzerService
+    from gpulens.analyzer.runs.service import AnalyzerService
 
 #: Rows the page lists, most waste first: a table a browser lays out at once at any fleet size (every
 #: verdict is in /api/v1/verdicts).

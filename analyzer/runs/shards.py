@@ -25,8 +25,8 @@ from gpulens import __version__
 from gpulens.analyzer.inputs.series import Shard
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.outputs.plan import Use
-from gpulens.analyzer.outputs.span import Span
 from gpulens.analyzer.outputs.timelines import TimelineBins
+from gpulens.analyzer.runs.span import Span
 from gpulens.core.config import atomic_output
 
 #: What `shard.json` says it is, and the version of its layout (raised when the layout changes).
