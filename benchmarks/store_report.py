@@ -232,11 +232,12 @@ def run_report(url: str, hours: float, queries_out: str, step: float = STEP) -> 
     """The report in this process at `step` (--prometheus.step), its queries written to `queries_out` (where
     given): seconds, bytes, verdicts and each unit's class, peak RSS."""
     from gpulens import cli
-    from gpulens.analyzer.cli import _scheduling
+    from gpulens.analyzer.cli.common import store_source
     from gpulens.analyzer.inputs.owners import OwnerReader
     from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.inputs.store import Store
     from gpulens.analyzer.runs import span
+    from gpulens.analyzer.runs.report import Judging, cluster_share
     from gpulens.core.thresholds import Thresholds
 
     asked: list[tuple[str, dict]] = []
@@ -260,7 +261,7 @@ def run_report(url: str, hours: float, queries_out: str, step: float = STEP) -> 
     grid = (the_span.start, the_span.end, the_span.step)
     # The report's own flags at their defaults, as `gpulens report --prometheus URL` has them.
     args = cli.build_parser().parse_args(["report", "--prometheus", url])
-    cluster = _scheduling(args, store, owners, grid, verdicts, Thresholds(), {})
+    cluster = cluster_share(store_source(args, Thresholds()), store, owners, grid, verdicts, Judging(Thresholds(), {}))
     seconds = time.perf_counter() - started
     if queries_out:
         Path(queries_out).write_text(json.dumps(asked))

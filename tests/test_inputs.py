@@ -577,7 +577,7 @@ def test_memory_that_runs_out_where_no_reader_could_see_it_is_one_line_not_a_tra
     """The readers refuse what they can see will not fit; a MemoryError past them (a kernel's overcommit, a
     limit lowered while running) ends the command with one line that says what to do, and exit 2."""
     from gpulens import cli
-    from gpulens.analyzer import cli as analyzer_cli
+    from gpulens.analyzer.cli import report as analyzer_cli
 
     def runs_out(args):
         raise MemoryError

@@ -19,7 +19,7 @@ from dataclasses import replace
 import pytest
 import requests
 
-from gpulens.analyzer import cli
+from gpulens.analyzer.cli import common as cli
 from gpulens.analyzer.inputs.store import Store, StoreAuth, StoreError, accept_encoding, series_points
 from gpulens.core.config import ConfigError
 from tests.helpers import (
@@ -383,7 +383,7 @@ def test_a_report_span_that_cannot_be_read_is_one_line_naming_the_flag(args, mes
     ],
 )
 def test_since_is_a_span_before_until_or_a_time_as_until_takes_it(since, start):
-    assert cli._since(since, 1_762_732_800.0) == start
+    assert cli.since(since, 1_762_732_800.0) == start
 
 
 def test_a_query_too_big_even_for_one_step_names_the_limit_to_raise(scripted):

@@ -706,7 +706,7 @@ class PrometheusInput:
             "throttle_reasons_mask": config.thresholds.throttle_reasons_mask,
             "dcgm_pod_labels": config.dcgm_pod_labels,
             "exporter_pods": config.exporter_pods,
-            # The jobs read, as the shards' settings name them (analyzer/cli.py).
+            # The jobs read, as the shards' settings name them (analyzer/cli/).
             **{name: getattr(config, name) for name in mixin.JOBS_READ},
         }
 

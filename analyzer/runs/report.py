@@ -8,7 +8,7 @@ From files (from_files): the recording is read whole and judged (history.analyze
 series where they were recorded.
 
 Either way the run ends in a Judged record, which `concluded` sizes and plans, and the command line
-(analyzer/cli.py) writes out in the format asked. What a run needs is a typed record (StoreReport, FileReport)
+(analyzer/cli/) writes out in the format asked. What a run needs is a typed record (StoreReport, FileReport)
 that the command line makes of its flags: nothing here reads a flag.
 """
 
@@ -191,7 +191,7 @@ def from_files(report: FileReport, how: Judging, kept: list[KeptPlan]) -> Judged
     if kube_state is not None and owners is not None and source is not None:
         ts = trace["timestamp"]
         grid = (float(ts.min()), float(ts.max()), interval)
-        scheduling = _scheduling(source, kube_state, owners, grid, verdicts, how)
+        scheduling = cluster_share(source, kube_state, owners, grid, verdicts, how)
         changes = _changes(source, kube_state, grid, verdicts, use, how, kept) if report.changes else None
     return Judged(verdicts, use, trace=trace, scheduling=scheduling, changes=changes)
 
@@ -277,7 +277,7 @@ def from_store(report: StoreReport, how: Judging, kept: list[KeptPlan]) -> Judge
             verdicts = _judged(report, opened, how, use, timelines, None)
         verdicts = _some(verdicts, opened.store.name, opened.reader, the_span)
         grid = (the_span.start, the_span.end, the_span.step)
-        scheduling = _scheduling(report.source, opened.store, opened.owners, grid, verdicts, how)
+        scheduling = cluster_share(report.source, opened.store, opened.owners, grid, verdicts, how)
         changes = _changes(report.source, opened.store, grid, verdicts, use, how, kept) if report.changes else None
         node_prices = _opencost_prices(report.price_metric, opened.store, the_span.start, the_span.end)
         return Judged(verdicts, use, timelines, None, scheduling, changes, node_prices)
@@ -434,7 +434,7 @@ def _some(verdicts: list[Verdict], store: str, reader: SeriesReader, the_span: s
 
 
 # --- beside the verdicts: the cluster's share, the workloads' changes -----------------------------------
-def _scheduling(
+def cluster_share(
     source: StoreSource,
     read_from: Store | KubeState,
     owners: OwnerReader,
