@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from gpulens.core import metrics as m
 from gpulens.core import mixin
-from gpulens.core.bottlenecks import RECOMMENDATIONS
+from gpulens.core.bottlenecks import DATA_STARVATION, HOST_STALL, MEMORY_FRAGMENTATION, RECOMMENDATIONS
 from gpulens.core.config import duration_seconds, prometheus_duration
 from gpulens.core.mixin import MixinConfig, metric
 
@@ -169,7 +169,7 @@ def _verdict_alert(c: MixinConfig, name: str, bottleneck: str, summary: str, run
         f"The analyzer has classified {POD} on {{{{ $labels.node }}}} as {bottleneck} for {held}. "
         + _verdict_sentence(c),
         runbook,
-        _pod_link(c, mixin.POD_MEMORY_PANEL if bottleneck == "memory_fragmentation" else mixin.POD_VERDICT_PANEL),
+        _pod_link(c, mixin.POD_MEMORY_PANEL if bottleneck == MEMORY_FRAGMENTATION else mixin.POD_VERDICT_PANEL),
         {"bottleneck": bottleneck},
         verdict_annotations(c),
     )
@@ -273,7 +273,7 @@ an idle notebook, a job waiting on something, or a process that finished but who
         _verdict_alert(
             c,
             "GpulensPodDataStarvation",
-            "data_starvation",
+            DATA_STARVATION,
             f"{POD} waits on its input pipeline: the GPU stalls between batches",
             f"""The analyzer sees the data-starvation signature for {held}: activity oscillates
 between bursts near the model's level and dips to almost nothing every step (more than
@@ -282,24 +282,24 @@ LowGPUUtilization rule), often with the pod's CPU at its limit. Muted while Gpul
 for the pod: the page carries the same verdict.
 
 1. Open the pod dashboard: SM activity saw-tooths, and the CPU panel shows whether the pod sits at its limit.
-2. {RECOMMENDATIONS["data_starvation"]}""",
+2. {RECOMMENDATIONS[DATA_STARVATION]}""",
         ),
         _verdict_alert(
             c,
             "GpulensPodMemoryFragmentation",
-            "memory_fragmentation",
+            MEMORY_FRAGMENTATION,
             f"{POD} fills its GPU memory and restarts: out-of-memory risk",
             f"""The analyzer sees GPU memory near full (over {t.memory_full:.0%} of capacity) and growing, with drops
 where the process died and restarted, for {held}. Pre-allocators (vLLM, JAX, TensorRT-LLM)
 hold memory flat and are exempt. Muted while GpulensPodLowSmActivity pages for the pod.
 
 1. `kubectl describe pod`: restarts with CUDA out-of-memory in the previous container's log confirm it.
-2. {RECOMMENDATIONS["memory_fragmentation"]}""",
+2. {RECOMMENDATIONS[MEMORY_FRAGMENTATION]}""",
         ),
         _verdict_alert(
             c,
             "GpulensPodHostStall",
-            "host_stall",
+            HOST_STALL,
             f"{POD} waits on its host or a peer: its GPUs stall while utilization looks busy",
             f"""The analyzer sees the pod's GPUs waiting for {held}: busy at under {t.waiting_power_share:.0%} of
 their power limit (a kernel spinning in a collective reports 100% utilization) or without a kernel while
@@ -309,7 +309,7 @@ GPU the others wait for and the stalls' shape.
 
 1. Read the verdict's evidence (`stalling_gpu`, `stalls`, `straggler_gpu`, `waiting_fraction`) on the pod
    dashboard; its recommendation is the fix for the cause it found.
-2. {RECOMMENDATIONS["host_stall"]}""",
+2. {RECOMMENDATIONS[HOST_STALL]}""",
         ),
         _application_xid_alert(c),
     ]

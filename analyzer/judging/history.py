@@ -41,13 +41,19 @@ from gpulens.analyzer.judging.classify import (
 )
 from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.judging.features import UnitKeys, pod_features
-from gpulens.core.bottlenecks import BY_NAME, PROBLEMS, RECOMMENDATIONS
+from gpulens.core.bottlenecks import (
+    BY_NAME,
+    HEALTHY,
+    IDLE,
+    INSUFFICIENT_DATA,
+    OVERPROVISIONED_SERVING,
+    PROBLEMS,
+    RECOMMENDATIONS,
+    UNEXPLAINED,
+)
 from gpulens.core.catalog import device_price
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import for_people
-
-#: The class whose quiet spells a serving replica's are, and that a notebook never is.
-SERVING = "overprovisioned_serving"
 
 #: What a rest of a span was (rest_kinds()): a pause of a workload in use, a rest before the first work the span
 #: saw, or the rest after its work stopped.
@@ -158,8 +164,8 @@ def with_workload(v: Verdict, workload: WorkloadKind, engine: EngineLoad | None,
     samples = v.window_seconds * v.coverage / v.sample_seconds if v.sample_seconds > 0 else math.inf
     worked = Worked(math.nan if v.work_share is None else v.work_share, samples, intensity(v))
     name = dict(workload_relabels(workload, engine, worked, t)).get(v.bottleneck, v.bottleneck)
-    if workload.kind == "notebook" and engine is None and name != "idle" and "quiet_at_end" in v.facts:
-        name = "idle"  # its kernel is idle now (Ledger._quiet_now())
+    if workload.kind == "notebook" and engine is None and name != IDLE and "quiet_at_end" in v.facts:
+        name = IDLE  # its kernel is idle now (Ledger._quiet_now())
     said = _workload_evidence(workload, name) | ({"engine": engine_evidence(engine)} if engine is not None else {})
     if name == v.bottleneck and not said and v.kind == workload:
         return v  # nothing to add: most verdicts of a live cycle, so it copies none of them
@@ -320,9 +326,9 @@ def _slot_verdict(windows: dict[int, Judgement], k: int, per_window: int, t: Thr
         sparse = next((v for v in later if "sparse_use" in v.facts), None)
         if sparse is not None:
             return sparse
-    if first is not None and first.bottleneck != "insufficient_data":
+    if first is not None and first.bottleneck != INSUFFICIENT_DATA:
         return first
-    return next((v for v in later if v.bottleneck != "insufficient_data"), first)
+    return next((v for v in later if v.bottleneck != INSUFFICIENT_DATA), first)
 
 
 #: Seconds in a day: showback's days are UTC days (unix seconds // DAY), as FOCUS' charge periods are.
@@ -596,8 +602,8 @@ class Ledger:
         for old, new in workload_relabels(workload, engine, self.worked(), t):
             relabeled = relabeled._relabeled(old, new)
         if workload.kind == "notebook" and engine is None and self._quiet_now():
-            relabeled = relabeled._rebooked({len(relabeled.episodes) - 1: "idle"})
-            relabeled.latest.setdefault("idle", _as_class(self.latest[SERVING].verdict(), "idle"))
+            relabeled = relabeled._rebooked({len(relabeled.episodes) - 1: IDLE})
+            relabeled.latest.setdefault(IDLE, _as_class(self.latest[OVERPROVISIONED_SERVING].verdict(), IDLE))
         judged = relabeled._judged(t, workload)
         if engine is None:
             return judged
@@ -622,7 +628,11 @@ class Ledger:
         """Its newest episode was judged serving, and that window ended quiet far longer than it paused while
         it worked (the "quiet_at_end" fact): for a notebook, its kernel is idle now."""
         last = self.episodes[-1] if self.episodes else None
-        return last is not None and last.bottleneck == SERVING and "quiet_at_end" in self.latest[SERVING].facts
+        return (
+            last is not None
+            and last.bottleneck == OVERPROVISIONED_SERVING
+            and "quiet_at_end" in self.latest[OVERPROVISIONED_SERVING].facts
+        )
 
     def _judged(self, t: Thresholds, workload: WorkloadKind) -> Verdict:
         """verdict() of this ledger's classes as they stand (the workload's relabels done)."""
@@ -639,16 +649,16 @@ class Ledger:
         sampled = booked.judged_seconds / len(gpus)
         work = booked.work_seconds / booked.judged_seconds if booked.judged_seconds else math.nan
         pod_class = BY_NAME[name].unit == "pod"  # a GPU no pod holds is no idle pod, however sparse its use
-        sparse = pod_class and name != "idle" and sampled >= t.sparse_span_seconds and work < t.sparse_busy_share
+        sparse = pod_class and name != IDLE and sampled >= t.sparse_span_seconds and work < t.sparse_busy_share
         if sparse:
             # Windows that each saw part of a sparse hour cannot tell it from serving; the span can: all of it
             # is idle, and booked so.
             windows = ", ".join(f"{c} {part.share:.0%}" for c, part in booked.by_class().items())
             for c in list(seconds):
-                if c != "idle":
-                    booked = booked._relabeled(c, "idle")
+                if c != IDLE:
+                    booked = booked._relabeled(c, IDLE)
             seconds, wasted_by_class, cost, _ = booked.totals()
-            name = "idle"
+            name = IDLE
         base, confidence = booked.latest[name].verdict(), confidences.get(name, t.confidence_sparse)
         episodes = [e.rounded() for e in booked.episodes]
         by_class = class_shares(seconds, wasted_by_class, cost)
@@ -711,18 +721,18 @@ class Ledger:
         idle, and rest_kinds() of the ledger returned, with no pause left before it, calls it the rest after the
         work stopped."""
         seconds, _, _, _ = self.totals()
-        if not seconds.get(SERVING, 0.0) > 0:
+        if not seconds.get(OVERPROVISIONED_SERVING, 0.0) > 0:
             return self
         replica = kind == "serving"
         paused = sum(covered for k, covered in enumerate(self.episode_seconds) if rests.get(k) == "pause")
-        if not replica and seconds[SERVING] < t.headline_min_share * (sum(seconds.values()) - paused):
+        if not replica and seconds[OVERPROVISIONED_SERVING] < t.headline_min_share * (sum(seconds.values()) - paused):
             return self
         quiet = {k for k, rest in rests.items() if rest == "pause" or replica}  # "before": nothing says it served
         if not quiet:
             return self
-        booked = self._rebooked(dict.fromkeys(quiet, SERVING))
-        if not any(e.bottleneck == "idle" for e in booked.episodes):
-            booked.latest = {c: v for c, v in booked.latest.items() if c != "idle"}
+        booked = self._rebooked(dict.fromkeys(quiet, OVERPROVISIONED_SERVING))
+        if not any(e.bottleneck == IDLE for e in booked.episodes):
+            booked.latest = {c: v for c, v in booked.latest.items() if c != IDLE}
         return booked
 
     def _relabeled(self, old: str, new: str) -> Ledger:
@@ -769,7 +779,7 @@ def _as_class(v: Verdict, name: str) -> Verdict:
         recommendation=RECOMMENDATIONS[name],
         secondary=[],
         cause="",
-        served=name == SERVING,
+        served=name == OVERPROVISIONED_SERVING,
         evidence={k: text for k, text in v.evidence.items() if k not in SETTLED},
     )
 
@@ -816,8 +826,8 @@ def workload_relabels(
     if workload.kind != "notebook":
         return []
     if not worked.surely_over(t.sparse_busy_share):
-        return [(SERVING, "idle")]
-    return [(SERVING, "healthy" if worked.intensity >= t.ineffective_sm else "unexplained")]
+        return [(OVERPROVISIONED_SERVING, IDLE)]
+    return [(OVERPROVISIONED_SERVING, HEALTHY if worked.intensity >= t.ineffective_sm else UNEXPLAINED)]
 
 
 def engine_relabels(load: EngineLoad) -> list[tuple[str, str]]:
@@ -825,8 +835,8 @@ def engine_relabels(load: EngineLoad) -> list[tuple[str, str]]:
     whatever its GPU showed; one that finished requests is never idle, and where its queue stayed empty its low
     activity with no other signature is headroom (serving), not a cause left open."""
     if not load.served:
-        return [(SERVING, "idle")]
-    return [("idle", SERVING)] + ([("unexplained", SERVING)] if load.unqueued else [])
+        return [(OVERPROVISIONED_SERVING, IDLE)]
+    return [(IDLE, OVERPROVISIONED_SERVING)] + ([(UNEXPLAINED, OVERPROVISIONED_SERVING)] if load.unqueued else [])
 
 
 def engine_evidence(load: EngineLoad) -> str:
@@ -854,7 +864,7 @@ def _workload_evidence(workload: WorkloadKind, name: str) -> dict[str, str]:
     if workload.kind != "unknown":
         engine = f", its engine {workload.engine}" if workload.engine else ""
         return {"workload": f"{workload.kind}{engine} ({workload.source})"}
-    if name in (SERVING, "idle"):
+    if name in (OVERPROVISIONED_SERVING, IDLE):
         return {
             "workload": "unknown: what the pod is (kube-state-metrics' kube_pod_owner, kube_pod_labels and "
             "kube_pod_container_info, or a rule in --analysis.config) would tell a replica's quiet hours from a "
@@ -879,12 +889,12 @@ def rest_kinds(episodes: list[Episode], served: list[bool]) -> dict[int, Rest]:
     rest before the first work the span saw (it came to work: in use, though nothing says what it rested from);
     else the rest after the work stopped, unless it is no longer than the longest rest before it (a night like
     the night before: nothing in the data says the work stopped)."""
-    worked = [k for k, e in enumerate(episodes) if e.bottleneck not in ("idle", "insufficient_data")]
+    worked = [k for k, e in enumerate(episodes) if e.bottleneck not in (IDLE, INSUFFICIENT_DATA)]
     first_work, last_work = (worked[0], worked[-1]) if worked else (-1, -1)
     out: dict[int, Rest] = {}
     longest = 0.0
     for k, e in enumerate(episodes):
-        if e.bottleneck != "idle":
+        if e.bottleneck != IDLE:
             continue
         if served[k] or first_work < k < last_work:
             out[k] = "pause"
@@ -912,11 +922,11 @@ def headline(
     the start of the data are judged by the later ones that could: nothing says it was in use then)."""
     seconds, wasted = dict(seconds), dict(wasted)
     for k, rest in rests.items():
-        if rest == "pause" and episodes[k].bottleneck == "idle":
-            seconds["idle"] -= episode_seconds[k]
-            wasted["idle"] -= episodes[k].wasted_gpu_seconds
-    if "idle" in seconds and seconds["idle"] <= 1e-9 * total and len(seconds) > 1:
-        del seconds["idle"], wasted["idle"]
+        if rest == "pause" and episodes[k].bottleneck == IDLE:
+            seconds[IDLE] -= episode_seconds[k]
+            wasted[IDLE] -= episodes[k].wasted_gpu_seconds
+    if IDLE in seconds and seconds[IDLE] <= 1e-9 * total and len(seconds) > 1:
+        del seconds[IDLE], wasted[IDLE]
     # Healthy and "cannot tell" are a pod's headline only when no problem holds long enough.
     problems = [c for c in seconds if c in PROBLEMS and seconds[c] >= t.headline_min_share * total]
     if problems:
@@ -941,6 +951,6 @@ def _rest_evidence(ledger: Ledger, rests: dict[int, Rest], quiet_hours: bool, na
             + (", its pauses booked as its quiet hours)" if quiet_hours else ", booked as idle)")
         )
     stopped = [ledger.episodes[k] for k, rest in rests.items() if rest == "stopped"]
-    if stopped and name == "idle":
+    if stopped and name == IDLE:
         out["stopped"] = f"no work since {for_people(stopped[-1].start)}: the work stopped and did not come back"
     return out

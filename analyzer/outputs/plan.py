@@ -46,7 +46,17 @@ from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.scheduling import Scheduling, quota_advice, spent
 from gpulens.analyzer.judging.sizing import Size, smallest
 from gpulens.analyzer.outputs.timelines import TimelineBins, unit_samples
-from gpulens.core.bottlenecks import BY_NAME, PLANNED, SIZE_FIRST_CAUSES, STALL_CAUSES, UNEXPLAINED_SETTLES
+from gpulens.core.bottlenecks import (
+    BY_NAME,
+    HOST_STALL,
+    OVERPROVISIONED_SERVING,
+    PLANNED,
+    SIZE_FIRST_CAUSES,
+    STALL_CAUSES,
+    UNALLOCATED,
+    UNEXPLAINED,
+    UNEXPLAINED_SETTLES,
+)
 from gpulens.core.catalog import GpuModel, device_price, gpu_share_of, model_info
 from gpulens.core.thresholds import Thresholds
 
@@ -59,7 +69,7 @@ FIX = PLANNED["fix"]
 FAULTS = PLANNED["repair"]
 #: Classes whose GPU is larger than their use, which a smaller share of a GPU, or fewer replicas, can serve
 #: (unexplained is resized too, but alone: its cause unknown, its replicas are not counted as serving load).
-OVERSIZED = PLANNED["resize"] - {"unexplained"}
+OVERSIZED = PLANNED["resize"] - {UNEXPLAINED}
 #: Classes a replica of an over-provisioned serving workload can have.
 SERVING = OVERSIZED | PLANNED["release"]
 #: Owners whose pods are replicas of one another.
@@ -388,7 +398,7 @@ def make_plan(
     unheld: dict[str, list[Verdict]] = defaultdict(list)
     groups: dict[tuple[str, str, str], list[Verdict]] = defaultdict(list)
     for v in verdicts:
-        if not v.pod and v.bottleneck == "unallocated":
+        if not v.pod and v.bottleneck == UNALLOCATED:
             unheld[v.node].append(v)
         else:
             groups[_workload(v)].append(v)
@@ -911,10 +921,10 @@ class _Planner:
         if plan == "none":  # healthy: a smaller GPU where its use fits one, else nothing to change
             return sized if isinstance(sized, Action) else None
         # A replica at rest for hours (nights, weekends): scaled to zero, where that saves more than a resize.
-        zero = self._scale_to_zero(v) if name == "overprovisioned_serving" else None
+        zero = self._scale_to_zero(v) if name == OVERPROVISIONED_SERVING else None
         if zero is not None and (not isinstance(sized, Action) or zero.saving_usd_span > sized.saving_usd_span):
             return zero
-        if name == "unexplained" and not isinstance(sized, Action):  # no size saves: what would settle the cause
+        if name == UNEXPLAINED and not isinstance(sized, Action):  # no size saves: what would settle the cause
             return NotPlanned(v.workload, [v.unit], f"{sized.reason}; {v.recommendation.split('. ')[0]}")
         return sized
 
@@ -949,9 +959,9 @@ class _Planner:
         """What to fix after a resize: the cause its evidence showed beside the size (a loop one host thread
         drives), which raises its use, so that it is sized again after; for unexplained low activity, what
         would settle its cause. "" where none."""
-        if v.bottleneck == "unexplained":
+        if v.bottleneck == UNEXPLAINED:
             return f"then find why it works little: {UNEXPLAINED_SETTLES}"
-        if v.bottleneck == "host_stall" or "host_stall" in v.secondary:
+        if v.bottleneck == HOST_STALL or HOST_STALL in v.secondary:
             fix = STALL_CAUSES.get(v.cause, "")
             if fix:
                 return f"then {fix[0].lower()}{fix[1:]} Each fix raises its use: size it again after"

@@ -24,7 +24,7 @@ from gpulens.analyzer.outputs.plan import Plan
 from gpulens.analyzer.outputs.showback import Charge, ShowbackSum, showback_by
 from gpulens.analyzer.outputs.summary import waste_by
 from gpulens.analyzer.outputs.timelines import POINTS, TIMELINE_COLUMNS, TimelineBins, unit_samples
-from gpulens.core.bottlenecks import BOTTLENECKS, PROBLEMS
+from gpulens.core.bottlenecks import BOTTLENECKS, HELD_WITHOUT_POD, PROBLEMS, UNALLOCATED
 from gpulens.core.catalog import model_info
 from gpulens.core.times import for_people, rfc3339
 
@@ -432,8 +432,8 @@ def fleet_summary(verdicts: list[Verdict]) -> str:
 
 #: The kinds of GPU no pod holds, as the headline counts them.
 UNHELD_LABELS = {
-    "unallocated": "no pod holds (unallocated)",
-    "held_without_pod": "used outside any pod (held without a pod)",
+    UNALLOCATED: "no pod holds (unallocated)",
+    HELD_WITHOUT_POD: "used outside any pod (held without a pod)",
 }
 
 

@@ -43,7 +43,7 @@ from gpulens.analyzer.outputs.plan import Plan, Use, make_plan, sized
 from gpulens.analyzer.outputs.timelines import TimelineBins
 from gpulens.analyzer.runs import shards, span
 from gpulens.core import catalog, mixin
-from gpulens.core.bottlenecks import INSUFFICIENT_FILE
+from gpulens.core.bottlenecks import INSUFFICIENT_DATA, INSUFFICIENT_FILE
 from gpulens.core.mixin import MixinConfig
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import rfc3339
@@ -183,7 +183,7 @@ def from_files(report: FileReport, how: Judging, kept: list[KeptPlan]) -> Judged
     verdicts = with_owners(verdicts, owned)
     # A file holds what it holds: the advice is to record more, not to check a scrape.
     advice = INSUFFICIENT_FILE.format(min_samples=how.thresholds.min_samples)
-    verdicts = [replace(v, recommendation=advice) if v.bottleneck == "insufficient_data" else v for v in verdicts]
+    verdicts = [replace(v, recommendation=advice) if v.bottleneck == INSUFFICIENT_DATA else v for v in verdicts]
     keys = UnitKeys.of(trace)
     interval = sample_interval(trace, keys)
     use = Use.of_trace(trace, interval, how.thresholds, keys)

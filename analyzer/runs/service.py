@@ -44,7 +44,7 @@ from gpulens.analyzer.outputs.outcomes import Outcome, mark_done, over_span
 from gpulens.analyzer.outputs.plan import Plan, Use, make_plan, sized
 from gpulens.analyzer.outputs.timelines import RollingTimelines, unit_samples
 from gpulens.core import metrics as m
-from gpulens.core.bottlenecks import GPU_CLASSES, POD_CLASSES, WASTEFUL
+from gpulens.core.bottlenecks import GPU_CLASSES, INSUFFICIENT_DATA, POD_CLASSES, WASTEFUL
 from gpulens.core.catalog import device_price
 from gpulens.core.config import finite_json
 from gpulens.core.exposition import Exposition, Families
@@ -465,7 +465,7 @@ class AnalyzerService:
         """What each serving pod's engine counted over the history kept, read for the pods `verdicts` judge:
         a pod whose window is still insufficient_data has too few samples to size it by (the store's errors
         the cycle's input already counts)."""
-        judged = {(v.namespace, v.pod) for v in verdicts if v.pod and v.bottleneck != "insufficient_data"}
+        judged = {(v.namespace, v.pod) for v in verdicts if v.pod and v.bottleneck != INSUFFICIENT_DATA}
         return self.source.engine_loads(judged, self.history_seconds, self.thresholds.plan_load_percentile)
 
     def _verdicts_body(self, view: HistoryView) -> dict:

@@ -280,6 +280,12 @@ BOTTLENECKS: tuple[Bottleneck, ...] = (
 )
 BY_NAME = {b.name: b for b in BOTTLENECKS}
 CLASSES = tuple(b.name for b in BOTTLENECKS)
+#: The classes code outside their rules decides on by name (a ledger books a quiet replica as idle, the plan
+#: sizes an unexplained unit and releases a GPU nobody holds): named here once, so that tests/test_classes.py
+#: can hold every other module to a few literals of a class name. Each is a BOTTLENECKS record's name.
+IDLE, HEALTHY, INSUFFICIENT_DATA, UNEXPLAINED = "idle", "healthy", "insufficient_data", "unexplained"
+UNALLOCATED, HELD_WITHOUT_POD, OVERPROVISIONED_SERVING = "unallocated", "held_without_pod", "overprovisioned_serving"
+HOST_STALL, DATA_STARVATION, MEMORY_FRAGMENTATION = "host_stall", "data_starvation", "memory_fragmentation"
 RECOMMENDATIONS = {b.name: b.fix for b in BOTTLENECKS}
 #: The classes that are a problem to fix (not healthy, not "cannot tell", not capacity nobody holds).
 PROBLEMS = frozenset(b.name for b in BOTTLENECKS if b.problem)
