@@ -1,7 +1,7 @@
-"""Adding a class, or a cause of host_stall, means its record (core/bottlenecks.py), the rule that finds it
-(analyzer/judging/classify.py), a simulator profile that `gpulens eval` judges it on (analyzer/outputs/evaluate.py) and
-signature tests at its thresholds' edges (tests/test_signatures.py): docs/architecture.md says so, and these
-tests fail naming what a class or cause lacks."""
+"""Adding a class, or a cause of host_stall, means its record (core/bottlenecks.py), the Rule that finds it (a module
+of analyzer/judging/rules/, in its RULES), a simulator profile that `gpulens eval` judges it on
+(analyzer/outputs/evaluate.py) and signature tests at its thresholds' edges (tests/test_signatures.py):
+docs/architecture.md says so, and these tests fail naming what a class or cause lacks."""
 
 from __future__ import annotations
 
@@ -33,20 +33,55 @@ def stall_causes_named(tree: ast.AST) -> set[str]:
     }
 
 
-def found_by_rules() -> set[str]:
-    """The classes a Finding of classify.py names: its first argument, a name or a choice of names."""
+def rule_modules() -> list[str]:
+    """The rules' modules (analyzer/judging/rules/), each found (a glob that reaches nothing fails)."""
+    modules = sorted(str(path.relative_to(REPO)) for path in (REPO / "analyzer/judging/rules").glob("*.py"))
+    assert {"analyzer/judging/rules/gates.py", "analyzer/judging/rules/host_stall.py"} <= set(modules)
+    return modules
+
+
+def findings_of(tree: ast.AST) -> set[str]:
+    """The classes the Findings made in `tree` name: their first argument, a name or a choice of names."""
     names: set[str] = set()
-    for node in ast.walk(parsed("analyzer/judging/classify.py")):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Finding":
             names |= literals(node.args[0])
     return names
 
 
+def found_by_rules() -> set[str]:
+    """The classes a Finding of the rules names."""
+    return set().union(*(findings_of(parsed(module)) for module in rule_modules()))
+
+
 def causes_of_rules() -> set[str]:
-    """The host_stall causes classify.py gives a fix for: STALL_CAUSES["..."], and the causes _stall_shape
+    """The host_stall causes the rules give a fix for: STALL_CAUSES["..."], and the causes _stall_shape
     names (looked up with STALL_CAUSES.get)."""
-    tree = parsed("analyzer/judging/classify.py")
-    return stall_causes_named(tree) | (literals(tree) & set(STALL_CAUSES))
+    trees = [parsed(module) for module in rule_modules()]
+    return set().union(*(stall_causes_named(tree) | (literals(tree) & set(STALL_CAUSES)) for tree in trees))
+
+
+def test_each_rule_declares_every_class_its_decision_finds():
+    """A Rule's `finds` are the classes the Findings of its decision name, and of the functions of its module it
+    calls, however deep: the weighing of rivals (SETTLES) fills each settling key's classes from them."""
+    from gpulens.analyzer.judging.rules import RULES
+
+    for rule in RULES:
+        module = rule.decide.__module__.removeprefix("gpulens.").replace(".", "/") + ".py"
+        functions = {
+            node.name: node for node in parsed(module).body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        }
+        reached, todo = set(), [rule.decide.__name__]
+        while todo:
+            name = todo.pop()
+            if name in reached or name not in functions:
+                continue
+            reached.add(name)
+            todo += [
+                n.func.id for n in ast.walk(functions[name]) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+            ]
+        found = set().union(*(findings_of(functions[name]) for name in reached))
+        assert set(rule.finds) == found, rule.decide.__name__
 
 
 def judged_by_eval() -> set[str]:
@@ -64,7 +99,7 @@ def test_every_pod_class_has_a_rule_an_eval_profile_and_signature_tests():
         name: [
             what
             for what, has in (
-                ("a rule in classify.py", name in rules),
+                ("a rule in analyzer/judging/rules/", name in rules),
                 ("an eval scenario", name in eval_labels),
                 ("a signature test", name in tested),
             )
@@ -135,7 +170,7 @@ def test_no_output_decides_on_a_verdicts_evidence():
 
 #: The modules whose job is to name classes: the record of each (core/bottlenecks.py), the rules that find them
 #: (each names the class it finds) and `gpulens eval`'s scenarios (each labelled with the class it plays).
-NAMING_CLASSES = ("gpulens/core/bottlenecks.py", "analyzer/judging/classify.py", "analyzer/outputs/evaluate.py")
+NAMING_CLASSES = ("gpulens/core/bottlenecks.py", "analyzer/judging/rules/", "analyzer/outputs/evaluate.py")
 #: Literals of a class name the rest of the package may hold. Code that decides on a class by name imports it
 #: from core/bottlenecks.py (IDLE, UNEXPLAINED, ...), so that renaming a class cannot miss a use of it; what is
 #: left is words that are not classes there (a slot's idle share, a connection's idle state, the simulator's
@@ -146,9 +181,9 @@ MOST_CLASS_LITERALS = 25
 def test_class_names_are_written_out_in_few_places_besides_their_record_rules_and_scenarios():
     names = set(CLASSES)
     written = []
-    for path in package_modules(*NAMING_CLASSES):
+    for path in package_modules("gpulens/core/bottlenecks.py", *rule_modules(), "analyzer/outputs/evaluate.py"):
         where = str(path.relative_to(REPO))
-        if where in NAMING_CLASSES:
+        if where.startswith(NAMING_CLASSES):
             continue
         tree = ast.parse(path.read_text())
         docstrings = {

@@ -1,5 +1,5 @@
 """Causes weighed, not ordered: where several signatures hold, the one whose evidence settles the others is the
-class, whatever order they are tried in (classify.weighed(), classify.SETTLES); docs/analyzer.md's class table
+class, whatever order they are tried in (rules.weighed(), rules.SETTLES); docs/analyzer.md's class table
 names that evidence beside each class, and every pair of signatures that holds on one of the eval's pods is
 settled by it. Adding a signature that takes pods from another fails here until the evidence that decides
 between the two is named."""
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gpulens.analyzer.judging.classify import CAUSES, GATES, SETTLES, Finding, weighed
 from gpulens.analyzer.judging.features import PodFeatures, pod_features
+from gpulens.analyzer.judging.rules import CAUSES, GATES, SETTLES, weighed
+from gpulens.analyzer.judging.rules.base import Finding
 from gpulens.analyzer.outputs.evaluate import make_scenarios, scenario_trace
 from gpulens.core.bottlenecks import BY_NAME
 from gpulens.core.catalog import model_info
@@ -89,10 +90,12 @@ def test_one_finding_or_none_is_itself():
 
 def test_every_key_that_settles_is_one_its_classes_write_and_its_rivals_are_classes():
     """A rule on a key no signature of its class writes would never decide: each key is written by a Finding of
-    each class it names in classify.py, and settles only classes that exist."""
-    source = (REPO / "analyzer" / "judging" / "classify.py").read_text()
+    each class it names (the rule that declares it, analyzer/judging/rules/), and settles only classes that exist."""
+    modules = sorted((REPO / "analyzer" / "judging" / "rules").glob("*.py"))
+    assert [m.name for m in modules if m.name in ("placement.py", "host_stall.py")] == ["host_stall.py", "placement.py"]
+    source = "\n".join(module.read_text() for module in modules)
     for key, rule in SETTLES.items():
-        assert f'"{key}"' in source.replace(f'    "{key}": Settles(', ""), key
+        assert f'"{key}"' in source.replace(f'"{key}": Settles(', ""), key
         assert set(rule.of) | set(rule.rivals) <= set(BY_NAME), key
         assert not set(rule.of) & set(rule.rivals), key
 

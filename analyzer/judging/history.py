@@ -27,7 +27,6 @@ from gpulens.analyzer.inputs.engines import EngineLoad
 from gpulens.analyzer.inputs.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.inputs.owners import Owner
 from gpulens.analyzer.judging.classify import (
-    SPARSE,
     XID_FAULTS,
     ClassShare,
     DayUse,
@@ -36,11 +35,11 @@ from gpulens.analyzer.judging.classify import (
     Verdict,
     judge,
     judgements,
-    sparse_use,
     worked,
 )
 from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.judging.features import UnitKeys, pod_features
+from gpulens.analyzer.judging.rules.base import SPARSE, sparse_use
 from gpulens.core.bottlenecks import (
     BY_NAME,
     HEALTHY,

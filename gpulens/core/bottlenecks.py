@@ -286,6 +286,7 @@ CLASSES = tuple(b.name for b in BOTTLENECKS)
 IDLE, HEALTHY, INSUFFICIENT_DATA, UNEXPLAINED = "idle", "healthy", "insufficient_data", "unexplained"
 UNALLOCATED, HELD_WITHOUT_POD, OVERPROVISIONED_SERVING = "unallocated", "held_without_pod", "overprovisioned_serving"
 HOST_STALL, DATA_STARVATION, MEMORY_FRAGMENTATION = "host_stall", "data_starvation", "memory_fragmentation"
+THROTTLING, WRONG_GPU_TYPE = "throttling", "wrong_gpu_type"
 RECOMMENDATIONS = {b.name: b.fix for b in BOTTLENECKS}
 #: The classes that are a problem to fix (not healthy, not "cannot tell", not capacity nobody holds).
 PROBLEMS = frozenset(b.name for b in BOTTLENECKS if b.problem)
