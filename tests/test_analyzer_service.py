@@ -387,7 +387,7 @@ def test_two_shards_judge_every_pod_once_as_one_analyzer_does(fleet_in_prometheu
     give exactly the verdicts of one unsharded analyzer on the same data, none lost or doubled; and
     the hash is Prometheus' own (its hashmod relabelling labels each exporter with its shard)."""
     from gpulens.analyzer.inputs.live import PrometheusInput
-    from gpulens.analyzer.inputs.series import Shard, hashmod
+    from gpulens.analyzer.inputs.window import Shard, hashmod
     from gpulens.analyzer.judging.classify import classify
 
     prometheus = fleet_in_prometheus
@@ -422,7 +422,7 @@ def test_each_cycle_reads_only_the_steps_it_has_not_read(fleet_in_prometheus):
     import pandas as pd
 
     from gpulens.analyzer.inputs.live import PrometheusInput
-    from gpulens.analyzer.inputs.series import REREAD_STEPS
+    from gpulens.analyzer.inputs.window import REREAD_STEPS
 
     prometheus = fleet_in_prometheus
     end = float(int(time.time()) - 5)  # steps whose scrapes have all landed: both readers see the same data

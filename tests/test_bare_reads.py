@@ -1,4 +1,4 @@
-"""A read of many steps asks a store bare series (analyzer/inputs/series.py _Bare: a selector, rate() or increase()
+"""A read of many steps asks a store bare series (analyzer/inputs/queries.py Bare: a selector, rate() or increase()
 alone, without `max by` or arithmetic, which Prometheus evaluates step by step at many times the cost) and
 takes the max, the factors and the freshness itself. Read from a real Prometheus and a real
 VictoriaMetrics both ways, three hours of every family the analyzer reads give the same frame, value for

@@ -160,7 +160,7 @@ def test_a_gpus_rates_are_unknown_for_a_rate_window_after_its_pod_left_even_a_cy
     the rows read (a live cycle's window begins after it) counts, from the newest step it held the GPU."""
     import numpy as np
 
-    from gpulens.analyzer.inputs.series import left_by_a_pod
+    from gpulens.analyzer.inputs.window import left_by_a_pod
 
     ts = np.array([0, 30, 60, 90, 120, 150, 180] * 3, dtype=float)
     gpu = np.repeat([0, 1, 2], 7)

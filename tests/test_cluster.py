@@ -23,8 +23,9 @@ from gpulens.analyzer.inputs.cluster import WAITING, ClusterHistory, Node, PodTr
 from gpulens.analyzer.inputs.kinds import Pools, WorkloadKind
 from gpulens.analyzer.inputs.owners import Owner
 from gpulens.analyzer.judging.scheduling import judge
-from gpulens.analyzer.outputs.plan import Use, make_plan
+from gpulens.analyzer.outputs.plan import make_plan
 from gpulens.analyzer.outputs.terminal import _cluster
+from gpulens.analyzer.outputs.use import Use
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import rfc3339
 from tests import cluster_history as cluster
@@ -217,7 +218,7 @@ def test_a_report_judged_in_processes_is_the_report_judged_in_one(store, answer,
     """`--processes 2`: each process reads the nodes whose name hashes to its share (t2 and t4; t1, t3, i1
     and i2), and the merged report is the one process's: the same verdicts, plan and cluster, and the same
     HTML timelines (what each unit used is merged, not read again)."""
-    from gpulens.analyzer.inputs.series import hashmod
+    from gpulens.analyzer.inputs.window import hashmod
 
     assert sorted(node for node in cluster.NODES if hashmod(node, 2) == 0) == ["t2", "t4"]
     merged = json.loads(report(store, "--format", "json", "--processes", "2").stdout)
@@ -243,7 +244,7 @@ def test_a_report_sharded_between_runs_is_the_report_of_one_run(store, answer, t
     whose name hashes to its index into a shard file; `--merge` of both is the report one run writes: the
     same verdicts, plan and cluster (read once, at the merge), and the same HTML. A shard read in two
     processes shares its nodes out again (shard 1 of 2 in processes: shards 1 and 3 of 4)."""
-    from gpulens.analyzer.inputs.series import hashmod
+    from gpulens.analyzer.inputs.window import hashmod
 
     files = [tmp_path / f"shard-{index}.zip" for index in range(2)]
     for index, more in ((0, ()), (1, ("--processes", "2"))):
@@ -332,7 +333,7 @@ def test_the_clusters_series_read_bare_are_what_promql_answers(store, age):
     backfilled, holds no staleness marker: with one, fresh() would end a series at it, last_over_time at most
     half a scrape interval later; docs/stores.md.)"""
     from gpulens.analyzer.inputs.kube_state import GPU_REQUESTS, GPUS, LIVE_PHASES, QUOTA_HARD, StoreKubeState
-    from gpulens.analyzer.inputs.series import fresh
+    from gpulens.analyzer.inputs.queries import fresh
     from gpulens.analyzer.inputs.store import Store
 
     source = StoreKubeState(Store(store[0]))

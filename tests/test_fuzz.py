@@ -21,7 +21,8 @@ from gpulens.analyzer.inputs import readers
 from gpulens.analyzer.inputs.readers import TraceError
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.history import analyze, sample_interval
-from gpulens.analyzer.outputs.plan import Use, make_plan
+from gpulens.analyzer.outputs.plan import make_plan
+from gpulens.analyzer.outputs.use import Use
 from gpulens.core import catalog, dcgm
 from gpulens.core.config import ConfigError, finite_json
 from gpulens.core.mixin import MixinConfig

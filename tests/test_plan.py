@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.judging.history import analyze
+from gpulens.analyzer.outputs.actions import GPU_ONLY_REPLICA_CONFIDENCE
 from gpulens.analyzer.outputs.evaluate import Scenario, scenario_trace
 from gpulens.analyzer.outputs.formats import plan_csv
-from gpulens.analyzer.outputs.plan import GPU_ONLY_REPLICA_CONFIDENCE, Use, make_plan, sized
+from gpulens.analyzer.outputs.plan import make_plan, sized
+from gpulens.analyzer.outputs.use import Use
 from gpulens.core.catalog import MODELS
 from gpulens.core.thresholds import Thresholds
 

@@ -234,7 +234,8 @@ def test_the_kv_cache_bound_deployment_keeps_the_replicas_its_engines_needed(sto
     # (unexplained: nothing to plan). Had they been judged serving from their GPUs alone, sizing by summed
     # activity would cut the Deployment below what its peak ran: what the engines' load prevents.
     from gpulens.analyzer.judging.history import analyze
-    from gpulens.analyzer.outputs.plan import Use, make_plan
+    from gpulens.analyzer.outputs.plan import make_plan
+    from gpulens.analyzer.outputs.use import Use
 
     t = Thresholds()
     alone = [v for v in analyze(trace, t) if v.pod in {p.split("/")[1] for p in CHAT}]

@@ -441,7 +441,8 @@ def test_a_gpu_handed_to_a_new_pod_is_the_new_pods_from_its_first_step(tmp_path,
     """Backfilled data has no staleness markers: Prometheus' 5-minute lookback keeps the old pod's series
     beside the new one's for 5 minutes after the handover. The new pod holds the GPU from its first
     sample, whichever pod's name sorts first."""
-    from gpulens.analyzer.inputs.series import SeriesReader, Window
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.window import Window
 
     lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]
     lines += [f'gpulens_gpu_utilization_ratio{{instance="n1",uuid="GPU-1"}} 0.5 {T0 + 60 * k}' for k in range(20)]
@@ -467,7 +468,8 @@ def test_cadvisor_and_kube_state_metrics_are_read_from_the_jobs_named(tmp_path):
     release left running), every job's series add up: a pod's 2 cores read as 4. --cadvisor.job and
     --kube-state-metrics.job keep the job named, as kubernetes-mixin's selectors do, and as the dashboards
     read them (tests/test_dashboards.py). A real Prometheus; the pod uses 2 cores of a 4-core limit."""
-    from gpulens.analyzer.inputs.series import SeriesReader, Window
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.window import Window
     from gpulens.core.mixin import ANY_JOB
 
     steps, pod = 20, 'namespace="ci",pod="job-0",container="main"'
@@ -504,7 +506,8 @@ def test_gpulens_and_dcgm_exporter_series_are_read_from_the_jobs_named(tmp_path)
     """A staging cluster's exporters scraped under jobs of their own: unnamed (the analyzer's default), every
     job's GPUs are read; --exporter.job and --dcgm.job, the flags and MixinConfig fields the alerts and
     dashboards are generated with, keep the jobs named. A real Prometheus."""
-    from gpulens.analyzer.inputs.series import SeriesReader, Window
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.window import Window
     from gpulens.core.mixin import ANY_JOB, MixinConfig
 
     steps, lines = 10, []
@@ -537,7 +540,8 @@ def test_a_memory_share_is_the_one_the_recording_rule_and_dashboards_draw(tmp_pa
     draw), as a real Prometheus evaluates it, for a gpulens exporter's GPU and a dcgm-exporter's alike. The
     figures are the H100 capture's: 19,818 MiB used of 81,559, 479 reserved."""
     from gpulens.analyzer.inputs import frame as fr
-    from gpulens.analyzer.inputs.series import SeriesReader, Window
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.window import Window
     from gpulens.core import mixin
 
     mib, steps = 2**20, 10
@@ -577,7 +581,8 @@ def test_a_reader_that_runs_for_long_forgets_the_pods_and_gpus_gone_from_its_win
     """A service reads the fleet every cycle for months: the pods (300 here, one a minute) and the
     dcgm-exporter GPUs (one leaves after 50 minutes) it keeps are those of its window, and every frame still
     names each step's pod."""
-    from gpulens.analyzer.inputs.series import SeriesReader, Window
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.window import Window
 
     steps = 300
     lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]

@@ -23,7 +23,8 @@ from gpulens.analyzer.inputs.store import Store, StoreAuth, StoreError
 from gpulens.analyzer.judging.evidence import percent
 from gpulens.analyzer.judging.history import analyze
 from gpulens.analyzer.outputs import report as html_report
-from gpulens.analyzer.outputs.plan import Use, sized
+from gpulens.analyzer.outputs.plan import sized
+from gpulens.analyzer.outputs.use import Use
 from gpulens.core.catalog import MIB, model_info
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import rfc3339
@@ -248,7 +249,8 @@ def test_a_store_that_will_not_name_its_series_is_read_from_the_shortest_piece_o
     read-only front ends are configured), the GPUs are not known before the first piece: it is the
     shortest (a window counted), the pieces after it are sized from the GPUs it found, and the verdicts
     are those of the store read directly."""
-    from gpulens.analyzer.inputs.series import SeriesReader, Shard
+    from gpulens.analyzer.inputs.series import SeriesReader
+    from gpulens.analyzer.inputs.window import Shard
     from gpulens.analyzer.runs import span
     from gpulens.core.thresholds import Thresholds
 

@@ -22,7 +22,7 @@ import pytest
 
 from gpulens.analyzer.inputs import live
 from gpulens.analyzer.inputs.live import ExporterInput, InputError, PrometheusInput
-from gpulens.analyzer.inputs.series import Shard
+from gpulens.analyzer.inputs.window import Shard
 from gpulens.analyzer.runs.service import AnalyzerService, cycle_offset
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr

@@ -14,7 +14,9 @@ from gpulens.analyzer.inputs import readers
 from gpulens.analyzer.inputs.live import ExporterInput
 from gpulens.analyzer.judging.classify import XID_FAULTS
 from gpulens.analyzer.judging.history import analyze
-from gpulens.analyzer.outputs.plan import NotPlanned, Use, make_plan
+from gpulens.analyzer.outputs.actions import NotPlanned
+from gpulens.analyzer.outputs.plan import make_plan
+from gpulens.analyzer.outputs.use import Use
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
 from gpulens.core.catalog import MODELS
@@ -135,8 +137,9 @@ def test_prometheus_gives_the_steps_of_new_hardware_xids_from_gpulens_and_dcgm_e
     """GPU-a's XID 79 counter is born at minute 20 (and XID 13's at minute 10, the application's); GPU-b
     counts none; dcgm-exporter's GPU-c reports XID 48 from minute 25 on and GPU-d the application's 31. With
     60 s steps the rate window is 240 s: XID 79 shows at minutes 20-23, then the counter stands still."""
-    from gpulens.analyzer.inputs.series import SeriesReader, Window
+    from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.inputs.store import Store
+    from gpulens.analyzer.inputs.window import Window
 
     minutes = range(40)
     lines = ["# TYPE gpulens_gpu_utilization_ratio gauge"]

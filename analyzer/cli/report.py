@@ -177,8 +177,8 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer.inputs.kube_state import KubeStateError
     from gpulens.analyzer.inputs.proposals import read_plan_file
     from gpulens.analyzer.inputs.readers import TraceError
-    from gpulens.analyzer.inputs.series import Shard
     from gpulens.analyzer.inputs.store import StoreError
+    from gpulens.analyzer.inputs.window import Shard
     from gpulens.analyzer.outputs import formats, showback
     from gpulens.analyzer.runs import report as run
 

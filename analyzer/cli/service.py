@@ -126,7 +126,7 @@ def run_service(args: argparse.Namespace) -> int:
 
     from gpulens.analyzer.inputs.kinds import load_pools, load_rules
     from gpulens.analyzer.inputs.live import AnalyzerInput, ExporterInput, PrometheusInput
-    from gpulens.analyzer.inputs.series import MAX_READ_PARTS, Shard
+    from gpulens.analyzer.inputs.window import MAX_READ_PARTS, Shard
     from gpulens.analyzer.runs.livepage import LivePage
     from gpulens.analyzer.runs.service import AnalyzerService
     from gpulens.core.config import ConfigError, redact

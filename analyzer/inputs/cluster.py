@@ -41,7 +41,7 @@ import numpy as np
 from gpulens.analyzer.inputs.kinds import PodKey, Pools
 from gpulens.analyzer.inputs.kube_state import AUTOSCALER_INFO, GPU_RESOURCE, GPUS, KubeState, StoreKubeState
 from gpulens.analyzer.inputs.owners import Owner, OwnerReader, label_name
-from gpulens.analyzer.inputs.series import IDENTITY_FRESH
+from gpulens.analyzer.inputs.queries import IDENTITY_FRESH
 from gpulens.analyzer.inputs.store import Store
 from gpulens.core.catalog import model_info
 from gpulens.core.times import rfc3339
@@ -60,7 +60,7 @@ POOL_LABELS = (
 PIECE_STEPS = 1440
 #: A pod on no node: it waits to be scheduled.
 WAITING = -1
-#: Series are read while their newest sample is at most this many scrape intervals old (series.IDENTITY_FRESH).
+#: Series are read while their newest sample is at most this many scrape intervals old (queries.IDENTITY_FRESH).
 FRESH = IDENTITY_FRESH
 #: The most GPUs a node offers or a pod asks for that is believed: 8 GPUs time-sliced 512 ways (the device
 #: plugin's `replicas`), far past any real node (16 GPUs at most, 7 MIG instances each). A larger count is a

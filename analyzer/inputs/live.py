@@ -32,7 +32,8 @@ from gpulens.analyzer.inputs.engines import EngineLoad, Health, read_engine_load
 from gpulens.analyzer.inputs.kinds import DEFAULT_RULES, KindRule, PodKey, Pools
 from gpulens.analyzer.inputs.owners import Owner, OwnerReader
 from gpulens.analyzer.inputs.proposals import Proposal, read_proposal
-from gpulens.analyzer.inputs.series import READ_PARTS, REREAD_STEPS, SeriesReader, Shard, Window, instances_matcher
+from gpulens.analyzer.inputs.queries import instances_matcher
+from gpulens.analyzer.inputs.series import SeriesReader
 from gpulens.analyzer.inputs.store import (
     MAX_ANSWER_BYTES,
     AnswerLate,
@@ -42,6 +43,7 @@ from gpulens.analyzer.inputs.store import (
     StoreError,
     read_answer,
 )
+from gpulens.analyzer.inputs.window import READ_PARTS, REREAD_STEPS, Shard, Window
 from gpulens.core import catalog, mixin
 from gpulens.core import metrics as m
 from gpulens.core import trace as tr
@@ -425,7 +427,7 @@ class PrometheusInput:
         self.clock = clock  # the window ends now: unix seconds
         self.window = window
         self.step = step
-        #: The parts the queries are split into, read in turns (analyzer/inputs/series.py READ_PARTS).
+        #: The parts the queries are split into, read in turns (analyzer/inputs/window.py READ_PARTS).
         self.parts = parts
         self.reader = SeriesReader(self.store, step, config, selector, dcgm_selector)
         kube_state = self.reader.config.kube_state_metrics

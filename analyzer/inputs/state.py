@@ -24,7 +24,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from gpulens.analyzer.inputs.series import Key, Window
+from gpulens.analyzer.inputs.window import Key, Window
 from gpulens.core.config import atomic_output
 
 log = logging.getLogger(__name__)

@@ -212,8 +212,6 @@ class Verdict:
 
 #: The namespace, workload and team of a GPU no pod holds, where waste is summed by them.
 NO_POD = "(no pod)"
-
-
 #: The evidence key of a hardware XID on a unit's GPUs (_hardware_xid): the plan leaves such units alone.
 XID_FAULTS = "xid_faults"
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration
+from gpulens.analyzer.outputs.actions import Action, Plan
 from gpulens.analyzer.outputs.outcomes import Outcome
-from gpulens.analyzer.outputs.plan import Action, Plan
 from gpulens.analyzer.outputs.report import STYLE
 from gpulens.analyzer.outputs.showback import Charge, ShowbackSum, checks, showback_by
 from gpulens.analyzer.outputs.summary import group_of

@@ -24,7 +24,8 @@ import pandas as pd
 
 from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.judging.history import analyze
-from gpulens.analyzer.outputs.plan import Use, sized
+from gpulens.analyzer.outputs.plan import sized
+from gpulens.analyzer.outputs.use import Use
 from gpulens.core import trace as tr
 from gpulens.core.activity import ActivityShape
 from gpulens.core.bottlenecks import BY_NAME, POD_CLASSES

@@ -9,8 +9,8 @@ from dataclasses import asdict, fields
 
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.scheduling import Pending, PoolUse, Scheduling
+from gpulens.analyzer.outputs.actions import Action, Plan
 from gpulens.analyzer.outputs.outcomes import Outcome
-from gpulens.analyzer.outputs.plan import Action, Plan
 from gpulens.analyzer.outputs.showback import DIMENSIONS as SHOWBACK_DIMENSIONS
 from gpulens.analyzer.outputs.showback import Charge, price_sources, showback_by
 from gpulens.analyzer.outputs.summary import DIMENSIONS, WasteSum, waste_by

@@ -3,7 +3,7 @@ of equal length that leave its transition out: what the workload held, cost, did
 on one footing; the saving it realised for the work it did; and its health after, in a word (held, regressed,
 too early) with its reason and confidence, as verdicts give theirs (docs/changes.md).
 
-The figures come from what the report measured already: each unit's GPU samples binned over the span (plan.Use:
+The figures come from what the report measured already: each unit's GPU samples binned over the span (use.Use:
 GPUs held, work done), its verdict's episodes (waste and class), and, for serving, its engine's own counts over
 each window (inputs/engines.py: requests, queue, KV cache, latency), read by the caller.
 """
@@ -24,7 +24,8 @@ from gpulens.analyzer.inputs.proposals import Proposal, ProposalReader
 from gpulens.analyzer.judging.changes import Change, PodSpell, changes, held_changes
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration
-from gpulens.analyzer.outputs.plan import MONTH_HOURS, Action, Use
+from gpulens.analyzer.outputs.actions import MONTH_HOURS, Action
+from gpulens.analyzer.outputs.use import Use
 from gpulens.core.catalog import gpu_share_of, model_info
 from gpulens.core.thresholds import Thresholds
 from gpulens.core.times import rfc3339
@@ -343,7 +344,7 @@ def _word(
 
 
 def spells(verdicts: Sequence[Verdict], use: Use) -> list[PodSpell]:
-    """Each pod's time holding GPUs, from its samples (plan.Use: to a bin), with the GPUs it held in words."""
+    """Each pod's time holding GPUs, from its samples (use.Use: to a bin), with the GPUs it held in words."""
     out = []
     for v in verdicts:
         seen = use.first_and_last(v.unit) if v.pod else None

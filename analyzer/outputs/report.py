@@ -19,8 +19,8 @@ from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.history import sample_interval
 from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
+from gpulens.analyzer.outputs.actions import Plan
 from gpulens.analyzer.outputs.outcomes import Outcome
-from gpulens.analyzer.outputs.plan import Plan
 from gpulens.analyzer.outputs.showback import Charge, ShowbackSum, showback_by
 from gpulens.analyzer.outputs.summary import waste_by
 from gpulens.analyzer.outputs.timelines import POINTS, TIMELINE_COLUMNS, TimelineBins, unit_samples

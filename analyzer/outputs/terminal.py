@@ -28,8 +28,8 @@ from gpulens.analyzer.inputs import readers
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.evidence import duration, gpu_count, item_in_units
 from gpulens.analyzer.judging.scheduling import REASON_TEXT, Scheduling, quota_advice, spent
+from gpulens.analyzer.outputs.actions import Plan
 from gpulens.analyzer.outputs.outcomes import Outcome
-from gpulens.analyzer.outputs.plan import Plan
 from gpulens.analyzer.outputs.report import fleet_line
 from gpulens.analyzer.outputs.showback import Charge, showback_by
 from gpulens.analyzer.outputs.summary import waste_by

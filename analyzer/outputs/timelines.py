@@ -1,6 +1,6 @@
 """Each unit's timeline over a span: activity, memory and power per sample (unit_samples), averaged into
 bins a piece at a time (TimelineBins) or over the live service's rolling history (RollingTimelines). The HTML
-report and the page at / draw them; the plan reads each unit's use from them (analyzer/outputs/plan.py)."""
+report and the page at / draw them; the plan reads each unit's use from them (analyzer/outputs/use.py)."""
 
 from __future__ import annotations
 

@@ -31,16 +31,19 @@ from gpulens.analyzer.inputs.kube_state import KubeState, RecordedKubeState
 from gpulens.analyzer.inputs.owners import Owner, OwnerReader
 from gpulens.analyzer.inputs.proposals import KeptPlan, first_proposal, kept_proposal, read_proposal
 from gpulens.analyzer.inputs.readers import TraceError
-from gpulens.analyzer.inputs.series import SeriesReader, Shard
+from gpulens.analyzer.inputs.series import SeriesReader
 from gpulens.analyzer.inputs.store import Store, StoreAuth, StoreError
+from gpulens.analyzer.inputs.window import Shard
 from gpulens.analyzer.judging.classify import Verdict
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.history import analyze, sample_interval, with_owners
 from gpulens.analyzer.judging.scheduling import Scheduling, judge_store
 from gpulens.analyzer.outputs import terminal
+from gpulens.analyzer.outputs.actions import Plan
 from gpulens.analyzer.outputs.outcomes import Outcome, mark_done, over_span
-from gpulens.analyzer.outputs.plan import Plan, Use, make_plan, sized
+from gpulens.analyzer.outputs.plan import make_plan, sized
 from gpulens.analyzer.outputs.timelines import TimelineBins
+from gpulens.analyzer.outputs.use import Use
 from gpulens.analyzer.runs import shards, span
 from gpulens.core import catalog, mixin
 from gpulens.core.bottlenecks import INSUFFICIENT_DATA, INSUFFICIENT_FILE

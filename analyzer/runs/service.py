@@ -40,9 +40,11 @@ from gpulens.analyzer.judging.classify import Verdict, classify
 from gpulens.analyzer.judging.features import UnitKeys
 from gpulens.analyzer.judging.history import Ledger, with_owners, with_workload
 from gpulens.analyzer.judging.scheduling import Scheduling, judge_reading
+from gpulens.analyzer.outputs.actions import Plan
 from gpulens.analyzer.outputs.outcomes import Outcome, mark_done, over_span
-from gpulens.analyzer.outputs.plan import Plan, Use, make_plan, sized
+from gpulens.analyzer.outputs.plan import make_plan, sized
 from gpulens.analyzer.outputs.timelines import RollingTimelines, unit_samples
+from gpulens.analyzer.outputs.use import Use
 from gpulens.core import metrics as m
 from gpulens.core.bottlenecks import GPU_CLASSES, INSUFFICIENT_DATA, POD_CLASSES, WASTEFUL
 from gpulens.core.catalog import device_price

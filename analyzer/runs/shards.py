@@ -1,9 +1,9 @@
 """A report's share of a fleet in a file, for a report too large for one machine: `gpulens report --prometheus
 URL --since ... --until T --shard.count N --shard.index I --out FILE` judges the nodes whose name hashes to I
-(series.Shard, Prometheus' hashmod: a pod's GPUs are on one node, so each pod is judged by one shard) and
+(window.Shard, Prometheus' hashmod: a pod's GPUs are on one node, so each pod is judged by one shard) and
 writes what the report of the whole fleet needs of them; `gpulens report --prometheus URL --since ... --until
 T --merge FILE...` merges the N files into the report one run over the fleet writes: the same verdicts, plan
-(what each unit used, plan.Use), HTML timelines (timelines.TimelineBins) and cluster share (read once, at the
+(what each unit used, use.Use), HTML timelines (timelines.TimelineBins) and cluster share (read once, at the
 merge, from kube-state-metrics' series).
 
 A shard file is a zip archive: `shard.json` (what wrote it: the store, the span, the shard, the settings
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from gpulens import __version__
-from gpulens.analyzer.inputs.series import Shard
+from gpulens.analyzer.inputs.window import Shard
 from gpulens.analyzer.judging.classify import Verdict
-from gpulens.analyzer.outputs.plan import Use
 from gpulens.analyzer.outputs.timelines import TimelineBins
+from gpulens.analyzer.outputs.use import Use
 from gpulens.analyzer.runs.span import Span
 from gpulens.core.config import atomic_output
 

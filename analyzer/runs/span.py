@@ -33,13 +33,15 @@ from gpulens.analyzer.inputs import frame as fr
 from gpulens.analyzer.inputs.engines import EngineLoad
 from gpulens.analyzer.inputs.kinds import UNKNOWN, PodKey, WorkloadKind
 from gpulens.analyzer.inputs.owners import Owner, OwnerReader
-from gpulens.analyzer.inputs.series import Exporters, SeriesReader, Shard, Window, instances_matcher
+from gpulens.analyzer.inputs.queries import instances_matcher
+from gpulens.analyzer.inputs.series import SeriesReader
 from gpulens.analyzer.inputs.store import StoreError
+from gpulens.analyzer.inputs.window import Exporters, Shard, Window
 from gpulens.analyzer.judging.classify import Verdict, judge
 from gpulens.analyzer.judging.features import UnitKeys, pod_features
 from gpulens.analyzer.judging.history import Ledger, default_window, ledgers, with_owners, with_workload
-from gpulens.analyzer.outputs.plan import Use
 from gpulens.analyzer.outputs.timelines import TimelineBins, unit_samples
+from gpulens.analyzer.outputs.use import Use
 from gpulens.core.thresholds import Thresholds
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,6 @@ def worked(activity: float, waiting_share: float | None) -> float:
 
 #: The evidence key of sparse use called idle (_sparse): history.py lets it judge the start of the data.
 SPARSE = "busy_fraction"
-
-
 #: What a verdict found beyond its class that outputs act on (Verdict.facts), typed rather than read from
 #: its evidence: a hardware XID on its GPUs (the plan leaves it to be repaired), NVLinks down or failing (the
 #: same), idle judged on sparse use (history lets a later window that saw enough judge the data's start), bursts

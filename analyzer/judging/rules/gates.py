@@ -137,8 +137,6 @@ INSUFFICIENT_DATA_RULE = Rule(
     insufficient_data,
     gate=True,
 )
-
-
 IDLE_RULE = Rule(
     ("idle",),
     idle,

@@ -364,8 +364,6 @@ def _uneven(f: PodFeatures, t: Thresholds) -> Finding | None:
 
 
 ONE_RANK = "the GPUs wait on one rank, a peer or a save its evidence names, not each on its own input or requests"
-
-
 PIPELINE = Rule(
     ("host_stall", "healthy"),
     pipeline,
@@ -377,8 +375,6 @@ PIPELINE = Rule(
         ),
     },
 )
-
-
 HOST_STALL = Rule(
     ("host_stall",),
     host_stall,

@@ -62,8 +62,6 @@ FRAGMENTATION = Rule(
     ("memory_fragmentation",),
     memory_fragmentation,
 )
-
-
 BANDWIDTH = Rule(
     ("memory_bandwidth",),
     memory_bandwidth,

@@ -107,8 +107,6 @@ def interconnect(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding | Non
 
 
 PLACED = "its GPUs cannot exchange at NVLink speed: their ranks wait on the exchange its placement slows"
-
-
 POOR_PLACEMENT = Rule(
     ("poor_placement",),
     poor_placement,
@@ -118,8 +116,6 @@ POOR_PLACEMENT = Rule(
         "nvlink_faults": Settles(("host_stall", "interconnect"), PLACED),
     },
 )
-
-
 INTERCONNECT = Rule(
     ("interconnect",),
     interconnect,
