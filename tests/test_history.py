@@ -247,7 +247,9 @@ def test_report_writes_episodes_to_json_and_csv_and_checks_its_flags(tmp_path, s
     assert re.search(r"sd/idle_replica-6 +idle +0\.\d\d ", table), table  # a table row, or a block (narrow)
     bad = gpulens("report", str(path), "--window", "1h", "--step", "2h")
     assert bad.returncode == 2
-    assert bad.stderr == "gpulens report: --step 2h is longer than --window 1h: windows would skip data\n"
+    assert bad.stderr == (
+        "gpulens report: --step (7200 s) must be positive and at most --window (3600 s): windows would skip data\n"
+    )
     bad = gpulens("report", str(path), "--window", "an hour")
     assert (
         bad.stderr

@@ -179,6 +179,7 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer.inputs.readers import TraceError
     from gpulens.analyzer.inputs.store import StoreError
     from gpulens.analyzer.inputs.window import Shard
+    from gpulens.analyzer.judging.history import check_slide
     from gpulens.analyzer.outputs import formats, showback
     from gpulens.analyzer.runs import report as run
 
@@ -186,8 +187,8 @@ def run_report(args: argparse.Namespace) -> int:
         thresholds, prices = config_of(args)
         window = parse_duration(args.window, "--window") if args.window else None
         step = parse_duration(args.step, "--step") if args.step else None
-        if window is not None and step is not None and step > window:
-            raise ValueError(f"--step {args.step} is longer than --window {args.window}: windows would skip data")
+        if window is not None and step is not None:
+            check_slide(window, step)  # said before a long read, not after
         if args.files and args.prometheus:
             raise ValueError(_files_beside_a_store(args))
         if not args.files and not args.prometheus:

@@ -28,7 +28,7 @@ from gpulens.analyzer.inputs.kinds import Kind, WorkloadKind
 from gpulens.analyzer.judging.evidence import Evidence, percent, share
 from gpulens.analyzer.judging.features import PodFeatures, pod_features
 from gpulens.analyzer.judging.rules import CAUSES, GATES, weighed
-from gpulens.analyzer.judging.rules.base import Finding, is_oversized, start_up, worked
+from gpulens.analyzer.judging.rules.base import Finding, is_oversized, start_up, wasted_seconds
 from gpulens.analyzer.judging.rules.fallback import sized_over_loop, without_signature
 from gpulens.analyzer.judging.rules.gates import gpu_without_pod, insufficient_data
 from gpulens.analyzer.judging.sizing import Size
@@ -386,7 +386,7 @@ def _written_out(judged: Judgement, f: PodFeatures) -> Verdict:
         secondary.append(WRONG_GPU_TYPE)
     wasted = 0.0
     if activity is not None and BY_NAME[name].waste:
-        wasted = (1.0 - worked(activity, found.waiting_share)) * f.gpu_seconds
+        wasted = wasted_seconds(activity, found.waiting_share, f.gpu_seconds)
     cost = wasted / 3600 * judged.info.price_per_hour * gpu_share_of(f.gpu_model)  # a MIG slice costs its share
     confidence = judged.confidence
     return Verdict(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -35,11 +35,10 @@ from gpulens.analyzer.judging.classify import (
     Verdict,
     judge,
     judgements,
-    worked,
 )
 from gpulens.analyzer.judging.evidence import duration
 from gpulens.analyzer.judging.features import UnitKeys, pod_features
-from gpulens.analyzer.judging.rules.base import SPARSE, sparse_use
+from gpulens.analyzer.judging.rules.base import SPARSE, sparse_use, wasted_seconds
 from gpulens.core.bottlenecks import (
     BY_NAME,
     HEALTHY,
@@ -98,17 +97,32 @@ def analyze(
         return []
     keys = UnitKeys.of(trace)
     fr.require_few_enough(int(keys.unit.max()) + 1)
-    window, step = resolve_window(trace, keys, t, window, step)
+    window, step = window_and_slide(window, step, lambda: sample_interval(trace, keys), t)
     ts = trace["timestamp"].to_numpy()
     workloads = workloads_in(trace) if workloads is None else workloads
     engines = engines or {}
-    if float(ts.max()) - float(ts.min()) < window:  # one window: classify()
-        return [
-            with_workload(v, workloads.get(v.unit, UNKNOWN), engines.get(v.unit), t)
-            for v in judge(pod_features(trace, t, keys=keys), t, prices)
-        ]
+    if float(ts.max()) - float(ts.min()) < window:
+        return judged_whole(trace, t, prices, lambda unit: workloads.get(unit, UNKNOWN), engines.get, keys)
     found = ledgers(trace, t, prices, window, step, keys=keys)
     return [ledger.verdict(t, workloads.get(unit, UNKNOWN), engines.get(unit)) for unit, ledger in found.items()]
+
+
+def judged_whole(
+    trace: pd.DataFrame,
+    t: Thresholds,
+    prices: dict[str, float] | None,
+    workload: Callable[[str], WorkloadKind],
+    engine: Callable[[str], EngineLoad | None],
+    keys: UnitKeys | None = None,
+) -> list[Verdict]:
+    """Data spanning less than one window (a file, a short report): one verdict a unit for all of it, as
+    classify() gives, with what its workload is and its engine counted (by unit, "namespace/pod")."""
+    if trace.empty:
+        return []
+    return [
+        with_workload(v, workload(v.unit), engine(v.unit), t)
+        for v in judge(pod_features(trace, t, keys=keys), t, prices)
+    ]
 
 
 #: What a trace's WORKLOAD columns are, as a verdict's kind_source says it.
@@ -192,16 +206,26 @@ def intensity(v: Verdict) -> float:
     return v.mean_activity / (1.0 - v.idle_ratio)
 
 
-def resolve_window(
-    trace: pd.DataFrame, keys: UnitKeys, t: Thresholds, window: float | None, step: float | None
+def window_and_slide(
+    window: float | None, slide: float | None, interval: Callable[[], float], t: Thresholds
 ) -> tuple[float, float]:
-    """The window and step to slide: as given, or default_window() for the trace's sample interval."""
-    if window is None or step is None:
-        auto_window, auto_step = default_window(sample_interval(trace, keys), t)
-        window, step = window or auto_window, step or min(auto_step, window or auto_step)
-    if step <= 0 or window <= 0 or step > window:
-        raise ValueError(f"--step ({step:g} s) must be positive and at most --window ({window:g} s)")
-    return window, step
+    """The analysis window and how far it slides (seconds): as given, else default_window() for data sampled every
+    `interval()` seconds (asked only where one is not given); check_slide()'s ValueError where they cannot go
+    together."""
+    if window is None or slide is None:
+        auto_window, auto_slide = default_window(interval(), t)
+        window, slide = window or auto_window, slide or min(auto_slide, window or auto_slide)
+    check_slide(window, slide)
+    return window, slide
+
+
+def check_slide(window: float, slide: float) -> None:
+    """ValueError where the window does not slide forward, or slides further than it is long: windows would skip
+    data. (The flags' words: the report's --window and --step.)"""
+    if not (window > 0 and 0 < slide <= window):
+        raise ValueError(
+            f"--step ({slide:g} s) must be positive and at most --window ({window:g} s): windows would skip data"
+        )
 
 
 def ledgers(
@@ -466,7 +490,7 @@ class Ledger:
         activity = None if math.isnan(mean_activity) else float(mean_activity)
         waste = 0.0
         if activity is not None and BY_NAME[verdict.bottleneck].waste:
-            waste = (1.0 - worked(activity, verdict.waiting_share)) * covered
+            waste = wasted_seconds(activity, verdict.waiting_share, covered)
         cost = waste / 3600 * device_price(verdict.gpu_model, prices)
         self.account(covered, activity, idle, work)
         end = float(ts_max + verdict.sample_seconds)

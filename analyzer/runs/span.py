@@ -37,9 +37,9 @@ from gpulens.analyzer.inputs.queries import instances_matcher
 from gpulens.analyzer.inputs.series import SeriesReader
 from gpulens.analyzer.inputs.store import StoreError
 from gpulens.analyzer.inputs.window import Exporters, Shard, Window
-from gpulens.analyzer.judging.classify import Verdict, judge
-from gpulens.analyzer.judging.features import UnitKeys, pod_features
-from gpulens.analyzer.judging.history import Ledger, default_window, ledgers, with_owners, with_workload
+from gpulens.analyzer.judging.classify import Verdict
+from gpulens.analyzer.judging.features import UnitKeys
+from gpulens.analyzer.judging.history import Ledger, judged_whole, ledgers, window_and_slide, with_owners
 from gpulens.analyzer.outputs.timelines import TimelineBins, unit_samples
 from gpulens.analyzer.outputs.use import Use
 from gpulens.core.thresholds import Thresholds
@@ -115,11 +115,7 @@ def report(
     sample once; `engines`, what each serving pod's engine counted over the span (engines.py). With
     `shard`, only the nodes it owns are read (the store's index names them)."""
     _refuse_too_many_pods(reader, span)
-    auto_window, auto_slide = default_window(span.step, t)
-    window = window or auto_window
-    slide = slide or min(auto_slide, window)
-    if slide > window:
-        raise ValueError(f"--step ({slide:g} s) must be at most --window ({window:g} s)")
+    window, slide = window_and_slide(window, slide, lambda: span.step, t)
     progress = Progress(span_seconds=span.end - span.start)
     groups = _groups(reader, span, window, shard)
     if not groups:  # a shard that owns no node of the span
@@ -132,10 +128,10 @@ def report(
         _gather(unit_samples(frame), timelines, use)
         _report(progress, on_progress, span.end - span.start)
         said = _owners(owners, frame, span.end, span.end - span.start)
-        verdicts = [
-            with_workload(v, _workload(said, v.unit), (engines or {}).get(_pod_key(v.unit)), t)
-            for v in (judge(pod_features(frame, t), t, prices) if len(frame) else [])
-        ]
+        loads = engines or {}
+        verdicts = judged_whole(
+            frame, t, prices, lambda unit: _workload(said, unit), lambda unit: loads.get(_pod_key(unit))
+        )
         _say_impossible(progress, reader)
         return with_owners(verdicts, said)
     totals: dict[str, Ledger] = {}

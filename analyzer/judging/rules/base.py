@@ -21,6 +21,12 @@ def worked(activity: float, waiting_share: float | None) -> float:
     return activity * (1.0 - (waiting_share or 0.0))
 
 
+def wasted_seconds(activity: float, waiting_share: float | None, gpu_seconds: float) -> float:
+    """GPU-seconds of `gpu_seconds` that did no work: the share worked() leaves, of the GPU time held. A window's
+    waste (classify) and a slot's (history.Ledger) are both this."""
+    return (1.0 - worked(activity, waiting_share)) * gpu_seconds
+
+
 #: The evidence key of sparse use called idle (_sparse): history.py lets it judge the start of the data.
 SPARSE = "busy_fraction"
 #: What a verdict found beyond its class that outputs act on (Verdict.facts), typed rather than read from
