@@ -73,6 +73,50 @@ def register(commands: Subcommands) -> None:
         default=60.0,
         help="seconds between re-enumerations of GPUs and MIG instances (MIG reconfiguration, GPUs back from reset)",
     )
+    _dcgm_flags(p)
+    _kubelet_flags(p)
+    flags.add(
+        p,
+        "--path.procfs",
+        dest="procfs",
+        default="/proc",
+        help="the host's /proc, to find the container of each GPU process (mount it with hostPID)",
+    )
+    flags.add(
+        p,
+        "--path.var-log",
+        dest="var_log",
+        default="/var/log",
+        help="the host's /var/log, whose containers/ and pods/ links name the pod of each container",
+    )
+    _simulation_flags(p)
+    for name, collector in COLLECTORS.items():
+        flags.add(
+            p,
+            f"--collector.{name}",
+            dest=f"collector_{name}",
+            action=argparse.BooleanOptionalAction,
+            default=True,
+            help=f"read {collector.help} (NVML source)",
+        )
+    flags.add(
+        p,
+        "--record",
+        default="",
+        help="also append every sample to this trace CSV, for `gpulens report` later (docs/trace-format.md)",
+    )
+    flags.add(
+        p,
+        "--once",
+        action="store_true",
+        help="sample twice, --sampler.interval apart (GPM activity needs two samples), print the "
+        "exposition to stdout and exit: a quick look at what the exporter sees",
+    )
+    p.set_defaults(run=run)
+
+
+def _dcgm_flags(p: argparse.ArgumentParser) -> None:
+    """Where a node's dcgm-exporter is read, how often, and how old its answer may be."""
     flags.add(
         p,
         "--dcgm.url",
@@ -106,6 +150,10 @@ def register(commands: Subcommands) -> None:
         help="seconds after which DCGM values stop being served when dcgm-exporter stops answering "
         "(default 3 x --dcgm.interval)",
     )
+
+
+def _kubelet_flags(p: argparse.ArgumentParser) -> None:
+    """The kubelet's pod-resources socket, and what it is asked."""
     flags.add(
         p,
         "--kubelet.socket",
@@ -136,20 +184,10 @@ def register(commands: Subcommands) -> None:
         default=2.0,
         help="deadline in seconds of each call to the kubelet",
     )
-    flags.add(
-        p,
-        "--path.procfs",
-        dest="procfs",
-        default="/proc",
-        help="the host's /proc, to find the container of each GPU process (mount it with hostPID)",
-    )
-    flags.add(
-        p,
-        "--path.var-log",
-        dest="var_log",
-        default="/var/log",
-        help="the host's /var/log, whose containers/ and pods/ links name the pod of each container",
-    )
+
+
+def _simulation_flags(p: argparse.ArgumentParser) -> None:
+    """A simulated node in place of NVML: its GPUs, profiles, seed and speed."""
     flags.add(
         p,
         "--simulate.config",
@@ -195,29 +233,6 @@ def register(commands: Subcommands) -> None:
         default=1.0,
         help="run the simulated workloads this many times faster than real time",
     )
-    for name, collector in COLLECTORS.items():
-        flags.add(
-            p,
-            f"--collector.{name}",
-            dest=f"collector_{name}",
-            action=argparse.BooleanOptionalAction,
-            default=True,
-            help=f"read {collector.help} (NVML source)",
-        )
-    flags.add(
-        p,
-        "--record",
-        default="",
-        help="also append every sample to this trace CSV, for `gpulens report` later (docs/trace-format.md)",
-    )
-    flags.add(
-        p,
-        "--once",
-        action="store_true",
-        help="sample twice, --sampler.interval apart (GPM activity needs two samples), print the "
-        "exposition to stdout and exit: a quick look at what the exporter sees",
-    )
-    p.set_defaults(run=run)
 
 
 def build_source(args: argparse.Namespace) -> tuple[Source, Attribution]:

@@ -8,11 +8,17 @@ import os
 import re
 import shutil
 import sys
+from typing import TYPE_CHECKING
 
 from gpulens.analyzer.cli.common import common_flags, config_of, store_flags, store_report, store_source, when
 from gpulens.core import flags
 from gpulens.core.config import finite_json, parse_duration, write_atomically
 from gpulens.core.flags import Subcommands
+
+if TYPE_CHECKING:
+    from gpulens.analyzer.judging.classify import Verdict
+    from gpulens.analyzer.outputs.actions import Plan
+    from gpulens.analyzer.runs.report import Judged
 
 
 def register(commands: Subcommands) -> None:
@@ -27,6 +33,39 @@ def register(commands: Subcommands) -> None:
         "API (Prometheus, Thanos, Mimir, VictoriaMetrics) holding gpulens' or dcgm-exporter's series: "
         "gpulens report --prometheus URL --since 7d.",
     )
+    _span_flags(p)
+    _output_flags(p)
+    _sharing_flags(p)
+    _grouping_flags(p)
+    common_flags(p)
+    p.add_argument(
+        "--gpu-model",
+        default="",
+        help="GPU model for files that do not name it (dcgmi dmon), e.g. 'NVIDIA A100 80GB PCIe'",
+    )
+    p.add_argument(
+        "--scrape-interval",
+        type=flags.duration,
+        default=30.0,
+        help="seconds between saved dcgm-exporter scrapes (their files carry no time)",
+    )
+    p.add_argument(
+        "--scrape-start",
+        default="",
+        help="when the first saved dcgm-exporter scrape was taken: RFC 3339 or unix seconds (default: the "
+        "first scrape file's modification time)",
+    )
+    store_flags(
+        p,
+        step_help="with --prometheus: seconds between the points read (default: the store's scrape interval, read "
+        "from its samples; 30 s where it holds none to read it from)",
+        step=0.0,
+    )
+    p.set_defaults(run=run_report)
+
+
+def _span_flags(p: argparse.ArgumentParser) -> None:
+    """The span read: files, or a store over --since to --until."""
     p.add_argument("files", nargs="*", metavar="FILE", help="files to analyze together, as one span of time")
     p.add_argument(
         "--prometheus",
@@ -45,6 +84,10 @@ def register(commands: Subcommands) -> None:
         default="",
         help="with --prometheus: the span's end, RFC 3339 (2026-11-23T00:00:00Z) or unix seconds; default now",
     )
+
+
+def _output_flags(p: argparse.ArgumentParser) -> None:
+    """What is written, where, and the window its verdicts are judged over."""
     p.add_argument(
         "--format",
         choices=["table", "json", "csv", "html", "focus"],
@@ -67,6 +110,10 @@ def register(commands: Subcommands) -> None:
     )
     p.add_argument("--step", default="", help="how far the window moves each time; default a quarter of the window")
     p.add_argument("--out", default="", help="write to this file (atomically) instead of stdout")
+
+
+def _sharing_flags(p: argparse.ArgumentParser) -> None:
+    """How a long report is shared: processes, shards of several runs, and their merge."""
     p.add_argument(
         "--processes",
         type=int,
@@ -102,6 +149,10 @@ def register(commands: Subcommands) -> None:
         help="with --prometheus and the shards' --since and --until: the report of the fleet from the shard files "
         "of every --shard.index, in any --format; kube-state-metrics' share is read here, once",
     )
+
+
+def _grouping_flags(p: argparse.ArgumentParser) -> None:
+    """How verdicts are grouped, and what says whose each pod is and what changed."""
     p.add_argument(
         "--by",
         choices=["pod", "class", "namespace", "owner", "team", "plan", "pending", "pool", "change", "charge"],
@@ -145,31 +196,6 @@ def register(commands: Subcommands) -> None:
         "(notebook, serving, job) by label, image or owner, before the defaults (docs/workloads.md), and its pools "
         "(docs/cluster.md)",
     )
-    common_flags(p)
-    p.add_argument(
-        "--gpu-model",
-        default="",
-        help="GPU model for files that do not name it (dcgmi dmon), e.g. 'NVIDIA A100 80GB PCIe'",
-    )
-    p.add_argument(
-        "--scrape-interval",
-        type=flags.duration,
-        default=30.0,
-        help="seconds between saved dcgm-exporter scrapes (their files carry no time)",
-    )
-    p.add_argument(
-        "--scrape-start",
-        default="",
-        help="when the first saved dcgm-exporter scrape was taken: RFC 3339 or unix seconds (default: the "
-        "first scrape file's modification time)",
-    )
-    store_flags(
-        p,
-        step_help="with --prometheus: seconds between the points read (default: the store's scrape interval, read "
-        "from its samples; 30 s where it holds none to read it from)",
-        step=0.0,
-    )
-    p.set_defaults(run=run_report)
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -180,7 +206,6 @@ def run_report(args: argparse.Namespace) -> int:
     from gpulens.analyzer.inputs.store import StoreError
     from gpulens.analyzer.inputs.window import Shard
     from gpulens.analyzer.judging.history import check_slide
-    from gpulens.analyzer.outputs import formats, showback
     from gpulens.analyzer.runs import report as run
 
     try:
@@ -249,6 +274,24 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"gpulens report: {e}", file=sys.stderr)
         return 2
     verdicts, plan = run.concluded(judged, how)
+    text = _written(args, verdicts, plan, judged, prices)
+    if args.out:
+        try:
+            write_atomically(args.out, text)
+        except ValueError as e:
+            print(f"gpulens report: {e}", file=sys.stderr)
+            return 2
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _written(
+    args: argparse.Namespace, verdicts: list[Verdict], plan: Plan, judged: Judged, prices: dict[str, float]
+) -> str:
+    """The report in the format `args` asks (--format, --by), with the charges and their checks."""
+    from gpulens.analyzer.outputs import formats, showback
+
     scheduling, changes, timelines, trace = judged.scheduling, judged.changes, judged.timelines, judged.trace
     requested = scheduling.requested if scheduling is not None else None
     bills = showback.charges(verdicts, prices, requested, judged.node_prices or {})
@@ -294,15 +337,7 @@ def run_report(args: argparse.Namespace) -> int:
         on_terminal = not args.out and sys.stdout.isatty()
         width = shutil.get_terminal_size((terminal.PIPED_COLUMNS, 24)).columns if on_terminal else terminal.columns_of()
         text = terminal.report_text(verdicts, plan, width, on_terminal, scheduling, changes, bills, checked)
-    if args.out:
-        try:
-            write_atomically(args.out, text)
-        except ValueError as e:
-            print(f"gpulens report: {e}", file=sys.stderr)
-            return 2
-    else:
-        sys.stdout.write(text)
-    return 0
+    return text
 
 
 #: Words a person writes after a number for a duration, and Prometheus' unit for each.
