@@ -256,6 +256,38 @@ def same_model(a: str, b: str) -> bool:
     return a == b or re.sub(r"[^a-z0-9]", "", a.lower()) == re.sub(r"[^a-z0-9]", "", b.lower())
 
 
+@dataclass
+class _Capacity:
+    """Each node's GPUs at each step (nodes x steps): free to a pod and offered (allocatable, not cordoned), and
+    what the waits made of them: stranded by fragmentation while a pod waited, wanted by a waiting pod that may use
+    the node, and the GPUs those pods asked of it."""
+
+    free: np.ndarray
+    offered: np.ndarray
+    stranded: np.ndarray
+    waited_for: np.ndarray
+    asked: np.ndarray
+
+    @classmethod
+    def of(cls, history: ClusterHistory) -> _Capacity:
+        alloc = history.allocatable
+        usable = (alloc > 0) & ~history.cordoned
+        free = np.where(usable, np.maximum(alloc - history.used(), 0.0), 0.0)
+        zeros = np.zeros_like(free, dtype=bool)
+        return cls(free, np.where(usable, alloc, 0.0), zeros, zeros.copy(), np.zeros_like(free))
+
+
+@dataclass
+class _Waits:
+    """What the pods that waited for GPUs show: each wait long enough to judge, with its reason; the pods waiting
+    at the end, by pool, model and reason (pods, GPUs, the longest wait); and the waits for fragmented capacity,
+    longest first, with the node mask, step and GPUs a consolidation would have to free."""
+
+    pending: list[Pending] = field(default_factory=list)
+    waiting_now: dict[tuple[str, str, str], tuple[int, float, float]] = field(default_factory=dict)
+    fragmented: list[tuple[float, PodTrack, np.ndarray, int, float]] = field(default_factory=list)
+
+
 def judge(
     history: ClusterHistory,
     owners: dict[PodKey, Owner],
@@ -267,20 +299,75 @@ def judge(
     """The cluster's judgement: every wait and its reason, stranded and unwanted capacity by pool and model,
     and what to change."""
     pools = pools or Pools()
-    steps, step = history.steps, history.step
-    nodes = history.nodes
-    alloc = history.allocatable
-    usable = (alloc > 0) & ~history.cordoned
-    free = np.where(usable, np.maximum(alloc - history.used(), 0.0), 0.0)
-    offered = np.where(usable, alloc, 0.0)
-    stranded = np.zeros_like(free, dtype=bool)
-    waited_for = np.zeros_like(free, dtype=bool)
-    asked = np.zeros_like(free)  # per node and step, GPUs asked by the pods waiting that may use it
+    steps, step, nodes = history.steps, history.step, history.nodes
+    capacity = _Capacity.of(history)
+    free = capacity.free
 
     def kind(key: PodKey) -> str:
         owner = owners.get(key)
         return owner.workload.kind if owner else "unknown"
 
+    waits = _waits(history, owners, pools, t, capacity, kind)
+    # The moves that would have ended the longest waits (a month can hold hundreds; the plan names the first
+    # of each pool).
+    consolidations: list[Consolidation] = []
+    for waited, track, mask, at_step, asked_gpus in waits.fragmented[:MAX_CONSOLIDATIONS]:
+        found = _consolidate(history, track, mask, at_step, asked_gpus, free, capacity.offered, kind)
+        if found is not None:
+            found.waited_seconds = waited
+            consolidations.append(found)
+    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i, n in enumerate(nodes):
+        groups[(n.pool, n.model)].append(i)
+    uses, timelines = _pool_uses(groups, capacity, step, t, prices, bins)
+    recurring = [u for u in uses if u.fragmentation_episodes >= t.schedule_recurring_episodes]
+    consolidations.sort(key=lambda c: (-c.waited_seconds, c.namespace, c.pod))
+    stranded, waited_for = capacity.stranded, capacity.waited_for
+    return Scheduling(
+        history.start,
+        step,
+        steps * step,
+        sorted(waits.pending, key=lambda p: (-p.waited_seconds, p.namespace, p.pod)),
+        sorted(uses, key=lambda u: (-u.stranded_gpu_seconds, -u.free_gpu_seconds, u.name)),
+        consolidations,
+        _misplaced(history, owners, pools, free, kind, prices or {}),
+        _quota_gaps(history, t),
+        recurring,
+        list(history.missing),
+        timelines,
+        {
+            n.name: (float(free[i].sum() * step), float(free[i][~waited_for[i]].sum() * step))
+            for i, n in enumerate(nodes)
+        },
+        [
+            PoolNow(
+                pool,
+                model,
+                float(free[members, -1].sum()),
+                float(free[members, -1].max(initial=0.0)),
+                float(free[members, -1][stranded[members, -1]].sum()),
+            )
+            for (pool, model), members in sorted(groups.items())
+        ],
+        [WaitingNow(*key, *figures) for key, figures in sorted(waits.waiting_now.items())],
+        history.requested_by_day(),
+    )
+
+
+def _waits(
+    history: ClusterHistory,
+    owners: dict[PodKey, Owner],
+    pools: Pools,
+    t: Thresholds,
+    capacity: _Capacity,
+    kind: Callable[[PodKey], str],
+) -> _Waits:
+    """Every pod's waits, each step's reason from the capacity the pod could use then, marked on `capacity`
+    (stranded, waited for, asked)."""
+    steps, step, nodes = history.steps, history.step, history.nodes
+    free, offered = capacity.free, capacity.offered
+    found = _Waits()
+    pending, waiting_now, fragmented_waits = found.pending, found.waiting_now, found.fragmented
     masks: dict[tuple[str, str], np.ndarray] = {}
 
     def candidates(track: PodTrack) -> tuple[np.ndarray, str, str]:
@@ -296,10 +383,6 @@ def judge(
             )
         return masks[wanted], pool, track.wants_model
 
-    pending: list[Pending] = []
-    consolidations: list[Consolidation] = []
-    waiting_now: dict[tuple[str, str, str], tuple[int, float, float]] = {}
-    fragmented_waits: list[tuple[float, PodTrack, np.ndarray, int, float]] = []
     for track in sorted(history.pods.values(), key=lambda tr: tr.key):
         waits = [r for r in track.runs if r.node == WAITING]
         if not waits:
@@ -317,9 +400,9 @@ def judge(
             "pool_full",
         )
         fragmented = index[reasons == "fragmented"]
-        stranded[np.ix_(mask, fragmented)] = True
-        waited_for[np.ix_(mask, index)] = True
-        asked[np.ix_(mask, index)] += gpus
+        capacity.stranded[np.ix_(mask, fragmented)] = True
+        capacity.waited_for[np.ix_(mask, index)] = True
+        capacity.asked[np.ix_(mask, index)] += gpus
         if waits[-1].last == steps - 1:  # waiting now: since its creation where it waited from the start
             since = history.time_of(waits[-1].first)
             if waits[-1].first == 0 and track.created is not None:
@@ -368,69 +451,40 @@ def judge(
         if reason == "fragmented":
             fragmented_waits.append((waited, track, mask, int(index[at]), float(gpus[at])))
 
-    # The moves that would have ended the longest waits (a month can hold hundreds; the plan names the first
-    # of each pool).
     fragmented_waits.sort(key=lambda w: (-w[0], w[1].key))
-    for waited, track, mask, at_step, asked_gpus in fragmented_waits[:MAX_CONSOLIDATIONS]:
-        found = _consolidate(history, track, mask, at_step, asked_gpus, free, offered, kind)
-        if found is not None:
-            found.waited_seconds = waited
-            consolidations.append(found)
+    return found
 
-    groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-    for i, n in enumerate(nodes):
-        groups[(n.pool, n.model)].append(i)
+
+def _pool_uses(
+    groups: dict[tuple[str, str], list[int]],
+    capacity: _Capacity,
+    step: float,
+    t: Thresholds,
+    prices: dict[str, float] | None,
+    bins: int,
+) -> tuple[list[PoolUse], dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """Each pool and model's capacity over the span (its nodes' rows of `capacity`), and its free and asked GPUs
+    in `bins` bins for a timeline."""
     uses: list[PoolUse] = []
     timelines: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for (pool, model), members in sorted(groups.items()):
-        g_free, g_stranded = free[members], stranded[members]
+        g_free, g_stranded, asked = capacity.free[members], capacity.stranded[members], capacity.asked[members]
         spells = _spells(g_stranded.any(axis=0) & (g_free.sum(axis=0) > 0), t.schedule_pending_seconds / step)
         use = PoolUse(
             pool,
             model,
             len(members),
-            int(offered[members].max(axis=1).sum()),
+            int(capacity.offered[members].max(axis=1).sum()),
             float(g_free.sum() * step),
             float(g_free[g_stranded].sum() * step),
-            float(g_free[~waited_for[members]].sum() * step),
-            float(asked[members].max(axis=0).sum() * step),
+            float(g_free[~capacity.waited_for[members]].sum() * step),
+            float(asked.max(axis=0).sum() * step),
             model_info(model, prices).price_per_hour,
             spells,
         )
         uses.append(use)
-        timelines[use.name] = (_binned(g_free.sum(axis=0), bins), _binned(asked[members].max(axis=0), bins))
-    recurring = [u for u in uses if u.fragmentation_episodes >= t.schedule_recurring_episodes]
-    pending.sort(key=lambda p: (-p.waited_seconds, p.namespace, p.pod))
-    consolidations.sort(key=lambda c: (-c.waited_seconds, c.namespace, c.pod))
-    return Scheduling(
-        history.start,
-        step,
-        steps * step,
-        pending,
-        sorted(uses, key=lambda u: (-u.stranded_gpu_seconds, -u.free_gpu_seconds, u.name)),
-        consolidations,
-        _misplaced(history, owners, pools, free, kind, prices or {}),
-        _quota_gaps(history, t),
-        recurring,
-        list(history.missing),
-        timelines,
-        {
-            n.name: (float(free[i].sum() * step), float(free[i][~waited_for[i]].sum() * step))
-            for i, n in enumerate(nodes)
-        },
-        [
-            PoolNow(
-                pool,
-                model,
-                float(free[members, -1].sum()),
-                float(free[members, -1].max(initial=0.0)),
-                float(free[members, -1][stranded[members, -1]].sum()),
-            )
-            for (pool, model), members in sorted(groups.items())
-        ],
-        [WaitingNow(*key, *figures) for key, figures in sorted(waiting_now.items())],
-        history.requested_by_day(),
-    )
+        timelines[use.name] = (_binned(g_free.sum(axis=0), bins), _binned(asked.max(axis=0), bins))
+    return uses, timelines
 
 
 def judge_store(
