@@ -45,10 +45,17 @@ from gpulens.analyzer.outputs.actions import (
     PlanSum,
     kept,
 )
-from gpulens.analyzer.outputs.cluster_actions import capacity, capacity_says, scheduling_actions
+from gpulens.analyzer.outputs.cluster_actions import scheduling_actions
 from gpulens.analyzer.outputs.packing import pack
 from gpulens.analyzer.outputs.use import Use
-from gpulens.analyzer.outputs.workloads import NOTEBOOK, REPLICATED, is_notebook, workload_of
+from gpulens.analyzer.outputs.workloads import (
+    NOTEBOOK,
+    REPLICATED,
+    is_notebook,
+    replica_capacity,
+    replica_capacity_says,
+    workload_of,
+)
 from gpulens.core.bottlenecks import (
     BY_NAME,
     HOST_STALL,
@@ -329,7 +336,7 @@ class _Planner:
         how full, taken to plan_kv_cache_bound). Never fewer than carried the replicas' summed peak."""
         t = self.t
         per_replica = max(len(v.gpus) for v in members)
-        capacities = [capacity(load, t.plan_kv_cache_bound) for load in loads]
+        capacities = [replica_capacity(load, t.plan_kv_cache_bound) for load in loads]
         capacity = min(capacities)
         if not capacity > 0:
             return None
@@ -341,7 +348,9 @@ class _Planner:
             f"{engine}'s requests running, summed over the replicas: p{loads[0].percentile * 100:g} "
             f"{at_percentile:.3g}, peaks {peak:.3g}"
         )
-        sizing = f"{capacity:.3g} running requests a replica: {capacity_says(loads[capacities.index(capacity)], t)}"
+        sizing = (
+            f"{capacity:.3g} running requests a replica: {replica_capacity_says(loads[capacities.index(capacity)], t)}"
+        )
         if after >= len(members):  # said, so that the plan's silence is not read as "nothing measured"
             return NotPlanned(
                 f"{namespace}/{kind.rstrip('?')}/{name}",
