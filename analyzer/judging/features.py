@@ -290,6 +290,15 @@ class _Signals:
     """What each sample shows, as arrays in the rows' order: the inputs of every signature."""
 
     def __init__(self, rows: _Rows, t: Thresholds):
+        self._activity(rows, t)
+        self._hardware(rows, t)
+        self._waits(rows, t)
+        self._sequences(rows, t)
+        self._start_up(rows, t)
+
+    def _activity(self, rows: _Rows, t: Thresholds) -> None:
+        """Activity, and whether each row is busy: from the rows, and where the trace has it from the exporter's
+        activity shape (trace.SHAPE) of every driver sample."""
         column = rows.column
         self.sm = column("sm_active")
         self.gr = column("gr_engine_active")
@@ -311,6 +320,11 @@ class _Signals:
             # A row stands for the time since the one before: it is busy if the GPU worked at any moment
             # of it, even when the sample the row shows fell in a gap.
             self.busy |= (self.shape_n > 0) & (self.shape_idle < self.shape_n - 0.5)
+
+    def _hardware(self, rows: _Rows, t: Thresholds) -> None:
+        """Memory, the math pipes, DRAM, links, power, CPU and clocks, each as a share of its capacity where the
+        GPU's model (one a unit) says it."""
+        column = rows.column
         self.mem_used = column("memory_used_bytes")
         capacity, self.capacity_from_catalogue = (rows.gather(a) for a in fr.memory_capacity(rows.trace))
         self.mem_frac = self.mem_used / capacity
@@ -355,6 +369,11 @@ class _Signals:
         self.host_to_device = column("pcie_rx_bytes_per_second")
         #: Bytes per second out of the GPU over PCIe (TX): gradients sent back to host memory, or to a peer.
         self.device_to_host = column("pcie_tx_bytes_per_second")
+
+    def _waits(self, rows: _Rows, t: Thresholds) -> None:
+        """Waiting (a kernel spinning at low power or with idle SMs) and stalls (runs of waiting or kernel-less
+        rows on one GPU), and fetches from host memory."""
+        column = rows.column
         # A kernel ran (utilization above starvation_high) while the GPU waited: at a small share of the
         # board's power, or with its SMs idle. NCCL spins a kernel while a rank waits in a collective, and
         # utilization says "busy" (docs/signals.md: busy is not working).
@@ -391,6 +410,11 @@ class _Signals:
         follows = same_gpu[1:] == same_gpu[:-1]
         self.stall_spacing = np.diff(rows.ts[run_starts])[follows]
         self.stall_spacing_unit = self.stall_unit[1:][follows]
+
+    def _sequences(self, rows: _Rows, t: Thresholds) -> None:
+        """Throttling, busy/idle switches and memory drops between neighbouring rows, the hardware's faults and
+        topology, the pauses while a GPU worked, burst starts and the work in each row."""
+        column = rows.column
         self.reasons_raw = column("clock_event_reasons")
         self.throttled = (np.fmax(self.reasons_raw, 0.0).astype(np.int64) & t.throttle_reasons_mask) != 0
         # Busy/idle switches and memory drops between neighbouring samples of the same GPU.
@@ -420,7 +444,6 @@ class _Signals:
         self.burst_spacing_unit = rows.row_unit[rises[1:]][same_gpu]
         # Work per row, 0-1 (frame.work): the share of the row's time a kernel ran.
         self.work = rows.gather(fr.work(rows.trace)) if self.shape else self.act
-        self._start_up(rows, t)
 
     def _start_up(self, rows: _Rows, t: Thresholds) -> None:
         """A model load: memory that rose from under memory_growth (nothing loaded: the data begins with
