@@ -7,6 +7,8 @@ for Grafana's file provisioning; the committed copies in dashboards/generated/ a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grafanalib.core as G
 
 from gpulens.core import mixin
@@ -105,6 +107,91 @@ def fleet(c: MixinConfig) -> G.Dashboard:
         f"&var-pod=${{__data.fields.pod}}&${{__url_time_range}}"
     )
     panels = [
+        *_fleet_now(c, analyzer, allocated, gpus),
+        *_fleet_allocation_and_activity(allocated, gpus),
+        *_fleet_savings(analyzer),
+        *_fleet_costs(analyzer),
+        *_fleet_changes(analyzer),
+        *_fleet_serving(served, deployments),
+        *_fleet_waste(analyzer, pods, idle, pod_link),
+        *_fleet_cluster_share(),
+    ]
+    return s.dashboard(
+        uid,
+        title,
+        "Where the fleet's GPU time goes: allocation against use, waste by "
+        "namespace and cause, and the pods that waste most.",
+        _variables("cluster", "job", "node", "namespace"),
+        panels,
+        panel_ids=mixin.panel_ids(mixin.FLEET_DASHBOARD),
+    )
+
+
+def pod(c: MixinConfig) -> G.Dashboard:
+    uid, title = mixin.POD_DASHBOARD
+    verdict = f"{{{POD}}}"
+    cadvisor, kube_state_metrics = mixin.matchers(POD, c.cadvisor), mixin.matchers(POD, c.kube_state_metrics)
+    per_gpu = "GPU {{gpu}}"
+
+    def either(name: str) -> str:
+        return _either(f"{metric(name)}{{{JOB}}}", mixin.dcgm_value(name, DCGM))
+
+    def either_rate(counter: str, gauge: str = "") -> str:
+        """gpulens' counter as a rate, else dcgm-exporter's field (per second or a ratio) for `gauge`."""
+        return _either(_rate(counter, JOB), mixin.dcgm_value(gauge or counter, DCGM))
+
+    panels = [
+        *_pod_verdict(c, verdict),
+        *_pod_compute(c, per_gpu, either, either_rate),
+        *_pod_memory_transfers_cpu(c, cadvisor, kube_state_metrics, per_gpu, either, either_rate),
+    ]
+    return s.dashboard(
+        uid,
+        title,
+        "Why one pod's GPUs are underused: the analyzer's verdict over the day, with the signals behind it.",
+        _variables("cluster", "job", "namespace", "pod", single=("namespace", "pod")),
+        panels,
+        panel_ids=mixin.panel_ids(mixin.POD_DASHBOARD),
+    )
+
+
+def node(c: MixinConfig) -> G.Dashboard:
+    uid, title = mixin.NODE_DASHBOARD
+    gpus = f'{EXPORTERS},gpu=~"$gpu"'
+    per_gpu = "{{node}} GPU {{gpu}}"
+
+    def either(name: str, over: str = "") -> str:
+        """A board's series from gpulens (its `over` over the rate interval, where given), else from
+        dcgm-exporter, whose raw `gpu` label is the board's index."""
+        dcgm = f'{DCGM},gpu=~"$gpu"'
+        if over:
+            gpulens = f"{over}({metric(name)}{{{gpus}}}[$__rate_interval])"
+            return _either(gpulens, mixin.dcgm_value(name, dcgm, "$__rate_interval", over), f"{GPUS},{gpus}")
+        return _either(f"{metric(name)}{{{gpus}}}", mixin.dcgm_value(name, dcgm), f"{GPUS},{gpus}")
+
+    def share(name: str, of: str) -> str:
+        return f"{either(name)} / on (uuid) group_left () ({either(of)})"
+
+    panels = [
+        *_node_gpus(c, gpus, per_gpu, either, share),
+        *_node_errors(gpus, per_gpu, either, share),
+        *_node_gpulens_itself(c),
+    ]
+    return s.dashboard(
+        uid,
+        title,
+        "Is the hardware, and is gpulens, healthy: temperature, power, clocks, "
+        "throttling, XID and ECC errors, and the exporters and analyzer themselves.",
+        _variables("cluster", "job", "node", "gpu"),
+        panels,
+        time_from="now-6h",
+        panel_ids=mixin.panel_ids(mixin.NODE_DASHBOARD),
+    )
+
+
+def _fleet_now(c: MixinConfig, analyzer: str, allocated: str, gpus: str) -> list[G.Panel]:
+    """The fleet dashboard's row "Now"."""
+    return [
         s.row("Now"),
         s.stat(
             "GPUs",
@@ -164,6 +251,12 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             s.DOLLARS,
             decimals=2,
         ),
+    ]
+
+
+def _fleet_allocation_and_activity(allocated: str, gpus: str) -> list[G.Panel]:
+    """The fleet dashboard's row "Allocation and activity"."""
+    return [
         s.row("Allocation and activity"),
         s.timeseries(
             "GPUs allocated vs busy",
@@ -188,6 +281,12 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             ],
             s.RATIO,
         ),
+    ]
+
+
+def _fleet_savings(analyzer: str) -> list[G.Panel]:
+    """The fleet dashboard's row "What you could save"."""
+    return [
         s.row("What you could save"),
         s.stat(
             "Could save per 30 days",
@@ -243,6 +342,12 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             s.COUNT,
             hide=("__name__",),
         ),
+    ]
+
+
+def _fleet_costs(analyzer: str) -> list[G.Panel]:
+    """The fleet dashboard's row "What the GPUs cost: spend by team against its budget (docs/showback.md)"."""
+    return [
         s.row("What the GPUs cost: spend by team against its budget (docs/showback.md)"),
         s.timeseries(
             mixin.FLEET_SPEND_PANEL.title,
@@ -274,6 +379,12 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             width=12,
             hide=("__name__",),
         ),
+    ]
+
+
+def _fleet_changes(analyzer: str) -> list[G.Panel]:
+    """The fleet dashboard's row "What changed: each workload's latest change, its saving and whether it held"."""
+    return [
         s.row("What changed: each workload's latest change, its saving and whether it held"),
         s.stat(
             "Saved a day by the changes made",
@@ -308,6 +419,12 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             width=12,
             hide=("__name__", "Value"),
         ),
+    ]
+
+
+def _fleet_serving(served: str, deployments: str) -> list[G.Panel]:
+    """The fleet dashboard's row "Serving"."""
+    return [
         s.row("Serving"),
         s.timeseries(
             "Serving load against replicas",
@@ -329,6 +446,12 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             s.COUNT,
             width=24,
         ),
+    ]
+
+
+def _fleet_waste(analyzer: str, pods: str, idle: str, pod_link: str) -> list[G.Panel]:
+    """The fleet dashboard's row "Waste"."""
+    return [
         s.row("Waste"),
         s.bar_gauge(
             "Idle GPU-hours by namespace",
@@ -438,6 +561,12 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             hide=("__name__",),
             links={"pod": pod_link},
         ),
+    ]
+
+
+def _fleet_cluster_share() -> list[G.Panel]:
+    """The fleet dashboard's row "The cluster's share: GPUs free while pods wait"."""
+    return [
         s.row("The cluster's share: GPUs free while pods wait"),
         s.timeseries(
             mixin.FLEET_CLUSTER_PANEL.title,
@@ -471,31 +600,11 @@ def fleet(c: MixinConfig) -> G.Dashboard:
             hide=("__name__",),
         ),
     ]
-    return s.dashboard(
-        uid,
-        title,
-        "Where the fleet's GPU time goes: allocation against use, waste by "
-        "namespace and cause, and the pods that waste most.",
-        _variables("cluster", "job", "node", "namespace"),
-        panels,
-        panel_ids=mixin.panel_ids(mixin.FLEET_DASHBOARD),
-    )
 
 
-def pod(c: MixinConfig) -> G.Dashboard:
-    uid, title = mixin.POD_DASHBOARD
-    verdict = f"{{{POD}}}"
-    cadvisor, kube_state_metrics = mixin.matchers(POD, c.cadvisor), mixin.matchers(POD, c.kube_state_metrics)
-    per_gpu = "GPU {{gpu}}"
-
-    def either(name: str) -> str:
-        return _either(f"{metric(name)}{{{JOB}}}", mixin.dcgm_value(name, DCGM))
-
-    def either_rate(counter: str, gauge: str = "") -> str:
-        """gpulens' counter as a rate, else dcgm-exporter's field (per second or a ratio) for `gauge`."""
-        return _either(_rate(counter, JOB), mixin.dcgm_value(gauge or counter, DCGM))
-
-    panels = [
+def _pod_verdict(c: MixinConfig, verdict: str) -> list[G.Panel]:
+    """The pod dashboard's row "Verdict"."""
+    return [
         s.row("Verdict"),
         s.state_timeline(
             "Bottleneck over time",
@@ -553,6 +662,14 @@ def pod(c: MixinConfig) -> G.Dashboard:
             height=5,
             hide=("Value", "namespace", "pod"),
         ),
+    ]
+
+
+def _pod_compute(
+    c: MixinConfig, per_gpu: str, either: Callable[..., str], either_rate: Callable[..., str]
+) -> list[G.Panel]:
+    """The pod dashboard's row "Compute"."""
+    return [
         s.row("Compute"),
         s.timeseries(
             "SM activity and occupancy",
@@ -598,6 +715,19 @@ def pod(c: MixinConfig) -> G.Dashboard:
             s.RATIO,
             levels=sm_levels(c),
         ),
+    ]
+
+
+def _pod_memory_transfers_cpu(
+    c: MixinConfig,
+    cadvisor: str,
+    kube_state_metrics: str,
+    per_gpu: str,
+    either: Callable[..., str],
+    either_rate: Callable[..., str],
+) -> list[G.Panel]:
+    """The pod dashboard's row "Memory, transfers and CPU"."""
+    return [
         s.row("Memory, transfers and CPU"),
         s.timeseries(
             "GPU memory used against capacity",
@@ -676,34 +806,13 @@ def pod(c: MixinConfig) -> G.Dashboard:
             levels=(("green", None), ("red", c.thresholds.alert_throttled_fraction)),
         ),
     ]
-    return s.dashboard(
-        uid,
-        title,
-        "Why one pod's GPUs are underused: the analyzer's verdict over the day, with the signals behind it.",
-        _variables("cluster", "job", "namespace", "pod", single=("namespace", "pod")),
-        panels,
-        panel_ids=mixin.panel_ids(mixin.POD_DASHBOARD),
-    )
 
 
-def node(c: MixinConfig) -> G.Dashboard:
-    uid, title = mixin.NODE_DASHBOARD
-    gpus = f'{EXPORTERS},gpu=~"$gpu"'
-    per_gpu = "{{node}} GPU {{gpu}}"
-
-    def either(name: str, over: str = "") -> str:
-        """A board's series from gpulens (its `over` over the rate interval, where given), else from
-        dcgm-exporter, whose raw `gpu` label is the board's index."""
-        dcgm = f'{DCGM},gpu=~"$gpu"'
-        if over:
-            gpulens = f"{over}({metric(name)}{{{gpus}}}[$__rate_interval])"
-            return _either(gpulens, mixin.dcgm_value(name, dcgm, "$__rate_interval", over), f"{GPUS},{gpus}")
-        return _either(f"{metric(name)}{{{gpus}}}", mixin.dcgm_value(name, dcgm), f"{GPUS},{gpus}")
-
-    def share(name: str, of: str) -> str:
-        return f"{either(name)} / on (uuid) group_left () ({either(of)})"
-
-    panels = [
+def _node_gpus(
+    c: MixinConfig, gpus: str, per_gpu: str, either: Callable[..., str], share: Callable[..., str]
+) -> list[G.Panel]:
+    """The node dashboard's row "GPUs"."""
+    return [
         s.row("GPUs"),
         s.timeseries(
             "GPU answering",
@@ -759,6 +868,12 @@ def node(c: MixinConfig) -> G.Dashboard:
             max_value=1,
             levels=(("green", None), ("red", c.thresholds.memory_full)),
         ),
+    ]
+
+
+def _node_errors(gpus: str, per_gpu: str, either: Callable[..., str], share: Callable[..., str]) -> list[G.Panel]:
+    """The node dashboard's row "Errors"."""
+    return [
         s.row("Errors"),
         s.timeseries(
             "XID errors",
@@ -822,6 +937,12 @@ def node(c: MixinConfig) -> G.Dashboard:
             width=12,
             max_value=1,
         ),
+    ]
+
+
+def _node_gpulens_itself(c: MixinConfig) -> list[G.Panel]:
+    """The node dashboard's row "gpulens itself"."""
+    return [
         s.row("gpulens itself"),
         s.timeseries(
             "Exporter scrapes",
@@ -869,16 +990,6 @@ def node(c: MixinConfig) -> G.Dashboard:
             s.COUNT,
         ),
     ]
-    return s.dashboard(
-        uid,
-        title,
-        "Is the hardware, and is gpulens, healthy: temperature, power, clocks, "
-        "throttling, XID and ECC errors, and the exporters and analyzer themselves.",
-        _variables("cluster", "job", "node", "gpu"),
-        panels,
-        time_from="now-6h",
-        panel_ids=mixin.panel_ids(mixin.NODE_DASHBOARD),
-    )
 
 
 DASHBOARDS = {"gpulens-fleet.json": fleet, "gpulens-pod.json": pod, "gpulens-node.json": node}
