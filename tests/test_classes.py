@@ -168,6 +168,58 @@ def test_no_output_decides_on_a_verdicts_evidence():
     assert deciding == []
 
 
+def reached_from(module: str, name: str) -> list[ast.FunctionDef]:
+    """The functions of the rules package that `name` of `module` (a rules module's stem) calls, however deep,
+    itself included: calls by name, resolved in its module or where it imports them from the rules package."""
+    functions: dict[tuple[str, str], tuple[ast.FunctionDef, dict[str, str]]] = {}
+    for path in rule_modules():
+        tree = parsed(path)
+        stem = path.rsplit("/", 1)[1].removesuffix(".py")
+        imported = {
+            alias.asname or alias.name: node.module.removeprefix("gpulens.analyzer.judging.rules").lstrip(".")
+            or "__init__"
+            for node in tree.body
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpulens.analyzer.judging.rules")
+            for alias in node.names
+        }
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                functions[stem, node.name] = (node, imported)
+    reached: dict[tuple[str, str], ast.FunctionDef] = {}
+    todo = [(module, name)]
+    while todo:
+        key = todo.pop()
+        if key in reached or key not in functions:
+            continue
+        node, imported = functions[key]
+        reached[key] = node
+        calls = [
+            call.func.id for call in ast.walk(node) if isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+        ]
+        todo += [(imported.get(called, key[0]), called) for called in calls]
+    return list(reached.values())
+
+
+def test_each_rule_declares_the_features_and_thresholds_it_reads():
+    """A Rule's `features` and `thresholds` are the PodFeatures fields (`f.`) and Thresholds (`t.`) its decision
+    reads, however deep within the rules: what a person tuning a threshold, or changing a feature, reads to find
+    the rules it moves."""
+    import dataclasses
+
+    from gpulens.analyzer.judging.features import PodFeatures
+    from gpulens.analyzer.judging.rules import RULES
+    from gpulens.core.thresholds import Thresholds
+
+    for rule in RULES:
+        functions = reached_from(rule.decide.__module__.rsplit(".", 1)[1], rule.decide.__name__)
+        read = [node for function in functions for node in ast.walk(function) if isinstance(node, ast.Attribute)]
+        named = {(node.value.id, node.attr) for node in read if isinstance(node.value, ast.Name)}
+        assert rule.features == tuple(sorted(attr for owner, attr in named if owner == "f")), rule.decide.__name__
+        assert rule.thresholds == tuple(sorted(attr for owner, attr in named if owner == "t")), rule.decide.__name__
+        assert set(rule.features) <= set(PodFeatures._fields), rule.decide.__name__
+        assert set(rule.thresholds) <= {field.name for field in dataclasses.fields(Thresholds)}, rule.decide.__name__
+
+
 #: The modules whose job is to name classes: the record of each (core/bottlenecks.py), the rules that find them
 #: (each names the class it finds) and `gpulens eval`'s scenarios (each labelled with the class it plays).
 NAMING_CLASSES = ("gpulens/core/bottlenecks.py", "analyzer/judging/rules/", "analyzer/outputs/evaluate.py")

@@ -123,11 +123,14 @@ class Settles:
 class Rule:
     """A signature as one unit, in the module that holds its decision and its helpers: the classes its
     findings name, whether it is a gate (judged first, deciding alone where it holds) or a cause (every one
-    tried, weighed against the others that hold), and by evidence key what its evidence settles. What it
-    reads is what its module reads: PodFeatures' fields (`f.`) and Thresholds' (`t.`)."""
+    tried, weighed against the others that hold), what it reads, and by evidence key what its evidence settles."""
 
     finds: tuple[str, ...]
     decide: Signature
+    #: What its decision reads, however deep within the rules (tests/test_classes.py holds the two equal): the
+    #: PodFeatures fields (analyzer/judging/features.py) and the Thresholds (core/thresholds.py, with sources).
+    features: tuple[str, ...] = ()
+    thresholds: tuple[str, ...] = ()
     gate: bool = False
     settles: Mapping[str, Settles] = field(default_factory=dict)
 

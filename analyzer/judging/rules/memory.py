@@ -61,8 +61,32 @@ def memory_bandwidth(f: PodFeatures, t: Thresholds, info: GpuModel) -> Finding |
 FRAGMENTATION = Rule(
     ("memory_fragmentation",),
     memory_fragmentation,
+    features=(
+        "capacity_from_catalogue",
+        "gpu_model",
+        "memory_drops",
+        "memory_full_share",
+        "memory_low",
+        "memory_peak",
+        "memory_spread",
+        "memory_spread_after_load",
+        "restarts_max",
+        "restarts_min",
+        "window_seconds",
+    ),
+    thresholds=(
+        "confidence_fragmentation",
+        "confidence_fragmentation_full",
+        "confidence_fragmentation_restarts",
+        "memory_full",
+        "memory_full_seconds",
+        "memory_growth",
+        "preallocator_flatness",
+    ),
 )
 BANDWIDTH = Rule(
     ("memory_bandwidth",),
     memory_bandwidth,
+    features=("dram_active", "dram_bound_share", "has_profiling"),
+    thresholds=("confidence_share_base", "confidence_share_gain", "dram_active", "pipes_idle", "signature_fraction"),
 )

@@ -110,6 +110,27 @@ PLACED = "its GPUs cannot exchange at NVLink speed: their ranks wait on the exch
 POOR_PLACEMENT = Rule(
     ("poor_placement",),
     poor_placement,
+    features=(
+        "gpu_activity_max",
+        "gpu_activity_min",
+        "gpus",
+        "numa_nodes",
+        "nvlink_groups",
+        "nvlink_use",
+        "pcie_peer_use",
+        "pcie_roots",
+        "pod_gpus",
+        "window_seconds",
+    ),
+    thresholds=(
+        "confidence_link_faults",
+        "confidence_placement",
+        "nvlink_crc_errors_per_second",
+        "nvlink_errors",
+        "nvlink_idle",
+        "placement_min_activity",
+        "placement_pcie_peer",
+    ),
     settles={
         "split_placement": Settles(("host_stall", "interconnect"), PLACED),
         "nvlink_unused": Settles(("host_stall", "interconnect"), PLACED),
@@ -119,6 +140,8 @@ POOR_PLACEMENT = Rule(
 INTERCONNECT = Rule(
     ("interconnect",),
     interconnect,
+    features=("link_bound_share", "link_use"),
+    thresholds=("confidence_share_base", "confidence_share_gain", "interconnect_sm", "link_busy", "signature_fraction"),
     settles={
         "link_bound_fraction": Settles(
             ("host_stall",),
