@@ -3,9 +3,10 @@ signature as a Rule: its decision, its helpers and the evidence that settles its
 (RULES: the gates, then the causes), and weighed(), which picks among causes that hold together by the evidence
 that excludes the others (SETTLES), never by the order they were tried.
 
-Adding a class: its record (core/bottlenecks.py), its Rule in a module here and in RULES, a simulator profile
-and eval scenario (simulator/workloads.py, analyzer/outputs/evaluate.py), and signature tests at its thresholds'
-edges (tests/test_signatures.py); tests/test_classes.py names what a class lacks."""
+Adding a class takes four files and its tests: its record (core/bottlenecks.py), its Rule in a module here (in
+that module's RULES), a simulator profile (simulator/workloads.py) and an eval scenario that plays it
+(analyzer/outputs/evaluate.py), and signature tests at its thresholds' edges (tests/test_signatures.py);
+tests/test_classes.py names what a class lacks."""
 
 from __future__ import annotations
 
@@ -16,19 +17,15 @@ from gpulens.analyzer.judging.rules.base import Finding, Rule, Settles, Signatur
 
 #: Every rule, in the order it is tried: the gates first (too few samples, then idle: whatever else its earlier
 #: samples show, a unit is not worked on now), each deciding alone where it holds; then every cause, all tried,
-#: where several hold the one whose evidence settles the others is the class (weighed()), whatever their order
-#: here, which is docs/signals.md's.
+#: where several hold the one whose evidence settles the others is the class (weighed()), whatever their order.
+#: A module lists its own (its RULES), so that a class added to a module is added here too.
 RULES: tuple[Rule, ...] = (
-    gates.INSUFFICIENT_DATA_RULE,
-    gates.IDLE_RULE,
-    memory.FRAGMENTATION,
-    placement.POOR_PLACEMENT,
-    placement.INTERCONNECT,
-    host_stall.PIPELINE,
-    host_stall.HOST_STALL,
-    starvation.DATA_STARVATION_RULE,
-    serving.SERVING,
-    memory.BANDWIDTH,
+    *gates.RULES,
+    *memory.RULES,
+    *placement.RULES,
+    *host_stall.RULES,
+    *starvation.RULES,
+    *serving.RULES,
 )
 GATES: tuple[Signature, ...] = tuple(rule.decide for rule in RULES if rule.gate)
 CAUSES: tuple[Signature, ...] = tuple(rule.decide for rule in RULES if not rule.gate)

@@ -178,3 +178,9 @@ IDLE_RULE = Rule(
     ),
     gate=True,
 )
+
+#: This module's rules, in the order they are tried (rules.RULES).
+RULES: tuple[Rule, ...] = (
+    INSUFFICIENT_DATA_RULE,
+    IDLE_RULE,
+)

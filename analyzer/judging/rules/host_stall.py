@@ -482,3 +482,9 @@ HOST_STALL = Rule(
         ),
     },
 )
+
+#: This module's rules, in the order they are tried (rules.RULES).
+RULES: tuple[Rule, ...] = (
+    PIPELINE,
+    HOST_STALL,
+)

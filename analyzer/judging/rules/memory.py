@@ -90,3 +90,9 @@ BANDWIDTH = Rule(
     features=("dram_active", "dram_bound_share", "has_profiling"),
     thresholds=("confidence_share_base", "confidence_share_gain", "dram_active", "pipes_idle", "signature_fraction"),
 )
+
+#: This module's rules, in the order they are tried (rules.RULES).
+RULES: tuple[Rule, ...] = (
+    FRAGMENTATION,
+    BANDWIDTH,
+)

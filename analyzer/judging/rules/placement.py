@@ -149,3 +149,9 @@ INTERCONNECT = Rule(
         ),
     },
 )
+
+#: This module's rules, in the order they are tried (rules.RULES).
+RULES: tuple[Rule, ...] = (
+    POOR_PLACEMENT,
+    INTERCONNECT,
+)

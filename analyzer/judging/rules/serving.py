@@ -110,3 +110,6 @@ SERVING = Rule(
         "starvation_steady_share",
     ),
 )
+
+#: This module's rules, in the order they are tried (rules.RULES).
+RULES: tuple[Rule, ...] = (SERVING,)

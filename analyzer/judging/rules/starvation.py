@@ -148,3 +148,6 @@ DATA_STARVATION_RULE = Rule(
         "starvation_tail",
     ),
 )
+
+#: This module's rules, in the order they are tried (rules.RULES).
+RULES: tuple[Rule, ...] = (DATA_STARVATION_RULE,)
