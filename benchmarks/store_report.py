@@ -232,7 +232,7 @@ def run_report(url: str, hours: float, queries_out: str, step: float = STEP) -> 
     """The report in this process at `step` (--prometheus.step), its queries written to `queries_out` (where
     given): seconds, bytes, verdicts and each unit's class, peak RSS."""
     from gpulens import cli
-    from gpulens.analyzer.cli.common import store_source
+    from gpulens.analyzer.cli.common import attribution
     from gpulens.analyzer.inputs.owners import OwnerReader
     from gpulens.analyzer.inputs.series import SeriesReader
     from gpulens.analyzer.inputs.store import Store
@@ -261,7 +261,7 @@ def run_report(url: str, hours: float, queries_out: str, step: float = STEP) -> 
     grid = (the_span.start, the_span.end, the_span.step)
     # The report's own flags at their defaults, as `gpulens report --prometheus URL` has them.
     args = cli.build_parser().parse_args(["report", "--prometheus", url])
-    cluster = cluster_share(store_source(args, Thresholds()), store, owners, grid, verdicts, Judging(Thresholds(), {}))
+    cluster = cluster_share(attribution(args, Thresholds()), store, owners, grid, verdicts, Judging(Thresholds(), {}))
     seconds = time.perf_counter() - started
     if queries_out:
         Path(queries_out).write_text(json.dumps(asked))

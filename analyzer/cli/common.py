@@ -14,7 +14,7 @@ from gpulens.core.times import rfc3339
 
 if TYPE_CHECKING:
     from gpulens.analyzer.inputs.store import StoreAuth
-    from gpulens.analyzer.runs.report import StoreReport, StoreSource
+    from gpulens.analyzer.runs.report import Attribution, StoreReport, StoreSource
     from gpulens.core.mixin import MixinConfig
 
 
@@ -128,6 +128,13 @@ def config_of(args: argparse.Namespace) -> tuple[Thresholds, dict[str, float]]:
     return Thresholds.load(args.thresholds), catalog.load_prices(args.prices)
 
 
+def attribution(args: argparse.Namespace, thresholds: Thresholds) -> Attribution:
+    """What the flags say attributes pods: the jobs read, --team-label and --analysis.config."""
+    from gpulens.analyzer.runs.report import Attribution
+
+    return Attribution(mixin_config(args, thresholds), args.team_label, args.analysis_config)
+
+
 def store_source(args: argparse.Namespace, thresholds: Thresholds) -> StoreSource:
     """How the flags say to reach and read the store (credentials checked: ConfigError naming the flag)."""
     from gpulens.analyzer.runs.report import StoreSource
@@ -137,12 +144,25 @@ def store_source(args: argparse.Namespace, thresholds: Thresholds) -> StoreSourc
         store_auth(args),
         args.timeout,
         args.compression,
-        mixin_config(args, thresholds),
+        attribution(args, thresholds),
         args.selector,
         args.dcgm_selector,
-        args.team_label,
-        args.analysis_config,
     )
+
+
+def changes_shown(args: argparse.Namespace) -> bool:
+    """Whether the output shows the workloads' changes: every format but the CSVs of the pods, the waste and the
+    cluster, whose store (or recording) is then not asked for them."""
+    return not (args.format == "csv" and args.by not in ("change", "plan"))
+
+
+def check_shard(count: int, index: int) -> None:
+    """ValueError where --shard.count and --shard.index cannot name a share (the report's and the service's)."""
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(
+            f"--shard.index {index} of --shard.count {count}: give a count of 1 or more and an index from 0 to "
+            "count - 1"
+        )
 
 
 def store_report(args: argparse.Namespace, thresholds: Thresholds, since_text: str, until_text: str) -> StoreReport:
@@ -167,8 +187,7 @@ def store_report(args: argparse.Namespace, thresholds: Thresholds, since_text: s
         args.processes,
         tuple(args.merge),
         timelines=args.format == "html",
-        # The CSVs of the pods, the waste or the cluster show no change: their store is not asked for them.
-        changes=not (args.format == "csv" and args.by not in ("change", "plan")),
+        changes=changes_shown(args),
         price_metric=args.price_metric,
     )
 

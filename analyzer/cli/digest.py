@@ -123,7 +123,7 @@ def run_digest(args: argparse.Namespace) -> int:
         return 2
     verdicts, plan = run.concluded(read, how)
     requested = read.scheduling.requested if read.scheduling is not None else None
-    bills = showback.charges(verdicts, prices, requested, read.node_prices or {})
+    bills = showback.charges(verdicts, prices, requested, read.node_prices)
     made = digest.digests(verdicts, plan, read.changes, bills, periods, args.digest_link, args.digest_top)
     if args.digest_teams:
         absent = sorted(set(args.digest_teams) - {d.team for d in made})

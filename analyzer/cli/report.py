@@ -10,7 +10,16 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from gpulens.analyzer.cli.common import common_flags, config_of, store_flags, store_report, store_source, when
+from gpulens.analyzer.cli.common import (
+    attribution,
+    changes_shown,
+    check_shard,
+    common_flags,
+    config_of,
+    store_flags,
+    store_report,
+    when,
+)
 from gpulens.core import flags
 from gpulens.core.config import finite_json, parse_duration, write_atomically
 from gpulens.core.flags import Subcommands
@@ -266,8 +275,8 @@ def run_report(args: argparse.Namespace) -> int:
                 args.gpu_model,
                 _scrape_start(args),
                 args.kube_state,
-                store_source(args, thresholds),
-                changes=not (args.format == "csv" and args.by not in ("change", "plan")),
+                attribution(args, thresholds),
+                changes=changes_shown(args),
             )
             judged = run.from_files(files, how, kept)
     except (TraceError, ValueError, StoreError, KubeStateError) as e:
@@ -294,7 +303,7 @@ def _written(
 
     scheduling, changes, timelines, trace = judged.scheduling, judged.changes, judged.timelines, judged.trace
     requested = scheduling.requested if scheduling is not None else None
-    bills = showback.charges(verdicts, prices, requested, judged.node_prices or {})
+    bills = showback.charges(verdicts, prices, requested, judged.node_prices)
     checked = showback.checks(bills, showback.unsampled(requested, verdicts))
     if args.format == "json":
         document = formats.report_json(verdicts, plan, scheduling, changes, bills, prices, checked)
@@ -373,11 +382,7 @@ def _files_beside_a_store(args: argparse.Namespace) -> str:
 
 def _check_shard_flags(args: argparse.Namespace) -> None:
     """--shard.count, --shard.index and --merge: ValueError naming the flag where they cannot work."""
-    if args.shard_count < 1 or not 0 <= args.shard_index < args.shard_count:
-        raise ValueError(
-            f"--shard.index {args.shard_index} of --shard.count {args.shard_count}: give a count of 1 or more and "
-            "an index from 0 to the count - 1"
-        )
+    check_shard(args.shard_count, args.shard_index)
     if args.shard_count > 1 or args.merge:
         flag = "--merge" if args.merge else "--shard.count"
         if args.shard_count > 1 and args.merge:

@@ -7,7 +7,7 @@ import argparse
 import logging
 import sys
 
-from gpulens.analyzer.cli.common import common_flags, config_of, mixin_config, store_auth, store_flags
+from gpulens.analyzer.cli.common import check_shard, common_flags, config_of, mixin_config, store_auth, store_flags
 from gpulens.core import flags
 from gpulens.core.config import parse_duration
 from gpulens.core.flags import Subcommands
@@ -136,11 +136,7 @@ def run_service(args: argparse.Namespace) -> int:
         thresholds, prices = config_of(args)
         if bool(args.prometheus) == bool(args.exporters):
             raise ValueError("give exactly one input: --input.prometheus URL, or one or more --input.exporter URL")
-        if args.shard_count < 1 or not 0 <= args.shard_index < args.shard_count:
-            raise ValueError(
-                f"--shard.index {args.shard_index} of --shard.count {args.shard_count}: give a count of 1 or more "
-                "and an index from 0 to count - 1"
-            )
+        check_shard(args.shard_count, args.shard_index)
         if not 1 <= args.read_parts <= MAX_READ_PARTS:
             raise ValueError(
                 f"--prometheus.read-parts {args.read_parts}: give 1 (every query every cycle) to {MAX_READ_PARTS}"

@@ -18,7 +18,7 @@ import hashlib
 import math
 import sys
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -71,22 +71,34 @@ class Judging:
 
 
 @dataclass(frozen=True)
+class Attribution:
+    """What says whose each pod is, what it is and where it belongs, in a store or in recorded kube-state-metrics
+    series: the jobs whose series are read (`config`: kube-state-metrics' among them), the pod label that names a
+    team (--team-label), and the kinds config's path (--analysis.config, "" none: its kinds and node pools)."""
+
+    config: MixinConfig
+    team_label: str = ""
+    analysis_config: str = ""
+
+    def owners(self, source: Store | KubeState) -> OwnerReader:
+        """The pods' owners, teams and kinds, read from kube-state-metrics' series (of the job `config` names)."""
+        rules = load_rules(self.analysis_config)
+        return OwnerReader(source, self.team_label, rules, self.config.kube_state_metrics)
+
+
+@dataclass(frozen=True)
 class StoreSource:
     """How a store is reached and its series read (picklable: each process of a report opens its own): the
-    URL and credentials, the jobs and selectors that pick the GPUs' series, and the kinds config (a path)
-    that says what each pod is and which node pool it is in."""
+    URL and credentials, the selectors added to the GPUs' series, and what attributes their pods."""
 
     url: str
     auth: StoreAuth
     #: Seconds a query may take (--prometheus.timeout), and how answers are asked for (store.COMPRESSIONS).
     timeout: float
     compression: str
-    config: MixinConfig
+    attribution: Attribution
     selector: str = ""
     dcgm_selector: str = ""
-    #: The pod label that names a team (--team-label), and the kinds config's path ("" none).
-    team_label: str = ""
-    analysis_config: str = ""
 
     def open(self) -> Store:
         """The store, its credentials checked (close it)."""
@@ -94,12 +106,8 @@ class StoreSource:
 
     def reader(self, store: Store, step: float, intervals: Mapping[str, float] | None = None) -> SeriesReader:
         """A reader of the GPUs' series at `step`, where the scrape intervals are already measured (`intervals`)."""
-        return SeriesReader(store, step, self.config, self.selector, self.dcgm_selector, intervals)
-
-    def owners(self, source: Store | KubeState) -> OwnerReader:
-        """The pods' owners, teams and kinds, read from kube-state-metrics' series (of the job the config names)."""
-        rules = load_rules(self.analysis_config)
-        return OwnerReader(source, self.team_label, rules, self.config.kube_state_metrics)
+        config = self.attribution.config
+        return SeriesReader(store, step, config, self.selector, self.dcgm_selector, intervals)
 
 
 @dataclass(frozen=True)
@@ -131,9 +139,9 @@ class FileReport:
     scrape_interval: float
     gpu_model: str
     scrape_start: float | None
-    #: Where kube-state-metrics' series were recorded ("" none), read with `source`'s jobs, team label and kinds.
+    #: Where kube-state-metrics' series were recorded ("" none), and what attributes pods in them.
     kube_state: str = ""
-    source: StoreSource | None = None
+    attribution: Attribution | None = None
     changes: bool = True
 
 
@@ -150,7 +158,7 @@ class Judged:
     trace: pd.DataFrame | None = None
     scheduling: Scheduling | None = None
     changes: list[Outcome] | None = None
-    node_prices: dict[str, float] | None = None
+    node_prices: dict[str, float] = field(default_factory=dict)
 
 
 def concluded(judged: Judged, how: Judging) -> tuple[list[Verdict], Plan]:
@@ -178,8 +186,8 @@ def from_files(report: FileReport, how: Judging, kept: list[KeptPlan]) -> Judged
         )
     _warn_unknown_models(trace, how.prices)
     kube_state = RecordedKubeState.read(report.kube_state) if report.kube_state else None
-    source = report.source
-    owners = source.owners(kube_state) if kube_state is not None and source is not None else None
+    attribution = report.attribution
+    owners = attribution.owners(kube_state) if kube_state is not None and attribution is not None else None
     owned = _owners_of(owners, trace)
     workloads = {f"{namespace}/{pod}": owner.workload for (namespace, pod), owner in owned.items()}
     verdicts = analyze(trace, how.thresholds, how.prices, how.window, how.slide, workloads if owners else None)
@@ -191,11 +199,11 @@ def from_files(report: FileReport, how: Judging, kept: list[KeptPlan]) -> Judged
     interval = sample_interval(trace, keys)
     use = Use.of_trace(trace, interval, how.thresholds, keys)
     scheduling, changes = None, None
-    if kube_state is not None and owners is not None and source is not None:
+    if kube_state is not None and owners is not None and attribution is not None:
         ts = trace["timestamp"]
         grid = (float(ts.min()), float(ts.max()), interval)
-        scheduling = cluster_share(source, kube_state, owners, grid, verdicts, how)
-        changes = _changes(source, kube_state, grid, verdicts, use, how, kept) if report.changes else None
+        scheduling = cluster_share(attribution, kube_state, owners, grid, verdicts, how)
+        changes = _changes(attribution, kube_state, grid, verdicts, use, how, kept) if report.changes else None
     return Judged(verdicts, use, trace=trace, scheduling=scheduling, changes=changes)
 
 
@@ -245,7 +253,7 @@ def _open(report: StoreReport) -> _Opened:
         found = report.source.reader(store, report.step or DEFAULT_STORE_STEP)
         interval = found.scrape_interval(report.until, min(report.until - report.since, 3600.0))
         reader = report.source.reader(store, _step(report.step, interval), found.intervals)
-        owners = report.source.owners(store)
+        owners = report.source.attribution.owners(store)
         return _Opened(store, reader, owners, span.Span.aligned(report.since, report.until, reader.step))
     except BaseException:
         store.close()
@@ -280,10 +288,11 @@ def from_store(report: StoreReport, how: Judging, kept: list[KeptPlan]) -> Judge
             verdicts = _judged(report, opened, how, use, timelines, None)
         verdicts = _some(verdicts, opened.store.name, opened.reader, the_span)
         grid = (the_span.start, the_span.end, the_span.step)
-        scheduling = cluster_share(report.source, opened.store, opened.owners, grid, verdicts, how)
-        changes = _changes(report.source, opened.store, grid, verdicts, use, how, kept) if report.changes else None
+        attribution = report.source.attribution
+        scheduling = cluster_share(attribution, opened.store, opened.owners, grid, verdicts, how)
+        changes = _changes(attribution, opened.store, grid, verdicts, use, how, kept) if report.changes else None
         node_prices = _opencost_prices(report.price_metric, opened.store, the_span.start, the_span.end)
-        return Judged(verdicts, use, timelines, None, scheduling, changes, node_prices)
+        return Judged(verdicts, use, timelines, scheduling=scheduling, changes=changes, node_prices=node_prices)
     finally:
         opened.store.close()
 
@@ -322,8 +331,8 @@ def _opencost_prices(metric: str, store: Store, start: float, end: float) -> dic
 def _origin(report: StoreReport, opened: _Opened, how: Judging) -> shards.Origin:
     """What a shard is judged from, which its merge must share (shards.Origin): the settings that change a
     verdict, the kinds config by its content (the same file may sit at another path on another machine)."""
-    source = report.source
-    rules = Path(source.analysis_config).read_bytes() if source.analysis_config else b""
+    source, attribution = report.source, report.source.attribution
+    rules = Path(attribution.analysis_config).read_bytes() if attribution.analysis_config else b""
     settings = {
         "thresholds": asdict(how.thresholds),
         "prices": how.prices,
@@ -331,9 +340,9 @@ def _origin(report: StoreReport, opened: _Opened, how: Judging) -> shards.Origin
         "step": how.slide,
         "selector": source.selector,
         "dcgm_selector": source.dcgm_selector,
-        "dcgm_pod_labels": source.config.dcgm_pod_labels,
-        **{name: getattr(source.config, name) for name in mixin.JOBS_READ},
-        "team_label": source.team_label,
+        "dcgm_pod_labels": attribution.config.dcgm_pod_labels,
+        **{name: getattr(attribution.config, name) for name in mixin.JOBS_READ},
+        "team_label": attribution.team_label,
         "analysis_config": hashlib.sha256(rules).hexdigest() if rules else "",
         "scrape_intervals": opened.reader.intervals,
     }
@@ -413,7 +422,7 @@ def _judge_share(task: tuple[_Share, Shard]) -> tuple[list[Verdict], Use, Timeli
         reader = source.reader(store, the_span.step, job.intervals)
         timelines = TimelineBins(the_span.start, the_span.end, the_span.step) if job.timelines else None
         use = Use.over(the_span.start, the_span.end, the_span.step, how.thresholds)
-        owners = source.owners(store)
+        owners = source.attribution.owners(store)
         verdicts = span.report(reader, the_span, *how.of_report(), None, owners, timelines, use, job.engines, shard)
         return verdicts, use, timelines
     finally:
@@ -438,7 +447,7 @@ def _some(verdicts: list[Verdict], store: str, reader: SeriesReader, the_span: s
 
 # --- beside the verdicts: the cluster's share, the workloads' changes -----------------------------------
 def cluster_share(
-    source: StoreSource,
+    attribution: Attribution,
     read_from: Store | KubeState,
     owners: OwnerReader,
     grid: tuple[float, float, float],
@@ -447,10 +456,10 @@ def cluster_share(
 ) -> Scheduling | None:
     """The cluster's judgement over `grid` (start, end, step: unix seconds) from kube-state-metrics' series in a
     store or recorded (None where no pod asked for a GPU)."""
-    pools = load_pools(source.analysis_config)
+    pools = load_pools(attribution.analysis_config)
     models = {v.node: v.gpu_model for v in verdicts if v.node and v.gpu_model}
     try:
-        reader = ClusterReader(read_from, pools.label, source.config.kube_state_metrics)
+        reader = ClusterReader(read_from, pools.label, attribution.config.kube_state_metrics)
         return judge_store(reader, owners, judged_grid(*grid), how.thresholds, pools, how.prices, models)
     except StoreError as e:
         # The pods' verdicts stand without it: say what is missing rather than lose the report.
@@ -459,7 +468,7 @@ def cluster_share(
 
 
 def _changes(
-    source: StoreSource,
+    attribution: Attribution,
     read_from: Store | KubeState,
     grid: tuple[float, float, float],
     verdicts: list[Verdict],
@@ -473,7 +482,7 @@ def _changes(
     `kept` plans, then a store's plan series) (docs/changes.md); none, said, where the store fails to say."""
     t, prices = how.thresholds, how.prices
     try:
-        reader = ClusterReader(read_from, "", source.config.kube_state_metrics)
+        reader = ClusterReader(read_from, "", attribution.config.kube_state_metrics)
         history = reader.workloads(*judged_grid(*grid))
         if not isinstance(read_from, Store):
             return over_span(history, verdicts, use, grid, t, prices, None, kept_proposal(kept))
