@@ -91,16 +91,21 @@ def _absent(x: np.ndarray) -> bool:
 
 
 def pod_features(
-    trace: pd.DataFrame, t: Thresholds, window: np.ndarray | None = None, keys: UnitKeys | None = None
+    trace: pd.DataFrame,
+    t: Thresholds,
+    window: np.ndarray | None = None,
+    keys: UnitKeys | None = None,
+    per_sample: PerSample | None = None,
 ) -> pd.DataFrame:
     """One row per unit with everything the classifier needs. Index: unit.
 
     `window`, one integer per trace row, splits each unit into one unit per window (column `window`);
-    rows with a negative window are left out. `keys`: UnitKeys.of(trace), when several calls share it."""
+    rows with a negative window are left out. `keys`: UnitKeys.of(trace), and `per_sample`: PerSample.of(trace,
+    t, keys), when several calls share them."""
     if trace.empty:
         return pd.DataFrame()
     rows = _Rows(trace, window, keys)
-    signals = _Signals(rows, t)
+    signals = _Signals(rows, t, per_sample)
     features = _features(rows, signals, t)
     starting = signals.start_up_end > rows.units.min(rows.ts)
     if starting.any():
@@ -216,6 +221,9 @@ class _Rows:
         self.trace = trace
         keys = keys or UnitKeys.of(trace)
         self.order = keys.order
+        #: Where the window split sorted the rows again: the positions, in (unit, GPU, time) order, of this
+        #: order's rows (None: no sort, the rows are in that order).
+        self.resorted: np.ndarray | None = None
         unit, gpu = (a if self.order is None else a[self.order] for a in (keys.unit, keys.gpu))
         if window is not None:
             # One unit per (unit, window). Within a (unit, GPU) run, time and so the window only grow:
@@ -230,6 +238,7 @@ class _Rows:
                 by_window = np.argsort(unit, kind="stable")
                 unit, gpu, sorted_window = unit[by_window], gpu[by_window], sorted_window[by_window]
                 self.order = by_window if self.order is None else self.order[by_window]
+                self.resorted = by_window
         ts = trace["timestamp"].to_numpy()
         self.ts = ts if self.order is None else ts[self.order]
         n = len(self.ts)
@@ -286,15 +295,23 @@ class _Rows:
         return self.trace[name].iloc[self.order_of(positions)].to_numpy()
 
 
-class _Signals:
-    """What each sample shows, as arrays in the rows' order: the inputs of every signature."""
+class PerSample:
+    """What each sample shows on its own or beside the sample before it on its GPU, as arrays in the rows'
+    order: the signals that do not depend on where a window starts or ends. A report's window passes over
+    the same rows (history.ledgers) make them once and share them (PerSample.of): only a pass whose windows
+    split a multi-GPU unit reorders them (py-spy: making them again each pass was half of a day's features)."""
 
     def __init__(self, rows: _Rows, t: Thresholds):
         self._activity(rows, t)
         self._hardware(rows, t)
-        self._waits(rows, t)
-        self._sequences(rows, t)
-        self._start_up(rows, t)
+        self._waiting(rows, t)
+        self._neighbours(rows, t)
+
+    @classmethod
+    def of(cls, trace: pd.DataFrame, t: Thresholds, keys: UnitKeys | None = None) -> PerSample:
+        """The trace's samples in (unit, GPU, time) order, as every window pass over it (pod_features' `window`)
+        takes them."""
+        return cls(_Rows(trace, None, keys), t)
 
     def _activity(self, rows: _Rows, t: Thresholds) -> None:
         """Activity, and whether each row is busy: from the rows, and where the trace has it from the exporter's
@@ -370,9 +387,9 @@ class _Signals:
         #: Bytes per second out of the GPU over PCIe (TX): gradients sent back to host memory, or to a peer.
         self.device_to_host = column("pcie_tx_bytes_per_second")
 
-    def _waits(self, rows: _Rows, t: Thresholds) -> None:
-        """Waiting (a kernel spinning at low power or with idle SMs) and stalls (runs of waiting or kernel-less
-        rows on one GPU), and fetches from host memory."""
+    def _waiting(self, rows: _Rows, t: Thresholds) -> None:
+        """Waiting (a kernel spinning at low power or with idle SMs), stalled samples (waiting or without a
+        kernel), and fetches from host memory."""
         column = rows.column
         # A kernel ran (utilization above starvation_high) while the GPU waited: at a small share of the
         # board's power, or with its SMs idle. NCCL spins a kernel while a rank waits in a collective, and
@@ -387,7 +404,7 @@ class _Signals:
         #: No kernel at all (utilization under starvation_low): a rank writing a checkpoint, loading data.
         self.no_kernel = kernel < t.starvation_low
         #: Stalled: waiting or without a kernel. Runs of stalled samples on one GPU are its stalls.
-        self.stalled = stalled = self.waiting | self.no_kernel
+        self.stalled = self.waiting | self.no_kernel
         with np.errstate(invalid="ignore"):
             #: Fetching from host memory while the SMs wait: a CPU-offloaded job's parameter fetches. Not while a
             #: kernel spins (waiting): a copy runs no kernel, and a rank spinning in a collective whose peers are
@@ -397,8 +414,53 @@ class _Signals:
                 & (self.act < t.interconnect_sm)
                 & ~self.waiting
             )
-        run_starts = np.flatnonzero(stalled & (rows.gpu_changes | ~np.r_[False, stalled[:-1]]))
-        run_ends = np.flatnonzero(stalled & (np.r_[rows.gpu_changes[1:], True] | ~np.r_[stalled[1:], False]))
+
+    def _neighbours(self, rows: _Rows, t: Thresholds) -> None:
+        """Throttling, the hardware's faults and topology, the work in each row, and what changed since the row
+        before (busy/idle switches, burst starts, memory drops): a pass's own first row of each GPU has no row
+        before it in its window (_Signals._sequences masks them)."""
+        column = rows.column
+        self.reasons_raw = column("clock_event_reasons")
+        self.throttled = (np.fmax(self.reasons_raw, 0.0).astype(np.int64) & t.throttle_reasons_mask) != 0
+        state = self.act0 >= BUSY_LEVEL  # the exporter's switch level (core/activity.py)
+        self.state_changed = np.r_[False, state[1:] != state[:-1]]
+        self.state_rose = np.r_[False, state[1:] & ~state[:-1]]
+        with np.errstate(invalid="ignore"):
+            self.memory_fell = np.r_[False, (self.mem_frac[1:] - self.mem_frac[:-1]) < -t.memory_drop]
+        self.restarts = column("restarts_total")
+        self.numa, self.pcie_root, self.nvlink_group = (column(c) for c in ("numa_node", "pcie_root", "nvlink_group"))
+        self.links_down = column("nvlink_links_down")
+        self.xid = column("hardware_xid")
+        self.crc, self.replay, self.recovery = (column(c) for c in tr.NVLINK_ERROR_RATES)
+        # Work per row, 0-1 (frame.work): the share of the row's time a kernel ran.
+        self.work = rows.gather(fr.work(rows.trace)) if self.shape else self.act
+
+
+class _Signals(PerSample):
+    """What each sample shows, as arrays in the rows' order: the inputs of every signature. `per_sample`: the
+    same trace's PerSample.of(), which this pass's rows then reorder rather than make again."""
+
+    def __init__(self, rows: _Rows, t: Thresholds, per_sample: PerSample | None = None):
+        if per_sample is None:
+            super().__init__(rows, t)
+        else:
+            self._reordered(per_sample, rows.resorted)
+        self._stalls(rows)
+        self._sequences(rows)
+        self._start_up(rows, t)
+
+    def _reordered(self, per_sample: PerSample, positions: np.ndarray | None) -> None:
+        """`per_sample`'s signals, each taken at `positions` (None: as they are)."""
+        for name, values in vars(per_sample).items():
+            # A column the trace does not have is a broadcast NaN (_Rows.column): it stays one.
+            if positions is not None and isinstance(values, np.ndarray) and values.strides != (0,):
+                values = values[positions]
+            setattr(self, name, values)
+
+    def _stalls(self, rows: _Rows) -> None:
+        """Stalls: runs of stalled rows on one GPU, their lengths and the time from one to the next."""
+        run_starts = np.flatnonzero(self.stalled & (rows.gpu_changes | ~np.r_[False, self.stalled[:-1]]))
+        run_ends = np.flatnonzero(self.stalled & (np.r_[rows.gpu_changes[1:], True] | ~np.r_[self.stalled[1:], False]))
         # A stall has work on both sides: quiet at the start or the end of a GPU's rows is its start-up (a model
         # loading) or its end (work done, a replica between requests), not a pause in work the data saw.
         bounded = ~rows.gpu_changes[run_starts] & ~np.r_[rows.gpu_changes[1:], True][run_ends]
@@ -411,22 +473,11 @@ class _Signals:
         self.stall_spacing = np.diff(rows.ts[run_starts])[follows]
         self.stall_spacing_unit = self.stall_unit[1:][follows]
 
-    def _sequences(self, rows: _Rows, t: Thresholds) -> None:
-        """Throttling, busy/idle switches and memory drops between neighbouring rows, the hardware's faults and
-        topology, the pauses while a GPU worked, burst starts and the work in each row."""
-        column = rows.column
-        self.reasons_raw = column("clock_event_reasons")
-        self.throttled = (np.fmax(self.reasons_raw, 0.0).astype(np.int64) & t.throttle_reasons_mask) != 0
-        # Busy/idle switches and memory drops between neighbouring samples of the same GPU.
-        state = self.act0 >= BUSY_LEVEL  # the exporter's switch level (core/activity.py)
-        self.switch = np.r_[False, state[1:] != state[:-1]] & ~rows.gpu_changes
-        with np.errstate(invalid="ignore"):
-            self.drop = np.r_[False, (self.mem_frac[1:] - self.mem_frac[:-1]) < -t.memory_drop] & ~rows.gpu_changes
-        self.restarts = column("restarts_total")
-        self.numa, self.pcie_root, self.nvlink_group = (column(c) for c in ("numa_node", "pcie_root", "nvlink_group"))
-        self.links_down = column("nvlink_links_down")
-        self.xid = column("hardware_xid")
-        self.crc, self.replay, self.recovery = (column(c) for c in tr.NVLINK_ERROR_RATES)
+    def _sequences(self, rows: _Rows) -> None:
+        """Busy/idle switches, memory drops and burst starts between neighbouring rows of one GPU, and the
+        pauses while a GPU worked."""
+        self.switch = self.state_changed & ~rows.gpu_changes
+        self.drop = self.memory_fell & ~rows.gpu_changes
         # Before each busy sample, how long the GPU had been without work since its previous busy
         # sample: the pauses while it worked. The quiet before its first is no pause of work the data saw.
         marker = self.busy | rows.gpu_changes
@@ -435,15 +486,12 @@ class _Signals:
         self.pause = np.where(self.busy & ~rows.gpu_changes & self.busy[before], rows.ts - rows.ts[before], np.nan)
         # Burst starts (activity rising through BUSY_LEVEL), and the time from one to the next on a GPU:
         # training steps repeat at a steady period, requests arrive at random.
-        rises = np.flatnonzero(np.r_[False, state[1:] & ~state[:-1]] & ~rows.gpu_changes)
+        self.rise = self.state_rose & ~rows.gpu_changes
+        rises = np.flatnonzero(self.rise)
         gpu_run = np.cumsum(rows.gpu_changes)
         same_gpu = gpu_run[rises[1:]] == gpu_run[rises[:-1]]
-        self.rise = np.zeros(len(state), dtype=bool)
-        self.rise[rises] = True
         self.burst_spacing = np.diff(rows.ts[rises])[same_gpu]
         self.burst_spacing_unit = rows.row_unit[rises[1:]][same_gpu]
-        # Work per row, 0-1 (frame.work): the share of the row's time a kernel ran.
-        self.work = rows.gather(fr.work(rows.trace)) if self.shape else self.act
 
     def _start_up(self, rows: _Rows, t: Thresholds) -> None:
         """A model load: memory that rose from under memory_growth (nothing loaded: the data begins with

@@ -37,7 +37,7 @@ from gpulens.analyzer.judging.classify import (
     judgements,
 )
 from gpulens.analyzer.judging.evidence import duration
-from gpulens.analyzer.judging.features import UnitKeys, pod_features
+from gpulens.analyzer.judging.features import PerSample, UnitKeys, pod_features
 from gpulens.analyzer.judging.rules.base import SPARSE, sparse_use, wasted_seconds
 from gpulens.core.bottlenecks import (
     BY_NAME,
@@ -253,10 +253,11 @@ def ledgers(
     first_slot, slots, per_window = int(slot.min()), int(slot.max()) + 1, max(1, round(window / step))
     # The verdict of the window ending with each slot, by unit.
     by_window: dict[str, dict[int, Judgement]] = defaultdict(dict)
+    per_sample = PerSample.of(trace, t, keys)  # what each sample shows, whichever window it falls in
     for offset in range(per_window):
         end_slot = slot + (offset - slot) % per_window
         end_slot[end_slot >= slots] = -1  # windows that would end after the data
-        features = pod_features(trace, t, window=end_slot, keys=keys)
+        features = pod_features(trace, t, window=end_slot, keys=keys, per_sample=per_sample)
         for unit, k, judgement in zip(features.index, features["window"], judgements(features, t, prices), strict=True):
             if k >= first_slot:
                 by_window[str(unit)][int(k)] = judgement
