@@ -308,7 +308,7 @@ def _read_trace_csv(path: Path) -> pd.DataFrame:
         )
         for i in names
     }
-    frame = fr.normalize(pd.DataFrame({h: columns[h] for h in header}))
+    frame = fr.normalize(pd.DataFrame({h: columns[h] for h in header}, copy=False))  # its own columns: shared
     source = {name: (f"{i + 1} ({name})", 1.0) for i, name in enumerate(header)}
     return check_values(frame, path, np.frombuffer(lines, dtype=np.int64), source)
 
