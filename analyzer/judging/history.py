@@ -253,11 +253,16 @@ def ledgers(
     first_slot, slots, per_window = int(slot.min()), int(slot.max()) + 1, max(1, round(window / step))
     # The verdict of the window ending with each slot, by unit.
     by_window: dict[str, dict[int, Judgement]] = defaultdict(dict)
-    per_sample = PerSample.of(trace, t, keys)  # what each sample shows, whichever window it falls in
+    # Each pass's windows' features, from what each sample shows made once (whichever window it falls in), then
+    # judged once that is let go: the windows' features are a few MB, the samples' signals hundreds.
+    per_sample = PerSample.of(trace, t, keys)
+    passes = []
     for offset in range(per_window):
         end_slot = slot + (offset - slot) % per_window
         end_slot[end_slot >= slots] = -1  # windows that would end after the data
-        features = pod_features(trace, t, window=end_slot, keys=keys, per_sample=per_sample)
+        passes.append(pod_features(trace, t, window=end_slot, keys=keys, per_sample=per_sample))
+    del per_sample
+    for features in passes:
         for unit, k, judgement in zip(features.index, features["window"], judgements(features, t, prices), strict=True):
             if k >= first_slot:
                 by_window[str(unit)][int(k)] = judgement
