@@ -40,6 +40,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import results  # noqa: E402
+from benchmarks.store_report import as_gpulens_runs  # noqa: E402
 from gpulens.analyzer.inputs import frame as fr  # noqa: E402
 from gpulens.analyzer.inputs import readers  # noqa: E402
 from gpulens.analyzer.judging.classify import classify  # noqa: E402
@@ -443,7 +444,8 @@ def main() -> int:
     args = parser.parse_args()
     if not args.only:  # each in a process of its own, so that one's memory does not count in the other's
         for only in ("cycle", "day", "input"):
-            subprocess.run([sys.executable, __file__, "--only", only, "--repeat", str(args.repeat)], check=True)
+            child = [sys.executable, __file__, "--only", only, "--repeat", str(args.repeat)]
+            subprocess.run(child, check=True, env=as_gpulens_runs())
         return 0
     if args.only == "file":
         analyse_file(args.file)

@@ -335,6 +335,14 @@ def counted_queries(hours: float) -> list[tuple[str, dict]]:
     return [("query_range", {"query": expr, **span}) for expr in expressions]
 
 
+def as_gpulens_runs() -> dict[str, str]:
+    """This environment with what `gpulens` sets for numpy in its own processes (cli.NUMPY_ENVIRONMENT): a child
+    that measures the report in-process runs it as the command would."""
+    from gpulens.cli import NUMPY_ENVIRONMENT
+
+    return {**NUMPY_ENVIRONMENT, **os.environ}
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user and system) process `pid` has used, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -423,6 +431,7 @@ def main() -> int:
                     + recorded,
                     capture_output=True,
                     text=True,
+                    env=as_gpulens_runs(),
                 )
                 if child.returncode:  # what the report said, not a bare CalledProcessError
                     raise SystemExit(f"the report at a {step:g} s step failed:\n{child.stderr}")

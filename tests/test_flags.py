@@ -2,7 +2,10 @@
 that takes it only; durations as every Prometheus tool writes them."""
 
 import argparse
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -207,3 +210,19 @@ def test_a_flags_variable_is_read_where_its_help_names_one(monkeypatch, capsys):
             raise AssertionError((command, flag, capsys.readouterr().err)) from None
         assert getattr(args, action.dest) == "from-the-environment", (command, flag)
         monkeypatch.delenv(flags.env_name(flag))
+
+
+@pytest.mark.parametrize(("given", "hugepages"), [(None, False), ("1", True)])
+def test_a_gpulens_process_asks_numpy_for_small_pages_unless_told_otherwise(given, hugepages):
+    """numpy reads NUMPY_MADVISE_HUGEPAGE once, when it is imported: gpulens.cli sets it before any command imports
+    numpy (cli.NUMPY_ENVIRONMENT), and keeps what the environment says. Asked of numpy itself, in a fresh process
+    started as `gpulens` starts one (the command's module imported by its parser)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if given is not None:
+        env["NUMPY_MADVISE_HUGEPAGE"] = given
+    code = (
+        "from gpulens import cli; cli.build_parser('report'); import numpy; "
+        "print(numpy._core.multiarray._get_madvise_hugepage())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(hugepages)
