@@ -949,3 +949,26 @@ def test_a_replicas_quiet_hours_lend_its_verdict_none_of_their_confidence():
     assert (v.bottleneck, v.confidence) == ("overprovisioned_serving", 0.5)
     assert [(e.bottleneck, e.end - e.start) for e in v.episodes] == [("overprovisioned_serving", 16 * 3600.0)]
     assert [(e.bottleneck, e.start, e.end) for e in v.pauses] == [("idle", 4 * 3600.0, 12 * 3600.0)]
+
+
+@pytest.mark.parametrize("exporter", [False, True])
+def test_window_passes_sharing_the_samples_signals_find_what_each_pass_alone_finds(exporter):
+    """history.ledgers makes each sample's signals once (features.PerSample) for its four window passes. Every pass
+    must find the same features as one that makes them itself: pods of two GPUs, whose windows each pass sorts
+    again (the signals reordered), with and without the exporter's activity shape."""
+    from benchmarks.analyzer import make_trace
+    from gpulens.analyzer.judging.features import PerSample, UnitKeys, pod_features
+
+    trace, t = make_trace(40, 7200, seed=3, step=15.0, exporter=exporter), Thresholds()
+    assert set(trace.groupby("pod", observed=True)["gpu"].nunique()) == {2}
+    keys = UnitKeys.of(trace)
+    per_sample = PerSample.of(trace, t, keys)
+    ts = trace["timestamp"].to_numpy()
+    slot = ((ts - ts.min()) // 900).astype(np.int64)
+    for offset in range(4):
+        end_slot = slot + (offset - slot) % 4
+        end_slot[end_slot > slot.max()] = -1
+        alone = pod_features(trace, t, window=end_slot, keys=keys)
+        shared = pod_features(trace, t, window=end_slot, keys=keys, per_sample=per_sample)
+        assert len(alone) == 40  # 20 pods, each in two windows of the two hours
+        pd.testing.assert_frame_equal(shared, alone)
