@@ -14,11 +14,8 @@ from gpulens import __version__
 from gpulens.core import flags
 
 #: What a gpulens process asks of numpy, set before any command imports it, unless the environment sets it:
-#: - NUMPY_MADVISE_HUGEPAGE=0: numpy marks every array of 4 MB or more MADV_HUGEPAGE, and where the kernel's
-#:   transparent hugepage defrag is "madvise" (its default), a fault in such an array can wait for the kernel to
-#:   compact memory (numpy/numpy#31590). The README's machine made a fresh 12 MB array in 26.5 ms with it and
-#:   5.6 without; a day of 1,000 GPUs from Prometheus (benchmarks/store_report.py's report) spent 6.2-6.6
-#:   CPU-s in the kernel with it and 1.2-1.3 without, and took 26.4-28.0 s against 29.3-32.1.
+#: NUMPY_MADVISE_HUGEPAGE=0, no transparent-huge-page mark on its large arrays, whose first touch can otherwise wait
+#: for the kernel to compact memory (docs/sizing.md, "Pages", has the measurements and when to set it back).
 NUMPY_ENVIRONMENT = {"NUMPY_MADVISE_HUGEPAGE": "0"}
 for _name, _value in NUMPY_ENVIRONMENT.items():
     os.environ.setdefault(_name, _value)
